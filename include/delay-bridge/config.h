@@ -1,0 +1,86 @@
+/*
+ * config.h -- the daemon's configuration, read from a JSON file with json-c.
+ *
+ * config_load() fills plain structs: nothing here refers to json-c after it
+ * returns. Every error names the file, the key path ("routes[1].target_exchange")
+ * and what is wrong; unknown keys are errors too, so a typo never silently
+ * falls back to a default. DELAY_BRIDGE_BROKER_URI, when set and not empty,
+ * replaces broker.uri (a comma-separated list gives failover URIs).
+ *
+ * The reference for every key, with its default, is README.md
+ * ("Configuration reference"); keep the two in step.
+ */
+#ifndef DB_CONFIG_H
+#define DB_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CONFIG_MAX_URIS 8
+#define CONFIG_MAX_ROUTES 256
+#define CONFIG_NAME_MAX 255 /* AMQP short string */
+
+enum queue_type { QUEUE_CLASSIC, QUEUE_QUORUM };
+
+enum invalid_delay_policy {
+    INVALID_DELAY_PUBLISH,     /* publish at once, like the plugin (default) */
+    INVALID_DELAY_DEAD_LETTER, /* publish to dead_letter_exchange with x-delay-error */
+};
+
+struct config_route {
+    char name[CONFIG_NAME_MAX + 1];             /* required, unique, [A-Za-z0-9._-]+ */
+    char ingress_exchange[CONFIG_NAME_MAX + 1]; /* required */
+    char ingress_queue[CONFIG_NAME_MAX + 1];    /* required */
+    char target_exchange[CONFIG_NAME_MAX + 1];  /* required; "" (default exchange) allowed */
+    enum queue_type queue_type;                 /* "queue_type": "classic" (default) | "quorum" */
+    int declare_target;                         /* "declare_target": false */
+    char target_type[16];                       /* "target_type": "direct" | "topic" | "fanout" | "headers" */
+    uint16_t prefetch;                          /* "prefetch": 1000, 1..65535 */
+    uint32_t max_inflight;                      /* "max_inflight": 1000 unconfirmed publishes */
+    uint64_t max_delay_ms;                      /* "max_delay_ms": 4294967295 */
+    enum invalid_delay_policy invalid_delay;    /* "invalid_delay": "publish" | "dead-letter" */
+    char dead_letter_exchange[CONFIG_NAME_MAX + 1]; /* required when invalid_delay is dead-letter */
+};
+
+struct config {
+    /* broker */
+    char *uris[CONFIG_MAX_URIS]; /* "uri": string or array of strings; owned, malloc'd */
+    int nuris;
+    int uri_from_env;            /* 1 if DELAY_BRIDGE_BROKER_URI supplied the URIs */
+    uint16_t heartbeat_s;        /* "heartbeat_s": 30 (0 disables) */
+    uint32_t connect_timeout_ms; /* "connect_timeout_ms": 5000 */
+    uint32_t reconnect_min_ms;   /* "reconnect_min_ms": 500 */
+    uint32_t reconnect_max_ms;   /* "reconnect_max_ms": 30000 */
+    uint32_t publish_retry_min_ms; /* "publish_retry_min_ms": 1000, backoff after a channel error */
+    uint32_t publish_retry_max_ms; /* "publish_retry_max_ms": 60000 */
+
+    /* wal */
+    char wal_dir[4096];          /* "dir": required */
+    uint64_t segment_bytes;      /* "segment_mb": 64 */
+    int fsync;                   /* "fsync": true; false is for tests on tmpfs only */
+    uint32_t max_message_bytes;  /* "max_message_bytes": 134217728 */
+
+    /* http */
+    char http_listen[256];       /* "listen": "" = disabled */
+
+    /* log */
+    int log_level;               /* "level": "info" (enum log_level) */
+
+    uint32_t shutdown_timeout_ms; /* top-level "shutdown_timeout_ms": 10000 */
+
+    struct config_route *routes;  /* "routes": at least one; owned, malloc'd */
+    int nroutes;
+};
+
+/*
+ * Load path into *c. Returns 0, or -1 with a one-line message (file, key
+ * path, problem) in err. On error *c holds nothing to free.
+ */
+int config_load(struct config *c, const char *path, char *err, size_t errlen);
+
+/* Same, from a JSON string (tests); name is used in messages. */
+int config_parse(struct config *c, const char *json, const char *name, char *err, size_t errlen);
+
+void config_free(struct config *c);
+
+#endif

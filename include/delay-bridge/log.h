@@ -1,0 +1,49 @@
+/*
+ * log.h -- one line per event on stderr.
+ *
+ *   2026-11-22T05:02:28.123Z level=info mod=wal msg="segment rolled" seg=12
+ *
+ * The format string holds the key=value pairs after the message; callers
+ * never log payloads, and pass URIs through log_mask_uri() first.
+ */
+#ifndef DB_LOG_H
+#define DB_LOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
+
+void log_set_level(enum log_level l);
+enum log_level log_get_level(void);
+/* "debug", "info", "warn", "error" -> 0 and *l, else -1. */
+int log_parse_level(const char *s, enum log_level *l);
+
+/* log_at(LOG_INFO, "wal", "segment rolled", "seg=%u", n); fmt may be NULL. */
+void log_at(enum log_level l, const char *mod, const char *msg, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#define log_debug(mod, msg, ...) \
+    do { if (log_get_level() <= LOG_DEBUG) log_at(LOG_DEBUG, mod, msg, __VA_ARGS__); } while (0)
+#define log_info(mod, msg, ...) log_at(LOG_INFO, mod, msg, __VA_ARGS__)
+#define log_warn(mod, msg, ...) log_at(LOG_WARN, mod, msg, __VA_ARGS__)
+#define log_error(mod, msg, ...) log_at(LOG_ERROR, mod, msg, __VA_ARGS__)
+
+/*
+ * Rate limiting for repeated events: log_ratelimit(&state, now_ms, interval_ms)
+ * returns the number of events suppressed since the last allowed one plus
+ * one when this event may be logged, 0 when it should be counted silently.
+ */
+struct log_ratelimit {
+    uint64_t last_ms;
+    uint64_t suppressed;
+};
+uint64_t log_ratelimit(struct log_ratelimit *r, uint64_t now_ms, uint64_t interval_ms);
+
+/* Copy uri into out with the password replaced by "***". */
+void log_mask_uri(const char *uri, char *out, size_t outlen);
+
+/* Wall clock in ms since the epoch. */
+uint64_t log_now_ms(void);
+
+#endif

@@ -1,0 +1,141 @@
+/*
+ * wal.h -- the segmented write-ahead log that holds every pending message.
+ *
+ * A directory of append-only segment files (format: src/walrec.c). The
+ * engine appends ADD and DONE records, commits them with one write and one
+ * fdatasync for the whole batch (group commit), reads a held message's
+ * payload back by location when it falls due, and reports which ADD records
+ * are still live so that space can be reclaimed.
+ *
+ * Promises:
+ *  - after wal_commit() returns 0, every record appended before it survives
+ *    a crash or power loss;
+ *  - a failed write or fsync is never retried: the log enters a failed state
+ *    and every later call returns the first error (the caller stops and
+ *    lets recovery start from what is on disk);
+ *  - wal_open() replays every valid record in LSN order, truncates a torn
+ *    tail of the newest segment (logged), and fails with WAL_ECORRUPT,
+ *    naming segment and offset in the log, for damage anywhere else;
+ *  - the directory is locked (flock on dir/LOCK): a second process gets
+ *    WAL_ELOCKED instead of corrupting the log;
+ *  - space: a segment is deleted once it is the oldest and holds no live
+ *    ADD; when the log is larger than 2 x live bytes + one segment, the
+ *    oldest segment's live ADDs are copied forward (wal_maintain, a bounded
+ *    amount per call), so disk use stays near 2 x live data + one segment.
+ *
+ * This is the file backend. The engine uses nothing but these functions, so
+ * a replicated backend (a RabbitMQ stream) can implement the same set.
+ * Not thread-safe: one event loop owns it.
+ */
+#ifndef DB_WAL_H
+#define DB_WAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "delay-bridge/walrec.h"
+
+#define WAL_ECORRUPT (-10001) /* a record that is not a torn tail fails its checks */
+#define WAL_ELOCKED (-10002)  /* another process holds the log directory */
+#define WAL_EFORMAT (-10003)  /* unknown version, bad segment header or name */
+#define WAL_ETOOBIG (-10004)  /* record larger than WALREC_MAX_PAYLOAD */
+
+#define WAL_DEFAULT_SEGMENT_BYTES (64ull << 20)
+
+/* Where a record lives: segment number, byte offset, total bytes (header + payload). */
+struct wal_loc {
+    uint32_t seg;
+    uint32_t off;
+    uint32_t len;
+};
+
+struct wal_opts {
+    const char *dir;        /* created if missing */
+    uint64_t segment_bytes; /* roll to a new segment past this; 0 = default */
+    int no_sync;            /* benchmarks and unit tests only: skip fdatasync */
+};
+
+/* Called for each valid record in LSN order. Non-zero return aborts wal_open with it. */
+typedef int wal_replay_fn(void *arg, const struct walrec_hdr *h, const uint8_t *payload,
+                          struct wal_loc loc);
+
+int wal_open(struct wal **out, const struct wal_opts *o, wal_replay_fn *replay, void *arg);
+
+/* Release fds and the lock. Does not commit: call wal_commit() first. */
+void wal_close(struct wal *w);
+
+/* LSN the next wal_append() will get (an ADD stores it as its msg_id). */
+uint64_t wal_next_lsn(const struct wal *w);
+
+/* Random id of this log, stable across restarts (for message id headers). */
+uint64_t wal_id(const struct wal *w);
+
+/*
+ * Buffer one record. The payload is given in pieces and copied into the
+ * write buffer. Sets *lsn and *loc (either may be NULL). Not durable until
+ * wal_commit(). Returns 0 or a negative code.
+ */
+int wal_append(struct wal *w, uint8_t type, const struct walrec_piece *pieces, int npieces,
+               uint64_t *lsn, struct wal_loc *loc);
+
+/* Bytes appended and not yet committed. */
+size_t wal_pending(const struct wal *w);
+
+/* Write and fdatasync everything appended (group commit). 0 or negative. */
+int wal_commit(struct wal *w);
+
+/* A caller-owned buffer that wal_read() grows as needed; free(b->p) when done. */
+struct wal_buf {
+    uint8_t *p;
+    size_t cap;
+};
+
+/*
+ * Read and verify the record at loc (committed or still buffered). On
+ * success *h is filled and *payload points into b. Returns 0, WAL_ECORRUPT
+ * or -errno.
+ */
+int wal_read(struct wal *w, struct wal_loc loc, struct wal_buf *b, struct walrec_hdr *h,
+             const uint8_t **payload);
+
+/* Live-data accounting: the caller marks ADD records live and dead. */
+void wal_live_add(struct wal *w, struct wal_loc loc);
+void wal_live_del(struct wal *w, struct wal_loc loc);
+
+/* How compaction asks the owner about records it moves. */
+struct wal_compact_ops {
+    /* Is msg_id held, with its current copy at loc? */
+    int (*is_live)(void *arg, uint64_t msg_id, struct wal_loc loc);
+    /* msg_id's live copy now lives at to (wal_live_* already adjusted). */
+    void (*moved)(void *arg, uint64_t msg_id, struct wal_loc to);
+    void *arg;
+};
+
+/*
+ * Reclaim space: delete dead segments at the head of the log, then, if the
+ * space policy asks for it, copy up to budget bytes of the oldest segment's
+ * live ADD records forward. Copies are buffered like appends; a segment is
+ * deleted only once the copies of its live records are committed. Call it
+ * from the event loop when idle; it returns 1 if more work remains, 0 if
+ * none, negative on error.
+ */
+int wal_maintain(struct wal *w, size_t budget, const struct wal_compact_ops *ops);
+
+struct wal_stats {
+    uint64_t segments;       /* segment files on disk */
+    uint64_t disk_bytes;     /* their total size */
+    uint64_t live_bytes;     /* bytes of live ADD records */
+    uint64_t live_records;
+    uint64_t durable_lsn;    /* last committed LSN */
+    uint64_t commits;        /* successful wal_commit() calls that wrote */
+    uint64_t appended_bytes;
+    uint64_t compacted_bytes;
+    uint64_t deleted_segments;
+    uint64_t truncated_bytes; /* torn tail cut at open */
+};
+void wal_get_stats(const struct wal *w, struct wal_stats *s);
+
+/* Text for a negative code from this module (errno values included). */
+const char *wal_strerror(int err);
+
+#endif
