@@ -42,6 +42,8 @@
 
 #define WAL_DEFAULT_SEGMENT_BYTES (64ull << 20)
 
+struct wal;
+
 /* Where a record lives: segment number, byte offset, total bytes (header + payload). */
 struct wal_loc {
     uint32_t seg;

@@ -18,7 +18,7 @@
 #define WALREC_PARTIAL (-2)
 
 #define WALREC_VERSION 1
-#define WALREC_SEGHDR_SIZE 48
+#define WALREC_SEGHDR_SIZE 56 /* 48 bytes of fields, reserved u32, CRC u32 */
 #define WALREC_HDR_SIZE 24
 #define WALREC_MAX_PAYLOAD (1u << 30) /* 1 GiB: larger lengths are corrupt */
 

@@ -1,0 +1,947 @@
+/*
+ * config.c -- read the JSON configuration into struct config.
+ *
+ * json-c parses the file in strict mode (no comments, no trailing commas,
+ * nothing after the top-level object); then one walk per section copies
+ * each key into the plain struct, checking its type and range as it goes,
+ * and stops at the first problem. Every message is one line:
+ *
+ *   <name>: <key path>: <what is wrong>, <what is expected>
+ *   <name>:<line>:<col>: invalid JSON: <tokener error>
+ *
+ * Values are echoed back in messages as JSON ("100", 1.5, true), cut to a
+ * few dozen bytes; broker URIs are echoed with the password masked.
+ *
+ * Checks beyond type and range, each a mistake that would otherwise show up
+ * only at run time:
+ *   - unknown keys (a typo must not silently fall back to a default);
+ *   - names and queues unique; URIs parsed with rabbitmq-c's amqp_parse_url;
+ *   - reconnect_min_ms <= reconnect_max_ms, same for publish_retry_*;
+ *   - the "amq." prefix is reserved by RabbitMQ for exchanges and queues a
+ *     client declares: refused for ingress_exchange, ingress_queue, and
+ *     target_exchange when declare_target is true (likewise "");
+ *   - loops: a held message is republished with a negative x-delay, and an
+ *     invalid one keeps its x-delay; if a route's target (or dead-letter
+ *     exchange) is the ingress exchange of a route that leads back, the
+ *     message would circulate for ever. Routes are followed the way a
+ *     message would go: with a valid delay along target_exchange, with an
+ *     invalid one along dead_letter_exchange when invalid_delay is
+ *     "dead-letter", else target_exchange. Loops through exchange-to-exchange
+ *     bindings on the broker are out of sight here.
+ *
+ * json-c keeps the last of two equal keys in one object, so a duplicate key
+ * is not reported.
+ */
+#include "delay-bridge/config.h"
+
+#include <amqp.h>
+#include <errno.h>
+#include <json-c/json.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "delay-bridge/log.h"
+
+#define CONFIG_FILE_MAX (16u << 20)
+#define ENV_URI "DELAY_BRIDGE_BROKER_URI"
+
+struct ctx {
+    const char *name;
+    char *err;
+    size_t errlen;
+};
+
+static int fail(struct ctx *x, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(struct ctx *x, const char *path, const char *fmt, ...)
+{
+    if (!x->err || x->errlen == 0)
+        return -1;
+    int n = path && *path ? snprintf(x->err, x->errlen, "%s: %s: ", x->name, path)
+                          : snprintf(x->err, x->errlen, "%s: ", x->name);
+    if (n >= 0 && (size_t)n < x->errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(x->err + n, x->errlen - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "delay-bridge: out of memory (%zu bytes)\n", n);
+        abort();
+    }
+    return p;
+}
+
+static char *xstrndup(const char *s, size_t n)
+{
+    char *p = xmalloc(n + 1);
+    memcpy(p, s, n);
+    p[n] = '\0';
+    return p;
+}
+
+/* s (n bytes) as a JSON string literal, cut with "..." to fit out. */
+static const char *quote(const char *s, size_t n, char *out, size_t outlen)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0, max = outlen - 5; /* room for "...\"" and NUL */
+    out[o++] = '"';
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        char e[6];
+        size_t k = 0;
+        if (ch == '"' || ch == '\\') {
+            e[k++] = '\\';
+            e[k++] = (char)ch;
+        } else if (ch < 0x20 || ch == 0x7f) {
+            e[k++] = '\\';
+            e[k++] = 'u';
+            e[k++] = '0';
+            e[k++] = '0';
+            e[k++] = hex[ch >> 4];
+            e[k++] = hex[ch & 15];
+        } else {
+            e[k++] = (char)ch;
+        }
+        if (o + k > max) {
+            memcpy(out + o, "...", 3);
+            o += 3;
+            break;
+        }
+        memcpy(out + o, e, k);
+        o += k;
+    }
+    out[o++] = '"';
+    out[o] = '\0';
+    return out;
+}
+
+/* A JSON value as a person would write it, for "got ..." in messages. */
+static const char *show(json_object *v, char *out, size_t outlen)
+{
+    switch (json_object_get_type(v)) {
+    case json_type_null: return "null";
+    case json_type_boolean: return json_object_get_boolean(v) ? "true" : "false";
+    case json_type_object: return "an object";
+    case json_type_array: return "an array";
+    case json_type_string:
+        return quote(json_object_get_string(v), (size_t)json_object_get_string_len(v), out,
+                     outlen);
+    case json_type_int:
+        /* json-c clamps what does not fit in 64 bits */
+        if (json_object_get_uint64(v) == UINT64_MAX || json_object_get_int64(v) == INT64_MIN)
+            return "a number out of range";
+        /* fallthrough */
+    default:
+        snprintf(out, outlen, "%s", json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN));
+        return out;
+    }
+}
+
+/* Refuse keys of obj not in allowed (NULL-terminated). */
+static int check_keys(struct ctx *x, json_object *obj, const char *prefix,
+                      const char *const *allowed)
+{
+    json_object_object_foreach(obj, key, val) {
+        (void)val;
+        int ok = 0;
+        for (const char *const *a = allowed; *a; a++) {
+            if (strcmp(key, *a) == 0) {
+                ok = 1;
+                break;
+            }
+        }
+        if (ok)
+            continue;
+        char list[512], q[96], path[320];
+        size_t o = 0;
+        list[0] = '\0';
+        for (const char *const *a = allowed; *a && o < sizeof list; a++) {
+            int n = snprintf(list + o, sizeof list - o, "%s%s", a == allowed ? "" : ", ", *a);
+            if (n < 0)
+                break;
+            o += (size_t)n;
+        }
+        quote(key, strlen(key), q, sizeof q);
+        snprintf(path, sizeof path, "%s%s%.*s", prefix, *prefix ? "." : "",
+                 (int)strlen(q) - 2, q + 1);
+        return fail(x, path, "unknown key %s; expected one of: %s", q, list);
+    }
+    return 0;
+}
+
+static void join(char *out, size_t outlen, const char *prefix, const char *key)
+{
+    snprintf(out, outlen, "%s%s%s", prefix, *prefix ? "." : "", key);
+}
+
+/* Optional integer key in lo..hi (hi <= INT64_MAX). Absent: *out untouched. */
+static int get_int(struct ctx *x, json_object *obj, const char *prefix, const char *key,
+                   int64_t lo, int64_t hi, uint64_t *out)
+{
+    json_object *v;
+    if (!json_object_object_get_ex(obj, key, &v))
+        return 0;
+    char path[320], got[96];
+    join(path, sizeof path, prefix, key);
+    if (json_object_get_type(v) == json_type_int) {
+        int64_t i = json_object_get_int64(v);
+        int big = json_object_get_uint64(v) > (uint64_t)INT64_MAX;
+        if (!big && i >= lo && i <= hi) {
+            *out = (uint64_t)i;
+            return 0;
+        }
+    }
+    return fail(x, path, "expected an integer %lld..%lld, got %s", (long long)lo,
+                (long long)hi, show(v, got, sizeof got));
+}
+
+static int get_bool(struct ctx *x, json_object *obj, const char *prefix, const char *key,
+                    int *out)
+{
+    json_object *v;
+    if (!json_object_object_get_ex(obj, key, &v))
+        return 0;
+    if (json_object_get_type(v) == json_type_boolean) {
+        *out = json_object_get_boolean(v) ? 1 : 0;
+        return 0;
+    }
+    char path[320], got[96];
+    join(path, sizeof path, prefix, key);
+    return fail(x, path, "expected true or false, got %s", show(v, got, sizeof got));
+}
+
+enum { OPTIONAL = 0, REQUIRED = 1, NONEMPTY = 2 };
+
+/*
+ * String key into buf (at most max bytes). REQUIRED: must be present;
+ * NONEMPTY: must not be "". Returns 1 if present, 0 if absent, -1 on error.
+ */
+static int get_str(struct ctx *x, json_object *obj, const char *prefix, const char *key,
+                   int flags, char *buf, size_t max)
+{
+    json_object *v;
+    char path[320], got[96];
+    join(path, sizeof path, prefix, key);
+    if (!json_object_object_get_ex(obj, key, &v)) {
+        if (flags & REQUIRED)
+            return fail(x, path, "missing; expected a string");
+        return 0;
+    }
+    if (json_object_get_type(v) != json_type_string)
+        return fail(x, path, "expected a string, got %s", show(v, got, sizeof got));
+    const char *s = json_object_get_string(v);
+    size_t n = (size_t)json_object_get_string_len(v);
+    if (strlen(s) != n)
+        return fail(x, path, "must not contain a NUL character (\\u0000)");
+    if (n == 0 && (flags & NONEMPTY))
+        return fail(x, path, "must not be empty");
+    if (n > max)
+        return fail(x, path, "too long (%zu bytes); at most %zu bytes", n, max);
+    memcpy(buf, s, n + 1);
+    return 1;
+}
+
+/* One broker URI: amqp:// or amqps://, parsed by rabbitmq-c, port 1..65535. */
+static int check_uri(struct ctx *x, const char *path, const char *uri)
+{
+    char masked[160], q[200];
+    log_mask_uri(uri, masked, sizeof masked);
+    quote(masked, strlen(masked), q, sizeof q);
+    if (*uri == '\0')
+        return fail(x, path, "must not be empty; expected amqp://user:password@host:port/vhost");
+    if (strncmp(uri, "amqp://", 7) != 0 && strncmp(uri, "amqps://", 8) != 0)
+        return fail(x, path, "expected a URI starting with amqp:// or amqps://, got %s", q);
+    char *copy = xstrndup(uri, strlen(uri));
+    struct amqp_connection_info ci;
+    int rc = amqp_parse_url(copy, &ci);
+    int port = rc == AMQP_STATUS_OK ? ci.port : 0;
+    free(copy);
+    if (rc != AMQP_STATUS_OK || port < 1 || port > 65535)
+        return fail(x, path,
+                    "not a valid AMQP URI: %s; expected amqp[s]://user:password@host:port/vhost "
+                    "(port 1..65535, '/' in the vhost written %%2f)",
+                    q);
+    return 0;
+}
+
+static int add_uri(struct ctx *x, struct config *c, const char *path, const char *s, size_t n)
+{
+    if (c->nuris >= CONFIG_MAX_URIS)
+        return fail(x, path, "too many URIs; at most %d", CONFIG_MAX_URIS);
+    char *u = xstrndup(s, n);
+    if (check_uri(x, path, u) < 0) {
+        free(u);
+        return -1;
+    }
+    c->uris[c->nuris++] = u;
+    return 0;
+}
+
+/* DELAY_BRIDGE_BROKER_URI: comma-separated, spaces around items ignored. */
+static int uris_from_env(struct ctx *x, struct config *c, const char *env)
+{
+    const char *p = env;
+    for (int i = 0;; i++) {
+        const char *comma = strchr(p, ',');
+        const char *end = comma ? comma : p + strlen(p);
+        const char *b = p, *e = end;
+        while (b < e && *b == ' ')
+            b++;
+        while (e > b && e[-1] == ' ')
+            e--;
+        char path[64];
+        snprintf(path, sizeof path, "%s (item %d)", ENV_URI, i + 1);
+        if (b == e)
+            return fail(x, path, "empty URI in the comma-separated list");
+        if (add_uri(x, c, path, b, (size_t)(e - b)) < 0)
+            return -1;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    c->uri_from_env = 1;
+    return 0;
+}
+
+static int section(struct ctx *x, json_object *root, const char *key, json_object **out)
+{
+    *out = NULL;
+    json_object *v;
+    if (!json_object_object_get_ex(root, key, &v))
+        return 0;
+    if (json_object_get_type(v) != json_type_object) {
+        char got[96];
+        return fail(x, key, "expected an object, got %s", show(v, got, sizeof got));
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_broker(struct ctx *x, struct config *c, json_object *root)
+{
+    static const char *const keys[] = { "uri", "heartbeat_s", "connect_timeout_ms",
+                                        "reconnect_min_ms", "reconnect_max_ms",
+                                        "publish_retry_min_ms", "publish_retry_max_ms", NULL };
+    json_object *b;
+    if (section(x, root, "broker", &b) < 0)
+        return -1;
+    const char *env = getenv(ENV_URI);
+    int use_env = env && *env;
+    if (!b) {
+        if (use_env)
+            return uris_from_env(x, c, env);
+        return fail(x, "broker.uri", "missing; expected an amqp:// URI or an array of them "
+                                     "(or set " ENV_URI ")");
+    }
+    if (check_keys(x, b, "broker", keys) < 0)
+        return -1;
+
+    if (use_env) {
+        /* the environment wins; the file's broker.uri is not looked at */
+        if (uris_from_env(x, c, env) < 0)
+            return -1;
+    } else {
+        json_object *u;
+        char got[96];
+        if (!json_object_object_get_ex(b, "uri", &u))
+            return fail(x, "broker.uri", "missing; expected an amqp:// URI or an array of "
+                                         "them (or set " ENV_URI ")");
+        if (json_object_get_type(u) == json_type_string) {
+            if (add_uri(x, c, "broker.uri", json_object_get_string(u),
+                        strlen(json_object_get_string(u))) < 0)
+                return -1;
+        } else if (json_object_get_type(u) == json_type_array) {
+            size_t n = json_object_array_length(u);
+            if (n == 0 || n > CONFIG_MAX_URIS)
+                return fail(x, "broker.uri", "expected 1..%d URIs, got %zu", CONFIG_MAX_URIS, n);
+            for (size_t i = 0; i < n; i++) {
+                json_object *e = json_object_array_get_idx(u, i);
+                char path[64];
+                snprintf(path, sizeof path, "broker.uri[%zu]", i);
+                if (json_object_get_type(e) != json_type_string)
+                    return fail(x, path, "expected a string, got %s", show(e, got, sizeof got));
+                if (add_uri(x, c, path, json_object_get_string(e),
+                            strlen(json_object_get_string(e))) < 0)
+                    return -1;
+            }
+        } else {
+            return fail(x, "broker.uri", "expected a string or an array of strings, got %s",
+                        show(u, got, sizeof got));
+        }
+    }
+
+    uint64_t v;
+    v = c->heartbeat_s;
+    if (get_int(x, b, "broker", "heartbeat_s", 0, 65535, &v) < 0)
+        return -1;
+    c->heartbeat_s = (uint16_t)v;
+    v = c->connect_timeout_ms;
+    if (get_int(x, b, "broker", "connect_timeout_ms", 1, UINT32_MAX, &v) < 0)
+        return -1;
+    c->connect_timeout_ms = (uint32_t)v;
+    v = c->reconnect_min_ms;
+    if (get_int(x, b, "broker", "reconnect_min_ms", 1, UINT32_MAX, &v) < 0)
+        return -1;
+    c->reconnect_min_ms = (uint32_t)v;
+    v = c->reconnect_max_ms;
+    if (get_int(x, b, "broker", "reconnect_max_ms", 1, UINT32_MAX, &v) < 0)
+        return -1;
+    c->reconnect_max_ms = (uint32_t)v;
+    v = c->publish_retry_min_ms;
+    if (get_int(x, b, "broker", "publish_retry_min_ms", 1, UINT32_MAX, &v) < 0)
+        return -1;
+    c->publish_retry_min_ms = (uint32_t)v;
+    v = c->publish_retry_max_ms;
+    if (get_int(x, b, "broker", "publish_retry_max_ms", 1, UINT32_MAX, &v) < 0)
+        return -1;
+    c->publish_retry_max_ms = (uint32_t)v;
+
+    if (c->reconnect_min_ms > c->reconnect_max_ms)
+        return fail(x, "broker.reconnect_max_ms",
+                    "%u is below reconnect_min_ms (%u); expected max >= min",
+                    c->reconnect_max_ms, c->reconnect_min_ms);
+    if (c->publish_retry_min_ms > c->publish_retry_max_ms)
+        return fail(x, "broker.publish_retry_max_ms",
+                    "%u is below publish_retry_min_ms (%u); expected max >= min",
+                    c->publish_retry_max_ms, c->publish_retry_min_ms);
+    return 0;
+}
+
+static int parse_wal(struct ctx *x, struct config *c, json_object *root)
+{
+    static const char *const keys[] = { "dir", "segment_mb", "fsync", "max_message_bytes",
+                                        NULL };
+    json_object *w;
+    if (section(x, root, "wal", &w) < 0)
+        return -1;
+    if (!w)
+        return fail(x, "wal.dir", "missing; expected the directory for the write-ahead log");
+    if (check_keys(x, w, "wal", keys) < 0)
+        return -1;
+    if (get_str(x, w, "wal", "dir", REQUIRED | NONEMPTY, c->wal_dir, sizeof c->wal_dir - 1) < 0)
+        return -1;
+    uint64_t v = c->segment_bytes >> 20;
+    if (get_int(x, w, "wal", "segment_mb", 1, 4095, &v) < 0)
+        return -1;
+    c->segment_bytes = v << 20;
+    if (get_bool(x, w, "wal", "fsync", &c->fsync) < 0)
+        return -1;
+    /* RabbitMQ's own ceiling for max_message_size is 512 MiB */
+    v = c->max_message_bytes;
+    if (get_int(x, w, "wal", "max_message_bytes", 1, 512u << 20, &v) < 0)
+        return -1;
+    c->max_message_bytes = (uint32_t)v;
+    return 0;
+}
+
+/* "" or host:port, host non-empty ("[::1]" for IPv6), port 1..65535. */
+static int check_listen(const char *s)
+{
+    if (*s == '\0')
+        return 0;
+    const char *colon = strrchr(s, ':');
+    if (!colon || colon == s)
+        return -1;
+    if (s[0] == '[' && colon[-1] != ']')
+        return -1;
+    if (s[0] != '[' && memchr(s, ':', (size_t)(colon - s)))
+        return -1; /* bare IPv6 needs brackets */
+    if (s[0] == '[' && colon - s < 3)
+        return -1;
+    const char *p = colon + 1;
+    if (*p == '\0' || strlen(p) > 5)
+        return -1;
+    long port = 0;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        port = port * 10 + (*p - '0');
+    }
+    return port >= 1 && port <= 65535 ? 0 : -1;
+}
+
+static int parse_http(struct ctx *x, struct config *c, json_object *root)
+{
+    static const char *const keys[] = { "listen", NULL };
+    json_object *h;
+    if (section(x, root, "http", &h) < 0)
+        return -1;
+    if (!h)
+        return 0;
+    if (check_keys(x, h, "http", keys) < 0)
+        return -1;
+    if (get_str(x, h, "http", "listen", OPTIONAL, c->http_listen, sizeof c->http_listen - 1) < 0)
+        return -1;
+    if (check_listen(c->http_listen) < 0) {
+        char q[96];
+        return fail(x, "http.listen",
+                    "expected \"\" (disabled) or host:port with port 1..65535 "
+                    "(e.g. \"127.0.0.1:9187\", \"[::1]:9187\"), got %s",
+                    quote(c->http_listen, strlen(c->http_listen), q, sizeof q));
+    }
+    return 0;
+}
+
+static int parse_log(struct ctx *x, struct config *c, json_object *root)
+{
+    static const char *const keys[] = { "level", NULL };
+    json_object *l;
+    if (section(x, root, "log", &l) < 0)
+        return -1;
+    if (!l)
+        return 0;
+    if (check_keys(x, l, "log", keys) < 0)
+        return -1;
+    char buf[16];
+    json_object *v;
+    if (!json_object_object_get_ex(l, "level", &v))
+        return 0;
+    enum log_level lv;
+    if (json_object_get_type(v) != json_type_string ||
+        (size_t)json_object_get_string_len(v) >= sizeof buf ||
+        log_parse_level(json_object_get_string(v), &lv) < 0) {
+        char got[96];
+        return fail(x, "log.level", "expected \"debug\", \"info\", \"warn\" or \"error\", got %s",
+                    show(v, got, sizeof got));
+    }
+    c->log_level = (int)lv;
+    return 0;
+}
+
+static int valid_name(const char *s)
+{
+    if (!*s)
+        return 0;
+    for (; *s; s++) {
+        char ch = *s;
+        if (!((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+              ch == '.' || ch == '_' || ch == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+static int reserved(const char *s)
+{
+    return strncmp(s, "amq.", 4) == 0;
+}
+
+static int parse_route(struct ctx *x, struct config_route *r, json_object *o, int idx)
+{
+    static const char *const keys[] = {
+        "name", "ingress_exchange", "ingress_queue", "target_exchange", "queue_type",
+        "declare_target", "target_type", "prefetch", "max_inflight", "max_delay_ms",
+        "invalid_delay", "dead_letter_exchange", NULL
+    };
+    char pre[32], path[64], got[96], q[96];
+    snprintf(pre, sizeof pre, "routes[%d]", idx);
+    if (json_object_get_type(o) != json_type_object)
+        return fail(x, pre, "expected an object, got %s", show(o, got, sizeof got));
+    if (check_keys(x, o, pre, keys) < 0)
+        return -1;
+
+    /* defaults */
+    r->queue_type = QUEUE_CLASSIC;
+    r->declare_target = 0;
+    snprintf(r->target_type, sizeof r->target_type, "direct");
+    r->prefetch = 1000;
+    r->max_inflight = 1000;
+    r->max_delay_ms = 4294967295u;
+    r->invalid_delay = INVALID_DELAY_PUBLISH;
+    r->dead_letter_exchange[0] = '\0';
+
+    if (get_str(x, o, pre, "name", REQUIRED | NONEMPTY, r->name, CONFIG_NAME_MAX) < 0)
+        return -1;
+    if (!valid_name(r->name)) {
+        snprintf(path, sizeof path, "%s.name", pre);
+        return fail(x, path, "%s: only letters, digits, '.', '_' and '-' are allowed",
+                    quote(r->name, strlen(r->name), q, sizeof q));
+    }
+    if (get_str(x, o, pre, "ingress_exchange", REQUIRED | NONEMPTY, r->ingress_exchange,
+                CONFIG_NAME_MAX) < 0)
+        return -1;
+    if (get_str(x, o, pre, "ingress_queue", REQUIRED | NONEMPTY, r->ingress_queue,
+                CONFIG_NAME_MAX) < 0)
+        return -1;
+    if (get_str(x, o, pre, "target_exchange", REQUIRED, r->target_exchange, CONFIG_NAME_MAX) < 0)
+        return -1;
+
+    char buf[32];
+    int have = get_str(x, o, pre, "queue_type", OPTIONAL, buf, sizeof buf - 1);
+    if (have < 0)
+        return -1;
+    if (have) {
+        if (strcmp(buf, "classic") == 0)
+            r->queue_type = QUEUE_CLASSIC;
+        else if (strcmp(buf, "quorum") == 0)
+            r->queue_type = QUEUE_QUORUM;
+        else
+            have = -2;
+    }
+    if (have == -2) {
+        snprintf(path, sizeof path, "%s.queue_type", pre);
+        return fail(x, path, "expected \"classic\" or \"quorum\", got %s",
+                    quote(buf, strlen(buf), q, sizeof q));
+    }
+
+    if (get_bool(x, o, pre, "declare_target", &r->declare_target) < 0)
+        return -1;
+
+    have = get_str(x, o, pre, "target_type", OPTIONAL, buf, sizeof buf - 1);
+    if (have < 0)
+        return -1;
+    if (have) {
+        if (strcmp(buf, "direct") != 0 && strcmp(buf, "topic") != 0 &&
+            strcmp(buf, "fanout") != 0 && strcmp(buf, "headers") != 0) {
+            snprintf(path, sizeof path, "%s.target_type", pre);
+            return fail(x, path,
+                        "expected \"direct\", \"topic\", \"fanout\" or \"headers\", got %s",
+                        quote(buf, strlen(buf), q, sizeof q));
+        }
+        snprintf(r->target_type, sizeof r->target_type, "%s", buf);
+    }
+
+    uint64_t v = r->prefetch;
+    if (get_int(x, o, pre, "prefetch", 1, 65535, &v) < 0)
+        return -1;
+    r->prefetch = (uint16_t)v;
+    v = r->max_inflight;
+    if (get_int(x, o, pre, "max_inflight", 1, 1000000, &v) < 0)
+        return -1;
+    r->max_inflight = (uint32_t)v;
+    v = r->max_delay_ms;
+    if (get_int(x, o, pre, "max_delay_ms", 1, INT64_MAX, &v) < 0)
+        return -1;
+    r->max_delay_ms = v;
+
+    have = get_str(x, o, pre, "invalid_delay", OPTIONAL, buf, sizeof buf - 1);
+    if (have < 0)
+        return -1;
+    if (have) {
+        if (strcmp(buf, "publish") == 0)
+            r->invalid_delay = INVALID_DELAY_PUBLISH;
+        else if (strcmp(buf, "dead-letter") == 0)
+            r->invalid_delay = INVALID_DELAY_DEAD_LETTER;
+        else {
+            snprintf(path, sizeof path, "%s.invalid_delay", pre);
+            return fail(x, path, "expected \"publish\" or \"dead-letter\", got %s",
+                        quote(buf, strlen(buf), q, sizeof q));
+        }
+    }
+    if (get_str(x, o, pre, "dead_letter_exchange", OPTIONAL, r->dead_letter_exchange,
+                CONFIG_NAME_MAX) < 0)
+        return -1;
+
+    /* rules between keys of one route */
+    if (reserved(r->ingress_exchange)) {
+        snprintf(path, sizeof path, "%s.ingress_exchange", pre);
+        return fail(x, path, "the \"amq.\" prefix is reserved by RabbitMQ; choose another name");
+    }
+    if (reserved(r->ingress_queue)) {
+        snprintf(path, sizeof path, "%s.ingress_queue", pre);
+        return fail(x, path, "the \"amq.\" prefix is reserved by RabbitMQ; choose another name");
+    }
+    if (strcmp(r->target_exchange, r->ingress_exchange) == 0) {
+        snprintf(path, sizeof path, "%s.target_exchange", pre);
+        return fail(x, path,
+                    "same as ingress_exchange %s: messages would loop; expected the exchange "
+                    "consumers read from",
+                    quote(r->ingress_exchange, strlen(r->ingress_exchange), q, sizeof q));
+    }
+    if (r->declare_target && r->target_exchange[0] == '\0') {
+        snprintf(path, sizeof path, "%s.declare_target", pre);
+        return fail(x, path, "the default exchange (target_exchange \"\") cannot be declared; "
+                             "set declare_target to false");
+    }
+    if (r->declare_target && reserved(r->target_exchange)) {
+        snprintf(path, sizeof path, "%s.declare_target", pre);
+        return fail(x, path, "RabbitMQ refuses to declare \"amq.\" exchanges; set declare_target "
+                             "to false or rename target_exchange");
+    }
+    if (r->invalid_delay == INVALID_DELAY_DEAD_LETTER) {
+        snprintf(path, sizeof path, "%s.dead_letter_exchange", pre);
+        if (r->dead_letter_exchange[0] == '\0')
+            return fail(x, path, "required when invalid_delay is \"dead-letter\"; expected a "
+                                 "non-empty exchange name");
+        if (strcmp(r->dead_letter_exchange, r->ingress_exchange) == 0)
+            return fail(x, path, "same as ingress_exchange %s: messages would loop",
+                        quote(r->ingress_exchange, strlen(r->ingress_exchange), q, sizeof q));
+    }
+    return 0;
+}
+
+/* Route whose ingress_exchange is ex, or -1. */
+static int route_by_ingress(const struct config *c, const char *ex)
+{
+    for (int i = 0; i < c->nroutes; i++)
+        if (strcmp(c->routes[i].ingress_exchange, ex) == 0)
+            return i;
+    return -1;
+}
+
+/*
+ * Follow next[] (one out-edge per route, -1 for none) from every route; a
+ * walk longer than nroutes steps is on a cycle. Reports the cycle once.
+ */
+static int check_loops(struct ctx *x, const struct config *c, const int *next, int invalid)
+{
+    for (int s = 0; s < c->nroutes; s++) {
+        int r = s, steps = 0;
+        while (r >= 0 && steps <= c->nroutes) {
+            r = next[r];
+            steps++;
+        }
+        if (r < 0)
+            continue;
+        /* r is on the cycle: describe it starting there */
+        char desc[512], path[64];
+        size_t o = 0;
+        int k = r;
+        do {
+            int n = snprintf(desc + o, sizeof desc - o, "%s -> ", c->routes[k].name);
+            if (n < 0 || (size_t)n >= sizeof desc - o)
+                break;
+            o += (size_t)n;
+            k = next[k];
+        } while (k != r);
+        snprintf(desc + o, sizeof desc - o, "%s", c->routes[r].name);
+        const struct config_route *rr = &c->routes[r];
+        int dl = invalid && rr->invalid_delay == INVALID_DELAY_DEAD_LETTER;
+        snprintf(path, sizeof path, "routes[%d].%s", r,
+                 dl ? "dead_letter_exchange" : "target_exchange");
+        return fail(x, path,
+                    "routes form a loop (%s): %s would be republished for ever; point a route "
+                    "at an exchange that is not another route's ingress_exchange",
+                    desc, invalid ? "a message with an invalid x-delay" : "a message");
+    }
+    return 0;
+}
+
+static int parse_routes(struct ctx *x, struct config *c, json_object *root)
+{
+    json_object *a;
+    char got[96], q[96], path[64];
+    if (!json_object_object_get_ex(root, "routes", &a))
+        return fail(x, "routes", "missing; expected an array of 1..%d routes", CONFIG_MAX_ROUTES);
+    if (json_object_get_type(a) != json_type_array)
+        return fail(x, "routes", "expected an array, got %s", show(a, got, sizeof got));
+    size_t n = json_object_array_length(a);
+    if (n == 0 || n > CONFIG_MAX_ROUTES)
+        return fail(x, "routes", "expected 1..%d routes, got %zu", CONFIG_MAX_ROUTES, n);
+    c->routes = xmalloc(n * sizeof *c->routes);
+    memset(c->routes, 0, n * sizeof *c->routes);
+    for (size_t i = 0; i < n; i++) {
+        struct config_route *r = &c->routes[i];
+        if (parse_route(x, r, json_object_array_get_idx(a, i), (int)i) < 0)
+            return -1;
+        c->nroutes = (int)i + 1;
+        for (size_t j = 0; j < i; j++) {
+            const struct config_route *p = &c->routes[j];
+            const char *what = NULL, *val = NULL;
+            if (strcmp(p->name, r->name) == 0)
+                what = "name", val = r->name;
+            else if (strcmp(p->ingress_exchange, r->ingress_exchange) == 0)
+                what = "ingress_exchange", val = r->ingress_exchange;
+            else if (strcmp(p->ingress_queue, r->ingress_queue) == 0)
+                what = "ingress_queue", val = r->ingress_queue;
+            if (what) {
+                snprintf(path, sizeof path, "routes[%zu].%s", i, what);
+                return fail(x, path, "%s is already used by routes[%zu]; expected a unique %s",
+                            quote(val, strlen(val), q, sizeof q), j, what);
+            }
+        }
+    }
+
+    /* loops, as a delayed (then negative x-delay) and an invalid message travel */
+    int *next = xmalloc((size_t)c->nroutes * sizeof *next);
+    int rc = 0;
+    for (int i = 0; i < c->nroutes; i++)
+        next[i] = route_by_ingress(c, c->routes[i].target_exchange);
+    rc = check_loops(x, c, next, 0);
+    if (rc == 0) {
+        for (int i = 0; i < c->nroutes; i++) {
+            const struct config_route *r = &c->routes[i];
+            next[i] = route_by_ingress(c, r->invalid_delay == INVALID_DELAY_DEAD_LETTER
+                                              ? r->dead_letter_exchange
+                                              : r->target_exchange);
+        }
+        rc = check_loops(x, c, next, 1);
+    }
+    free(next);
+    return rc;
+}
+
+static void defaults(struct config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->heartbeat_s = 30;
+    c->connect_timeout_ms = 5000;
+    c->reconnect_min_ms = 500;
+    c->reconnect_max_ms = 30000;
+    c->publish_retry_min_ms = 1000;
+    c->publish_retry_max_ms = 60000;
+    c->segment_bytes = 64ull << 20;
+    c->fsync = 1;
+    c->max_message_bytes = 134217728u;
+    snprintf(c->http_listen, sizeof c->http_listen, "127.0.0.1:9187");
+    c->log_level = LOG_INFO;
+    c->shutdown_timeout_ms = 10000;
+}
+
+/* 1-based line and column of byte offset off in s. */
+static void line_col(const char *s, size_t off, int *line, int *col)
+{
+    *line = 1;
+    *col = 1;
+    for (size_t i = 0; i < off && s[i]; i++) {
+        if (s[i] == '\n') {
+            (*line)++;
+            *col = 1;
+        } else {
+            (*col)++;
+        }
+    }
+}
+
+int config_parse(struct config *c, const char *json, const char *name, char *err, size_t errlen)
+{
+    struct ctx x = { name ? name : "config", err, errlen };
+    if (err && errlen)
+        err[0] = '\0';
+    defaults(c);
+
+    /* a UTF-8 byte order mark, as some editors write, is not an error */
+    const char *text = strncmp(json, "\xef\xbb\xbf", 3) == 0 ? json + 3 : json;
+    size_t len = strlen(text);
+    if (len > (size_t)INT32_MAX)
+        return fail(&x, NULL, "too large");
+    struct json_tokener *tok = json_tokener_new();
+    if (!tok) {
+        fprintf(stderr, "delay-bridge: out of memory (json tokener)\n");
+        abort();
+    }
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+    json_object *root = json_tokener_parse_ex(tok, text, (int)len);
+    enum json_tokener_error jerr = json_tokener_get_error(tok);
+    size_t end = json_tokener_get_parse_end(tok);
+    json_tokener_free(tok);
+
+    int rc = -1;
+    if (jerr != json_tokener_success || !root) {
+        size_t ws = 0;
+        while (ws < len && strchr(" \t\r\n", text[ws]))
+            ws++;
+        if (ws == len) {
+            fail(&x, NULL, "the file is empty; expected a JSON object");
+            goto cleanup;
+        }
+        int line, col;
+        const char *what = json_tokener_error_desc(jerr);
+        if (jerr == json_tokener_continue) {
+            end = len;
+            what = "unexpected end of file (an unclosed { [ or \"?)";
+        }
+        line_col(text, end, &line, &col);
+        /* "name:line:col: ..." like a compiler, so editors can jump to it */
+        if (err && errlen)
+            snprintf(err, errlen, "%s:%d:%d: invalid JSON: %s", x.name, line, col, what);
+        goto cleanup;
+    }
+    if (json_object_get_type(root) != json_type_object) {
+        fail(&x, NULL, "expected a JSON object at the top level");
+        goto cleanup;
+    }
+
+    static const char *const keys[] = { "broker", "wal", "http", "log", "shutdown_timeout_ms",
+                                        "routes", NULL };
+    if (check_keys(&x, root, "", keys) < 0)
+        goto cleanup;
+    if (parse_broker(&x, c, root) < 0 || parse_wal(&x, c, root) < 0 ||
+        parse_http(&x, c, root) < 0 || parse_log(&x, c, root) < 0)
+        goto cleanup;
+    uint64_t v = c->shutdown_timeout_ms;
+    if (get_int(&x, root, "", "shutdown_timeout_ms", 0, UINT32_MAX, &v) < 0)
+        goto cleanup;
+    c->shutdown_timeout_ms = (uint32_t)v;
+    if (parse_routes(&x, c, root) < 0)
+        goto cleanup;
+    rc = 0;
+
+cleanup:
+    json_object_put(root);
+    if (rc < 0)
+        config_free(c);
+    return rc;
+}
+
+int config_load(struct config *c, const char *path, char *err, size_t errlen)
+{
+    struct ctx x = { path, err, errlen };
+    memset(c, 0, sizeof *c);
+    if (err && errlen)
+        err[0] = '\0';
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return fail(&x, NULL, "cannot open: %s", strerror(errno));
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    int rc = -1;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            char *nb = realloc(buf, cap);
+            if (!nb) {
+                fprintf(stderr, "delay-bridge: out of memory (%zu bytes)\n", cap);
+                abort();
+            }
+            buf = nb;
+        }
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        n += r;
+        if (n > CONFIG_FILE_MAX) {
+            fail(&x, NULL, "larger than %u MiB; is this the right file?", CONFIG_FILE_MAX >> 20);
+            goto cleanup;
+        }
+        if (r == 0) {
+            if (ferror(f)) {
+                fail(&x, NULL, "cannot read: %s", strerror(errno));
+                goto cleanup;
+            }
+            break;
+        }
+    }
+    buf[n] = '\0';
+    if (strlen(buf) != n) {
+        fail(&x, NULL, "contains a NUL byte; expected a JSON text file");
+        goto cleanup;
+    }
+    rc = config_parse(c, buf, path, err, errlen);
+
+cleanup:
+    free(buf);
+    fclose(f);
+    return rc;
+}
+
+void config_free(struct config *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < CONFIG_MAX_URIS; i++) {
+        free(c->uris[i]);
+        c->uris[i] = NULL;
+    }
+    free(c->routes);
+    memset(c, 0, sizeof *c);
+}

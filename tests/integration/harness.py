@@ -1,0 +1,974 @@
+"""harness.py -- shared helpers for delay-bridge's integration tests.
+
+Every test_*.py is a standalone script run against a REAL RabbitMQ:
+
+    DB_BRIDGE_BIN=build/delay-bridge \
+    DB_TEST_BROKER_URI=amqp://guest:guest@127.0.0.1:5681/%2f \
+    DB_TEST_BROKER_DIR=build/rabbitmq \
+    /usr/bin/python3 tests/integration/test_order.py
+
+Exit codes: 0 pass, 1 fail, 77 skipped (ctest's SKIP_RETURN_CODE).
+
+Environment:
+  DB_BRIDGE_BIN        the delay-bridge binary (required)
+  DB_TEST_BROKER_URI   broker to test against (default amqp://guest:guest@127.0.0.1:5681/%2f)
+  DB_TEST_BROKER_DIR   set when the suite owns the broker (started with rabbitmq.sh in
+                       that directory): only then may a test restart it or run rabbitmqctl
+  DB_TEST_KEEP         keep the test's temporary directory even when it passes
+  DB_TEST_LATE_S       how late a delayed message may arrive after its due time (default 2.0)
+  DB_TEST_EARLY_MS     clock tolerance for "never before its due time" (default 50)
+
+Only the python3 standard library and pika (Debian's python3-pika, for
+/usr/bin/python3). pika cannot produce every AMQP field type, and its
+decoder loses types (it truncates floats to ints, swaps signedness, turns
+strings into str or bytes at random); so this module installs, at import,
+a typed layer: a `Field(kind, value)` in a header table is encoded exactly
+as that kind, and every header table of a delivered message is decoded
+into `Field`s that keep their kind. Type letters are RabbitMQ's (the ones
+rabbitmq-c and the broker use; RabbitMQ rejects 'U'):
+
+    t bool   b int8   B uint8   s int16   u uint16   I int32   i uint32
+    l int64  L uint64 f float32 d float64 D decimal  S long string
+    x bytes  T timestamp  F table  A array  V void
+
+Field equality compares kind and encoded bytes, so 1.5 as float32 never
+equals 1.5 as float64 and NaN equals itself.
+"""
+
+import decimal
+import json
+import os
+import random
+import shutil
+import signal
+import string
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+try:
+    import pika
+    import pika.data
+    import pika.spec
+    from pika.exceptions import AMQPError
+except ImportError:  # pragma: no cover - reported clearly, not as a traceback
+    sys.stderr.write("harness: python module 'pika' not found for %s; install python3-pika "
+                     "and run the tests with /usr/bin/python3\n" % sys.executable)
+    sys.exit(1)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RABBITMQ_SH = os.path.join(HERE, "rabbitmq.sh")
+
+SKIP = 77
+DEFAULT_URI = "amqp://guest:guest@127.0.0.1:5681/%2f"
+
+
+class Skip(Exception):
+    """Raised to skip a test (exit 77)."""
+
+
+class TestFailure(AssertionError):
+    """A check failed; the message says what a user would see go wrong."""
+
+
+def fail(msg):
+    raise TestFailure(msg)
+
+
+def check(cond, msg):
+    if not cond:
+        raise TestFailure(msg)
+
+
+def log(msg):
+    sys.stdout.write("[%7.2f] %s\n" % (time.monotonic() - _T0, msg))
+    sys.stdout.flush()
+
+
+_T0 = time.monotonic()
+
+
+# --------------------------------------------------------------------------
+# Typed AMQP field values
+# --------------------------------------------------------------------------
+
+_SCALAR = {
+    "t": ">B", "b": ">b", "B": ">B", "s": ">h", "u": ">H", "I": ">i", "i": ">I",
+    "l": ">q", "L": ">Q", "f": ">f", "d": ">d", "T": ">Q",
+}
+
+
+class Field(object):
+    """One AMQP field value of an explicit kind (see the module comment).
+
+    value: int for integer kinds and T (seconds), bool for t, float for f/d,
+    (scale, unscaled int) for D, bytes for S and x, dict of str -> Field for
+    F, list of Field for A, None for V.
+    """
+
+    __slots__ = ("kind", "value")
+
+    def __init__(self, kind, value=None):
+        if kind == "S" and isinstance(value, str):
+            value = value.encode("utf-8")
+        self.kind = kind
+        self.value = value
+
+    def encode(self):
+        k, v = self.kind, self.value
+        if k in _SCALAR:
+            if k == "t":
+                v = 1 if v else 0
+            return k.encode() + struct.pack(_SCALAR[k], v)
+        if k == "D":
+            scale, unscaled = v
+            return b"D" + struct.pack(">Bi", scale, unscaled)
+        if k in ("S", "x"):
+            return k.encode() + struct.pack(">I", len(v)) + v
+        if k == "F":
+            body = encode_table(v)
+            return b"F" + body
+        if k == "A":
+            body = b"".join(as_field(x).encode() for x in v)
+            return b"A" + struct.pack(">I", len(body)) + body
+        if k == "V":
+            return b"V"
+        raise ValueError("unknown AMQP field kind %r" % k)
+
+    def __eq__(self, other):
+        return isinstance(other, Field) and self.kind == other.kind and self.encode() == other.encode()
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    def __hash__(self):
+        return hash((self.kind, self.encode()))
+
+    def __repr__(self):
+        return "%s(%r)" % (self.kind, self.value)
+
+    def plain(self):
+        """The value as plain python (for messages and loose checks)."""
+        if self.kind == "F":
+            return {k: as_field(x).plain() for k, x in self.value.items()}
+        if self.kind == "A":
+            return [as_field(x).plain() for x in self.value]
+        if self.kind == "S":
+            try:
+                return self.value.decode("utf-8")
+            except UnicodeDecodeError:
+                return self.value
+        if self.kind == "D":
+            scale, unscaled = self.value
+            return decimal.Decimal(unscaled).scaleb(-scale)
+        return self.value
+
+
+def i8(v): return Field("b", v)
+def u8(v): return Field("B", v)
+def i16(v): return Field("s", v)
+def u16(v): return Field("u", v)
+def i32(v): return Field("I", v)
+def u32(v): return Field("i", v)
+def i64(v): return Field("l", v)
+def u64(v): return Field("L", v)
+def f32(v): return Field("f", v)
+def f64(v): return Field("d", v)
+def dec(scale, unscaled): return Field("D", (scale, unscaled))
+def lstr(v): return Field("S", v)
+def raw_bytes(v): return Field("x", v)
+def tstamp(v): return Field("T", v)
+def boolean(v): return Field("t", bool(v))
+def void(): return Field("V", None)
+def table(d): return Field("F", {k: as_field(v) for k, v in d.items()})
+def array(items): return Field("A", [as_field(v) for v in items])
+
+
+def as_field(v):
+    """Plain python -> Field, with the kinds a test would expect by default."""
+    if isinstance(v, Field):
+        return v
+    if isinstance(v, bool):
+        return Field("t", v)
+    if isinstance(v, int):
+        return Field("l", v)
+    if isinstance(v, float):
+        return Field("d", v)
+    if isinstance(v, str):
+        return Field("S", v)
+    if isinstance(v, bytes):
+        return Field("x", v)
+    if isinstance(v, dict):
+        return table(v)
+    if isinstance(v, (list, tuple)):
+        return array(v)
+    if v is None:
+        return Field("V", None)
+    raise TypeError("no AMQP field kind for %r" % (v,))
+
+
+def encode_table(d):
+    body = b""
+    for k, v in (d or {}).items():
+        kb = k.encode("utf-8") if isinstance(k, str) else k
+        body += struct.pack("B", len(kb)) + kb + as_field(v).encode()
+    return struct.pack(">I", len(body)) + body
+
+
+def decode_value(buf, off):
+    """Decode one field value at buf[off:]: (Field, new offset)."""
+    k = chr(buf[off])
+    off += 1
+    if k in _SCALAR:
+        fmt = _SCALAR[k]
+        (v,) = struct.unpack_from(fmt, buf, off)
+        off += struct.calcsize(fmt)
+        if k == "t":
+            v = bool(v)
+        return Field(k, v), off
+    if k == "D":
+        scale, unscaled = struct.unpack_from(">Bi", buf, off)
+        return Field("D", (scale, unscaled)), off + 5
+    if k in ("S", "x"):
+        (n,) = struct.unpack_from(">I", buf, off)
+        off += 4
+        return Field(k, bytes(buf[off:off + n])), off + n
+    if k == "F":
+        d, off = decode_table(buf, off)
+        return Field("F", d), off
+    if k == "A":
+        (n,) = struct.unpack_from(">I", buf, off)
+        off += 4
+        end = off + n
+        items = []
+        while off < end:
+            f, off = decode_value(buf, off)
+            items.append(f)
+        return Field("A", items), off
+    if k == "V":
+        return Field("V", None), off
+    raise ValueError("unknown AMQP field kind %r at offset %d" % (k, off - 1))
+
+
+def decode_table(buf, off):
+    """Decode a field table at buf[off:]: (dict str -> Field, new offset)."""
+    (n,) = struct.unpack_from(">I", buf, off)
+    off += 4
+    end = off + n
+    d = {}
+    while off < end:
+        klen = buf[off]
+        key = bytes(buf[off + 1:off + 1 + klen]).decode("utf-8", "replace")
+        off += 1 + klen
+        d[key], off = decode_value(buf, off)
+    return d, off
+
+
+# Install the typed layer into pika: Field values encode as their kind; the
+# headers of delivered messages decode into Fields. Everything else (server
+# properties, queue arguments) keeps pika's own decoding, which pika relies on.
+_pika_encode_value = pika.data.encode_value
+_pika_decode_value = pika.data.decode_value
+_props_decode = pika.spec.BasicProperties.decode
+_typed = threading.local()
+
+
+def _encode_value(pieces, value):
+    if isinstance(value, Field):
+        b = value.encode()
+        pieces.append(b)
+        return len(b)
+    return _pika_encode_value(pieces, value)
+
+
+def _decode_value(encoded, offset):
+    if getattr(_typed, "on", False):
+        return decode_value(encoded, offset)
+    return _pika_decode_value(encoded, offset)
+
+
+def _basic_properties_decode(self, encoded, offset=0):
+    _typed.on = True
+    try:
+        return _props_decode(self, encoded, offset)
+    finally:
+        _typed.on = False
+
+
+pika.data.encode_value = _encode_value
+pika.data.decode_value = _decode_value
+pika.spec.BasicProperties.decode = _basic_properties_decode
+
+
+def header(props, key):
+    """A delivered message's header as a Field, or None."""
+    return (props.headers or {}).get(key)
+
+
+def header_str(props, key):
+    f = header(props, key)
+    if f is None:
+        return None
+    if f.kind not in ("S", "x"):
+        fail("header %s: expected a string, got %r" % (key, f))
+    return f.value.decode("utf-8", "replace")
+
+
+def header_int(props, key):
+    f = header(props, key)
+    if f is None:
+        return None
+    if f.kind not in "bBsuIilL":
+        fail("header %s: expected an integer, got %r" % (key, f))
+    return f.value
+
+
+# --------------------------------------------------------------------------
+# Environment
+# --------------------------------------------------------------------------
+
+def broker_uri():
+    return os.environ.get("DB_TEST_BROKER_URI") or DEFAULT_URI
+
+
+def broker_user():
+    p = pika.URLParameters(broker_uri())
+    return p.credentials.username
+
+
+def broker_dir():
+    """The directory of the broker the suite owns, or None."""
+    d = os.environ.get("DB_TEST_BROKER_DIR")
+    return d if d and os.path.isfile(os.path.join(d, "node.env")) else None
+
+
+def require_owned_broker(why):
+    if not broker_dir():
+        raise Skip("%s needs a broker this suite started (DB_TEST_BROKER_DIR unset: "
+                   "testing against DB_TEST_BROKER_URI=%s)" % (why, broker_uri()))
+
+
+def bridge_bin():
+    b = os.environ.get("DB_BRIDGE_BIN")
+    if not b:
+        fail("DB_BRIDGE_BIN is not set: point it at the built delay-bridge binary")
+    if not os.access(b, os.X_OK):
+        fail("DB_BRIDGE_BIN=%s is not an executable file (build it first: "
+             "cmake -S . -B build && cmake --build build)" % b)
+    return b
+
+
+def connect(retry_s=0.0):
+    """A pika BlockingConnection to the test broker (retrying up to retry_s)."""
+    params = pika.URLParameters(broker_uri())
+    params.connection_attempts = 1
+    params.socket_timeout = 5
+    params.blocked_connection_timeout = 60
+    deadline = time.monotonic() + retry_s
+    while True:
+        try:
+            return pika.BlockingConnection(params)
+        except AMQPError as e:
+            if time.monotonic() >= deadline:
+                fail("cannot connect to the broker at %s: %r" % (mask_uri(broker_uri()), e))
+            time.sleep(0.3)
+
+
+def mask_uri(uri):
+    if "@" in uri and "://" in uri:
+        scheme, rest = uri.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        user = creds.split(":", 1)[0]
+        return "%s://%s:***@%s" % (scheme, user, host)
+    return uri
+
+
+def rabbitmq_sh(*args, timeout=180):
+    """Run tests/integration/rabbitmq.sh ARGS (only on a broker the suite owns)."""
+    cmd = ["bash", RABBITMQ_SH] + list(args)
+    log("$ " + " ".join(cmd))
+    r = subprocess.run(cmd, timeout=timeout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       universal_newlines=True)
+    sys.stdout.write(r.stdout)
+    check(r.returncode == 0, "rabbitmq.sh %s failed with exit %d" % (" ".join(args), r.returncode))
+
+
+def broker_restart():
+    d = broker_dir()
+    check(d is not None, "broker_restart() needs DB_TEST_BROKER_DIR")
+    rabbitmq_sh("restart", d)
+
+
+def broker_stop():
+    rabbitmq_sh("stop", broker_dir())
+
+
+def broker_start():
+    d = broker_dir()
+    env = {}
+    with open(os.path.join(d, "node.env")) as f:
+        for line in f:
+            if "=" in line:
+                k, v = line.strip().split("=", 1)
+                env[k] = v
+    rabbitmq_sh("start", d, env["PORT"], env["DISTPORT"])
+
+
+def rabbitmqctl(*args):
+    """rabbitmqctl against the owned broker; returns its stdout."""
+    d = broker_dir()
+    check(d is not None, "rabbitmqctl() needs DB_TEST_BROKER_DIR")
+    env = dict(os.environ)
+    node = None
+    with open(os.path.join(d, "node.env")) as f:
+        for line in f:
+            if line.startswith("NODE="):
+                node = line.strip().split("=", 1)[1]
+    env["HOME"] = os.path.abspath(d)
+    env["ERL_EPMD_ADDRESS"] = "127.0.0.1"
+    ctl = os.path.join(os.environ.get("RABBITMQ_BIN_DIR", "/usr/lib/rabbitmq/bin"), "rabbitmqctl")
+    r = subprocess.run([ctl, "-n", node, "-q"] + list(args), env=env, timeout=60,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    check(r.returncode == 0, "rabbitmqctl %s failed (%d): %s" % (" ".join(args), r.returncode,
+                                                                  r.stderr.strip()))
+    return r.stdout
+
+
+# --------------------------------------------------------------------------
+# Consumer: a thread with its own connection, recording every delivery
+# --------------------------------------------------------------------------
+
+class Msg(object):
+    __slots__ = ("queue", "t", "exchange", "routing_key", "props", "body", "redelivered")
+
+    def __init__(self, queue, t, method, props, body):
+        self.queue = queue
+        self.t = t
+        self.exchange = method.exchange
+        self.routing_key = method.routing_key
+        self.redelivered = method.redelivered
+        self.props = props
+        self.body = body
+
+    @property
+    def message_id(self):
+        return self.props.message_id
+
+    @property
+    def bridge_id(self):
+        return header_str(self.props, "x-delay-bridge-id")
+
+    def __repr__(self):
+        return "<Msg queue=%s rk=%s id=%s body=%d bytes at %.3f>" % (
+            self.queue, self.routing_key, self.props.message_id, len(self.body), self.t)
+
+
+class Consumer(object):
+    """Consumes queues (already declared) in a background thread.
+
+    Messages are acked after they are recorded, so a broker restart never
+    loses one (it may redeliver: see duplicates()). Reconnects by itself.
+    """
+
+    def __init__(self, queues, name="consumer"):
+        self.queues = list(queues)
+        self.name = name
+        self.msgs = []
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        self.stop_flag = threading.Event()
+        self.ready = threading.Event()
+        self.error = None
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+        if not self.ready.wait(30):
+            fail("%s: could not start consuming %s: %r" % (name, self.queues, self.error))
+
+    def _run(self):
+        while not self.stop_flag.is_set():
+            conn = None
+            try:
+                conn = pika.BlockingConnection(pika.URLParameters(broker_uri()))
+                ch = conn.channel()
+                ch.basic_qos(prefetch_count=500)
+                for q in self.queues:
+                    ch.basic_consume(q, self._on_msg_for(q), auto_ack=False)
+                self.ready.set()
+                while not self.stop_flag.is_set():
+                    conn.process_data_events(time_limit=0.05)
+            except AMQPError as e:
+                self.error = e
+                time.sleep(0.3)
+            except Exception as e:  # a bug in the harness: keep it visible
+                self.error = e
+                traceback.print_exc()
+                time.sleep(0.3)
+            finally:
+                if conn is not None and conn.is_open:
+                    try:
+                        conn.close()
+                    except Exception:
+                        pass
+
+    def _on_msg_for(self, queue):
+        def cb(ch, method, props, body):
+            m = Msg(queue, time.monotonic(), method, props, body)
+            with self.cond:
+                self.msgs.append(m)
+                self.cond.notify_all()
+            ch.basic_ack(method.delivery_tag)
+        return cb
+
+    def snapshot(self, queue=None):
+        with self.lock:
+            return [m for m in self.msgs if queue is None or m.queue == queue]
+
+    def count(self, queue=None):
+        return len(self.snapshot(queue))
+
+    def wait_until(self, pred, timeout, what):
+        """Wait until pred(list of Msg) is true; fail with `what` on timeout."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                if pred(self.msgs):
+                    return list(self.msgs)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.cond.wait(min(left, 0.2))
+            got = list(self.msgs)
+        fail("timed out after %.1fs waiting for %s; %d message(s) arrived: %s" % (
+            timeout, what, len(got), summarize(got)))
+
+    def wait_count(self, n, timeout, queue=None):
+        return self.wait_until(lambda ms: len([m for m in ms if queue is None or m.queue == queue]) >= n,
+                               timeout, "%d message(s)%s" % (n, " on " + queue if queue else ""))
+
+    def wait_ids(self, ids, timeout):
+        """Wait until every message_id in ids arrived (duplicates allowed)."""
+        want = set(ids)
+        return self.wait_until(lambda ms: want.issubset({m.message_id for m in ms}), timeout,
+                               "%d distinct message ids" % len(want))
+
+    def quiet(self, seconds):
+        """Let more messages (that should not come) arrive for `seconds`."""
+        time.sleep(seconds)
+        return self.snapshot()
+
+    def close(self):
+        self.stop_flag.set()
+        self.thread.join(10)
+
+
+def summarize(msgs, limit=8):
+    s = ", ".join(repr(m) for m in msgs[:limit])
+    if len(msgs) > limit:
+        s += ", ... (%d more)" % (len(msgs) - limit)
+    return "[" + s + "]"
+
+
+# --------------------------------------------------------------------------
+# Publisher
+# --------------------------------------------------------------------------
+
+class Publisher(object):
+    """A pika connection with publisher confirms; publish() returns once the
+    broker confirmed (or fails the test)."""
+
+    def __init__(self, retry_s=0.0):
+        self.conn = connect(retry_s)
+        self.ch = self.conn.channel()
+        self.ch.confirm_delivery()
+
+    def publish(self, exchange, routing_key, body=b"", headers=None, mandatory=True, **props):
+        p = pika.BasicProperties(headers=headers, **props)
+        try:
+            self.ch.basic_publish(exchange, routing_key, body, p, mandatory=mandatory)
+        except pika.exceptions.UnroutableError:
+            fail("publish to exchange %r (key %r) was unroutable: is the bridge's ingress "
+                 "queue bound?" % (exchange, routing_key))
+        except pika.exceptions.NackError:
+            fail("broker nacked a publish to %r" % exchange)
+        return time.monotonic()
+
+    def close(self):
+        try:
+            if self.conn.is_open:
+                self.conn.close()
+        except Exception:
+            pass
+
+
+# --------------------------------------------------------------------------
+# The bridge process
+# --------------------------------------------------------------------------
+
+class Bridge(object):
+    """One delay-bridge daemon: a config file, a WAL dir, and a process that
+    can be started several times (each run logs to its own file)."""
+
+    def __init__(self, ctx, config, name="bridge"):
+        self.ctx = ctx
+        self.name = name
+        self.config = config
+        self.dir = os.path.join(ctx.tmp, name)
+        os.makedirs(self.dir, exist_ok=True)
+        self.config_path = os.path.join(self.dir, "config.json")
+        with open(self.config_path, "w") as f:
+            json.dump(config, f, indent=2)
+        self.proc = None
+        self.runs = 0
+        self.log_path = None
+        self.logs = []
+        ctx.bridges.append(self)
+
+    def start(self, wait_ready=True, timeout=30):
+        check(self.proc is None or self.proc.poll() is not None, "%s already running" % self.name)
+        self.runs += 1
+        self.log_path = os.path.join(self.dir, "stderr.%d.log" % self.runs)
+        self.logs.append(self.log_path)
+        env = dict(os.environ)
+        env.pop("DELAY_BRIDGE_BROKER_URI", None)  # the config's uri is the test broker
+        with open(self.log_path, "wb") as errf:
+            self.proc = subprocess.Popen([bridge_bin(), "-c", self.config_path],
+                                         stdin=subprocess.DEVNULL, stdout=errf, stderr=errf,
+                                         env=env)
+        log("%s: started pid %d (run %d, log %s)" % (self.name, self.proc.pid, self.runs,
+                                                      self.log_path))
+        if wait_ready:
+            self.wait_ready(timeout)
+        return self
+
+    def log_text(self):
+        if not self.log_path or not os.path.exists(self.log_path):
+            return ""
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def wait_log(self, needle, timeout, what=None):
+        """Wait until this run's log contains needle."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if needle in self.log_text():
+                return
+            if self.proc.poll() is not None:
+                fail("%s exited with code %s before logging %s" % (self.name, self.proc.returncode,
+                                                                   what or needle))
+            time.sleep(0.05)
+        fail("%s did not log %s within %.0fs" % (self.name, what or needle, timeout))
+
+    def wait_ready(self, timeout=30):
+        t0 = time.monotonic()
+        self.wait_log('msg="ready"', timeout, 'msg="ready"')
+        log("%s: ready after %.2fs" % (self.name, time.monotonic() - t0))
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, expect=0, timeout=20):
+        """SIGTERM; assert the exit code (0: a clean exit)."""
+        check(self.alive(), "%s is not running (exit code %s)" % (
+            self.name, self.proc.returncode if self.proc else None))
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            fail("%s did not exit within %ds of SIGTERM" % (self.name, timeout))
+        log("%s: exited with %d after SIGTERM" % (self.name, rc))
+        if expect is not None:
+            check(rc == expect, "%s exited with %d after SIGTERM, expected %d" % (self.name, rc, expect))
+        return rc
+
+    def kill9(self):
+        check(self.alive(), "%s is not running (exit code %s) when it was to be killed" % (
+            self.name, self.proc.returncode if self.proc else None))
+        self.proc.kill()
+        self.proc.wait()
+        log("%s: killed with SIGKILL" % self.name)
+
+    def check_alive(self):
+        check(self.alive(), "%s exited unexpectedly with code %s" % (
+            self.name, self.proc.returncode if self.proc else None))
+
+    def cleanup(self):
+        if self.alive():
+            self.proc.kill()
+            self.proc.wait()
+
+    def dump(self, out, lines=150):
+        for p in self.logs:
+            try:
+                with open(p, "rb") as f:
+                    text = f.read().decode("utf-8", "replace").splitlines()
+            except OSError:
+                continue
+            out.write("----- %s: %s (%d lines%s) -----\n" % (
+                self.name, p, len(text), ", last %d" % lines if len(text) > lines else ""))
+            for line in text[-lines:]:
+                out.write(line + "\n")
+
+
+# --------------------------------------------------------------------------
+# Test context
+# --------------------------------------------------------------------------
+
+class Ctx(object):
+    """Per-test state: unique names, a temp dir, broker objects to clean up,
+    bridges to stop and whose logs are printed on failure."""
+
+    def __init__(self, name):
+        self.name = name
+        suffix = "".join(random.choice(string.ascii_lowercase + string.digits) for _ in range(6))
+        self.prefix = "dbt.%s.%s" % (name, suffix)
+        self.tmp = tempfile.mkdtemp(prefix="dbt-%s-" % name)
+        self.bridges = []
+        self.consumers = []
+        self.publishers = []
+        self.exchanges = set()
+        self.queues = set()
+        self._admin = None
+
+    # names -----------------------------------------------------------------
+    def n(self, what):
+        """A broker object name unique to this test run."""
+        return "%s.%s" % (self.prefix, what)
+
+    # broker objects ----------------------------------------------------------
+    def admin(self):
+        """A channel for declarations (reopened if a declare closed it)."""
+        if self._admin is None or not self._admin[0].is_open or not self._admin[1].is_open:
+            if self._admin is not None and self._admin[0].is_open:
+                conn = self._admin[0]
+            else:
+                conn = connect(retry_s=10)
+            self._admin = (conn, conn.channel())
+        return self._admin[1]
+
+    def declare_exchange(self, name, kind="direct", durable=True):
+        self.admin().exchange_declare(name, exchange_type=kind, durable=durable)
+        self.exchanges.add(name)
+        return name
+
+    def declare_queue(self, name, durable=True, bind=None):
+        """Declare a queue; bind is a list of (exchange, routing_key)."""
+        self.admin().queue_declare(name, durable=durable)
+        self.queues.add(name)
+        for ex, rk in bind or []:
+            self.admin().queue_bind(name, ex, routing_key=rk)
+        return name
+
+    def bind(self, queue, exchange, routing_key):
+        self.admin().queue_bind(queue, exchange, routing_key=routing_key)
+
+    def delete_exchange(self, name):
+        self.admin().exchange_delete(name)
+
+    def exchange_exists(self, name):
+        conn = connect()
+        try:
+            conn.channel().exchange_declare(name, passive=True)
+            return True
+        except pika.exceptions.ChannelClosedByBroker:
+            return False
+        finally:
+            if conn.is_open:
+                conn.close()
+
+    def queue_depth(self, name):
+        conn = connect()
+        try:
+            return conn.channel().queue_declare(name, passive=True).method.message_count
+        finally:
+            if conn.is_open:
+                conn.close()
+
+    def target(self, name, kind="direct", bindings=()):
+        """Declare a target exchange and one queue per routing key in bindings:
+        returns (exchange name, {routing_key: queue name})."""
+        ex = self.declare_exchange(self.n(name), kind)
+        queues = {}
+        for i, rk in enumerate(bindings):
+            q = self.declare_queue(self.n("%s.q%d" % (name, i)), bind=[(ex, rk)])
+            queues[rk] = q
+        return ex, queues
+
+    def consumer(self, queues):
+        c = Consumer(queues, name="consumer%d" % (len(self.consumers) + 1))
+        self.consumers.append(c)
+        return c
+
+    def publisher(self, retry_s=10):
+        p = Publisher(retry_s)
+        self.publishers.append(p)
+        return p
+
+    # bridge ------------------------------------------------------------------
+    def route(self, name, target_exchange, **kw):
+        """A route dict with unique ingress names; kw overrides any key."""
+        r = {
+            "name": name,
+            "ingress_exchange": self.n(name + ".delayed"),
+            "ingress_queue": self.n(name + ".delayed.q"),
+            "target_exchange": target_exchange,
+        }
+        r.update(kw)
+        self.exchanges.add(r["ingress_exchange"])
+        self.queues.add(r["ingress_queue"])
+        return r
+
+    def config(self, routes, wal_dir=None, **top):
+        """A full config (every key the contract lists), short backoffs for tests."""
+        c = {
+            "broker": {
+                "uri": broker_uri(),
+                "heartbeat_s": 30,
+                "reconnect_min_ms": 200,
+                "reconnect_max_ms": 2000,
+                "publish_retry_min_ms": 200,
+                "publish_retry_max_ms": 2000,
+            },
+            "wal": {"dir": wal_dir or os.path.join(self.tmp, "wal"), "segment_mb": 64, "fsync": True},
+            "log": {"level": "info"},
+            "shutdown_timeout_ms": 10000,
+            "routes": routes,
+        }
+        for k, v in top.items():
+            if isinstance(v, dict) and isinstance(c.get(k), dict):
+                c[k].update(v)
+            else:
+                c[k] = v
+        return c
+
+    def bridge(self, routes, name="bridge", start=True, **top):
+        b = Bridge(self, self.config(routes, wal_dir=os.path.join(self.tmp, name + ".wal"), **top),
+                   name=name)
+        if start:
+            b.start()
+        return b
+
+    # teardown ------------------------------------------------------------------
+    def cleanup(self, passed):
+        for c in self.consumers:
+            c.close()
+        for p in self.publishers:
+            p.close()
+        for b in self.bridges:
+            b.cleanup()
+        try:
+            conn = connect()
+            for q in sorted(self.queues):
+                ch = conn.channel()
+                try:
+                    ch.queue_delete(q)
+                except AMQPError:
+                    pass
+            for e in sorted(self.exchanges):
+                ch = conn.channel()
+                try:
+                    ch.exchange_delete(e)
+                except AMQPError:
+                    pass
+            conn.close()
+        except Exception as e:
+            log("cleanup: could not delete test queues/exchanges: %r" % e)
+        if self._admin is not None and self._admin[0].is_open:
+            try:
+                self._admin[0].close()
+            except Exception:
+                pass
+        if passed and not os.environ.get("DB_TEST_KEEP"):
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        else:
+            log("test files kept in %s" % self.tmp)
+
+    def dump_logs(self):
+        out = sys.stdout
+        for b in self.bridges:
+            b.dump(out)
+        out.flush()
+
+
+# --------------------------------------------------------------------------
+# Timing checks
+# --------------------------------------------------------------------------
+
+def early_tolerance():
+    return float(os.environ.get("DB_TEST_EARLY_MS", "50")) / 1000.0
+
+
+def late_tolerance():
+    return float(os.environ.get("DB_TEST_LATE_S", "2.0"))
+
+
+def check_on_time(msg, published_at, delay_s, what, late=None):
+    """A delayed message arrived no earlier than its due time (less the clock
+    tolerance) and no later than a generous bound after it."""
+    late = late_tolerance() if late is None else late
+    took = msg.t - published_at
+    check(took >= delay_s - early_tolerance(),
+          "%s arrived EARLY: after %.3fs, due after %.3fs" % (what, took, delay_s))
+    check(took <= delay_s + late,
+          "%s arrived LATE: after %.3fs, due after %.3fs (bound +%.1fs)" % (what, took, delay_s, late))
+    return took
+
+
+def check_immediate(msg, published_at, what, bound=1.0):
+    took = msg.t - published_at
+    check(took <= bound, "%s should have been published at once, arrived after %.3fs" % (what, took))
+    return took
+
+
+# --------------------------------------------------------------------------
+# Entry point
+# --------------------------------------------------------------------------
+
+def run(test_fn, budget_s=120):
+    """Run test_fn(ctx) as a standalone test script and exit 0 / 1 / 77.
+
+    budget_s: a watchdog; past it the test fails with the bridge's log (so
+    ctest's TIMEOUT, which kills without a word, is never what ends it).
+    """
+    name = os.path.splitext(os.path.basename(sys.argv[0]))[0]
+    if name.startswith("test_"):
+        name = name[5:]
+    name = name.replace("_", "-")
+    ctx = Ctx(name)
+    log("test %s: broker %s, bridge %s, tmp %s" % (name, mask_uri(broker_uri()),
+                                                   os.environ.get("DB_BRIDGE_BIN"), ctx.tmp))
+
+    def on_alarm(signum, frame):
+        raise TestFailure("test exceeded its %ds budget" % budget_s)
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(budget_s)
+    rc = 1
+    try:
+        test_fn(ctx)
+        rc = 0
+    except Skip as e:
+        log("SKIP: %s" % e)
+        rc = SKIP
+    except TestFailure as e:
+        log("FAIL: %s" % e)
+        traceback.print_exc(file=sys.stdout)
+        ctx.dump_logs()
+    except BaseException as e:
+        log("ERROR: %r" % e)
+        traceback.print_exc(file=sys.stdout)
+        ctx.dump_logs()
+    finally:
+        signal.alarm(0)
+        try:
+            ctx.cleanup(rc != 1)
+        except Exception:
+            traceback.print_exc(file=sys.stdout)
+    log("test %s: %s" % (name, {0: "PASS", SKIP: "SKIPPED"}.get(rc, "FAIL")))
+    sys.stdout.flush()
+    os._exit(rc)  # consumer threads are daemons; do not wait for them

@@ -1,0 +1,214 @@
+#!/bin/bash
+# rabbitmq.sh -- a throwaway RabbitMQ node for tests and the quick start.
+#
+#   rabbitmq.sh start   DIR PORT DISTPORT   start a node (or find it running), wait until it is up
+#   rabbitmq.sh stop    DIR                 stop it; succeeds when nothing runs (idempotent)
+#   rabbitmq.sh restart DIR                 stop, then start again on the same ports and state
+#   rabbitmq.sh wait    DIR                 wait until the node accepts connections
+#   rabbitmq.sh status  DIR                 exit 0 if the node's process runs
+#
+# The node is dbtest<PORT>@localhost, listens on 127.0.0.1:PORT only, keeps
+# everything (mnesia, logs, config, Erlang cookie) under DIR, loads no
+# plugins and lets guest log in from anywhere (loopback_users = none; it
+# listens on loopback only). It never touches /var/lib/rabbitmq or
+# /etc/rabbitmq, so it runs beside a system broker and needs no init system.
+# The node's stdout/stderr are appended to DIR/log/node.stdout.log and
+# DIR/log/node.stderr.log; RabbitMQ's own log is DIR/log/NODE.log.
+#
+# Environment: RABBITMQ_BIN_DIR (default /usr/lib/rabbitmq/bin: the real
+# scripts, not Debian's /usr/sbin wrappers, which switch to the rabbitmq
+# user and its cookie), RABBITMQ_START_TIMEOUT_S (default 120),
+# RABBITMQ_STOP_TIMEOUT_S (default 60).
+set -euo pipefail
+
+BIN_DIR=${RABBITMQ_BIN_DIR:-/usr/lib/rabbitmq/bin}
+START_TIMEOUT=${RABBITMQ_START_TIMEOUT_S:-120}
+STOP_TIMEOUT=${RABBITMQ_STOP_TIMEOUT_S:-60}
+
+say() { printf 'rabbitmq.sh: %s\n' "$*" >&2; }
+die() { say "error: $*"; exit 1; }
+
+usage() {
+    sed -n '4,8p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+}
+
+# Load DIR/node.env (written by start): PORT, DISTPORT, NODE.
+load_env() {
+    [ -f "$DIR/node.env" ] || die "$DIR/node.env not found: no node was started in $DIR"
+    # shellcheck source=/dev/null
+    . "$DIR/node.env"
+}
+
+# The environment every rabbitmq-server / rabbitmqctl call of this node gets.
+node_env() {
+    export HOME="$DIR"
+    export RABBITMQ_NODENAME="$NODE"
+    export RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
+    export RABBITMQ_NODE_PORT="$PORT"
+    export RABBITMQ_DIST_PORT="$DISTPORT"
+    export RABBITMQ_MNESIA_BASE="$DIR/mnesia"
+    export RABBITMQ_LOG_BASE="$DIR/log"
+    export RABBITMQ_ENABLED_PLUGINS_FILE="$DIR/enabled_plugins"
+    export RABBITMQ_CONFIG_FILE="$DIR/rabbitmq"
+    export RABBITMQ_ADVANCED_CONFIG_FILE="$DIR/advanced.config"
+    export RABBITMQ_CONF_ENV_FILE="$DIR/rabbitmq-env.conf"
+    export ERL_EPMD_ADDRESS=127.0.0.1
+    unset RABBITMQ_ENV_LOADED
+}
+
+ctl() { "$BIN_DIR/rabbitmqctl" -n "$NODE" "$@"; }
+
+server_pid() {
+    local pid
+    [ -f "$DIR/node.pid" ] || return 1
+    pid=$(cat "$DIR/node.pid")
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+    echo "$pid"
+}
+
+port_in_use() {
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+log_tail() {
+    local f
+    for f in "$DIR/log/node.stdout.log" "$DIR/log/node.stderr.log"; do
+        [ -s "$f" ] || continue
+        say "last lines of $f:"
+        tail -n 25 "$f" >&2
+    done
+}
+
+do_wait() {
+    local deadline=$((SECONDS + START_TIMEOUT)) left
+    while :; do
+        if ! server_pid >/dev/null; then
+            log_tail
+            die "node $NODE exited during startup (logs in $DIR/log)"
+        fi
+        left=$((deadline - SECONDS))
+        [ "$left" -gt 0 ] || { log_tail; die "node $NODE not up after ${START_TIMEOUT}s (logs in $DIR/log)"; }
+        # await_startup fails at once while the Erlang node is not reachable
+        # yet, and waits (up to --timeout) once it is.
+        if timeout "$((left + 5))" "$BIN_DIR/rabbitmqctl" -n "$NODE" -q -t "$left" await_startup \
+            >/dev/null 2>>"$DIR/log/ctl.log"; then
+            say "node $NODE is up on amqp://127.0.0.1:$PORT"
+            return 0
+        fi
+        sleep 0.5
+    done
+}
+
+do_start() {
+    local pid
+    mkdir -p "$DIR/log" "$DIR/mnesia"
+    if [ -f "$DIR/node.env" ] && server_pid >/dev/null; then
+        # shellcheck source=/dev/null
+        . "$DIR/node.env"
+        [ "$PORT" = "$1" ] || die "a node on port $PORT already runs in $DIR"
+        node_env
+        say "node $NODE already running in $DIR"
+        do_wait
+        return
+    fi
+    PORT=$1 DISTPORT=$2 NODE="dbtest$1@localhost"
+    printf 'PORT=%s\nDISTPORT=%s\nNODE=%s\n' "$PORT" "$DISTPORT" "$NODE" >"$DIR/node.env"
+    node_env
+    port_in_use "$PORT" && die "port $PORT is already in use on 127.0.0.1 (another broker?)"
+    port_in_use "$DISTPORT" && die "distribution port $DISTPORT is already in use on 127.0.0.1"
+
+    printf 'loopback_users = none\nlisteners.tcp.default = 127.0.0.1:%s\n' "$PORT" >"$DIR/rabbitmq.conf"
+    printf '[].\n' >"$DIR/enabled_plugins"
+    : >"$DIR/rabbitmq-env.conf"
+    if [ ! -s "$DIR/.erlang.cookie" ]; then
+        # Written before the node and the CLI start, so they never race to create it.
+        (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' | tr a-f A-F >"$DIR/.erlang.cookie")
+        chmod 400 "$DIR/.erlang.cookie"
+    fi
+
+    say "starting node $NODE (port $PORT, dist port $DISTPORT, state in $DIR)"
+    {
+        printf '\n==== %s start %s port %s\n' "$(date -u +%FT%TZ)" "$NODE" "$PORT"
+    } >>"$DIR/log/node.stdout.log"
+    # Its own session, so the node outlives the caller's terminal or ctest
+    # step and stop can signal the whole group.
+    setsid "$BIN_DIR/rabbitmq-server" </dev/null \
+        >>"$DIR/log/node.stdout.log" 2>>"$DIR/log/node.stderr.log" &
+    pid=$!
+    echo "$pid" >"$DIR/node.pid"
+    do_wait
+}
+
+do_stop() {
+    local pid deadline
+    if [ ! -f "$DIR/node.env" ]; then
+        say "no node in $DIR: nothing to stop"
+        return 0
+    fi
+    load_env
+    node_env
+    if ! pid=$(server_pid); then
+        say "node $NODE is not running"
+        rm -f "$DIR/node.pid"
+        return 0
+    fi
+    say "stopping node $NODE"
+    timeout "$STOP_TIMEOUT" "$BIN_DIR/rabbitmqctl" -n "$NODE" -q stop >/dev/null 2>>"$DIR/log/ctl.log" || true
+    deadline=$((SECONDS + STOP_TIMEOUT))
+    while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do
+        # The foreground script turns SIGTERM into a clean stop.
+        kill -TERM "$pid" 2>/dev/null || true
+        sleep 0.5
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        say "node $NODE did not stop in ${STOP_TIMEOUT}s: killing its process group"
+        kill -KILL -- "-$pid" 2>/dev/null || true
+        sleep 1
+    fi
+    # Anything of the node's session still around (erl_child_setup, inet_gethost).
+    kill -KILL -- "-$pid" 2>/dev/null || true
+    rm -f "$DIR/node.pid"
+    say "node $NODE stopped"
+}
+
+[ $# -ge 2 ] || usage
+CMD=$1
+if [ "$CMD" = stop ] && [ ! -d "$2" ]; then
+    say "no directory $2: nothing to stop"
+    exit 0
+fi
+mkdir -p "$2"
+DIR=$(cd "$2" && pwd)
+case "$CMD" in
+start)
+    [ $# -eq 4 ] || usage
+    [[ "$3" =~ ^[0-9]+$ && "$4" =~ ^[0-9]+$ ]] || die "PORT and DISTPORT must be numbers"
+    [ -x "$BIN_DIR/rabbitmq-server" ] || die "$BIN_DIR/rabbitmq-server not found: install rabbitmq-server (apt-get install rabbitmq-server)"
+    do_start "$3" "$4"
+    ;;
+stop)
+    [ $# -eq 2 ] || usage
+    do_stop
+    ;;
+restart)
+    [ $# -eq 2 ] || usage
+    load_env
+    do_stop
+    do_start "$PORT" "$DISTPORT"
+    ;;
+wait)
+    [ $# -eq 2 ] || usage
+    load_env
+    node_env
+    do_wait
+    ;;
+status)
+    [ $# -eq 2 ] || usage
+    load_env
+    server_pid >/dev/null
+    ;;
+*)
+    usage
+    ;;
+esac
