@@ -29,6 +29,13 @@
  *     "dead-letter", else target_exchange. Loops through exchange-to-exchange
  *     bindings on the broker are out of sight here.
  *
+ * Ranges the header leaves open, chosen here:
+ *   broker.heartbeat_s 0..65535 (AMQP short); connect_timeout_ms,
+ *   reconnect_*_ms, publish_retry_*_ms 1..2^32-1; shutdown_timeout_ms
+ *   0..2^32-1; wal.max_message_bytes 1..536870912 (RabbitMQ's own ceiling,
+ *   well under WALREC_MAX_PAYLOAD); http.listen is "" (off) by
+ *   default, else host:port with IPv6 hosts in brackets ("[::1]:9187").
+ *
  * json-c keeps the last of two equal keys in one object, so a duplicate key
  * is not reported.
  */
@@ -41,7 +48,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "delay-bridge/log.h"
 
@@ -141,7 +147,8 @@ static const char *show(json_object *v, char *out, size_t outlen)
         /* json-c clamps what does not fit in 64 bits */
         if (json_object_get_uint64(v) == UINT64_MAX || json_object_get_int64(v) == INT64_MIN)
             return "a number out of range";
-        /* fallthrough */
+        snprintf(out, outlen, "%s", json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN));
+        return out;
     default:
         snprintf(out, outlen, "%s", json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN));
         return out;
@@ -288,6 +295,19 @@ static int add_uri(struct ctx *x, struct config *c, const char *path, const char
     return 0;
 }
 
+/* A JSON value that must be one URI string. */
+static int add_uri_json(struct ctx *x, struct config *c, const char *path, json_object *v)
+{
+    char got[96];
+    if (json_object_get_type(v) != json_type_string)
+        return fail(x, path, "expected a string, got %s", show(v, got, sizeof got));
+    const char *s = json_object_get_string(v);
+    size_t n = (size_t)json_object_get_string_len(v);
+    if (strlen(s) != n)
+        return fail(x, path, "must not contain a NUL character (\\u0000)");
+    return add_uri(x, c, path, s, n);
+}
+
 /* DELAY_BRIDGE_BROKER_URI: comma-separated, spaces around items ignored. */
 static int uris_from_env(struct ctx *x, struct config *c, const char *env)
 {
@@ -358,21 +378,16 @@ static int parse_broker(struct ctx *x, struct config *c, json_object *root)
             return fail(x, "broker.uri", "missing; expected an amqp:// URI or an array of "
                                          "them (or set " ENV_URI ")");
         if (json_object_get_type(u) == json_type_string) {
-            if (add_uri(x, c, "broker.uri", json_object_get_string(u),
-                        strlen(json_object_get_string(u))) < 0)
+            if (add_uri_json(x, c, "broker.uri", u) < 0)
                 return -1;
         } else if (json_object_get_type(u) == json_type_array) {
             size_t n = json_object_array_length(u);
             if (n == 0 || n > CONFIG_MAX_URIS)
                 return fail(x, "broker.uri", "expected 1..%d URIs, got %zu", CONFIG_MAX_URIS, n);
             for (size_t i = 0; i < n; i++) {
-                json_object *e = json_object_array_get_idx(u, i);
                 char path[64];
                 snprintf(path, sizeof path, "broker.uri[%zu]", i);
-                if (json_object_get_type(e) != json_type_string)
-                    return fail(x, path, "expected a string, got %s", show(e, got, sizeof got));
-                if (add_uri(x, c, path, json_object_get_string(e),
-                            strlen(json_object_get_string(e))) < 0)
+                if (add_uri_json(x, c, path, json_object_array_get_idx(u, i)) < 0)
                     return -1;
             }
         } else {
@@ -602,14 +617,17 @@ static int parse_route(struct ctx *x, struct config_route *r, json_object *o, in
     if (have < 0)
         return -1;
     if (have) {
-        if (strcmp(buf, "direct") != 0 && strcmp(buf, "topic") != 0 &&
-            strcmp(buf, "fanout") != 0 && strcmp(buf, "headers") != 0) {
+        static const char *const types[] = { "direct", "topic", "fanout", "headers" };
+        size_t t = 0;
+        while (t < 4 && strcmp(buf, types[t]) != 0)
+            t++;
+        if (t == 4) {
             snprintf(path, sizeof path, "%s.target_type", pre);
             return fail(x, path,
                         "expected \"direct\", \"topic\", \"fanout\" or \"headers\", got %s",
                         quote(buf, strlen(buf), q, sizeof q));
         }
-        snprintf(r->target_type, sizeof r->target_type, "%s", buf);
+        memcpy(r->target_type, types[t], strlen(types[t]) + 1);
     }
 
     uint64_t v = r->prefetch;
@@ -704,7 +722,10 @@ static int check_loops(struct ctx *x, const struct config *c, const int *next, i
         }
         if (r < 0)
             continue;
-        /* r is on the cycle: describe it starting there */
+        /* r is on the cycle: describe it from its first route in the file */
+        for (int k = next[r]; k != r; k = next[k])
+            if (k < r)
+                r = k;
         char desc[512], path[64];
         size_t o = 0;
         int k = r;
@@ -794,7 +815,7 @@ static void defaults(struct config *c)
     c->segment_bytes = 64ull << 20;
     c->fsync = 1;
     c->max_message_bytes = 134217728u;
-    snprintf(c->http_listen, sizeof c->http_listen, "127.0.0.1:9187");
+    /* http_listen "": the endpoint is off unless configured (README) */
     c->log_level = LOG_INFO;
     c->shutdown_timeout_ms = 10000;
 }
@@ -824,7 +845,7 @@ int config_parse(struct config *c, const char *json, const char *name, char *err
     /* a UTF-8 byte order mark, as some editors write, is not an error */
     const char *text = strncmp(json, "\xef\xbb\xbf", 3) == 0 ? json + 3 : json;
     size_t len = strlen(text);
-    if (len > (size_t)INT32_MAX)
+    if (len >= (size_t)INT32_MAX)
         return fail(&x, NULL, "too large");
     struct json_tokener *tok = json_tokener_new();
     if (!tok) {
@@ -832,7 +853,8 @@ int config_parse(struct config *c, const char *json, const char *name, char *err
         abort();
     }
     json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
-    json_object *root = json_tokener_parse_ex(tok, text, (int)len);
+    /* len + 1: the NUL ends a top-level number and marks the end of input */
+    json_object *root = json_tokener_parse_ex(tok, text, (int)len + 1);
     enum json_tokener_error jerr = json_tokener_get_error(tok);
     size_t end = json_tokener_get_parse_end(tok);
     json_tokener_free(tok);
@@ -848,7 +870,7 @@ int config_parse(struct config *c, const char *json, const char *name, char *err
         }
         int line, col;
         const char *what = json_tokener_error_desc(jerr);
-        if (jerr == json_tokener_continue) {
+        if (jerr == json_tokener_continue || jerr == json_tokener_error_parse_eof) {
             end = len;
             what = "unexpected end of file (an unclosed { [ or \"?)";
         }

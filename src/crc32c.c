@@ -23,7 +23,8 @@
  * is 0xE3069283 and results chain like zlib's crc32().
  *
  * The tables and the CPU check are set up by a constructor, before main(),
- * so crc32c() is safe to call from any thread without locking.
+ * so crc32c() is safe to call from any thread without locking (a call from
+ * another constructor that runs earlier sets them up itself).
  */
 #include "delay-bridge/crc32c.h"
 
@@ -40,6 +41,7 @@
 
 static uint32_t table[8][256];
 static int hw_ok;
+static volatile int ready;
 
 __attribute__((constructor)) static void crc32c_init(void)
 {
@@ -60,6 +62,7 @@ __attribute__((constructor)) static void crc32c_init(void)
     __builtin_cpu_init();
     hw_ok = __builtin_cpu_supports("sse4.2") ? 1 : 0;
 #endif
+    ready = 1;
 }
 
 static inline uint32_t le32(const uint8_t *p)
@@ -71,6 +74,9 @@ uint32_t crc32c_sw(uint32_t crc, const void *buf, size_t len)
 {
     const uint8_t *p = buf;
     uint32_t c = ~crc;
+
+    if (!ready) /* called from another constructor that ran before ours */
+        crc32c_init();
 
     while (len && ((uintptr_t)p & 7)) {
         c = table[0][(c ^ *p++) & 0xff] ^ (c >> 8);
@@ -120,11 +126,15 @@ uint32_t crc32c_hw(uint32_t crc, const void *buf, size_t len)
 
 int crc32c_hw_available(void)
 {
+    if (!ready)
+        crc32c_init();
     return hw_ok;
 }
 
 uint32_t crc32c(uint32_t crc, const void *buf, size_t len)
 {
+    if (!ready)
+        crc32c_init();
     if (hw_ok)
         return crc32c_hw(crc, buf, len);
     return crc32c_sw(crc, buf, len);

@@ -78,8 +78,11 @@ struct line {
     int cut;
 };
 
+/* Once cut, nothing more is added: the line ends in "..." where it was cut. */
 static void put(struct line *ln, const char *s, size_t n)
 {
+    if (ln->cut)
+        return;
     if (ln->pos + n > ln->cap) {
         n = ln->cap - ln->pos;
         ln->cut = 1;

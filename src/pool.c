@@ -96,8 +96,8 @@ pool_handle pool_alloc(struct pool *p)
         return h;
     }
     if (p->next_fresh > POOL_MAX_HANDLE) {
-        fprintf(stderr, "pool: more than %u items of %zu bytes\n",
-                POOL_MAX_HANDLE - 1, p->item_size);
+        fprintf(stderr, "pool: more than %u items of %zu bytes\n", POOL_MAX_HANDLE,
+                p->item_size);
         abort();
     }
     h = p->next_fresh++;

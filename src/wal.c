@@ -1,1 +1,1271 @@
-/* placeholder: being written */
+/*
+ * wal.c -- the segmented write-ahead log.
+ *
+ * Every message the bridge holds lives here until it has been published and
+ * confirmed; the in-memory structures (wheel, id index) are rebuilt from this
+ * log at start. The byte format is in src/walrec.c; this file decides when
+ * bytes are written, synced, read back, cut off and deleted.
+ *
+ * FILES
+ *
+ *   dir/LOCK                    flock(LOCK_EX|LOCK_NB) for the life of the
+ *                               struct wal: a second daemon on the same
+ *                               directory gets WAL_ELOCKED.
+ *   dir/00000000000000000001.wal
+ *   dir/00000000000000000002.wal ...  segments, in LSN order.
+ *
+ * A segment is born with O_CREAT|O_EXCL; its header is written, the file is
+ * fdatasync'ed and the directory fsync'ed before any record goes in, so a
+ * segment with records always has a durable header. Each segment gets a
+ * fresh random salt (see walrec.c: a stale record never checks out under
+ * another segment's salt). base_lsn of a new segment is the next LSN, and
+ * the newest segment is never deleted, so LSNs -- which double as message
+ * ids -- never repeat, even once every older segment is gone.
+ *
+ * WRITING: GROUP COMMIT
+ *
+ * wal_append() only encodes the record into an in-memory write buffer, so
+ * the event loop can append thousands of records per turn for the price of
+ * a memcpy and a CRC. wal_commit() (Redis calls this spot beforeSleep) then
+ * writes the buffer with pwrite and fdatasyncs once. When the active
+ * segment would grow past segment_bytes, the next record goes to a new
+ * segment; records are never split, and a record larger than a segment gets
+ * a segment of its own. A rolled-to segment exists only in memory until the
+ * commit that writes it: the commit first writes and syncs the older
+ * segment's tail, and only then creates the new file. A durable newer
+ * segment therefore always means a complete older one.
+ *
+ * Any write or fsync error is final. After fsync fails, Linux may have
+ * dropped the dirty pages and marked them clean, so a retry that "succeeds"
+ * proves nothing (the PostgreSQL fsyncgate of 2018). The log logs the error,
+ * enters a failed state, and returns that first error from every later
+ * call; the process is expected to exit and let recovery start again from
+ * what is really on disk.
+ *
+ * READING
+ *
+ * wal_read() preads one record by location (or copies it out of the write
+ * buffer if it has not been written yet), checks it with the segment's salt
+ * and that its LSN belongs to that segment. Each segment keeps one fd open.
+ *
+ * RECOVERY
+ *
+ * wal_open() checks every segment header (WAL_EFORMAT if one is bad; only a
+ * newest segment that is no longer than a header and holds no valid header
+ * is taken for a crash during its creation and deleted), then reads the
+ * records in big chunks (4 MiB, with the partial record at the end of a
+ * chunk carried over) and hands each to the caller's replay function. There
+ * is no per-record system call or copy, and the next segment is read ahead
+ * with POSIX_FADV_WILLNEED while the current one is parsed. LSNs must run
+ * +1 per record, across segments too.
+ *
+ * The first record that fails its checks ends the log if it is a torn tail:
+ * it lies in the newest segment and no valid record (correct CRC under the
+ * segment's salt, LSN beyond the last good one) follows it anywhere in that
+ * segment. The file is then cut there (ftruncate + fsync) and a warning says
+ * how much was cut. Anything else -- a bad record in an older segment, or
+ * one followed by good data -- is corruption: wal_open() fails with
+ * WAL_ECORRUPT and the error names the file and offset; an operator must
+ * look (salvage tool) rather than have the daemon silently drop committed
+ * messages. A limit of the rule: if the disk persisted the blocks of an
+ * unfinished commit out of order, so that a later record of that batch
+ * survived and an earlier one did not, this is reported as corruption
+ * although no committed record was lost.
+ *
+ * SPACE
+ *
+ * The owner marks ADD records live and dead (wal_live_add/del), giving a
+ * live count and byte total per segment. wal_maintain():
+ *   1. deletes the oldest segments while they hold nothing live, are not the
+ *      active one, have a durable successor, and every compaction copy taken
+ *      from them is committed;
+ *   2. when the files hold more than 2 x live bytes + one segment, walks the
+ *      oldest segment from a cursor, asks the owner whether each ADD is still
+ *      live at that location, and if so appends an identical copy (same
+ *      payload, so the same msg_id; a new LSN) and reports the new location.
+ *      Once the whole segment is walked it holds nothing live and step 1
+ *      deletes it after the caller's next wal_commit().
+ * On replay the owner sees the original ADD and later its copy with the same
+ * msg_id; the later one is the live one.
+ */
+#define _GNU_SOURCE
+#include "delay-bridge/wal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "delay-bridge/log.h"
+#include "delay-bridge/walrec.h"
+
+#define SEGHDR WALREC_SEGHDR_SIZE
+#define RECHDR WALREC_HDR_SIZE
+#define REPLAY_CHUNK (4u << 20)
+#define READAHEAD_SEGS 1 /* segments read ahead during replay; more did not help */
+#define COMPACT_CHUNK (1u << 20)
+#define WBUF_KEEP (16u << 20) /* shrink the write buffer back after a bigger batch */
+#define MIN_SEGMENT_BYTES 1024
+#define MAX_SEGMENT_BYTES (2ull << 30) /* offsets are u32: segment + 1 GiB record must fit */
+
+struct seg {
+    uint64_t segno;
+    uint64_t base_lsn;
+    uint64_t last_lsn;   /* last record's LSN; base_lsn - 1 while empty */
+    uint32_t salt;
+    int fd;              /* -1: rolled to, file not created yet */
+    uint64_t disk;       /* bytes in the file (header included once created) */
+    uint64_t size;       /* disk + bytes still in the write buffer */
+    size_t pend_off;     /* where its buffered bytes start in wbuf */
+    uint64_t live_count;
+    uint64_t live_bytes;
+    uint64_t copy_lsn;   /* LSN of the last compaction copy taken from it */
+    int scanned;         /* compaction walked all of it */
+};
+
+struct wal {
+    char *dir;
+    int dirfd;
+    int lockfd;
+    uint64_t segment_bytes;
+    int no_sync;
+    uint64_t id;
+
+    struct seg *segs; /* oldest first; the last one is active */
+    size_t nsegs, segcap;
+    uint64_t total_size; /* sum of segs[].size */
+
+    uint8_t *wbuf; /* appended, not yet written; spans the segments with size > disk */
+    size_t wlen, wcap;
+
+    uint64_t next_lsn;
+    uint64_t durable_lsn;
+    int failed; /* first write/fsync error, 0 if none */
+
+    uint64_t live_bytes, live_records;
+    uint64_t commits, appended_bytes, compacted_bytes, deleted_segments, truncated_bytes;
+
+    uint64_t cpt_segno; /* compaction cursor: segment and offset */
+    uint64_t cpt_off;
+    uint8_t *cbuf;
+    size_t ccap;
+};
+
+/* ---- small helpers ----------------------------------------------------- */
+
+static void *xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q) {
+        fprintf(stderr, "wal: out of memory (%zu bytes)\n", n);
+        abort();
+    }
+    return q;
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static uint64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static uint64_t rand64(void)
+{
+    static uint64_t fallback;
+    uint64_t v = 0;
+    ssize_t n;
+
+    do
+        n = getrandom(&v, sizeof(v), 0);
+    while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)sizeof(v)) {
+        /* No getrandom (old kernel): splitmix64 over time, pid and a counter. */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t z = (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uint64_t)getpid() << 48;
+        z += (fallback += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        v = z ^ (z >> 31);
+    }
+    return v;
+}
+
+static void seg_name(char *out, size_t n, uint64_t segno)
+{
+    snprintf(out, n, "%020llu.wal", (unsigned long long)segno);
+}
+
+static int pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
+{
+    while (n) {
+        ssize_t r = pwrite(fd, p, n, (off_t)off);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            return -EIO;
+        p += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+
+/* Bytes read (fewer than n only at end of file) or -errno. */
+static ssize_t pread_all(int fd, uint8_t *p, size_t n, uint64_t off)
+{
+    size_t got = 0;
+
+    while (got < n) {
+        ssize_t r = pread(fd, p + got, n - got, (off_t)(off + got));
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
+}
+
+static int sync_fd(struct wal *w, int fd)
+{
+    if (w->no_sync)
+        return 0;
+    if (fdatasync(fd) < 0)
+        return -errno;
+    return 0;
+}
+
+static int sync_dir(struct wal *w)
+{
+    if (w->no_sync)
+        return 0;
+    if (fsync(w->dirfd) < 0)
+        return -errno;
+    return 0;
+}
+
+static int mkdir_p(const char *dir)
+{
+    char *p = strdup(dir);
+    int r = 0;
+
+    if (!p)
+        abort();
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/')
+            continue;
+        *s = 0;
+        if (mkdir(p, 0755) < 0 && errno != EEXIST) {
+            r = -errno;
+            goto cleanup;
+        }
+        *s = '/';
+    }
+    if (mkdir(p, 0755) < 0 && errno != EEXIST)
+        r = -errno;
+cleanup:
+    free(p);
+    return r;
+}
+
+static struct seg *seg_find(struct wal *w, uint64_t segno)
+{
+    size_t lo = 0, hi = w->nsegs;
+
+    if (w->nsegs == 0)
+        return NULL;
+    if (segno >= w->segs[0].segno && segno - w->segs[0].segno < w->nsegs &&
+        w->segs[segno - w->segs[0].segno].segno == segno)
+        return &w->segs[segno - w->segs[0].segno];
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (w->segs[mid].segno < segno)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < w->nsegs && w->segs[lo].segno == segno ? &w->segs[lo] : NULL;
+}
+
+static struct seg *seg_push(struct wal *w)
+{
+    if (w->nsegs == w->segcap) {
+        w->segcap = w->segcap ? w->segcap * 2 : 16;
+        w->segs = xrealloc(w->segs, w->segcap * sizeof(*w->segs));
+    }
+    struct seg *s = &w->segs[w->nsegs++];
+    memset(s, 0, sizeof(*s));
+    s->fd = -1;
+    return s;
+}
+
+static struct seg *active(struct wal *w)
+{
+    return &w->segs[w->nsegs - 1];
+}
+
+/* Enter the failed state: the first error sticks. */
+static int fail(struct wal *w, int err, const char *what, uint64_t segno)
+{
+    char name[32];
+
+    seg_name(name, sizeof(name), segno);
+    if (!w->failed)
+        w->failed = err;
+    log_error("wal", "write to the log failed; it is stopped and the process must restart",
+              "op=%s file=%s/%s err=\"%s\"", what, w->dir, name, wal_strerror(err));
+    return w->failed;
+}
+
+/* Create segment s's file: header, fdatasync, directory fsync. */
+static int seg_create(struct wal *w, struct seg *s)
+{
+    struct walrec_seghdr h = {WALREC_VERSION, s->salt, s->segno, s->base_lsn, w->id, wall_ms()};
+    uint8_t buf[SEGHDR];
+    char name[32];
+    int fd, r;
+
+    seg_name(name, sizeof(name), s->segno);
+    fd = openat(w->dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -errno;
+    walrec_seghdr_encode(buf, &h);
+    if ((r = pwrite_all(fd, buf, SEGHDR, 0)) < 0 || (r = sync_fd(w, fd)) < 0 ||
+        (r = sync_dir(w)) < 0) {
+        close(fd);
+        return r;
+    }
+    s->fd = fd;
+    return 0;
+}
+
+/* A new in-memory active segment starting at the next LSN; created on disk by the next commit. */
+static void roll(struct wal *w)
+{
+    uint32_t prev_salt = active(w)->salt;
+    uint64_t segno = active(w)->segno + 1;
+    struct seg *s = seg_push(w);
+
+    s->segno = segno;
+    do
+        s->salt = (uint32_t)rand64();
+    while (s->salt == prev_salt);
+    s->base_lsn = w->next_lsn;
+    s->last_lsn = w->next_lsn - 1;
+    s->disk = SEGHDR;
+    s->size = SEGHDR;
+    w->total_size += SEGHDR;
+    log_info("wal", "segment rolled", "seg=%llu base_lsn=%llu", (unsigned long long)segno,
+              (unsigned long long)s->base_lsn);
+}
+
+/* ---- open and replay --------------------------------------------------- */
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Segment numbers found in the directory, sorted. */
+static int list_segments(struct wal *w, uint64_t **out, size_t *nout)
+{
+    DIR *d;
+    struct dirent *e;
+    uint64_t *v = NULL;
+    size_t n = 0, cap = 0;
+    int fd, r = 0;
+
+    fd = openat(w->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    d = fdopendir(fd);
+    if (!d) {
+        r = -errno;
+        close(fd);
+        return r;
+    }
+    while ((e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        uint64_t segno = 0;
+        int ok = len == 24 && strcmp(e->d_name + 20, ".wal") == 0;
+
+        if (len < 4 || strcmp(e->d_name + len - 4, ".wal") != 0)
+            continue; /* LOCK and anything else that is not ours */
+        for (size_t i = 0; ok && i < 20; i++) {
+            if (e->d_name[i] < '0' || e->d_name[i] > '9' ||
+                segno > (UINT64_MAX - 9) / 10)
+                ok = 0;
+            else
+                segno = segno * 10 + (uint64_t)(e->d_name[i] - '0');
+        }
+        if (!ok || segno == 0 || segno > UINT32_MAX) {
+            log_error("wal", "unexpected file name in the log directory; move it away",
+                      "file=%s/%s", w->dir, e->d_name);
+            r = WAL_EFORMAT;
+            goto cleanup;
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            v = xrealloc(v, cap * sizeof(*v));
+        }
+        v[n++] = segno;
+    }
+    if (n)
+        qsort(v, n, sizeof(*v), cmp_u64);
+cleanup:
+    closedir(d);
+    if (r < 0) {
+        free(v);
+        return r;
+    }
+    *out = v;
+    *nout = n;
+    return 0;
+}
+
+/*
+ * Open and check every segment header. A newest segment no longer than a
+ * header whose header is not valid was being created when the process died:
+ * delete it.
+ */
+static int load_segments(struct wal *w)
+{
+    uint64_t *nos = NULL;
+    size_t n = 0;
+    int r;
+
+    if ((r = list_segments(w, &nos, &n)) < 0)
+        return r;
+    for (size_t i = 0; i < n; i++) {
+        struct walrec_seghdr h;
+        uint8_t buf[SEGHDR];
+        char name[32];
+        struct stat st;
+        int newest = i == n - 1;
+        int fd;
+        ssize_t got;
+
+        seg_name(name, sizeof(name), nos[i]);
+        fd = openat(w->dirfd, name, (newest ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+        if (fd < 0 || fstat(fd, &st) < 0) {
+            r = -errno;
+            log_error("wal", "cannot open segment", "file=%s/%s err=\"%s\"", w->dir, name,
+                      strerror(-r));
+            if (fd >= 0)
+                close(fd);
+            goto cleanup;
+        }
+        got = pread_all(fd, buf, SEGHDR, 0);
+        if (got < 0) {
+            r = (int)got;
+            close(fd);
+            log_error("wal", "cannot read segment header", "file=%s/%s err=\"%s\"", w->dir,
+                      name, strerror(-r));
+            goto cleanup;
+        }
+        r = walrec_seghdr_decode(buf, (size_t)got, &h);
+        if (r < 0 && newest && st.st_size <= SEGHDR) {
+            close(fd);
+            log_warn("wal", "deleting newest segment with a torn header (crash while creating it)",
+                     "file=%s/%s bytes=%lld", w->dir, name, (long long)st.st_size);
+            if (unlinkat(w->dirfd, name, 0) < 0 || fsync(w->dirfd) < 0) {
+                r = -errno;
+                goto cleanup;
+            }
+            /* The one before it is the newest now and must be writable. */
+            if (w->nsegs) {
+                struct seg *s = active(w);
+                seg_name(name, sizeof(name), s->segno);
+                close(s->fd);
+                s->fd = openat(w->dirfd, name, O_RDWR | O_CLOEXEC);
+                if (s->fd < 0) {
+                    r = -errno;
+                    goto cleanup;
+                }
+            }
+            r = 0;
+            break;
+        }
+        if (r < 0 || h.segno != nos[i] || (w->nsegs && h.wal_id != w->id) ||
+            (uint64_t)st.st_size > UINT32_MAX || h.base_lsn == 0) {
+            close(fd);
+            log_error("wal",
+                      "bad segment header (not a segment of this log, or damaged); the log "
+                      "needs operator attention",
+                      "file=%s/%s size=%lld", w->dir, name, (long long)st.st_size);
+            r = WAL_EFORMAT;
+            goto cleanup;
+        }
+        w->id = h.wal_id;
+        struct seg *s = seg_push(w);
+        s->segno = h.segno;
+        s->salt = h.salt;
+        s->base_lsn = h.base_lsn;
+        s->last_lsn = h.base_lsn - 1;
+        s->fd = fd;
+        s->disk = s->size = (uint64_t)st.st_size;
+        w->total_size += s->size;
+        r = 0;
+    }
+cleanup:
+    free(nos);
+    return r;
+}
+
+/*
+ * The record at off in segs[idx] is not valid. Cut the file there if it is
+ * a torn tail, else report corruption.
+ */
+static int torn_or_corrupt(struct wal *w, size_t idx, uint64_t off, uint64_t last_good,
+                           const char *why)
+{
+    struct seg *s = &w->segs[idx];
+    uint64_t end = s->disk;
+    char name[32];
+    int r;
+
+    seg_name(name, sizeof(name), s->segno);
+    if (idx == w->nsegs - 1 && off < end) {
+        /* Is there a valid record after it? Cheap checks first, CRC last. */
+        long pg = sysconf(_SC_PAGESIZE);
+        uint64_t map_off = off & ~(uint64_t)(pg - 1);
+        size_t map_len = (size_t)(end - map_off);
+        uint8_t *m = mmap(NULL, map_len, PROT_READ, MAP_PRIVATE, s->fd, (off_t)map_off);
+        uint64_t found = 0;
+
+        if (m == MAP_FAILED) {
+            r = -errno;
+            log_error("wal", "cannot map segment to check its tail", "file=%s/%s err=\"%s\"",
+                      w->dir, name, strerror(-r));
+            return r;
+        }
+        madvise(m, map_len, MADV_SEQUENTIAL);
+        for (uint64_t pos = off + 1; pos + RECHDR <= end; pos++) {
+            const uint8_t *p = m + (pos - map_off);
+            struct walrec_hdr h;
+            const uint8_t *pl;
+
+            if (p[4] < WALREC_ADD || p[4] > WALREC_CANCEL || (p[6] | p[7]) != 0 ||
+                walrec_get32(p + 20) != 0 || walrec_get32(p) > end - pos - RECHDR ||
+                walrec_get64(p + 8) <= last_good)
+                continue;
+            if (walrec_decode(p, (size_t)(end - pos), s->salt, &h, &pl) > 0) {
+                found = pos;
+                break;
+            }
+        }
+        munmap(m, map_len);
+        if (!found) {
+            if (ftruncate(s->fd, (off_t)off) < 0 || (!w->no_sync && fsync(s->fd) < 0)) {
+                r = -errno;
+                log_error("wal", "cannot truncate torn tail", "file=%s/%s err=\"%s\"", w->dir,
+                          name, strerror(-r));
+                return r;
+            }
+            log_warn("wal", "torn tail truncated (a write cut short by a crash)",
+                     "file=%s/%s offset=%llu bytes_cut=%llu last_lsn=%llu", w->dir, name,
+                     (unsigned long long)off, (unsigned long long)(end - off),
+                     (unsigned long long)last_good);
+            w->truncated_bytes += end - off;
+            w->total_size -= end - off;
+            s->disk = s->size = off;
+            return 0;
+        }
+        log_error("wal",
+                  "corrupt record followed by valid records; the log needs the salvage tool or "
+                  "operator attention",
+                  "file=%s/%s offset=%llu reason=\"%s\" next_valid_offset=%llu last_lsn=%llu",
+                  w->dir, name, (unsigned long long)off, why, (unsigned long long)found,
+                  (unsigned long long)last_good);
+        return WAL_ECORRUPT;
+    }
+    log_error("wal",
+              "corrupt record in a segment that is not the newest; the log needs the salvage "
+              "tool or operator attention",
+              "file=%s/%s offset=%llu reason=\"%s\" last_lsn=%llu", w->dir, name,
+              (unsigned long long)off, why, (unsigned long long)last_good);
+    return WAL_ECORRUPT;
+}
+
+struct replay_state {
+    wal_replay_fn *fn;
+    void *arg;
+    uint8_t *buf;
+    size_t cap;
+    uint64_t records;
+    uint64_t done_bytes; /* segments finished */
+    uint64_t total_bytes;
+    uint64_t start_ms, last_log_ms;
+};
+
+static int replay_segment(struct wal *w, size_t idx, struct replay_state *st, uint64_t *expect)
+{
+    struct seg *s = &w->segs[idx];
+    uint64_t end = s->disk;
+    uint64_t boff = SEGHDR; /* file offset of st->buf[0] */
+    size_t have = 0, pos = 0;
+    char name[32];
+
+    posix_fadvise(s->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    if (idx == 0)
+        posix_fadvise(s->fd, 0, 0, POSIX_FADV_WILLNEED);
+    for (size_t k = idx + 1; k < w->nsegs && k <= idx + READAHEAD_SEGS; k++)
+        posix_fadvise(w->segs[k].fd, 0, 0, POSIX_FADV_WILLNEED);
+
+    for (;;) {
+        while (pos < have) {
+            struct walrec_hdr h;
+            const uint8_t *payload;
+            int r = walrec_decode(st->buf + pos, have - pos, s->salt, &h, &payload);
+
+            if (r > 0) {
+                int cr;
+                struct wal_loc loc = {(uint32_t)s->segno, (uint32_t)(boff + pos), (uint32_t)r};
+
+                if (h.lsn != *expect) {
+                    seg_name(name, sizeof(name), s->segno);
+                    log_error("wal",
+                              "record out of sequence; the log needs the salvage tool or "
+                              "operator attention",
+                              "file=%s/%s offset=%llu lsn=%llu expected_lsn=%llu", w->dir, name,
+                              (unsigned long long)(boff + pos), (unsigned long long)h.lsn,
+                              (unsigned long long)*expect);
+                    return WAL_ECORRUPT;
+                }
+                if (st->fn && (cr = st->fn(st->arg, &h, payload, loc)) != 0)
+                    return cr;
+                s->last_lsn = *expect;
+                (*expect)++;
+                st->records++;
+                pos += (size_t)r;
+                continue;
+            }
+            if (r == WALREC_PARTIAL && boff + have < end) {
+                /* Needs more bytes than this chunk holds: grow for a big record. */
+                if (have - pos >= 4) {
+                    size_t need = RECHDR + (size_t)walrec_get32(st->buf + pos);
+                    if (need > st->cap) {
+                        memmove(st->buf, st->buf + pos, have - pos);
+                        boff += pos;
+                        have -= pos;
+                        pos = 0;
+                        st->cap = need;
+                        st->buf = xrealloc(st->buf, st->cap);
+                    }
+                }
+                break;
+            }
+            return torn_or_corrupt(w, idx, boff + pos, *expect - 1,
+                                   r == WALREC_PARTIAL ? "record runs past end of file"
+                                                       : "bad header, checksum or payload");
+        }
+        if (pos == have && boff + have >= end)
+            break;
+        /* Refill: carry the unparsed bytes over to the front. */
+        if (pos) {
+            memmove(st->buf, st->buf + pos, have - pos);
+            boff += pos;
+            have -= pos;
+            pos = 0;
+        }
+        size_t want = st->cap - have;
+        if (want > end - boff - have)
+            want = (size_t)(end - boff - have);
+        ssize_t got = pread_all(s->fd, st->buf + have, want, boff + have);
+        if (got < 0) {
+            seg_name(name, sizeof(name), s->segno);
+            log_error("wal", "cannot read segment", "file=%s/%s err=\"%s\"", w->dir, name,
+                      strerror((int)-got));
+            return (int)got;
+        }
+        if ((size_t)got < want) { /* shorter than fstat said: what is there is the end */
+            w->total_size -= end - (boff + have + (uint64_t)got);
+            end = s->disk = s->size = boff + have + (uint64_t)got;
+        }
+        have += (size_t)got;
+
+        uint64_t now = mono_ms();
+        if (now - st->last_log_ms >= 1000) {
+            st->last_log_ms = now;
+            log_info("wal", "replaying", "bytes_done=%llu bytes_total=%llu records=%llu seg=%llu",
+                     (unsigned long long)(st->done_bytes + boff + have),
+                     (unsigned long long)st->total_bytes, (unsigned long long)st->records,
+                     (unsigned long long)s->segno);
+        }
+    }
+    st->done_bytes += end;
+    return 0;
+}
+
+static int replay_all(struct wal *w, wal_replay_fn *fn, void *arg)
+{
+    struct replay_state st = {fn, arg, NULL, REPLAY_CHUNK, 0, 0, w->total_size, mono_ms(), 0};
+    uint64_t expect = w->segs[0].base_lsn;
+    int r = 0;
+
+    st.last_log_ms = st.start_ms;
+    st.buf = xrealloc(NULL, st.cap);
+    for (size_t i = 0; i < w->nsegs; i++) {
+        struct seg *s = &w->segs[i];
+        if (s->base_lsn != expect) {
+            char name[32];
+            seg_name(name, sizeof(name), s->segno);
+            log_error("wal",
+                      "segment does not continue the previous one (a segment is missing?); the "
+                      "log needs operator attention",
+                      "file=%s/%s base_lsn=%llu expected_lsn=%llu", w->dir, name,
+                      (unsigned long long)s->base_lsn, (unsigned long long)expect);
+            r = WAL_ECORRUPT;
+            goto cleanup;
+        }
+        if ((r = replay_segment(w, i, &st, &expect)) != 0)
+            goto cleanup;
+    }
+    w->next_lsn = expect;
+    uint64_t ms = mono_ms() - st.start_ms;
+    log_info("wal", "log replayed", "dir=%s segments=%zu records=%llu bytes=%llu ms=%llu next_lsn=%llu",
+             w->dir, w->nsegs, (unsigned long long)st.records, (unsigned long long)w->total_size,
+             (unsigned long long)ms, (unsigned long long)expect);
+cleanup:
+    free(st.buf);
+    return r;
+}
+
+int wal_open(struct wal **out, const struct wal_opts *o, wal_replay_fn *replay, void *arg)
+{
+    struct wal *w;
+    int r;
+
+    *out = NULL;
+    if (!o->dir || !*o->dir)
+        return -EINVAL;
+    if (o->segment_bytes &&
+        (o->segment_bytes < MIN_SEGMENT_BYTES || o->segment_bytes > MAX_SEGMENT_BYTES))
+        return -EINVAL;
+
+    w = xrealloc(NULL, sizeof(*w));
+    memset(w, 0, sizeof(*w));
+    w->dirfd = w->lockfd = -1;
+    w->dir = strdup(o->dir);
+    if (!w->dir)
+        abort();
+    w->segment_bytes = o->segment_bytes ? o->segment_bytes : WAL_DEFAULT_SEGMENT_BYTES;
+    w->no_sync = o->no_sync;
+
+    if ((r = mkdir_p(o->dir)) < 0) {
+        log_error("wal", "cannot create the log directory", "dir=%s err=\"%s\"", o->dir,
+                  strerror(-r));
+        goto fail;
+    }
+    w->dirfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (w->dirfd < 0) {
+        r = -errno;
+        log_error("wal", "cannot open the log directory", "dir=%s err=\"%s\"", o->dir,
+                  strerror(-r));
+        goto fail;
+    }
+    w->lockfd = openat(w->dirfd, "LOCK", O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (w->lockfd < 0) {
+        r = -errno;
+        log_error("wal", "cannot create the lock file", "file=%s/LOCK err=\"%s\"", o->dir,
+                  strerror(-r));
+        goto fail;
+    }
+    if (flock(w->lockfd, LOCK_EX | LOCK_NB) < 0) {
+        r = errno == EWOULDBLOCK ? WAL_ELOCKED : -errno;
+        log_error("wal", "the log directory is locked by another process (is a daemon already "
+                  "running on it?)", "file=%s/LOCK", o->dir);
+        goto fail;
+    }
+
+    if ((r = load_segments(w)) < 0)
+        goto fail;
+    if (w->nsegs == 0) {
+        struct seg *s = seg_push(w);
+        w->id = rand64();
+        if (!w->id)
+            w->id = 1;
+        s->segno = 1;
+        s->salt = (uint32_t)rand64();
+        s->base_lsn = 1;
+        s->last_lsn = 0;
+        s->disk = s->size = SEGHDR;
+        w->total_size = SEGHDR;
+        if ((r = seg_create(w, s)) < 0) {
+            log_error("wal", "cannot create the first segment", "dir=%s err=\"%s\"", o->dir,
+                      wal_strerror(r));
+            goto fail;
+        }
+        log_info("wal", "new log created", "dir=%s wal_id=%016llx", o->dir,
+                 (unsigned long long)w->id);
+    }
+
+    /* The replay function may reach w through its own pointer to *out. */
+    *out = w;
+    if ((r = replay_all(w, replay, arg)) != 0) {
+        *out = NULL;
+        goto fail;
+    }
+    w->durable_lsn = w->next_lsn - 1;
+    return 0;
+
+fail:
+    wal_close(w);
+    return r;
+}
+
+void wal_close(struct wal *w)
+{
+    if (!w)
+        return;
+    for (size_t i = 0; i < w->nsegs; i++)
+        if (w->segs[i].fd >= 0)
+            close(w->segs[i].fd);
+    if (w->lockfd >= 0)
+        close(w->lockfd); /* releases the flock */
+    if (w->dirfd >= 0)
+        close(w->dirfd);
+    free(w->segs);
+    free(w->wbuf);
+    free(w->cbuf);
+    free(w->dir);
+    free(w);
+}
+
+uint64_t wal_next_lsn(const struct wal *w)
+{
+    return w->next_lsn;
+}
+
+uint64_t wal_id(const struct wal *w)
+{
+    return w->id;
+}
+
+/* ---- append and commit ------------------------------------------------- */
+
+int wal_append(struct wal *w, uint8_t type, const struct walrec_piece *pieces, int npieces,
+               uint64_t *lsn, struct wal_loc *loc)
+{
+    struct walrec_hdr h;
+    struct walrec_piece one;
+    struct seg *s;
+    size_t plen = 0, rlen;
+    uint8_t *dst;
+
+    if (w->failed)
+        return w->failed;
+    if (type < WALREC_ADD || type > WALREC_CANCEL)
+        return -EINVAL;
+    for (int i = 0; i < npieces; i++) {
+        if (pieces[i].n > WALREC_MAX_PAYLOAD)
+            return WAL_ETOOBIG;
+        plen += pieces[i].n;
+    }
+    if (plen > WALREC_MAX_PAYLOAD)
+        return WAL_ETOOBIG;
+    rlen = RECHDR + plen;
+
+    s = active(w);
+    if (s->size > SEGHDR && s->size + rlen > w->segment_bytes) {
+        roll(w);
+        s = active(w);
+    }
+    if (w->wlen + rlen > w->wcap) {
+        size_t cap = w->wcap ? w->wcap : 1u << 20;
+        while (cap < w->wlen + rlen)
+            cap *= 2;
+        w->wbuf = xrealloc(w->wbuf, cap);
+        w->wcap = cap;
+    }
+    if (s->size == s->disk)
+        s->pend_off = w->wlen;
+
+    /* Copy first, then checksum the copy while it is in cache. */
+    dst = w->wbuf + w->wlen;
+    for (int i = 0, o = RECHDR; i < npieces; o += (int)pieces[i].n, i++)
+        if (pieces[i].n)
+            memcpy(dst + o, pieces[i].p, pieces[i].n);
+    one.p = dst + RECHDR;
+    one.n = plen;
+    h.len = (uint32_t)plen;
+    h.type = type;
+    h.flags = 0;
+    h.lsn = w->next_lsn;
+    walrec_hdr_encode(dst, &h, s->salt, &one, 1);
+
+    if (lsn)
+        *lsn = w->next_lsn;
+    if (loc) {
+        loc->seg = (uint32_t)s->segno;
+        loc->off = (uint32_t)s->size;
+        loc->len = (uint32_t)rlen;
+    }
+    s->last_lsn = w->next_lsn++;
+    s->size += rlen;
+    w->total_size += rlen;
+    w->wlen += rlen;
+    w->appended_bytes += rlen;
+    return 0;
+}
+
+size_t wal_pending(const struct wal *w)
+{
+    return w->wlen;
+}
+
+int wal_commit(struct wal *w)
+{
+    size_t first;
+    int r;
+
+    if (w->failed)
+        return w->failed;
+    if (w->wlen == 0)
+        return 0;
+    /* The segments with buffered bytes are a suffix of the list; oldest first. */
+    first = w->nsegs;
+    while (first > 0 && w->segs[first - 1].size > w->segs[first - 1].disk)
+        first--;
+    for (size_t i = first; i < w->nsegs; i++) {
+        struct seg *s = &w->segs[i];
+
+        if (s->fd < 0 && (r = seg_create(w, s)) < 0)
+            return fail(w, r, "create", s->segno);
+        if ((r = pwrite_all(s->fd, w->wbuf + s->pend_off, (size_t)(s->size - s->disk), s->disk)) < 0)
+            return fail(w, r, "write", s->segno);
+        if ((r = sync_fd(w, s->fd)) < 0)
+            return fail(w, r, "fdatasync", s->segno);
+        s->disk = s->size;
+    }
+    w->wlen = 0;
+    w->durable_lsn = w->next_lsn - 1;
+    w->commits++;
+    if (w->wcap > WBUF_KEEP) {
+        free(w->wbuf);
+        w->wbuf = NULL;
+        w->wcap = 0;
+    }
+    return 0;
+}
+
+/* ---- read -------------------------------------------------------------- */
+
+/* n bytes at off of s, from the file or the write buffer. 0 or negative. */
+static int seg_read(struct wal *w, struct seg *s, uint64_t off, uint8_t *dst, size_t n)
+{
+    if (off < s->disk) {
+        size_t from_disk = off + n <= s->disk ? n : (size_t)(s->disk - off);
+        ssize_t got = pread_all(s->fd, dst, from_disk, off);
+        if (got < 0)
+            return (int)got;
+        if ((size_t)got < from_disk)
+            return WAL_ECORRUPT; /* the file is shorter than we wrote */
+        dst += from_disk;
+        off += from_disk;
+        n -= from_disk;
+    }
+    if (n)
+        memcpy(dst, w->wbuf + s->pend_off + (off - s->disk), n);
+    return 0;
+}
+
+int wal_read(struct wal *w, struct wal_loc loc, struct wal_buf *b, struct walrec_hdr *h,
+             const uint8_t **payload)
+{
+    struct seg *s;
+    char name[32];
+    const char *why;
+    int r;
+
+    if (w->failed)
+        return w->failed;
+    seg_name(name, sizeof(name), loc.seg);
+    s = seg_find(w, loc.seg);
+    if (!s) {
+        log_error("wal", "read of a record in a segment that does not exist (deleted?)", "file=%s/%s offset=%u",
+                  w->dir, name, loc.off);
+        return -ENOENT;
+    }
+    if (loc.len < RECHDR || loc.off < SEGHDR || (uint64_t)loc.off + loc.len > s->size) {
+        why = "location outside the segment";
+        r = WAL_ECORRUPT;
+        goto bad;
+    }
+    if (b->cap < loc.len) {
+        b->p = xrealloc(b->p, loc.len);
+        b->cap = loc.len;
+    }
+    if ((r = seg_read(w, s, loc.off, b->p, loc.len)) < 0) {
+        why = r == WAL_ECORRUPT ? "segment shorter than expected" : "read error";
+        goto bad;
+    }
+    if (walrec_decode(b->p, loc.len, s->salt, h, payload) != (int)loc.len) {
+        why = "bad header, checksum or payload";
+        r = WAL_ECORRUPT;
+        goto bad;
+    }
+    if (h->lsn < s->base_lsn || h->lsn > s->last_lsn) {
+        why = "lsn does not belong to this segment";
+        r = WAL_ECORRUPT;
+        goto bad;
+    }
+    return 0;
+bad:
+    log_error("wal", "cannot read record", "file=%s/%s offset=%u len=%u reason=\"%s\" err=\"%s\"",
+              w->dir, name, loc.off, loc.len, why, wal_strerror(r));
+    return r;
+}
+
+/* ---- space ------------------------------------------------------------- */
+
+void wal_live_add(struct wal *w, struct wal_loc loc)
+{
+    struct seg *s = seg_find(w, loc.seg);
+
+    if (!s)
+        return;
+    s->live_count++;
+    s->live_bytes += loc.len;
+    w->live_records++;
+    w->live_bytes += loc.len;
+}
+
+void wal_live_del(struct wal *w, struct wal_loc loc)
+{
+    struct seg *s = seg_find(w, loc.seg);
+
+    if (!s || s->live_count == 0 || s->live_bytes < loc.len)
+        return;
+    s->live_count--;
+    s->live_bytes -= loc.len;
+    w->live_records--;
+    w->live_bytes -= loc.len;
+}
+
+/* Nothing live, compaction copies durable: what blocks deleting the head. */
+static int head_dead(const struct wal *w)
+{
+    const struct seg *s = &w->segs[0];
+    return w->nsegs >= 2 && (s->live_count == 0 || s->scanned);
+}
+
+static int head_deletable(const struct wal *w)
+{
+    const struct seg *s = &w->segs[0];
+    return head_dead(w) && s->copy_lsn <= w->durable_lsn && s->size == s->disk && s->fd >= 0 &&
+           w->segs[1].fd >= 0;
+}
+
+static int delete_head(struct wal *w)
+{
+    while (head_deletable(w)) {
+        struct seg *s = &w->segs[0];
+        char name[32];
+        int r;
+
+        seg_name(name, sizeof(name), s->segno);
+        if (s->live_count)
+            log_warn("wal", "compaction found no live record where the live count says some remain; "
+                     "deleting the segment", "file=%s/%s live_count=%llu", w->dir, name,
+                     (unsigned long long)s->live_count);
+        r = unlinkat(w->dirfd, name, 0) < 0 ? -errno : sync_dir(w);
+        if (r < 0) {
+            log_error("wal", "cannot delete segment", "file=%s/%s err=\"%s\"", w->dir, name,
+                      strerror(-r));
+            return r;
+        }
+        close(s->fd);
+        w->live_records -= s->live_count;
+        w->live_bytes -= s->live_bytes;
+        w->total_size -= s->size;
+        w->deleted_segments++;
+        log_info("wal", "segment deleted", "file=%s/%s bytes=%llu", w->dir, name,
+                 (unsigned long long)s->size);
+        memmove(&w->segs[0], &w->segs[1], (w->nsegs - 1) * sizeof(*w->segs));
+        w->nsegs--;
+    }
+    return 0;
+}
+
+static int over_budget(const struct wal *w)
+{
+    return w->total_size > 2 * w->live_bytes + w->segment_bytes;
+}
+
+/* Copy the live ADDs of the oldest segment forward, up to budget bytes walked. */
+static int compact_head(struct wal *w, size_t budget, const struct wal_compact_ops *ops)
+{
+    size_t scanned = 0;
+    char name[32];
+    int r;
+
+    if (w->cpt_segno != w->segs[0].segno) {
+        w->cpt_segno = w->segs[0].segno;
+        w->cpt_off = SEGHDR;
+    }
+    seg_name(name, sizeof(name), w->cpt_segno);
+    while (scanned < budget && w->cpt_off < w->segs[0].size) {
+        struct seg *s = &w->segs[0];
+        size_t n = (size_t)(s->size - w->cpt_off), pos = 0;
+
+        if (!w->cbuf) {
+            w->ccap = COMPACT_CHUNK;
+            w->cbuf = xrealloc(NULL, w->ccap);
+        }
+        if (n > w->ccap)
+            n = w->ccap;
+        if ((r = seg_read(w, s, w->cpt_off, w->cbuf, n)) < 0)
+            goto bad;
+        while (pos < n && scanned < budget) {
+            struct walrec_hdr h;
+            const uint8_t *payload;
+            struct walrec_add a;
+
+            r = walrec_decode(w->cbuf + pos, n - pos, w->segs[0].salt, &h, &payload);
+            if (r == WALREC_PARTIAL && w->cpt_off + (n - pos) < w->segs[0].size) {
+                if (pos == 0) {
+                    /* A record bigger than the buffer: grow and read again. */
+                    w->ccap = RECHDR + (size_t)walrec_get32(w->cbuf);
+                    w->cbuf = xrealloc(w->cbuf, w->ccap);
+                }
+                break;
+            }
+            if (r < 0 || h.lsn < w->segs[0].base_lsn || h.lsn > w->segs[0].last_lsn) {
+                r = WAL_ECORRUPT;
+                goto bad;
+            }
+            if (h.type == WALREC_ADD && walrec_add_peek(payload, h.len, &a) > 0) {
+                struct wal_loc from = {(uint32_t)w->cpt_segno, (uint32_t)(w->cpt_off), (uint32_t)r};
+                if (ops->is_live(ops->arg, a.msg_id, from)) {
+                    struct walrec_piece pc = {payload, h.len};
+                    struct wal_loc to = {0, 0, 0};
+                    uint64_t lsn = 0;
+                    int e = wal_append(w, WALREC_ADD, &pc, 1, &lsn, &to);
+                    if (e < 0)
+                        return e;
+                    wal_live_del(w, from);
+                    wal_live_add(w, to);
+                    w->segs[0].copy_lsn = lsn; /* wal_append may have moved segs */
+                    w->compacted_bytes += (uint64_t)r;
+                    ops->moved(ops->arg, a.msg_id, to);
+                }
+            }
+            pos += (size_t)r;
+            w->cpt_off += (uint64_t)r;
+            scanned += (size_t)r;
+        }
+    }
+    if (w->cpt_off >= w->segs[0].size) {
+        w->segs[0].scanned = 1;
+        log_info("wal", "segment compacted", "file=%s/%s live_copies_lsn=%llu", w->dir, name,
+                 (unsigned long long)w->segs[0].copy_lsn);
+    }
+    return 0;
+bad:
+    log_error("wal", "compaction hit a bad record; the log needs operator attention",
+              "file=%s/%s offset=%llu err=\"%s\"", w->dir, name, (unsigned long long)w->cpt_off,
+              wal_strerror(r));
+    return r;
+}
+
+int wal_maintain(struct wal *w, size_t budget, const struct wal_compact_ops *ops)
+{
+    int r;
+
+    if (w->failed)
+        return w->failed;
+    if ((r = delete_head(w)) < 0)
+        return r;
+    if (ops && w->nsegs >= 2 && !w->segs[0].scanned && !head_dead(w) &&
+        (over_budget(w) || w->cpt_segno == w->segs[0].segno)) {
+        if ((r = compact_head(w, budget, ops)) < 0)
+            return r;
+        if ((r = delete_head(w)) < 0)
+            return r;
+    }
+    if (w->nsegs < 2)
+        return 0;
+    if (head_dead(w))
+        return 1; /* deletable after the next wal_commit() */
+    return ops && (over_budget(w) || w->cpt_segno == w->segs[0].segno);
+}
+
+void wal_get_stats(const struct wal *w, struct wal_stats *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->segments = w->nsegs;
+    s->disk_bytes = w->total_size;
+    s->live_bytes = w->live_bytes;
+    s->live_records = w->live_records;
+    s->durable_lsn = w->durable_lsn;
+    s->commits = w->commits;
+    s->appended_bytes = w->appended_bytes;
+    s->compacted_bytes = w->compacted_bytes;
+    s->deleted_segments = w->deleted_segments;
+    s->truncated_bytes = w->truncated_bytes;
+}
+
+const char *wal_strerror(int err)
+{
+    switch (err) {
+    case 0:
+        return "success";
+    case WAL_ECORRUPT:
+        return "corrupt log record";
+    case WAL_ELOCKED:
+        return "log directory locked by another process";
+    case WAL_EFORMAT:
+        return "bad segment file (name, header or version)";
+    case WAL_ETOOBIG:
+        return "record too large";
+    default:
+        return err < 0 && err > -4096 ? strerror(-err) : "unknown error";
+    }
+}
+
+/*
+ * Test hook, declared by tests only: make the active segment's fd fail every
+ * later write (EBADF), as if the disk had gone away behind the log's back.
+ */
+int wal_test_break_fd(struct wal *w);
+int wal_test_break_fd(struct wal *w)
+{
+    struct seg *s = active(w);
+    int fd, r = 0;
+
+    if (s->fd < 0)
+        return -EBADF;
+    fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    if (dup2(fd, s->fd) < 0)
+        r = -errno;
+    close(fd);
+    return r;
+}

@@ -82,8 +82,11 @@ static int from_double(double d, int64_t *out)
 {
     if (isnan(d) || isinf(d))
         return -1;
-    d = trunc(d);
-    /* -2^63 is exact in a double; 2^63 is the first value too big. */
+    /*
+     * -2^63 and 2^63 are exact in a double, and no double lies strictly
+     * between -2^63 - 1 and -2^63, so this is "trunc(d) fits in int64".
+     * The conversion itself truncates toward zero (C11 6.3.1.4).
+     */
     if (d < -9223372036854775808.0 || d >= 9223372036854775808.0)
         return -1;
     *out = (int64_t)d;

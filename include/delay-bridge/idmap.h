@@ -3,9 +3,11 @@
  *
  * Open addressing with linear probing over an array of pool handles; the
  * key is not stored in the table but read from the item itself, at byte
- * offset key_off, so the index costs 4 bytes per slot (about 6-11 bytes per
- * entry between resizes, load factor kept in [0.375, 0.75]). Deletion uses
- * backward shift, so there are no tombstones and lookups stay short.
+ * offset key_off, so the index costs 4 bytes per slot (about 5-16 bytes per
+ * entry: the load factor is kept in [0.25, 0.75] and a resize leaves it in
+ * [0.375, 0.5], so put/del churn at a threshold cannot rehash every time).
+ * Deletion uses backward shift, so there are no tombstones and lookups stay
+ * short.
  *
  * The pool and the items' keys must not change while an item is indexed.
  */

@@ -57,7 +57,12 @@ struct wal_opts {
     int no_sync;            /* benchmarks and unit tests only: skip fdatasync */
 };
 
-/* Called for each valid record in LSN order. Non-zero return aborts wal_open with it. */
+/*
+ * Called for each valid record in LSN order. Non-zero return aborts wal_open
+ * with it. payload is valid during the call only. *out of wal_open() is
+ * already set while replay runs, so the callback may call wal_live_add() and
+ * wal_live_del() through it (it is reset to NULL if wal_open() fails).
+ */
 typedef int wal_replay_fn(void *arg, const struct walrec_hdr *h, const uint8_t *payload,
                           struct wal_loc loc);
 

@@ -362,9 +362,10 @@ def bridge_bin():
     return b
 
 
-def connect(retry_s=0.0):
+def connect(retry_s=0.0, uri=None):
     """A pika BlockingConnection to the test broker (retrying up to retry_s)."""
-    params = pika.URLParameters(broker_uri())
+    uri = uri or broker_uri()
+    params = pika.URLParameters(uri)
     params.connection_attempts = 1
     params.socket_timeout = 5
     params.blocked_connection_timeout = 60
@@ -374,7 +375,7 @@ def connect(retry_s=0.0):
             return pika.BlockingConnection(params)
         except AMQPError as e:
             if time.monotonic() >= deadline:
-                fail("cannot connect to the broker at %s: %r" % (mask_uri(broker_uri()), e))
+                fail("cannot connect to the broker at %s: %r" % (mask_uri(uri), e))
             time.sleep(0.3)
 
 
@@ -471,7 +472,8 @@ class Consumer(object):
     """Consumes queues (already declared) in a background thread.
 
     Messages are acked after they are recorded, so a broker restart never
-    loses one (it may redeliver: see duplicates()). Reconnects by itself.
+    loses one (it may redeliver one: tests that restart the broker allow
+    duplicates). Reconnects by itself. Msg.t is time.monotonic() on arrival.
     """
 
     def __init__(self, queues, name="consumer"):
@@ -580,13 +582,18 @@ class Publisher(object):
     """A pika connection with publisher confirms; publish() returns once the
     broker confirmed (or fails the test)."""
 
-    def __init__(self, retry_s=0.0):
-        self.conn = connect(retry_s)
+    # publish() returns the time taken just BEFORE sending: the bridge cannot
+    # have received the message earlier, so "arrived >= sent + delay" is a
+    # fair never-early check (a time taken after the confirm would not be).
+
+    def __init__(self, retry_s=0.0, uri=None):
+        self.conn = connect(retry_s, uri)
         self.ch = self.conn.channel()
         self.ch.confirm_delivery()
 
     def publish(self, exchange, routing_key, body=b"", headers=None, mandatory=True, **props):
         p = pika.BasicProperties(headers=headers, **props)
+        t = time.monotonic()
         try:
             self.ch.basic_publish(exchange, routing_key, body, p, mandatory=mandatory)
         except pika.exceptions.UnroutableError:
@@ -594,7 +601,7 @@ class Publisher(object):
                  "queue bound?" % (exchange, routing_key))
         except pika.exceptions.NackError:
             fail("broker nacked a publish to %r" % exchange)
-        return time.monotonic()
+        return t
 
     def close(self):
         try:
@@ -627,17 +634,19 @@ class Bridge(object):
         self.logs = []
         ctx.bridges.append(self)
 
-    def start(self, wait_ready=True, timeout=30):
+    def start(self, wait_ready=True, timeout=30, env=None):
+        """Start the daemon (env: extra environment variables for it)."""
         check(self.proc is None or self.proc.poll() is not None, "%s already running" % self.name)
         self.runs += 1
         self.log_path = os.path.join(self.dir, "stderr.%d.log" % self.runs)
         self.logs.append(self.log_path)
-        env = dict(os.environ)
-        env.pop("DELAY_BRIDGE_BROKER_URI", None)  # the config's uri is the test broker
+        e = dict(os.environ)
+        e.pop("DELAY_BRIDGE_BROKER_URI", None)  # the config's uri is the test broker
+        e.update(env or {})
         with open(self.log_path, "wb") as errf:
             self.proc = subprocess.Popen([bridge_bin(), "-c", self.config_path],
                                          stdin=subprocess.DEVNULL, stdout=errf, stderr=errf,
-                                         env=env)
+                                         env=e)
         log("%s: started pid %d (run %d, log %s)" % (self.name, self.proc.pid, self.runs,
                                                       self.log_path))
         if wait_ready:
@@ -804,10 +813,43 @@ class Ctx(object):
         self.consumers.append(c)
         return c
 
-    def publisher(self, retry_s=10):
-        p = Publisher(retry_s)
+    def publisher(self, retry_s=10, uri=None):
+        p = Publisher(retry_s, uri)
         self.publishers.append(p)
         return p
+
+    def impersonator(self):
+        """A publisher logged in as a user with RabbitMQ's impersonator tag, so
+        it may publish any user_id (owned broker only; else Skip)."""
+        require_owned_broker("publishing a user_id other than the connection's user")
+        user, pw = "dbtest-impersonator", "dbtest-impersonator"
+        if user not in rabbitmqctl("list_users").split():
+            rabbitmqctl("add_user", user, pw)
+        rabbitmqctl("set_user_tags", user, "impersonator")
+        rabbitmqctl("set_permissions", "-p", "/", user, ".*", ".*", ".*")
+        params = pika.URLParameters(broker_uri())
+        check(params.virtual_host == "/", "impersonator(): only the default vhost is supported")
+        uri = "amqp://%s:%s@%s:%d/%%2f" % (user, pw, params.host, params.port)
+        return self.publisher(uri=uri)
+
+    def wait_drained(self, queue, timeout, what="the bridge to take every message"):
+        """Wait until queue holds no message, ready or (on an owned broker)
+        unacknowledged: the bridge consumed and acked them all."""
+        deadline = time.monotonic() + timeout
+        while True:
+            ready = self.queue_depth(queue)
+            unacked = 0
+            if ready == 0 and broker_dir():
+                for line in rabbitmqctl("list_queues", "name", "messages_unacknowledged").splitlines():
+                    parts = line.split()
+                    if len(parts) == 2 and parts[0] == queue:
+                        unacked = int(parts[1])
+            if ready == 0 and unacked == 0:
+                return
+            if time.monotonic() >= deadline:
+                fail("timed out after %.0fs waiting for %s: queue %s still has %d ready and %d "
+                     "unacked message(s)" % (timeout, what, queue, ready, unacked))
+            time.sleep(0.1)
 
     # bridge ------------------------------------------------------------------
     def route(self, name, target_exchange, **kw):

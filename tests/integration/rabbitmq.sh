@@ -113,10 +113,10 @@ do_start() {
         return
     fi
     PORT=$1 DISTPORT=$2 NODE="dbtest$1@localhost"
-    printf 'PORT=%s\nDISTPORT=%s\nNODE=%s\n' "$PORT" "$DISTPORT" "$NODE" >"$DIR/node.env"
-    node_env
     port_in_use "$PORT" && die "port $PORT is already in use on 127.0.0.1 (another broker?)"
     port_in_use "$DISTPORT" && die "distribution port $DISTPORT is already in use on 127.0.0.1"
+    printf 'PORT=%s\nDISTPORT=%s\nNODE=%s\n' "$PORT" "$DISTPORT" "$NODE" >"$DIR/node.env"
+    node_env
 
     printf 'loopback_users = none\nlisteners.tcp.default = 127.0.0.1:%s\n' "$PORT" >"$DIR/rabbitmq.conf"
     printf '[].\n' >"$DIR/enabled_plugins"
@@ -174,11 +174,13 @@ do_stop() {
 
 [ $# -ge 2 ] || usage
 CMD=$1
-if [ "$CMD" = stop ] && [ ! -d "$2" ]; then
-    say "no directory $2: nothing to stop"
-    exit 0
+if [ ! -d "$2" ]; then
+    case "$CMD" in
+    start) mkdir -p "$2" ;;
+    stop) say "no directory $2: nothing to stop"; exit 0 ;;
+    *) die "no directory $2: no node was started there" ;;
+    esac
 fi
-mkdir -p "$2"
 DIR=$(cd "$2" && pwd)
 case "$CMD" in
 start)

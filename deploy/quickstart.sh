@@ -1,0 +1,190 @@
+#!/bin/bash
+# deploy/quickstart.sh -- see delay-bridge work in about 15 seconds.
+#
+# Installs what is missing (Debian 12, root or sudo), builds build/delay-bridge,
+# starts a throwaway RabbitMQ on 127.0.0.1:5682 with its state under
+# .tmp/quickstart/ (or uses the broker in DELAY_BRIDGE_BROKER_URI), runs the
+# bridge with a one-route demo config, and then:
+#   "close order #1 in 8 s, #2 in 3 s, #3 in 5 s", published in that order,
+# arrive #2, #3, #1, each at its time. Then it stops everything it started.
+#
+# Environment: DELAY_BRIDGE_BROKER_URI (use this broker; nothing is started),
+# QUICKSTART_PORT (default 5682) and QUICKSTART_DIST_PORT (default 25682),
+# DB_SKIP_INSTALL=1 (never run apt-get).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+WORK=.tmp/quickstart
+PORT=${QUICKSTART_PORT:-5682}
+DIST_PORT=${QUICKSTART_DIST_PORT:-25682}
+RABBITMQ_SH=tests/integration/rabbitmq.sh
+PYTHON=/usr/bin/python3
+[ -x "$PYTHON" ] || PYTHON=python3
+
+if [ -t 1 ]; then B=$'\e[1m' G=$'\e[32m' R=$'\e[31m' N=$'\e[0m'; else B='' G='' R='' N=''; fi
+step() { printf '%s==> %s%s\n' "$B" "$*" "$N"; }
+info() { printf '    %s\n' "$*"; }
+die() { printf '%serror:%s %s\n' "$R" "$N" "$*" >&2; exit 1; }
+# Run a noisy command with its output in a log file; show the end of it if it fails.
+quiet() {
+    local logf=$1; shift
+    if ! "$@" >>"$logf" 2>&1; then
+        tail -n 30 "$logf" >&2
+        die "'$*' failed (full output in $logf)"
+    fi
+}
+
+mkdir -p "$WORK"
+BRIDGE_PID=
+STARTED_BROKER=
+
+cleanup() {
+    local rc=$?
+    if [ -n "$BRIDGE_PID" ] && kill -0 "$BRIDGE_PID" 2>/dev/null; then
+        kill -TERM "$BRIDGE_PID" 2>/dev/null || true
+        wait "$BRIDGE_PID" 2>/dev/null || true
+    fi
+    if [ -n "$STARTED_BROKER" ]; then
+        bash "$RABBITMQ_SH" stop "$WORK/rabbitmq" >>"$WORK/rabbitmq.out" 2>&1 || true
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# 1. Dependencies ------------------------------------------------------------
+PACKAGES=(librabbitmq-dev libev-dev libjson-c-dev pkg-config make cmake gcc libc6-dev
+          rabbitmq-server amqp-tools python3-pika)
+missing=()
+for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ] && [ "${DB_SKIP_INSTALL:-}" != 1 ]; then
+    step "Installing ${missing[*]}"
+    sudo=()
+    [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+    quiet "$WORK/apt.log" "${sudo[@]}" apt-get update
+    quiet "$WORK/apt.log" "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+# 2. Build -------------------------------------------------------------------
+step "Building build/delay-bridge"
+: >"$WORK/build.log"
+quiet "$WORK/build.log" cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+quiet "$WORK/build.log" cmake --build build -j "$(nproc 2>/dev/null || echo 2)" --target delay-bridge
+info "$(build/delay-bridge --version)"
+
+# 3. Broker ------------------------------------------------------------------
+if [ -n "${DELAY_BRIDGE_BROKER_URI:-}" ]; then
+    URI=$DELAY_BRIDGE_BROKER_URI
+    step "Using the broker in DELAY_BRIDGE_BROKER_URI"
+else
+    URI="amqp://guest:guest@127.0.0.1:$PORT/%2f"
+    step "Starting RabbitMQ on 127.0.0.1:$PORT (state in $WORK/rabbitmq)"
+    # A fresh node and an empty WAL every time: the demo starts from nothing.
+    bash "$RABBITMQ_SH" stop "$WORK/rabbitmq" >>"$WORK/rabbitmq.out" 2>&1 || true
+    rm -rf "$WORK/rabbitmq/mnesia" "$WORK/wal"
+    STARTED_BROKER=1
+    quiet "$WORK/rabbitmq.out" bash "$RABBITMQ_SH" start "$WORK/rabbitmq" "$PORT" "$DIST_PORT"
+fi
+
+# 4. Bridge ------------------------------------------------------------------
+cat >"$WORK/config.json" <<EOF
+{
+  "broker": {"uri": "$URI", "heartbeat_s": 30},
+  "wal": {"dir": "$ROOT/$WORK/wal", "fsync": true},
+  "log": {"level": "info"},
+  "routes": [
+    {"name": "orders", "ingress_exchange": "orders.delayed", "ingress_queue": "orders.delayed.q",
+     "target_exchange": "orders"}
+  ]
+}
+EOF
+step "Starting delay-bridge -c $WORK/config.json"
+build/delay-bridge -c "$WORK/config.json" 2>"$WORK/delay-bridge.log" &
+BRIDGE_PID=$!
+for _ in $(seq 1 300); do
+    grep -q 'msg="ready"' "$WORK/delay-bridge.log" && break
+    kill -0 "$BRIDGE_PID" 2>/dev/null || { cat "$WORK/delay-bridge.log" >&2; die "delay-bridge exited"; }
+    sleep 0.1
+done
+grep -q 'msg="ready"' "$WORK/delay-bridge.log" || { cat "$WORK/delay-bridge.log" >&2; die "delay-bridge not ready after 30 s"; }
+info "ready: consuming orders.delayed.q, holding messages in $WORK/wal"
+
+# 5. Demo --------------------------------------------------------------------
+step "Demo: publish to exchange \"orders.delayed\" with header x-delay (ms); the bridge"
+info "republishes each to exchange \"orders\" (key order.close -> queue orders.close) when due"
+echo
+"$PYTHON" - "$URI" <<'EOF'
+import sys, time, uuid
+import pika
+
+uri = sys.argv[1]
+conn = pika.BlockingConnection(pika.URLParameters(uri))
+ch = conn.channel()
+ch.exchange_declare("orders", exchange_type="direct", durable=True)
+ch.queue_declare("orders.close", durable=True)
+ch.queue_bind("orders.close", "orders", routing_key="order.close")
+ch.confirm_delivery()
+
+run = uuid.uuid4().hex[:8]
+plan = [(1, 8000), (2, 3000), (3, 5000)]
+t0 = time.monotonic()
+sent = {}
+for order, delay in plan:
+    mid = "%s-%d" % (run, order)
+    ch.basic_publish("orders.delayed", "order.close", b'{"order": %d, "action": "close"}' % order,
+                     pika.BasicProperties(headers={"x-delay": delay}, message_id=mid,
+                                          content_type="application/json", delivery_mode=2))
+    sent[mid] = (order, delay, time.monotonic())
+    print("    %6.3fs  sent      close order #%d   x-delay=%d" % (time.monotonic() - t0, order, delay))
+sys.stdout.flush()
+
+arrived = []
+def on_msg(ch, method, props, body):
+    now = time.monotonic()
+    ch.basic_ack(method.delivery_tag)
+    if props.message_id not in sent:
+        print("    (ignored a message left in orders.close by an earlier run)")
+        return
+    order, delay, t_sent = sent[props.message_id]
+    print("    %6.3fs  received  close order #%d   %.3f s after it was sent (x-delay %.3f s)"
+          % (now - t0, order, now - t_sent, delay / 1000.0))
+    sys.stdout.flush()
+    arrived.append(order)
+
+ch.basic_consume("orders.close", on_msg)
+deadline = time.monotonic() + 20
+while len(arrived) < len(plan) and time.monotonic() < deadline:
+    conn.process_data_events(time_limit=0.1)
+conn.close()
+print()
+if arrived != [2, 3, 1]:
+    print("    unexpected: arrived %s, expected #2, #3, #1" % ", ".join("#%d" % o for o in arrived))
+    sys.exit(1)
+print("    Arrived #2, #3, #1: by due time, not in the order they were published.")
+EOF
+echo
+
+# 6. Stop --------------------------------------------------------------------
+step "Stopping delay-bridge (SIGTERM)"
+kill -TERM "$BRIDGE_PID"
+rc=0
+wait "$BRIDGE_PID" || rc=$?
+BRIDGE_PID=
+[ "$rc" -eq 0 ] || die "delay-bridge exited with $rc (log: $WORK/delay-bridge.log)"
+info "exited 0"
+if [ -n "$STARTED_BROKER" ]; then
+    step "Stopping RabbitMQ"
+    quiet "$WORK/rabbitmq.out" bash "$RABBITMQ_SH" stop "$WORK/rabbitmq"
+    STARTED_BROKER=
+fi
+
+echo
+printf '%sDone.%s Logs:\n' "$G" "$N"
+info "delay-bridge:  $WORK/delay-bridge.log"
+info "config:        $WORK/config.json"
+[ -n "${DELAY_BRIDGE_BROKER_URI:-}" ] || info "RabbitMQ:      $WORK/rabbitmq/log/"
+info "build:         $WORK/build.log"

@@ -1,0 +1,771 @@
+/*
+ * test_config.c -- config_parse()/config_load(): a full config, defaults,
+ * the environment override, and one test per kind of mistake, each
+ * checking that the message names the file and the key path.
+ */
+#include "delay-bridge/config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "delay-bridge/log.h"
+
+static int failures;
+
+#define CHECK(cond)                                                                    \
+    do {                                                                               \
+        if (!(cond)) {                                                                 \
+            fprintf(stdout, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);            \
+            failures++;                                                                \
+        }                                                                              \
+    } while (0)
+
+/* no '%' here: these strings are also used as printf formats */
+#define URI "amqp://guest:guest@127.0.0.1:5672/dev"
+#define BROKER "\"broker\":{\"uri\":\"" URI "\"}"
+#define WAL "\"wal\":{\"dir\":\"/var/lib/delay-bridge\"}"
+#define ROUTE_KEYS                                                                     \
+    "\"name\":\"orders\",\"ingress_exchange\":\"orders.delayed\","                     \
+    "\"ingress_queue\":\"orders.delayed.q\",\"target_exchange\":\"orders\""
+/* one route with extra keys (start them with a comma) */
+#define ROUTE(extra) "{" ROUTE_KEYS extra "}"
+#define ROUTE2(extra)                                                                  \
+    "{\"name\":\"billing\",\"ingress_exchange\":\"billing.delayed\","                  \
+    "\"ingress_queue\":\"billing.delayed.q\",\"target_exchange\":\"billing\"" extra "}"
+/* a config around the given routes array body */
+#define CFG(routes) "{" BROKER "," WAL ",\"routes\":[" routes "]}"
+/* a config with extra top-level members (start them with a comma) */
+#define CFGX(extra, routes) "{" BROKER "," WAL extra ",\"routes\":[" routes "]}"
+
+static const struct config zero;
+
+static int is_zero(const struct config *c)
+{
+    return memcmp(c, &zero, sizeof zero) == 0;
+}
+
+/*
+ * config_parse(json) must fail; the message is one line, starts with
+ * "test.json", and holds every non-NULL needle.
+ */
+static void expect_err_at(int line, const char *json, const char *n1, const char *n2,
+                          const char *n3)
+{
+    struct config c;
+    char err[512];
+    memset(&c, 0x5a, sizeof c);
+    memset(err, 'Z', sizeof err);
+    int rc = config_parse(&c, json, "test.json", err, sizeof err);
+    int ok = rc == -1 && strncmp(err, "test.json", 9) == 0 && !strchr(err, '\n') &&
+             (!n1 || strstr(err, n1)) && (!n2 || strstr(err, n2)) && (!n3 || strstr(err, n3));
+    if (!ok) {
+        printf("FAIL %s:%d: rc=%d err=\"%s\"\n  want: %s | %s | %s\n  json: %s\n", __FILE__,
+               line, rc, rc == 0 ? "(none)" : err, n1 ? n1 : "", n2 ? n2 : "", n3 ? n3 : "",
+               json);
+        failures++;
+    }
+    if (!is_zero(&c)) {
+        printf("FAIL %s:%d: *c not zeroed after an error\n", __FILE__, line);
+        failures++;
+    }
+    if (rc == 0)
+        config_free(&c);
+}
+#define ERR(json, n1) expect_err_at(__LINE__, json, n1, NULL, NULL)
+#define ERR2(json, n1, n2) expect_err_at(__LINE__, json, n1, n2, NULL)
+#define ERR3(json, n1, n2, n3) expect_err_at(__LINE__, json, n1, n2, n3)
+
+/* config_parse(json) must succeed; the caller frees c. */
+static int expect_ok_at(int line, const char *json, struct config *c)
+{
+    char err[512] = "";
+    int rc = config_parse(c, json, "test.json", err, sizeof err);
+    if (rc != 0) {
+        printf("FAIL %s:%d: rc=%d err=\"%s\"\n  json: %s\n", __FILE__, line, rc, err, json);
+        failures++;
+    }
+    return rc;
+}
+#define OK(json, c) expect_ok_at(__LINE__, json, c)
+
+static void test_full(void)
+{
+    const char *json =
+        "{\n"
+        "  \"broker\": {\n"
+        "    \"uri\": [\"amqp://bridge:s3cret@rabbit-1:5672/prod\", \"amqps://rabbit-2/prod\"],\n"
+        "    \"heartbeat_s\": 0, \"connect_timeout_ms\": 2500,\n"
+        "    \"reconnect_min_ms\": 100, \"reconnect_max_ms\": 100,\n"
+        "    \"publish_retry_min_ms\": 2000, \"publish_retry_max_ms\": 120000\n"
+        "  },\n"
+        "  \"wal\": { \"dir\": \"/data/wal\", \"segment_mb\": 16, \"fsync\": false,\n"
+        "           \"max_message_bytes\": 1048576 },\n"
+        "  \"http\": { \"listen\": \"[::1]:9000\" },\n"
+        "  \"log\": { \"level\": \"debug\" },\n"
+        "  \"shutdown_timeout_ms\": 0,\n"
+        "  \"routes\": [\n"
+        "    { \"name\": \"orders\", \"ingress_exchange\": \"orders.delayed\",\n"
+        "      \"ingress_queue\": \"orders.delayed.q\", \"target_exchange\": \"orders\",\n"
+        "      \"queue_type\": \"quorum\", \"declare_target\": true, \"target_type\": \"topic\",\n"
+        "      \"prefetch\": 65535, \"max_inflight\": 1000000,\n"
+        "      \"max_delay_ms\": 9223372036854775807, \"invalid_delay\": \"dead-letter\",\n"
+        "      \"dead_letter_exchange\": \"orders.dlx\" },\n"
+        "    { \"name\": \"Mail_2.x-y\", \"ingress_exchange\": \"mail.delayed\",\n"
+        "      \"ingress_queue\": \"mail.delayed.q\", \"target_exchange\": \"\",\n"
+        "      \"target_type\": \"headers\", \"prefetch\": 1, \"max_inflight\": 1,\n"
+        "      \"max_delay_ms\": 1, \"invalid_delay\": \"publish\", \"dead_letter_exchange\": \"\" }\n"
+        "  ]\n"
+        "}\n";
+    struct config c;
+    if (OK(json, &c) != 0)
+        return;
+    CHECK(c.nuris == 2);
+    CHECK(strcmp(c.uris[0], "amqp://bridge:s3cret@rabbit-1:5672/prod") == 0);
+    CHECK(strcmp(c.uris[1], "amqps://rabbit-2/prod") == 0);
+    CHECK(c.uris[2] == NULL);
+    CHECK(c.uri_from_env == 0);
+    CHECK(c.heartbeat_s == 0);
+    CHECK(c.connect_timeout_ms == 2500);
+    CHECK(c.reconnect_min_ms == 100 && c.reconnect_max_ms == 100);
+    CHECK(c.publish_retry_min_ms == 2000 && c.publish_retry_max_ms == 120000);
+    CHECK(strcmp(c.wal_dir, "/data/wal") == 0);
+    CHECK(c.segment_bytes == 16ull << 20);
+    CHECK(c.fsync == 0);
+    CHECK(c.max_message_bytes == 1048576);
+    CHECK(strcmp(c.http_listen, "[::1]:9000") == 0);
+    CHECK(c.log_level == LOG_DEBUG);
+    CHECK(c.shutdown_timeout_ms == 0);
+    CHECK(c.nroutes == 2);
+    const struct config_route *r = &c.routes[0];
+    CHECK(strcmp(r->name, "orders") == 0);
+    CHECK(strcmp(r->ingress_exchange, "orders.delayed") == 0);
+    CHECK(strcmp(r->ingress_queue, "orders.delayed.q") == 0);
+    CHECK(strcmp(r->target_exchange, "orders") == 0);
+    CHECK(r->queue_type == QUEUE_QUORUM);
+    CHECK(r->declare_target == 1);
+    CHECK(strcmp(r->target_type, "topic") == 0);
+    CHECK(r->prefetch == 65535);
+    CHECK(r->max_inflight == 1000000);
+    CHECK(r->max_delay_ms == 9223372036854775807ull);
+    CHECK(r->invalid_delay == INVALID_DELAY_DEAD_LETTER);
+    CHECK(strcmp(r->dead_letter_exchange, "orders.dlx") == 0);
+    r = &c.routes[1];
+    CHECK(strcmp(r->name, "Mail_2.x-y") == 0);
+    CHECK(strcmp(r->target_exchange, "") == 0);
+    CHECK(r->queue_type == QUEUE_CLASSIC);
+    CHECK(r->declare_target == 0);
+    CHECK(strcmp(r->target_type, "headers") == 0);
+    CHECK(r->prefetch == 1 && r->max_inflight == 1 && r->max_delay_ms == 1);
+    CHECK(r->invalid_delay == INVALID_DELAY_PUBLISH);
+    config_free(&c);
+    CHECK(is_zero(&c));
+    config_free(&c); /* twice is harmless */
+}
+
+static void test_defaults(void)
+{
+    struct config c;
+    if (OK(CFG(ROUTE("")), &c) != 0)
+        return;
+    CHECK(c.nuris == 1 && strcmp(c.uris[0], URI) == 0);
+    CHECK(c.uri_from_env == 0);
+    CHECK(c.heartbeat_s == 30);
+    CHECK(c.connect_timeout_ms == 5000);
+    CHECK(c.reconnect_min_ms == 500);
+    CHECK(c.reconnect_max_ms == 30000);
+    CHECK(c.publish_retry_min_ms == 1000);
+    CHECK(c.publish_retry_max_ms == 60000);
+    CHECK(strcmp(c.wal_dir, "/var/lib/delay-bridge") == 0);
+    CHECK(c.segment_bytes == 64ull << 20);
+    CHECK(c.fsync == 1);
+    CHECK(c.max_message_bytes == 134217728);
+    CHECK(c.http_listen[0] == '\0'); /* off unless configured */
+    CHECK(c.log_level == LOG_INFO);
+    CHECK(c.shutdown_timeout_ms == 10000);
+    CHECK(c.nroutes == 1);
+    const struct config_route *r = &c.routes[0];
+    CHECK(r->queue_type == QUEUE_CLASSIC);
+    CHECK(r->declare_target == 0);
+    CHECK(strcmp(r->target_type, "direct") == 0);
+    CHECK(r->prefetch == 1000);
+    CHECK(r->max_inflight == 1000);
+    CHECK(r->max_delay_ms == 4294967295ull);
+    CHECK(r->invalid_delay == INVALID_DELAY_PUBLISH);
+    CHECK(r->dead_letter_exchange[0] == '\0');
+    config_free(&c);
+
+    /* empty sections are fine */
+    if (OK("{" BROKER "," WAL ",\"http\":{},\"log\":{},\"routes\":[" ROUTE("") "]}", &c) == 0) {
+        CHECK(c.http_listen[0] == '\0' && c.log_level == LOG_INFO);
+        config_free(&c);
+    }
+    /* http disabled explicitly, and enabled */
+    if (OK(CFGX(",\"http\":{\"listen\":\"\"}", ROUTE("")), &c) == 0) {
+        CHECK(c.http_listen[0] == '\0');
+        config_free(&c);
+    }
+    if (OK(CFGX(",\"http\":{\"listen\":\"127.0.0.1:9187\"}", ROUTE("")), &c) == 0) {
+        CHECK(strcmp(c.http_listen, "127.0.0.1:9187") == 0);
+        config_free(&c);
+    }
+    /* a UTF-8 byte order mark before the object is accepted */
+    if (OK("\xef\xbb\xbf" CFG(ROUTE("")), &c) == 0)
+        config_free(&c);
+}
+
+static void test_syntax(void)
+{
+    ERR3("{\n  \"broker\": {\n    \"uri\": \"x\",\n  }\n}", "test.json:4:3:", "invalid JSON",
+         NULL);
+    ERR2("{\"broker\":{", "test.json:1:12:", "unexpected end of file");
+    ERR2("{\n\"a\":\n@}", "test.json:3:1:", "invalid JSON");
+    ERR("", "empty");
+    ERR(" \n\t ", "empty");
+    ERR2(CFG(ROUTE("")) " x", "test.json:1:", "invalid JSON");
+    ERR2(CFG(ROUTE("")) "\n{}", "test.json:2:1:", "invalid JSON");
+    ERR2("/* comment */" CFG(ROUTE("")), "test.json:1:1:", "invalid JSON");
+    ERR2("{\"wal\":{\"dir\":\"/x\",},\"routes\":[]}", "test.json:1:20:", "invalid JSON");
+    ERR2("{\"a\":01}", "test.json:1:", "invalid JSON");
+    ERR("[]", "expected a JSON object at the top level");
+    ERR("\"str\"", "top level");
+    ERR("42", "top level");
+}
+
+static void test_unknown_keys(void)
+{
+    ERR3("{" BROKER "," WAL ",\"rotues\":[],\"routes\":[" ROUTE("") "]}", "test.json: rotues:",
+         "unknown key \"rotues\"", "routes");
+    ERR3("{\"broker\":{\"uri\":\"" URI "\",\"url\":\"x\"}," WAL ",\"routes\":[" ROUTE("") "]}",
+         "test.json: broker.url:", "unknown key", "heartbeat_s");
+    ERR2("{" BROKER ",\"wal\":{\"dir\":\"/x\",\"directory\":\"/y\"},\"routes\":[" ROUTE("") "]}",
+         "wal.directory:", "unknown key");
+    ERR2(CFGX(",\"http\":{\"port\":9187}", ROUTE("")), "http.port:", "unknown key");
+    ERR2(CFGX(",\"log\":{\"lvl\":\"info\"}", ROUTE("")), "log.lvl:", "unknown key");
+    ERR3(CFG(ROUTE("") "," ROUTE2(",\"prefech\":10")), "routes[1].prefech:", "unknown key",
+         "prefetch");
+    /* an odd key is shown escaped, on one line */
+    ERR2(CFGX(",\"x\\ny\\\"\":1", ROUTE("")), "unknown key \"x\\u000ay\\\"\"", NULL);
+}
+
+static void test_broker(void)
+{
+    ERR2("{" WAL ",\"routes\":[" ROUTE("") "]}", "test.json: broker.uri: missing",
+         "DELAY_BRIDGE_BROKER_URI");
+    ERR2("{\"broker\":{}," WAL ",\"routes\":[" ROUTE("") "]}", "broker.uri: missing", NULL);
+    ERR2("{\"broker\":[]," WAL ",\"routes\":[" ROUTE("") "]}", "test.json: broker:",
+         "expected an object, got an array");
+    ERR2("{\"broker\":{\"uri\":5}," WAL ",\"routes\":[" ROUTE("") "]}", "broker.uri:",
+         "expected a string or an array of strings, got 5");
+    ERR2("{\"broker\":{\"uri\":\"http://h/\"}," WAL ",\"routes\":[" ROUTE("") "]}",
+         "broker.uri:", "amqp:// or amqps://");
+    ERR2("{\"broker\":{\"uri\":\"\"}," WAL ",\"routes\":[" ROUTE("") "]}", "broker.uri:",
+         "must not be empty");
+    ERR2("{\"broker\":{\"uri\":\"AMQP://h/\"}," WAL ",\"routes\":[" ROUTE("") "]}",
+         "broker.uri:", "amqp://");
+    ERR2("{\"broker\":{\"uri\":\"amqp://h:99999/\"}," WAL ",\"routes\":[" ROUTE("") "]}",
+         "broker.uri:", "not a valid AMQP URI");
+    ERR2("{\"broker\":{\"uri\":\"amqp://h:0/\"}," WAL ",\"routes\":[" ROUTE("") "]}",
+         "broker.uri:", "not a valid AMQP URI");
+    ERR2("{\"broker\":{\"uri\":\"amqp://h/a/b\"}," WAL ",\"routes\":[" ROUTE("") "]}",
+         "broker.uri:", "%2f");
+    ERR2("{\"broker\":{\"uri\":[]}," WAL ",\"routes\":[" ROUTE("") "]}", "broker.uri:",
+         "expected 1..8 URIs, got 0");
+    ERR2("{\"broker\":{\"uri\":[\"" URI "\",7]}," WAL ",\"routes\":[" ROUTE("") "]}",
+         "broker.uri[1]:", "expected a string, got 7");
+    ERR2("{\"broker\":{\"uri\":[\"" URI "\",\"amqp://h/a/b\"]}," WAL ",\"routes\":[" ROUTE("") "]}",
+         "broker.uri[1]:", "not a valid AMQP URI");
+    ERR2("{\"broker\":{\"uri\":[\"amqp://a\",\"amqp://b\",\"amqp://c\",\"amqp://d\",\"amqp://e\","
+         "\"amqp://f\",\"amqp://g\",\"amqp://h\",\"amqp://i\"]}," WAL ",\"routes\":[" ROUTE("") "]}",
+         "broker.uri:", "expected 1..8 URIs, got 9");
+
+    ERR2("{\"broker\":{\"uri\":\"amqp://h/\\u0000x\"}," WAL ",\"routes\":[" ROUTE("") "]}",
+         "broker.uri:", "NUL");
+
+    /* the password never shows in a message */
+    struct config c;
+    char err[512];
+    CHECK(config_parse(&c,
+                       "{\"broker\":{\"uri\":\"amqp://u:hunter2@h:99999/\"}," WAL
+                       ",\"routes\":[" ROUTE("") "]}",
+                       "test.json", err, sizeof err) == -1);
+    CHECK(strstr(err, "hunter2") == NULL);
+    CHECK(strstr(err, "amqp://u:***@h:99999/") != NULL);
+
+    /* the default vhost "/" written %2f */
+    if (OK("{\"broker\":{\"uri\":\"amqp://guest:guest@127.0.0.1:5672/%2f\"}," WAL
+           ",\"routes\":[" ROUTE("") "]}",
+           &c) == 0) {
+        CHECK(strcmp(c.uris[0], "amqp://guest:guest@127.0.0.1:5672/%2f") == 0);
+        config_free(&c);
+    }
+
+    /* eight URIs is the limit, not an error */
+    if (OK("{\"broker\":{\"uri\":[\"amqp://a\",\"amqp://b\",\"amqp://c\",\"amqp://d\",\"amqp://e\","
+           "\"amqp://f\",\"amqp://g\",\"amqps://u:p@[::1]:5671/v\"]}," WAL
+           ",\"routes\":[" ROUTE("") "]}",
+           &c) == 0) {
+        CHECK(c.nuris == 8 && strcmp(c.uris[7], "amqps://u:p@[::1]:5671/v") == 0);
+        config_free(&c);
+    }
+
+#define B(kv) "{\"broker\":{\"uri\":\"" URI "\"," kv "}," WAL ",\"routes\":[" ROUTE("") "]}"
+    ERR(B("\"heartbeat_s\":\"30\""),
+        "test.json: broker.heartbeat_s: expected an integer 0..65535, got \"30\"");
+    ERR(B("\"heartbeat_s\":65536"), "broker.heartbeat_s: expected an integer 0..65535, got 65536");
+    ERR(B("\"heartbeat_s\":-1"), "broker.heartbeat_s: expected an integer 0..65535, got -1");
+    ERR(B("\"heartbeat_s\":1.5"), "broker.heartbeat_s: expected an integer 0..65535, got 1.5");
+    ERR(B("\"heartbeat_s\":30.0"), "broker.heartbeat_s: expected an integer 0..65535, got 30.0");
+    ERR(B("\"heartbeat_s\":3e1"), "broker.heartbeat_s: expected an integer 0..65535, got 3e1");
+    ERR(B("\"heartbeat_s\":true"), "broker.heartbeat_s: expected an integer 0..65535, got true");
+    ERR(B("\"heartbeat_s\":null"), "broker.heartbeat_s: expected an integer 0..65535, got null");
+    ERR(B("\"heartbeat_s\":{}"), "got an object");
+    ERR(B("\"connect_timeout_ms\":0"), "broker.connect_timeout_ms: expected an integer 1..");
+    ERR(B("\"connect_timeout_ms\":4294967296"), "broker.connect_timeout_ms: expected an integer");
+    ERR(B("\"connect_timeout_ms\":99999999999999999999"), "got a number out of range");
+    ERR(B("\"reconnect_min_ms\":\"1\""), "broker.reconnect_min_ms:");
+    ERR2(B("\"reconnect_min_ms\":1000,\"reconnect_max_ms\":999"), "broker.reconnect_max_ms:",
+         "reconnect_min_ms");
+    ERR2(B("\"reconnect_min_ms\":40000"), "broker.reconnect_max_ms:", "30000");
+    ERR2(B("\"publish_retry_min_ms\":61000"), "broker.publish_retry_max_ms:", "expected max >= min");
+    ERR(B("\"publish_retry_max_ms\":false"), "broker.publish_retry_max_ms:");
+#undef B
+    if (OK("{\"broker\":{\"uri\":\"" URI "\",\"heartbeat_s\":65535,\"connect_timeout_ms\":4294967295}," WAL
+           ",\"routes\":[" ROUTE("") "]}",
+           &c) == 0) {
+        CHECK(c.heartbeat_s == 65535 && c.connect_timeout_ms == 4294967295u);
+        config_free(&c);
+    }
+}
+
+static void test_env(void)
+{
+    struct config c;
+    const char *no_uri = "{\"broker\":{\"heartbeat_s\":5}," WAL ",\"routes\":[" ROUTE("") "]}";
+    const char *no_broker = "{" WAL ",\"routes\":[" ROUTE("") "]}";
+
+    setenv("DELAY_BRIDGE_BROKER_URI", "amqp://a:b@h1:5672/v, amqps://h2 ,amqp://h3", 1);
+    if (OK(no_uri, &c) == 0) {
+        CHECK(c.uri_from_env == 1);
+        CHECK(c.nuris == 3);
+        CHECK(strcmp(c.uris[0], "amqp://a:b@h1:5672/v") == 0);
+        CHECK(strcmp(c.uris[1], "amqps://h2") == 0);
+        CHECK(strcmp(c.uris[2], "amqp://h3") == 0);
+        CHECK(c.heartbeat_s == 5);
+        config_free(&c);
+    }
+    if (OK(no_broker, &c) == 0) {
+        CHECK(c.uri_from_env == 1 && c.nuris == 3);
+        config_free(&c);
+    }
+    /* the environment wins over the file */
+    if (OK(CFG(ROUTE("")), &c) == 0) {
+        CHECK(c.uri_from_env == 1 && c.nuris == 3 && strcmp(c.uris[0], "amqp://a:b@h1:5672/v") == 0);
+        config_free(&c);
+    }
+    setenv("DELAY_BRIDGE_BROKER_URI", "amqp://only", 1);
+    if (OK(CFG(ROUTE("")), &c) == 0) {
+        CHECK(c.uri_from_env == 1 && c.nuris == 1 && strcmp(c.uris[0], "amqp://only") == 0);
+        config_free(&c);
+    }
+    /* unknown keys in broker are still errors */
+    ERR("{\"broker\":{\"uri\":\"" URI "\",\"x\":1}," WAL ",\"routes\":[" ROUTE("") "]}",
+        "broker.x: unknown key");
+
+    setenv("DELAY_BRIDGE_BROKER_URI", "amqp://h1,http://u:pw@h2", 1);
+    ERR3(no_uri, "DELAY_BRIDGE_BROKER_URI (item 2)", "amqp://", "u:***@h2");
+    setenv("DELAY_BRIDGE_BROKER_URI", "amqp://h1,,amqp://h2", 1);
+    ERR2(no_uri, "DELAY_BRIDGE_BROKER_URI (item 2)", "empty");
+    setenv("DELAY_BRIDGE_BROKER_URI", "amqp://h1,", 1);
+    ERR2(no_uri, "DELAY_BRIDGE_BROKER_URI (item 2)", "empty");
+    setenv("DELAY_BRIDGE_BROKER_URI", "amqp://1,amqp://2,amqp://3,amqp://4,amqp://5,amqp://6,"
+                                      "amqp://7,amqp://8,amqp://9", 1);
+    ERR2(no_uri, "DELAY_BRIDGE_BROKER_URI (item 9)", "at most 8");
+
+    /* empty variable: the file is used */
+    setenv("DELAY_BRIDGE_BROKER_URI", "", 1);
+    if (OK(CFG(ROUTE("")), &c) == 0) {
+        CHECK(c.uri_from_env == 0 && c.nuris == 1 && strcmp(c.uris[0], URI) == 0);
+        config_free(&c);
+    }
+    ERR(no_uri, "broker.uri: missing");
+    unsetenv("DELAY_BRIDGE_BROKER_URI");
+    ERR(no_broker, "broker.uri: missing");
+}
+
+static void test_wal_http_log(void)
+{
+    struct config c;
+#define W(kv) "{" BROKER ",\"wal\":{\"dir\":\"/w\"" kv "},\"routes\":[" ROUTE("") "]}"
+    ERR("{" BROKER ",\"routes\":[" ROUTE("") "]}", "test.json: wal.dir: missing");
+    ERR("{" BROKER ",\"wal\":{},\"routes\":[" ROUTE("") "]}", "wal.dir: missing");
+    ERR("{" BROKER ",\"wal\":{\"dir\":\"\"},\"routes\":[" ROUTE("") "]}", "wal.dir: must not be empty");
+    ERR("{" BROKER ",\"wal\":{\"dir\":7},\"routes\":[" ROUTE("") "]}", "wal.dir: expected a string, got 7");
+    ERR("{" BROKER ",\"wal\":\"/w\",\"routes\":[" ROUTE("") "]}", "test.json: wal: expected an object, got \"/w\"");
+    ERR("{" BROKER ",\"wal\":{\"dir\":\"/w\\u0000x\"},\"routes\":[" ROUTE("") "]}", "wal.dir: must not contain a NUL");
+    ERR(W(",\"segment_mb\":0"), "wal.segment_mb: expected an integer 1..4095, got 0");
+    ERR(W(",\"segment_mb\":4096"), "wal.segment_mb: expected an integer 1..4095, got 4096");
+    ERR(W(",\"segment_mb\":\"64\""), "wal.segment_mb: expected an integer 1..4095, got \"64\"");
+    ERR(W(",\"fsync\":\"true\""), "wal.fsync: expected true or false, got \"true\"");
+    ERR(W(",\"fsync\":1"), "wal.fsync: expected true or false, got 1");
+    ERR(W(",\"fsync\":null"), "wal.fsync: expected true or false, got null");
+    ERR(W(",\"max_message_bytes\":0"), "wal.max_message_bytes: expected an integer 1..536870912, got 0");
+    ERR(W(",\"max_message_bytes\":536870913"), "wal.max_message_bytes:");
+    if (OK(W(",\"segment_mb\":4095,\"max_message_bytes\":536870912"), &c) == 0) {
+        CHECK(c.segment_bytes == 4095ull << 20 && c.max_message_bytes == 536870912u);
+        config_free(&c);
+    }
+    if (OK(W(",\"segment_mb\":1"), &c) == 0) {
+        CHECK(c.segment_bytes == 1u << 20);
+        config_free(&c);
+    }
+    /* a 4095-byte dir fits, 4096 does not */
+    static char json[8192];
+    char dir[4097];
+    memset(dir, 'd', sizeof dir);
+    dir[0] = '/';
+    dir[4095] = '\0';
+    snprintf(json, sizeof json, "{" BROKER ",\"wal\":{\"dir\":\"%s\"},\"routes\":[" ROUTE("") "]}", dir);
+    if (OK(json, &c) == 0) {
+        CHECK(strlen(c.wal_dir) == 4095);
+        config_free(&c);
+    }
+    dir[4095] = 'd';
+    dir[4096] = '\0';
+    snprintf(json, sizeof json, "{" BROKER ",\"wal\":{\"dir\":\"%s\"},\"routes\":[" ROUTE("") "]}", dir);
+    ERR2(json, "wal.dir: too long (4096 bytes)", "at most 4095");
+#undef W
+
+#define H(v) CFGX(",\"http\":{\"listen\":" v "}", ROUTE(""))
+    const char *good[] = { H("\"127.0.0.1:9187\""), H("\"0.0.0.0:1\""), H("\"[::1]:65535\""),
+                           H("\"localhost:80\""), H("\"[::]:9187\"") };
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++)
+        if (OK(good[i], &c) == 0)
+            config_free(&c);
+    ERR(H("\"127.0.0.1\""), "http.listen: expected \"\" (disabled) or host:port");
+    ERR2(H("\":9187\""), "http.listen:", "got \":9187\"");
+    ERR(H("\"h:0\""), "http.listen:");
+    ERR(H("\"h:65536\""), "http.listen:");
+    ERR(H("\"h:\""), "http.listen:");
+    ERR(H("\"h:80x\""), "http.listen:");
+    ERR(H("\"h:-80\""), "http.listen:");
+    ERR(H("\"::1:80\""), "http.listen:");
+    ERR(H("\"[::1:80\""), "http.listen:");
+    ERR(H("\"[]:80\""), "http.listen:");
+    ERR(H("\"h:0000080\""), "http.listen:");
+    ERR(H("9187"), "http.listen: expected a string, got 9187");
+    ERR(CFGX(",\"http\":\"127.0.0.1:1\"", ROUTE("")), "test.json: http: expected an object");
+#undef H
+
+    const char *levels[] = { "debug", "info", "warn", "error" };
+    for (int i = 0; i < 4; i++) {
+        char j[1024];
+        snprintf(j, sizeof j, CFGX(",\"log\":{\"level\":\"%s\"}", ROUTE("")), levels[i]);
+        if (OK(j, &c) == 0) {
+            CHECK(c.log_level == i);
+            config_free(&c);
+        }
+    }
+    ERR(CFGX(",\"log\":{\"level\":\"verbose\"}", ROUTE("")),
+        "log.level: expected \"debug\", \"info\", \"warn\" or \"error\", got \"verbose\"");
+    ERR(CFGX(",\"log\":{\"level\":\"INFO\"}", ROUTE("")), "log.level:");
+    ERR(CFGX(",\"log\":{\"level\":1}", ROUTE("")), "log.level:");
+    ERR(CFGX(",\"log\":{\"level\":\"informational-and-more\"}", ROUTE("")), "log.level:");
+    ERR(CFGX(",\"log\":[]", ROUTE("")), "test.json: log: expected an object");
+
+    ERR(CFGX(",\"shutdown_timeout_ms\":\"10\"", ROUTE("")),
+        "test.json: shutdown_timeout_ms: expected an integer 0..4294967295, got \"10\"");
+    ERR(CFGX(",\"shutdown_timeout_ms\":-1", ROUTE("")), "shutdown_timeout_ms:");
+    ERR(CFGX(",\"shutdown_timeout_ms\":4294967296", ROUTE("")), "shutdown_timeout_ms:");
+}
+
+static void test_routes(void)
+{
+    struct config c;
+    ERR("{" BROKER "," WAL "}", "test.json: routes: missing");
+    ERR("{" BROKER "," WAL ",\"routes\":{}}", "routes: expected an array, got an object");
+    ERR("{" BROKER "," WAL ",\"routes\":[]}", "routes: expected 1..256 routes, got 0");
+    ERR(CFG("5"), "routes[0]: expected an object, got 5");
+    ERR(CFG(ROUTE("") ",[]"), "routes[1]: expected an object, got an array");
+
+    /* the example from the brief, word for word */
+    ERR(CFG(ROUTE("") "," ROUTE2(",\"prefetch\":\"100\"")),
+        "test.json: routes[1].prefetch: expected an integer 1..65535, got \"100\"");
+
+    /* required keys */
+    ERR(CFG("{\"ingress_exchange\":\"a\",\"ingress_queue\":\"q\",\"target_exchange\":\"t\"}"),
+        "routes[0].name: missing");
+    ERR(CFG("{\"name\":\"n\",\"ingress_queue\":\"q\",\"target_exchange\":\"t\"}"),
+        "routes[0].ingress_exchange: missing");
+    ERR(CFG("{\"name\":\"n\",\"ingress_exchange\":\"a\",\"target_exchange\":\"t\"}"),
+        "routes[0].ingress_queue: missing");
+    ERR(CFG("{\"name\":\"n\",\"ingress_exchange\":\"a\",\"ingress_queue\":\"q\"}"),
+        "routes[0].target_exchange: missing");
+    ERR(CFG("{\"name\":\"\",\"ingress_exchange\":\"a\",\"ingress_queue\":\"q\",\"target_exchange\":\"t\"}"),
+        "routes[0].name: must not be empty");
+    ERR(CFG("{\"name\":\"n\",\"ingress_exchange\":\"\",\"ingress_queue\":\"q\",\"target_exchange\":\"t\"}"),
+        "routes[0].ingress_exchange: must not be empty");
+    ERR(CFG("{\"name\":\"n\",\"ingress_exchange\":\"a\",\"ingress_queue\":\"\",\"target_exchange\":\"t\"}"),
+        "routes[0].ingress_queue: must not be empty");
+    ERR(CFG("{\"name\":\"n\",\"ingress_exchange\":\"a\",\"ingress_queue\":\"q\",\"target_exchange\":null}"),
+        "routes[0].target_exchange: expected a string, got null");
+    ERR(CFG("{\"name\":5,\"ingress_exchange\":\"a\",\"ingress_queue\":\"q\",\"target_exchange\":\"t\"}"),
+        "routes[0].name: expected a string, got 5");
+
+    /* name characters */
+    ERR2(CFG("{\"name\":\"a b\",\"ingress_exchange\":\"a\",\"ingress_queue\":\"q\",\"target_exchange\":\"t\"}"),
+         "routes[0].name: \"a b\"", "letters, digits");
+    ERR(CFG("{\"name\":\"caf\xc3\xa9\",\"ingress_exchange\":\"a\",\"ingress_queue\":\"q\",\"target_exchange\":\"t\"}"),
+        "routes[0].name:");
+    ERR(CFG("{\"name\":\"a/b\",\"ingress_exchange\":\"a\",\"ingress_queue\":\"q\",\"target_exchange\":\"t\"}"),
+        "routes[0].name:");
+
+    /* 255 bytes fit, 256 do not */
+    char n255[256], n256[257], json[4096];
+    memset(n255, 'n', 255);
+    n255[255] = '\0';
+    memset(n256, 'n', 256);
+    n256[256] = '\0';
+    snprintf(json, sizeof json,
+             CFG("{\"name\":\"%s\",\"ingress_exchange\":\"%s\",\"ingress_queue\":\"%s\","
+                 "\"target_exchange\":\"t\"}"),
+             n255, n255, n255);
+    if (OK(json, &c) == 0) {
+        CHECK(strlen(c.routes[0].name) == 255 && strlen(c.routes[0].ingress_queue) == 255);
+        config_free(&c);
+    }
+    snprintf(json, sizeof json,
+             CFG("{\"name\":\"%s\",\"ingress_exchange\":\"a\",\"ingress_queue\":\"q\",\"target_exchange\":\"t\"}"),
+             n256);
+    ERR2(json, "routes[0].name: too long (256 bytes)", "at most 255");
+    snprintf(json, sizeof json,
+             CFG("{\"name\":\"n\",\"ingress_exchange\":\"%s\",\"ingress_queue\":\"q\",\"target_exchange\":\"t\"}"),
+             n256);
+    ERR(json, "routes[0].ingress_exchange: too long");
+    snprintf(json, sizeof json,
+             CFG("{\"name\":\"n\",\"ingress_exchange\":\"a\",\"ingress_queue\":\"%s\",\"target_exchange\":\"t\"}"),
+             n256);
+    ERR(json, "routes[0].ingress_queue: too long");
+    snprintf(json, sizeof json,
+             CFG("{\"name\":\"n\",\"ingress_exchange\":\"a\",\"ingress_queue\":\"q\",\"target_exchange\":\"%s\"}"),
+             n256);
+    ERR(json, "routes[0].target_exchange: too long");
+
+    /* uniqueness */
+    ERR2(CFG(ROUTE("") ",{\"name\":\"orders\",\"ingress_exchange\":\"x\",\"ingress_queue\":\"y\","
+                       "\"target_exchange\":\"z\"}"),
+         "routes[1].name: \"orders\" is already used by routes[0]", "unique name");
+    ERR2(CFG(ROUTE("") ",{\"name\":\"b\",\"ingress_exchange\":\"orders.delayed\",\"ingress_queue\":\"y\","
+                       "\"target_exchange\":\"z\"}"),
+         "routes[1].ingress_exchange: \"orders.delayed\" is already used by routes[0]", NULL);
+    ERR2(CFG(ROUTE("") "," ROUTE2("") ",{\"name\":\"c\",\"ingress_exchange\":\"c.d\","
+                       "\"ingress_queue\":\"billing.delayed.q\",\"target_exchange\":\"z\"}"),
+         "routes[2].ingress_queue: \"billing.delayed.q\" is already used by routes[1]", NULL);
+    /* a queue may share its name with an exchange, targets may be shared */
+    if (OK(CFG(ROUTE("") ",{\"name\":\"b\",\"ingress_exchange\":\"orders.delayed.q\","
+                         "\"ingress_queue\":\"orders.delayed\",\"target_exchange\":\"orders\"}"),
+           &c) == 0)
+        config_free(&c);
+
+    /* loops */
+    ERR2(CFG("{\"name\":\"n\",\"ingress_exchange\":\"a\",\"ingress_queue\":\"q\",\"target_exchange\":\"a\"}"),
+         "routes[0].target_exchange: same as ingress_exchange \"a\"", "loop");
+    ERR3(CFG("{\"name\":\"orders\",\"ingress_exchange\":\"orders.delayed\",\"ingress_queue\":\"q1\","
+             "\"target_exchange\":\"billing.delayed\"},"
+             "{\"name\":\"billing\",\"ingress_exchange\":\"billing.delayed\",\"ingress_queue\":\"q2\","
+             "\"target_exchange\":\"orders.delayed\"}"),
+         "test.json: routes[0].target_exchange: routes form a loop", "orders -> billing -> orders",
+         "republished for ever");
+    ERR2(CFG("{\"name\":\"a\",\"ingress_exchange\":\"ea\",\"ingress_queue\":\"qa\",\"target_exchange\":\"eb\"},"
+             "{\"name\":\"b\",\"ingress_exchange\":\"eb\",\"ingress_queue\":\"qb\",\"target_exchange\":\"ec\"},"
+             "{\"name\":\"c\",\"ingress_exchange\":\"ec\",\"ingress_queue\":\"qc\",\"target_exchange\":\"eb\"}"),
+         "routes[1].target_exchange: routes form a loop (b -> c -> b)", NULL);
+    /* a chain without a loop is fine: a -> b -> plain exchange */
+    if (OK(CFG("{\"name\":\"a\",\"ingress_exchange\":\"ea\",\"ingress_queue\":\"qa\",\"target_exchange\":\"eb\"},"
+               "{\"name\":\"b\",\"ingress_exchange\":\"eb\",\"ingress_queue\":\"qb\",\"target_exchange\":\"plain\"}"),
+           &c) == 0)
+        config_free(&c);
+    /* invalid x-delay going round through dead-letter exchanges */
+    ERR2(CFG(ROUTE(",\"invalid_delay\":\"dead-letter\",\"dead_letter_exchange\":\"billing.delayed\"") ","
+             ROUTE2(",\"invalid_delay\":\"dead-letter\",\"dead_letter_exchange\":\"orders.delayed\"")),
+         "dead_letter_exchange: routes form a loop", "invalid x-delay");
+    /* ... or dead-lettered into a route that publishes back */
+    ERR2(CFG(ROUTE(",\"invalid_delay\":\"dead-letter\",\"dead_letter_exchange\":\"billing.delayed\"") ","
+             "{\"name\":\"billing\",\"ingress_exchange\":\"billing.delayed\",\"ingress_queue\":\"q2\","
+             "\"target_exchange\":\"orders.delayed\"}"),
+         "routes[0].dead_letter_exchange: routes form a loop", "invalid x-delay");
+    /* dead_letter_exchange pointing at a route is fine when it leads out */
+    if (OK(CFG(ROUTE(",\"invalid_delay\":\"dead-letter\",\"dead_letter_exchange\":\"billing.delayed\"") ","
+               ROUTE2("")),
+           &c) == 0)
+        config_free(&c);
+    /* dead_letter_exchange unused with "publish": no loop through it */
+    if (OK(CFG(ROUTE(",\"dead_letter_exchange\":\"orders.delayed\"")), &c) == 0)
+        config_free(&c);
+
+    /* enums and booleans */
+    ERR(CFG(ROUTE(",\"target_type\":\"x-delayed-message\"")),
+        "routes[0].target_type: expected \"direct\", \"topic\", \"fanout\" or \"headers\", got "
+        "\"x-delayed-message\"");
+    ERR(CFG(ROUTE(",\"target_type\":1")), "routes[0].target_type: expected a string, got 1");
+    ERR(CFG(ROUTE(",\"queue_type\":\"stream\"")),
+        "routes[0].queue_type: expected \"classic\" or \"quorum\", got \"stream\"");
+    ERR(CFG(ROUTE(",\"queue_type\":\"Quorum\"")), "routes[0].queue_type:");
+    ERR(CFG(ROUTE(",\"declare_target\":\"yes\"")),
+        "routes[0].declare_target: expected true or false, got \"yes\"");
+    ERR(CFG(ROUTE(",\"declare_target\":0")), "routes[0].declare_target: expected true or false, got 0");
+    ERR(CFG(ROUTE(",\"invalid_delay\":\"drop\"")),
+        "routes[0].invalid_delay: expected \"publish\" or \"dead-letter\", got \"drop\"");
+    ERR(CFG(ROUTE(",\"invalid_delay\":\"dead-letter\"")),
+        "routes[0].dead_letter_exchange: required when invalid_delay is \"dead-letter\"");
+    ERR(CFG(ROUTE(",\"invalid_delay\":\"dead-letter\",\"dead_letter_exchange\":\"\"")),
+        "routes[0].dead_letter_exchange: required");
+    ERR2(CFG(ROUTE(",\"invalid_delay\":\"dead-letter\",\"dead_letter_exchange\":\"orders.delayed\"")),
+         "routes[0].dead_letter_exchange: same as ingress_exchange", "loop");
+    ERR(CFG(ROUTE(",\"dead_letter_exchange\":false")), "routes[0].dead_letter_exchange: expected a string");
+
+    /* names RabbitMQ would refuse to declare */
+    ERR(CFG("{\"name\":\"n\",\"ingress_exchange\":\"amq.x\",\"ingress_queue\":\"q\",\"target_exchange\":\"t\"}"),
+        "routes[0].ingress_exchange: the \"amq.\" prefix is reserved");
+    ERR(CFG("{\"name\":\"n\",\"ingress_exchange\":\"a\",\"ingress_queue\":\"amq.q\",\"target_exchange\":\"t\"}"),
+        "routes[0].ingress_queue: the \"amq.\" prefix is reserved");
+    ERR(CFG("{\"name\":\"n\",\"ingress_exchange\":\"a\",\"ingress_queue\":\"q\",\"target_exchange\":\"\","
+            "\"declare_target\":true}"),
+        "routes[0].declare_target: the default exchange");
+    ERR(CFG("{\"name\":\"n\",\"ingress_exchange\":\"a\",\"ingress_queue\":\"q\",\"target_exchange\":\"amq.topic\","
+            "\"declare_target\":true}"),
+        "routes[0].declare_target:");
+    if (OK(CFG("{\"name\":\"n\",\"ingress_exchange\":\"a\",\"ingress_queue\":\"q\",\"target_exchange\":\"amq.topic\"}"),
+           &c) == 0)
+        config_free(&c);
+
+    /* integer ranges */
+    ERR(CFG(ROUTE(",\"prefetch\":0")), "routes[0].prefetch: expected an integer 1..65535, got 0");
+    ERR(CFG(ROUTE(",\"prefetch\":65536")), "routes[0].prefetch: expected an integer 1..65535, got 65536");
+    ERR(CFG(ROUTE(",\"prefetch\":100.0")), "routes[0].prefetch: expected an integer 1..65535, got 100.0");
+    ERR(CFG(ROUTE(",\"prefetch\":true")), "routes[0].prefetch: expected an integer 1..65535, got true");
+    ERR(CFG(ROUTE(",\"max_inflight\":0")), "routes[0].max_inflight: expected an integer 1..1000000, got 0");
+    ERR(CFG(ROUTE(",\"max_inflight\":1000001")), "routes[0].max_inflight: expected an integer 1..1000000");
+    ERR(CFG(ROUTE(",\"max_delay_ms\":0")),
+        "routes[0].max_delay_ms: expected an integer 1..9223372036854775807, got 0");
+    ERR(CFG(ROUTE(",\"max_delay_ms\":-5")), "routes[0].max_delay_ms: expected an integer 1..");
+    ERR(CFG(ROUTE(",\"max_delay_ms\":9223372036854775808")),
+        "routes[0].max_delay_ms: expected an integer 1..9223372036854775807, got 9223372036854775808");
+    ERR(CFG(ROUTE(",\"max_delay_ms\":18446744073709551616")), "got a number out of range");
+    ERR(CFG(ROUTE(",\"max_delay_ms\":-9223372036854775809")), "got a number out of range");
+    ERR(CFG(ROUTE(",\"max_delay_ms\":1e3")), "routes[0].max_delay_ms:");
+    ERR(CFG(ROUTE(",\"max_delay_ms\":\"4294967295\"")), "routes[0].max_delay_ms:");
+
+    /* 256 routes is the limit */
+    size_t cap = 300 * 160;
+    char *big = malloc(cap);
+    for (int nr = 256; nr <= 257; nr++) {
+        size_t o = (size_t)snprintf(big, cap, "{" BROKER "," WAL ",\"routes\":[");
+        for (int i = 0; i < nr; i++)
+            o += (size_t)snprintf(big + o, cap - o,
+                                  "%s{\"name\":\"r%d\",\"ingress_exchange\":\"e%d\","
+                                  "\"ingress_queue\":\"q%d\",\"target_exchange\":\"t\"}",
+                                  i ? "," : "", i, i, i);
+        snprintf(big + o, cap - o, "]}");
+        if (nr == 256) {
+            if (OK(big, &c) == 0) {
+                CHECK(c.nroutes == 256 && strcmp(c.routes[255].name, "r255") == 0);
+                config_free(&c);
+            }
+        } else {
+            ERR(big, "routes: expected 1..256 routes, got 257");
+        }
+    }
+    free(big);
+}
+
+static void test_err_buffer(void)
+{
+    struct config c;
+    char small[16];
+    memset(small, 'Z', sizeof small);
+    CHECK(config_parse(&c, "[]", "a-rather-long-file-name.json", small, 10) == -1);
+    CHECK(strlen(small) == 9 && small[10] == 'Z');
+    CHECK(is_zero(&c));
+    CHECK(config_parse(&c, "[]", "x.json", NULL, 0) == -1);
+    CHECK(config_parse(&c, CFG(ROUTE(",\"prefetch\":0")), "x.json", small, 1) == -1 && small[0] == '\0');
+    CHECK(is_zero(&c));
+    /* a failure after URIs and routes were allocated leaves nothing behind (ASan checks) */
+    CHECK(config_parse(&c, CFG(ROUTE("") "," ROUTE2(",\"prefetch\":0")), "x.json", NULL, 0) == -1);
+    CHECK(is_zero(&c));
+}
+
+static void test_load(void)
+{
+    char path[] = "/tmp/test_config.XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    const char *json = CFG(ROUTE(""));
+    CHECK(write(fd, json, strlen(json)) == (ssize_t)strlen(json));
+    close(fd);
+
+    struct config c;
+    char err[512] = "";
+    CHECK(config_load(&c, path, err, sizeof err) == 0);
+    if (err[0])
+        printf("  err: %s\n", err);
+    CHECK(c.nroutes == 1 && strcmp(c.routes[0].name, "orders") == 0);
+    config_free(&c);
+
+    /* errors name the path given */
+    FILE *f = fopen(path, "w");
+    fputs("{\n  \"broker\": {\"uri\": \"" URI "\"},\n  \"wal\": {\"dir\": \"/w\"},\n"
+          "  \"routes\": [" ROUTE(",\"prefetch\":\"100\"") "]\n}\n",
+          f);
+    fclose(f);
+    CHECK(config_load(&c, path, err, sizeof err) == -1);
+    CHECK(strncmp(err, path, strlen(path)) == 0 && strstr(err, ": routes[0].prefetch: ") != NULL);
+    CHECK(is_zero(&c));
+
+    f = fopen(path, "w");
+    fputs("{\n  \"broker\": {\"uri\": \"" URI "\"},\n  \"wal\": {\"dir\": \"/w\"}\n  \"routes\": []\n}\n", f);
+    fclose(f);
+    CHECK(config_load(&c, path, err, sizeof err) == -1);
+    char want[256];
+    snprintf(want, sizeof want, "%s:4:3: invalid JSON", path);
+    CHECK(strncmp(err, want, strlen(want)) == 0);
+    if (strncmp(err, want, strlen(want)) != 0)
+        printf("  got: %s\n  want: %s\n", err, want);
+
+    /* a NUL byte in the file */
+    f = fopen(path, "w");
+    fwrite("{\"a\":\0}", 1, 7, f);
+    fclose(f);
+    CHECK(config_load(&c, path, err, sizeof err) == -1 && strstr(err, "NUL"));
+
+    unlink(path);
+    CHECK(config_load(&c, path, err, sizeof err) == -1);
+    CHECK(strncmp(err, path, strlen(path)) == 0 && strstr(err, "cannot open: No such file"));
+    CHECK(is_zero(&c));
+    CHECK(config_load(&c, "/tmp", err, sizeof err) == -1);
+    CHECK(strstr(err, "/tmp: cannot read") != NULL);
+}
+
+int main(void)
+{
+    unsetenv("DELAY_BRIDGE_BROKER_URI");
+    test_full();
+    test_defaults();
+    test_syntax();
+    test_unknown_keys();
+    test_broker();
+    test_env();
+    test_wal_http_log();
+    test_routes();
+    test_err_buffer();
+    test_load();
+    if (failures) {
+        printf("test_config: %d failure(s)\n", failures);
+        return 1;
+    }
+    printf("test_config: ok\n");
+    return 0;
+}

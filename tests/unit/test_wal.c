@@ -1,0 +1,1395 @@
+/*
+ * test_wal.c -- the segmented WAL: durability across reopen, segment roll,
+ * torn tails cut and corruption refused, stale salts, reads, space reclaim
+ * and compaction, the directory lock, LSNs that never repeat, and the
+ * failed state after a write error.
+ *
+ * Every test works in its own directory under a mkdtemp() base in /tmp,
+ * removed at the end. Most tests run with no_sync (the file contents are
+ * what is tested; fdatasync has its own test).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "delay-bridge/wal.h"
+#include "delay-bridge/walrec.h"
+
+/* Test hook in src/wal.c: make the active segment's fd fail every write. */
+int wal_test_break_fd(struct wal *w);
+
+static int failures;
+static char base[64];
+
+#define CHECK(cond, ...)                                                                   \
+    do {                                                                                   \
+        if (!(cond)) {                                                                     \
+            failures++;                                                                    \
+            fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond);                \
+            fprintf(stderr, __VA_ARGS__);                                                  \
+            fputc('\n', stderr);                                                           \
+            if (failures > 40)                                                             \
+                exit(1);                                                                   \
+        }                                                                                  \
+    } while (0)
+
+#define CHECK_RC(expr, want)                                                               \
+    do {                                                                                   \
+        int rc_ = (expr);                                                                  \
+        CHECK(rc_ == (want), "%s -> %d (%s), want %d", #expr, rc_, wal_strerror(rc_),      \
+              (int)(want));                                                                \
+    } while (0)
+
+/* ---- files ------------------------------------------------------------- */
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+static void rm_rf(const char *p)
+{
+    nftw(p, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* A path under the test's base directory; each call gets its own buffer. */
+static const char *tdir(const char *name)
+{
+    static char buf[64][256];
+    static int i;
+    char *p = buf[i++ & 63];
+    snprintf(p, sizeof(buf[0]), "%s/%s", base, name);
+    return p;
+}
+
+/* Rotating buffers: two results may be used in one call. */
+static const char *seg_path(const char *dir, uint64_t segno)
+{
+    static char buf[4][512];
+    static int i;
+    char *p = buf[i++ & 3];
+    snprintf(p, sizeof(buf[0]), "%s/%020llu.wal", dir, (unsigned long long)segno);
+    return p;
+}
+
+static long long fsize(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 ? (long long)st.st_size : -1;
+}
+
+static int exists(const char *p)
+{
+    return access(p, F_OK) == 0;
+}
+
+static void file_truncate(const char *p, long long n)
+{
+    if (truncate(p, n) != 0)
+        perror("truncate");
+}
+
+static void file_append(const char *p, const void *b, size_t n)
+{
+    int fd = open(p, O_WRONLY | O_APPEND | O_CREAT, 0644);
+    if (fd < 0 || write(fd, b, n) != (ssize_t)n)
+        perror("append");
+    if (fd >= 0)
+        close(fd);
+}
+
+static void file_pwrite(const char *p, const void *b, size_t n, long long off)
+{
+    int fd = open(p, O_WRONLY);
+    if (fd < 0 || pwrite(fd, b, n, off) != (ssize_t)n)
+        perror("pwrite");
+    if (fd >= 0)
+        close(fd);
+}
+
+static void file_pread(const char *p, void *b, size_t n, long long off)
+{
+    int fd = open(p, O_RDONLY);
+    if (fd < 0 || pread(fd, b, n, off) != (ssize_t)n)
+        perror("pread");
+    if (fd >= 0)
+        close(fd);
+}
+
+static void flip_bit(const char *p, long long off, int bit)
+{
+    uint8_t b;
+    file_pread(p, &b, 1, off);
+    b ^= (uint8_t)(1u << bit);
+    file_pwrite(p, &b, 1, off);
+}
+
+static int count_segments(const char *dir)
+{
+    int n = 0;
+    for (uint64_t s = 1; s < 10000; s++)
+        n += exists(seg_path(dir, s));
+    return n;
+}
+
+/* ---- payloads ---------------------------------------------------------- */
+
+static uint8_t body_byte(uint64_t msg_id, size_t i)
+{
+    return (uint8_t)(msg_id * 131 + i * 7 + (i >> 8));
+}
+
+/* An ADD payload for msg_id with a body of body_len bytes; returns size. */
+static size_t make_add(uint8_t **out, uint64_t msg_id, uint32_t body_len)
+{
+    static const uint8_t props[] = {0x90, 0x00, 0x10, 'a', 'p', 'p', 'l', 'i', 'c',
+                                    'a',  't',  'i',  'o', 'n', '/', 'j', 's', 'o',
+                                    'n',  0x02};
+    struct walrec_add a;
+    uint8_t *body = malloc(body_len + 1);
+    size_t n, head;
+
+    for (uint32_t i = 0; i < body_len; i++)
+        body[i] = body_byte(msg_id, i);
+    memset(&a, 0, sizeof(a));
+    a.msg_id = msg_id;
+    a.due_ms = 1800000000000ull + msg_id;
+    a.enqueue_ms = 1700000000000ull;
+    a.route = "orders";
+    a.route_len = 6;
+    a.exchange = "orders.delayed";
+    a.exchange_len = 14;
+    a.routing_key = "eu.order.created";
+    a.routing_key_len = 16;
+    a.props = props;
+    a.props_len = sizeof(props);
+    a.body = body;
+    a.body_len = body_len;
+    n = walrec_add_size(&a);
+    *out = malloc(n);
+    head = walrec_add_encode_head(*out, &a);
+    if (body_len)
+        memcpy(*out + head, body, body_len);
+    free(body);
+    return n;
+}
+
+/* Does this ADD payload carry the body make_add() gives its msg_id? */
+static int add_ok(const uint8_t *p, uint32_t len, uint64_t *msg_id)
+{
+    struct walrec_add a;
+
+    if (walrec_add_decode(p, len, &a) != (int)len)
+        return 0;
+    for (uint32_t i = 0; i < a.body_len; i++)
+        if (a.body[i] != body_byte(a.msg_id, i))
+            return 0;
+    if (msg_id)
+        *msg_id = a.msg_id;
+    return a.route_len == 6 && memcmp(a.route, "orders", 6) == 0;
+}
+
+static int append_add(struct wal *w, uint32_t body_len, uint64_t *lsn, struct wal_loc *loc)
+{
+    uint8_t *p;
+    uint64_t id = wal_next_lsn(w);
+    size_t n = make_add(&p, id, body_len);
+    size_t head = n - body_len;
+    struct walrec_piece pcs[2] = {{p, head}, {p + head, body_len}};
+    int r = wal_append(w, WALREC_ADD, pcs, 2, lsn, loc);
+    free(p);
+    return r;
+}
+
+static int append_done(struct wal *w, const uint64_t *ids, uint32_t n, struct wal_loc *loc)
+{
+    uint8_t buf[4 + 8 * 64];
+    struct walrec_piece pc = {buf, walrec_done_encode(buf, ids, n)};
+    return wal_append(w, WALREC_DONE, &pc, 1, NULL, loc);
+}
+
+/* ---- replay collector -------------------------------------------------- */
+
+struct rec {
+    uint64_t lsn;
+    uint8_t type;
+    uint64_t msg_id;   /* ADD */
+    uint32_t ndone;    /* DONE */
+    uint64_t done0;
+    struct wal_loc loc;
+};
+
+struct coll {
+    struct rec *v;
+    size_t n, cap;
+    int bad_payloads;
+    size_t fail_at;       /* return -1234 at this record (1-based), 0 = never */
+    struct wal **wp;      /* for live accounting during replay */
+    int track_live;
+};
+
+static int collect(void *arg, const struct walrec_hdr *h, const uint8_t *payload,
+                   struct wal_loc loc)
+{
+    struct coll *c = arg;
+    struct rec r;
+
+    memset(&r, 0, sizeof(r));
+    r.lsn = h->lsn;
+    r.type = h->type;
+    r.loc = loc;
+    if (loc.len != WALREC_HDR_SIZE + h->len)
+        c->bad_payloads++;
+    if (h->type == WALREC_ADD) {
+        if (!add_ok(payload, h->len, &r.msg_id))
+            c->bad_payloads++;
+        if (c->track_live)
+            wal_live_add(*c->wp, loc);
+    } else if (h->type == WALREC_DONE) {
+        if (walrec_done_decode(payload, h->len, &r.ndone) != (int)h->len)
+            c->bad_payloads++;
+        else if (r.ndone)
+            r.done0 = walrec_done_id(payload, 0);
+    }
+    if (c->n == c->cap) {
+        c->cap = c->cap ? c->cap * 2 : 256;
+        c->v = realloc(c->v, c->cap * sizeof(*c->v));
+    }
+    c->v[c->n++] = r;
+    if (c->fail_at && c->n == c->fail_at)
+        return -1234;
+    return 0;
+}
+
+static void coll_reset(struct coll *c)
+{
+    free(c->v);
+    memset(c, 0, sizeof(*c));
+}
+
+static int wopen(struct wal **w, const char *dir, uint64_t seg_bytes, struct coll *c)
+{
+    struct wal_opts o = {dir, seg_bytes, 1};
+    if (c)
+        coll_reset(c);
+    return wal_open(w, &o, collect, c ? (void *)c : (void *)&(struct coll){0});
+}
+
+static int wopen_quiet_coll(struct wal **w, const char *dir, uint64_t seg_bytes)
+{
+    struct coll c = {0};
+    int r = wopen(w, dir, seg_bytes, &c);
+    coll_reset(&c);
+    return r;
+}
+
+/* Records 1..n in LSN order with ADD payloads intact. */
+static int coll_is_prefix(const struct coll *c, size_t n)
+{
+    if (c->n != n || c->bad_payloads)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (c->v[i].lsn != i + 1)
+            return 0;
+    return 1;
+}
+
+/* ---- tests ------------------------------------------------------------- */
+
+static void test_basic(void)
+{
+    const char *dir = tdir("basic");
+    struct wal *w;
+    struct coll c = {0};
+    struct wal_loc locs[200];
+    uint64_t lsn, id1;
+    uint64_t ids[3] = {2, 4, 6};
+
+    CHECK_RC(wopen(&w, dir, 0, &c), 0);
+    CHECK(c.n == 0, "empty log replays nothing");
+    CHECK(wal_next_lsn(w) == 1, "first lsn %llu", (unsigned long long)wal_next_lsn(w));
+    id1 = wal_id(w);
+    CHECK(id1 != 0, "wal id");
+    CHECK(exists(seg_path(dir, 1)) && fsize(seg_path(dir, 1)) == WALREC_SEGHDR_SIZE,
+          "segment 1 created with its header");
+    for (int i = 0; i < 150; i++) {
+        CHECK_RC(append_add(w, (uint32_t)(i * 13 % 700), &lsn, &locs[i]), 0);
+        CHECK(lsn == (uint64_t)i + 1, "lsn");
+        if (i % 37 == 36)
+            CHECK_RC(wal_commit(w), 0);
+    }
+    CHECK_RC(append_done(w, ids, 3, &locs[150]), 0);
+    CHECK(wal_pending(w) > 0, "pending");
+    CHECK_RC(wal_commit(w), 0);
+    CHECK(wal_pending(w) == 0, "nothing pending after commit");
+    /* Appended but never committed: gone after close. */
+    CHECK_RC(append_add(w, 10, NULL, NULL), 0);
+    wal_close(w);
+
+    CHECK_RC(wopen(&w, dir, 0, &c), 0);
+    CHECK(coll_is_prefix(&c, 151), "replayed %zu records, bad %d", c.n, c.bad_payloads);
+    for (size_t i = 0; i < c.n && i < 151; i++) {
+        CHECK(c.v[i].loc.seg == locs[i].seg && c.v[i].loc.off == locs[i].off &&
+                  c.v[i].loc.len == locs[i].len,
+              "loc of record %zu", i);
+        if (i < 150)
+            CHECK(c.v[i].type == WALREC_ADD && c.v[i].msg_id == i + 1, "ADD %zu", i);
+    }
+    CHECK(c.n >= 151 && c.v[150].type == WALREC_DONE && c.v[150].ndone == 3 &&
+              c.v[150].done0 == 2,
+          "DONE replayed");
+    CHECK(wal_next_lsn(w) == 152, "next lsn %llu", (unsigned long long)wal_next_lsn(w));
+    CHECK(wal_id(w) == id1, "wal id stable");
+    struct wal_stats st;
+    wal_get_stats(w, &st);
+    CHECK(st.durable_lsn == 151 && st.truncated_bytes == 0 && st.segments == 1, "stats");
+
+    /* Appends continue in the same segment after reopen. */
+    CHECK_RC(append_add(w, 5, &lsn, NULL), 0);
+    CHECK(lsn == 152, "lsn continues");
+    CHECK_RC(wal_commit(w), 0);
+    wal_close(w);
+    CHECK_RC(wopen(&w, dir, 0, &c), 0);
+    CHECK(coll_is_prefix(&c, 152), "after second session: %zu", c.n);
+    wal_close(w);
+
+    /* Bad arguments. */
+    {
+        struct wal_opts o = {dir, 100, 1};
+        struct wal *w2 = (struct wal *)1;
+        CHECK_RC(wal_open(&w2, &o, collect, &c), -EINVAL);
+        CHECK(w2 == NULL, "*out cleared on failure");
+    }
+    CHECK_RC(wopen(&w, dir, 0, &c), 0);
+    {
+        struct walrec_piece big = {"", (size_t)WALREC_MAX_PAYLOAD + 1};
+        CHECK_RC(wal_append(w, WALREC_ADD, &big, 1, NULL, NULL), WAL_ETOOBIG);
+        CHECK_RC(wal_append(w, 0, NULL, 0, NULL, NULL), -EINVAL);
+    }
+    wal_close(w);
+    coll_reset(&c);
+}
+
+static void test_sync(void)
+{
+    const char *dir = tdir("sync");
+    struct wal_opts o = {dir, 8192, 0};
+    struct coll c = {0};
+    struct wal *w;
+
+    CHECK_RC(wal_open(&w, &o, collect, &c), 0);
+    for (int i = 0; i < 100; i++) {
+        CHECK_RC(append_add(w, 100, NULL, NULL), 0);
+        if (i % 10 == 9)
+            CHECK_RC(wal_commit(w), 0);
+    }
+    wal_close(w);
+    coll_reset(&c);
+    CHECK_RC(wal_open(&w, &o, collect, &c), 0);
+    CHECK(coll_is_prefix(&c, 100), "fdatasync'ed log replays: %zu", c.n);
+    CHECK(count_segments(dir) > 1, "rolled");
+    wal_close(w);
+    coll_reset(&c);
+}
+
+static void test_roll(void)
+{
+    const char *dir = tdir("roll");
+    struct wal *w;
+    struct coll c = {0};
+    struct wal_loc loc, big_loc, after_big;
+    const uint64_t segb = 4096;
+
+    CHECK_RC(wopen(&w, dir, segb, &c), 0);
+    for (int i = 0; i < 300; i++) {
+        CHECK_RC(append_add(w, (uint32_t)(50 + i % 200), NULL, &loc), 0);
+        CHECK(loc.off + loc.len <= segb, "record fits its segment");
+        if (i % 11 == 0)
+            CHECK_RC(wal_commit(w), 0);
+    }
+    /* Several rolls without a commit: files appear only at commit. */
+    int before = count_segments(dir);
+    for (int i = 0; i < 60; i++)
+        CHECK_RC(append_add(w, 200, NULL, &loc), 0);
+    CHECK(count_segments(dir) == before, "no file before commit (%d -> %d)", before,
+          count_segments(dir));
+    CHECK_RC(wal_commit(w), 0);
+    CHECK(count_segments(dir) == (int)loc.seg, "files after commit: %d, last seg %u",
+          count_segments(dir), loc.seg);
+    /* A record bigger than a segment gets a segment of its own. */
+    CHECK_RC(append_add(w, 20000, NULL, &big_loc), 0);
+    CHECK_RC(append_add(w, 10, NULL, &after_big), 0);
+    CHECK(big_loc.seg == loc.seg + 1 && big_loc.off == WALREC_SEGHDR_SIZE, "big record alone");
+    CHECK(after_big.seg == big_loc.seg + 1 && after_big.off == WALREC_SEGHDR_SIZE,
+          "next record after big one in a new segment");
+    CHECK_RC(wal_commit(w), 0);
+    wal_close(w);
+
+    for (uint64_t s = 1; s < big_loc.seg; s++)
+        CHECK(fsize(seg_path(dir, s)) <= (long long)segb, "segment %llu size %lld",
+              (unsigned long long)s, fsize(seg_path(dir, s)));
+    CHECK_RC(wopen(&w, dir, segb, &c), 0);
+    CHECK(coll_is_prefix(&c, 362), "replayed %zu bad %d", c.n, c.bad_payloads);
+
+    /* A big record when the empty active segment is the only one also stays whole. */
+    struct wal_buf b = {0};
+    struct walrec_hdr h;
+    const uint8_t *p;
+    CHECK_RC(wal_read(w, big_loc, &b, &h, &p), 0);
+    CHECK(h.type == WALREC_ADD && add_ok(p, h.len, NULL), "big record reads back");
+    free(b.p);
+    wal_close(w);
+    coll_reset(&c);
+}
+
+/* Build a log of n ADD records in one segment; return the locs. */
+static void build(const char *dir, int n, uint64_t segb, struct wal_loc *locs, int commit_every)
+{
+    struct wal *w;
+    CHECK_RC(wopen_quiet_coll(&w, dir, segb), 0);
+    for (int i = 0; i < n; i++) {
+        CHECK_RC(append_add(w, (uint32_t)(30 + (i * 37) % 150), NULL, &locs[i]), 0);
+        if (commit_every && i % commit_every == commit_every - 1)
+            CHECK_RC(wal_commit(w), 0);
+    }
+    CHECK_RC(wal_commit(w), 0);
+    wal_close(w);
+}
+
+static void copy_file(const char *from, const char *to)
+{
+    long long n = fsize(from);
+    char *b = malloc((size_t)n + 1);
+    file_pread(from, b, (size_t)n, 0);
+    int fd = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || write(fd, b, (size_t)n) != n)
+        perror("copy");
+    if (fd >= 0)
+        close(fd);
+    free(b);
+}
+
+static void test_torn_tail(void)
+{
+    const char *dir = tdir("torn");
+    char work[300];
+    struct wal_loc locs[40];
+    struct coll c = {0};
+    struct wal *w;
+    const int n = 40;
+
+    build(dir, n, 0, locs, 5);
+    snprintf(work, sizeof(work), "%s/work", base);
+
+    /* Cut at every byte of the last three records: the records before the cut survive. */
+    uint32_t from = locs[n - 3].off, end = locs[n - 1].off + locs[n - 1].len;
+    for (uint32_t cut = from; cut < end; cut++) {
+        int whole = 0;
+        rm_rf(work);
+        mkdir(work, 0755);
+        copy_file(seg_path(dir, 1), seg_path(work, 1));
+        file_truncate(seg_path(work, 1), cut);
+        for (int i = 0; i < n; i++)
+            whole += locs[i].off + locs[i].len <= cut;
+        CHECK_RC(wopen(&w, work, 0, &c), 0);
+        if (!w)
+            continue;
+        CHECK(coll_is_prefix(&c, (size_t)whole), "cut at %u: %zu records, want %d", cut, c.n,
+              whole);
+        CHECK(fsize(seg_path(work, 1)) == locs[whole - 1].off + locs[whole - 1].len,
+              "cut at %u: file truncated to the last whole record", cut);
+        struct wal_stats st;
+        wal_get_stats(w, &st);
+        CHECK(st.truncated_bytes == cut - (locs[whole - 1].off + locs[whole - 1].len),
+              "truncated_bytes %llu", (unsigned long long)st.truncated_bytes);
+        /* The log goes on: append, commit, reopen. */
+        CHECK_RC(append_add(w, 33, NULL, NULL), 0);
+        CHECK_RC(wal_commit(w), 0);
+        wal_close(w);
+        CHECK_RC(wopen(&w, work, 0, &c), 0);
+        CHECK(coll_is_prefix(&c, (size_t)whole + 1), "cut at %u then append: %zu", cut, c.n);
+        wal_close(w);
+    }
+
+    /* Garbage, zeros, a lone partial header after the last committed record. */
+    static const struct {
+        const char *what;
+        size_t n;
+        int fill; /* -1 random */
+    } tails[] = {{"zeros", 5000, 0}, {"random", 3000, -1}, {"ones", 100, 0xff},
+                 {"short header", 10, -2}, {"one zero byte", 1, 0}};
+    for (size_t t = 0; t < sizeof(tails) / sizeof(tails[0]); t++) {
+        uint8_t junk[5000];
+        uint64_t x = 88172645463325252ull;
+        for (size_t i = 0; i < tails[t].n; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            junk[i] = tails[t].fill == -1 ? (uint8_t)x : (uint8_t)tails[t].fill;
+        }
+        if (tails[t].fill == -2) { /* the start of a plausible header: len, ADD, zeros */
+            memset(junk, 0, sizeof(junk));
+            junk[0] = 100;
+            junk[4] = WALREC_ADD;
+        }
+        rm_rf(work);
+        mkdir(work, 0755);
+        copy_file(seg_path(dir, 1), seg_path(work, 1));
+        file_append(seg_path(work, 1), junk, tails[t].n);
+        CHECK_RC(wopen(&w, work, 0, &c), 0);
+        CHECK(coll_is_prefix(&c, (size_t)n), "tail %s: %zu records", tails[t].what, c.n);
+        CHECK(fsize(seg_path(work, 1)) == locs[n - 1].off + locs[n - 1].len,
+              "tail %s cut", tails[t].what);
+        wal_close(w);
+    }
+
+    /* A flipped bit in the very last record looks like a torn write: cut. */
+    rm_rf(work);
+    mkdir(work, 0755);
+    copy_file(seg_path(dir, 1), seg_path(work, 1));
+    flip_bit(seg_path(work, 1), locs[n - 1].off + 30, 3);
+    CHECK_RC(wopen(&w, work, 0, &c), 0);
+    CHECK(coll_is_prefix(&c, (size_t)n - 1), "bad last record cut: %zu", c.n);
+    wal_close(w);
+    rm_rf(work);
+    coll_reset(&c);
+}
+
+static void test_corrupt(void)
+{
+    const char *dir = tdir("corrupt");
+    char work[300];
+    struct wal_loc locs[400];
+    struct coll c = {0};
+    struct wal *w;
+    const uint64_t segb = 4096;
+    int n = 0, nseg;
+
+    /* About 17 segments, the newest holding 10 records. */
+    CHECK_RC(wopen_quiet_coll(&w, dir, segb), 0);
+    for (n = 0; n < 400; n++) {
+        CHECK_RC(append_add(w, (uint32_t)(30 + (n * 37) % 150), NULL, &locs[n]), 0);
+        if (n % 7 == 6)
+            CHECK_RC(wal_commit(w), 0);
+        if (n >= 300 && n >= 10 && locs[n - 9].seg == locs[n].seg) {
+            n++;
+            break;
+        }
+    }
+    CHECK_RC(wal_commit(w), 0);
+    wal_close(w);
+    nseg = (int)locs[n - 1].seg;
+    CHECK(nseg >= 4, "several segments: %d", nseg);
+    snprintf(work, sizeof(work), "%s/work", base);
+
+#define FRESH()                                                                            \
+    do {                                                                                   \
+        rm_rf(work);                                                                       \
+        mkdir(work, 0755);                                                                 \
+        for (int s_ = 1; s_ <= nseg; s_++)                                                 \
+            copy_file(seg_path(dir, (uint64_t)s_), seg_path(work, (uint64_t)s_));          \
+    } while (0)
+
+    FRESH();
+    CHECK_RC(wopen(&w, work, segb, &c), 0);
+    CHECK(coll_is_prefix(&c, (size_t)n), "intact copy replays: %zu", c.n);
+    wal_close(w);
+
+    /* A flipped bit in a middle record of the newest segment. */
+    int mid = n - 1;
+    while (locs[mid - 1].seg == locs[n - 1].seg)
+        mid--;
+    mid = (mid + n - 1) / 2; /* halfway through the newest segment */
+    CHECK(locs[mid].seg == (uint32_t)nseg && mid < n - 1, "middle record of newest segment");
+    for (int field = 0; field < 3; field++) {
+        FRESH();
+        long long off = locs[mid].off + (field == 0 ? 2 : field == 1 ? 9 : 60);
+        flip_bit(seg_path(work, (uint64_t)nseg), off, 1);
+        CHECK_RC(wopen(&w, work, segb, &c), WAL_ECORRUPT);
+        CHECK(w == NULL, "no log on error");
+    }
+
+    /* A flipped bit anywhere in an older segment, even its last record. */
+    for (int s = 1; s < nseg; s++) {
+        int last = 0;
+        for (int i = 0; i < n; i++)
+            if (locs[i].seg == (uint32_t)s)
+                last = i;
+        FRESH();
+        flip_bit(seg_path(work, (uint64_t)s), locs[last].off + locs[last].len - 1, 0);
+        CHECK_RC(wopen(&w, work, segb, &c), WAL_ECORRUPT);
+    }
+    /* An older segment cut short. */
+    FRESH();
+    file_truncate(seg_path(work, 2), fsize(seg_path(work, 2)) - 5);
+    CHECK_RC(wopen(&w, work, segb, &c), WAL_ECORRUPT);
+    /* Zeros appended to an older segment. */
+    FRESH();
+    file_append(seg_path(work, 2), "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 26);
+    CHECK_RC(wopen(&w, work, segb, &c), WAL_ECORRUPT);
+    /* A missing middle segment. */
+    FRESH();
+    unlink(seg_path(work, 2));
+    CHECK_RC(wopen(&w, work, segb, &c), WAL_ECORRUPT);
+    /* Missing oldest segments are fine (that is how space is reclaimed). */
+    FRESH();
+    unlink(seg_path(work, 1));
+    CHECK_RC(wopen(&w, work, segb, &c), 0);
+    {
+        int first2 = 0;
+        while (locs[first2].seg == 1)
+            first2++;
+        CHECK(c.n == (size_t)(n - first2) && c.v[0].lsn == (uint64_t)first2 + 1,
+              "replay starts at segment 2's base lsn");
+    }
+    wal_close(w);
+    /* A bad header in an older segment, or in a newest one that holds records. */
+    FRESH();
+    flip_bit(seg_path(work, 2), 20, 0);
+    CHECK_RC(wopen(&w, work, segb, &c), WAL_EFORMAT);
+    FRESH();
+    flip_bit(seg_path(work, (uint64_t)nseg), 13, 0);
+    CHECK_RC(wopen(&w, work, segb, &c), WAL_EFORMAT);
+    /* A segment from another log. */
+    FRESH();
+    {
+        char other[300];
+        struct wal_loc ol[2];
+        snprintf(other, sizeof(other), "%s/other", base);
+        build(other, 2, segb, ol, 0);
+        copy_file(seg_path(other, 1), seg_path(work, (uint64_t)nseg + 1));
+        rm_rf(other);
+    }
+    CHECK_RC(wopen(&w, work, segb, &c), WAL_EFORMAT);
+    /* A file name that is not a segment's. */
+    FRESH();
+    file_append(tdir("work/12.wal"), "x", 1);
+    CHECK_RC(wopen(&w, work, segb, &c), WAL_EFORMAT);
+    /* Other files are ignored. */
+    FRESH();
+    file_append(tdir("work/notes.txt"), "x", 1);
+    CHECK_RC(wopen(&w, work, segb, &c), 0);
+    wal_close(w);
+
+    /* A newest segment whose header never made it to disk is deleted. */
+    for (int len = 0; len <= WALREC_SEGHDR_SIZE; len += 8) {
+        uint8_t hdr[WALREC_SEGHDR_SIZE];
+        FRESH();
+        file_pread(seg_path(work, (uint64_t)nseg), hdr, sizeof(hdr), 0);
+        hdr[len < WALREC_SEGHDR_SIZE ? len : 52] ^= 0x40; /* damage inside what is written */
+        int fd = open(seg_path(work, (uint64_t)nseg + 1), O_WRONLY | O_CREAT, 0644);
+        if (len && write(fd, hdr, (size_t)len) != len)
+            perror("write");
+        close(fd);
+        CHECK_RC(wopen(&w, work, segb, &c), 0);
+        CHECK(coll_is_prefix(&c, (size_t)n), "torn header len %d: %zu records", len, c.n);
+        CHECK(!exists(seg_path(work, (uint64_t)nseg + 1)), "torn header len %d: deleted", len);
+        /* The previous segment is writable again. */
+        CHECK_RC(append_add(w, 10, NULL, NULL), 0);
+        CHECK_RC(wal_commit(w), 0);
+        wal_close(w);
+        CHECK_RC(wopen(&w, work, segb, &c), 0);
+        CHECK(coll_is_prefix(&c, (size_t)n + 1), "after torn header: %zu", c.n);
+        wal_close(w);
+    }
+
+    /* A replay callback error stops wal_open with that code. */
+    FRESH();
+    coll_reset(&c);
+    c.fail_at = 17;
+    {
+        struct wal_opts o = {work, segb, 1};
+        CHECK_RC(wal_open(&w, &o, collect, &c), -1234);
+        CHECK(c.n == 17, "stopped at 17: %zu", c.n);
+    }
+    rm_rf(work);
+    coll_reset(&c);
+#undef FRESH
+}
+
+/* Records copied from another segment (another salt) into the tail never replay. */
+static void test_stale_salt(void)
+{
+    const char *dir = tdir("salt");
+    struct wal_loc locs[200];
+    struct coll c = {0};
+    struct wal *w;
+    const uint64_t segb = 4096;
+    uint8_t h1[WALREC_SEGHDR_SIZE], hl[WALREC_SEGHDR_SIZE];
+    struct walrec_seghdr s1, sl;
+    int n = 60, nseg;
+
+    build(dir, n, segb, locs, 3);
+    nseg = (int)locs[n - 1].seg;
+    CHECK(nseg >= 2, "two segments at least");
+    file_pread(seg_path(dir, 1), h1, sizeof(h1), 0);
+    file_pread(seg_path(dir, (uint64_t)nseg), hl, sizeof(hl), 0);
+    CHECK(walrec_seghdr_decode(h1, sizeof(h1), &s1) > 0 &&
+              walrec_seghdr_decode(hl, sizeof(hl), &sl) > 0,
+          "headers");
+    CHECK(s1.salt != sl.salt, "fresh salt per segment");
+    int firstl = 0;
+    while (locs[firstl].seg != (uint32_t)nseg)
+        firstl++;
+    CHECK(s1.wal_id == sl.wal_id && sl.base_lsn == (uint64_t)firstl + 1,
+          "base_lsn of the newest segment");
+
+    /* (a) A verbatim copy of a record of segment 1. */
+    uint8_t rec[512];
+    file_pread(seg_path(dir, 1), rec, locs[0].len, locs[0].off);
+    file_append(seg_path(dir, (uint64_t)nseg), rec, locs[0].len);
+    CHECK_RC(wopen(&w, dir, segb, &c), 0);
+    CHECK(coll_is_prefix(&c, (size_t)n), "copied record not replayed: %zu", c.n);
+    struct wal_stats st;
+    wal_get_stats(w, &st);
+    CHECK(st.truncated_bytes == locs[0].len, "copied record cut");
+    wal_close(w);
+
+    /* (b) Worse: a record with exactly the next LSN, but sealed with segment 1's salt. */
+    uint8_t *p;
+    size_t plen = make_add(&p, (uint64_t)n + 1, 40);
+    struct walrec_hdr hh = {(uint32_t)plen, WALREC_ADD, 0, (uint64_t)n + 1, 0};
+    struct walrec_piece pc = {p, plen};
+    walrec_hdr_encode(rec, &hh, s1.salt, &pc, 1);
+    memcpy(rec + WALREC_HDR_SIZE, p, plen);
+    file_append(seg_path(dir, (uint64_t)nseg), rec, WALREC_HDR_SIZE + plen);
+    CHECK_RC(wopen(&w, dir, segb, &c), 0);
+    CHECK(coll_is_prefix(&c, (size_t)n), "stale-salt record with the right lsn not replayed: %zu",
+          c.n);
+    wal_close(w);
+    /* The same record sealed with the right salt does replay (the test is sound). */
+    walrec_hdr_encode(rec, &hh, sl.salt, &pc, 1);
+    file_append(seg_path(dir, (uint64_t)nseg), rec, WALREC_HDR_SIZE + plen);
+    CHECK_RC(wopen(&w, dir, segb, &c), 0);
+    CHECK(coll_is_prefix(&c, (size_t)n + 1), "right salt replays: %zu", c.n);
+    wal_close(w);
+    free(p);
+    coll_reset(&c);
+}
+
+static void test_read(void)
+{
+    const char *dir = tdir("read");
+    struct wal *w;
+    struct wal_buf b = {0};
+    struct walrec_hdr h;
+    const uint8_t *p;
+    struct wal_loc l1, l2, l3, ld;
+    uint64_t lsn1, id;
+    uint64_t ids[2] = {1, 2};
+
+    CHECK_RC(wopen_quiet_coll(&w, dir, 4096), 0);
+    CHECK_RC(append_add(w, 100, &lsn1, &l1), 0);
+    CHECK_RC(append_done(w, ids, 2, &ld), 0);
+    /* Still buffered. */
+    CHECK_RC(wal_read(w, l1, &b, &h, &p), 0);
+    CHECK(h.type == WALREC_ADD && h.lsn == lsn1 && add_ok(p, h.len, &id) && id == lsn1,
+          "buffered read");
+    CHECK_RC(wal_read(w, ld, &b, &h, &p), 0);
+    CHECK(h.type == WALREC_DONE && walrec_done_id(p, 1) == 2, "buffered DONE read");
+    CHECK_RC(wal_commit(w), 0);
+    CHECK_RC(wal_read(w, l1, &b, &h, &p), 0);
+    CHECK(h.lsn == lsn1 && add_ok(p, h.len, NULL), "committed read");
+    /* Across a roll with nothing committed yet: old and new segment both buffered. */
+    for (int i = 0; i < 40; i++)
+        CHECK_RC(append_add(w, 150, NULL, &l2), 0);
+    CHECK(l2.seg > l1.seg, "rolled");
+    CHECK_RC(append_add(w, 3000, NULL, &l3), 0);
+    CHECK_RC(wal_read(w, l2, &b, &h, &p), 0);
+    CHECK(add_ok(p, h.len, NULL), "buffered read in uncreated segment");
+    CHECK_RC(wal_read(w, l3, &b, &h, &p), 0);
+    CHECK(add_ok(p, h.len, NULL) && b.cap >= l3.len, "big buffered read grows the buffer");
+    CHECK_RC(wal_commit(w), 0);
+    CHECK_RC(wal_read(w, l2, &b, &h, &p), 0);
+    CHECK(add_ok(p, h.len, NULL), "read after commit");
+    /* Bad locations. */
+    struct wal_loc bad = l1;
+    bad.off += 1;
+    CHECK_RC(wal_read(w, bad, &b, &h, &p), WAL_ECORRUPT);
+    bad = l1;
+    bad.len -= 1;
+    CHECK_RC(wal_read(w, bad, &b, &h, &p), WAL_ECORRUPT);
+    bad = l3;
+    bad.off = 1000000;
+    CHECK_RC(wal_read(w, bad, &b, &h, &p), WAL_ECORRUPT);
+    bad.seg = 999;
+    CHECK_RC(wal_read(w, bad, &b, &h, &p), -ENOENT);
+    wal_close(w);
+
+    /* After reopen, and with the bytes damaged on disk. */
+    CHECK_RC(wopen_quiet_coll(&w, dir, 4096), 0);
+    CHECK_RC(wal_read(w, l1, &b, &h, &p), 0);
+    CHECK(h.lsn == lsn1, "read after reopen");
+    flip_bit(seg_path(dir, l1.seg), l1.off + 50, 2);
+    CHECK_RC(wal_read(w, l1, &b, &h, &p), WAL_ECORRUPT);
+    wal_close(w);
+    free(b.p);
+}
+
+/* ---- space ------------------------------------------------------------- */
+
+/* A model of the owner: msg_id -> current loc, live or not. */
+struct model {
+    struct wal **wp;
+    struct wal_loc *loc; /* by msg_id */
+    uint8_t *live;
+    size_t cap;
+    size_t moved_calls, is_live_calls;
+};
+
+static int m_is_live(void *arg, uint64_t id, struct wal_loc loc)
+{
+    struct model *m = arg;
+    m->is_live_calls++;
+    return id < m->cap && m->live[id] && m->loc[id].seg == loc.seg && m->loc[id].off == loc.off;
+}
+
+static void m_moved(void *arg, uint64_t id, struct wal_loc to)
+{
+    struct model *m = arg;
+    m->moved_calls++;
+    if (id < m->cap)
+        m->loc[id] = to;
+}
+
+/* Replay into a model the way the engine does it. */
+static int m_replay(void *arg, const struct walrec_hdr *h, const uint8_t *payload,
+                    struct wal_loc loc)
+{
+    struct model *m = arg;
+    struct walrec_add a;
+    uint32_t n;
+
+    if (h->type == WALREC_ADD) {
+        if (walrec_add_peek(payload, h->len, &a) < 0 || a.msg_id >= m->cap)
+            return -1;
+        if (m->live[a.msg_id])
+            wal_live_del(*m->wp, m->loc[a.msg_id]);
+        m->live[a.msg_id] = 1;
+        m->loc[a.msg_id] = loc;
+        wal_live_add(*m->wp, loc);
+    } else if (h->type == WALREC_DONE) {
+        if (walrec_done_decode(payload, h->len, &n) < 0)
+            return -1;
+        for (uint32_t i = 0; i < n; i++) {
+            uint64_t id = walrec_done_id(payload, i);
+            if (id < m->cap && m->live[id]) {
+                m->live[id] = 0;
+                wal_live_del(*m->wp, m->loc[id]);
+            }
+        }
+    }
+    return 0;
+}
+
+static void model_init(struct model *m, struct wal **wp, size_t cap)
+{
+    memset(m, 0, sizeof(*m));
+    m->wp = wp;
+    m->cap = cap;
+    m->loc = calloc(cap, sizeof(*m->loc));
+    m->live = calloc(cap, 1);
+}
+
+static void model_free(struct model *m)
+{
+    free(m->loc);
+    free(m->live);
+}
+
+static void add_live(struct wal *w, struct model *m, uint32_t body_len)
+{
+    uint64_t lsn;
+    struct wal_loc loc;
+    CHECK_RC(append_add(w, body_len, &lsn, &loc), 0);
+    m->live[lsn] = 1;
+    m->loc[lsn] = loc;
+    wal_live_add(w, loc);
+}
+
+static void kill_ids(struct wal *w, struct model *m, const uint64_t *ids, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        m->live[ids[i]] = 0;
+        wal_live_del(w, m->loc[ids[i]]);
+    }
+    CHECK_RC(append_done(w, ids, n, NULL), 0);
+}
+
+static void test_maintain_delete(void)
+{
+    const char *dir = tdir("maint");
+    struct wal *w = NULL;
+    struct model m;
+    struct wal_opts o = {dir, 4096, 1};
+    struct wal_stats st;
+    uint64_t next;
+
+    model_init(&m, &w, 4096);
+    CHECK_RC(wal_open(&w, &o, m_replay, &m), 0);
+    for (int i = 0; i < 200; i++)
+        add_live(w, &m, 150);
+    CHECK_RC(wal_commit(w), 0);
+    wal_get_stats(w, &st);
+    CHECK(st.segments >= 8 && st.live_records == 200, "segments %llu live %llu",
+          (unsigned long long)st.segments, (unsigned long long)st.live_records);
+    uint64_t nseg0 = st.segments;
+
+    /* Nothing dead: nothing deleted; the live head segment stays. */
+    CHECK_RC(wal_maintain(w, 1 << 20, NULL), 0);
+    CHECK(exists(seg_path(dir, 1)), "live head kept");
+
+    /* Kill everything in segments 1 and 2 and a bit of 4. */
+    uint64_t ids[64];
+    uint32_t k = 0;
+    for (uint64_t id = 1; id <= 200; id++)
+        if (m.loc[id].seg <= 2 || (m.loc[id].seg == 4 && k < 60))
+            ids[k++] = id;
+    kill_ids(w, &m, ids, k);
+    CHECK_RC(wal_commit(w), 0);
+    CHECK_RC(wal_maintain(w, 1 << 20, NULL), 0);
+    CHECK(!exists(seg_path(dir, 1)) && !exists(seg_path(dir, 2)), "dead head segments deleted");
+    CHECK(exists(seg_path(dir, 3)) && exists(seg_path(dir, 4)), "live segment 3 stops deletion");
+    wal_get_stats(w, &st);
+    CHECK(st.segments == nseg0 - 2 && st.deleted_segments == 2, "stats after delete");
+
+    /* Kill everything: every segment but the active one goes. */
+    k = 0;
+    for (uint64_t id = 1; id <= 200; id++)
+        if (m.live[id]) {
+            ids[k++] = id;
+            if (k == 64) {
+                kill_ids(w, &m, ids, k);
+                k = 0;
+            }
+        }
+    if (k)
+        kill_ids(w, &m, ids, k);
+    CHECK_RC(wal_commit(w), 0);
+    CHECK_RC(wal_maintain(w, 1 << 20, NULL), 0);
+    wal_get_stats(w, &st);
+    CHECK(st.segments == 1 && st.live_records == 0 && st.live_bytes == 0,
+          "only the active segment remains: %llu", (unsigned long long)st.segments);
+    CHECK(count_segments(dir) == 1, "one file: %d", count_segments(dir));
+    next = wal_next_lsn(w);
+    uint64_t id0 = wal_id(w);
+    wal_close(w);
+
+    /* LSNs continue after every old segment is gone. */
+    memset(m.live, 0, m.cap);
+    CHECK_RC(wal_open(&w, &o, m_replay, &m), 0);
+    CHECK(wal_next_lsn(w) == next, "lsn continues: %llu want %llu",
+          (unsigned long long)wal_next_lsn(w), (unsigned long long)next);
+    CHECK(wal_id(w) == id0, "same log");
+    /* Even when the remaining segment holds no record at all. */
+    for (int i = 0; i < 30; i++)
+        add_live(w, &m, 150);
+    k = 0;
+    for (uint64_t id = next; id < next + 30; id++)
+        ids[k++] = id;
+    kill_ids(w, &m, ids, k);
+    CHECK_RC(wal_commit(w), 0);
+    CHECK_RC(wal_maintain(w, 1 << 20, NULL), 0);
+    next = wal_next_lsn(w);
+    wal_close(w);
+    CHECK_RC(wal_open(&w, &o, m_replay, &m), 0);
+    CHECK(wal_next_lsn(w) == next, "lsn continues again");
+    wal_close(w);
+    model_free(&m);
+}
+
+/* Deleting must wait for a durable successor segment. */
+static void test_maintain_waits_for_successor(void)
+{
+    const char *dir = tdir("succ");
+    struct wal *w = NULL;
+    struct model m;
+    struct wal_opts o = {dir, 4096, 1};
+    uint64_t ids[64];
+    uint32_t k = 0;
+
+    model_init(&m, &w, 4096);
+    CHECK_RC(wal_open(&w, &o, m_replay, &m), 0);
+    /* 15 records of 269 bytes fill segment 1 to 4091 of 4096 bytes. */
+    for (int i = 0; i < 15; i++)
+        add_live(w, &m, 150);
+    CHECK(m.loc[15].seg == 1 && m.loc[15].off + m.loc[15].len == 4091, "segment 1 full");
+    CHECK_RC(wal_commit(w), 0);
+    for (uint64_t id = 1; id <= 15; id++)
+        ids[k++] = id;
+    kill_ids(w, &m, ids, k); /* the DONE lands in segment 2, not yet created */
+    CHECK(!exists(seg_path(dir, 2)), "segment 2 not created before commit");
+    int r = wal_maintain(w, 1 << 20, NULL);
+    CHECK(exists(seg_path(dir, 1)), "segment 1 kept while its successor is not on disk");
+    CHECK(r == 1, "maintain says work remains: %d", r);
+    CHECK_RC(wal_commit(w), 0);
+    CHECK_RC(wal_maintain(w, 1 << 20, NULL), 0);
+    CHECK(!exists(seg_path(dir, 1)), "deleted after commit");
+    wal_close(w);
+    model_free(&m);
+}
+
+static void test_compaction(void)
+{
+    const char *dir = tdir("compact");
+    struct wal *w = NULL;
+    struct model m;
+    const uint64_t segb = 8192;
+    struct wal_opts o = {dir, segb, 1};
+    struct wal_stats st;
+    const int n = 1500;
+    uint64_t ids[64];
+    uint32_t k = 0;
+    size_t nlive = 0;
+
+    model_init(&m, &w, 8192);
+    CHECK_RC(wal_open(&w, &o, m_replay, &m), 0);
+    /* Every 7th message stays live, the rest is confirmed: lots of garbage in every segment. */
+    for (int i = 0; i < n; i++) {
+        add_live(w, &m, (uint32_t)(60 + (i * 53) % 300));
+        if (i % 50 == 49)
+            CHECK_RC(wal_commit(w), 0);
+    }
+    for (uint64_t id = 1; id <= (uint64_t)n; id++) {
+        if (id % 7 == 0) {
+            nlive++;
+            continue;
+        }
+        ids[k++] = id;
+        if (k == 64) {
+            kill_ids(w, &m, ids, k);
+            k = 0;
+        }
+    }
+    if (k)
+        kill_ids(w, &m, ids, k);
+    CHECK_RC(wal_commit(w), 0);
+    wal_get_stats(w, &st);
+    CHECK(st.live_records == nlive, "live %llu want %zu", (unsigned long long)st.live_records,
+          nlive);
+    CHECK(st.disk_bytes > 2 * st.live_bytes + segb, "policy should trigger");
+    uint64_t live_bytes0 = st.live_bytes;
+
+    /* One small step: copies are made, but segment 1 stays until they are committed. */
+    int r = wal_maintain(w, 4096, &(struct wal_compact_ops){m_is_live, m_moved, &m});
+    CHECK(r == 1, "more work: %d", r);
+    CHECK(m.moved_calls > 0, "some live records moved");
+    CHECK(exists(seg_path(dir, 1)), "segment 1 kept");
+    r = wal_maintain(w, 1 << 20, &(struct wal_compact_ops){m_is_live, m_moved, &m});
+    CHECK(exists(seg_path(dir, 1)), "segment 1 kept until the copies are committed");
+    CHECK(wal_pending(w) > 0, "copies are buffered");
+    CHECK_RC(wal_commit(w), 0);
+
+    /* Run it like the event loop would. */
+    int rounds = 0;
+    do {
+        r = wal_maintain(w, 8192, &(struct wal_compact_ops){m_is_live, m_moved, &m});
+        CHECK(r >= 0, "maintain -> %d", r);
+        CHECK_RC(wal_commit(w), 0);
+    } while (r == 1 && ++rounds < 10000);
+    CHECK(r == 0, "compaction finished after %d rounds", rounds);
+    CHECK(!exists(seg_path(dir, 1)), "segment 1 deleted");
+    wal_get_stats(w, &st);
+    CHECK(st.live_records == nlive && st.live_bytes == live_bytes0,
+          "live accounting moved with the copies: %llu %llu", (unsigned long long)st.live_records,
+          (unsigned long long)st.live_bytes);
+    CHECK(st.disk_bytes <= 2 * st.live_bytes + segb, "disk %llu <= 2 x live %llu + segment",
+          (unsigned long long)st.disk_bytes, (unsigned long long)st.live_bytes);
+    CHECK(st.compacted_bytes > 0 && st.deleted_segments > 0, "stats");
+    long long on_disk = 0;
+    for (uint64_t s = 1; s < 10000; s++)
+        if (exists(seg_path(dir, s)))
+            on_disk += fsize(seg_path(dir, s));
+    CHECK(on_disk == (long long)st.disk_bytes, "files %lld = stats %llu", on_disk,
+          (unsigned long long)st.disk_bytes);
+
+    /* Every live message reads back at its new location with its payload. */
+    struct wal_buf b = {0};
+    struct walrec_hdr h;
+    const uint8_t *p;
+    uint64_t id;
+    for (uint64_t i = 1; i <= (uint64_t)n; i++) {
+        if (!m.live[i])
+            continue;
+        CHECK_RC(wal_read(w, m.loc[i], &b, &h, &p), 0);
+        CHECK(add_ok(p, h.len, &id) && id == i, "message %llu after compaction",
+              (unsigned long long)i);
+    }
+    struct wal_loc saved[1501];
+    memcpy(saved, m.loc, sizeof(saved));
+    wal_close(w);
+
+    /* Reopen: the copies replay with the same ids and payloads, nothing dead comes back. */
+    memset(m.live, 0, m.cap);
+    CHECK_RC(wal_open(&w, &o, m_replay, &m), 0);
+    size_t live_after = 0;
+    for (uint64_t i = 1; i <= (uint64_t)n; i++) {
+        CHECK(m.live[i] == (i % 7 == 0), "message %llu liveness after reopen",
+              (unsigned long long)i);
+        if (!m.live[i])
+            continue;
+        live_after++;
+        CHECK(m.loc[i].seg == saved[i].seg && m.loc[i].off == saved[i].off,
+              "message %llu at its copy", (unsigned long long)i);
+        CHECK_RC(wal_read(w, m.loc[i], &b, &h, &p), 0);
+        CHECK(add_ok(p, h.len, &id) && id == i, "payload of %llu", (unsigned long long)i);
+    }
+    CHECK(live_after == nlive, "live after reopen %zu", live_after);
+    wal_get_stats(w, &st);
+    CHECK(st.live_bytes == live_bytes0, "replayed live bytes");
+    wal_close(w);
+    free(b.p);
+    model_free(&m);
+}
+
+/* Records bigger than the replay chunk (4 MiB) and the compaction buffer (1 MiB). */
+static void test_big_records(void)
+{
+    const char *dir = tdir("big");
+    struct wal *w = NULL;
+    struct model m;
+    struct wal_opts o = {dir, 4096, 1};
+    struct wal_buf b = {0};
+    struct walrec_hdr h;
+    const uint8_t *p;
+    uint64_t id, ids[16];
+    uint32_t k = 0;
+
+    model_init(&m, &w, 64);
+    CHECK_RC(wal_open(&w, &o, m_replay, &m), 0);
+    add_live(w, &m, 5u << 20); /* 1: 5 MiB, live, alone in segment 1 */
+    add_live(w, &m, 100);      /* 2 */
+    add_live(w, &m, 3u << 20); /* 3: dead */
+    add_live(w, &m, 3u << 20); /* 4: dead */
+    add_live(w, &m, 3u << 20); /* 5: dead */
+    add_live(w, &m, 3u << 20); /* 6: dead */
+    add_live(w, &m, 100);      /* 7 */
+    CHECK(m.loc[1].seg == 1 && m.loc[2].seg == 2, "big record alone");
+    CHECK_RC(wal_commit(w), 0);
+    wal_close(w);
+
+    memset(m.live, 0, m.cap);
+    CHECK_RC(wal_open(&w, &o, m_replay, &m), 0);
+    for (uint64_t i = 1; i <= 7; i++)
+        CHECK(m.live[i], "record %llu replayed", (unsigned long long)i);
+    CHECK_RC(wal_read(w, m.loc[1], &b, &h, &p), 0);
+    CHECK(add_ok(p, h.len, &id) && id == 1, "5 MiB record reads back");
+
+    for (uint64_t i = 3; i <= 6; i++)
+        ids[k++] = i;
+    kill_ids(w, &m, ids, k);
+    CHECK_RC(wal_commit(w), 0);
+    struct wal_loc old = m.loc[1];
+    int r, rounds = 0;
+    do {
+        r = wal_maintain(w, 1 << 20, &(struct wal_compact_ops){m_is_live, m_moved, &m});
+        CHECK(r >= 0, "maintain -> %d", r);
+        CHECK_RC(wal_commit(w), 0);
+    } while (r == 1 && ++rounds < 100);
+    CHECK(m.loc[1].seg != old.seg, "5 MiB record moved");
+    CHECK(!exists(seg_path(dir, 1)), "segment 1 deleted");
+    CHECK_RC(wal_read(w, m.loc[1], &b, &h, &p), 0);
+    CHECK(add_ok(p, h.len, &id) && id == 1, "moved 5 MiB record reads back");
+    struct wal_stats st;
+    wal_get_stats(w, &st);
+    CHECK(st.disk_bytes <= 2 * st.live_bytes + 4096, "disk %llu live %llu",
+          (unsigned long long)st.disk_bytes, (unsigned long long)st.live_bytes);
+    wal_close(w);
+    memset(m.live, 0, m.cap);
+    CHECK_RC(wal_open(&w, &o, m_replay, &m), 0);
+    CHECK(m.live[1] && m.live[2] && m.live[7] && !m.live[3] && !m.live[6], "liveness after reopen");
+    CHECK_RC(wal_read(w, m.loc[1], &b, &h, &p), 0);
+    CHECK(add_ok(p, h.len, &id) && id == 1, "copy replayed");
+    wal_close(w);
+    free(b.p);
+    model_free(&m);
+}
+
+/*
+ * Random sessions: appends, confirmations, commits, compaction steps, torn
+ * garbage after a close. After every reopen the live set and every live
+ * payload must be exactly what the owner's model says.
+ */
+static void test_random_sessions(void)
+{
+    const char *dir = tdir("random");
+    struct wal *w = NULL;
+    struct model m;
+    struct wal_opts o = {dir, 16384, 1};
+    struct wal_buf b = {0};
+    struct walrec_hdr h;
+    const uint8_t *p;
+    uint8_t *committed_live;
+    uint64_t x = 0x853c49e6748fea9bull, id;
+    const size_t cap = 200000;
+    uint64_t deleted = 0, compacted = 0, truncated = 0;
+
+#define RND() (x ^= x << 13, x ^= x >> 7, x ^= x << 17, x)
+    model_init(&m, &w, cap);
+    committed_live = calloc(cap, 1);
+    for (int session = 0; session < 25; session++) {
+        memset(m.live, 0, m.cap);
+        CHECK_RC(wal_open(&w, &o, m_replay, &m), 0);
+        if (!w)
+            break;
+        for (uint64_t i = 1; i < cap; i++) {
+            if (m.live[i] != committed_live[i]) {
+                CHECK(0, "session %d: message %llu live=%d, want %d", session,
+                      (unsigned long long)i, m.live[i], committed_live[i]);
+                break;
+            }
+            if (m.live[i] && (i % 13 == 0)) {
+                CHECK_RC(wal_read(w, m.loc[i], &b, &h, &p), 0);
+                CHECK(add_ok(p, h.len, &id) && id == i, "payload of %llu", (unsigned long long)i);
+            }
+        }
+        int ops = 200 + (int)(RND() % 400);
+        for (int op = 0; op < ops && wal_next_lsn(w) + 100 < cap; op++) {
+            uint64_t r = RND() % 100;
+            if (r < 55) {
+                add_live(w, &m, (uint32_t)(RND() % 600));
+            } else if (r < 80) {
+                uint64_t ids[16];
+                uint32_t k = 0;
+                for (int t = 0; t < 40 && k < 16; t++) {
+                    uint64_t cand = 1 + RND() % (wal_next_lsn(w) - 1 ? wal_next_lsn(w) - 1 : 1);
+                    int dup = 0;
+                    for (uint32_t j = 0; j < k; j++)
+                        dup |= ids[j] == cand;
+                    if (m.live[cand] && !dup)
+                        ids[k++] = cand;
+                }
+                if (k)
+                    kill_ids(w, &m, ids, k);
+            } else if (r < 92) {
+                CHECK_RC(wal_commit(w), 0);
+                memcpy(committed_live, m.live, cap);
+            } else {
+                int mr = wal_maintain(w, (size_t)(RND() % 20000),
+                                      &(struct wal_compact_ops){m_is_live, m_moved, &m});
+                CHECK(mr >= 0, "maintain -> %d", mr);
+            }
+        }
+        /* Most sessions end with a commit; some just stop (a crash after the last commit). */
+        if (RND() % 4) {
+            CHECK_RC(wal_commit(w), 0);
+            memcpy(committed_live, m.live, cap);
+        } else {
+            /* Uncommitted compaction copies and appends vanish; the model must agree. */
+        }
+        struct wal_stats st;
+        wal_get_stats(w, &st);
+        deleted += st.deleted_segments;
+        compacted += st.compacted_bytes;
+        truncated += st.truncated_bytes;
+        wal_close(w);
+        w = NULL;
+        if (RND() % 3 == 0) { /* torn garbage after the last record */
+            uint8_t junk[300];
+            for (size_t i = 0; i < sizeof(junk); i++)
+                junk[i] = (uint8_t)RND();
+            uint64_t last = 0;
+            for (uint64_t sn = 1; sn < 100000; sn++)
+                if (exists(seg_path(dir, sn)))
+                    last = sn;
+            file_append(seg_path(dir, last), junk, 1 + RND() % sizeof(junk));
+        }
+    }
+#undef RND
+    CHECK(deleted > 0 && compacted > 0 && truncated > 0,
+          "the random sessions exercised deletion %llu, compaction %llu, torn tails %llu",
+          (unsigned long long)deleted, (unsigned long long)compacted,
+          (unsigned long long)truncated);
+    free(committed_live);
+    free(b.p);
+    model_free(&m);
+}
+
+static void test_lock(void)
+{
+    const char *dir = tdir("lock");
+    struct wal *w1, *w2 = (struct wal *)1;
+
+    CHECK_RC(wopen_quiet_coll(&w1, dir, 0), 0);
+    CHECK_RC(wopen_quiet_coll(&w2, dir, 0), WAL_ELOCKED);
+    CHECK(w2 == NULL, "no second log");
+    wal_close(w1);
+    CHECK_RC(wopen_quiet_coll(&w2, dir, 0), 0);
+    wal_close(w2);
+}
+
+static void test_failed_commit(void)
+{
+    const char *dir = tdir("failed");
+    struct wal *w;
+    struct coll c = {0};
+    struct wal_buf b = {0};
+    struct walrec_hdr h;
+    const uint8_t *p;
+    struct wal_loc loc;
+    int err;
+
+    CHECK_RC(wopen(&w, dir, 0, &c), 0);
+    for (int i = 0; i < 10; i++)
+        CHECK_RC(append_add(w, 64, NULL, &loc), 0);
+    CHECK_RC(wal_commit(w), 0);
+    CHECK_RC(append_add(w, 64, NULL, NULL), 0);
+    CHECK_RC(wal_test_break_fd(w), 0);
+    err = wal_commit(w);
+    CHECK(err == -EBADF, "commit fails: %d %s", err, wal_strerror(err));
+    /* Failed for good: every later call returns the same error. */
+    CHECK_RC(wal_commit(w), err);
+    CHECK_RC(append_add(w, 64, NULL, NULL), err);
+    CHECK_RC(wal_read(w, loc, &b, &h, &p), err);
+    CHECK_RC(wal_maintain(w, 1000, NULL), err);
+    struct wal_stats st;
+    wal_get_stats(w, &st);
+    CHECK(st.durable_lsn == 10, "durable lsn stays at the last good commit");
+    wal_close(w);
+    CHECK_RC(wopen(&w, dir, 0, &c), 0);
+    CHECK(coll_is_prefix(&c, 10), "recovery from what is on disk: %zu", c.n);
+    wal_close(w);
+    coll_reset(&c);
+    free(b.p);
+}
+
+int main(void)
+{
+    strcpy(base, "/tmp/test_wal.XXXXXX");
+    if (!mkdtemp(base)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    printf("test_wal: error lines from the wal module are expected (corruption tests)\n");
+    fflush(stdout);
+    test_basic();
+    test_sync();
+    test_roll();
+    test_torn_tail();
+    test_corrupt();
+    test_stale_salt();
+    test_read();
+    test_maintain_delete();
+    test_maintain_waits_for_successor();
+    test_compaction();
+    test_big_records();
+    test_random_sessions();
+    test_lock();
+    test_failed_commit();
+    rm_rf(base);
+    if (failures) {
+        fprintf(stderr, "test_wal: %d failure(s)\n", failures);
+        return 1;
+    }
+    printf("test_wal: ok\n");
+    return 0;
+}
