@@ -143,3 +143,20 @@ void amqp_conn_close(struct amqp_conn *c, int graceful)
     c->st = NULL;
     c->fd = -1;
 }
+
+void amqp_conn_answer_close(struct amqp_conn *c, const amqp_frame_t *f, char *why, size_t len)
+{
+    if (f->payload.method.id == AMQP_CHANNEL_CLOSE_METHOD) {
+        amqp_channel_close_t *m = f->payload.method.decoded;
+        amqp_channel_close_ok_t ok;
+        snprintf(why, len, "channel closed by broker: %u %.*s", m->reply_code,
+                 (int)m->reply_text.len, (char *)m->reply_text.bytes);
+        amqp_send_method(c->st, f->channel, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
+    } else {
+        amqp_connection_close_t *m = f->payload.method.decoded;
+        amqp_connection_close_ok_t ok;
+        snprintf(why, len, "connection closed by broker: %u %.*s", m->reply_code,
+                 (int)m->reply_text.len, (char *)m->reply_text.bytes);
+        amqp_send_method(c->st, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
+    }
+}

@@ -422,25 +422,15 @@ static void pub_handle_frame(struct bridge *b, amqp_frame_t *f)
             on_confirm(b, r, m->delivery_tag, m->multiple, 0);
         break;
     }
-    case AMQP_CHANNEL_CLOSE_METHOD: {
-        amqp_channel_close_t *m = f->payload.method.decoded;
-        amqp_channel_close_ok_t ok;
-        snprintf(why, sizeof(why), "channel closed by broker: %u %.*s", m->reply_code,
-                 (int)m->reply_text.len, (char *)m->reply_text.bytes);
-        amqp_send_method(b->pub.c.st, f->channel, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
+    case AMQP_CHANNEL_CLOSE_METHOD:
+        amqp_conn_answer_close(&b->pub.c, f, why, sizeof(why));
         if (r)
             route_channel_failed(b, r, why);
         break;
-    }
-    case AMQP_CONNECTION_CLOSE_METHOD: {
-        amqp_connection_close_t *m = f->payload.method.decoded;
-        amqp_connection_close_ok_t ok;
-        snprintf(why, sizeof(why), "connection closed by broker: %u %.*s", m->reply_code,
-                 (int)m->reply_text.len, (char *)m->reply_text.bytes);
-        amqp_send_method(b->pub.c.st, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
+    case AMQP_CONNECTION_CLOSE_METHOD:
+        amqp_conn_answer_close(&b->pub.c, f, why, sizeof(why));
         pub_down(b, why);
         break;
-    }
     case AMQP_CONNECTION_BLOCKED_METHOD:
         log_warn("publish", "broker blocked the publisher (resource alarm)", NULL);
         break;
@@ -799,24 +789,11 @@ static void cons_handle_frame(struct bridge *b, amqp_frame_t *f)
         case AMQP_BASIC_CANCEL_METHOD:
             cons_down(b, "broker cancelled the consumer (ingress queue deleted?)");
             return;
-        case AMQP_CHANNEL_CLOSE_METHOD: {
-            amqp_channel_close_t *m = f->payload.method.decoded;
-            amqp_channel_close_ok_t ok;
-            snprintf(why, sizeof(why), "channel closed by broker: %u %.*s", m->reply_code,
-                     (int)m->reply_text.len, (char *)m->reply_text.bytes);
-            amqp_send_method(b->cons.c.st, f->channel, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
+        case AMQP_CHANNEL_CLOSE_METHOD:
+        case AMQP_CONNECTION_CLOSE_METHOD:
+            amqp_conn_answer_close(&b->cons.c, f, why, sizeof(why));
             cons_down(b, why);
             return;
-        }
-        case AMQP_CONNECTION_CLOSE_METHOD: {
-            amqp_connection_close_t *m = f->payload.method.decoded;
-            amqp_connection_close_ok_t ok;
-            snprintf(why, sizeof(why), "connection closed by broker: %u %.*s", m->reply_code,
-                     (int)m->reply_text.len, (char *)m->reply_text.bytes);
-            amqp_send_method(b->cons.c.st, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
-            cons_down(b, why);
-            return;
-        }
         default:
             return;
         }

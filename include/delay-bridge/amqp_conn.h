@@ -40,6 +40,12 @@ const char *amqp_conn_reply_text(amqp_rpc_reply_t r, char *buf, size_t len);
 /* 0 if the last RPC on c succeeded, else -1 with the reason in err. */
 int amqp_conn_check(struct amqp_conn *c, const char *what, char *err, size_t errlen);
 
+/*
+ * f is a channel.close or connection.close from the broker: answer it with
+ * the matching close-ok and put "channel closed by broker: CODE TEXT" in why.
+ */
+void amqp_conn_answer_close(struct amqp_conn *c, const amqp_frame_t *f, char *why, size_t len);
+
 /* Frames are waiting in rabbitmq-c's buffers (the socket may be quiet). */
 int amqp_conn_buffered(const struct amqp_conn *c);
 
