@@ -43,6 +43,7 @@
 #include "delay-bridge/bridge.h"
 #include "delay-bridge/engine.h"
 #include "delay-bridge/log.h"
+#include "delay-bridge/xalloc.h"
 #include "delay-bridge/xdelay.h"
 
 #define CONSUMER_CHANNEL 1
@@ -124,16 +125,6 @@ struct bridge {
 };
 
 /* ---- small helpers ------------------------------------------------------ */
-
-static void *xrealloc(void *p, size_t n)
-{
-    void *q = realloc(p, n ? n : 1);
-    if (!q) {
-        log_error("bridge", "out of memory", "bytes=%zu", n);
-        abort();
-    }
-    return q;
-}
 
 static void hq_grow(struct hq *q)
 {

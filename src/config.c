@@ -213,6 +213,18 @@ static int get_int(struct ctx *x, json_object *obj, const char *prefix, const ch
                 (long long)hi, show(v, got, sizeof got));
 }
 
+/* get_int() for a uint32_t field that already holds its default. */
+static int get_u32(struct ctx *x, json_object *obj, const char *prefix, const char *key,
+                   int64_t lo, uint32_t *field)
+{
+    uint64_t v = *field;
+
+    if (get_int(x, obj, prefix, key, lo, UINT32_MAX, &v) < 0)
+        return -1;
+    *field = (uint32_t)v;
+    return 0;
+}
+
 static int get_bool(struct ctx *x, json_object *obj, const char *prefix, const char *key,
                     int *out)
 {
@@ -401,26 +413,16 @@ static int parse_broker(struct ctx *x, struct config *c, json_object *root)
     if (get_int(x, b, "broker", "heartbeat_s", 0, 65535, &v) < 0)
         return -1;
     c->heartbeat_s = (uint16_t)v;
-    v = c->connect_timeout_ms;
-    if (get_int(x, b, "broker", "connect_timeout_ms", 1, UINT32_MAX, &v) < 0)
+    if (get_u32(x, b, "broker", "connect_timeout_ms", 1, &c->connect_timeout_ms) < 0)
         return -1;
-    c->connect_timeout_ms = (uint32_t)v;
-    v = c->reconnect_min_ms;
-    if (get_int(x, b, "broker", "reconnect_min_ms", 1, UINT32_MAX, &v) < 0)
+    if (get_u32(x, b, "broker", "reconnect_min_ms", 1, &c->reconnect_min_ms) < 0)
         return -1;
-    c->reconnect_min_ms = (uint32_t)v;
-    v = c->reconnect_max_ms;
-    if (get_int(x, b, "broker", "reconnect_max_ms", 1, UINT32_MAX, &v) < 0)
+    if (get_u32(x, b, "broker", "reconnect_max_ms", 1, &c->reconnect_max_ms) < 0)
         return -1;
-    c->reconnect_max_ms = (uint32_t)v;
-    v = c->publish_retry_min_ms;
-    if (get_int(x, b, "broker", "publish_retry_min_ms", 1, UINT32_MAX, &v) < 0)
+    if (get_u32(x, b, "broker", "publish_retry_min_ms", 1, &c->publish_retry_min_ms) < 0)
         return -1;
-    c->publish_retry_min_ms = (uint32_t)v;
-    v = c->publish_retry_max_ms;
-    if (get_int(x, b, "broker", "publish_retry_max_ms", 1, UINT32_MAX, &v) < 0)
+    if (get_u32(x, b, "broker", "publish_retry_max_ms", 1, &c->publish_retry_max_ms) < 0)
         return -1;
-    c->publish_retry_max_ms = (uint32_t)v;
 
     if (c->reconnect_min_ms > c->reconnect_max_ms)
         return fail(x, "broker.reconnect_max_ms",
@@ -892,10 +894,8 @@ int config_parse(struct config *c, const char *json, const char *name, char *err
     if (parse_broker(&x, c, root) < 0 || parse_wal(&x, c, root) < 0 ||
         parse_http(&x, c, root) < 0 || parse_log(&x, c, root) < 0)
         goto cleanup;
-    uint64_t v = c->shutdown_timeout_ms;
-    if (get_int(&x, root, "", "shutdown_timeout_ms", 0, UINT32_MAX, &v) < 0)
+    if (get_u32(&x, root, "", "shutdown_timeout_ms", 0, &c->shutdown_timeout_ms) < 0)
         goto cleanup;
-    c->shutdown_timeout_ms = (uint32_t)v;
     if (parse_routes(&x, c, root) < 0)
         goto cleanup;
     rc = 0;

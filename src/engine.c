@@ -34,6 +34,7 @@
 #include "delay-bridge/engine.h"
 #include "delay-bridge/idmap.h"
 #include "delay-bridge/log.h"
+#include "delay-bridge/xalloc.h"
 
 /* A growable array of handles. */
 struct hvec {
@@ -64,16 +65,6 @@ struct engine {
     /* Recovery bookkeeping. */
     uint64_t min_due;
 };
-
-static void *xrealloc(void *p, size_t n)
-{
-    void *q = realloc(p, n ? n : 1);
-    if (!q) {
-        fprintf(stderr, "delay-bridge: out of memory (%zu bytes)\n", n);
-        abort();
-    }
-    return q;
-}
 
 static void hvec_push(struct hvec *a, pool_handle h)
 {
