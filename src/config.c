@@ -15,7 +15,8 @@
  * Checks beyond type and range, each a mistake that would otherwise show up
  * only at run time:
  *   - unknown keys (a typo must not silently fall back to a default);
- *   - names and queues unique; URIs parsed with rabbitmq-c's amqp_parse_url;
+ *   - names and queues unique; URIs parsed by uri.c, the parser the
+ *     connection uses, so an accepted URI is a usable one;
  *   - reconnect_min_ms <= reconnect_max_ms, same for publish_retry_*;
  *   - the "amq." prefix is reserved by RabbitMQ for exchanges and queues a
  *     client declares: refused for ingress_exchange, ingress_queue, and
@@ -41,7 +42,6 @@
  */
 #include "delay-bridge/config.h"
 
-#include <amqp.h>
 #include <errno.h>
 #include <json-c/json.h>
 #include <stdarg.h>
@@ -50,6 +50,9 @@
 #include <string.h>
 
 #include "delay-bridge/log.h"
+#include "delay-bridge/uri.h"
+#include "delay-bridge/wal.h"
+#include "delay-bridge/xalloc.h"
 
 #define CONFIG_FILE_MAX (16u << 20)
 #define ENV_URI "DELAY_BRIDGE_BROKER_URI"
@@ -76,24 +79,6 @@ static int fail(struct ctx *x, const char *path, const char *fmt, ...)
         va_end(ap);
     }
     return -1;
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "delay-bridge: out of memory (%zu bytes)\n", n);
-        abort();
-    }
-    return p;
-}
-
-static char *xstrndup(const char *s, size_t n)
-{
-    char *p = xmalloc(n + 1);
-    memcpy(p, s, n);
-    p[n] = '\0';
-    return p;
 }
 
 /* s (n bytes) as a JSON string literal, cut with "..." to fit out. */
@@ -271,7 +256,7 @@ static int get_str(struct ctx *x, json_object *obj, const char *prefix, const ch
     return 1;
 }
 
-/* One broker URI: amqp:// or amqps://, parsed by rabbitmq-c, port 1..65535. */
+/* One broker URI: amqp:// or amqps://, parsed by uri.c (as the connection will be). */
 static int check_uri(struct ctx *x, const char *path, const char *uri)
 {
     char masked[160], q[200];
@@ -281,16 +266,13 @@ static int check_uri(struct ctx *x, const char *path, const char *uri)
         return fail(x, path, "must not be empty; expected amqp://user:password@host:port/vhost");
     if (strncmp(uri, "amqp://", 7) != 0 && strncmp(uri, "amqps://", 8) != 0)
         return fail(x, path, "expected a URI starting with amqp:// or amqps://, got %s", q);
-    char *copy = xstrndup(uri, strlen(uri));
-    struct amqp_connection_info ci;
-    int rc = amqp_parse_url(copy, &ci);
-    int port = rc == AMQP_STATUS_OK ? ci.port : 0;
-    free(copy);
-    if (rc != AMQP_STATUS_OK || port < 1 || port > 65535)
+    struct uri u;
+    char why[160];
+    if (uri_parse(uri, &u, why, sizeof why) < 0)
         return fail(x, path,
-                    "not a valid AMQP URI: %s; expected amqp[s]://user:password@host:port/vhost "
+                    "not a valid AMQP URI: %s: %s; expected amqp[s]://user:password@host:port/vhost "
                     "(port 1..65535, '/' in the vhost written %%2f)",
-                    q);
+                    q, why);
     return 0;
 }
 
@@ -449,7 +431,8 @@ static int parse_wal(struct ctx *x, struct config *c, json_object *root)
     if (get_str(x, w, "wal", "dir", REQUIRED | NONEMPTY, c->wal_dir, sizeof c->wal_dir - 1) < 0)
         return -1;
     uint64_t v = c->segment_bytes >> 20;
-    if (get_int(x, w, "wal", "segment_mb", 1, 4095, &v) < 0)
+    /* the segment-file log's own limits, so --check-config agrees with it */
+    if (get_int(x, w, "wal", "segment_mb", 1, WAL_MAX_SEGMENT_BYTES >> 20, &v) < 0)
         return -1;
     c->segment_bytes = v << 20;
     if (get_bool(x, w, "wal", "fsync", &c->fsync) < 0)
@@ -818,7 +801,7 @@ static void defaults(struct config *c)
     c->fsync = 1;
     c->max_message_bytes = 134217728u;
     /* http_listen "": the endpoint is off unless configured (README) */
-    c->log_level = LOG_INFO;
+    c->log_level = LOG_LEVEL_INFO;
     c->shutdown_timeout_ms = 10000;
 }
 

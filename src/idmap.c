@@ -30,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "delay-bridge/xalloc.h"
+
 #define IDMAP_MIN_CAP 16
 
 static inline uint64_t fmix64(uint64_t k)
@@ -78,11 +80,7 @@ static void idmap_rehash(struct idmap *m, size_t cap)
     pool_handle *old = m->slots;
     size_t old_cap = m->cap;
 
-    m->slots = calloc(cap, sizeof(*m->slots));
-    if (m->slots == NULL) {
-        fprintf(stderr, "idmap: out of memory for %zu slots\n", cap);
-        abort();
-    }
+    m->slots = xcalloc(cap, sizeof(*m->slots));
     m->cap = cap;
     for (size_t i = 0; i < old_cap; i++) {
         pool_handle h = old[i];

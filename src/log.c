@@ -34,13 +34,13 @@
 
 #define LOG_LINE_MAX 4096 /* == PIPE_BUF on Linux: one atomic write */
 
-static _Atomic int g_level = LOG_INFO;
+static _Atomic int g_level = LOG_LEVEL_INFO;
 
 static const char *const level_names[] = { "debug", "info", "warn", "error" };
 
 void log_set_level(enum log_level l)
 {
-    if ((int)l < LOG_DEBUG || l > LOG_ERROR)
+    if ((int)l < LOG_LEVEL_DEBUG || l > LOG_LEVEL_ERROR)
         return;
     atomic_store_explicit(&g_level, (int)l, memory_order_relaxed);
 }
@@ -54,20 +54,13 @@ int log_parse_level(const char *s, enum log_level *l)
 {
     if (!s)
         return -1;
-    for (int i = LOG_DEBUG; i <= LOG_ERROR; i++) {
+    for (int i = LOG_LEVEL_DEBUG; i <= LOG_LEVEL_ERROR; i++) {
         if (strcmp(s, level_names[i]) == 0) {
             *l = (enum log_level)i;
             return 0;
         }
     }
     return -1;
-}
-
-uint64_t log_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 /* A line under construction; pos never exceeds cap (room for "...\n" kept aside). */
@@ -162,7 +155,7 @@ void log_at(enum log_level l, const char *mod, const char *msg, const char *fmt,
     puts_(&ln, tbuf);
 
     puts_(&ln, " level=");
-    puts_(&ln, ((int)l >= LOG_DEBUG && l <= LOG_ERROR) ? level_names[l] : "?");
+    puts_(&ln, ((int)l >= LOG_LEVEL_DEBUG && l <= LOG_LEVEL_ERROR) ? level_names[l] : "?");
     puts_(&ln, " mod=");
     put_escaped(&ln, mod ? mod : "-", 0);
     puts_(&ln, " msg=\"");

@@ -34,17 +34,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define POOL_MAX_HANDLE 0xFFFFFFFEu /* last handle ever handed out */
+#include "delay-bridge/xalloc.h"
 
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n, size);
-    if (p == NULL) {
-        fprintf(stderr, "pool: out of memory allocating %zu x %zu bytes\n", n, size);
-        abort();
-    }
-    return p;
-}
+#define POOL_MAX_HANDLE 0xFFFFFFFEu /* last handle ever handed out */
 
 void pool_init(struct pool *p, size_t item_size)
 {
@@ -73,12 +65,7 @@ static void pool_grow(struct pool *p)
 {
     if (p->nchunks == p->cap_chunks) {
         uint32_t cap = p->cap_chunks ? p->cap_chunks * 2 : 16;
-        char **chunks = realloc(p->chunks, cap * sizeof(*chunks));
-        if (chunks == NULL) {
-            fprintf(stderr, "pool: out of memory growing chunk table to %u\n", cap);
-            abort();
-        }
-        p->chunks = chunks;
+        p->chunks = xrealloc(p->chunks, cap * sizeof(*p->chunks));
         p->cap_chunks = cap;
     }
     p->chunks[p->nchunks++] = xcalloc(POOL_CHUNK_ITEMS, p->item_size);

@@ -1,10 +1,28 @@
 /*
- * bridge.h -- the daemon: the engine wired to RabbitMQ on one libev loop.
+ * bridge.h -- the daemon's policy: the engine wired to RabbitMQ on one loop.
+ *
+ * The bridge owns the consumer, the publisher and the HTTP endpoint, and
+ * borrows the engine (opened, and so recovered, by its caller). It decides
+ * what the parts do not: what a delivery becomes (x-delay, the invalid-delay
+ * policy, oversized messages), when the log commits and the broker is
+ * acked, what is published when, what a confirm, a nack or a lost channel
+ * means for a held message, and how the daemon stops.
+ *
+ *   bridge_new()  start everything on loop (connections are made by the
+ *                 loop's first turn); SIGTERM and SIGINT start a drain
+ *   ev_run(loop)  returns once the drain is over, or at a fatal error
+ *   bridge_exit_code(), bridge_free()
  */
 #ifndef DB_BRIDGE_H
 #define DB_BRIDGE_H
 
+#include <ev.h>
+
 #include "delay-bridge/config.h"
+#include "delay-bridge/stats.h"
+
+struct engine;
+struct bridge;
 
 /* Exit codes of the daemon (also documented in README.md). */
 enum {
@@ -15,7 +33,24 @@ enum {
     EXIT_WAL = 4,     /* WAL corrupt, unreadable or locked by another process */
 };
 
-/* Run until a signal asks to stop or a fatal error. Returns an exit code. */
-int bridge_run(const struct config *cfg);
+/*
+ * Start the bridge on loop over eng. cfg and eng must outlive it. Returns
+ * NULL, with the reason logged and *exit_code set, when something cannot
+ * start (the HTTP address is in use, for one).
+ */
+struct bridge *bridge_new(struct ev_loop *loop, const struct config *cfg, struct engine *eng,
+                          int *exit_code);
+
+/* After ev_run() returned: EXIT_OK after a clean drain, EXIT_FATAL after a fatal error. */
+int bridge_exit_code(const struct bridge *b);
+
+/*
+ * A snapshot of every figure (stats.h); the routes array and strings stay
+ * valid until the next call or bridge_free(). O(routes).
+ */
+void bridge_stats(struct bridge *b, struct db_stats *s);
+
+/* Log the totals, close the connections, stop the watchers and free. NULL is fine. */
+void bridge_free(struct bridge *b);
 
 #endif

@@ -1,24 +1,49 @@
 /*
- * engine.h -- held messages: WAL + timing wheel + id index, no broker.
+ * engine.h -- held messages: the one owner of every state a message is in.
  *
- * The engine is the part of the daemon that can be tested without a
- * RabbitMQ: it takes messages in (eng_add), makes them durable in one group
- * commit (eng_commit), hands them back when due (eng_advance) and forgets
- * them once the owner says they were published and confirmed (eng_done).
+ * The engine takes messages in, makes them durable in group commits, hands
+ * them out when due and forgets them once the broker confirmed their
+ * publish. It knows nothing of RabbitMQ or of the event loop: the publisher
+ * is a client that takes due messages and reports what the broker said,
+ * through the bridge. RAM per message is 40 bytes plus its slot in the id
+ * index; routing key, properties and body stay in the log and are read back
+ * by eng_take() when the message is published.
  *
- * What RAM holds per message is struct held below, 40 bytes, plus its slot
- * in the id index (about 6-11 bytes): route, due time, id and where the
- * record sits in the WAL. Routing key, properties and body stay on disk and
- * are read back by eng_load() when the message falls due.
+ * The state machine. Every held message is in exactly one state; every
+ * arrow is one function, and nothing else moves a message:
  *
- * Life of a message:
- *   eng_add()      -> PENDING: appended to the WAL buffer, not yet durable
- *   eng_commit()   -> WAITING: durable, in the wheel (the owner may ack now)
- *   eng_advance()  -> FIRED: handed to the owner's fire callback
- *   eng_done()     -> gone: a DONE record goes out with the next commit
- *   eng_retry()    -> WAITING again (publish failed; due time given)
- * A crash between FIRED and a durable DONE replays the message: delivery is
- * at least once, and msg_id lets consumers deduplicate.
+ *            eng_add            eng_commit done        eng_advance(now >= due)
+ *   (new) ----------> PENDING ------------------> WAITING ---------------> DUE
+ *                                                                          | ^
+ *                                                               eng_take   | | eng_unsent (nack)
+ *                                                                          v | eng_unsent_route
+ *                                                                     INFLIGHT   (channel or
+ *                                                                          |      connection lost)
+ *                                                              eng_confirm |
+ *                                                                          v
+ *                                                       (gone: DONE record queued for the
+ *                                                        next commit; its RAM is freed now)
+ *
+ *   ORPHAN   recovered for a route missing from the configuration: kept in
+ *            the log, never fired, counted in eng_stats().orphaned.
+ *
+ *   PENDING   appended to the log buffer, not durable: never fires, is not
+ *             acked to the broker.
+ *   WAITING   durable, in the timing wheel.
+ *   DUE       due, waiting for its route's publish channel, in (due, id)
+ *             order in the route's due list; a message put back from
+ *             INFLIGHT takes its place in that order again.
+ *   INFLIGHT  handed to the publisher, in take order in the route's
+ *             in-flight list; eng_unsent_route() puts them all back.
+ *
+ * Shutdown in any state needs nothing: every message not confirmed keeps
+ * its ADD record, and after a restart it is WAITING again (or DUE at once
+ * if overdue), under the same id. A confirmed message whose DONE record was
+ * not committed before the stop comes back too: delivery is at least once.
+ *
+ * Handles (eng_msg) stay valid from eng_add until eng_confirm; a DUE or
+ * INFLIGHT message's handle is stable, so the publisher may keep it with its
+ * confirm tag. Not thread-safe: one event loop owns the engine.
  */
 #ifndef DB_ENGINE_H
 #define DB_ENGINE_H
@@ -26,89 +51,128 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "delay-bridge/pool.h"
-#include "delay-bridge/wal.h"
+#include "delay-bridge/stats.h"
 #include "delay-bridge/walrec.h"
-#include "delay-bridge/wheel.h"
+
+struct wlog;
+struct engine;
+
+/* A held message. 0 is never a message. */
+typedef uint32_t eng_msg;
+
+/* Errors: 0, -errno, or one of these (the same values as the log's own). */
+#define ENG_ECORRUPT (-10001) /* a log record fails its checks */
+#define ENG_ELOCKED (-10002)  /* another process holds the log */
+#define ENG_EFORMAT (-10003)  /* unreadable log files (version, header, name) */
+#define ENG_ETOOBIG (-10004)  /* message larger than a record may be */
+#define ENG_EBUSY (-10005)    /* a commit is still in progress */
+const char *eng_strerror(int err);
 
 #define ENG_ROUTE_UNKNOWN 0xFFFFu
 
-enum held_state { HELD_PENDING = 1, HELD_WAITING = 2, HELD_FIRED = 3, HELD_ORPHAN = 4 };
-
-struct held {
-    struct wheel_node node; /* node.seq is the message id; node.due its due time */
-    struct wal_loc loc;     /* the ADD record */
-    uint16_t route;         /* index into the owner's routes, or ENG_ROUTE_UNKNOWN */
-    uint8_t state;          /* enum held_state */
-    uint8_t flags;          /* reserved */
+enum eng_state {
+    ENG_PENDING = 1,
+    ENG_WAITING = 2,
+    ENG_DUE = 3,
+    ENG_INFLIGHT = 4,
+    ENG_ORPHAN = 5,
 };
 
 struct eng_opts {
-    struct wal_opts wal;
-    /* Map a route name from the WAL to the owner's route index, or -1. */
+    struct wlog *log; /* the engine owns it from here on, even when eng_open fails */
+    int nroutes;      /* routes 0..nroutes-1, at most ENG_ROUTE_UNKNOWN */
+    /* Map a route name found in the log to a route index, or -1 (orphan). */
     int (*route_index)(void *arg, const char *name, size_t len);
     void *route_arg;
     uint64_t now_ms; /* wall clock at open; 0 = read it */
 };
 
-struct engine;
-
 /*
- * Open the WAL in o->wal.dir and rebuild the held set from it. Messages
- * whose route is unknown stay held (ORPHAN: never fired, logged). Returns 0
- * or a negative wal code.
+ * Recover the held set from the log (wlog_recover) and build the wheel, its
+ * clock just before the earliest due time, so that the first eng_advance()
+ * to the present fires every overdue message in (due, id) order.
  */
 int eng_open(struct engine **out, const struct eng_opts *o);
+/* Close the log (without committing) and free everything. NULL is fine. */
 void eng_close(struct engine *e);
 
 /*
- * Append a message (a->msg_id is assigned here). Not durable until
- * eng_commit(). *hp (may be NULL) gets its handle.
+ * Append a message for route (a->msg_id is assigned here): PENDING. Not
+ * durable until a commit completes. *m (may be NULL) gets its handle.
  */
-int eng_add(struct engine *e, uint16_t route, struct walrec_add *a, pool_handle *hp);
+int eng_add(struct engine *e, uint16_t route, struct walrec_add *a, eng_msg *m);
 
-/* Append pending DONEs, write and fdatasync, then schedule committed adds. */
-int eng_commit(struct engine *e);
-/* Anything waiting for eng_commit()? */
+/* Anything for eng_commit() to do? */
 int eng_dirty(const struct engine *e);
 
-typedef void eng_fire_fn(void *arg, pool_handle h, uint16_t route);
+/*
+ * Make every add and every confirm so far durable (one group commit).
+ * Returns 0 and calls done(arg, err) exactly once -- before returning or
+ * later -- after the committed adds became WAITING; or returns ENG_EBUSY
+ * (a commit is in progress: try again after its done) or another negative
+ * code, and never calls done. After a failure every later call fails.
+ */
+typedef void eng_commit_fn(void *arg, int err);
+int eng_commit(struct engine *e, eng_commit_fn *done, void *arg);
+int eng_committing(const struct engine *e);
 
-/* Earliest time something may fall due (ms), UINT64_MAX if nothing waits. */
+/* Earliest time the wheel may have something to do (ms), UINT64_MAX if nothing waits. */
 uint64_t eng_next_event(const struct engine *e);
-/* Fire everything due at or before now, in (due, id) order. */
-size_t eng_advance(struct engine *e, uint64_t now, eng_fire_fn *fire, void *arg);
 
-/* Read a FIRED message back from the WAL; pointers in *a stay valid until the next eng_load. */
-int eng_load(struct engine *e, pool_handle h, struct walrec_add *a);
+/* WAITING -> DUE for everything due at or before now. Returns how many. */
+size_t eng_advance(struct engine *e, uint64_t now);
 
-/* The message was published and confirmed: forget it. */
-void eng_done(struct engine *e, pool_handle h);
-/* Publishing failed: wait again until due. */
-void eng_retry(struct engine *e, pool_handle h, uint64_t due);
+/* Messages of route in the DUE state. */
+size_t eng_due(const struct engine *e, uint16_t route);
 
-static inline struct held *eng_held(struct engine *e, pool_handle h);
+/*
+ * DUE -> INFLIGHT for the first due message of route, read back from the
+ * log into *a (pointers valid until the next eng_take). Returns 1 and sets
+ * *m, 0 if route has nothing due, or a negative code (log read failed).
+ */
+int eng_take(struct engine *e, uint16_t route, eng_msg *m, struct walrec_add *a);
 
-/* Reclaim WAL space, a bounded amount of work; 1 if more remains. */
+/* INFLIGHT -> gone: the broker confirmed it at now_ms (lateness is recorded). */
+void eng_confirm(struct engine *e, eng_msg m, uint64_t now_ms);
+
+/* INFLIGHT -> DUE: not published after all (nack). */
+void eng_unsent(struct engine *e, eng_msg m);
+
+/* INFLIGHT -> DUE for every in-flight message of route (channel or connection lost). */
+size_t eng_unsent_route(struct engine *e, uint16_t route);
+
+/* The state of m (enum eng_state). */
+int eng_state(const struct engine *e, eng_msg m);
+
+/* Reclaim log space, a bounded amount of work; 1 if more remains, 0, or negative. */
 int eng_maintain(struct engine *e, size_t budget);
 
-struct eng_stats {
-    uint64_t held;     /* every message the engine holds */
-    uint64_t waiting;  /* in the wheel */
-    uint64_t fired;    /* handed out, not yet done */
-    uint64_t orphaned; /* route unknown */
-    uint64_t added, done, retried;
-    uint64_t ram_bytes; /* pool + index + wheel */
-    struct wal_stats wal;
+struct eng_route_stats {
+    uint64_t pending, waiting, due, inflight; /* by state */
+    uint64_t held;                            /* all four */
+    uint64_t confirmed;                       /* eng_confirm() calls */
+    uint64_t next_due_ms;                     /* first DUE message's due time, 0 = none */
+    struct db_hist lateness;                  /* confirm time - due time, seconds */
 };
-void eng_get_stats(const struct engine *e, struct eng_stats *s);
-uint64_t eng_wal_id(const struct engine *e);
 
-/* Implementation detail exposed for the inline accessor. */
-struct pool *eng_pool(struct engine *e);
-static inline struct held *eng_held(struct engine *e, pool_handle h)
-{
-    return (struct held *)pool_at(eng_pool(e), h);
-}
+struct eng_stats {
+    uint64_t held;     /* every message held, orphans included */
+    uint64_t pending, waiting, due, inflight;
+    uint64_t orphaned; /* route unknown */
+    uint64_t added, confirmed;
+    uint64_t next_event_ms; /* eng_next_event(), 0 = nothing waits */
+    uint64_t ram_bytes;     /* pool + index + wheel */
+    double recovery_seconds;
+    /* the log's own figures */
+    uint64_t log_segments, log_disk_bytes, log_live_bytes, log_live_records;
+    uint64_t log_commits, log_appended_bytes, log_compacted_bytes;
+    int log_failed;
+    struct db_hist fsync;
+};
+void eng_stats(const struct engine *e, struct eng_stats *s);
+void eng_route_stats(const struct engine *e, uint16_t route, struct eng_route_stats *s);
+
+/* The log's random id, stable across restarts (prefix of message id headers). */
+uint64_t eng_log_id(const struct engine *e);
 
 #endif

@@ -12,22 +12,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
+enum log_level { LOG_LEVEL_DEBUG, LOG_LEVEL_INFO, LOG_LEVEL_WARN, LOG_LEVEL_ERROR };
 
 void log_set_level(enum log_level l);
 enum log_level log_get_level(void);
 /* "debug", "info", "warn", "error" -> 0 and *l, else -1. */
 int log_parse_level(const char *s, enum log_level *l);
 
-/* log_at(LOG_INFO, "wal", "segment rolled", "seg=%u", n); fmt may be NULL. */
+/* log_at(LOG_LEVEL_INFO, "wal", "segment rolled", "seg=%u", n); fmt may be NULL. */
 void log_at(enum log_level l, const char *mod, const char *msg, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 #define log_debug(mod, msg, ...) \
-    do { if (log_get_level() <= LOG_DEBUG) log_at(LOG_DEBUG, mod, msg, __VA_ARGS__); } while (0)
-#define log_info(mod, msg, ...) log_at(LOG_INFO, mod, msg, __VA_ARGS__)
-#define log_warn(mod, msg, ...) log_at(LOG_WARN, mod, msg, __VA_ARGS__)
-#define log_error(mod, msg, ...) log_at(LOG_ERROR, mod, msg, __VA_ARGS__)
+    do { if (log_get_level() <= LOG_LEVEL_DEBUG) log_at(LOG_LEVEL_DEBUG, mod, msg, __VA_ARGS__); } while (0)
+#define log_info(mod, msg, ...) log_at(LOG_LEVEL_INFO, mod, msg, __VA_ARGS__)
+#define log_warn(mod, msg, ...) log_at(LOG_LEVEL_WARN, mod, msg, __VA_ARGS__)
+#define log_error(mod, msg, ...) log_at(LOG_LEVEL_ERROR, mod, msg, __VA_ARGS__)
 
 /*
  * Rate limiting for repeated events: log_ratelimit(&state, now_ms, interval_ms)
@@ -42,8 +42,5 @@ uint64_t log_ratelimit(struct log_ratelimit *r, uint64_t now_ms, uint64_t interv
 
 /* Copy uri into out with the password replaced by "***". */
 void log_mask_uri(const char *uri, char *out, size_t outlen);
-
-/* Wall clock in ms since the epoch. */
-uint64_t log_now_ms(void);
 
 #endif

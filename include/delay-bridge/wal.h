@@ -33,14 +33,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "delay-bridge/stats.h"
 #include "delay-bridge/walrec.h"
+#include "delay-bridge/wlog.h"
 
-#define WAL_ECORRUPT (-10001) /* a record that is not a torn tail fails its checks */
-#define WAL_ELOCKED (-10002)  /* another process holds the log directory */
-#define WAL_EFORMAT (-10003)  /* unknown version, bad segment header or name */
-#define WAL_ETOOBIG (-10004)  /* record larger than WALREC_MAX_PAYLOAD */
+/* The codes are the log interface's (wlog.h), so the engine sees one set. */
+#define WAL_ECORRUPT WLOG_ECORRUPT /* a record that is not a torn tail fails its checks */
+#define WAL_ELOCKED WLOG_ELOCKED   /* another process holds the log directory */
+#define WAL_EFORMAT WLOG_EFORMAT   /* unknown version, bad segment header or name */
+#define WAL_ETOOBIG WLOG_ETOOBIG   /* record larger than WALREC_MAX_PAYLOAD */
 
 #define WAL_DEFAULT_SEGMENT_BYTES (64ull << 20)
+#define WAL_MIN_SEGMENT_BYTES 1024
+#define WAL_MAX_SEGMENT_BYTES (2ull << 30) /* offsets are u32: segment + 1 GiB record must fit */
 
 struct wal;
 
@@ -139,10 +144,19 @@ struct wal_stats {
     uint64_t compacted_bytes;
     uint64_t deleted_segments;
     uint64_t truncated_bytes; /* torn tail cut at open */
+    int failed;               /* first write/fsync error, 0 if none */
+    struct db_hist fsync;     /* fdatasync durations, seconds */
 };
 void wal_get_stats(const struct wal *w, struct wal_stats *s);
 
 /* Text for a negative code from this module (errno values included). */
 const char *wal_strerror(int err);
+
+/*
+ * The segment-file log behind the engine's interface (wlog.h). Nothing is
+ * opened until wlog_recover(), which runs wal_open() with its replay; commit
+ * is synchronous (write + fdatasync, then the completion). o->dir is copied.
+ */
+struct wlog *wal_file_log(const struct wal_opts *o);
 
 #endif

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "delay-bridge/engine.h"
+#include "delay-bridge/wal.h"
 #include "delay-bridge/log.h"
 
 static double now_s(void)
@@ -53,26 +54,33 @@ static void rm_rf(const char *dir)
         fprintf(stderr, "cannot remove %s\n", dir);
 }
 
-static void retire(void *arg, pool_handle h, uint16_t route)
+/* Fire what is due and confirm it at once, as a broker would. */
+static void retire(struct engine *e, uint64_t now)
 {
-    eng_done(arg, h);
+    struct walrec_add a;
+    eng_msg m;
+
+    eng_advance(e, now);
+    while (eng_take(e, 0, &m, &a) == 1)
+        eng_confirm(e, m, now);
+}
+
+static struct engine *open_at(const char *dir, uint64_t t0, int no_sync)
+{
+    struct wal_opts wo = {dir, 0, no_sync};
+    struct eng_opts o = {wal_file_log(&wo), 1, route_index, NULL, t0};
+    struct engine *e;
+
+    if (eng_open(&e, &o) < 0)
+        exit(1);
+    return e;
 }
 
 static void fill(const char *dir, uint64_t n, uint64_t t0)
 {
-    struct eng_opts o;
-    struct engine *e;
+    struct engine *e = open_at(dir, t0, 1); /* no fsync: the fill is not what is measured */
     uint8_t body[256], props[64];
     uint64_t i;
-    pool_handle h;
-
-    memset(&o, 0, sizeof(o));
-    o.wal.dir = dir;
-    o.wal.no_sync = 1; /* the fill is not what is measured */
-    o.route_index = route_index;
-    o.now_ms = t0;
-    if (eng_open(&e, &o) < 0)
-        exit(1);
     memset(body, 'b', sizeof(body));
     memset(props, 0, sizeof(props));
     props[0] = 0x90; /* content-type + delivery-mode flags */
@@ -96,18 +104,18 @@ static void fill(const char *dir, uint64_t n, uint64_t t0)
         a.props_len = 20;
         a.body = body;
         a.body_len = sizeof(body);
-        if (eng_add(e, 0, &a, &h) < 0)
+        if (eng_add(e, 0, &a, NULL) < 0)
             exit(1);
         if (i % 4096 == 4095) {
-            if (eng_commit(e) < 0)
+            if (eng_commit(e, NULL, NULL) < 0)
                 exit(1);
-            eng_advance(e, t0, retire, e);
+            retire(e, t0);
         }
     }
-    if (eng_commit(e) < 0)
+    if (eng_commit(e, NULL, NULL) < 0)
         exit(1);
-    eng_advance(e, t0, retire, e);
-    if (eng_commit(e) < 0)
+    retire(e, t0);
+    if (eng_commit(e, NULL, NULL) < 0)
         exit(1);
     eng_close(e);
 }
@@ -120,11 +128,10 @@ int main(int argc, char **argv)
     int cold = getenv("BENCH_COLD") != NULL;
     uint64_t t0 = 1700000000000ull;
 
-    log_set_level(LOG_WARN);
+    log_set_level(LOG_LEVEL_WARN);
     for (k = 0; k < nn; k++) {
         uint64_t n = argc > 2 ? strtoull(argv[k + 2], NULL, 10) : defaults[k];
         char dir[512];
-        struct eng_opts o;
         struct engine *e;
         struct eng_stats s;
         double t;
@@ -141,21 +148,16 @@ int main(int argc, char **argv)
             if (f)
                 fclose(f);
         }
-        memset(&o, 0, sizeof(o));
-        o.wal.dir = dir;
-        o.route_index = route_index;
-        o.now_ms = t0;
         rss0 = rss_kb();
         t = now_s();
-        if (eng_open(&e, &o) < 0)
-            return 1;
+        e = open_at(dir, t0, 0);
         t = now_s() - t;
         rss1 = rss_kb();
-        eng_get_stats(e, &s);
+        eng_stats(e, &s);
         printf("recovery n=%llu held=%llu wal=%.1f MiB in %llu segments: %.2f s, %.2f M msgs/s "
                "(%s page cache; goal 10M <= 10 s)\n",
                (unsigned long long)n, (unsigned long long)s.held,
-               (double)s.wal.disk_bytes / (1 << 20), (unsigned long long)s.wal.segments, t,
+               (double)s.log_disk_bytes / (1 << 20), (unsigned long long)s.log_segments, t,
                (double)s.held / t / 1e6, cold ? "cold" : "warm");
         printf("ram per held message n=%llu: %.1f B accounted (pool+index+wheel), %.1f B RSS "
                "delta (goal <= 64)\n",

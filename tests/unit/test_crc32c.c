@@ -8,17 +8,7 @@
 
 #include "delay-bridge/crc32c.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                                                   \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            failures++;                                                                    \
-            fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond);                \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fputc('\n', stderr);                                                           \
-        }                                                                                  \
-    } while (0)
+#include "check.h"
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
 static uint8_t rnd8(void)
@@ -71,22 +61,35 @@ static void vectors(const char *name, crc_fn *f)
           f(0, iscsi_read, 48));
 }
 
-int main(void)
+enum { MAXLEN = 1100 };
+static uint8_t big[MAXLEN + 64];
+
+/* The same pseudo-random bytes in big[] for every case. */
+static void fill_big(void)
 {
-    enum { MAXLEN = 1100 };
-    static uint8_t big[MAXLEN + 64];
+    rng = 0x243f6a8885a308d3ull;
+    for (size_t i = 0; i < sizeof(big); i++)
+        big[i] = rnd8();
+}
+
+static void test_vectors(void)
+{
     int hw = crc32c_hw_available();
 
-    printf("crc32c: hardware path %s\n", hw ? "available (SSE4.2)" : "not available");
+    printf("  hardware path %s\n", hw ? "available (SSE4.2)" : "not available");
     vectors("crc32c", crc32c);
     vectors("sw", crc32c_sw);
     if (hw)
         vectors("hw", crc32c_hw);
+}
 
-    for (size_t i = 0; i < sizeof(big); i++)
-        big[i] = rnd8();
+/* Every length and alignment: sw == reference, hw == sw. */
+static void test_lengths(void)
+{
+    int hw = crc32c_hw_available();
+    int before = check_failures;
 
-    /* Every length and alignment: sw == reference, hw == sw. */
+    fill_big();
     for (size_t off = 0; off < 16; off++) {
         for (size_t len = 0; len <= MAXLEN; len++) {
             uint32_t ref = crc_ref(0x12345678u, big + off, len);
@@ -96,12 +99,16 @@ int main(void)
                 uint32_t h = crc32c_hw(0x12345678u, big + off, len);
                 CHECK(h == sw, "hw off=%zu len=%zu: %08x != %08x", off, len, h, sw);
             }
-            if (failures > 20)
-                return 1;
+            if (check_failures - before > 20)
+                return;
         }
     }
+}
 
-    /* Chaining: crc(a ++ b) == crc(crc(a), b), at every split point. */
+/* Chaining: crc(a ++ b) == crc(crc(a), b), at every split point. */
+static void test_chaining(void)
+{
+    fill_big();
     uint32_t whole = crc32c(0, big, 300);
     for (size_t k = 0; k <= 300; k++) {
         uint32_t c = crc32c(crc32c(0, big, k), big + k, 300 - k);
@@ -109,19 +116,28 @@ int main(void)
         c = crc32c_sw(crc32c(0, big, k), big + k, 300 - k);
         CHECK(c == whole, "mixed chain split %zu", k);
     }
+}
 
-    /* A single flipped bit always changes the CRC. */
+/* A single flipped bit always changes the CRC. */
+static void test_bit_flips(void)
+{
+    fill_big();
     for (size_t bit = 0; bit < 64 * 8; bit++) {
         big[bit / 8] ^= (uint8_t)(1u << (bit % 8));
         uint32_t c = crc32c(0, big, 64);
         big[bit / 8] ^= (uint8_t)(1u << (bit % 8));
         CHECK(c != crc32c(0, big, 64), "bit %zu flip undetected", bit);
     }
+}
 
-    if (failures) {
-        fprintf(stderr, "test_crc32c: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_crc32c: ok\n");
-    return 0;
+static const struct check_case cases[] = {
+    {"vectors", test_vectors},
+    {"lengths", test_lengths},
+    {"chaining", test_chaining},
+    {"bit_flips", test_bit_flips},
+};
+
+int main(int argc, char **argv)
+{
+    return CHECK_MAIN(argc, argv, cases);
 }

@@ -24,27 +24,28 @@
 /* Test hook in src/wal.c: make the active segment's fd fail every write. */
 int wal_test_break_fd(struct wal *w);
 
-static int failures;
+#include "check.h"
+
 static char base[64];
 
-#define CHECK(cond, ...)                                                                   \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            failures++;                                                                    \
-            fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond);                \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fputc('\n', stderr);                                                           \
-            if (failures > 40)                                                             \
-                exit(1);                                                                   \
-        }                                                                                  \
-    } while (0)
-
+/* A call returns want; the message names both codes. */
 #define CHECK_RC(expr, want)                                                               \
     do {                                                                                   \
-        int rc_ = (expr);                                                                  \
-        CHECK(rc_ == (want), "%s -> %d (%s), want %d", #expr, rc_, wal_strerror(rc_),      \
-              (int)(want));                                                                \
+        int rc_ = (expr), want_ = (want);                                                  \
+        if (rc_ != want_)                                                                  \
+            check_failed(__FILE__, __LINE__, #expr " == " #want, "got %d (%s), want %d (%s)", \
+                         rc_, wal_strerror(rc_), want_, wal_strerror(want_));              \
     } while (0)
+
+/* The wal module logs warnings and errors for the damage these cases make. */
+static void expect_error_lines(void)
+{
+    static int said;
+    if (!said++) {
+        printf("test_wal: error lines from the wal module are expected (corruption tests)\n");
+        fflush(stdout);
+    }
+}
 
 /* ---- files ------------------------------------------------------------- */
 
@@ -486,6 +487,7 @@ static void test_torn_tail(void)
     struct coll c = {0};
     struct wal *w;
     const int n = 40;
+    expect_error_lines();
 
     build(dir, n, 0, locs, 5);
     snprintf(work, sizeof(work), "%s/work", base);
@@ -573,6 +575,7 @@ static void test_corrupt(void)
     struct wal *w;
     const uint64_t segb = 4096;
     int n = 0, nseg;
+    expect_error_lines();
 
     /* About 17 segments, the newest holding 10 records. */
     CHECK_RC(wopen_quiet_coll(&w, dir, segb), 0);
@@ -727,6 +730,7 @@ static void test_stale_salt(void)
     uint8_t h1[WALREC_SEGHDR_SIZE], hl[WALREC_SEGHDR_SIZE];
     struct walrec_seghdr s1, sl;
     int n = 60, nseg;
+    expect_error_lines();
 
     build(dir, n, segb, locs, 3);
     nseg = (int)locs[n - 1].seg;
@@ -786,6 +790,7 @@ static void test_read(void)
     struct wal_loc l1, l2, l3, ld;
     uint64_t lsn1, id;
     uint64_t ids[2] = {1, 2};
+    expect_error_lines();
 
     CHECK_RC(wopen_quiet_coll(&w, dir, 4096), 0);
     CHECK_RC(append_add(w, 100, &lsn1, &l1), 0);
@@ -1232,6 +1237,7 @@ static void test_random_sessions(void)
     uint64_t x = 0x853c49e6748fea9bull, id;
     const size_t cap = 200000;
     uint64_t deleted = 0, compacted = 0, truncated = 0;
+    expect_error_lines();
 
 #define RND() (x ^= x << 13, x ^= x >> 7, x ^= x << 17, x)
     model_init(&m, &w, cap);
@@ -1337,6 +1343,7 @@ static void test_failed_commit(void)
     const uint8_t *p;
     struct wal_loc loc;
     int err;
+    expect_error_lines();
 
     CHECK_RC(wopen(&w, dir, 0, &c), 0);
     for (int i = 0; i < 10; i++)
@@ -1362,34 +1369,35 @@ static void test_failed_commit(void)
     free(b.p);
 }
 
-int main(void)
+static const struct check_case cases[] = {
+    {"basic", test_basic},
+    {"sync", test_sync},
+    {"roll", test_roll},
+    {"torn_tail", test_torn_tail},
+    {"corrupt", test_corrupt},
+    {"stale_salt", test_stale_salt},
+    {"read", test_read},
+    {"maintain_delete", test_maintain_delete},
+    {"maintain_waits_for_successor", test_maintain_waits_for_successor},
+    {"compaction", test_compaction},
+    {"big_records", test_big_records},
+    {"random_sessions", test_random_sessions},
+    {"lock", test_lock},
+    {"failed_commit", test_failed_commit},
+};
+
+static void remove_base(void)
+{
+    rm_rf(base);
+}
+
+int main(int argc, char **argv)
 {
     strcpy(base, "/tmp/test_wal.XXXXXX");
     if (!mkdtemp(base)) {
         perror("mkdtemp");
         return 1;
     }
-    printf("test_wal: error lines from the wal module are expected (corruption tests)\n");
-    fflush(stdout);
-    test_basic();
-    test_sync();
-    test_roll();
-    test_torn_tail();
-    test_corrupt();
-    test_stale_salt();
-    test_read();
-    test_maintain_delete();
-    test_maintain_waits_for_successor();
-    test_compaction();
-    test_big_records();
-    test_random_sessions();
-    test_lock();
-    test_failed_commit();
-    rm_rf(base);
-    if (failures) {
-        fprintf(stderr, "test_wal: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_wal: ok\n");
-    return 0;
+    atexit(remove_base); /* also when check.h gives up after too many failures */
+    return CHECK_MAIN(argc, argv, cases);
 }

@@ -16,19 +16,7 @@
 #include "delay-bridge/crc32c.h"
 #include "delay-bridge/walrec.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                                                   \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            failures++;                                                                    \
-            fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond);                \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fputc('\n', stderr);                                                           \
-            if (failures > 30)                                                             \
-                exit(1);                                                                   \
-        }                                                                                  \
-    } while (0)
+#include "check.h"
 
 /* ---- guard page -------------------------------------------------------- */
 
@@ -51,6 +39,9 @@ static void guard_init(void)
 /* Copy n bytes of src so that they end exactly at the guard page. */
 static const uint8_t *at_guard(const uint8_t *src, size_t n)
 {
+    if (guard_base == NULL)
+        guard_init();
+
     uint8_t *p = guard_base + guard_room - n;
 
     if (n > guard_room) {
@@ -74,6 +65,8 @@ static struct walrec_add sample_add(uint32_t body_len)
 {
     struct walrec_add a;
 
+    for (size_t i = 0; i < sizeof(body); i++)
+        body[i] = (uint8_t)(i * 7 + 3);
     memset(&a, 0, sizeof(a));
     a.msg_id = 0x0102030405060708ull;
     a.due_ms = 1800000000123ull;
@@ -164,9 +157,6 @@ static void test_record(void)
     size_t plen, n;
     uint32_t salt = 0xa5a5f00d;
     int r;
-
-    for (size_t i = 0; i < sizeof(body); i++)
-        body[i] = (uint8_t)(i * 7 + 3);
 
     /* Header encoded from pieces: head and body separately. */
     {
@@ -391,18 +381,15 @@ static void test_fuzz(void)
     }
 }
 
-int main(void)
+static const struct check_case cases[] = {
+    {"seghdr", test_seghdr},
+    {"record", test_record},
+    {"add", test_add},
+    {"done", test_done},
+    {"fuzz", test_fuzz},
+};
+
+int main(int argc, char **argv)
 {
-    guard_init();
-    test_seghdr();
-    test_record();
-    test_add();
-    test_done();
-    test_fuzz();
-    if (failures) {
-        fprintf(stderr, "test_walrec: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_walrec: ok\n");
-    return 0;
+    return CHECK_MAIN(argc, argv, cases);
 }

@@ -2,7 +2,13 @@
  * test_wheel.c -- the timing wheel's contract, case by case and against a
  * reference model over millions of random operations.
  *
- * Usage: test_wheel [seed [ops]]   (defaults: fixed seed, 12000000 ops)
+ * Usage: test_wheel [case...]       (--list names the cases)
+ *
+ * Environment: TEST_SEED (default 0x5eed2024) seeds the generator, TEST_OPS
+ * (default 12000000) is the number of operations of the "random" case; both
+ * decimal or 0x hex. Every case restarts the generator from the seed, so a
+ * failing case reruns the same alone: TEST_SEED=n TEST_OPS=m test_wheel random.
+ * Both values are printed before the first case runs.
  *
  * The reference model is the contract written as plainly as possible: a
  * binary heap ordered by (due, seq) for entries due later, and a FIFO for
@@ -14,24 +20,17 @@
  */
 #include "delay-bridge/wheel.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-static int failures;
-
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            if (++failures > 20) {                                               \
-                fprintf(stderr, "test_wheel: too many failures\n");             \
-                exit(1);                                                         \
-            }                                                                    \
-        }                                                                        \
-    } while (0)
+/* check.h hands a plain CHECK(cond) the format "", which gcc's -Wall
+ * (-Wformat-zero-length) turns into an error under -Werror. */
+#pragma GCC diagnostic ignored "-Wformat-zero-length"
+#include "check.h"
 
 struct item {
     struct wheel_node node; /* first member, as wheel.h requires */
@@ -181,7 +180,10 @@ static void test_boundaries(void)
     }
 }
 
-static void check_order(struct rec *r, const pool_handle *want, size_t n, const char *what)
+/* The firings so far are exactly want[0..n-1], in that order. */
+#define check_order(r, want, n, what) check_order_at(__LINE__, r, want, n, what)
+static void check_order_at(int line, struct rec *r, const pool_handle *want, size_t n,
+                           const char *what)
 {
     int ok = r->n == n;
     for (size_t i = 0; ok && i < n; i++)
@@ -194,7 +196,7 @@ static void check_order(struct rec *r, const pool_handle *want, size_t n, const 
         for (size_t i = 0; i < n; i++)
             fprintf(stderr, " %u", item(want[i])->tag);
         fprintf(stderr, "\n");
-        failures++;
+        check_failed(__FILE__, line, "firing order", "%s", what);
     }
 }
 
@@ -913,43 +915,82 @@ static void random_round(uint64_t start, uint64_t limit, long ops)
            ops, max_live);
 }
 
-static void test_random(uint64_t seed, long ops)
+static uint64_t test_seed; /* TEST_SEED */
+static long test_ops;     /* TEST_OPS */
+
+static void test_random(void)
 {
-    seq_salt = seed;
+    seq_salt = test_seed;
     uint32_t used = pool.used;
-    long per = ops / 6;
+    long per = test_ops / 6;
     random_round(0, UINT64_MAX - 1, per);
     random_round(rnd() % (UINT64_C(1) << 40), UINT64_MAX - 1, per);
     random_round(UINT64_C(1700000000000), UINT64_MAX - 1, per);
     random_round((UINT64_C(1) << 56) - 100000, UINT64_MAX - 1, per);
     random_round(UINT64_MAX - (UINT64_C(1) << 41), UINT64_MAX - 1, per);
-    random_round(UINT64_C(0xFFFFFFFFFF00) - 5000, UINT64_MAX - 1, ops - 5 * per);
-    printf("  random: %ld ops, %ld firings, %ld callback mutations\n", ops, stat_fired,
+    random_round(UINT64_C(0xFFFFFFFFFF00) - 5000, UINT64_MAX - 1, test_ops - 5 * per);
+    printf("  random: %ld ops, %ld firings, %ld callback mutations\n", test_ops, stat_fired,
            stat_cb_ops);
     CHECK(pool.used == used); /* the model released every item it took */
 }
 
+/* An unsigned number from the environment, or def. */
+static uint64_t env_u64(const char *name, uint64_t def)
+{
+    const char *s = getenv(name);
+    char *end;
+    if (!s || !*s)
+        return def;
+    errno = 0;
+    uint64_t v = strtoull(s, &end, 0);
+    if (errno || *end) {
+        fprintf(stderr, "test_wheel: %s=\"%s\" is not a number\n", name, s);
+        exit(2);
+    }
+    return v;
+}
+
+/* Every case: a fresh pool and the generator restarted from the seed. */
+static void run_case(void (*fn)(void))
+{
+    static int printed;
+    if (!printed) {
+        test_seed = env_u64("TEST_SEED", 0x5eed2024);
+        test_ops = (long)env_u64("TEST_OPS", 12000000);
+        printf("test_wheel: TEST_SEED=%" PRIu64 " TEST_OPS=%ld\n", test_seed, test_ops);
+        fflush(stdout);
+        printed = 1;
+    }
+    rng_state = test_seed;
+    pool_init(&pool, sizeof(struct item));
+    fn();
+    pool_destroy(&pool);
+}
+
+#define CASE(name)                                                                         \
+    static void case_##name(void)                                                          \
+    {                                                                                      \
+        run_case(test_##name);                                                             \
+    }
+CASE(boundaries)
+CASE(equal_due)
+CASE(already_due)
+CASE(del)
+CASE(callbacks)
+CASE(clock_jump)
+CASE(random)
+
+static const struct check_case cases[] = {
+    {"boundaries", case_boundaries},
+    {"equal_due", case_equal_due},
+    {"already_due", case_already_due},
+    {"del", case_del},
+    {"callbacks", case_callbacks},
+    {"clock_jump", case_clock_jump},
+    {"random", case_random},
+};
+
 int main(int argc, char **argv)
 {
-    uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0) : 0x5eed2024;
-    long ops = argc > 2 ? strtol(argv[2], NULL, 0) : 12000000;
-    printf("test_wheel: seed %" PRIu64 " ops %ld\n", seed, ops);
-    rng_state = seed;
-    pool_init(&pool, sizeof(struct item));
-
-    test_boundaries();
-    test_equal_due();
-    test_already_due();
-    test_del();
-    test_callbacks();
-    test_clock_jump();
-    test_random(seed, ops);
-
-    pool_destroy(&pool);
-    if (failures) {
-        fprintf(stderr, "test_wheel: %d check(s) failed (seed %" PRIu64 ")\n", failures, seed);
-        return 1;
-    }
-    printf("test_wheel: ok\n");
-    return 0;
+    return CHECK_MAIN(argc, argv, cases);
 }

@@ -1,9 +1,9 @@
 /*
- * test_xdelay.c -- reading x-delay from every AMQP field kind, and the
+ * test_amqp_msg.c -- reading x-delay from every AMQP field kind, and the
  * properties a held message is republished with (round-tripped through
  * rabbitmq-c's property encoder and decoder to prove they go on the wire).
  */
-#include "delay-bridge/xdelay.h"
+#include "delay-bridge/amqp_msg.h"
 
 #include <amqp_framing.h>
 #include <math.h>
@@ -47,7 +47,7 @@ static void expect_at(int line, const char *what, amqp_field_value_t v, uint64_t
     amqp_table_entry_t e = entry("x-delay", v);
     amqp_table_t t = { 1, &e };
     uint64_t ms = 12345;
-    enum xdelay_status s = xdelay_parse(&t, max, &ms);
+    enum xdelay_status s = amqp_msg_xdelay(&t, max, &ms);
     if (s != want || ms != want_ms) {
         printf("FAIL %s:%d: %s: got %s %llu, want %s %llu\n", __FILE__, line, what, st_name(s),
                (unsigned long long)ms, st_name(want), (unsigned long long)want_ms);
@@ -290,10 +290,10 @@ static void test_other_kinds(void)
 static void test_lookup(void)
 {
     uint64_t ms = 99;
-    CHECK(xdelay_parse(NULL, 1000, &ms) == XDELAY_NOW && ms == 0);
+    CHECK(amqp_msg_xdelay(NULL, 1000, &ms) == XDELAY_NOW && ms == 0);
     amqp_table_t empty = { 0, NULL };
     ms = 99;
-    CHECK(xdelay_parse(&empty, 1000, &ms) == XDELAY_NOW && ms == 0);
+    CHECK(amqp_msg_xdelay(&empty, 1000, &ms) == XDELAY_NOW && ms == 0);
 
     /* missing among other headers; similar names do not count */
     amqp_table_entry_t e[5];
@@ -303,13 +303,13 @@ static void test_lookup(void)
     e[3] = entry("", vi(AMQP_FIELD_KIND_I32, 13));
     amqp_table_t t = { 4, e };
     ms = 99;
-    CHECK(xdelay_parse(&t, 1000, &ms) == XDELAY_NOW && ms == 0);
+    CHECK(amqp_msg_xdelay(&t, 1000, &ms) == XDELAY_NOW && ms == 0);
 
     /* the key compares by length: "x-delay\0" is not "x-delay" */
     e[0].key.bytes = (void *)"x-delay";
     e[0].key.len = 8;
     t.num_entries = 1;
-    CHECK(xdelay_parse(&t, 1000, &ms) == XDELAY_NOW);
+    CHECK(amqp_msg_xdelay(&t, 1000, &ms) == XDELAY_NOW);
 
     /* first x-delay wins */
     e[0] = entry("a", VS("zzz"));
@@ -317,10 +317,10 @@ static void test_lookup(void)
     e[2] = entry("x-delay", VS("bad"));
     e[3] = entry("x-delay", vi(AMQP_FIELD_KIND_I32, 400));
     t.num_entries = 4;
-    CHECK(xdelay_parse(&t, 1000, &ms) == XDELAY_OK && ms == 300);
+    CHECK(amqp_msg_xdelay(&t, 1000, &ms) == XDELAY_OK && ms == 300);
     e[1] = entry("x-delay", VS("bad"));
     e[2] = entry("x-delay", vi(AMQP_FIELD_KIND_I32, 300));
-    CHECK(xdelay_parse(&t, 1000, &ms) == XDELAY_EINVALID && ms == 0);
+    CHECK(amqp_msg_xdelay(&t, 1000, &ms) == XDELAY_EINVALID && ms == 0);
 
     CHECK(strcmp(xdelay_strerror(XDELAY_EINVALID), "invalid x-delay") == 0);
     CHECK(strcmp(xdelay_strerror(XDELAY_ETOOBIG), "x-delay above max_delay_ms") == 0);
@@ -461,7 +461,7 @@ static void test_outgoing_basic(void)
     memcpy(&copy, &m, sizeof m);
 
     amqp_basic_properties_t out;
-    xdelay_outgoing(&m.p, &out, &pool, 5000, "bridge", "01HZY3", NULL);
+    amqp_msg_outgoing(&m.p, &out, &pool, 5000, "bridge", "01HZY3", NULL);
 
     /* input untouched, byte for byte */
     CHECK(memcmp(&copy, &m, sizeof m) == 0);
@@ -519,7 +519,7 @@ static void test_outgoing_delay_width(void)
         struct msg m;
         make_msg(&m, NULL, vf64(1.0 * (double)cases[i].delay));
         amqp_basic_properties_t out;
-        xdelay_outgoing(&m.p, &out, &pool, cases[i].delay, "bridge", "id", NULL);
+        amqp_msg_outgoing(&m.p, &out, &pool, cases[i].delay, "bridge", "id", NULL);
         const amqp_table_entry_t *x = find(&out.headers, "x-delay", NULL);
         CHECK(x && x->value.kind == cases[i].kind);
         if (x && x->value.kind == AMQP_FIELD_KIND_I32)
@@ -528,7 +528,7 @@ static void test_outgoing_delay_width(void)
             CHECK(x->value.value.i64 == cases[i].want);
         /* a republished message parses as "now" */
         uint64_t ms = 7;
-        CHECK(xdelay_parse(&out.headers, UINT64_MAX, &ms) == XDELAY_NOW && ms == 0);
+        CHECK(amqp_msg_xdelay(&out.headers, UINT64_MAX, &ms) == XDELAY_NOW && ms == 0);
         roundtrip(&out);
         empty_amqp_pool(&pool);
     }
@@ -543,7 +543,7 @@ static void test_outgoing_user_id(void)
     memcpy(&copy, &m, sizeof m);
 
     amqp_basic_properties_t out;
-    xdelay_outgoing(&m.p, &out, &pool, 1500, "bridge", "id-1", NULL);
+    amqp_msg_outgoing(&m.p, &out, &pool, 1500, "bridge", "id-1", NULL);
     CHECK(memcmp(&copy, &m, sizeof m) == 0);
     CHECK(!(out._flags & AMQP_BASIC_USER_ID_FLAG));
     CHECK(out.user_id.len == 0);
@@ -559,18 +559,18 @@ static void test_outgoing_user_id(void)
 
     /* a prefix of the bridge user is a different user */
     make_msg(&m, "bridg", vi(AMQP_FIELD_KIND_I32, 1));
-    xdelay_outgoing(&m.p, &out, &pool, 1, "bridge", "id", NULL);
+    amqp_msg_outgoing(&m.p, &out, &pool, 1, "bridge", "id", NULL);
     CHECK(!(out._flags & AMQP_BASIC_USER_ID_FLAG));
     CHECK(find(&out.headers, "x-original-user-id", NULL));
 
     /* NULL bridge_user: any user-id is moved */
     make_msg(&m, "bridge", vi(AMQP_FIELD_KIND_I32, 1));
-    xdelay_outgoing(&m.p, &out, &pool, 1, NULL, "id", NULL);
+    amqp_msg_outgoing(&m.p, &out, &pool, 1, NULL, "id", NULL);
     CHECK(!(out._flags & AMQP_BASIC_USER_ID_FLAG));
 
     /* no user-id: nothing added */
     make_msg(&m, NULL, vi(AMQP_FIELD_KIND_I32, 1));
-    xdelay_outgoing(&m.p, &out, &pool, 1, "bridge", "id", NULL);
+    amqp_msg_outgoing(&m.p, &out, &pool, 1, "bridge", "id", NULL);
     CHECK(!find(&out.headers, "x-original-user-id", NULL));
     CHECK(!(out._flags & AMQP_BASIC_USER_ID_FLAG));
 
@@ -578,7 +578,7 @@ static void test_outgoing_user_id(void)
     make_msg(&m, "alice", vi(AMQP_FIELD_KIND_I32, 1));
     m.e[5] = entry("x-original-user-id", VS("mallory"));
     m.p.headers.num_entries = 6;
-    xdelay_outgoing(&m.p, &out, &pool, 1, "bridge", "id", NULL);
+    amqp_msg_outgoing(&m.p, &out, &pool, 1, "bridge", "id", NULL);
     o = find(&out.headers, "x-original-user-id", &io);
     CHECK(o && io == 5 && bytes_eq(o->value.value.bytes, "alice"));
     CHECK(count(&out.headers, "x-original-user-id") == 1);
@@ -602,7 +602,7 @@ static void test_outgoing_id_and_error(void)
     memcpy(&copy, &m, sizeof m);
     char id[16] = "new-id", err[32] = "invalid x-delay";
     amqp_basic_properties_t out;
-    xdelay_outgoing(&m.p, &out, &pool, 0, "bridge", id, err);
+    amqp_msg_outgoing(&m.p, &out, &pool, 0, "bridge", id, err);
     CHECK(memcmp(&copy, &m, sizeof m) == 0);
     /* the caller's buffers may be reused: the pool holds copies */
     memset(id, 'X', sizeof id - 1);
@@ -623,7 +623,7 @@ static void test_outgoing_id_and_error(void)
     /* error replaced in place */
     make_msg(&m, NULL, vi(AMQP_FIELD_KIND_I32, 1));
     m.e[0] = entry("x-delay-error", VS("old"));
-    xdelay_outgoing(&m.p, &out, &pool, 1, "bridge", "i", "x-delay above max_delay_ms");
+    amqp_msg_outgoing(&m.p, &out, &pool, 1, "bridge", "i", "x-delay above max_delay_ms");
     e1 = find(&out.headers, "x-delay-error", &ie);
     CHECK(e1 && ie == 0 && bytes_eq(e1->value.value.bytes, "x-delay above max_delay_ms"));
     CHECK(out.headers.num_entries == 6);
@@ -631,14 +631,14 @@ static void test_outgoing_id_and_error(void)
     /* error NULL: an existing x-delay-error is kept as it was */
     make_msg(&m, NULL, vi(AMQP_FIELD_KIND_I32, 1));
     m.e[0] = entry("x-delay-error", VS("old"));
-    xdelay_outgoing(&m.p, &out, &pool, 1, "bridge", "i", NULL);
+    amqp_msg_outgoing(&m.p, &out, &pool, 1, "bridge", "i", NULL);
     e1 = find(&out.headers, "x-delay-error", &ie);
     CHECK(e1 && ie == 0 && bytes_eq(e1->value.value.bytes, "old"));
 
     /* duplicate x-delay entries are all neutralised */
     make_msg(&m, NULL, vi(AMQP_FIELD_KIND_I32, 10));
     m.e[3] = entry("x-delay", vi(AMQP_FIELD_KIND_I32, 20));
-    xdelay_outgoing(&m.p, &out, &pool, 10, "bridge", "i", NULL);
+    amqp_msg_outgoing(&m.p, &out, &pool, 10, "bridge", "i", NULL);
     CHECK(count(&out.headers, "x-delay") == 2);
     CHECK(out.headers.entries[1].value.value.i32 == -10 && out.headers.entries[3].value.value.i32 == -10);
     empty_amqp_pool(&pool);
@@ -653,7 +653,7 @@ static void test_outgoing_no_headers(void)
     amqp_basic_properties_t in, copy, out;
     memset(&in, 0, sizeof in);
     memcpy(&copy, &in, sizeof in);
-    xdelay_outgoing(&in, &out, &pool, 0, "bridge", "id-0", NULL);
+    amqp_msg_outgoing(&in, &out, &pool, 0, "bridge", "id-0", NULL);
     CHECK(memcmp(&copy, &in, sizeof in) == 0);
     CHECK(out._flags == AMQP_BASIC_HEADERS_FLAG);
     CHECK(out.headers.num_entries == 1);
@@ -667,7 +667,7 @@ static void test_outgoing_no_headers(void)
     in.user_id = amqp_cstring_bytes("alice");
     in.headers.num_entries = 1000;
     in.headers.entries = NULL;
-    xdelay_outgoing(&in, &out, &pool, 500, "bridge", "id-1", "boom");
+    amqp_msg_outgoing(&in, &out, &pool, 500, "bridge", "id-1", "boom");
     CHECK(out._flags == AMQP_BASIC_HEADERS_FLAG);
     CHECK(out.headers.num_entries == 3);
     if (out.headers.num_entries == 3) {
@@ -680,7 +680,7 @@ static void test_outgoing_no_headers(void)
     /* headers flag set, empty table */
     memset(&in, 0, sizeof in);
     in._flags = AMQP_BASIC_HEADERS_FLAG;
-    xdelay_outgoing(&in, &out, &pool, 500, "bridge", "id-2", NULL);
+    amqp_msg_outgoing(&in, &out, &pool, 500, "bridge", "id-2", NULL);
     CHECK(out.headers.num_entries == 1);
     roundtrip(&out);
     empty_amqp_pool(&pool);
@@ -702,9 +702,9 @@ static void test_outgoing_from_wire(void)
     CHECK(amqp_decode_properties(AMQP_BASIC_CLASS, &pool, wire, &dec) == 0);
     const amqp_basic_properties_t *in = dec;
     uint64_t ms = 0;
-    CHECK(xdelay_parse(&in->headers, 4294967295u, &ms) == XDELAY_OK && ms == 90000);
+    CHECK(amqp_msg_xdelay(&in->headers, 4294967295u, &ms) == XDELAY_OK && ms == 90000);
     amqp_basic_properties_t out;
-    xdelay_outgoing(in, &out, &pool, ms, "bridge", "0000000000000042", NULL);
+    amqp_msg_outgoing(in, &out, &pool, ms, "bridge", "0000000000000042", NULL);
     CHECK(out.headers.num_entries == 7);
     roundtrip(&out);
     empty_amqp_pool(&pool);
@@ -726,9 +726,9 @@ int main(void)
     test_outgoing_no_headers();
     test_outgoing_from_wire();
     if (failures) {
-        printf("test_xdelay: %d failure(s)\n", failures);
+        printf("test_amqp_msg: %d failure(s)\n", failures);
         return 1;
     }
-    printf("test_xdelay: ok\n");
+    printf("test_amqp_msg: ok\n");
     return 0;
 }

@@ -1,0 +1,48 @@
+/*
+ * amqp_msg.h -- delay-bridge's headers in and out of rabbitmq-c's types.
+ *
+ * The AMQP side of what the pure modules decide: finding x-delay in a
+ * decoded header table (xdelay.h judges it), and building the properties a
+ * held message is republished with. No connection needed: unit-tested over
+ * hand-built tables and properties decoded from wire bytes.
+ */
+#ifndef DB_AMQP_MSG_H
+#define DB_AMQP_MSG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <amqp.h>
+
+#include "delay-bridge/xdelay.h"
+
+/* The first x-delay entry of headers (may be NULL or empty), judged by xdelay_eval(). */
+enum xdelay_status amqp_msg_xdelay(const amqp_table_t *headers, uint64_t max_delay_ms,
+                                   uint64_t *delay_ms);
+
+/*
+ * Build the properties to republish a held message with, from in (decoded
+ * from the WAL; not modified). Allocations come from pool, so the result
+ * lives as long as the pool.
+ *  - every property and header is kept, in order, except:
+ *  - x-delay, when delay_ms > 0: replaced by -delay_ms (signed 32-bit field
+ *    if it fits, else signed 64-bit), like the plugin, so a message routed
+ *    to another delayed exchange is not delayed twice;
+ *  - user-id, when set and different from bridge_user: removed (RabbitMQ
+ *    would close the channel) and kept as header x-original-user-id;
+ *  - header x-delay-bridge-id = id (a long string), set or replaced;
+ *  - header x-delay-error = error, set or replaced, when error != NULL
+ *    (dead-lettered messages).
+ * Headers are created when in has none.
+ */
+void amqp_msg_outgoing(const amqp_basic_properties_t *in, amqp_basic_properties_t *out,
+                       amqp_pool_t *pool, uint64_t delay_ms, const char *bridge_user,
+                       const char *id, const char *error);
+
+/*
+ * Encode props (may be NULL: no properties) in AMQP wire form into *buf,
+ * grown as needed up to 64 MiB. Returns the length, or -EOVERFLOW.
+ */
+int amqp_msg_encode_props(const amqp_basic_properties_t *props, uint8_t **buf, size_t *cap);
+
+#endif

@@ -1,0 +1,28 @@
+/*
+ * cli.h -- operator subcommands of the delay-bridge executable.
+ *
+ *   delay-bridge wal check DIR          verify a WAL directory, print a summary
+ *   delay-bridge wal dump DIR [...]     list the pending messages in due order
+ *   delay-bridge publish --uri ... BODY publish one delayed message, confirmed
+ *
+ * main() hands over argv from the subcommand's name on (argv[0] is "wal" or
+ * "publish"). Each function parses its own options, prints its results on
+ * stdout and its errors on stderr (one line, broker passwords masked), and
+ * returns the process exit code:
+ *
+ *   wal:     0 ok (a torn tail of the newest segment included), 1 directory
+ *            unreadable or I/O error, 2 usage, 4 WAL corrupt (the daemon's
+ *            own exit code for a corrupt WAL).
+ *   publish: 0 confirmed (basic.ack), 1 nack, unroutable or connection
+ *            error, 2 usage.
+ *
+ * The wal commands are read-only: they open files O_RDONLY, take no lock and
+ * write nothing, so they are safe on the directory of a running daemon.
+ */
+#ifndef DB_CLI_H
+#define DB_CLI_H
+
+int cli_wal_main(int argc, char **argv);
+int cli_publish_main(int argc, char **argv);
+
+#endif

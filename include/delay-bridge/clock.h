@@ -1,0 +1,34 @@
+/*
+ * clock.h -- the daemon's one notion of time.
+ *
+ * Due times are wall-clock milliseconds since the epoch (they are written to
+ * the WAL and must mean the same after a restart); durations that must not
+ * jump with the wall clock (fsync time, timeouts) use the monotonic clock.
+ * Everything that needs "now" asks here, so tests and tools agree on units.
+ */
+#ifndef DB_CLOCK_H
+#define DB_CLOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Wall clock, ms since the epoch (CLOCK_REALTIME). */
+uint64_t clock_now_ms(void);
+
+/* Monotonic clock, ns (CLOCK_MONOTONIC): for measuring durations only. */
+uint64_t clock_mono_ns(void);
+
+/*
+ * ms since the epoch as ISO 8601 UTC with milliseconds,
+ * "2026-11-23T04:05:06.789Z" (24 chars + NUL; room for any year). Returns out.
+ */
+#define CLOCK_ISO_LEN 64
+char *clock_iso8601(uint64_t ms, char out[CLOCK_ISO_LEN]);
+
+/*
+ * Parse ms since the epoch from "1790000000000" or ISO 8601 UTC
+ * ("2026-11-23T10:00:00Z", optional ".mmm"). 0 or -1.
+ */
+int clock_parse(const char *s, uint64_t *ms);
+
+#endif

@@ -1,0 +1,81 @@
+/*
+ * consumer.h -- the ingress side: one connection, one consumer per route.
+ *
+ * The consumer connects (trying the configured URIs in turn, with backoff),
+ * declares each route's ingress exchange and queue, consumes them on one
+ * channel with manual acks and the route's prefetch, assembles each
+ * delivery from its method, header and body frames, and hands the finished
+ * delivery to the owner's callback. It acks only what the owner says is
+ * durable; it never decides anything about a message.
+ *
+ * Delivery tags belong to one connection: every delivery carries the
+ * connection's generation, and an ack or reject for an older generation is
+ * dropped (those deliveries went back to their queue when it closed).
+ *
+ * Not thread-safe; it runs on the owner's libev loop and owns one ev_io.
+ */
+#ifndef DB_CONSUMER_H
+#define DB_CONSUMER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <amqp.h>
+#include <ev.h>
+
+#include "delay-bridge/config.h"
+
+struct consumer;
+
+/* A complete delivery. Everything it points to is valid during the callback only. */
+struct delivery {
+    int route;          /* index into cfg->routes */
+    uint32_t gen;       /* connection generation */
+    uint64_t tag;       /* delivery tag on that connection */
+    int redelivered;
+    const char *exchange;
+    size_t exchange_len;
+    const char *routing_key;
+    size_t routing_key_len;
+    const amqp_basic_properties_t *props; /* never NULL */
+    const uint8_t *body;                  /* NULL when too_big */
+    uint64_t body_size;
+    int too_big;                          /* body_size > wal.max_message_bytes: not kept */
+};
+
+struct consumer_ops {
+    /* A delivery is complete. The callback may ack, reject or stop the consumer. */
+    void (*delivery)(void *arg, const struct delivery *d);
+    /* The connection came up (up = 1) or went down (0). */
+    void (*state)(void *arg, int up);
+    void *arg;
+};
+
+struct consumer *consumer_new(struct ev_loop *loop, const struct config *cfg,
+                              const struct consumer_ops *ops);
+/* Abrupt close (unacked deliveries go back to their queues) and free. NULL is fine. */
+void consumer_free(struct consumer *c);
+
+/*
+ * Once per loop turn: connect when the backoff allows, and hand over
+ * deliveries rabbitmq-c has already buffered (the socket may be quiet).
+ */
+void consumer_turn(struct consumer *c, uint64_t now);
+
+/* Ack every delivery of generation gen up to and including tag (basic.ack multiple). */
+void consumer_ack(struct consumer *c, uint32_t gen, uint64_t tag);
+/* Reject one delivery without requeue (dead-lettered by the queue's own policy, if any). */
+void consumer_reject(struct consumer *c, uint32_t gen, uint64_t tag);
+
+/* Stop consuming for good: close the connection politely (shutdown). */
+void consumer_stop(struct consumer *c);
+/* Close abruptly now (fatal error): nothing more is acked. */
+void consumer_abort(struct consumer *c);
+
+int consumer_up(const struct consumer *c);
+/* Frames are waiting in rabbitmq-c's buffer: the loop must not sleep. */
+int consumer_busy(const struct consumer *c);
+/* When consumer_turn() next has something to do (ms), UINT64_MAX if nothing. */
+uint64_t consumer_next_wakeup(const struct consumer *c);
+
+#endif

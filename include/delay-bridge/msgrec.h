@@ -1,0 +1,55 @@
+/*
+ * msgrec.h -- a delivery as a log record, and a log record as a publish.
+ *
+ * Pure policy, no AMQP types: what the bridge writes for a message it
+ * received (due time from x-delay, the invalid-delay policy of its route)
+ * and where and how it republishes it (target or dead-letter exchange, the
+ * error text, the delay to rewrite x-delay with, the message id header).
+ * The AMQP encodings themselves (properties in, properties out) are the
+ * consumer's and publisher's business (amqp_msg.h).
+ */
+#ifndef DB_MSGREC_H
+#define DB_MSGREC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "delay-bridge/config.h"
+#include "delay-bridge/walrec.h"
+#include "delay-bridge/xdelay.h"
+
+/* A received message, as the consumer assembled it. Pointers are borrowed. */
+struct msgrec_in {
+    const char *exchange;    /* the exchange it was published to */
+    size_t exchange_len;
+    const char *routing_key;
+    size_t routing_key_len;
+    const uint8_t *props;    /* AMQP-encoded basic properties, as received */
+    uint32_t props_len;
+    const uint8_t *body;
+    uint32_t body_len;
+};
+
+/*
+ * Fill *a (pointers into in and rc) for a message of route rc received at
+ * now, whose x-delay was judged xs with delay delay_ms. An invalid or too
+ * large delay makes the message due now; with invalid_delay "dead-letter"
+ * it is also flagged for the dead-letter exchange. Returns 1 when the delay
+ * was invalid (the caller counts it), else 0.
+ */
+int msgrec_from_delivery(struct walrec_add *a, const struct config_route *rc,
+                         const struct msgrec_in *in, uint64_t now, enum xdelay_status xs,
+                         uint64_t delay_ms);
+
+/* How to republish a held message. */
+struct msgrec_out {
+    const char *exchange; /* the route's target, or its dead-letter exchange */
+    const char *error;    /* x-delay-error text for dead-lettered messages, else NULL */
+    uint64_t delay_ms;    /* the delay it was held for (x-delay becomes -delay_ms) */
+    char id[40];          /* x-delay-bridge-id: "<log id in hex>-<message id>" */
+};
+
+void msgrec_to_publish(const struct walrec_add *a, const struct config_route *rc,
+                       uint64_t log_id, struct msgrec_out *o);
+
+#endif

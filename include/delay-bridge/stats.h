@@ -1,0 +1,119 @@
+/*
+ * stats.h -- one snapshot of everything the daemon counts.
+ *
+ * Plain structs, no functions but the histogram helpers: the bridge fills a
+ * struct db_stats from its parts (engine, consumer, publisher, WAL) with
+ * bridge_stats(), and every reader -- the HTTP endpoint's /metrics and
+ * /stats, the shutdown summary, tests -- reads the same snapshot. Producing
+ * one is O(routes): every value is a counter kept as events happen, never a
+ * scan of the held messages.
+ *
+ * Counters ("_total" in Prometheus terms) only grow during a process's
+ * life and restart from 0 with it; gauges ("pending", "inflight", ...) are
+ * the state at the moment of the snapshot.
+ *
+ * Ownership: name strings and the routes array belong to whoever filled the
+ * snapshot and stay valid until its next bridge_stats() call or its end.
+ */
+#ifndef DB_STATS_H
+#define DB_STATS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * A fixed-bucket histogram in the Prometheus style: le[i] are the upper
+ * bounds in seconds (cumulative when rendered), the last bucket is +Inf.
+ */
+#define DB_HIST_BUCKETS 16
+
+struct db_hist {
+    uint64_t count[DB_HIST_BUCKETS]; /* per bucket, NOT cumulative */
+    uint64_t n;                      /* observations */
+    double sum;                      /* seconds */
+};
+
+/* Upper bounds (seconds) shared by every histogram; le[DB_HIST_BUCKETS-1] is +Inf. */
+extern const double db_hist_le[DB_HIST_BUCKETS];
+
+/* Add one observation of v seconds (negative counts as 0). */
+void db_hist_observe(struct db_hist *h, double v);
+
+enum db_conn_state {
+    DB_CONN_DOWN = 0,       /* not connected; retrying with backoff */
+    DB_CONN_UP = 1,         /* connected and serving */
+    DB_CONN_BLOCKED = 2,    /* connected, broker sent connection.blocked */
+};
+
+struct db_route_stats {
+    const char *name;
+    const char *target_exchange;
+
+    /* counters */
+    uint64_t received;        /* deliveries taken from the ingress queue and logged */
+    uint64_t rejected;        /* deliveries rejected (larger than wal.max_message_bytes) */
+    uint64_t invalid_delay;   /* x-delay not a number we accept, or above max_delay_ms */
+    uint64_t dead_lettered;   /* published to dead_letter_exchange with x-delay-error */
+    uint64_t published;       /* basic.publish sent (a republish after a nack counts again) */
+    uint64_t confirmed;       /* broker confirmed: the message is done */
+    uint64_t nacked;          /* broker nacked: published again */
+    uint64_t publish_retries; /* route channel reopened after an error */
+    uint64_t returned;        /* basic.return: no queue bound at the target */
+    uint64_t cancelled;       /* removed by x-delay-cancel, replaced, or purged */
+    uint64_t cancel_missed;   /* cancel for a key not pending (unknown, published, in flight) */
+
+    /* gauges: every held message of the route is in exactly one of these */
+    uint64_t waiting;  /* durable, in the timing wheel */
+    uint64_t due;      /* due, not yet published */
+    uint64_t inflight; /* published, confirm not yet received */
+    uint64_t pending;  /* waiting + due + inflight (+ not yet durable) */
+    uint64_t next_due_ms; /* earliest due time held for this route, 0 = none known */
+
+    int channel_open;       /* the route's publish channel is open */
+    struct db_hist lateness; /* confirm time minus due time, seconds */
+};
+
+struct db_wal_stats {
+    uint64_t segments;       /* segment files on disk */
+    uint64_t disk_bytes;     /* their total size */
+    uint64_t live_bytes;     /* bytes of live ADD records */
+    uint64_t live_records;
+    uint64_t commits;        /* group commits that wrote */
+    uint64_t appended_bytes;
+    uint64_t compacted_bytes;
+    int failed;              /* a write or fsync failed: the daemon is stopping */
+    int writable;            /* 1 unless failed or out of space */
+    struct db_hist fsync;    /* fdatasync duration, seconds */
+};
+
+struct db_stats {
+    const char *version;
+    const char *instance;       /* instance name from the config, "" if none */
+    uint64_t now_ms;            /* wall clock of the snapshot */
+    uint64_t start_ms;          /* process start */
+    uint64_t loop_turn_ms;      /* wall clock of the last event-loop turn */
+
+    /* recovery (WAL replay at start) */
+    int recovered;              /* 1 once the held set is rebuilt */
+    double recovery_seconds;
+    double recovery_progress;   /* 0..1 while replaying, 1 after */
+
+    /* connections */
+    enum db_conn_state consumer;
+    enum db_conn_state publisher;
+    int stopping;               /* SIGTERM received: draining */
+
+    /* held messages, all routes */
+    uint64_t held;              /* every message the WAL holds live */
+    uint64_t orphaned;          /* held for a route missing from the config: never published */
+    uint64_t next_due_ms;       /* earliest due time of anything waiting, 0 = nothing */
+    uint64_t ram_bytes;         /* engine structures (pool, index, wheel) */
+    uint64_t rss_bytes;         /* process resident set, 0 if unknown */
+
+    struct db_wal_stats wal;
+
+    int nroutes;
+    struct db_route_stats *routes;
+};
+
+#endif

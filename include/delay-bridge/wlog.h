@@ -1,0 +1,163 @@
+/*
+ * wlog.h -- the engine's contract with its write-ahead log.
+ *
+ * The engine needs six things from a log, and nothing else:
+ *
+ *   recover   replay every valid record in order, once, at start;
+ *   append    buffer a record (ADD, DONE, CANCEL), get its sequence number
+ *             and where it lives;
+ *   commit    make everything appended so far durable, and say so through a
+ *             completion: commit() returns 0 and calls done exactly once,
+ *             before it returns or later from the event loop (a log that
+ *             syncs on a thread or waits for a replica's confirm calls it
+ *             when that is done); or it returns a negative code and never
+ *             calls done. At most one commit is in progress at a time
+ *             (WLOG_EBUSY otherwise);
+ *   read      read one record back by location (a due message's payload);
+ *   live      mark an ADD record live or dead (space accounting);
+ *   reclaim   a bounded step of space reclamation, asking the owner which
+ *             records are still live and telling it where they moved.
+ *
+ * struct wlog is the interface: an ops table and the object behind it. The
+ * segment-file log (wal.h) is one implementation; a replicated log can wrap
+ * it or sit beside it without the engine changing. A location is 12 opaque
+ * bytes the implementation gives out and takes back.
+ *
+ * Errors: 0 or a negative code: -errno, or one of WLOG_E* below. After a
+ * failed append, commit or completion the log is failed for good (no silent
+ * retry of a write or an fsync): every later call returns the first error.
+ */
+#ifndef DB_WLOG_H
+#define DB_WLOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "delay-bridge/stats.h"
+#include "delay-bridge/walrec.h"
+
+#define WLOG_ECORRUPT (-10001) /* a record that is not a torn tail fails its checks */
+#define WLOG_ELOCKED (-10002)  /* another process holds the log */
+#define WLOG_EFORMAT (-10003)  /* unknown version, bad segment header or name */
+#define WLOG_ETOOBIG (-10004)  /* record larger than WALREC_MAX_PAYLOAD */
+#define WLOG_EBUSY (-10005)    /* a commit is still in progress */
+
+/* Where a record lives (meaning up to the implementation). */
+struct wlog_loc {
+    uint32_t seg;
+    uint32_t off;
+    uint32_t len;
+};
+
+/* A caller-owned buffer that read() grows as needed; free(b->p) when done. */
+struct wlog_buf {
+    uint8_t *p;
+    size_t cap;
+};
+
+/* Called for each valid record in order; payload valid during the call. Non-zero aborts. */
+typedef int wlog_replay_fn(void *arg, const struct walrec_hdr *h, const uint8_t *payload,
+                           struct wlog_loc loc);
+
+/* Completion of a commit: err is 0 (durable) or the log's failure. */
+typedef void wlog_commit_fn(void *arg, int err);
+
+/* How reclaim asks the owner about records it moves. */
+struct wlog_compact_ops {
+    /* Is msg_id held, with its current copy at loc? */
+    int (*is_live)(void *arg, uint64_t msg_id, struct wlog_loc loc);
+    /* msg_id's live copy now lives at to (live accounting already adjusted). */
+    void (*moved)(void *arg, uint64_t msg_id, struct wlog_loc to);
+    void *arg;
+};
+
+struct wlog_stats {
+    uint64_t segments;        /* files (or units) holding the log */
+    uint64_t disk_bytes;      /* their total size */
+    uint64_t live_bytes;      /* bytes of live ADD records */
+    uint64_t live_records;
+    uint64_t durable_lsn;     /* last durable sequence number */
+    uint64_t commits;         /* commits that wrote something */
+    uint64_t appended_bytes;
+    uint64_t compacted_bytes;
+    uint64_t deleted_segments;
+    uint64_t truncated_bytes; /* torn tail cut at recovery */
+    int failed;               /* the first error, 0 if none */
+    struct db_hist fsync;     /* sync durations, seconds */
+};
+
+struct wlog;
+
+struct wlog_ops {
+    const char *name;
+    int (*recover)(struct wlog *l, wlog_replay_fn *fn, void *arg);
+    int (*append)(struct wlog *l, uint8_t type, const struct walrec_piece *pieces, int npieces,
+                  uint64_t *lsn, struct wlog_loc *loc);
+    size_t (*pending)(const struct wlog *l);
+    int (*commit)(struct wlog *l, wlog_commit_fn *done, void *arg);
+    int (*read)(struct wlog *l, struct wlog_loc loc, struct wlog_buf *b, struct walrec_hdr *h,
+                const uint8_t **payload);
+    void (*live)(struct wlog *l, struct wlog_loc loc, int live);
+    int (*reclaim)(struct wlog *l, size_t budget, const struct wlog_compact_ops *ops);
+    void (*stats)(const struct wlog *l, struct wlog_stats *s);
+    uint64_t (*id)(const struct wlog *l);       /* random id, stable across restarts */
+    uint64_t (*next_lsn)(const struct wlog *l); /* what the next append gets */
+    void (*close)(struct wlog *l);              /* releases everything; does not commit */
+};
+
+struct wlog {
+    const struct wlog_ops *ops;
+};
+
+static inline int wlog_recover(struct wlog *l, wlog_replay_fn *fn, void *arg)
+{
+    return l->ops->recover(l, fn, arg);
+}
+static inline int wlog_append(struct wlog *l, uint8_t type, const struct walrec_piece *pieces,
+                              int npieces, uint64_t *lsn, struct wlog_loc *loc)
+{
+    return l->ops->append(l, type, pieces, npieces, lsn, loc);
+}
+static inline size_t wlog_pending(const struct wlog *l)
+{
+    return l->ops->pending(l);
+}
+static inline int wlog_commit(struct wlog *l, wlog_commit_fn *done, void *arg)
+{
+    return l->ops->commit(l, done, arg);
+}
+static inline int wlog_read(struct wlog *l, struct wlog_loc loc, struct wlog_buf *b,
+                            struct walrec_hdr *h, const uint8_t **payload)
+{
+    return l->ops->read(l, loc, b, h, payload);
+}
+static inline void wlog_live(struct wlog *l, struct wlog_loc loc, int live)
+{
+    l->ops->live(l, loc, live);
+}
+static inline int wlog_reclaim(struct wlog *l, size_t budget, const struct wlog_compact_ops *ops)
+{
+    return l->ops->reclaim(l, budget, ops);
+}
+static inline void wlog_stats(const struct wlog *l, struct wlog_stats *s)
+{
+    l->ops->stats(l, s);
+}
+static inline uint64_t wlog_id(const struct wlog *l)
+{
+    return l->ops->id(l);
+}
+static inline uint64_t wlog_next_lsn(const struct wlog *l)
+{
+    return l->ops->next_lsn(l);
+}
+static inline void wlog_close(struct wlog *l)
+{
+    if (l)
+        l->ops->close(l);
+}
+
+/* Text for a negative code (WLOG_E* or -errno). */
+const char *wlog_strerror(int err);
+
+#endif

@@ -1,0 +1,208 @@
+/*
+ * amqp_msg.c -- delay-bridge's headers in and out of rabbitmq-c's types.
+ *
+ * Reading: the first "x-delay" entry of the header table (a table lookup in
+ * RabbitMQ also returns the first) is mapped onto struct xdelay_value and
+ * judged by xdelay_eval() (xdelay.c holds the rules):
+ *
+ *   b B s u I i l (I8..I64)  -> INT      L (U64)  -> UINT
+ *   f d (F32, F64)           -> FLOAT    D        -> DECIMAL (v read as int32, as RabbitMQ does)
+ *   S (UTF8, long string)    -> TEXT     anything else (t T x V F A) -> OTHER
+ *
+ * rabbitmq-c has no short-string field kind (0-9-1's 's' is decoded as a
+ * short int, as RabbitMQ does), so "short or long string" is 'S' here. A
+ * byte array 'x' is binary by definition and is not read as text.
+ *
+ * Writing: amqp_msg_outgoing() copies the properties struct, then builds a
+ * new header table in the pool: the input's entries in order (values shared
+ * with the input, not copied), x-delay rewritten in place, bridge headers
+ * replaced in place or appended. Strings the bridge adds (id, error, the
+ * moved user-id) are copied into the pool. The input is never written.
+ */
+#include "delay-bridge/amqp_msg.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "delay-bridge/xalloc.h"
+
+#define H_XDELAY "x-delay"
+#define H_ORIG_USER "x-original-user-id"
+#define H_BRIDGE_ID "x-delay-bridge-id"
+#define H_ERROR "x-delay-error"
+
+static int key_is(amqp_bytes_t k, const char *name)
+{
+    size_t n = strlen(name);
+    return k.len == n && (n == 0 || (k.bytes && memcmp(k.bytes, name, n) == 0));
+}
+
+static void field_to_value(const amqp_field_value_t *f, struct xdelay_value *v)
+{
+    memset(v, 0, sizeof(*v));
+    v->kind = XDELAY_INT;
+    switch (f->kind) {
+    case AMQP_FIELD_KIND_I8: v->i = f->value.i8; break;
+    case AMQP_FIELD_KIND_U8: v->i = f->value.u8; break;
+    case AMQP_FIELD_KIND_I16: v->i = f->value.i16; break;
+    case AMQP_FIELD_KIND_U16: v->i = f->value.u16; break;
+    case AMQP_FIELD_KIND_I32: v->i = f->value.i32; break;
+    case AMQP_FIELD_KIND_U32: v->i = f->value.u32; break;
+    case AMQP_FIELD_KIND_I64: v->i = f->value.i64; break;
+    case AMQP_FIELD_KIND_U64:
+        v->kind = XDELAY_UINT;
+        v->u = f->value.u64;
+        break;
+    case AMQP_FIELD_KIND_F32:
+        v->kind = XDELAY_FLOAT;
+        v->f = (double)f->value.f32;
+        break;
+    case AMQP_FIELD_KIND_F64:
+        v->kind = XDELAY_FLOAT;
+        v->f = f->value.f64;
+        break;
+    case AMQP_FIELD_KIND_DECIMAL:
+        v->kind = XDELAY_DECIMAL;
+        v->dec.scale = f->value.decimal.decimals;
+        v->dec.value = (int32_t)f->value.decimal.value;
+        break;
+    case AMQP_FIELD_KIND_UTF8:
+        v->kind = XDELAY_TEXT;
+        v->text.p = f->value.bytes.bytes;
+        v->text.len = f->value.bytes.len;
+        break;
+    default:
+        v->kind = XDELAY_OTHER;
+        break;
+    }
+}
+
+enum xdelay_status amqp_msg_xdelay(const amqp_table_t *headers, uint64_t max_delay_ms,
+                                   uint64_t *delay_ms)
+{
+    struct xdelay_value v;
+
+    if (headers && headers->num_entries > 0 && headers->entries) {
+        for (int i = 0; i < headers->num_entries; i++) {
+            if (key_is(headers->entries[i].key, H_XDELAY)) {
+                field_to_value(&headers->entries[i].value, &v);
+                return xdelay_eval(&v, max_delay_ms, delay_ms);
+            }
+        }
+    }
+    return xdelay_eval(NULL, max_delay_ms, delay_ms);
+}
+
+static void *pool_alloc(amqp_pool_t *pool, size_t n)
+{
+    void *p = amqp_pool_alloc(pool, n ? n : 1);
+    if (!p)
+        xalloc_die(n);
+    return p;
+}
+
+static amqp_field_value_t pool_string(amqp_pool_t *pool, const void *p, size_t n)
+{
+    amqp_field_value_t v;
+    memset(&v, 0, sizeof v);
+    v.kind = AMQP_FIELD_KIND_UTF8;
+    v.value.bytes.len = n;
+    v.value.bytes.bytes = pool_alloc(pool, n);
+    if (n)
+        memcpy(v.value.bytes.bytes, p, n);
+    return v;
+}
+
+/*
+ * Put (name, v) into t: replace the first entry with that name in place and
+ * drop any later duplicates, or append. t->entries has room for one more.
+ */
+static void table_set(amqp_table_t *t, const char *name, amqp_field_value_t v)
+{
+    int found = -1, w = 0;
+    for (int r = 0; r < t->num_entries; r++) {
+        if (key_is(t->entries[r].key, name)) {
+            if (found >= 0)
+                continue; /* later duplicate: drop */
+            found = w;
+        }
+        t->entries[w++] = t->entries[r];
+    }
+    t->num_entries = w;
+    if (found < 0) {
+        found = t->num_entries++;
+        t->entries[found].key = amqp_cstring_bytes(name);
+    }
+    t->entries[found].value = v;
+}
+
+void amqp_msg_outgoing(const amqp_basic_properties_t *in, amqp_basic_properties_t *out,
+                       amqp_pool_t *pool, uint64_t delay_ms, const char *bridge_user,
+                       const char *id, const char *error)
+{
+    *out = *in;
+
+    int nin = 0;
+    const amqp_table_entry_t *ein = NULL;
+    if ((in->_flags & AMQP_BASIC_HEADERS_FLAG) && in->headers.num_entries > 0 &&
+        in->headers.entries) {
+        nin = in->headers.num_entries;
+        ein = in->headers.entries;
+    }
+
+    amqp_table_t t;
+    t.num_entries = 0;
+    t.entries = pool_alloc(pool, sizeof(amqp_table_entry_t) * ((size_t)nin + 3));
+    for (int i = 0; i < nin; i++) {
+        amqp_table_entry_t e = ein[i];
+        if (delay_ms > 0 && key_is(e.key, H_XDELAY)) {
+            /* every x-delay, so no later duplicate can delay it again */
+            memset(&e.value, 0, sizeof e.value);
+            if (delay_ms <= (uint64_t)INT32_MAX + 1) {
+                e.value.kind = AMQP_FIELD_KIND_I32;
+                e.value.value.i32 = delay_ms == (uint64_t)INT32_MAX + 1 ? INT32_MIN
+                                                                      : -(int32_t)delay_ms;
+            } else {
+                e.value.kind = AMQP_FIELD_KIND_I64;
+                e.value.value.i64 = delay_ms >= (uint64_t)INT64_MAX + 1 ? INT64_MIN
+                                                                      : -(int64_t)delay_ms;
+            }
+        }
+        t.entries[t.num_entries++] = e;
+    }
+
+    if (in->_flags & AMQP_BASIC_USER_ID_FLAG) {
+        const char *bu = bridge_user ? bridge_user : "";
+        size_t bn = strlen(bu);
+        amqp_bytes_t u = in->user_id;
+        int same = u.len == bn && (bn == 0 || (u.bytes && memcmp(u.bytes, bu, bn) == 0));
+        if (!same) {
+            table_set(&t, H_ORIG_USER, pool_string(pool, u.bytes, u.bytes ? u.len : 0));
+            out->_flags &= ~(amqp_flags_t)AMQP_BASIC_USER_ID_FLAG;
+            out->user_id = amqp_empty_bytes;
+        }
+    }
+    if (id)
+        table_set(&t, H_BRIDGE_ID, pool_string(pool, id, strlen(id)));
+    if (error)
+        table_set(&t, H_ERROR, pool_string(pool, error, strlen(error)));
+
+    out->headers = t;
+    out->_flags |= AMQP_BASIC_HEADERS_FLAG;
+}
+
+int amqp_msg_encode_props(const amqp_basic_properties_t *props, uint8_t **buf, size_t *cap)
+{
+    for (;;) {
+        amqp_bytes_t enc = {*cap, *buf};
+        int res = props ? amqp_encode_properties(AMQP_BASIC_CLASS, (void *)props, enc) : 0;
+        if (res >= 0)
+            return res;
+        if (*cap >= (64u << 20))
+            return -EOVERFLOW;
+        *cap = *cap ? *cap * 2 : 65536;
+        *buf = xrealloc(*buf, *cap);
+    }
+}

@@ -1,0 +1,305 @@
+/*
+ * api.c -- what the HTTP endpoint answers, without the HTTP (api.h).
+ *
+ * Routes
+ * ------
+ *   path       methods     200                         else
+ *   /healthz   GET, HEAD   "ok\n"                      503 "event loop stalled\n"
+ *   /readyz    GET, HEAD   "ready\n"                   503 "not ready: REASON\n"
+ *   /metrics   GET, HEAD   Prometheus text (metrics.c)
+ *   /stats     GET, HEAD   JSON (below)
+ *   other      any         404 "not found\n"
+ *   known      other       405 "method not allowed\n", Allow: GET, HEAD
+ *
+ * Every body is rendered for HEAD too: the transport drops it, and the
+ * Content-Length it sends is then the one GET would have.
+ *
+ * Liveness is "the event loop turned in the last 5 s": the snapshot carries
+ * the wall clock of the last loop turn, and a loop that is stuck (a blocking
+ * call, a livelock) cannot update it -- although, since this code runs on
+ * the loop itself, a stuck loop never answers at all; the 503 is for a
+ * snapshot that a future transport thread would take.
+ *
+ * Readiness: not ready while any of these holds, the reason reported being
+ * the first that applies, most final first:
+ *
+ *   stopping                    SIGTERM received, draining: will not come back
+ *   recovering                  the WAL replay has not rebuilt the held set
+ *   WAL not writable            a write or fsync failed, or out of space
+ *   consumer connection down    BLOCKED counts as connected (it is a broker
+ *   publisher connection down   flow-control state, not an outage)
+ *
+ * /stats JSON (numbers are JSON numbers; *_ms are ms since the Unix epoch,
+ * 0 = none; next_due is the same instant as ISO-8601 UTC, null when none):
+ *
+ *   { "version", "instance", "now_ms", "start_ms", "uptime_seconds",
+ *     "recovery": { "recovered": bool, "seconds", "progress" },
+ *     "connections": { "consumer": "up"|"down"|"blocked", "publisher": ... },
+ *     "stopping": bool, "ready": bool, "reason": string | null,
+ *     "held", "orphaned", "next_due_ms", "next_due", "ram_bytes", "rss_bytes",
+ *     "wal": { "segments", "disk_bytes", "live_bytes", "live_records", "commits",
+ *              "appended_bytes", "compacted_bytes", "failed": bool,
+ *              "writable": bool, "fsync": { "count", "sum_seconds" } },
+ *     "routes": [ { "name", "target_exchange", <every counter and gauge of
+ *                   struct db_route_stats under its field name>,
+ *                   "next_due_ms", "next_due", "channel_open": bool,
+ *                   "lateness": { "count", "sum_seconds" } } ] }
+ *
+ * Pure: the snapshot comes from api_ops, the answer goes to a strbuf; the
+ * json-c objects live only inside render_stats().
+ */
+#include "delay-bridge/api.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "delay-bridge/clock.h"
+#include "delay-bridge/metrics.h"
+
+#define API_TEXT "text/plain; charset=utf-8"
+#define API_JSON "application/json"
+#define API_ALLOW "GET, HEAD"
+#define API_LIVENESS_MS 5000
+
+const char *api_not_ready_reason(const struct db_stats *s)
+{
+    if (s->stopping)
+        return "stopping";
+    if (!s->recovered)
+        return "recovering";
+    if (!s->wal.writable)
+        return "WAL not writable";
+    if (s->consumer == DB_CONN_DOWN)
+        return "consumer connection down";
+    if (s->publisher == DB_CONN_DOWN)
+        return "publisher connection down";
+    return "";
+}
+
+/* ---- JSON helpers ---- */
+
+static const char *conn_name(enum db_conn_state c)
+{
+    switch (c) {
+    case DB_CONN_UP: return "up";
+    case DB_CONN_BLOCKED: return "blocked";
+    default: return "down";
+    }
+}
+
+static json_object *jstr(const char *s)
+{
+    return json_object_new_string(s ? s : "");
+}
+
+/* Doubles with 15 significant digits (json-c's default is 17: 0.1 -> 0.10000000000000001). */
+static json_object *jdouble(double d)
+{
+    if (!isfinite(d))
+        return NULL; /* JSON null */
+    char buf[64];
+    snprintf(buf, sizeof buf, "%.15g", d);
+    return json_object_new_double_s(d, buf);
+}
+
+/* "2026-11-22T05:02:28.123Z", or JSON null for 0. */
+static json_object *jtime(uint64_t ms)
+{
+    if (!ms)
+        return NULL;
+    char buf[CLOCK_ISO_LEN];
+    return json_object_new_string(clock_iso8601(ms, buf));
+}
+
+static void add(json_object *o, const char *k, json_object *v)
+{
+    json_object_object_add(o, k, v);
+}
+
+static void add_u64(json_object *o, const char *k, uint64_t v)
+{
+    add(o, k, json_object_new_uint64(v));
+}
+
+static json_object *hist_summary(const struct db_hist *h)
+{
+    json_object *o = json_object_new_object();
+    add_u64(o, "count", h->n);
+    add(o, "sum_seconds", jdouble(h->sum));
+    return o;
+}
+
+static json_object *route_json(const struct db_route_stats *r)
+{
+    json_object *o = json_object_new_object();
+    add(o, "name", jstr(r->name));
+    add(o, "target_exchange", jstr(r->target_exchange));
+    add_u64(o, "received", r->received);
+    add_u64(o, "rejected", r->rejected);
+    add_u64(o, "invalid_delay", r->invalid_delay);
+    add_u64(o, "dead_lettered", r->dead_lettered);
+    add_u64(o, "published", r->published);
+    add_u64(o, "confirmed", r->confirmed);
+    add_u64(o, "nacked", r->nacked);
+    add_u64(o, "publish_retries", r->publish_retries);
+    add_u64(o, "returned", r->returned);
+    add_u64(o, "cancelled", r->cancelled);
+    add_u64(o, "cancel_missed", r->cancel_missed);
+    add_u64(o, "waiting", r->waiting);
+    add_u64(o, "due", r->due);
+    add_u64(o, "inflight", r->inflight);
+    add_u64(o, "pending", r->pending);
+    add_u64(o, "next_due_ms", r->next_due_ms);
+    add(o, "next_due", jtime(r->next_due_ms));
+    add(o, "channel_open", json_object_new_boolean(r->channel_open != 0));
+    add(o, "lateness", hist_summary(&r->lateness));
+    return o;
+}
+
+static void render_stats(const struct db_stats *s, struct strbuf *out)
+{
+    json_object *root = json_object_new_object();
+    add(root, "version", jstr(s->version));
+    add(root, "instance", jstr(s->instance));
+    add_u64(root, "now_ms", s->now_ms);
+    add_u64(root, "start_ms", s->start_ms);
+    add(root, "uptime_seconds",
+        jdouble(s->now_ms > s->start_ms ? (double)(s->now_ms - s->start_ms) / 1000.0 : 0.0));
+
+    json_object *rec = json_object_new_object();
+    add(rec, "recovered", json_object_new_boolean(s->recovered != 0));
+    add(rec, "seconds", jdouble(s->recovery_seconds));
+    add(rec, "progress", jdouble(s->recovery_progress));
+    add(root, "recovery", rec);
+
+    json_object *conns = json_object_new_object();
+    add(conns, "consumer", jstr(conn_name(s->consumer)));
+    add(conns, "publisher", jstr(conn_name(s->publisher)));
+    add(root, "connections", conns);
+
+    const char *reason = api_not_ready_reason(s);
+    add(root, "stopping", json_object_new_boolean(s->stopping != 0));
+    add(root, "ready", json_object_new_boolean(reason[0] == '\0'));
+    add(root, "reason", reason[0] ? jstr(reason) : NULL);
+
+    add_u64(root, "held", s->held);
+    add_u64(root, "orphaned", s->orphaned);
+    add_u64(root, "next_due_ms", s->next_due_ms);
+    add(root, "next_due", jtime(s->next_due_ms));
+    add_u64(root, "ram_bytes", s->ram_bytes);
+    add_u64(root, "rss_bytes", s->rss_bytes);
+
+    const struct db_wal_stats *w = &s->wal;
+    json_object *wal = json_object_new_object();
+    add_u64(wal, "segments", w->segments);
+    add_u64(wal, "disk_bytes", w->disk_bytes);
+    add_u64(wal, "live_bytes", w->live_bytes);
+    add_u64(wal, "live_records", w->live_records);
+    add_u64(wal, "commits", w->commits);
+    add_u64(wal, "appended_bytes", w->appended_bytes);
+    add_u64(wal, "compacted_bytes", w->compacted_bytes);
+    add(wal, "failed", json_object_new_boolean(w->failed != 0));
+    add(wal, "writable", json_object_new_boolean(w->writable != 0));
+    add(wal, "fsync", hist_summary(&w->fsync));
+    add(root, "wal", wal);
+
+    json_object *routes = json_object_new_array();
+    for (int i = 0; s->routes && i < s->nroutes; i++)
+        json_object_array_add(routes, route_json(&s->routes[i]));
+    add(root, "routes", routes);
+
+    size_t n = 0;
+    const char *text = json_object_to_json_string_length(
+        root, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE, &n);
+    strbuf_append(out, text, n);
+    strbuf_puts(out, "\n");
+    json_object_put(root);
+}
+
+/* ---- routing ---- */
+
+enum api_route { R_NONE, R_HEALTHZ, R_READYZ, R_METRICS, R_STATS };
+
+static enum api_route route_of(const char *path)
+{
+    if (!path)
+        return R_NONE;
+    if (!strcmp(path, "/healthz"))
+        return R_HEALTHZ;
+    if (!strcmp(path, "/readyz"))
+        return R_READYZ;
+    if (!strcmp(path, "/metrics"))
+        return R_METRICS;
+    if (!strcmp(path, "/stats"))
+        return R_STATS;
+    return R_NONE;
+}
+
+static void text(struct api_response *resp, int status, const char *body)
+{
+    resp->status = status;
+    resp->content_type = API_TEXT;
+    strbuf_puts(&resp->body, body);
+}
+
+void api_handle(const struct api_ops *ops, const struct api_request *req,
+                struct api_response *resp)
+{
+    resp->status = 500;
+    resp->content_type = API_TEXT;
+    resp->allow = NULL;
+    resp->body = (struct strbuf)STRBUF_INIT;
+
+    enum api_route r = route_of(req->path);
+    if (r == R_NONE) {
+        text(resp, 404, "not found\n");
+        return;
+    }
+    const char *m = req->method ? req->method : "";
+    if (strcmp(m, "GET") && strcmp(m, "HEAD")) {
+        text(resp, 405, "method not allowed\n");
+        resp->allow = API_ALLOW;
+        return;
+    }
+
+    struct db_stats s;
+    memset(&s, 0, sizeof s);
+    ops->stats(ops->arg, &s);
+
+    switch (r) {
+    case R_HEALTHZ:
+        /* A loop_turn_ms in the future (clock stepped back) counts as fresh. */
+        if (s.loop_turn_ms >= s.now_ms || s.now_ms - s.loop_turn_ms < API_LIVENESS_MS)
+            text(resp, 200, "ok\n");
+        else
+            text(resp, 503, "event loop stalled\n");
+        break;
+    case R_READYZ: {
+        const char *reason = api_not_ready_reason(&s);
+        if (!reason[0]) {
+            text(resp, 200, "ready\n");
+        } else {
+            resp->status = 503;
+            resp->content_type = API_TEXT;
+            strbuf_printf(&resp->body, "not ready: %s\n", reason);
+        }
+        break;
+    }
+    case R_METRICS:
+        resp->status = 200;
+        resp->content_type = METRICS_CONTENT_TYPE;
+        metrics_render(&s, &resp->body);
+        break;
+    case R_STATS:
+        resp->status = 200;
+        resp->content_type = API_JSON;
+        render_stats(&s, &resp->body);
+        break;
+    case R_NONE:
+        break;
+    }
+}

@@ -1,0 +1,60 @@
+/*
+ * backoff.c -- exponential backoff with jitter and a rate-limited log.
+ */
+#include "delay-bridge/backoff.h"
+
+static uint64_t next_rand(struct backoff *b)
+{
+    uint64_t x = b->rng;
+
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return b->rng = x;
+}
+
+void backoff_init(struct backoff *b, uint32_t min_ms, uint32_t max_ms, uint64_t log_interval_ms,
+                  uint64_t seed)
+{
+    b->min_ms = min_ms ? min_ms : 1;
+    b->max_ms = max_ms < b->min_ms ? b->min_ms : max_ms;
+    b->cur_ms = 0;
+    b->retry_at = 0;
+    b->log_interval_ms = log_interval_ms ? log_interval_ms : 30000;
+    b->rng = seed ? seed : 0x9e3779b97f4a7c15ull;
+    b->failures = 0;
+    b->rl.last_ms = 0;
+    b->rl.suppressed = 0;
+}
+
+struct backoff_step backoff_fail(struct backoff *b, uint64_t now)
+{
+    struct backoff_step st;
+    uint64_t d = b->cur_ms ? (uint64_t)b->cur_ms * 2 : b->min_ms;
+    uint32_t span;
+
+    if (d > b->max_ms)
+        d = b->max_ms;
+    b->cur_ms = (uint32_t)d;
+    span = b->cur_ms / 5; /* +-20% */
+    if (span)
+        d = b->cur_ms - span + next_rand(b) % (2ull * span + 1);
+    b->retry_at = now + d;
+    b->failures++;
+    st.retry_at = b->retry_at;
+    st.retry_in_ms = d;
+    st.log_events = log_ratelimit(&b->rl, now, b->log_interval_ms);
+    return st;
+}
+
+void backoff_reset(struct backoff *b)
+{
+    b->cur_ms = 0;
+    b->retry_at = 0;
+    b->failures = 0;
+}
+
+int backoff_ready(const struct backoff *b, uint64_t now)
+{
+    return b->retry_at == 0 || now >= b->retry_at;
+}

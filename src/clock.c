@@ -1,0 +1,84 @@
+/*
+ * clock.c -- wall and monotonic time, ISO 8601 in and out.
+ */
+#include "delay-bridge/clock.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+uint64_t clock_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+uint64_t clock_mono_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+char *clock_iso8601(uint64_t ms, char out[CLOCK_ISO_LEN])
+{
+    time_t secs = (time_t)(ms / 1000);
+    struct tm tm;
+
+    if (!gmtime_r(&secs, &tm)) {
+        snprintf(out, CLOCK_ISO_LEN, "?");
+        return out;
+    }
+    snprintf(out, CLOCK_ISO_LEN, "%04d-%02d-%02dT%02d:%02d:%02d.%03uZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (unsigned)(ms % 1000));
+    return out;
+}
+
+int clock_parse(const char *s, uint64_t *ms)
+{
+    struct tm tm;
+    unsigned frac = 0;
+    int n = 0;
+    char *end;
+
+    if (!s || !*s)
+        return -1;
+    if (strchr(s, '-') == NULL) {
+        unsigned long long v = strtoull(s, &end, 10);
+        if (*end || s[0] == '-' || s[0] == '+' || s[0] == ' ')
+            return -1;
+        *ms = v;
+        return 0;
+    }
+    memset(&tm, 0, sizeof(tm));
+    if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+               &tm.tm_min, &tm.tm_sec, &n) != 6)
+        return -1;
+    s += n;
+    if (*s == '.') {
+        int digits = 0;
+        for (s++; *s >= '0' && *s <= '9'; s++, digits++)
+            if (digits < 3)
+                frac = frac * 10 + (unsigned)(*s - '0');
+        if (digits == 0)
+            return -1;
+        for (; digits < 3; digits++)
+            frac *= 10;
+    }
+    if (strcmp(s, "Z") != 0 && strcmp(s, "+00:00") != 0)
+        return -1;
+    if (tm.tm_year < 1970 || tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 ||
+        tm.tm_mday > 31 || tm.tm_hour > 23 || tm.tm_min > 59 || tm.tm_sec > 60)
+        return -1;
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    time_t t = timegm(&tm);
+    if (t == (time_t)-1)
+        return -1;
+    *ms = (uint64_t)t * 1000u + frac;
+    return 0;
+}

@@ -1,0 +1,410 @@
+/*
+ * consumer.c -- the ingress side: one connection, one consumer per route.
+ *
+ * rabbitmq-c has no asynchronous API. The socket is an ev_io watcher; when
+ * it is readable, or when rabbitmq-c already holds buffered frames (checked
+ * every loop turn, since the socket may then be quiet), frames are read
+ * with a zero timeout, at most FRAMES_PER_TURN per wakeup so that one busy
+ * connection cannot starve the loop. Connection set-up (login, declares,
+ * basic.consume) is synchronous, bounded by broker.connect_timeout_ms; it
+ * runs only when (re)connecting.
+ *
+ * A delivery arrives as a basic.deliver method frame, a header frame with
+ * the properties and body size, and zero or more body frames. The method's
+ * strings are copied (rabbitmq-c reuses its frame memory), the properties
+ * stay in the connection's decoding pool until the delivery is handed over
+ * (amqp_maybe_release_buffers() is held off meanwhile), the body is copied
+ * into one buffer reused from delivery to delivery. A body larger than
+ * wal.max_message_bytes is not kept: it is counted through and handed over
+ * with too_big set, for the owner to reject.
+ *
+ * The consumer tag is "delay-bridge:<route>", so a delivery names its route.
+ */
+#include "delay-bridge/consumer.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "delay-bridge/amqp_conn.h"
+#include "delay-bridge/backoff.h"
+#include "delay-bridge/clock.h"
+#include "delay-bridge/log.h"
+#include "delay-bridge/xalloc.h"
+
+#define CONSUMER_CHANNEL 1
+#define FRAMES_PER_TURN 4096 /* frames read per wakeup before yielding */
+#define HEARTBEAT_POLL_MS 500
+#define TAG_PREFIX "delay-bridge:"
+
+/* A delivery being assembled from its frames. */
+struct assembly {
+    int active;
+    struct delivery d;
+    char exchange[256], routing_key[256];
+    amqp_basic_properties_t *props; /* in the connection's decoding pool */
+    uint64_t got;
+    uint8_t *body;
+    size_t body_cap;
+};
+
+struct consumer {
+    struct ev_loop *loop;
+    const struct config *cfg;
+    struct consumer_ops ops;
+    struct amqp_conn conn;
+    ev_io io;
+    int up, stopped;
+    uint32_t gen;            /* bumped at every connect */
+    uint64_t acked_tag;      /* highest tag acked on this connection */
+    int uri_next;
+    struct backoff bo;
+    uint64_t last_poll_ms;
+    struct assembly as;
+    amqp_basic_properties_t no_props;
+};
+
+static void on_io(struct ev_loop *loop, ev_io *w, int revents);
+
+static void conn_down(struct consumer *c, const char *why)
+{
+    if (!c->conn.st)
+        return;
+    if (!c->stopped)
+        log_warn("consume", "consumer connection lost", "reason=\"%s\"", why);
+    ev_io_stop(c->loop, &c->io);
+    amqp_conn_close(&c->conn, 0);
+    c->as.active = 0;
+    c->acked_tag = 0;
+    backoff_fail(&c->bo, clock_now_ms()); /* reconnect after a pause; "lost" was logged */
+    if (c->up) {
+        c->up = 0;
+        c->ops.state(c->ops.arg, 0);
+    }
+}
+
+static int declare_route(struct consumer *c, const struct config_route *rc, char *err, size_t len)
+{
+    amqp_connection_state_t st = c->conn.st;
+    amqp_table_entry_t qarg;
+    amqp_table_t qargs = amqp_empty_table;
+    char tag[300];
+
+    amqp_exchange_declare(st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_exchange),
+                          amqp_cstring_bytes("fanout"), 0, 1, 0, 0, amqp_empty_table);
+    if (amqp_conn_check(&c->conn, "declare ingress exchange", err, len) < 0)
+        return -1;
+    if (rc->queue_type == QUEUE_QUORUM) {
+        qarg.key = amqp_cstring_bytes("x-queue-type");
+        qarg.value.kind = AMQP_FIELD_KIND_UTF8;
+        qarg.value.value.bytes = amqp_cstring_bytes("quorum");
+        qargs.num_entries = 1;
+        qargs.entries = &qarg;
+    }
+    amqp_queue_declare(st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_queue), 0, 1, 0, 0,
+                       qargs);
+    if (amqp_conn_check(&c->conn, "declare ingress queue", err, len) < 0)
+        return -1;
+    amqp_queue_bind(st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_queue),
+                    amqp_cstring_bytes(rc->ingress_exchange), amqp_empty_bytes, amqp_empty_table);
+    if (amqp_conn_check(&c->conn, "bind ingress queue", err, len) < 0)
+        return -1;
+    if (rc->declare_target && rc->target_exchange[0]) {
+        amqp_exchange_declare(st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->target_exchange),
+                              amqp_cstring_bytes(rc->target_type), 0, 1, 0, 0, amqp_empty_table);
+        if (amqp_conn_check(&c->conn, "declare target exchange", err, len) < 0)
+            return -1;
+    }
+    amqp_basic_qos(st, CONSUMER_CHANNEL, 0, rc->prefetch, 0);
+    if (amqp_conn_check(&c->conn, "basic.qos", err, len) < 0)
+        return -1;
+    snprintf(tag, sizeof(tag), TAG_PREFIX "%s", rc->name);
+    amqp_basic_consume(st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_queue),
+                       amqp_cstring_bytes(tag), 0, 0, 0, amqp_empty_table);
+    if (amqp_conn_check(&c->conn, "basic.consume", err, len) < 0)
+        return -1;
+    return 0;
+}
+
+static void open_connection(struct consumer *c)
+{
+    const struct config *cfg = c->cfg;
+    struct backoff_step st;
+    char err[1024];
+    int i;
+
+    const char *uri = cfg->uris[c->uri_next % cfg->nuris];
+    c->uri_next++;
+    if (amqp_conn_open(&c->conn, uri, "delay-bridge consumer", cfg->heartbeat_s,
+                       cfg->connect_timeout_ms, err, sizeof(err)) < 0)
+        goto fail;
+    amqp_channel_open(c->conn.st, CONSUMER_CHANNEL);
+    if (amqp_conn_check(&c->conn, "channel.open", err, sizeof(err)) < 0)
+        goto fail_close;
+    for (i = 0; i < cfg->nroutes; i++) {
+        char e2[600];
+        if (declare_route(c, &cfg->routes[i], e2, sizeof(e2)) < 0) {
+            snprintf(err, sizeof(err), "route %s: %s", cfg->routes[i].name, e2);
+            goto fail_close;
+        }
+    }
+    c->up = 1;
+    c->gen++;
+    c->acked_tag = 0;
+    backoff_reset(&c->bo);
+    ev_io_init(&c->io, on_io, c->conn.fd, EV_READ);
+    c->io.data = c;
+    ev_io_start(c->loop, &c->io);
+    log_info("consume", "consuming", "broker=\"%s\" routes=%d", c->conn.uri_masked, cfg->nroutes);
+    c->ops.state(c->ops.arg, 1);
+    return;
+
+fail_close:
+    amqp_conn_close(&c->conn, 0);
+fail:
+    st = backoff_fail(&c->bo, clock_now_ms());
+    if (st.log_events)
+        log_warn("consume", "cannot start consuming",
+                 "error=\"%s\" retry_in_ms=%" PRIu64 " attempts=%" PRIu64, err, st.retry_in_ms,
+                 st.log_events);
+}
+
+static int route_of_tag(struct consumer *c, amqp_bytes_t tag)
+{
+    size_t pl = sizeof(TAG_PREFIX) - 1;
+    int i;
+
+    if (tag.len <= pl || memcmp(tag.bytes, TAG_PREFIX, pl) != 0)
+        return -1;
+    for (i = 0; i < c->cfg->nroutes; i++) {
+        const char *name = c->cfg->routes[i].name;
+        if (strlen(name) == tag.len - pl && memcmp(name, (char *)tag.bytes + pl, tag.len - pl) == 0)
+            return i;
+    }
+    return -1;
+}
+
+static void begin(struct consumer *c, const amqp_basic_deliver_t *m, int route)
+{
+    struct assembly *a = &c->as;
+    size_t el = m->exchange.len > 255 ? 255 : m->exchange.len;
+    size_t rl = m->routing_key.len > 255 ? 255 : m->routing_key.len;
+
+    memcpy(a->exchange, m->exchange.bytes, el);
+    memcpy(a->routing_key, m->routing_key.bytes, rl);
+    memset(&a->d, 0, sizeof(a->d));
+    a->d.route = route;
+    a->d.gen = c->gen;
+    a->d.tag = m->delivery_tag;
+    a->d.redelivered = m->redelivered != 0;
+    a->d.exchange = a->exchange;
+    a->d.exchange_len = el;
+    a->d.routing_key = a->routing_key;
+    a->d.routing_key_len = rl;
+    a->props = NULL;
+    a->got = 0;
+    a->active = 1;
+}
+
+static void finish(struct consumer *c)
+{
+    struct assembly *a = &c->as;
+
+    a->active = 0;
+    a->d.props = a->props ? a->props : &c->no_props;
+    a->d.body = a->d.too_big ? NULL : a->body;
+    c->ops.delivery(c->ops.arg, &a->d);
+}
+
+static void handle_frame(struct consumer *c, amqp_frame_t *f)
+{
+    struct assembly *a = &c->as;
+    char why[512];
+
+    if (f->frame_type == AMQP_FRAME_METHOD) {
+        switch (f->payload.method.id) {
+        case AMQP_BASIC_DELIVER_METHOD: {
+            amqp_basic_deliver_t *m = f->payload.method.decoded;
+            int route = route_of_tag(c, m->consumer_tag);
+            if (route < 0) {
+                conn_down(c, "delivery for an unknown consumer tag");
+                return;
+            }
+            begin(c, m, route);
+            return;
+        }
+        case AMQP_BASIC_CANCEL_METHOD:
+            conn_down(c, "broker cancelled the consumer (ingress queue deleted?)");
+            return;
+        case AMQP_CHANNEL_CLOSE_METHOD:
+        case AMQP_CONNECTION_CLOSE_METHOD:
+            amqp_conn_answer_close(&c->conn, f, why, sizeof(why));
+            conn_down(c, why);
+            return;
+        default:
+            return;
+        }
+    }
+    if (!a->active)
+        return;
+    if (f->frame_type == AMQP_FRAME_HEADER) {
+        a->props = f->payload.properties.decoded;
+        a->d.body_size = f->payload.properties.body_size;
+        a->got = 0;
+        a->d.too_big = a->d.body_size > c->cfg->max_message_bytes;
+        if (!a->d.too_big && a->d.body_size > a->body_cap) {
+            a->body_cap = a->d.body_size;
+            a->body = xrealloc(a->body, a->body_cap);
+        }
+    } else if (f->frame_type == AMQP_FRAME_BODY) {
+        amqp_bytes_t part = f->payload.body_fragment;
+        if (a->got + part.len > a->d.body_size) {
+            conn_down(c, "body longer than announced");
+            return;
+        }
+        if (!a->d.too_big)
+            memcpy(a->body + a->got, part.bytes, part.len);
+        a->got += part.len;
+    } else {
+        return;
+    }
+    if (a->got == a->d.body_size)
+        finish(c);
+}
+
+/* Read what the connection has, without blocking, up to FRAMES_PER_TURN frames. */
+static void drain(struct consumer *c)
+{
+    struct timeval zero = {0, 0};
+    amqp_frame_t f;
+    int i, r;
+
+    for (i = 0; i < FRAMES_PER_TURN && c->up; i++) {
+        r = amqp_simple_wait_frame_noblock(c->conn.st, &f, &zero);
+        if (r == AMQP_STATUS_TIMEOUT)
+            break;
+        if (r != AMQP_STATUS_OK) {
+            conn_down(c, amqp_error_string2(r));
+            return;
+        }
+        handle_frame(c, &f);
+        if (c->up && !c->as.active)
+            amqp_maybe_release_buffers(c->conn.st);
+    }
+}
+
+static void on_io(struct ev_loop *loop, ev_io *w, int revents)
+{
+    drain(w->data);
+}
+
+struct consumer *consumer_new(struct ev_loop *loop, const struct config *cfg,
+                              const struct consumer_ops *ops)
+{
+    struct consumer *c = xcalloc(1, sizeof(*c));
+
+    c->loop = loop;
+    c->cfg = cfg;
+    c->ops = *ops;
+    c->conn.fd = -1;
+    backoff_init(&c->bo, cfg->reconnect_min_ms, cfg->reconnect_max_ms, 30000,
+                 clock_mono_ns() | 1);
+    return c;
+}
+
+void consumer_free(struct consumer *c)
+{
+    if (!c)
+        return;
+    consumer_abort(c);
+    free(c->as.body);
+    free(c);
+}
+
+void consumer_turn(struct consumer *c, uint64_t now)
+{
+    if (c->stopped)
+        return;
+    if (!c->conn.st) {
+        if (backoff_ready(&c->bo, now))
+            open_connection(c);
+        return;
+    }
+    if (amqp_conn_buffered(&c->conn)) {
+        drain(c);
+    } else if (!c->as.active && now - c->last_poll_ms >= HEARTBEAT_POLL_MS) {
+        /* A zero-timeout wait lets rabbitmq-c send heartbeats on a quiet connection. */
+        c->last_poll_ms = now;
+        drain(c);
+    }
+}
+
+void consumer_ack(struct consumer *c, uint32_t gen, uint64_t tag)
+{
+    int r;
+
+    if (!c->up || gen != c->gen || tag <= c->acked_tag)
+        return;
+    r = amqp_basic_ack(c->conn.st, CONSUMER_CHANNEL, tag, 1);
+    if (r != AMQP_STATUS_OK) {
+        conn_down(c, amqp_error_string2(r));
+        return;
+    }
+    c->acked_tag = tag;
+}
+
+void consumer_reject(struct consumer *c, uint32_t gen, uint64_t tag)
+{
+    int r;
+
+    if (!c->up || gen != c->gen)
+        return;
+    r = amqp_basic_reject(c->conn.st, CONSUMER_CHANNEL, tag, 0);
+    if (r != AMQP_STATUS_OK)
+        conn_down(c, amqp_error_string2(r));
+}
+
+void consumer_stop(struct consumer *c)
+{
+    c->stopped = 1;
+    if (c->conn.st) {
+        ev_io_stop(c->loop, &c->io);
+        amqp_conn_close(&c->conn, c->up);
+    }
+    c->as.active = 0;
+    if (c->up) {
+        c->up = 0;
+        c->ops.state(c->ops.arg, 0);
+    }
+}
+
+void consumer_abort(struct consumer *c)
+{
+    c->stopped = 1;
+    if (c->conn.st) {
+        ev_io_stop(c->loop, &c->io);
+        amqp_conn_close(&c->conn, 0);
+    }
+    c->as.active = 0;
+    c->up = 0;
+}
+
+int consumer_up(const struct consumer *c)
+{
+    return c->up;
+}
+
+int consumer_busy(const struct consumer *c)
+{
+    return c->up && amqp_conn_buffered(&c->conn);
+}
+
+uint64_t consumer_next_wakeup(const struct consumer *c)
+{
+    if (c->stopped)
+        return UINT64_MAX;
+    if (!c->conn.st)
+        return c->bo.retry_at;
+    return c->last_poll_ms + HEARTBEAT_POLL_MS;
+}

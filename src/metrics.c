@@ -1,0 +1,323 @@
+/*
+ * metrics.c -- a stats snapshot in the Prometheus text exposition format.
+ *
+ * Format (text/plain; version=0.0.4), one family after the other:
+ *
+ *   # HELP delay_bridge_published_total Messages published to their target exchange.
+ *   # TYPE delay_bridge_published_total counter
+ *   delay_bridge_published_total{route="orders"} 1200
+ *   delay_bridge_published_total{route="mails"} 17
+ *
+ * - every family has exactly one # HELP and one # TYPE line, before its
+ *   samples, even when it has no sample (no routes configured);
+ * - label values escape '\' as \\, '"' as \" and a newline as \n; HELP text
+ *   escapes '\' and newline (ours are constants without either);
+ * - numbers: integers in decimal, floating point with up to 15 significant
+ *   digits, infinity as +Inf (only in the le label of the last bucket);
+ * - a histogram NAME is NAME_bucket{...,le="B"} for every bound in
+ *   stats.c's table, cumulative, ending with le="+Inf", then NAME_sum and
+ *   NAME_count. The +Inf bucket and _count are the same number by
+ *   construction (both the cumulative total), so a snapshot taken while an
+ *   observation is half-recorded can never render an inconsistent family.
+ *
+ * Design
+ * ------
+ * The per-route families are a table of (name, type, help, field offset)
+ * rows walked once per family, so adding a counter is one row here plus
+ * one field in stats.h. Names follow RabbitMQ's own Prometheus plugin:
+ * prefix, snake_case, _total on counters, seconds and bytes as units.
+ * Values that are unknown are left out rather than rendered as 0: the
+ * resident set size when stats.h says 0 = unknown, next_due_seconds for a
+ * route that holds nothing. next_due_seconds is per route only; the
+ * earliest due time over all routes is min() of those series (messages of
+ * routes missing from the config are never due: see orphaned_messages).
+ *
+ * delay_bridge_ready is 1 exactly when api_not_ready_reason() says "", so
+ * the gauge and /readyz can never disagree.
+ *
+ * Pure: reads the snapshot, appends to a strbuf; no clock, no I/O.
+ */
+#include "delay-bridge/metrics.h"
+
+#include "delay-bridge/api.h" /* api_not_ready_reason: one definition of "ready" */
+
+#include <inttypes.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#define PREFIX "delay_bridge_"
+
+/* ---- formatting helpers ---- */
+
+static void put_escaped_label(struct strbuf *out, const char *v)
+{
+    const char *run = v;
+    for (const char *p = v; *p; p++) {
+        const char *esc = NULL;
+        if (*p == '\\')
+            esc = "\\\\";
+        else if (*p == '"')
+            esc = "\\\"";
+        else if (*p == '\n')
+            esc = "\\n";
+        if (esc) {
+            strbuf_append(out, run, (size_t)(p - run));
+            strbuf_puts(out, esc);
+            run = p + 1;
+        }
+    }
+    strbuf_puts(out, run);
+}
+
+static void put_double(struct strbuf *out, double v)
+{
+    if (isnan(v))
+        strbuf_puts(out, "NaN");
+    else if (isinf(v))
+        strbuf_puts(out, v > 0 ? "+Inf" : "-Inf");
+    else
+        strbuf_printf(out, "%.15g", v);
+}
+
+static void family(struct strbuf *out, const char *name, const char *type, const char *help)
+{
+    strbuf_printf(out, "# HELP " PREFIX "%s %s\n# TYPE " PREFIX "%s %s\n", name, help, name, type);
+}
+
+/*
+ * One sample line: name{k1="v1",k2="v2"} (labels optional, up to two pairs
+ * given as k/v with NULL k = absent), without the value.
+ */
+static void sample_head(struct strbuf *out, const char *name, const char *suffix,
+                        const char *k1, const char *v1, const char *k2, const char *v2)
+{
+    strbuf_printf(out, PREFIX "%s%s", name, suffix ? suffix : "");
+    if (k1 || k2) {
+        strbuf_puts(out, "{");
+        if (k1) {
+            strbuf_printf(out, "%s=\"", k1);
+            put_escaped_label(out, v1 ? v1 : "");
+            strbuf_puts(out, "\"");
+        }
+        if (k2) {
+            strbuf_printf(out, "%s%s=\"", k1 ? "," : "", k2);
+            put_escaped_label(out, v2 ? v2 : "");
+            strbuf_puts(out, "\"");
+        }
+        strbuf_puts(out, "}");
+    }
+    strbuf_puts(out, " ");
+}
+
+static void sample_u64(struct strbuf *out, const char *name, const char *k, const char *v,
+                       uint64_t val)
+{
+    sample_head(out, name, NULL, k, v, NULL, NULL);
+    strbuf_printf(out, "%" PRIu64 "\n", val);
+}
+
+static void sample_double(struct strbuf *out, const char *name, const char *k, const char *v,
+                          double val)
+{
+    sample_head(out, name, NULL, k, v, NULL, NULL);
+    put_double(out, val);
+    strbuf_puts(out, "\n");
+}
+
+/* A whole family with one unlabelled sample. */
+static void scalar_u64(struct strbuf *out, const char *name, const char *type, const char *help,
+                       uint64_t val)
+{
+    family(out, name, type, help);
+    sample_u64(out, name, NULL, NULL, val);
+}
+
+static void scalar_double(struct strbuf *out, const char *name, const char *type,
+                          const char *help, double val)
+{
+    family(out, name, type, help);
+    sample_double(out, name, NULL, NULL, val);
+}
+
+/* The samples of one histogram (k/v: an optional label before le). */
+static void hist_samples(struct strbuf *out, const char *name, const char *k, const char *v,
+                         const struct db_hist *h)
+{
+    uint64_t cum = 0;
+    char le[32];
+    for (int i = 0; i < DB_HIST_BUCKETS; i++) {
+        cum += h->count[i];
+        if (i == DB_HIST_BUCKETS - 1 || isinf(db_hist_le[i]))
+            snprintf(le, sizeof le, "+Inf");
+        else
+            snprintf(le, sizeof le, "%.15g", db_hist_le[i]);
+        sample_head(out, name, "_bucket", k, v, "le", le);
+        strbuf_printf(out, "%" PRIu64 "\n", cum);
+    }
+    sample_head(out, name, "_sum", k, v, NULL, NULL);
+    put_double(out, h->sum);
+    strbuf_puts(out, "\n");
+    sample_head(out, name, "_count", k, v, NULL, NULL);
+    strbuf_printf(out, "%" PRIu64 "\n", cum);
+}
+
+/* ---- per-route families ---- */
+
+struct route_family {
+    const char *name;
+    const char *type;
+    const char *help;
+    size_t off; /* of a uint64_t in struct db_route_stats */
+};
+
+#define RF(n, t, field, h) { n, t, h, offsetof(struct db_route_stats, field) }
+
+static const struct route_family route_families[] = {
+    RF("pending_messages", "gauge", pending,
+       "Messages held for the route: waiting, due or in flight."),
+    RF("inflight_messages", "gauge", inflight,
+       "Messages published to the target, broker confirm not yet received."),
+    RF("due_messages", "gauge", due,
+       "Messages whose delay has expired, not yet published."),
+    RF("waiting_messages", "gauge", waiting,
+       "Durable messages waiting for their delay to expire."),
+    RF("received_total", "counter", received,
+       "Deliveries taken from the ingress queue and logged."),
+    RF("rejected_total", "counter", rejected,
+       "Deliveries rejected for being larger than wal.max_message_bytes."),
+    RF("published_total", "counter", published,
+       "Messages published to the target exchange (a republish counts again)."),
+    RF("confirmed_total", "counter", confirmed,
+       "Publishes confirmed by the broker: the message is done."),
+    RF("publish_nacks_total", "counter", nacked,
+       "Publishes nacked by the broker and published again."),
+    RF("publish_retries_total", "counter", publish_retries,
+       "Times the route's publish channel was reopened after an error."),
+    RF("returned_total", "counter", returned,
+       "Publishes returned by the broker: no queue bound at the target."),
+    RF("invalid_delay_total", "counter", invalid_delay,
+       "Deliveries with an x-delay that is not accepted or above max_delay_ms."),
+    RF("dead_lettered_total", "counter", dead_lettered,
+       "Messages sent to the dead letter exchange with x-delay-error."),
+    RF("cancelled_total", "counter", cancelled,
+       "Held messages removed by x-delay-cancel, replacement or purge."),
+    RF("cancel_missed_total", "counter", cancel_missed,
+       "Cancels for a key that was not pending."),
+};
+
+static uint64_t route_field(const struct db_route_stats *r, size_t off)
+{
+    uint64_t v;
+    memcpy(&v, (const char *)r + off, sizeof v);
+    return v;
+}
+
+static void render_routes(const struct db_stats *s, struct strbuf *out)
+{
+    int nr = s->routes ? s->nroutes : 0;
+
+    for (size_t f = 0; f < sizeof route_families / sizeof route_families[0]; f++) {
+        const struct route_family *rf = &route_families[f];
+        family(out, rf->name, rf->type, rf->help);
+        for (int i = 0; i < nr; i++)
+            sample_u64(out, rf->name, "route", s->routes[i].name,
+                       route_field(&s->routes[i], rf->off));
+    }
+
+    family(out, "route_channel_open", "gauge",
+           "1 when the route's publish channel is open, else 0.");
+    for (int i = 0; i < nr; i++)
+        sample_u64(out, "route_channel_open", "route", s->routes[i].name,
+                   s->routes[i].channel_open ? 1 : 0);
+
+    family(out, "next_due_seconds", "gauge",
+           "Seconds until the route's earliest held message is due, 0 if overdue; "
+           "absent when the route holds nothing.");
+    for (int i = 0; i < nr; i++) {
+        uint64_t due = s->routes[i].next_due_ms;
+        if (!due)
+            continue;
+        double secs = due > s->now_ms ? (double)(due - s->now_ms) / 1000.0 : 0.0;
+        sample_double(out, "next_due_seconds", "route", s->routes[i].name, secs);
+    }
+
+    family(out, "fire_lateness_seconds", "histogram",
+           "Broker confirm time minus due time of published messages, seconds.");
+    for (int i = 0; i < nr; i++)
+        hist_samples(out, "fire_lateness_seconds", "route", s->routes[i].name,
+                     &s->routes[i].lateness);
+}
+
+/* ---- the rest ---- */
+
+static int conn_connected(enum db_conn_state c)
+{
+    return c == DB_CONN_UP || c == DB_CONN_BLOCKED;
+}
+
+static void render_conns(const struct db_stats *s, struct strbuf *out)
+{
+    family(out, "broker_connected", "gauge",
+           "1 when the broker connection is up (blocked counts as up), else 0.");
+    sample_u64(out, "broker_connected", "connection", "consumer", conn_connected(s->consumer));
+    sample_u64(out, "broker_connected", "connection", "publisher", conn_connected(s->publisher));
+
+    family(out, "broker_blocked", "gauge",
+           "1 while the broker has blocked the connection (connection.blocked), else 0.");
+    sample_u64(out, "broker_blocked", "connection", "consumer", s->consumer == DB_CONN_BLOCKED);
+    sample_u64(out, "broker_blocked", "connection", "publisher", s->publisher == DB_CONN_BLOCKED);
+}
+
+static void render_wal(const struct db_wal_stats *w, struct strbuf *out)
+{
+    scalar_u64(out, "wal_bytes", "gauge", "Bytes of WAL segment files on disk.", w->disk_bytes);
+    scalar_u64(out, "wal_live_bytes", "gauge", "Bytes of live records in the WAL.", w->live_bytes);
+    scalar_u64(out, "wal_live_records", "gauge", "Live records in the WAL.", w->live_records);
+    scalar_u64(out, "wal_segments", "gauge", "WAL segment files on disk.", w->segments);
+    scalar_u64(out, "wal_commits_total", "counter", "WAL group commits that wrote.", w->commits);
+    scalar_u64(out, "wal_appended_bytes_total", "counter", "Bytes appended to the WAL.",
+               w->appended_bytes);
+    scalar_u64(out, "wal_compacted_bytes_total", "counter",
+               "Bytes reclaimed by WAL compaction.", w->compacted_bytes);
+    scalar_u64(out, "wal_writable", "gauge",
+               "1 while the WAL accepts writes, 0 after a failed write or fsync or when out of space.",
+               w->writable ? 1 : 0);
+    family(out, "wal_fsync_seconds", "histogram", "Duration of WAL fdatasync calls, seconds.");
+    hist_samples(out, "wal_fsync_seconds", NULL, NULL, &w->fsync);
+}
+
+void metrics_render(const struct db_stats *s, struct strbuf *out)
+{
+    family(out, "build_info", "gauge", "Always 1; labels carry the version and instance name.");
+    sample_head(out, "build_info", NULL, "version", s->version ? s->version : "",
+                "instance", s->instance ? s->instance : "");
+    strbuf_puts(out, "1\n");
+
+    scalar_double(out, "start_time_seconds", "gauge",
+                  "Process start time, seconds since the Unix epoch.", (double)s->start_ms / 1000.0);
+    scalar_u64(out, "ready", "gauge", "1 when /readyz answers 200, else 0.",
+               api_not_ready_reason(s)[0] == '\0');
+    scalar_double(out, "recovery_seconds", "gauge",
+                  "Seconds the WAL replay at start took (so far, while recovering).",
+                  s->recovery_seconds);
+    scalar_double(out, "recovery_progress", "gauge",
+                  "WAL replay progress at start, 0 to 1.", s->recovery_progress);
+
+    render_conns(s, out);
+
+    scalar_u64(out, "held_messages", "gauge", "Messages the WAL holds live, all routes.", s->held);
+    scalar_u64(out, "orphaned_messages", "gauge",
+               "Held messages of routes missing from the config: never published.", s->orphaned);
+
+    render_routes(s, out);
+    render_wal(&s->wal, out);
+
+    scalar_u64(out, "engine_memory_bytes", "gauge",
+               "Bytes of engine structures: message pool, id index, timing wheel.", s->ram_bytes);
+    family(out, "process_resident_memory_bytes", "gauge",
+           "Resident set size of the process, bytes; absent when unknown.");
+    if (s->rss_bytes)
+        sample_u64(out, "process_resident_memory_bytes", NULL, NULL, s->rss_bytes);
+}

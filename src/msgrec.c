@@ -1,0 +1,57 @@
+/*
+ * msgrec.c -- a delivery as a log record, and a log record as a publish.
+ *
+ * The record keeps everything needed to publish the message again exactly
+ * as it came: the exchange and routing key it was published with, its
+ * properties in AMQP encoding (never decoded and re-encoded on the way in),
+ * the body, and when it was received and is due. The due time is absolute
+ * wall-clock ms, so a restart does not extend a delay. The id a consumer
+ * sees (x-delay-bridge-id) is the log's random id and the message's first
+ * sequence number: unique across restarts and compaction, the same on every
+ * redelivery of one held message, so consumers can deduplicate.
+ */
+#include "delay-bridge/msgrec.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+int msgrec_from_delivery(struct walrec_add *a, const struct config_route *rc,
+                         const struct msgrec_in *in, uint64_t now, enum xdelay_status xs,
+                         uint64_t delay_ms)
+{
+    int invalid = xs == XDELAY_EINVALID || xs == XDELAY_ETOOBIG;
+
+    memset(a, 0, sizeof(*a));
+    a->enqueue_ms = now;
+    a->due_ms = invalid ? now : now + delay_ms;
+    if (invalid && rc->invalid_delay == INVALID_DELAY_DEAD_LETTER) {
+        a->flags = WALREC_ADD_DEADLETTER;
+        a->error = (uint16_t)xs;
+    }
+    a->route = rc->name;
+    a->route_len = (uint8_t)strnlen(rc->name, 255);
+    /* AMQP short strings: a broker never sends more than 255 bytes */
+    a->exchange = in->exchange;
+    a->exchange_len = (uint8_t)(in->exchange_len > 255 ? 255 : in->exchange_len);
+    a->routing_key = in->routing_key;
+    a->routing_key_len = (uint8_t)(in->routing_key_len > 255 ? 255 : in->routing_key_len);
+    a->props = in->props;
+    a->props_len = in->props_len;
+    a->body = in->body;
+    a->body_len = in->body_len;
+    return invalid;
+}
+
+void msgrec_to_publish(const struct walrec_add *a, const struct config_route *rc,
+                       uint64_t log_id, struct msgrec_out *o)
+{
+    o->exchange = rc->target_exchange;
+    o->error = NULL;
+    if (a->flags & WALREC_ADD_DEADLETTER) {
+        o->exchange = rc->dead_letter_exchange;
+        o->error = xdelay_strerror((enum xdelay_status)a->error);
+    }
+    o->delay_ms = a->due_ms > a->enqueue_ms ? a->due_ms - a->enqueue_ms : 0;
+    snprintf(o->id, sizeof(o->id), "%016" PRIx64 "-%" PRIu64, log_id, a->msg_id);
+}

@@ -1,0 +1,643 @@
+/*
+ * test_http.c -- the HTTP endpoint on a real libev loop, talked to over
+ * loopback with plain sockets, the way curl, a load balancer, Prometheus
+ * and a hostile client would.
+ *
+ * The server runs in the main thread (as in the daemon: one loop, no MHD
+ * thread); the clients run in a second thread and end the loop with an
+ * ev_async when done. A 10 ms ev_timer counts loop turns the whole time:
+ * if serving anyone ever blocked the loop, it would stop counting.
+ *
+ * Checked: every status the endpoint gives (200, 401, 404, 405, 413, 431,
+ * 503), HEAD without a body, the bearer token (and /healthz open without
+ * it), query arguments and the body reaching the handler, a 1 MiB header
+ * refused while the server keeps serving, a slowloris client (half a
+ * request, then silence) that neither delays another client nor survives
+ * the connection timeout, and http_start's errors (bad address, port in
+ * use) and port 0.
+ *
+ * Usage: test_http [case]   (cases: start, statuses, token, head, echo,
+ *                            too_large, big_header, slowloris)
+ */
+#define _GNU_SOURCE /* strcasestr */
+#include "delay-bridge/http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <ev.h>
+#include <json-c/json.h>
+
+static atomic_int failures;
+
+#define CHECK(cond)                                                              \
+    do {                                                                         \
+        if (!(cond)) {                                                           \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+            if (++failures > 20)                                                 \
+                exit(1);                                                         \
+        }                                                                        \
+    } while (0)
+
+#define TOKEN "s3cret-token"
+#define AUTH "Authorization: Bearer " TOKEN "\r\n"
+#define CONN_TIMEOUT_S 2
+
+static uint16_t port;
+static atomic_ulong ticks;     /* loop timer firings */
+static atomic_int not_ready;   /* fake: consumer down */
+static atomic_int stalled;     /* fake: last loop turn 10 s ago */
+
+/* ---- the server side: a fake daemon behind api_handle ---- */
+
+static uint64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static struct db_route_stats route = { .name = "orders", .target_exchange = "orders.out",
+                                       .published = 3 };
+
+static void fake_stats(void *arg, struct db_stats *s)
+{
+    memset(s, 0, sizeof *s);
+    s->version = "9.9.9";
+    s->instance = "test";
+    s->now_ms = wall_ms();
+    s->start_ms = 1700000000000ULL; /* fixed: GET and HEAD bodies must match in length */
+    s->loop_turn_ms = atomic_load(&stalled) ? s->now_ms - 10000 : s->now_ms;
+    s->recovered = 1;
+    s->recovery_progress = 1;
+    s->consumer = atomic_load(&not_ready) ? DB_CONN_DOWN : DB_CONN_UP;
+    s->publisher = DB_CONN_BLOCKED;
+    s->wal.writable = 1;
+    s->routes = &route;
+    s->nroutes = 1;
+}
+
+static struct api_ops ops = { fake_stats, NULL };
+
+/* /echo shows what reached the handler; everything else is the real API. */
+static void handler(void *arg, const struct api_request *req, struct api_response *resp)
+{
+    if (!strcmp(req->path, "/echo")) {
+        const char *name = req->arg(req->ctx, "name");
+        resp->status = 200;
+        resp->content_type = "text/plain";
+        strbuf_printf(&resp->body, "method=%s name=%s body=%.*s", req->method,
+                      name ? name : "(none)", (int)req->body_len, req->body ? req->body : "");
+        return;
+    }
+    api_handle(&ops, req, resp);
+}
+
+/* ---- the client side ---- */
+
+static int dial(int timeout_s)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    struct timeval tv = { timeout_s, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Send all of p; 0, or -errno (EPIPE/ECONNRESET when the server hung up). */
+static int send_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+struct reply {
+    int status;     /* 0: no status line came back */
+    char head[4096];
+    char *body;     /* malloc'd, NUL-terminated */
+    size_t body_len;
+};
+
+/* Read until EOF (every request says Connection: close) and split the reply. */
+static void read_reply(int fd, struct reply *r)
+{
+    size_t cap = 65536, len = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (len + 1 == cap)
+            buf = realloc(buf, cap *= 2);
+        ssize_t n = recv(fd, buf + len, cap - len - 1, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    buf[len] = '\0';
+    memset(r, 0, sizeof *r);
+    char *end = strstr(buf, "\r\n\r\n");
+    if (!strncmp(buf, "HTTP/1.", 7) && end) {
+        r->status = atoi(buf + 9);
+        size_t hl = (size_t)(end - buf) + 2;
+        if (hl >= sizeof r->head)
+            hl = sizeof r->head - 1;
+        memcpy(r->head, buf, hl);
+        r->body_len = len - (size_t)(end + 4 - buf);
+        r->body = malloc(r->body_len + 1);
+        memcpy(r->body, end + 4, r->body_len + 1);
+    } else {
+        r->body = calloc(1, 1);
+    }
+    free(buf);
+}
+
+/* One request on a fresh connection. */
+static void request(const char *raw, struct reply *r)
+{
+    int fd = dial(10);
+    CHECK(fd >= 0);
+    if (fd < 0) {
+        memset(r, 0, sizeof *r);
+        r->body = calloc(1, 1);
+        return;
+    }
+    CHECK(send_all(fd, raw, strlen(raw)) == 0);
+    read_reply(fd, r);
+    close(fd);
+}
+
+/* A header's value ("" if absent) into out. */
+static const char *header(const struct reply *r, const char *name, char *out, size_t outlen)
+{
+    out[0] = '\0';
+    char pat[128];
+    snprintf(pat, sizeof pat, "\r\n%s:", name);
+    const char *p = strcasestr(r->head, pat);
+    if (!p)
+        return out;
+    p += strlen(pat);
+    while (*p == ' ')
+        p++;
+    size_t n = strcspn(p, "\r");
+    snprintf(out, outlen, "%.*s", (int)n, p);
+    return out;
+}
+
+static void get(const char *method, const char *path, int auth, struct reply *r)
+{
+    char raw[1024];
+    snprintf(raw, sizeof raw, "%s %s HTTP/1.1\r\nHost: localhost\r\n%sConnection: close\r\n\r\n",
+             method, path, auth ? AUTH : "");
+    request(raw, r);
+}
+
+/* ---- client cases ---- */
+
+static void case_statuses(void)
+{
+    struct reply r;
+    char h[256];
+
+    get("GET", "/healthz", 1, &r);
+    CHECK(r.status == 200 && !strcmp(r.body, "ok\n"));
+    free(r.body);
+
+    atomic_store(&stalled, 1);
+    get("GET", "/healthz", 1, &r);
+    CHECK(r.status == 503);
+    free(r.body);
+    atomic_store(&stalled, 0);
+
+    get("GET", "/readyz", 1, &r);
+    CHECK(r.status == 200 && !strcmp(r.body, "ready\n"));
+    free(r.body);
+
+    atomic_store(&not_ready, 1);
+    get("GET", "/readyz", 1, &r);
+    CHECK(r.status == 503 && !strcmp(r.body, "not ready: consumer connection down\n"));
+    free(r.body);
+    atomic_store(&not_ready, 0);
+
+    get("GET", "/metrics", 1, &r);
+    CHECK(r.status == 200);
+    CHECK(!strcmp(header(&r, "Content-Type", h, sizeof h),
+                  "text/plain; version=0.0.4; charset=utf-8"));
+    CHECK(!strncmp(r.body, "# HELP ", 7));
+    CHECK(strstr(r.body, "\ndelay_bridge_published_total{route=\"orders\"} 3\n") != NULL);
+    free(r.body);
+
+    get("GET", "/stats", 1, &r);
+    CHECK(r.status == 200);
+    CHECK(!strncmp(header(&r, "Content-Type", h, sizeof h), "application/json", 16));
+    json_object *root = json_tokener_parse(r.body);
+    CHECK(root != NULL);
+    json_object *v = NULL;
+    CHECK(root && json_object_object_get_ex(root, "version", &v) &&
+          !strcmp(json_object_get_string(v), "9.9.9"));
+    CHECK(root && json_object_object_get_ex(root, "connections", &v) &&
+          json_object_object_get_ex(v, "publisher", &v) &&
+          !strcmp(json_object_get_string(v), "blocked"));
+    json_object_put(root);
+    free(r.body);
+
+    get("GET", "/stats?pretty=1", 1, &r); /* a query string does not change the route */
+    CHECK(r.status == 200);
+    free(r.body);
+
+    get("GET", "/nope", 1, &r);
+    CHECK(r.status == 404 && strstr(r.body, "not found"));
+    free(r.body);
+
+    get("POST", "/metrics", 1, &r);
+    CHECK(r.status == 405);
+    CHECK(!strcmp(header(&r, "Allow", h, sizeof h), "GET, HEAD"));
+    free(r.body);
+
+    get("DELETE", "/readyz", 1, &r);
+    CHECK(r.status == 405);
+    CHECK(!strcmp(header(&r, "Allow", h, sizeof h), "GET, HEAD"));
+    free(r.body);
+}
+
+static void case_token(void)
+{
+    struct reply r;
+    char h[256];
+    static const char *const paths[] = { "/readyz", "/metrics", "/stats", "/nope", "/echo" };
+
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+        get("GET", paths[i], 0, &r);
+        CHECK(r.status == 401);
+        CHECK(!strncmp(header(&r, "WWW-Authenticate", h, sizeof h), "Bearer", 6));
+        CHECK(strstr(r.body, "delay_bridge") == NULL); /* nothing leaks */
+        free(r.body);
+    }
+    /* /healthz is open: a liveness probe needs no secret. */
+    get("GET", "/healthz", 0, &r);
+    CHECK(r.status == 200);
+    free(r.body);
+
+    static const char *const bad[] = {
+        "Authorization: Bearer s3cret-toke\r\n",    /* prefix */
+        "Authorization: Bearer s3cret-tokenX\r\n",  /* longer */
+        "Authorization: Bearer S3CRET-TOKEN\r\n",   /* case */
+        "Authorization: Basic czNjcmV0LXRva2Vu\r\n",
+        "Authorization: Bearer\r\n",
+        "Authorization: s3cret-token\r\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char raw[512];
+        snprintf(raw, sizeof raw,
+                 "GET /metrics HTTP/1.1\r\nHost: x\r\n%sConnection: close\r\n\r\n", bad[i]);
+        request(raw, &r);
+        CHECK(r.status == 401);
+        free(r.body);
+    }
+    request("GET /readyz HTTP/1.1\r\nHost: x\r\nauthorization: bearer " TOKEN
+            "\r\nConnection: close\r\n\r\n", &r);
+    CHECK(r.status == 200);
+    free(r.body);
+}
+
+static void case_head(void)
+{
+    struct reply r, g;
+    char h[256];
+    get("GET", "/metrics", 1, &g);
+    get("HEAD", "/metrics", 1, &r);
+    CHECK(g.status == 200 && r.status == 200);
+    CHECK(r.body_len == 0); /* no body */
+    CHECK(g.body_len > 0);
+    /* Content-Length is the GET body's. */
+    CHECK(strtoul(header(&r, "Content-Length", h, sizeof h), NULL, 10) == g.body_len);
+    CHECK(!strcmp(header(&r, "Content-Type", h, sizeof h),
+                  "text/plain; version=0.0.4; charset=utf-8"));
+    free(r.body);
+    free(g.body);
+
+    get("HEAD", "/healthz", 0, &r);
+    CHECK(r.status == 200 && r.body_len == 0);
+    free(r.body);
+    get("HEAD", "/readyz", 0, &r);
+    CHECK(r.status == 401 && r.body_len == 0);
+    free(r.body);
+}
+
+static void case_echo(void)
+{
+    struct reply r;
+    get("GET", "/echo?name=a%20b&x=1", 1, &r);
+    CHECK(r.status == 200 && !strcmp(r.body, "method=GET name=a b body="));
+    free(r.body);
+
+    request("POST /echo HTTP/1.1\r\nHost: x\r\n" AUTH
+            "Content-Length: 5\r\nConnection: close\r\n\r\nhello", &r);
+    CHECK(r.status == 200 && !strcmp(r.body, "method=POST name=(none) body=hello"));
+    free(r.body);
+
+    /* chunked */
+    request("POST /echo?name=c HTTP/1.1\r\nHost: x\r\n" AUTH
+            "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n", &r);
+    CHECK(r.status == 200 && !strcmp(r.body, "method=POST name=c body=abcde"));
+    free(r.body);
+}
+
+static void case_too_large(void)
+{
+    struct reply r;
+    /* Declared above the 64 KiB cap: 413 before any of it is sent. */
+    request("POST /echo HTTP/1.1\r\nHost: x\r\n" AUTH
+            "Content-Length: 100000\r\nConnection: close\r\n\r\n", &r);
+    CHECK(r.status == 413);
+    free(r.body);
+
+    /* The same on a GET. */
+    request("GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n"
+            "Connection: close\r\n\r\n", &r);
+    CHECK(r.status == 413);
+    printf("  GET with a 100000-byte body declared: status %d\n", r.status);
+    free(r.body);
+
+    /* Chunked past the cap: no way to answer mid-body, the connection is dropped. */
+    {
+        int fd = dial(10);
+        CHECK(fd >= 0);
+        const char *h = "POST /echo HTTP/1.1\r\nHost: x\r\n" AUTH
+                        "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+        int rc = send_all(fd, h, strlen(h));
+        char chunk[8200];
+        int cl = snprintf(chunk, sizeof chunk, "%x\r\n", 8192);
+        memset(chunk + cl, 'c', 8192);
+        memcpy(chunk + cl + 8192, "\r\n", 2);
+        for (int i = 0; i < 16 && rc == 0; i++) /* 128 KiB */
+            rc = send_all(fd, chunk, (size_t)cl + 8192 + 2);
+        if (rc == 0)
+            rc = send_all(fd, "0\r\n\r\n", 5);
+        read_reply(fd, &r);
+        close(fd);
+        CHECK(r.status != 200);
+        printf("  128 KiB chunked body: status %d\n", r.status);
+        free(r.body);
+    }
+
+    /* Just under the cap is fine. */
+    size_t n = 60000;
+    char *raw = malloc(n + 512);
+    int hl = snprintf(raw, 512, "POST /echo HTTP/1.1\r\nHost: x\r\n" AUTH
+                      "Content-Length: %zu\r\nConnection: close\r\n\r\n", n);
+    memset(raw + hl, 'b', n);
+    raw[hl + (int)n] = '\0';
+    request(raw, &r);
+    CHECK(r.status == 200 && r.body_len == strlen("method=POST name=(none) body=") + n);
+    free(r.body);
+    free(raw);
+
+    get("GET", "/healthz", 0, &r);
+    CHECK(r.status == 200);
+    free(r.body);
+}
+
+static void case_big_header(void)
+{
+    size_t n = 1 << 20;
+    char *raw = malloc(n + 256);
+    int hl = snprintf(raw, 256, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ");
+    memset(raw + hl, 'a', n);
+    strcpy(raw + hl + n, "\r\nConnection: close\r\n\r\n");
+
+    unsigned long t0 = atomic_load(&ticks);
+    int fd = dial(10);
+    CHECK(fd >= 0);
+    int rc = send_all(fd, raw, strlen(raw)); /* may fail: the server hangs up */
+    struct reply r;
+    read_reply(fd, &r);
+    close(fd);
+    /* Refused: 431 (or 413/414), or the connection dropped without an answer. */
+    CHECK(r.status == 0 || r.status == 431 || r.status == 413 || r.status == 414);
+    CHECK(r.status != 200);
+    if (r.status == 0)
+        CHECK(rc == -EPIPE || rc == -ECONNRESET || rc == 0);
+    printf("  1 MiB header: status %d, send %s\n", r.status, rc ? strerror(-rc) : "ok");
+    free(r.body);
+    free(raw);
+
+    /* The server is still serving, and the loop kept turning. */
+    get("GET", "/healthz", 0, &r);
+    CHECK(r.status == 200 && !strcmp(r.body, "ok\n"));
+    free(r.body);
+    get("GET", "/metrics", 1, &r);
+    CHECK(r.status == 200);
+    free(r.body);
+    (void)t0;
+}
+
+static int still_open(int fd)
+{
+    struct pollfd p = { fd, POLLIN, 0 };
+    int n = poll(&p, 1, 0);
+    return n == 0; /* nothing to read: no answer, no EOF, no reset */
+}
+
+static void case_slowloris(void)
+{
+    /* Half a request, then silence. */
+    int slow = dial(CONN_TIMEOUT_S * 5);
+    CHECK(slow >= 0);
+    CHECK(send_all(slow, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ", 40) == 0);
+
+    /* Another client is answered while the slow one still holds its connection. */
+    for (int i = 0; i < 3; i++) {
+        struct reply r;
+        get("GET", "/healthz", 0, &r);
+        CHECK(r.status == 200);
+        free(r.body);
+        get("GET", "/metrics", 1, &r);
+        CHECK(r.status == 200);
+        free(r.body);
+    }
+    CHECK(still_open(slow));
+
+    /* The stalled connection is closed by the timeout; the loop turns meanwhile. */
+    unsigned long t0 = atomic_load(&ticks);
+    char buf[256];
+    ssize_t n = recv(slow, buf, sizeof buf, 0); /* blocks until the server gives up */
+    CHECK(n >= 0);                               /* EOF (or an error answer), not our timeout */
+    unsigned long t1 = atomic_load(&ticks);
+    CHECK(t1 - t0 >= 10); /* >= 100 ms of 10 ms ticks while waiting ~2 s */
+    close(slow);
+}
+
+static const struct {
+    const char *name;
+    void (*fn)(void);
+} cases[] = {
+    { "statuses", case_statuses },
+    { "token", case_token },
+    { "head", case_head },
+    { "echo", case_echo },
+    { "too_large", case_too_large },
+    { "big_header", case_big_header },
+    { "slowloris", case_slowloris },
+};
+
+static const char *only; /* argv[1] */
+static ev_async done;
+static struct ev_loop *loop;
+static int ran;
+
+static void *clients(void *arg)
+{
+    unsigned long t0 = atomic_load(&ticks);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (only && strcmp(only, cases[i].name))
+            continue;
+        int before = atomic_load(&failures);
+        cases[i].fn();
+        printf("%s %s\n", atomic_load(&failures) == before ? "ok  " : "FAIL", cases[i].name);
+        ran++;
+    }
+    /* The loop timer kept firing through all of it. */
+    if (ran) {
+        struct timespec ts = { 0, 100 * 1000000 };
+        nanosleep(&ts, NULL);
+        CHECK(atomic_load(&ticks) > t0);
+    }
+    ev_async_send(loop, &done);
+    return NULL;
+}
+
+static void on_done(struct ev_loop *l, ev_async *w, int revents)
+{
+    ev_break(l, EVBREAK_ALL);
+}
+
+static void on_tick(struct ev_loop *l, ev_timer *w, int revents)
+{
+    atomic_fetch_add(&ticks, 1);
+}
+
+static void nop_handler(void *arg, const struct api_request *req, struct api_response *resp)
+{
+    resp->status = 200;
+}
+
+/* http_start's errors and port 0 (main thread, no clients). */
+static void case_start(void)
+{
+    char err[256];
+    struct http_server *a = NULL, *b = NULL;
+    struct http_opts o = { .host = "127.0.0.1", .port = 0 };
+
+    CHECK(http_start(&a, loop, &o, nop_handler, NULL, err, sizeof err) == 0);
+    CHECK(a && http_port(a) != 0);
+
+    /* The same port again: address in use, said in one line. */
+    o.port = http_port(a);
+    CHECK(http_start(&b, loop, &o, nop_handler, NULL, err, sizeof err) == -1);
+    CHECK(b == NULL);
+    printf("  port in use: %s\n", err);
+    CHECK(strstr(err, "in use") != NULL);
+    CHECK(strchr(err, '\n') == NULL);
+    http_stop(a);
+
+    o.port = 0;
+    o.host = "localhost"; /* not numeric */
+    CHECK(http_start(&b, loop, &o, nop_handler, NULL, err, sizeof err) == -1);
+    printf("  bad address: %s\n", err);
+    CHECK(strstr(err, "bad address") != NULL);
+    o.host = "300.1.2.3";
+    CHECK(http_start(&b, loop, &o, nop_handler, NULL, err, sizeof err) == -1);
+
+    /* IPv6 loopback, where the host has it. */
+    o.host = "::1";
+    if (http_start(&b, loop, &o, nop_handler, NULL, err, sizeof err) == 0) {
+        CHECK(http_port(b) != 0);
+        http_stop(b);
+    } else {
+        printf("  ::1 not available: %s\n", err);
+    }
+    http_stop(NULL);
+    ran++;
+}
+
+int main(int argc, char **argv)
+{
+    only = argc > 1 ? argv[1] : NULL;
+    alarm(120); /* a hung test fails instead of hanging ctest */
+    loop = ev_loop_new(EVFLAG_AUTO);
+
+    if (!only || !strcmp(only, "start"))
+        case_start();
+    if (only && !strcmp(only, "start"))
+        goto out;
+
+    char err[256];
+    struct http_server *srv = NULL;
+    struct http_opts o = {
+        .host = "127.0.0.1", .port = 0, .token = TOKEN,
+        .max_connections = 16, .timeout_s = CONN_TIMEOUT_S,
+    };
+    if (http_start(&srv, loop, &o, handler, NULL, err, sizeof err) != 0) {
+        fprintf(stderr, "http_start: %s\n", err);
+        return 1;
+    }
+    port = http_port(srv);
+
+    ev_timer tick;
+    ev_timer_init(&tick, on_tick, 0.01, 0.01);
+    ev_timer_start(loop, &tick);
+    ev_async_init(&done, on_done);
+    ev_async_start(loop, &done);
+
+    pthread_t th;
+    pthread_create(&th, NULL, clients, NULL);
+    ev_run(loop, 0);
+    pthread_join(th, NULL);
+
+    ev_timer_stop(loop, &tick);
+    ev_async_stop(loop, &done);
+    http_stop(srv);
+
+out:
+    ev_loop_destroy(loop);
+    if (!ran) {
+        fprintf(stderr, "no case named %s\n", only);
+        return 2;
+    }
+    if (failures) {
+        fprintf(stderr, "test_http: %d failure(s)\n", atomic_load(&failures));
+        return 1;
+    }
+    printf("test_http: ok\n");
+    return 0;
+}
