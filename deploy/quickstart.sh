@@ -54,20 +54,10 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # 1. Dependencies ------------------------------------------------------------
-PACKAGES=(librabbitmq-dev libev-dev libjson-c-dev pkg-config make cmake gcc libc6-dev
-          rabbitmq-server amqp-tools python3-pika)
-missing=()
-for p in "${PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ] && [ "${DB_SKIP_INSTALL:-}" != 1 ]; then
-    step "Installing ${missing[*]}"
-    sudo=()
-    [ "$(id -u)" -eq 0 ] || sudo=(sudo)
-    quiet "$WORK/apt.log" "${sudo[@]}" apt-get update
-    quiet "$WORK/apt.log" "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y --no-install-recommends "${missing[@]}"
-fi
+# The package list lives in one place: deploy/packages.sh.
+. deploy/packages.sh
+DB_APT_LOG="$WORK/apt.log" db_install_missing build test ||
+    { tail -n 30 "$WORK/apt.log" >&2; die "installing packages failed (full output in $WORK/apt.log)"; }
 
 # 2. Build -------------------------------------------------------------------
 step "Building build/delay-bridge"

@@ -14,6 +14,7 @@
 
 #include "delay-bridge/amqp_conn.h"
 #include "delay-bridge/log.h"
+#include "delay-bridge/uri.h"
 
 const char *amqp_conn_reply_text(amqp_rpc_reply_t r, char *buf, size_t len)
 {
@@ -63,27 +64,26 @@ int amqp_conn_buffered(const struct amqp_conn *c)
 int amqp_conn_open(struct amqp_conn *c, const char *uri, const char *name, uint16_t heartbeat_s,
                    uint32_t timeout_ms, char *err, size_t errlen)
 {
-    struct amqp_connection_info info;
+    struct uri u;
     struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
     amqp_socket_t *sock;
     amqp_table_entry_t props[1];
     amqp_table_t ptable;
     amqp_rpc_reply_t r;
-    char *copy = strdup(uri), text[512];
+    char text[512];
     int status;
 
     memset(c, 0, sizeof(*c));
     c->fd = -1;
     log_mask_uri(uri, c->uri_masked, sizeof(c->uri_masked));
-    if (!copy || amqp_parse_url(copy, &info) != AMQP_STATUS_OK) {
-        snprintf(err, errlen, "cannot parse broker URI %s", c->uri_masked);
-        free(copy);
+    if (uri_parse(uri, &u, text, sizeof(text)) < 0) {
+        snprintf(err, errlen, "cannot parse broker URI %s: %s", c->uri_masked, text);
         return -1;
     }
-    snprintf(c->user, sizeof(c->user), "%s", info.user);
+    snprintf(c->user, sizeof(c->user), "%s", u.user);
 
     c->st = amqp_new_connection();
-    if (info.ssl) {
+    if (u.tls) {
         sock = amqp_ssl_socket_new(c->st);
         if (sock) {
             amqp_ssl_socket_set_verify_peer(sock, 1);
@@ -101,7 +101,7 @@ int amqp_conn_open(struct amqp_conn *c, const char *uri, const char *name, uint1
         snprintf(err, errlen, "cannot create socket");
         goto fail;
     }
-    status = amqp_socket_open_noblock(sock, info.host, info.port, &tv);
+    status = amqp_socket_open_noblock(sock, u.host, u.port, &tv);
     if (status != AMQP_STATUS_OK) {
         snprintf(err, errlen, "cannot connect to %s: %s", c->uri_masked,
                  amqp_error_string2(status));
@@ -115,21 +115,21 @@ int amqp_conn_open(struct amqp_conn *c, const char *uri, const char *name, uint1
     props[0].value.value.bytes = amqp_cstring_bytes(name);
     ptable.num_entries = 1;
     ptable.entries = props;
-    r = amqp_login_with_properties(c->st, info.vhost, 0, 131072, heartbeat_s, &ptable,
-                                   AMQP_SASL_METHOD_PLAIN, info.user, info.password);
+    r = amqp_login_with_properties(c->st, u.vhost, 0, 131072, heartbeat_s, &ptable,
+                                   AMQP_SASL_METHOD_PLAIN, u.user, u.password);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
         snprintf(err, errlen, "login to %s failed: %s", c->uri_masked,
                  amqp_conn_reply_text(r, text, sizeof(text)));
         goto fail;
     }
     c->fd = amqp_get_sockfd(c->st);
-    free(copy);
+    memset(&u, 0, sizeof(u)); /* the password */
     return 0;
 
 fail:
     amqp_destroy_connection(c->st);
     c->st = NULL;
-    free(copy);
+    memset(&u, 0, sizeof(u));
     return -1;
 }
 

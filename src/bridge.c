@@ -47,11 +47,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "delay-bridge/amqp_msg.h"
+#include "delay-bridge/api.h"
 #include "delay-bridge/clock.h"
 #include "delay-bridge/consumer.h"
 #include "delay-bridge/engine.h"
+#include "delay-bridge/http.h"
 #include "delay-bridge/log.h"
 #include "delay-bridge/msgrec.h"
 #include "delay-bridge/publisher.h"
@@ -74,6 +77,7 @@ struct bridge {
     struct engine *eng;
     struct consumer *cons;
     struct publisher *pub;
+    struct http_server *http;
     struct route_counts *counts;
     uint64_t log_id;
 
@@ -364,6 +368,58 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
     consumer_stop(b->cons);
 }
 
+/* ---- the HTTP endpoint ------------------------------------------------------------ */
+
+static void api_stats(void *arg, struct db_stats *s)
+{
+    bridge_stats(arg, s);
+}
+
+static void on_http(void *arg, const struct api_request *req, struct api_response *resp)
+{
+    struct api_ops ops = {api_stats, arg};
+
+    api_handle(&ops, req, resp);
+}
+
+#define HTTP_TOKEN_ENV "DELAY_BRIDGE_HTTP_TOKEN"
+
+static int start_http(struct bridge *b)
+{
+    const struct config *cfg = b->cfg;
+    const char *token = getenv(HTTP_TOKEN_ENV);
+    struct http_opts o = {cfg->http_host, cfg->http_port, token, 0, 0};
+    char err[512];
+
+    if (!cfg->http_listen[0])
+        return 0;
+    if (http_start(&b->http, b->loop, &o, on_http, b, err, sizeof(err)) < 0) {
+        log_error("http", "cannot start the HTTP endpoint", "listen=\"%s\" error=\"%s\"",
+                  cfg->http_listen, err);
+        return -1;
+    }
+    log_info("http", "serving", "listen=\"%s\" port=%u auth=%s", cfg->http_listen,
+             (unsigned)http_port(b->http), token && *token ? "bearer" : "none");
+    if (cfg->http_allow_remote && !(token && *token))
+        log_warn("http", "the endpoint is reachable beyond this host without a token",
+                 "hint=\"set " HTTP_TOKEN_ENV "\"");
+    return 0;
+}
+
+/* Resident set size from /proc (one small read), 0 if unknown. */
+static uint64_t rss_bytes(void)
+{
+    unsigned long size = 0, resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+
+    if (!f)
+        return 0;
+    if (fscanf(f, "%lu %lu", &size, &resident) != 2)
+        resident = 0;
+    fclose(f);
+    return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
 /* ---- life ------------------------------------------------------------------------ */
 
 struct bridge *bridge_new(struct ev_loop *loop, const struct config *cfg, struct engine *eng,
@@ -401,6 +457,12 @@ struct bridge *bridge_new(struct ev_loop *loop, const struct config *cfg, struct
     ev_signal_init(&b->sigint, on_signal, SIGINT);
     b->sigint.data = b;
     ev_signal_start(loop, &b->sigint);
+    if (start_http(b) < 0) {
+        *exit_code = EXIT_FATAL;
+        b->exit_code = EXIT_FATAL;
+        bridge_free(b);
+        return NULL;
+    }
     return b;
 }
 
@@ -417,7 +479,7 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
     memset(s, 0, sizeof(*s));
     eng_stats(b->eng, &es);
     s->version = DB_VERSION;
-    s->instance = "";
+    s->instance = b->cfg->instance;
     s->now_ms = clock_now_ms();
     s->start_ms = b->start_ms;
     s->loop_turn_ms = b->turn_ms;
@@ -433,6 +495,7 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
     s->orphaned = es.orphaned;
     s->next_due_ms = es.next_event_ms;
     s->ram_bytes = es.ram_bytes;
+    s->rss_bytes = rss_bytes();
     s->wal.segments = es.log_segments;
     s->wal.disk_bytes = es.log_disk_bytes;
     s->wal.live_bytes = es.log_live_bytes;
@@ -495,6 +558,7 @@ void bridge_free(struct bridge *b)
         return;
     if (!b->exit_code)
         log_summary(b);
+    http_stop(b->http);
     consumer_free(b->cons);
     publisher_free(b->pub);
     ev_prepare_stop(b->loop, &b->prepare);

@@ -298,11 +298,7 @@ int cli_publish_main(int argc, char **argv)
         }
     }
     if (!uri && getenv("DELAY_BRIDGE_BROKER_URI") && *getenv("DELAY_BRIDGE_BROKER_URI")) {
-        uri_env = strdup(getenv("DELAY_BRIDGE_BROKER_URI"));
-        if (!uri_env) {
-            fprintf(stderr, "delay-bridge publish: out of memory\n");
-            abort();
-        }
+        uri_env = xstrdup(getenv("DELAY_BRIDGE_BROKER_URI"));
         uri_env[strcspn(uri_env, ",")] = '\0';
         uri = uri_env;
     }

@@ -42,6 +42,8 @@
  */
 #include "delay-bridge/config.h"
 
+#include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <json-c/json.h>
 #include <stdarg.h>
@@ -445,35 +447,57 @@ static int parse_wal(struct ctx *x, struct config *c, json_object *root)
     return 0;
 }
 
-/* "" or host:port, host non-empty ("[::1]" for IPv6), port 1..65535. */
-static int check_listen(const char *s)
+/*
+ * http.listen: "" (off), "PORT" (loopback), "IPv4:PORT" or "[IPv6]:PORT",
+ * numeric addresses only (no name lookup at start). Fills host and port.
+ */
+static int parse_listen(const char *s, char *host, size_t hostlen, uint16_t *port)
 {
-    if (*s == '\0')
-        return 0;
-    const char *colon = strrchr(s, ':');
-    if (!colon || colon == s)
-        return -1;
-    if (s[0] == '[' && colon[-1] != ']')
-        return -1;
-    if (s[0] != '[' && memchr(s, ':', (size_t)(colon - s)))
-        return -1; /* bare IPv6 needs brackets */
-    if (s[0] == '[' && colon - s < 3)
-        return -1;
-    const char *p = colon + 1;
+    const char *colon = strrchr(s, ':'), *p;
+    long v = 0;
+
+    if (!colon) {
+        snprintf(host, hostlen, "127.0.0.1");
+        p = s;
+    } else {
+        size_t n = (size_t)(colon - s);
+        if (n >= 2 && s[0] == '[' && s[n - 1] == ']') {
+            s++;
+            n -= 2;
+        } else if (memchr(s, ':', n)) {
+            return -1; /* a bare IPv6 address needs brackets */
+        }
+        if (n == 0 || n >= hostlen)
+            return -1;
+        memcpy(host, s, n);
+        host[n] = '\0';
+        struct in6_addr a6;
+        struct in_addr a4;
+        if (inet_pton(AF_INET, host, &a4) != 1 && inet_pton(AF_INET6, host, &a6) != 1)
+            return -1;
+        p = colon + 1;
+    }
     if (*p == '\0' || strlen(p) > 5)
         return -1;
-    long port = 0;
     for (; *p; p++) {
         if (*p < '0' || *p > '9')
             return -1;
-        port = port * 10 + (*p - '0');
+        v = v * 10 + (*p - '0');
     }
-    return port >= 1 && port <= 65535 ? 0 : -1;
+    if (v < 1 || v > 65535)
+        return -1;
+    *port = (uint16_t)v;
+    return 0;
+}
+
+static int is_loopback(const char *host)
+{
+    return strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0;
 }
 
 static int parse_http(struct ctx *x, struct config *c, json_object *root)
 {
-    static const char *const keys[] = { "listen", NULL };
+    static const char *const keys[] = { "listen", "allow_remote", NULL };
     json_object *h;
     if (section(x, root, "http", &h) < 0)
         return -1;
@@ -483,13 +507,23 @@ static int parse_http(struct ctx *x, struct config *c, json_object *root)
         return -1;
     if (get_str(x, h, "http", "listen", OPTIONAL, c->http_listen, sizeof c->http_listen - 1) < 0)
         return -1;
-    if (check_listen(c->http_listen) < 0) {
+    if (get_bool(x, h, "http", "allow_remote", &c->http_allow_remote) < 0)
+        return -1;
+    if (c->http_listen[0] &&
+        parse_listen(c->http_listen, c->http_host, sizeof c->http_host, &c->http_port) < 0) {
         char q[96];
         return fail(x, "http.listen",
-                    "expected \"\" (disabled) or host:port with port 1..65535 "
-                    "(e.g. \"127.0.0.1:9187\", \"[::1]:9187\"), got %s",
+                    "expected \"\" (disabled), a port (loopback), or a numeric address and "
+                    "port with port 1..65535 (e.g. \"9800\", \"127.0.0.1:9800\", "
+                    "\"[::1]:9800\"), got %s",
                     quote(c->http_listen, strlen(c->http_listen), q, sizeof q));
     }
+    if (c->http_listen[0] && !is_loopback(c->http_host) && !c->http_allow_remote)
+        return fail(x, "http.listen",
+                    "%s is not a loopback address; the endpoint exposes metrics and controls, "
+                    "so binding it beyond this host is an explicit choice: set "
+                    "\"http\": {\"allow_remote\": true} (and a DELAY_BRIDGE_HTTP_TOKEN)",
+                    c->http_host);
     return 0;
 }
 
@@ -870,8 +904,8 @@ int config_parse(struct config *c, const char *json, const char *name, char *err
         goto cleanup;
     }
 
-    static const char *const keys[] = { "broker", "wal", "http", "log", "shutdown_timeout_ms",
-                                        "routes", NULL };
+    static const char *const keys[] = { "instance", "broker", "wal", "http", "log",
+                                        "shutdown_timeout_ms", "routes", NULL };
     if (check_keys(&x, root, "", keys) < 0)
         goto cleanup;
     if (parse_broker(&x, c, root) < 0 || parse_wal(&x, c, root) < 0 ||
@@ -879,6 +913,14 @@ int config_parse(struct config *c, const char *json, const char *name, char *err
         goto cleanup;
     if (get_u32(&x, root, "", "shutdown_timeout_ms", 0, &c->shutdown_timeout_ms) < 0)
         goto cleanup;
+    if (get_str(&x, root, "", "instance", OPTIONAL, c->instance, sizeof c->instance - 1) < 0)
+        goto cleanup;
+    for (const char *p = c->instance; *p; p++)
+        if (!isalnum((unsigned char)*p) && !strchr("._-", *p)) {
+            fail(&x, "instance", "expected letters, digits, '.', '_' or '-' (it appears in "
+                 "connection names and metrics labels), got \"%s\"", c->instance);
+            goto cleanup;
+        }
     if (parse_routes(&x, c, root) < 0)
         goto cleanup;
     rc = 0;
@@ -905,12 +947,7 @@ int config_load(struct config *c, const char *path, char *err, size_t errlen)
     for (;;) {
         if (n + 4096 + 1 > cap) {
             cap = cap ? cap * 2 : 8192;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                fprintf(stderr, "delay-bridge: out of memory (%zu bytes)\n", cap);
-                abort();
-            }
-            buf = nb;
+            buf = xrealloc(buf, cap);
         }
         size_t r = fread(buf + n, 1, cap - n - 1, f);
         n += r;

@@ -135,8 +135,12 @@ static void open_connection(struct consumer *c)
     int i;
 
     const char *uri = cfg->uris[c->uri_next % cfg->nuris];
+    char name[128];
+
     c->uri_next++;
-    if (amqp_conn_open(&c->conn, uri, "delay-bridge consumer", cfg->heartbeat_s,
+    snprintf(name, sizeof(name), "delay-bridge consumer%s%s", cfg->instance[0] ? " " : "",
+             cfg->instance);
+    if (amqp_conn_open(&c->conn, uri, name, cfg->heartbeat_s,
                        cfg->connect_timeout_ms, err, sizeof(err)) < 0)
         goto fail;
     amqp_channel_open(c->conn.st, CONSUMER_CHANNEL);

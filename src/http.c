@@ -41,10 +41,12 @@
  * headers only, Content-Length being that of the GET body. on_completed()
  * frees struct http_req whatever way the connection ended.
  *
- * Authentication: when a token is set, every path but /healthz needs
+ * Authentication: when a token is set, every path but the two probes needs
  * "Authorization: Bearer TOKEN" (scheme case-insensitive), compared in time
  * that does not depend on where the first wrong byte is; otherwise 401 with
- * WWW-Authenticate. /healthz stays open so a liveness probe needs no secret.
+ * WWW-Authenticate. /healthz and /readyz stay open: a Kubernetes httpGet
+ * probe cannot send a header from a Secret, and they tell no more than
+ * "up" or "not ready: why".
  *
  * MHD's own messages go to log_warn (rate limited: a client can trigger
  * them); while MHD_start_daemon() runs, the first one is kept as the reason
@@ -197,7 +199,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
 
     /* complete */
-    if (s->token && strcmp(url, "/healthz") != 0) {
+    if (s->token && strcmp(url, "/healthz") != 0 && strcmp(url, "/readyz") != 0) {
         const char *auth =
             MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
         if (!token_ok(s, auth))

@@ -23,6 +23,8 @@
  */
 #include "delay-bridge/log.h"
 
+#include "delay-bridge/clock.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -145,14 +147,8 @@ void log_at(enum log_level l, const char *mod, const char *msg, const char *fmt,
     ln.cap = sizeof ln.buf - 4; /* "...\n" */
     ln.cut = 0;
 
-    struct timespec ts;
-    struct tm tm;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    gmtime_r(&ts.tv_sec, &tm);
-    char tbuf[64];
-    size_t tn = strftime(tbuf, sizeof tbuf, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(tbuf + tn, sizeof tbuf - tn, ".%03ldZ", (long)(ts.tv_nsec / 1000000));
-    puts_(&ln, tbuf);
+    char tbuf[CLOCK_ISO_LEN];
+    puts_(&ln, clock_iso8601(clock_now_ms(), tbuf));
 
     puts_(&ln, " level=");
     puts_(&ln, ((int)l >= LOG_LEVEL_DEBUG && l <= LOG_LEVEL_ERROR) ? level_names[l] : "?");

@@ -196,8 +196,12 @@ static void open_connection(struct publisher *p)
     int i;
 
     const char *uri = cfg->uris[p->uri_next % cfg->nuris];
+    char name[128];
+
     p->uri_next++;
-    if (amqp_conn_open(&p->conn, uri, "delay-bridge publisher", cfg->heartbeat_s,
+    snprintf(name, sizeof(name), "delay-bridge publisher%s%s", cfg->instance[0] ? " " : "",
+             cfg->instance);
+    if (amqp_conn_open(&p->conn, uri, name, cfg->heartbeat_s,
                        cfg->connect_timeout_ms, err, sizeof(err)) < 0) {
         struct backoff_step st = backoff_fail(&p->bo, clock_now_ms());
         if (st.log_events)

@@ -71,7 +71,7 @@ int uri_parse(const char *s, struct uri *u, char *err, size_t errlen)
     }
     auth_end = auth + strcspn(auth, "/?#");
     if (*auth_end == '?' || *auth_end == '#')
-        FAIL("query strings and fragments are not supported");
+        FAIL("query parameters and fragments are not supported (use the broker.* keys)");
     for (p = auth; p < auth_end; p++)
         if (*p == '@')
             at = p;
@@ -130,6 +130,8 @@ int uri_parse(const char *s, struct uri *u, char *err, size_t errlen)
         strcpy(u->vhost, "/");
     } else {
         const char *path = auth_end + 1;
+        if (strpbrk(path, "?#"))
+            FAIL("query parameters and fragments are not supported (use the broker.* keys)");
         if (strchr(path, '/'))
             FAIL("vhost must be one path segment (write \"/\" inside it as %%2f)");
         if (decode(path, strlen(path), u->vhost) < 0)

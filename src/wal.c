@@ -260,11 +260,9 @@ static int sync_dir(struct wal *w)
 
 static int mkdir_p(const char *dir)
 {
-    char *p = strdup(dir);
+    char *p = xstrdup(dir);
     int r = 0;
 
-    if (!p)
-        abort();
     for (char *s = p + 1; *s; s++) {
         if (*s != '/')
             continue;
@@ -761,9 +759,7 @@ int wal_open(struct wal **out, const struct wal_opts *o, wal_replay_fn *replay, 
     w = xrealloc(NULL, sizeof(*w));
     memset(w, 0, sizeof(*w));
     w->dirfd = w->lockfd = -1;
-    w->dir = strdup(o->dir);
-    if (!w->dir)
-        abort();
+    w->dir = xstrdup(o->dir);
     w->segment_bytes = o->segment_bytes ? o->segment_bytes : WAL_DEFAULT_SEGMENT_BYTES;
     w->no_sync = o->no_sync;
 

@@ -88,6 +88,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "delay-bridge/xalloc.h"
+
 #define WHEEL_LEVELS 8
 #define WHEEL_BITS 8
 #define WHEEL_SLOTS (1u << WHEEL_BITS)
@@ -198,11 +200,7 @@ static inline void place(struct wheel *w, pool_handle h, struct wheel_node *n)
 
 struct wheel *wheel_new(struct pool *p, uint64_t now)
 {
-    struct wheel *w = calloc(1, sizeof(*w)); /* all lists POOL_NIL, bitmaps 0 */
-    if (w == NULL) {
-        fprintf(stderr, "wheel: out of memory\n");
-        abort();
-    }
+    struct wheel *w = xcalloc(1, sizeof(*w)); /* all lists POOL_NIL, bitmaps 0 */
     w->pool = p;
     w->now = now;
     return w;

@@ -6,14 +6,19 @@
 #   1. build/       RelWithDebInfo build of the daemon, unit tests and benchmarks;
 #   2. build-asan/  the same with clang + ASan/UBSan (no integration tests),
 #                   and runs the unit tests there (ctest -L unit);
-#   3. runs the whole ctest suite in build/: unit tests, then the integration
-#      tests against a throwaway RabbitMQ on 127.0.0.1:5681 (see
-#      tests/integration/tests.cmake; DB_TEST_BROKER_URI uses your own broker).
+#   3. runs the whole ctest suite in build/: unit tests, the purity check,
+#      deploy/ checks (systemd unit, Kubernetes manifests, example configs),
+#      then the integration tests against a throwaway RabbitMQ on
+#      127.0.0.1:5681 (see tests/integration/tests.cmake; DB_TEST_BROKER_URI
+#      uses your own broker), and with DB_CONTAINER_TESTS=1 the container
+#      test (builds docker/ with root podman; changes host settings, so it is
+#      off unless asked for -- .ci/run asks).
 # A build failure stops at once; a failing test stage does not stop the next
 # one (so one run shows everything), and the script exits non-zero at the end.
 #
 # Environment: JOBS (parallel build jobs, default: CPU count),
-# DB_SKIP_INSTALL=1 (never run apt-get), DB_SKIP_ASAN=1 (skip step 2).
+# DB_SKIP_INSTALL=1 (never run apt-get), DB_SKIP_ASAN=1 (skip step 2),
+# DB_CONTAINER_TESTS=1 (also the container test).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -22,35 +27,18 @@ JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 
 step() { printf '\n==> %s\n' "$*"; }
 
-PACKAGES=(
-    librabbitmq-dev libev-dev libjson-c-dev pkg-config make cmake gcc libc6-dev
-    clang libclang-rt-14-dev rabbitmq-server amqp-tools python3-pika
-)
-
-install_missing() {
-    local missing=() p
-    for p in "${PACKAGES[@]}"; do
-        dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
-    done
-    [ ${#missing[@]} -eq 0 ] && return 0
-    if [ "${DB_SKIP_INSTALL:-}" = 1 ]; then
-        echo "missing packages (DB_SKIP_INSTALL=1, not installing): ${missing[*]}" >&2
-        return 0
-    fi
-    local sudo=()
-    if [ "$(id -u)" -ne 0 ]; then
-        command -v sudo >/dev/null || { echo "run as root or install sudo; missing: ${missing[*]}" >&2; exit 1; }
-        sudo=(sudo)
-    fi
-    step "Installing missing packages: ${missing[*]}"
-    "${sudo[@]}" apt-get update
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
-}
-
-install_missing
+# The package list lives in one place: deploy/packages.sh.
+. deploy/packages.sh
+if [ "${DB_CONTAINER_TESTS:-}" = 1 ]; then
+    db_install_missing build test container
+else
+    db_install_missing build test
+fi
 
 step "Building build/ (RelWithDebInfo)"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+CONTAINER=OFF
+[ "${DB_CONTAINER_TESTS:-}" = 1 ] && CONTAINER=ON
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDB_CONTAINER_TESTS=$CONTAINER
 cmake --build build -j "$JOBS"
 
 failed=()

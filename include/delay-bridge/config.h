@@ -60,8 +60,15 @@ struct config {
     int fsync;                   /* "fsync": true; false is for tests on tmpfs only */
     uint32_t max_message_bytes;  /* "max_message_bytes": 134217728 */
 
+    /* top level */
+    char instance[65];           /* "instance": "" -- names this bridge in logs, connection
+                                    names and metrics (several bridges per queue) */
+
     /* http */
-    char http_listen[256];       /* "listen": "" = disabled */
+    char http_listen[256];       /* "listen": "" = disabled; "PORT" = loopback */
+    int http_allow_remote;       /* "allow_remote": false; required for non-loopback */
+    char http_host[64];          /* parsed from listen: numeric address */
+    uint16_t http_port;
 
     /* log */
     int log_level;               /* "level": "info" (enum log_level) */

@@ -9,8 +9,9 @@
  * refused by libmicrohttpd's per-connection memory limit with 431/413.
  *
  * Every request is answered synchronously by the handler, on the loop.
- * A bearer token, when set, is required on every path but /healthz
- * (401 with WWW-Authenticate otherwise; compared in constant time).
+ * A bearer token, when set, is required on every path but the probes
+ * /healthz and /readyz (401 with WWW-Authenticate otherwise; compared in
+ * constant time).
  */
 #ifndef DB_HTTP_H
 #define DB_HTTP_H

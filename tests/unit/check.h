@@ -89,8 +89,14 @@ static inline int check_main(int argc, char **argv, const char *suite,
     size_t i;
     int a, ran = 0;
 
+    char name[64];
+
     if (slash)
         suite = slash + 1;
+    snprintf(name, sizeof(name), "%s", suite);
+    if (strlen(name) > 2 && strcmp(name + strlen(name) - 2, ".c") == 0)
+        name[strlen(name) - 2] = '\0';
+    suite = name;
     if (argc > 1 && strcmp(argv[1], "--list") == 0) {
         for (i = 0; i < n; i++)
             printf("%s\n", cases[i].name);

@@ -292,7 +292,7 @@ static void case_token(void)
 {
     struct reply r;
     char h[256];
-    static const char *const paths[] = { "/readyz", "/metrics", "/stats", "/nope", "/echo" };
+    static const char *const paths[] = { "/metrics", "/stats", "/nope", "/echo" };
 
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
         get("GET", paths[i], 0, &r);
@@ -301,9 +301,12 @@ static void case_token(void)
         CHECK(strstr(r.body, "delay_bridge") == NULL); /* nothing leaks */
         free(r.body);
     }
-    /* /healthz is open: a liveness probe needs no secret. */
+    /* The probes are open: a liveness or readiness probe needs no secret. */
     get("GET", "/healthz", 0, &r);
     CHECK(r.status == 200);
+    free(r.body);
+    get("GET", "/readyz", 0, &r);
+    CHECK(r.status == 200 || r.status == 503);
     free(r.body);
 
     static const char *const bad[] = {
@@ -347,7 +350,10 @@ static void case_head(void)
     get("HEAD", "/healthz", 0, &r);
     CHECK(r.status == 200 && r.body_len == 0);
     free(r.body);
-    get("HEAD", "/readyz", 0, &r);
+    get("HEAD", "/readyz", 0, &r); /* a probe: open without the token */
+    CHECK((r.status == 200 || r.status == 503) && r.body_len == 0);
+    free(r.body);
+    get("HEAD", "/stats", 0, &r);
     CHECK(r.status == 401 && r.body_len == 0);
     free(r.body);
 }

@@ -17,9 +17,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* check.h hands a plain CHECK(cond) the format "", which gcc's -Wall
- * (-Wformat-zero-length) turns into an error under -Werror. */
-#pragma GCC diagnostic ignored "-Wformat-zero-length"
 #include "check.h"
 
 static char tmpl[] = "/tmp/test_log.XXXXXX";

@@ -8,9 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* check.h hands a plain CHECK(cond) the format "", which gcc's -Wall
- * (-Wformat-zero-length) turns into an error under -Werror. */
-#pragma GCC diagnostic ignored "-Wformat-zero-length"
 #include "check.h"
 
 static int all_zero(const void *p, size_t n)

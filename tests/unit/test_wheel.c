@@ -27,9 +27,6 @@
 #include <string.h>
 #include <time.h>
 
-/* check.h hands a plain CHECK(cond) the format "", which gcc's -Wall
- * (-Wformat-zero-length) turns into an error under -Werror. */
-#pragma GCC diagnostic ignored "-Wformat-zero-length"
 #include "check.h"
 
 struct item {

@@ -1,0 +1,27 @@
+# Container test (included from tests/CMakeLists.txt): builds the docker/
+# images with root podman and runs them; see test_container.sh for what it
+# proves. One ctest test, label "container", skipped (exit 77) when not root,
+# without podman, or where containers cannot run.
+#
+# Off unless asked for: it takes a minute or two, needs root and changes
+# host settings (a cgroup mount, /etc/containers/containers.conf), so a plain
+# `ctest` (tests/run.sh) must not run it by accident.
+#
+#   cmake -S . -B build -DDB_CONTAINER_TESTS=ON
+#   ctest --test-dir build -L container --output-on-failure
+#   bash tests/container/test_container.sh       # the same, without cmake
+
+option(DB_CONTAINER_TESTS "Build the docker/ images with root podman and test them (ctest -L container)" OFF)
+if(NOT DB_CONTAINER_TESTS)
+  return()
+endif()
+
+find_program(DB_BASH bash REQUIRED)
+add_test(NAME container.images
+         COMMAND ${DB_BASH} ${CMAKE_CURRENT_LIST_DIR}/test_container.sh)
+set_tests_properties(container.images PROPERTIES
+  LABELS container
+  SKIP_RETURN_CODE 77
+  RUN_SERIAL TRUE
+  TIMEOUT 900
+  ENVIRONMENT "DB_CONTAINER_WORK=${CMAKE_BINARY_DIR}/container")

@@ -1,0 +1,111 @@
+/*
+ * test_msgrec.c -- a delivery as a log record (due time, invalid-delay
+ * policy) and a record as a publish (exchange, error, delay, id).
+ */
+#include "check.h"
+#include "delay-bridge/msgrec.h"
+
+static struct config_route route(enum invalid_delay_policy p)
+{
+    struct config_route rc;
+
+    memset(&rc, 0, sizeof rc);
+    strcpy(rc.name, "orders");
+    strcpy(rc.target_exchange, "orders.close");
+    strcpy(rc.dead_letter_exchange, "orders.errors");
+    rc.invalid_delay = p;
+    return rc;
+}
+
+static const uint8_t props[] = {0x10, 0x00, 0x02};
+static const struct msgrec_in in = {"orders.delayed", 14, "close", 5, props, 3,
+                                    (const uint8_t *)"body", 4};
+
+static void test_valid_delay(void)
+{
+    struct config_route rc = route(INVALID_DELAY_PUBLISH);
+    struct walrec_add a;
+    struct msgrec_out o;
+
+    CHECK(msgrec_from_delivery(&a, &rc, &in, 1000, XDELAY_OK, 5000) == 0);
+    CHECK_U64(a.enqueue_ms, 1000);
+    CHECK_U64(a.due_ms, 6000);
+    CHECK(a.flags == 0 && a.error == 0);
+    CHECK(a.route_len == 6 && memcmp(a.route, "orders", 6) == 0);
+    CHECK(a.exchange_len == 14 && a.routing_key_len == 5 && a.props_len == 3 && a.body_len == 4);
+    a.msg_id = 77;
+    msgrec_to_publish(&a, &rc, 0xabcdefull, &o);
+    CHECK_STR(o.exchange, "orders.close");
+    CHECK(o.error == NULL);
+    CHECK_U64(o.delay_ms, 5000);
+    CHECK_STR(o.id, "0000000000abcdef-77");
+}
+
+static void test_now(void)
+{
+    struct config_route rc = route(INVALID_DELAY_DEAD_LETTER);
+    struct walrec_add a;
+    struct msgrec_out o;
+
+    CHECK(msgrec_from_delivery(&a, &rc, &in, 1000, XDELAY_NOW, 0) == 0);
+    CHECK_U64(a.due_ms, 1000);
+    CHECK(a.flags == 0);
+    msgrec_to_publish(&a, &rc, 1, &o);
+    CHECK_STR(o.exchange, "orders.close");
+    CHECK_U64(o.delay_ms, 0);
+}
+
+static void test_invalid_publish_policy(void)
+{
+    struct config_route rc = route(INVALID_DELAY_PUBLISH);
+    struct walrec_add a;
+    struct msgrec_out o;
+
+    CHECK(msgrec_from_delivery(&a, &rc, &in, 1000, XDELAY_EINVALID, 0) == 1);
+    CHECK_U64(a.due_ms, 1000); /* at once, like the plugin */
+    CHECK(a.flags == 0);
+    msgrec_to_publish(&a, &rc, 1, &o);
+    CHECK_STR(o.exchange, "orders.close");
+    CHECK(o.error == NULL);
+}
+
+static void test_invalid_dead_letter_policy(void)
+{
+    struct config_route rc = route(INVALID_DELAY_DEAD_LETTER);
+    struct walrec_add a;
+    struct msgrec_out o;
+
+    CHECK(msgrec_from_delivery(&a, &rc, &in, 1000, XDELAY_ETOOBIG, 99999) == 1);
+    CHECK_U64(a.due_ms, 1000);
+    CHECK(a.flags == WALREC_ADD_DEADLETTER && a.error == XDELAY_ETOOBIG);
+    msgrec_to_publish(&a, &rc, 1, &o);
+    CHECK_STR(o.exchange, "orders.errors");
+    CHECK_STR(o.error, "x-delay above max_delay_ms");
+}
+
+static void test_long_names_cut(void)
+{
+    struct config_route rc = route(INVALID_DELAY_PUBLISH);
+    struct msgrec_in big = in;
+    struct walrec_add a;
+    char name[400];
+
+    memset(name, 'k', sizeof name);
+    big.routing_key = name;
+    big.routing_key_len = sizeof name;
+    msgrec_from_delivery(&a, &rc, &big, 0, XDELAY_OK, 1);
+    CHECK(a.routing_key_len == 255);
+}
+
+static const struct check_case cases[] = {
+    {"valid_delay", test_valid_delay},
+    {"now", test_now},
+    {"invalid_publish_policy", test_invalid_publish_policy},
+    {"invalid_dead_letter_policy", test_invalid_dead_letter_policy},
+    {"long_names_cut", test_long_names_cut},
+};
+
+int main(int argc, char **argv)
+{
+    return CHECK_MAIN(argc, argv, cases);
+}
