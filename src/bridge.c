@@ -34,6 +34,14 @@
  *               shutdown_timeout_ms for outstanding confirms, commit their
  *               DONE records, close, exit 0. A second signal cuts the wait.
  *
+ * Start. The HTTP endpoint and the signal handlers come up at once; the
+ * engine recovers the held set from the log on a thread of its own (it
+ * touches nothing the loop uses), so /healthz answers and /readyz says
+ * "recovering" with its progress in /stats while a large log replays. When
+ * the thread is done (ev_async) the consumer and publisher are created and
+ * connect on the next turn. A corrupt, locked or unreadable log stops the
+ * daemon with exit code 4 (or 1 for an I/O error).
+ *
  * The loop turn (on_prepare) in order: connections and channel retries,
  * buffered frames, commit and ack, advance the wheel, publish, reclaim log
  * space (at most every 100 ms, a bounded amount), then arm one timer for
@@ -43,7 +51,9 @@
 #include "delay-bridge/bridge.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +68,7 @@
 #include "delay-bridge/log.h"
 #include "delay-bridge/msgrec.h"
 #include "delay-bridge/publisher.h"
+#include "delay-bridge/wlog.h"
 #include "delay-bridge/xalloc.h"
 
 #define MAINTAIN_BUDGET (8u << 20)
@@ -98,6 +109,17 @@ struct bridge {
     int exit_code, done;
 
     struct db_route_stats *snap; /* bridge_stats() output */
+
+    /* Recovery on a thread: the loop learns it is over through `recovered`. */
+    struct {
+        pthread_t thread;
+        int running;
+        ev_async recovered;
+        struct eng_opts opts;
+        struct db_progress progress;
+        struct engine *eng;
+        int result;
+    } rec;
 };
 
 static void fatal(struct bridge *b, const char *what, int err)
@@ -108,7 +130,8 @@ static void fatal(struct bridge *b, const char *what, int err)
               what, eng_strerror(err));
     b->exit_code = EXIT_FATAL;
     /* Abrupt close: unacked deliveries go back to their queues. */
-    consumer_abort(b->cons);
+    if (b->cons)
+        consumer_abort(b->cons);
     ev_break(b->loop, EVBREAK_ALL);
 }
 
@@ -302,6 +325,13 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
     b->turn_ms = now;
     if (b->exit_code || b->done)
         return;
+    if (!b->eng) {
+        /* Recovering: only the HTTP endpoint and the signals are served. */
+        ev_timer_stop(loop, &b->wake);
+        ev_timer_set(&b->wake, MAX_SLEEP_MS / 1000.0, 0.0);
+        ev_timer_start(loop, &b->wake);
+        return;
+    }
     consumer_turn(b->cons, now);
     publisher_turn(b->pub, now);
     if (!b->ready_logged && consumer_up(b->cons) && publisher_up(b->pub)) {
@@ -363,6 +393,8 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
              b->cfg->shutdown_timeout_ms);
     b->stopping = 1;
     b->stop_deadline = clock_now_ms() + b->cfg->shutdown_timeout_ms;
+    if (!b->eng)
+        return; /* still recovering: stop as soon as it is done */
     /* Make what was received durable, ack it, and stop consuming. */
     commit_and_ack(b);
     consumer_stop(b->cons);
@@ -420,29 +452,99 @@ static uint64_t rss_bytes(void)
     return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
-/* ---- life ------------------------------------------------------------------------ */
+/* ---- recovery ---------------------------------------------------------------------- */
 
-struct bridge *bridge_new(struct ev_loop *loop, const struct config *cfg, struct engine *eng,
-                          int *exit_code)
+/* Route names found in the log -> route index. */
+static int route_index(void *arg, const char *name, size_t len)
 {
-    struct bridge *b = xcalloc(1, sizeof(*b));
+    const struct config *cfg = arg;
+    int i;
+
+    for (i = 0; i < cfg->nroutes; i++)
+        if (strlen(cfg->routes[i].name) == len && memcmp(cfg->routes[i].name, name, len) == 0)
+            return i;
+    return -1;
+}
+
+static void *recover_thread(void *arg)
+{
+    struct bridge *b = arg;
+
+    b->rec.result = eng_open(&b->rec.eng, &b->rec.opts);
+    ev_async_send(b->loop, &b->rec.recovered);
+    return NULL;
+}
+
+static void on_recovered(struct ev_loop *loop, ev_async *w, int revents)
+{
+    struct bridge *b = w->data;
     static const struct consumer_ops cops = {on_delivery, on_consumer_state, NULL};
     static const struct publisher_ops pops = {on_confirmed, on_route_lost, NULL};
     struct consumer_ops co = cops;
     struct publisher_ops po = pops;
+    int r;
+
+    if (!b->rec.running)
+        return;
+    pthread_join(b->rec.thread, NULL);
+    b->rec.running = 0;
+    ev_async_stop(loop, &b->rec.recovered);
+    r = b->rec.result;
+    if (r < 0) {
+        log_error("bridge", "cannot open the WAL", "dir=\"%s\" error=\"%s\"", b->cfg->wal_dir,
+                  eng_strerror(r));
+        b->exit_code =
+            r == ENG_ECORRUPT || r == ENG_ELOCKED || r == ENG_EFORMAT ? EXIT_WAL : EXIT_FATAL;
+        ev_break(loop, EVBREAK_ALL);
+        return;
+    }
+    b->eng = b->rec.eng;
+    b->log_id = eng_log_id(b->eng);
+    if (b->stopping) {
+        log_info("bridge", "recovered during shutdown: stopping", NULL);
+        b->done = 1;
+        ev_break(loop, EVBREAK_ALL);
+        return;
+    }
+    co.arg = b;
+    po.arg = b;
+    b->cons = consumer_new(loop, b->cfg, &co);
+    b->pub = publisher_new(loop, b->cfg, &po);
+}
+
+static int start_recovery(struct bridge *b, struct wlog *log)
+{
+    int r;
+
+    b->rec.opts = (struct eng_opts){log, b->cfg->nroutes, route_index, (void *)b->cfg, 0,
+                                    &b->rec.progress};
+    ev_async_init(&b->rec.recovered, on_recovered);
+    b->rec.recovered.data = b;
+    ev_async_start(b->loop, &b->rec.recovered);
+    b->rec.running = 1;
+    r = pthread_create(&b->rec.thread, NULL, recover_thread, b);
+    if (r != 0) {
+        b->rec.running = 0;
+        wlog_close(log);
+        log_error("bridge", "cannot start the recovery thread", "error=\"%s\"", strerror(r));
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- life ------------------------------------------------------------------------ */
+
+struct bridge *bridge_new(struct ev_loop *loop, const struct config *cfg, struct wlog *log,
+                          int *exit_code)
+{
+    struct bridge *b = xcalloc(1, sizeof(*b));
 
     *exit_code = EXIT_OK;
     b->loop = loop;
     b->cfg = cfg;
-    b->eng = eng;
-    b->log_id = eng_log_id(eng);
     b->start_ms = clock_now_ms();
     b->counts = xcalloc((size_t)cfg->nroutes, sizeof(*b->counts));
     b->snap = xcalloc((size_t)cfg->nroutes, sizeof(*b->snap));
-    co.arg = b;
-    po.arg = b;
-    b->cons = consumer_new(loop, cfg, &co);
-    b->pub = publisher_new(loop, cfg, &po);
     signal(SIGPIPE, SIG_IGN);
 
     ev_prepare_init(&b->prepare, on_prepare);
@@ -457,7 +559,9 @@ struct bridge *bridge_new(struct ev_loop *loop, const struct config *cfg, struct
     ev_signal_init(&b->sigint, on_signal, SIGINT);
     b->sigint.data = b;
     ev_signal_start(loop, &b->sigint);
-    if (start_http(b) < 0) {
+    if (start_http(b) < 0 || start_recovery(b, log) < 0) {
+        if (!b->rec.running && !b->rec.opts.log)
+            wlog_close(log);
         *exit_code = EXIT_FATAL;
         b->exit_code = EXIT_FATAL;
         bridge_free(b);
@@ -477,19 +581,28 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
     int i;
 
     memset(s, 0, sizeof(*s));
-    eng_stats(b->eng, &es);
+    memset(&es, 0, sizeof(es));
+    if (b->eng)
+        eng_stats(b->eng, &es);
     s->version = DB_VERSION;
     s->instance = b->cfg->instance;
     s->now_ms = clock_now_ms();
     s->start_ms = b->start_ms;
     s->loop_turn_ms = b->turn_ms;
-    s->recovered = 1;
-    s->recovery_seconds = es.recovery_seconds;
-    s->recovery_progress = 1.0;
-    s->consumer = consumer_up(b->cons) ? DB_CONN_UP : DB_CONN_DOWN;
-    s->publisher = !publisher_up(b->pub)     ? DB_CONN_DOWN
-                   : publisher_blocked(b->pub) ? DB_CONN_BLOCKED
-                                               : DB_CONN_UP;
+    s->recovered = b->eng != NULL;
+    if (b->eng) {
+        s->recovery_seconds = es.recovery_seconds;
+        s->recovery_progress = 1.0;
+    } else {
+        uint64_t done = atomic_load(&b->rec.progress.done);
+        uint64_t total = atomic_load(&b->rec.progress.total);
+        s->recovery_seconds = (double)(s->now_ms - b->start_ms) / 1000.0;
+        s->recovery_progress = total ? (double)done / (double)total : 0.0;
+    }
+    s->consumer = b->cons && consumer_up(b->cons) ? DB_CONN_UP : DB_CONN_DOWN;
+    s->publisher = !b->pub || !publisher_up(b->pub) ? DB_CONN_DOWN
+                   : publisher_blocked(b->pub)      ? DB_CONN_BLOCKED
+                                                    : DB_CONN_UP;
     s->stopping = b->stopping;
     s->held = es.held;
     s->orphaned = es.orphaned;
@@ -518,8 +631,11 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
         r->rejected = n->rejected;
         r->invalid_delay = n->invalid_delay;
         r->dead_lettered = n->dead_lettered;
-        publisher_route_stats(b->pub, i, r);
-        eng_route_stats(b->eng, (uint16_t)i, &ers);
+        if (b->pub)
+            publisher_route_stats(b->pub, i, r);
+        memset(&ers, 0, sizeof(ers));
+        if (b->eng)
+            eng_route_stats(b->eng, (uint16_t)i, &ers);
         r->confirmed = ers.confirmed;
         r->waiting = ers.waiting;
         r->due = ers.due;
@@ -556,7 +672,15 @@ void bridge_free(struct bridge *b)
 {
     if (!b)
         return;
-    if (!b->exit_code)
+    if (b->rec.running) {
+        /* Stopped before recovery ended (a fatal error elsewhere): let it finish. */
+        pthread_join(b->rec.thread, NULL);
+        b->rec.running = 0;
+        ev_async_stop(b->loop, &b->rec.recovered);
+        if (b->rec.result == 0)
+            b->eng = b->rec.eng;
+    }
+    if (!b->exit_code && b->eng)
         log_summary(b);
     http_stop(b->http);
     consumer_free(b->cons);
@@ -568,5 +692,6 @@ void bridge_free(struct bridge *b)
     free(b->counts);
     free(b->snap);
     free(b->props_buf);
+    eng_close(b->eng);
     free(b);
 }

@@ -340,7 +340,7 @@ int eng_open(struct engine **out, const struct eng_opts *o)
     e->route_index = o->route_index;
     e->route_arg = o->route_arg;
 
-    r = wlog_recover(e->log, replay, e);
+    r = wlog_recover(e->log, replay, e, o->progress);
     if (r < 0) {
         eng_close(e);
         return r;

@@ -3,13 +3,15 @@
  *
  * The daemon's whole life is run_daemon(), on one screen:
  *
- *   load and check the configuration          exit 3 on any mistake
- *   open the engine: recover held messages    exit 4 corrupt/locked, 1 I/O
- *   create the event loop
- *   start the bridge: consumer, publisher,    connections come up on the
- *   HTTP endpoint, signal handlers            loop's first turn
- *   run until SIGTERM/SIGINT has drained,     exit 0, or 1 after a fatal
- *   or a fatal error                          log failure
+ *   load and check the configuration           exit 3 on any mistake
+ *   create the event loop and the log (wal.h)
+ *   start the bridge: HTTP endpoint and        exit 1 if the address is taken
+ *   signal handlers at once; the engine
+ *   recovers the held messages on a thread     exit 4 corrupt/locked, 1 I/O
+ *   (/readyz says "recovering"), then the
+ *   consumer and publisher connect
+ *   run until SIGTERM/SIGINT has drained,      exit 0, or 1 after a fatal
+ *   or a fatal error                           log failure
  *   close everything, exit code
  *
  * Subcommands (tools for operators) share the binary: `delay-bridge wal
@@ -23,7 +25,6 @@
 #include "delay-bridge/bridge.h"
 #include "delay-bridge/cli.h"
 #include "delay-bridge/config.h"
-#include "delay-bridge/engine.h"
 #include "delay-bridge/log.h"
 #include "delay-bridge/wal.h"
 
@@ -50,35 +51,9 @@ static void usage(FILE *f)
             "error, 4 WAL corrupt, unreadable or locked by another process.\n");
 }
 
-/* Route names found in the log -> route index (engine recovery). */
-static int route_index(void *arg, const char *name, size_t len)
-{
-    const struct config *cfg = arg;
-    int i;
-
-    for (i = 0; i < cfg->nroutes; i++)
-        if (strlen(cfg->routes[i].name) == len && memcmp(cfg->routes[i].name, name, len) == 0)
-            return i;
-    return -1;
-}
-
-static int open_engine(const struct config *cfg, struct engine **eng)
-{
-    struct wal_opts wo = {cfg->wal_dir, cfg->segment_bytes, !cfg->fsync};
-    struct eng_opts eo = {wal_file_log(&wo), cfg->nroutes, route_index, (void *)cfg, 0};
-    int r = eng_open(eng, &eo);
-
-    if (r == 0)
-        return EXIT_OK;
-    log_error("main", "cannot open the WAL", "dir=\"%s\" error=\"%s\"", cfg->wal_dir,
-              eng_strerror(r));
-    return r == ENG_ECORRUPT || r == ENG_ELOCKED || r == ENG_EFORMAT ? EXIT_WAL : EXIT_FATAL;
-}
-
 static int run_daemon(const char *path, int check)
 {
     struct config cfg;
-    struct engine *eng = NULL;
     struct ev_loop *loop;
     struct bridge *b;
     char err[1024];
@@ -94,21 +69,19 @@ static int run_daemon(const char *path, int check)
         return EXIT_OK;
     }
     log_set_level((enum log_level)cfg.log_level);
-    log_info("main", "starting", "version=%s wal_dir=\"%s\" routes=%d", DB_VERSION, cfg.wal_dir,
-             cfg.nroutes);
+    log_info("main", "starting", "version=%s instance=\"%s\" wal_dir=\"%s\" routes=%d",
+             DB_VERSION, cfg.instance, cfg.wal_dir, cfg.nroutes);
 
-    rc = open_engine(&cfg, &eng);
-    if (rc == EXIT_OK) {
-        loop = ev_default_loop(EVFLAG_AUTO);
-        b = bridge_new(loop, &cfg, eng, &rc);
-        if (b) {
-            ev_run(loop, 0);
-            rc = bridge_exit_code(b);
-        }
-        bridge_free(b);
-        ev_loop_destroy(loop);
+    struct wal_opts wo = {.dir = cfg.wal_dir, .segment_bytes = cfg.segment_bytes,
+                          .no_sync = !cfg.fsync};
+    loop = ev_default_loop(EVFLAG_AUTO);
+    b = bridge_new(loop, &cfg, wal_file_log(&wo), &rc);
+    if (b) {
+        ev_run(loop, 0);
+        rc = bridge_exit_code(b);
     }
-    eng_close(eng);
+    bridge_free(b);
+    ev_loop_destroy(loop);
     config_free(&cfg);
     return rc;
 }

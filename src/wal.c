@@ -157,6 +157,7 @@ struct wal {
     uint64_t live_bytes, live_records;
     uint64_t commits, appended_bytes, compacted_bytes, deleted_segments, truncated_bytes;
     struct db_hist fsync;                /* fdatasync durations */
+    struct db_progress *progress;        /* replay progress for /stats, or NULL */
 
     uint64_t cpt_segno; /* compaction cursor: segment and offset */
     uint64_t cpt_off;
@@ -609,6 +610,7 @@ struct replay_state {
     uint64_t done_bytes; /* segments finished */
     uint64_t total_bytes;
     uint64_t start_ms, last_log_ms;
+    struct db_progress *progress;
 };
 
 static int replay_segment(struct wal *w, size_t idx, struct replay_state *st, uint64_t *expect)
@@ -697,13 +699,16 @@ static int replay_segment(struct wal *w, size_t idx, struct replay_state *st, ui
         }
         have += (size_t)got;
 
-        uint64_t now = mono_ms();
+        uint64_t now = mono_ms(), done = st->done_bytes + boff + have;
+        if (st->progress)
+            atomic_store_explicit(&st->progress->done, done, memory_order_relaxed);
         if (now - st->last_log_ms >= 1000) {
             st->last_log_ms = now;
-            log_info("wal", "replaying", "bytes_done=%llu bytes_total=%llu records=%llu seg=%llu",
-                     (unsigned long long)(st->done_bytes + boff + have),
-                     (unsigned long long)st->total_bytes, (unsigned long long)st->records,
-                     (unsigned long long)s->segno);
+            log_info("wal", "replaying",
+                     "percent=%.1f bytes_done=%llu bytes_total=%llu records=%llu seg=%llu",
+                     st->total_bytes ? 100.0 * (double)done / (double)st->total_bytes : 100.0,
+                     (unsigned long long)done, (unsigned long long)st->total_bytes,
+                     (unsigned long long)st->records, (unsigned long long)s->segno);
         }
     }
     st->done_bytes += end;
@@ -712,11 +717,16 @@ static int replay_segment(struct wal *w, size_t idx, struct replay_state *st, ui
 
 static int replay_all(struct wal *w, wal_replay_fn *fn, void *arg)
 {
-    struct replay_state st = {fn, arg, NULL, REPLAY_CHUNK, 0, 0, w->total_size, mono_ms(), 0};
+    struct replay_state st = {fn, arg, NULL, REPLAY_CHUNK, 0, 0, w->total_size, mono_ms(), 0, NULL};
     uint64_t expect = w->segs[0].base_lsn;
     int r = 0;
 
     st.last_log_ms = st.start_ms;
+    st.progress = w->progress;
+    if (st.progress) {
+        atomic_store_explicit(&st.progress->total, w->total_size, memory_order_relaxed);
+        atomic_store_explicit(&st.progress->done, 0, memory_order_relaxed);
+    }
     st.buf = xrealloc(NULL, st.cap);
     for (size_t i = 0; i < w->nsegs; i++) {
         struct seg *s = &w->segs[i];
@@ -735,6 +745,8 @@ static int replay_all(struct wal *w, wal_replay_fn *fn, void *arg)
             goto cleanup;
     }
     w->next_lsn = expect;
+    if (st.progress)
+        atomic_store_explicit(&st.progress->done, w->total_size, memory_order_relaxed);
     uint64_t ms = mono_ms() - st.start_ms;
     log_info("wal", "log replayed", "dir=%s segments=%zu records=%llu bytes=%llu ms=%llu next_lsn=%llu",
              w->dir, w->nsegs, (unsigned long long)st.records, (unsigned long long)w->total_size,
@@ -762,6 +774,7 @@ int wal_open(struct wal **out, const struct wal_opts *o, wal_replay_fn *replay, 
     w->dir = xstrdup(o->dir);
     w->segment_bytes = o->segment_bytes ? o->segment_bytes : WAL_DEFAULT_SEGMENT_BYTES;
     w->no_sync = o->no_sync;
+    w->progress = o->progress;
 
     if ((r = mkdir_p(o->dir)) < 0) {
         log_error("wal", "cannot create the log directory", "dir=%s err=\"%s\"", o->dir,
@@ -1252,7 +1265,7 @@ static int wl_replay(void *arg, const struct walrec_hdr *h, const uint8_t *paylo
     return wl->replay(wl->replay_arg, h, payload, TO_WLOG_LOC(loc));
 }
 
-static int wl_recover(struct wlog *l, wlog_replay_fn *fn, void *arg)
+static int wl_recover(struct wlog *l, wlog_replay_fn *fn, void *arg, struct db_progress *progress)
 {
     struct wal_log *wl = WAL_LOG(l);
 
@@ -1260,6 +1273,8 @@ static int wl_recover(struct wlog *l, wlog_replay_fn *fn, void *arg)
         return -EALREADY;
     wl->replay = fn;
     wl->replay_arg = arg;
+    if (progress)
+        wl->opts.progress = progress;
     return wal_open(&wl->w, &wl->opts, wl_replay, wl);
 }
 

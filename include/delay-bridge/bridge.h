@@ -1,15 +1,17 @@
 /*
  * bridge.h -- the daemon's policy: the engine wired to RabbitMQ on one loop.
  *
- * The bridge owns the consumer, the publisher and the HTTP endpoint, and
- * borrows the engine (opened, and so recovered, by its caller). It decides
+ * The bridge owns the engine (which it recovers from the log it is given, on
+ * a thread, while the HTTP endpoint already answers), the consumer, the
+ * publisher and the HTTP endpoint. It decides
  * what the parts do not: what a delivery becomes (x-delay, the invalid-delay
  * policy, oversized messages), when the log commits and the broker is
  * acked, what is published when, what a confirm, a nack or a lost channel
  * means for a held message, and how the daemon stops.
  *
- *   bridge_new()  start everything on loop (connections are made by the
- *                 loop's first turn); SIGTERM and SIGINT start a drain
+ *   bridge_new()  start the HTTP endpoint, the signal handlers and the
+ *                 recovery; connections are made once it is done;
+ *                 SIGTERM and SIGINT start a drain
  *   ev_run(loop)  returns once the drain is over, or at a fatal error
  *   bridge_exit_code(), bridge_free()
  */
@@ -21,7 +23,7 @@
 #include "delay-bridge/config.h"
 #include "delay-bridge/stats.h"
 
-struct engine;
+struct wlog;
 struct bridge;
 
 /* Exit codes of the daemon (also documented in README.md). */
@@ -34,14 +36,18 @@ enum {
 };
 
 /*
- * Start the bridge on loop over eng. cfg and eng must outlive it. Returns
- * NULL, with the reason logged and *exit_code set, when something cannot
- * start (the HTTP address is in use, for one).
+ * Start the bridge on loop over the messages held in log (which it owns
+ * from here on, whatever happens). cfg must outlive it. Returns NULL, with
+ * the reason logged and *exit_code set, when something cannot start (the
+ * HTTP address is in use, for one).
  */
-struct bridge *bridge_new(struct ev_loop *loop, const struct config *cfg, struct engine *eng,
+struct bridge *bridge_new(struct ev_loop *loop, const struct config *cfg, struct wlog *log,
                           int *exit_code);
 
-/* After ev_run() returned: EXIT_OK after a clean drain, EXIT_FATAL after a fatal error. */
+/*
+ * After ev_run() returned: EXIT_OK after a clean drain, EXIT_FATAL after a
+ * fatal error, EXIT_WAL when the log could not be recovered.
+ */
 int bridge_exit_code(const struct bridge *b);
 
 /*

@@ -85,12 +85,15 @@ struct eng_opts {
     int (*route_index)(void *arg, const char *name, size_t len);
     void *route_arg;
     uint64_t now_ms; /* wall clock at open; 0 = read it */
+    struct db_progress *progress; /* optional: recovery progress (eng_open may run on a thread) */
 };
 
 /*
  * Recover the held set from the log (wlog_recover) and build the wheel, its
  * clock just before the earliest due time, so that the first eng_advance()
- * to the present fires every overdue message in (due, id) order.
+ * to the present fires every overdue message in (due, id) order. It touches
+ * nothing but the engine and its log, so it may run on a thread of its own
+ * while the caller's loop serves /stats from o->progress.
  */
 int eng_open(struct engine **out, const struct eng_opts *o);
 /* Close the log (without committing) and free everything. NULL is fine. */

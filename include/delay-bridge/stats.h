@@ -19,6 +19,7 @@
 #define DB_STATS_H
 
 #include <stddef.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 /*
@@ -38,6 +39,15 @@ extern const double db_hist_le[DB_HIST_BUCKETS];
 
 /* Add one observation of v seconds (negative counts as 0). */
 void db_hist_observe(struct db_hist *h, double v);
+
+/*
+ * Progress of a long job (WAL replay at start) written by the thread doing
+ * it and read by the loop thread for /stats: plain atomics, no lock.
+ */
+struct db_progress {
+    _Atomic uint64_t done;  /* bytes done */
+    _Atomic uint64_t total; /* bytes in all, 0 while unknown */
+};
 
 enum db_conn_state {
     DB_CONN_DOWN = 0,       /* not connected; retrying with backoff */

@@ -60,6 +60,7 @@ struct wal_opts {
     const char *dir;        /* created if missing */
     uint64_t segment_bytes; /* roll to a new segment past this; 0 = default */
     int no_sync;            /* benchmarks and unit tests only: skip fdatasync */
+    struct db_progress *progress; /* optional: replay progress, updated as it reads */
 };
 
 /*

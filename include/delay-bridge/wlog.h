@@ -3,7 +3,9 @@
  *
  * The engine needs six things from a log, and nothing else:
  *
- *   recover   replay every valid record in order, once, at start;
+ *   recover   replay every valid record in order, once, at start (may run
+ *             on a thread of its own: it touches nothing but the log; its
+ *             progress, in bytes, goes to an optional struct db_progress);
  *   append    buffer a record (ADD, DONE, CANCEL), get its sequence number
  *             and where it lives;
  *   commit    make everything appended so far durable, and say so through a
@@ -90,7 +92,7 @@ struct wlog;
 
 struct wlog_ops {
     const char *name;
-    int (*recover)(struct wlog *l, wlog_replay_fn *fn, void *arg);
+    int (*recover)(struct wlog *l, wlog_replay_fn *fn, void *arg, struct db_progress *progress);
     int (*append)(struct wlog *l, uint8_t type, const struct walrec_piece *pieces, int npieces,
                   uint64_t *lsn, struct wlog_loc *loc);
     size_t (*pending)(const struct wlog *l);
@@ -109,9 +111,10 @@ struct wlog {
     const struct wlog_ops *ops;
 };
 
-static inline int wlog_recover(struct wlog *l, wlog_replay_fn *fn, void *arg)
+static inline int wlog_recover(struct wlog *l, wlog_replay_fn *fn, void *arg,
+                               struct db_progress *progress)
 {
-    return l->ops->recover(l, fn, arg);
+    return l->ops->recover(l, fn, arg, progress);
 }
 static inline int wlog_append(struct wlog *l, uint8_t type, const struct walrec_piece *pieces,
                               int npieces, uint64_t *lsn, struct wlog_loc *loc)

@@ -5,7 +5,7 @@
  * Prometheus text, /stats parsed back with json-c, 404 for unknown paths,
  * 405 with Allow for the wrong method, HEAD answered like GET.
  *
- * Usage: test_api [case]
+ * Usage: test_api [case...]   (--list names the cases)
  */
 #include "delay-bridge/api.h"
 
@@ -16,18 +16,8 @@
 
 #include <json-c/json.h>
 
+#include "check.h"
 #include "delay-bridge/metrics.h"
-
-static int failures;
-
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            if (++failures > 20)                                                 \
-                exit(1);                                                         \
-        }                                                                        \
-    } while (0)
 
 /* ---- the fake daemon ---- */
 
@@ -142,10 +132,9 @@ static void check_ready(int want_status, const char *want_body)
 {
     struct api_response r;
     call("GET", "/readyz", &r);
-    CHECK(r.status == want_status);
-    if (!body_is(&r, want_body))
-        fprintf(stderr, "  got \"%s\", want \"%s\"\n", r.body.p ? r.body.p : "(null)", want_body);
-    CHECK(body_is(&r, want_body));
+    CHECK(r.status == want_status, "got %d, want %d", r.status, want_status);
+    CHECK(body_is(&r, want_body), "got \"%s\", want \"%s\"", r.body.p ? r.body.p : "(null)",
+          want_body);
     strbuf_free(&r.body);
 }
 
@@ -397,10 +386,7 @@ static void test_head(void)
     }
 }
 
-static const struct {
-    const char *name;
-    void (*fn)(void);
-} cases[] = {
+static const struct check_case cases[] = {
     { "healthz", test_healthz },
     { "readyz", test_readyz },
     { "metrics", test_metrics },
@@ -412,21 +398,5 @@ static const struct {
 
 int main(int argc, char **argv)
 {
-    int ran = 0;
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (argc > 1 && strcmp(argv[1], cases[i].name))
-            continue;
-        cases[i].fn();
-        ran++;
-    }
-    if (!ran) {
-        fprintf(stderr, "no case named %s\n", argv[1]);
-        return 2;
-    }
-    if (failures) {
-        fprintf(stderr, "test_api: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_api: %d case(s) ok\n", ran);
-    return 0;
+    return CHECK_MAIN(argc, argv, cases);
 }

@@ -47,9 +47,9 @@ struct async_log {
 static struct async_log *g_async;
 
 #define INNER(l) (((struct async_log *)(l))->inner)
-static int al_recover(struct wlog *l, wlog_replay_fn *fn, void *arg)
+static int al_recover(struct wlog *l, wlog_replay_fn *fn, void *arg, struct db_progress *p)
 {
-    return wlog_recover(INNER(l), fn, arg);
+    return wlog_recover(INNER(l), fn, arg, p);
 }
 static int al_append(struct wlog *l, uint8_t t, const struct walrec_piece *p, int n, uint64_t *lsn,
                      struct wlog_loc *loc)
@@ -125,8 +125,8 @@ static void async_complete(void)
 static struct engine *open_engine_log(uint64_t now, int *known_routes, uint64_t segment_bytes,
                                       int async)
 {
-    struct wal_opts wo = {dir, segment_bytes, 1};
-    struct eng_opts o = {wal_file_log(&wo), 2, route_index, known_routes, now};
+    struct wal_opts wo = {.dir = dir, .segment_bytes = segment_bytes, .no_sync = 1};
+    struct eng_opts o = {wal_file_log(&wo), 2, route_index, known_routes, now, NULL};
     struct engine *e = NULL;
     int r;
 

@@ -4,8 +4,8 @@
  * and a hostile client would.
  *
  * The server runs in the main thread (as in the daemon: one loop, no MHD
- * thread); the clients run in a second thread and end the loop with an
- * ev_async when done. A 10 ms ev_timer counts loop turns the whole time:
+ * thread); each client case runs in a second thread against a fresh server
+ * and ends the loop with an ev_async when done. A 10 ms ev_timer counts loop turns the whole time:
  * if serving anyone ever blocked the loop, it would stop counting.
  *
  * Checked: every status the endpoint gives (200, 401, 404, 405, 413, 431,
@@ -16,8 +16,9 @@
  * the connection timeout, and http_start's errors (bad address, port in
  * use) and port 0.
  *
- * Usage: test_http [case]   (cases: start, statuses, token, head, echo,
- *                            too_large, big_header, slowloris)
+ * Usage: test_http [case...]   (--list names the cases: start, statuses,
+ *                               token, head, echo, too_large, big_header,
+ *                               slowloris)
  */
 #define _GNU_SOURCE /* strcasestr */
 #include "delay-bridge/http.h"
@@ -40,16 +41,7 @@
 #include <ev.h>
 #include <json-c/json.h>
 
-static atomic_int failures;
-
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            if (++failures > 20)                                                 \
-                exit(1);                                                         \
-        }                                                                        \
-    } while (0)
+#include "check.h"
 
 #define TOKEN "s3cret-token"
 #define AUTH "Authorization: Bearer " TOKEN "\r\n"
@@ -503,44 +495,11 @@ static void case_slowloris(void)
     close(slow);
 }
 
-static const struct {
-    const char *name;
-    void (*fn)(void);
-} cases[] = {
-    { "statuses", case_statuses },
-    { "token", case_token },
-    { "head", case_head },
-    { "echo", case_echo },
-    { "too_large", case_too_large },
-    { "big_header", case_big_header },
-    { "slowloris", case_slowloris },
-};
+/* ---- the server side of a case: one loop in this thread ---- */
 
-static const char *only; /* argv[1] */
-static ev_async done;
 static struct ev_loop *loop;
-static int ran;
-
-static void *clients(void *arg)
-{
-    unsigned long t0 = atomic_load(&ticks);
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (only && strcmp(only, cases[i].name))
-            continue;
-        int before = atomic_load(&failures);
-        cases[i].fn();
-        printf("%s %s\n", atomic_load(&failures) == before ? "ok  " : "FAIL", cases[i].name);
-        ran++;
-    }
-    /* The loop timer kept firing through all of it. */
-    if (ran) {
-        struct timespec ts = { 0, 100 * 1000000 };
-        nanosleep(&ts, NULL);
-        CHECK(atomic_load(&ticks) > t0);
-    }
-    ev_async_send(loop, &done);
-    return NULL;
-}
+static ev_async done;
+static void (*client_case)(void); /* what the client thread runs */
 
 static void on_done(struct ev_loop *l, ev_async *w, int revents)
 {
@@ -551,6 +510,80 @@ static void on_tick(struct ev_loop *l, ev_timer *w, int revents)
 {
     atomic_fetch_add(&ticks, 1);
 }
+
+static void *clients(void *arg)
+{
+    unsigned long t0 = atomic_load(&ticks);
+    client_case();
+    /* The loop timer kept firing through all of it. */
+    struct timespec ts = { 0, 100 * 1000000 };
+    nanosleep(&ts, NULL);
+    CHECK(atomic_load(&ticks) > t0);
+    ev_async_send(loop, &done);
+    return NULL;
+}
+
+/*
+ * Run fn as a client in a second thread against a fresh server whose loop
+ * runs here. While the client runs this thread only serves: CHECK (whose
+ * failure count is a plain int) is called from one thread at a time, and
+ * pthread_join orders the client's checks before the runner reads the count.
+ */
+static void serve(void (*fn)(void))
+{
+    char err[256];
+    struct http_server *srv = NULL;
+    struct http_opts o = {
+        .host = "127.0.0.1", .port = 0, .token = TOKEN,
+        .max_connections = 16, .timeout_s = CONN_TIMEOUT_S,
+    };
+    loop = ev_loop_new(EVFLAG_AUTO);
+    CHECK(loop != NULL);
+    if (!loop)
+        return;
+    int rc = http_start(&srv, loop, &o, handler, NULL, err, sizeof err);
+    CHECK(rc == 0, "http_start: %s", err);
+    if (rc != 0) {
+        ev_loop_destroy(loop);
+        return;
+    }
+    port = http_port(srv);
+
+    ev_timer tick;
+    ev_timer_init(&tick, on_tick, 0.01, 0.01);
+    ev_timer_start(loop, &tick);
+    ev_async_init(&done, on_done);
+    ev_async_start(loop, &done);
+
+    pthread_t th;
+    client_case = fn;
+    rc = pthread_create(&th, NULL, clients, NULL);
+    CHECK(rc == 0, "pthread_create: %s", strerror(rc));
+    if (rc == 0) {
+        ev_run(loop, 0);
+        pthread_join(th, NULL);
+    }
+
+    ev_timer_stop(loop, &tick);
+    ev_async_stop(loop, &done);
+    http_stop(srv);
+    ev_loop_destroy(loop);
+    loop = NULL;
+}
+
+/* A case that talks to a live server: case_<name> run by serve(). */
+#define SERVED(name)                                                             \
+    static void served_##name(void)                                              \
+    {                                                                            \
+        serve(case_##name);                                                      \
+    }
+SERVED(statuses)
+SERVED(token)
+SERVED(head)
+SERVED(echo)
+SERVED(too_large)
+SERVED(big_header)
+SERVED(slowloris)
 
 static void nop_handler(void *arg, const struct api_request *req, struct api_response *resp)
 {
@@ -564,6 +597,10 @@ static void case_start(void)
     struct http_server *a = NULL, *b = NULL;
     struct http_opts o = { .host = "127.0.0.1", .port = 0 };
 
+    loop = ev_loop_new(EVFLAG_AUTO);
+    CHECK(loop != NULL);
+    if (!loop)
+        return;
     CHECK(http_start(&a, loop, &o, nop_handler, NULL, err, sizeof err) == 0);
     CHECK(a && http_port(a) != 0);
 
@@ -593,57 +630,23 @@ static void case_start(void)
         printf("  ::1 not available: %s\n", err);
     }
     http_stop(NULL);
-    ran++;
+    ev_loop_destroy(loop);
+    loop = NULL;
 }
+
+static const struct check_case cases[] = {
+    { "start", case_start },
+    { "statuses", served_statuses },
+    { "token", served_token },
+    { "head", served_head },
+    { "echo", served_echo },
+    { "too_large", served_too_large },
+    { "big_header", served_big_header },
+    { "slowloris", served_slowloris },
+};
 
 int main(int argc, char **argv)
 {
-    only = argc > 1 ? argv[1] : NULL;
     alarm(120); /* a hung test fails instead of hanging ctest */
-    loop = ev_loop_new(EVFLAG_AUTO);
-
-    if (!only || !strcmp(only, "start"))
-        case_start();
-    if (only && !strcmp(only, "start"))
-        goto out;
-
-    char err[256];
-    struct http_server *srv = NULL;
-    struct http_opts o = {
-        .host = "127.0.0.1", .port = 0, .token = TOKEN,
-        .max_connections = 16, .timeout_s = CONN_TIMEOUT_S,
-    };
-    if (http_start(&srv, loop, &o, handler, NULL, err, sizeof err) != 0) {
-        fprintf(stderr, "http_start: %s\n", err);
-        return 1;
-    }
-    port = http_port(srv);
-
-    ev_timer tick;
-    ev_timer_init(&tick, on_tick, 0.01, 0.01);
-    ev_timer_start(loop, &tick);
-    ev_async_init(&done, on_done);
-    ev_async_start(loop, &done);
-
-    pthread_t th;
-    pthread_create(&th, NULL, clients, NULL);
-    ev_run(loop, 0);
-    pthread_join(th, NULL);
-
-    ev_timer_stop(loop, &tick);
-    ev_async_stop(loop, &done);
-    http_stop(srv);
-
-out:
-    ev_loop_destroy(loop);
-    if (!ran) {
-        fprintf(stderr, "no case named %s\n", only);
-        return 2;
-    }
-    if (failures) {
-        fprintf(stderr, "test_http: %d failure(s)\n", atomic_load(&failures));
-        return 1;
-    }
-    printf("test_http: ok\n");
-    return 0;
+    return CHECK_MAIN(argc, argv, cases);
 }

@@ -6,7 +6,7 @@
  * and the series a user relies on present with the right values. Also the
  * histogram helpers of stats.h.
  *
- * Usage: test_metrics [case]
+ * Usage: test_metrics [case...]   (--list names the cases)
  */
 #include "delay-bridge/metrics.h"
 
@@ -16,16 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
-
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            if (++failures > 20)                                                 \
-                exit(1);                                                         \
-        }                                                                        \
-    } while (0)
+#include "check.h"
 
 /* ---- a parsed exposition ---- */
 
@@ -376,11 +367,9 @@ static void test_families(void)
         char name[128];
         snprintf(name, sizeof name, "delay_bridge_%s", want[i][0]);
         struct family *f = find_family(&e, name);
-        if (!f) {
-            fprintf(stderr, "missing family %s\n", name);
-            CHECK(f != NULL);
+        CHECK(f != NULL, "missing family %s", name);
+        if (!f)
             continue;
-        }
         CHECK(!strcmp(f->type, want[i][1]));
         CHECK(f->help_line > 0 && f->type_line == f->help_line + 1);
         CHECK(f->first_sample < 0 || f->first_sample > f->type_line);
@@ -565,10 +554,7 @@ static void test_no_routes(void)
     free(e.s);
 }
 
-static const struct {
-    const char *name;
-    void (*fn)(void);
-} cases[] = {
+static const struct check_case cases[] = {
     { "hist_observe", test_hist_observe },
     { "families", test_families },
     { "values", test_values },
@@ -579,21 +565,5 @@ static const struct {
 
 int main(int argc, char **argv)
 {
-    int ran = 0;
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (argc > 1 && strcmp(argv[1], cases[i].name))
-            continue;
-        cases[i].fn();
-        ran++;
-    }
-    if (!ran) {
-        fprintf(stderr, "no case named %s\n", argv[1]);
-        return 2;
-    }
-    if (failures) {
-        fprintf(stderr, "test_metrics: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_metrics: %d case(s) ok\n", ran);
-    return 0;
+    return CHECK_MAIN(argc, argv, cases);
 }

@@ -3,7 +3,7 @@
  * output, stays NUL-terminated, keeps embedded NULs from append, and
  * detach hands out a string even when nothing was appended.
  *
- * Usage: test_strbuf [case]
+ * Usage: test_strbuf [case...]   (--list names the cases)
  */
 #include "delay-bridge/strbuf.h"
 
@@ -11,16 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
-
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            if (++failures > 20)                                                 \
-                exit(1);                                                         \
-        }                                                                        \
-    } while (0)
+#include "check.h"
 
 static void test_append(void)
 {
@@ -77,10 +68,7 @@ static void test_reset_detach(void)
     strbuf_free(&b); /* after detach: harmless */
 }
 
-static const struct {
-    const char *name;
-    void (*fn)(void);
-} cases[] = {
+static const struct check_case cases[] = {
     { "append", test_append },
     { "printf", test_printf },
     { "reset_detach", test_reset_detach },
@@ -88,21 +76,5 @@ static const struct {
 
 int main(int argc, char **argv)
 {
-    int ran = 0;
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (argc > 1 && strcmp(argv[1], cases[i].name))
-            continue;
-        cases[i].fn();
-        ran++;
-    }
-    if (!ran) {
-        fprintf(stderr, "no case named %s\n", argv[1]);
-        return 2;
-    }
-    if (failures) {
-        fprintf(stderr, "test_strbuf: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_strbuf: %d case(s) ok\n", ran);
-    return 0;
+    return CHECK_MAIN(argc, argv, cases);
 }
