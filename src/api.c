@@ -153,8 +153,8 @@ static json_object *route_json(const struct db_route_stats *r)
     add_u64(o, "due", r->due);
     add_u64(o, "inflight", r->inflight);
     add_u64(o, "pending", r->pending);
-    add_u64(o, "next_due_ms", r->next_due_ms);
-    add(o, "next_due", jtime(r->next_due_ms));
+    add_u64(o, "oldest_due_ms", r->oldest_due_ms);
+    add(o, "oldest_due", jtime(r->oldest_due_ms));
     add(o, "channel_open", json_object_new_boolean(r->channel_open != 0));
     add(o, "lateness", hist_summary(&r->lateness));
     return o;

@@ -606,7 +606,7 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
     s->stopping = b->stopping;
     s->held = es.held;
     s->orphaned = es.orphaned;
-    s->next_due_ms = es.next_event_ms;
+    s->next_due_ms = es.next_due_ms;
     s->ram_bytes = es.ram_bytes;
     s->rss_bytes = rss_bytes();
     s->wal.segments = es.log_segments;
@@ -641,7 +641,7 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
         r->due = ers.due;
         r->inflight = ers.inflight;
         r->pending = ers.held;
-        r->next_due_ms = ers.next_due_ms;
+        r->oldest_due_ms = ers.oldest_due_ms;
         r->lateness = ers.lateness;
     }
     s->nroutes = b->cfg->nroutes;

@@ -657,9 +657,10 @@ void eng_stats(const struct engine *e, struct eng_stats *s)
     s->orphaned = e->orphaned;
     s->added = e->added;
     s->confirmed = e->confirmed;
-    s->next_event_ms = wheel_next_event(e->wheel);
-    if (s->next_event_ms == UINT64_MAX)
-        s->next_event_ms = 0;
+    int exact;
+    s->next_due_ms = wheel_min_due(e->wheel, 65536, &exact);
+    if (s->next_due_ms == UINT64_MAX)
+        s->next_due_ms = 0;
     s->ram_bytes = pool_memory(&e->pool) + idmap_memory(&e->ids) + wheel_memory(e->wheel);
     s->recovery_seconds = e->recovery_seconds;
     wlog_stats(e->log, &ls);
@@ -688,7 +689,7 @@ void eng_route_stats(const struct engine *e, uint16_t route, struct eng_route_st
     s->inflight = r->n[ENG_INFLIGHT];
     s->held = s->pending + s->waiting + s->due + s->inflight;
     s->confirmed = r->confirmed;
-    s->next_due_ms = r->due.head ? H(e, r->due.head)->node.due : 0;
+    s->oldest_due_ms = r->due.head ? H(e, r->due.head)->node.due : 0;
     s->lateness = r->lateness;
 }
 

@@ -232,15 +232,12 @@ static void render_routes(const struct db_stats *s, struct strbuf *out)
         sample_u64(out, "route_channel_open", "route", s->routes[i].name,
                    s->routes[i].channel_open ? 1 : 0);
 
-    family(out, "next_due_seconds", "gauge",
-           "Seconds until the route's earliest held message is due, 0 if overdue; "
-           "absent when the route holds nothing.");
+    family(out, "overdue_seconds", "gauge",
+           "How long the route's oldest due, unpublished message has been due; 0 when none.");
     for (int i = 0; i < nr; i++) {
-        uint64_t due = s->routes[i].next_due_ms;
-        if (!due)
-            continue;
-        double secs = due > s->now_ms ? (double)(due - s->now_ms) / 1000.0 : 0.0;
-        sample_double(out, "next_due_seconds", "route", s->routes[i].name, secs);
+        uint64_t due = s->routes[i].oldest_due_ms;
+        double secs = due && due < s->now_ms ? (double)(s->now_ms - due) / 1000.0 : 0.0;
+        sample_double(out, "overdue_seconds", "route", s->routes[i].name, secs);
     }
 
     family(out, "fire_lateness_seconds", "histogram",
@@ -320,4 +317,12 @@ void metrics_render(const struct db_stats *s, struct strbuf *out)
            "Resident set size of the process, bytes; absent when unknown.");
     if (s->rss_bytes)
         sample_u64(out, "process_resident_memory_bytes", NULL, NULL, s->rss_bytes);
+
+    family(out, "next_due_seconds", "gauge",
+           "Seconds until the earliest waiting message is due (0 if due now); "
+           "absent when nothing waits.");
+    if (s->next_due_ms)
+        sample_double(out, "next_due_seconds", NULL, NULL,
+                      s->next_due_ms > s->now_ms ? (double)(s->next_due_ms - s->now_ms) / 1000.0
+                                                 : 0.0);
 }

@@ -262,7 +262,7 @@ void wheel_del(struct wheel *w, pool_handle h)
 }
 
 /* Time of the next cascade or level-0 firing, UINT64_MAX if no slot is used. */
-static uint64_t slots_next_event(const struct wheel *w)
+static uint64_t slots_next_event_at(const struct wheel *w, unsigned *lp, unsigned *ip)
 {
     for (unsigned level = 0; level < WHEEL_LEVELS; level++) {
         unsigned shift = WHEEL_BITS * level;
@@ -280,9 +280,57 @@ static uint64_t slots_next_event(const struct wheel *w)
         uint64_t high = 0; /* now's digits above level */
         if (level < WHEEL_LEVELS - 1)
             high = w->now & (~UINT64_C(0) << (shift + WHEEL_BITS));
+        *lp = level;
+        *ip = (unsigned)idx;
         return high | idx << shift;
     }
     return UINT64_MAX;
+}
+
+static uint64_t slots_next_event(const struct wheel *w)
+{
+    unsigned level, idx;
+
+    return slots_next_event_at(w, &level, &idx);
+}
+
+/*
+ * The earliest due time. If the pending list holds anything, that is its
+ * minimum. Otherwise it is the minimum of the one slot slots_next_event()
+ * names: an entry of a lower level would be an earlier event, an entry of a
+ * later slot or a higher level a later one, so no other slot needs a look.
+ */
+uint64_t wheel_min_due(const struct wheel *w, size_t budget, int *exact)
+{
+    uint64_t min = UINT64_MAX, t;
+    size_t seen = 0;
+    unsigned level, idx, lane;
+    pool_handle h;
+
+    *exact = 1;
+    if (w->pending.head != POOL_NIL) {
+        for (h = w->pending.head; h != POOL_NIL && seen < budget; h = node(w, h)->next, seen++)
+            if (node(w, h)->due < min)
+                min = node(w, h)->due;
+        *exact = h == POOL_NIL;
+        return *exact ? min : w->now;
+    }
+    if (w->count == 0)
+        return UINT64_MAX;
+    t = slots_next_event_at(w, &level, &idx);
+    if (t == UINT64_MAX)
+        return UINT64_MAX;
+    for (lane = 0; lane < WHEEL_LANES; lane++) {
+        for (h = w->slots[level][idx].lane[lane].head; h != POOL_NIL; h = node(w, h)->next) {
+            if (++seen > budget) {
+                *exact = 0;
+                return t; /* a lower bound: nothing is due before the slot's time */
+            }
+            if (node(w, h)->due < min)
+                min = node(w, h)->due;
+        }
+    }
+    return min;
 }
 
 uint64_t wheel_next_event(const struct wheel *w)

@@ -154,7 +154,7 @@ struct eng_route_stats {
     uint64_t pending, waiting, due, inflight; /* by state */
     uint64_t held;                            /* all four */
     uint64_t confirmed;                       /* eng_confirm() calls */
-    uint64_t next_due_ms;                     /* first DUE message's due time, 0 = none */
+    uint64_t oldest_due_ms;                   /* first DUE message's due time, 0 = none */
     struct db_hist lateness;                  /* confirm time - due time, seconds */
 };
 
@@ -163,7 +163,8 @@ struct eng_stats {
     uint64_t pending, waiting, due, inflight;
     uint64_t orphaned; /* route unknown */
     uint64_t added, confirmed;
-    uint64_t next_event_ms; /* eng_next_event(), 0 = nothing waits */
+    uint64_t next_due_ms;   /* earliest due time of a WAITING message, 0 = none (see
+                               wheel_min_due: exact unless 65536 share one wheel slot) */
     uint64_t ram_bytes;     /* pool + index + wheel */
     double recovery_seconds;
     /* the log's own figures */

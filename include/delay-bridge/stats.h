@@ -77,7 +77,7 @@ struct db_route_stats {
     uint64_t due;      /* due, not yet published */
     uint64_t inflight; /* published, confirm not yet received */
     uint64_t pending;  /* waiting + due + inflight (+ not yet durable) */
-    uint64_t next_due_ms; /* earliest due time held for this route, 0 = none known */
+    uint64_t oldest_due_ms; /* due time of the route's oldest due, unpublished message; 0 = none */
 
     int channel_open;       /* the route's publish channel is open */
     struct db_hist lateness; /* confirm time minus due time, seconds */
@@ -116,7 +116,8 @@ struct db_stats {
     /* held messages, all routes */
     uint64_t held;              /* every message the WAL holds live */
     uint64_t orphaned;          /* held for a route missing from the config: never published */
-    uint64_t next_due_ms;       /* earliest due time of anything waiting, 0 = nothing */
+    uint64_t next_due_ms;       /* earliest due time of a waiting message, 0 = none; exact, or
+                                   a lower bound when over 65536 messages share its wheel slot */
     uint64_t ram_bytes;         /* engine structures (pool, index, wheel) */
     uint64_t rss_bytes;         /* process resident set, 0 if unknown */
 

@@ -62,6 +62,13 @@ size_t wheel_count(const struct wheel *w);
  */
 uint64_t wheel_next_event(const struct wheel *w);
 
+/*
+ * The earliest due time of any entry (UINT64_MAX if empty). It looks at one
+ * slot only (see wheel.c), at most budget entries of it; if that was not
+ * enough, *exact is 0 and the result is a lower bound (the slot's time).
+ */
+uint64_t wheel_min_due(const struct wheel *w, size_t budget, int *exact);
+
 typedef void wheel_fire_fn(void *arg, pool_handle h);
 
 /*

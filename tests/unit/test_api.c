@@ -72,7 +72,7 @@ static void fake_init(struct fake *f)
     f->routes[0].waiting = 3;
     f->routes[0].inflight = 1;
     f->routes[0].pending = 4;
-    f->routes[0].next_due_ms = NOW + 1500;
+    f->routes[0].oldest_due_ms = NOW + 1500;
     f->routes[0].channel_open = 1;
     db_hist_observe(&f->routes[0].lateness, 0.5);
     f->routes[1].name = "mails";
@@ -302,14 +302,14 @@ static void test_stats(void)
         CHECK(int_is(r0, "inflight", 1));
         CHECK(int_is(r0, "pending", 4));
         CHECK(int_is(r0, "cancel_missed", 0));
-        CHECK(int_is(r0, "next_due_ms", (int64_t)(NOW + 1500)));
-        CHECK(str_is(r0, "next_due", "2027-01-15T08:00:01.500Z"));
+        CHECK(int_is(r0, "oldest_due_ms", (int64_t)(NOW + 1500)));
+        CHECK(str_is(r0, "oldest_due", "2027-01-15T08:00:01.500Z"));
         CHECK(bool_is(r0, "channel_open", 1));
         CHECK(int_is(r0, "lateness.count", 1));
         CHECK(double_is(r0, "lateness.sum_seconds", 0.5));
         CHECK(str_is(r1, "name", "mails"));
-        CHECK(int_is(r1, "next_due_ms", 0));
-        CHECK(is_null(r1, "next_due"));
+        CHECK(int_is(r1, "oldest_due_ms", 0));
+        CHECK(is_null(r1, "oldest_due"));
         CHECK(bool_is(r1, "channel_open", 0));
     }
     json_object_put(root);

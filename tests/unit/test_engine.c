@@ -267,7 +267,7 @@ static void test_transitions(void)
     CHECK(eng_state(e, m) == ENG_DUE);
     CHECK(eng_due(e, 0) == 1 && eng_due(e, 1) == 0);
     eng_route_stats(e, 0, &rs);
-    CHECK(rs.due == 1 && rs.next_due_ms == T0 + 1000);
+    CHECK(rs.due == 1 && rs.oldest_due_ms == T0 + 1000);
     t = take(e, 0, body, sizeof(body));
     CHECK(t == m);
     CHECK_STR(body, "a");

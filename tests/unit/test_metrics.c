@@ -289,7 +289,8 @@ static void fill(struct db_stats *s)
     routes[0].waiting = 10;
     routes[0].inflight = 2;
     routes[0].channel_open = 1;
-    routes[0].next_due_ms = s->now_ms + 2500; /* 2.5 s ahead */
+    routes[0].oldest_due_ms = s->now_ms - 2500; /* due 2.5 s ago, not yet published */
+    s->next_due_ms = s->now_ms + 2500;          /* the next one due in 2.5 s */
     db_hist_observe(&routes[0].lateness, 0.003);
     db_hist_observe(&routes[0].lateness, 0.003);
     db_hist_observe(&routes[0].lateness, 0.7);
@@ -298,7 +299,7 @@ static void fill(struct db_stats *s)
     routes[1].name = EVIL;
     routes[1].target_exchange = "x";
     routes[1].published = 7;
-    routes[1].next_due_ms = 0; /* nothing held: no next_due series */
+    routes[1].oldest_due_ms = 0; /* nothing due: overdue 0 */
 
     s->routes = routes;
     s->nroutes = 2;
@@ -353,7 +354,7 @@ static void test_families(void)
         { "returned_total", "counter" },      { "invalid_delay_total", "counter" },
         { "dead_lettered_total", "counter" }, { "cancelled_total", "counter" },
         { "cancel_missed_total", "counter" }, { "route_channel_open", "gauge" },
-        { "fire_lateness_seconds", "histogram" }, { "next_due_seconds", "gauge" },
+        { "fire_lateness_seconds", "histogram" }, { "next_due_seconds", "gauge" }, { "overdue_seconds", "gauge" },
         { "orphaned_messages", "gauge" },     { "held_messages", "gauge" },
         { "wal_bytes", "gauge" },             { "wal_live_bytes", "gauge" },
         { "wal_segments", "gauge" },          { "wal_commits_total", "counter" },
@@ -425,8 +426,12 @@ static void test_values(void)
     CHECK(count_samples(&e, "delay_bridge_build_info") == 1);
     CHECK(strstr(text, "delay_bridge_build_info{version=\"1.2.3\",instance=\"inst\\\"a\"} 1\n"));
 
-    /* next_due: 2.5 s for orders, no series for the route holding nothing. */
-    v = value(&e, "delay_bridge_next_due_seconds", "route", "orders");
+    /* overdue: 2.5 s for orders, 0 for the route with nothing due; next due in 2.5 s. */
+    v = value(&e, "delay_bridge_overdue_seconds", "route", "orders");
+    CHECK(v && !strcmp(v, "2.5"));
+    v = value(&e, "delay_bridge_overdue_seconds", "route", EVIL);
+    CHECK(v && !strcmp(v, "0"));
+    v = value(&e, "delay_bridge_next_due_seconds", NULL, NULL);
     CHECK(v && !strcmp(v, "2.5"));
     CHECK(count_samples(&e, "delay_bridge_next_due_seconds") == 1);
 
@@ -438,11 +443,11 @@ static void test_values(void)
 
     /* overdue -> 0; RSS known; down consumer -> not ready */
     fill(&s);
-    routes[0].next_due_ms = s.now_ms - 10000;
+    s.next_due_ms = s.now_ms - 10000; /* due already: 0, never negative */
     s.rss_bytes = 777;
     s.consumer = DB_CONN_DOWN;
     render(&s, &e, &text);
-    v = value(&e, "delay_bridge_next_due_seconds", "route", "orders");
+    v = value(&e, "delay_bridge_next_due_seconds", NULL, NULL);
     CHECK(v && !strcmp(v, "0"));
     v = value(&e, "delay_bridge_process_resident_memory_bytes", NULL, NULL);
     CHECK(v && !strcmp(v, "777"));

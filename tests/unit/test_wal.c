@@ -279,7 +279,7 @@ static void coll_reset(struct coll *c)
 
 static int wopen(struct wal **w, const char *dir, uint64_t seg_bytes, struct coll *c)
 {
-    struct wal_opts o = {dir, seg_bytes, 1};
+    struct wal_opts o = {.dir = dir, .segment_bytes = seg_bytes, .no_sync = 1};
     if (c)
         coll_reset(c);
     return wal_open(w, &o, collect, c ? (void *)c : (void *)&(struct coll){0});
@@ -365,7 +365,7 @@ static void test_basic(void)
 
     /* Bad arguments. */
     {
-        struct wal_opts o = {dir, 100, 1};
+        struct wal_opts o = {.dir = dir, .segment_bytes = 100, .no_sync = 1};
         struct wal *w2 = (struct wal *)1;
         CHECK_RC(wal_open(&w2, &o, collect, &c), -EINVAL);
         CHECK(w2 == NULL, "*out cleared on failure");
@@ -383,7 +383,7 @@ static void test_basic(void)
 static void test_sync(void)
 {
     const char *dir = tdir("sync");
-    struct wal_opts o = {dir, 8192, 0};
+    struct wal_opts o = {.dir = dir, .segment_bytes = 8192, .no_sync = 0};
     struct coll c = {0};
     struct wal *w;
 
@@ -710,7 +710,7 @@ static void test_corrupt(void)
     coll_reset(&c);
     c.fail_at = 17;
     {
-        struct wal_opts o = {work, segb, 1};
+        struct wal_opts o = {.dir = work, .segment_bytes = segb, .no_sync = 1};
         CHECK_RC(wal_open(&w, &o, collect, &c), -1234);
         CHECK(c.n == 17, "stopped at 17: %zu", c.n);
     }
@@ -935,7 +935,7 @@ static void test_maintain_delete(void)
     const char *dir = tdir("maint");
     struct wal *w = NULL;
     struct model m;
-    struct wal_opts o = {dir, 4096, 1};
+    struct wal_opts o = {.dir = dir, .segment_bytes = 4096, .no_sync = 1};
     struct wal_stats st;
     uint64_t next;
 
@@ -1018,7 +1018,7 @@ static void test_maintain_waits_for_successor(void)
     const char *dir = tdir("succ");
     struct wal *w = NULL;
     struct model m;
-    struct wal_opts o = {dir, 4096, 1};
+    struct wal_opts o = {.dir = dir, .segment_bytes = 4096, .no_sync = 1};
     uint64_t ids[64];
     uint32_t k = 0;
 
@@ -1049,7 +1049,7 @@ static void test_compaction(void)
     struct wal *w = NULL;
     struct model m;
     const uint64_t segb = 8192;
-    struct wal_opts o = {dir, segb, 1};
+    struct wal_opts o = {.dir = dir, .segment_bytes = segb, .no_sync = 1};
     struct wal_stats st;
     const int n = 1500;
     uint64_t ids[64];
@@ -1162,7 +1162,7 @@ static void test_big_records(void)
     const char *dir = tdir("big");
     struct wal *w = NULL;
     struct model m;
-    struct wal_opts o = {dir, 4096, 1};
+    struct wal_opts o = {.dir = dir, .segment_bytes = 4096, .no_sync = 1};
     struct wal_buf b = {0};
     struct walrec_hdr h;
     const uint8_t *p;
@@ -1229,7 +1229,7 @@ static void test_random_sessions(void)
     const char *dir = tdir("random");
     struct wal *w = NULL;
     struct model m;
-    struct wal_opts o = {dir, 16384, 1};
+    struct wal_opts o = {.dir = dir, .segment_bytes = 16384, .no_sync = 1};
     struct wal_buf b = {0};
     struct walrec_hdr h;
     const uint8_t *p;
