@@ -964,6 +964,63 @@ static void run_case(void (*fn)(void))
     pool_destroy(&pool);
 }
 
+/*
+ * wheel_min_due against a brute-force minimum, as entries are added at
+ * every distance, fired and deleted; a small budget gives a lower bound
+ * that is never after the true minimum.
+ */
+static void test_min_due(void)
+{
+    enum { N = 3000 };
+    static pool_handle hs[N];
+    static int in[N];
+    uint64_t now = 1700000000000ull;
+    struct wheel *w = wheel_new(&pool, now);
+    int exact, i, round;
+
+    CHECK(wheel_min_due(w, 100, &exact) == UINT64_MAX && exact);
+    for (i = 0; i < N; i++) {
+        uint64_t dist = rnd() % 5 == 0 ? rnd() % 300 : rnd() % (1ull << (rnd() % 40));
+        hs[i] = new_item((uint32_t)i);
+        wheel_add(w, hs[i], now + 1 + dist, (uint64_t)i);
+        in[i] = 1;
+    }
+    for (round = 0; round < 200; round++) {
+        uint64_t want = UINT64_MAX, got, bound;
+        for (i = 0; i < N; i++)
+            if (in[i] && item(hs[i])->node.due < want)
+                want = item(hs[i])->node.due;
+        got = wheel_min_due(w, N, &exact);
+        CHECK(exact && got == want, "round %d: got %llu want %llu", round,
+              (unsigned long long)got, (unsigned long long)want);
+        bound = wheel_min_due(w, 1, &exact);
+        CHECK(bound <= want, "lower bound %llu after the minimum %llu", (unsigned long long)bound,
+              (unsigned long long)want);
+        /* delete a few at random, fire up to the minimum, add a few back */
+        for (i = 0; i < 10; i++) {
+            int k = (int)(rnd() % N);
+            if (in[k] && item(hs[k])->node.due > wheel_now(w)) {
+                wheel_del(w, hs[k]);
+                in[k] = 0;
+            }
+        }
+        if (want != UINT64_MAX) {
+            size_t fired = 0;
+            wheel_advance(w, want, count_fire, &fired);
+            CHECK(fired >= 1);
+            for (i = 0; i < N; i++)
+                if (in[i] && item(hs[i])->node.due <= want)
+                    in[i] = 0;
+        }
+        for (i = 0; i < N; i++)
+            if (!in[i] && rnd() % 50 == 0) {
+                wheel_add(w, hs[i], wheel_now(w) + 1 + rnd() % (1ull << (rnd() % 36)), (uint64_t)i);
+                in[i] = 1;
+            }
+    }
+    wheel_free(w);
+}
+
 #define CASE(name)                                                                         \
     static void case_##name(void)                                                          \
     {                                                                                      \
@@ -976,6 +1033,7 @@ CASE(del)
 CASE(callbacks)
 CASE(clock_jump)
 CASE(random)
+CASE(min_due)
 
 static const struct check_case cases[] = {
     {"boundaries", case_boundaries},
@@ -985,6 +1043,7 @@ static const struct check_case cases[] = {
     {"callbacks", case_callbacks},
     {"clock_jump", case_clock_jump},
     {"random", case_random},
+    {"min_due", case_min_due},
 };
 
 int main(int argc, char **argv)
