@@ -10,6 +10,7 @@
 #
 # Environment: DELAY_BRIDGE_BROKER_URI (use this broker; nothing is started),
 # QUICKSTART_PORT (default 5682) and QUICKSTART_DIST_PORT (default 25682),
+# QUICKSTART_HTTP_PORT (the bridge's HTTP endpoint, default 9800),
 # DB_SKIP_INSTALL=1 (never run apt-get).
 set -euo pipefail
 
@@ -18,6 +19,7 @@ ROOT=$(pwd)
 WORK=.tmp/quickstart
 PORT=${QUICKSTART_PORT:-5682}
 DIST_PORT=${QUICKSTART_DIST_PORT:-25682}
+HTTP_PORT=${QUICKSTART_HTTP_PORT:-9800}
 RABBITMQ_SH=tests/integration/rabbitmq.sh
 PYTHON=/usr/bin/python3
 [ -x "$PYTHON" ] || PYTHON=python3
@@ -86,6 +88,7 @@ cat >"$WORK/config.json" <<EOF
   "broker": {"uri": "$URI", "heartbeat_s": 30},
   "wal": {"dir": "$ROOT/$WORK/wal", "fsync": true},
   "log": {"level": "info"},
+  "http": {"listen": "127.0.0.1:$HTTP_PORT"},
   "routes": [
     {"name": "orders", "ingress_exchange": "orders.delayed", "ingress_queue": "orders.delayed.q",
      "target_exchange": "orders"}
@@ -102,16 +105,18 @@ for _ in $(seq 1 300); do
 done
 grep -q 'msg="ready"' "$WORK/delay-bridge.log" || { cat "$WORK/delay-bridge.log" >&2; die "delay-bridge not ready after 30 s"; }
 info "ready: consuming orders.delayed.q, holding messages in $WORK/wal"
+info "metrics and health: curl http://127.0.0.1:$HTTP_PORT/metrics  (/healthz /readyz /stats)"
 
 # 5. Demo --------------------------------------------------------------------
 step "Demo: publish to exchange \"orders.delayed\" with header x-delay (ms); the bridge"
 info "republishes each to exchange \"orders\" (key order.close -> queue orders.close) when due"
 echo
-"$PYTHON" - "$URI" <<'EOF'
-import sys, time, uuid
+"$PYTHON" - "$URI" "$HTTP_PORT" <<'EOF'
+import sys, time, uuid, urllib.request
 import pika
 
 uri = sys.argv[1]
+http_port = int(sys.argv[2])
 conn = pika.BlockingConnection(pika.URLParameters(uri))
 ch = conn.channel()
 ch.exchange_declare("orders", exchange_type="direct", durable=True)
@@ -130,6 +135,14 @@ for order, delay in plan:
                                           content_type="application/json", delivery_mode=2))
     sent[mid] = (order, delay, time.monotonic())
     print("    %6.3fs  sent      close order #%d   x-delay=%d" % (time.monotonic() - t0, order, delay))
+time.sleep(0.3)
+try:
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http_port, timeout=2) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(("delay_bridge_pending_messages", "delay_bridge_next_due_seconds")):
+                print("    %6.3fs  metrics   %s" % (time.monotonic() - t0, line))
+except OSError as e:
+    print("    (metrics endpoint not reachable: %s)" % e)
 sys.stdout.flush()
 
 arrived = []
