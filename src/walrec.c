@@ -59,6 +59,7 @@
  *   |      8 |      8 | due_ms: when to publish, ms since the epoch   |
  *   |     16 |      8 | enqueue_ms: when the bridge received it       |
  *   |     24 |      2 | flags: bit 0 = publish to dead-letter exchange|
+ *   |        |        |        bit 1 = keyed (the key field is there) |
  *   |     26 |      2 | error: project code when dead-lettered, or 0  |
  *   |     28 |      1 | route_len R                                   |
  *   |     29 |      R | route name                                    |
@@ -66,12 +67,15 @@
  *   |        |      E | exchange the message was published to         |
  *   |        |      1 | routing_key_len K                             |
  *   |        |      K | routing key                                   |
+ *   |        |      1 | key_len Y        } only when flags bit 1 is set |
+ *   |        |      Y | x-delay-key      }                              |
  *   |        |      4 | props_len P                                   |
  *   |        |      P | AMQP basic properties (flags + property list) |
  *   |        |      4 | body_len B                                    |
  *   |        |      B | body                                          |
  *   +--------+--------+-----------------------------------------------+
- *   len = 39 + R + E + K + P + B exactly.
+ *   len = 39 + R + E + K + P + B exactly, plus 1 + Y when keyed. (Records
+ *   written before keys existed have bit 1 clear and read as before.)
  *
  * DONE payload (messages published and confirmed):
  *
@@ -79,7 +83,10 @@
  *   |      4 |    8*N | N message ids (u64)                           |
  *   len = 4 + 8*N exactly.
  *
- * CANCEL payload: not defined yet; any bytes are accepted.
+ * CANCEL payload (held messages removed by x-delay-cancel, by a newer message
+ * with the same x-delay-key, or by a purge; never to be published): the
+ * DONE layout, a count N and N message ids, len = 4 + 8*N exactly. Kept
+ * apart from DONE so that a dump tells "cancelled" from "published".
  *
  * WHEN IS A RECORD VALID
  *
@@ -87,7 +94,7 @@
  *   1. the 24 header bytes and len payload bytes lie inside the file;
  *   2. type is 1, 2 or 3; both reserved fields are 0; len <= 2^30;
  *   3. the CRC computed as above with S equals the stored crc;
- *   4. an ADD or DONE payload has exactly the layout above (the lengths
+ *   4. an ADD, DONE or CANCEL payload has exactly the layout above (the lengths
  *      inside it add up to len);
  *   5. (checked by the WAL, not here) lsn is the previous record's lsn + 1,
  *      the first record's lsn is the segment's base_lsn, and a segment's
@@ -197,6 +204,7 @@ static int payload_ok(uint8_t type, const uint8_t *p, uint32_t len)
     case WALREC_ADD:
         return walrec_add_decode(p, len, &a) == (int)len;
     case WALREC_DONE:
+    case WALREC_CANCEL:
         return walrec_done_decode(p, len, &n) == (int)len;
     default:
         return 1;
@@ -240,7 +248,8 @@ int walrec_decode(const uint8_t *buf, size_t len, uint32_t salt, struct walrec_h
 size_t walrec_add_size(const struct walrec_add *a)
 {
     return ADD_FIXED + (size_t)a->route_len + a->exchange_len + a->routing_key_len +
-           a->props_len + a->body_len;
+           ((a->flags & WALREC_ADD_KEYED) ? 1 + (size_t)a->key_len : 0) + a->props_len +
+           a->body_len;
 }
 
 size_t walrec_add_encode_head(uint8_t *out, const struct walrec_add *a)
@@ -267,6 +276,12 @@ size_t walrec_add_encode_head(uint8_t *out, const struct walrec_add *a)
     if (a->routing_key_len)
         memcpy(p, a->routing_key, a->routing_key_len);
     p += a->routing_key_len;
+    if (a->flags & WALREC_ADD_KEYED) {
+        *p++ = a->key_len;
+        if (a->key_len)
+            memcpy(p, a->key, a->key_len);
+        p += a->key_len;
+    }
     walrec_put32(p, a->props_len);
     p += 4;
     if (a->props_len)
@@ -313,6 +328,16 @@ static int add_walk(const uint8_t *buf, size_t len, struct walrec_add *a, int fu
         a->routing_key = (const char *)buf + off + 1;
     }
     off += 1 + n;
+    /* key, when the record is keyed (recovery needs it, so peek fills it too) */
+    a->key = NULL;
+    a->key_len = 0;
+    if (a->flags & WALREC_ADD_KEYED) {
+        if (len < off + 1)
+            return WALREC_PARTIAL;
+        a->key_len = buf[off];
+        a->key = (const char *)buf + off + 1;
+        off += 1 + (size_t)a->key_len;
+    }
     /* props */
     if (len < off + 4)
         return WALREC_PARTIAL;

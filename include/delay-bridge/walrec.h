@@ -25,7 +25,7 @@
 enum walrec_type {
     WALREC_ADD = 1,    /* a message to hold: struct walrec_add */
     WALREC_DONE = 2,   /* messages published and confirmed: a list of ids */
-    WALREC_CANCEL = 3, /* reserved: cancel/reschedule by x-delay-key */
+    WALREC_CANCEL = 3, /* messages cancelled (x-delay-cancel, replaced, purged): ids */
 };
 
 /* Segment file header, at offset 0 of every segment. */
@@ -73,6 +73,7 @@ int walrec_decode(const uint8_t *buf, size_t len, uint32_t salt, struct walrec_h
 
 /* ADD payload: a complete AMQP message and when to publish it. */
 #define WALREC_ADD_DEADLETTER 0x0001 /* publish to the route's dead-letter exchange */
+#define WALREC_ADD_KEYED 0x0002      /* the record carries an x-delay-key */
 
 struct walrec_add {
     uint64_t msg_id;     /* stable id: LSN of the first ADD of this message */
@@ -86,6 +87,8 @@ struct walrec_add {
     uint8_t exchange_len;
     const char *routing_key;
     uint8_t routing_key_len;
+    const char *key;      /* x-delay-key, when flags has WALREC_ADD_KEYED */
+    uint8_t key_len;
     const uint8_t *props; /* AMQP-encoded basic properties (flags + list) */
     uint32_t props_len;
     const uint8_t *body;
@@ -102,10 +105,10 @@ size_t walrec_add_size(const struct walrec_add *a);
 size_t walrec_add_encode_head(uint8_t *out, const struct walrec_add *a);
 /* Decode a whole ADD payload; pointers in *a point into buf. */
 int walrec_add_decode(const uint8_t *buf, size_t len, struct walrec_add *a);
-/* Decode only msg_id, due_ms, flags and route (what recovery needs). */
+/* Decode only msg_id, due_ms, flags, route and key (what recovery needs). */
 int walrec_add_peek(const uint8_t *buf, size_t len, struct walrec_add *a);
 
-/* DONE payload: u32 count, then count u64 message ids. */
+/* DONE payload (and CANCEL, the same layout): u32 count, then count u64 message ids. */
 size_t walrec_done_size(uint32_t count);
 size_t walrec_done_encode(uint8_t *out, const uint64_t *ids, uint32_t count);
 /* On success *count is set and ids are read with walrec_done_id(buf, i). */

@@ -202,10 +202,17 @@ static void test_record(void)
     }
 
     /* Bad header fields are INVALID even with a matching CRC. */
-    uint8_t small[64];
-    size_t sn = encode_rec(small, WALREC_CANCEL, 5, salt, (const uint8_t *)"xyz", 3);
+    uint8_t small[64], cancel[12];
+    uint64_t cancel_id = 42;
+    walrec_done_encode(cancel, &cancel_id, 1);
+    size_t sn = encode_rec(small, WALREC_CANCEL, 5, salt, cancel, sizeof(cancel));
     r = walrec_decode(at_guard(small, sn), sn, salt, &h, &pl);
     CHECK(r == (int)sn && h.type == WALREC_CANCEL, "cancel -> %d", r);
+    /* A CANCEL whose payload is not the id-list layout is INVALID despite its CRC. */
+    sn = encode_rec(small, WALREC_CANCEL, 5, salt, (const uint8_t *)"xyz", 3);
+    r = walrec_decode(at_guard(small, sn), sn, salt, &h, &pl);
+    CHECK(r == WALREC_INVALID, "cancel with a bad payload -> %d", r);
+    sn = encode_rec(small, WALREC_CANCEL, 5, salt, cancel, sizeof(cancel));
     small[20] = 1; /* reserved, outside the CRC */
     r = walrec_decode(at_guard(small, sn), sn, salt, &h, &pl);
     CHECK(r == WALREC_INVALID, "reserved u32 -> %d", r);
@@ -226,15 +233,48 @@ static void test_record(void)
     memset(small, 0, sizeof(small));
     r = walrec_decode(at_guard(small, sizeof(small)), sizeof(small), salt, &h, &pl);
     CHECK(r == WALREC_INVALID, "zeros -> %d", r);
-    /* Empty payload. */
+    /* An empty payload is no id list: INVALID. */
     sn = encode_rec(small, WALREC_CANCEL, 9, salt, NULL, 0);
     r = walrec_decode(at_guard(small, sn), sn, salt, &h, &pl);
-    CHECK(r == WALREC_HDR_SIZE && h.len == 0, "empty payload -> %d", r);
+    CHECK(r == WALREC_INVALID, "empty payload -> %d", r);
     /* An ADD record whose payload layout is broken is INVALID despite its CRC. */
     plen = encode_add(payload, &a);
     n = encode_rec(rec, WALREC_ADD, 3, salt, payload, plen - 1);
     r = walrec_decode(at_guard(rec, n), n, salt, &h, &pl);
     CHECK(r == WALREC_INVALID, "ADD one byte short -> %d", r);
+}
+
+/* A keyed ADD: the key after the routing key, decoded by decode and peek. */
+static void test_add_keyed(void)
+{
+    static uint8_t buf[1024];
+    static const char key[] = "order-42";
+    struct walrec_add a = sample_add(40), d;
+    size_t n, plain;
+    int r;
+
+    plain = walrec_add_size(&a);
+    a.flags |= WALREC_ADD_KEYED;
+    a.key = key;
+    a.key_len = sizeof(key) - 1;
+    n = encode_add(buf, &a);
+    CHECK(n == walrec_add_size(&a) && n == plain + 1 + a.key_len, "size %zu", n);
+    r = walrec_add_decode(at_guard(buf, n), n, &d);
+    CHECK(r == (int)n, "decode -> %d", r);
+    CHECK(d.key_len == a.key_len && memcmp(d.key, key, d.key_len) == 0, "key");
+    CHECK(d.props_len == a.props_len && memcmp(d.props, props, a.props_len) == 0, "props after key");
+    CHECK(d.body_len == a.body_len && memcmp(d.body, body, a.body_len) == 0, "body after key");
+    memset(&d, 0xee, sizeof(d));
+    r = walrec_add_peek(at_guard(buf, n), n, &d);
+    CHECK(r == (int)n && d.key_len == a.key_len && memcmp(d.key, key, d.key_len) == 0,
+          "peek fills the key -> %d", r);
+    for (size_t k = 0; k < n; k++)
+        CHECK(walrec_add_decode(at_guard(buf, k), k, &d) == WALREC_PARTIAL, "truncated %zu", k);
+    /* An unkeyed record decodes with no key. */
+    a.flags &= (uint16_t)~WALREC_ADD_KEYED;
+    n = encode_add(buf, &a);
+    r = walrec_add_decode(at_guard(buf, n), n, &d);
+    CHECK(r == (int)n && d.key == NULL && d.key_len == 0, "unkeyed -> %d", r);
 }
 
 static void test_add(void)
@@ -385,6 +425,7 @@ static const struct check_case cases[] = {
     {"seghdr", test_seghdr},
     {"record", test_record},
     {"add", test_add},
+    {"add_keyed", test_add_keyed},
     {"done", test_done},
     {"fuzz", test_fuzz},
 };
