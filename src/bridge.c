@@ -516,8 +516,11 @@ static int start_recovery(struct bridge *b, struct wlog *log)
 {
     int r;
 
-    b->rec.opts = (struct eng_opts){log, b->cfg->nroutes, route_index, (void *)b->cfg, 0,
-                                    &b->rec.progress};
+    b->rec.opts = (struct eng_opts){.log = log,
+                                    .nroutes = b->cfg->nroutes,
+                                    .route_index = route_index,
+                                    .route_arg = (void *)b->cfg,
+                                    .progress = &b->rec.progress};
     ev_async_init(&b->rec.recovered, on_recovered);
     b->rec.recovered.data = b;
     ev_async_start(b->loop, &b->rec.recovered);

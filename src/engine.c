@@ -44,6 +44,7 @@
 
 #include "delay-bridge/clock.h"
 #include "delay-bridge/idmap.h"
+#include "delay-bridge/keymap.h"
 #include "delay-bridge/log.h"
 #include "delay-bridge/pool.h"
 #include "delay-bridge/wheel.h"
@@ -59,9 +60,11 @@ struct held {
     struct wheel_node node; /* node.seq: message id; node.due: due time; links: see above */
     struct wlog_loc loc;    /* the ADD record */
     uint16_t route;         /* route index, or ENG_ROUTE_UNKNOWN */
-    uint8_t state;          /* enum eng_state */
-    uint8_t flags;          /* reserved */
+    uint8_t state;          /* enum eng_state; 0 once released */
+    uint8_t flags;          /* HELD_KEYED */
 };
+
+#define HELD_KEYED 0x01 /* in the key map while PENDING, WAITING or DUE */
 
 _Static_assert(sizeof(struct held) == 40, "a held message is 40 bytes of RAM");
 
@@ -73,7 +76,7 @@ struct hlist {
 struct route_state {
     struct hlist due, inflight;
     uint64_t n[ENG_ORPHAN + 1]; /* messages per state */
-    uint64_t confirmed;
+    uint64_t confirmed, cancelled, replaced, cancel_missed, keyed;
     struct db_hist lateness;
 };
 
@@ -92,7 +95,8 @@ struct engine {
     struct idmap ids;
     struct wheel *wheel;
     struct wlog *log;
-    struct wlog_buf rbuf;  /* eng_take() reads records here */
+    struct wlog_buf rbuf;  /* eng_take() and eng_read() read records here */
+    struct wlog_buf kbuf;  /* key checks read records here */
     struct route_state *routes;
     int nroutes;
     struct hvec pending;   /* PENDING handles, in append order */
@@ -102,6 +106,9 @@ struct engine {
     void *commit_arg;
     int failed;            /* first commit error */
     struct idvec done;     /* ids for the next DONE record */
+    struct idvec cancel;   /* ids for the next CANCEL record */
+    struct keymap keys;    /* hash(route, key) -> handle, keyed pending messages */
+    uint64_t (*key_hash)(uint16_t, const char *, size_t);
     uint8_t *done_buf;     /* encoded DONE payload */
     size_t done_cap;
     uint8_t *add_buf;      /* encoded ADD head (everything but the body) */
@@ -225,6 +232,8 @@ static void forget(struct engine *e, pool_handle h)
         e->orphaned--;
     wlog_live(e->log, m->loc, 0);
     idmap_del(&e->ids, m->node.seq);
+    m->state = 0;
+    m->flags = 0;
     pool_release(&e->pool, h);
 }
 
@@ -258,9 +267,26 @@ static int replay_add(struct engine *e, const uint8_t *payload, uint32_t len,
     r = e->route_index ? e->route_index(e->route_arg, a.route, a.route_len) : -1;
     m->route = r < 0 || r >= e->nroutes ? ENG_ROUTE_UNKNOWN : (uint16_t)r;
     m->state = 0;
+    if ((a.flags & WALREC_ADD_KEYED) && m->route != ENG_ROUTE_UNKNOWN) {
+        /*
+         * The wheel links are unused until build_wheel(): they keep the key
+         * hash meanwhile, so a DONE or CANCEL replayed later can take the
+         * message out of the key map without reading its record again.
+         */
+        uint64_t kh = e->key_hash(m->route, a.key, a.key_len);
+        m->node.next = (uint32_t)kh;
+        m->node.prev = (uint32_t)(kh >> 32);
+        m->flags |= HELD_KEYED;
+        keymap_put(&e->keys, kh, h);
+    }
     idmap_put(&e->ids, h);
     wlog_live(e->log, loc, 1);
     return 0;
+}
+
+static uint64_t replay_key_hash(const struct held *m)
+{
+    return (uint64_t)m->node.next | (uint64_t)m->node.prev << 32;
 }
 
 static int replay_done(struct engine *e, const uint8_t *payload, uint32_t len)
@@ -271,8 +297,11 @@ static int replay_done(struct engine *e, const uint8_t *payload, uint32_t len)
         return ENG_ECORRUPT;
     for (i = 0; i < count; i++) {
         pool_handle h = idmap_get(&e->ids, walrec_done_id(payload, i));
-        if (h != POOL_NIL)
-            forget(e, h);
+        if (h == POOL_NIL)
+            continue;
+        if (H(e, h)->flags & HELD_KEYED)
+            keymap_del(&e->keys, replay_key_hash(H(e, h)), h);
+        forget(e, h);
     }
     return 0;
 }
@@ -286,9 +315,10 @@ static int replay(void *arg, const struct walrec_hdr *hdr, const uint8_t *payloa
     case WALREC_ADD:
         return replay_add(e, payload, hdr->len, loc);
     case WALREC_DONE:
+    case WALREC_CANCEL: /* the same layout; a cancelled message is gone like a done one */
         return replay_done(e, payload, hdr->len);
     default:
-        return 0; /* CANCEL: reserved, nothing writes it yet */
+        return 0;
     }
 }
 
@@ -315,6 +345,8 @@ static void build_wheel(struct engine *e, uint64_t now)
             e->orphaned++;
             continue;
         }
+        if (m->flags & HELD_KEYED)
+            e->routes[m->route].keyed++;
         set_state(e, m, ENG_WAITING);
         wheel_add(e->wheel, h, m->node.due, m->node.seq);
     }
@@ -339,6 +371,8 @@ int eng_open(struct engine **out, const struct eng_opts *o)
     e->routes = xcalloc((size_t)(o->nroutes ? o->nroutes : 1), sizeof(*e->routes));
     e->route_index = o->route_index;
     e->route_arg = o->route_arg;
+    e->key_hash = o->key_hash ? o->key_hash : keymap_hash;
+    keymap_init(&e->keys);
 
     r = wlog_recover(e->log, replay, e, o->progress);
     if (r < 0) {
@@ -364,14 +398,136 @@ void eng_close(struct engine *e)
     wlog_close(e->log);
     wheel_free(e->wheel);
     idmap_destroy(&e->ids);
+    keymap_destroy(&e->keys);
     pool_destroy(&e->pool);
     free(e->routes);
     free(e->rbuf.p);
+    free(e->kbuf.p);
     free(e->pending.v);
     free(e->done.v);
+    free(e->cancel.v);
     free(e->done_buf);
     free(e->add_buf);
     free(e);
+}
+
+/* ---- keys ------------------------------------------------------------------- */
+
+/* Read m's record into b and decode it. 0 or a negative code. */
+static int read_record(struct engine *e, const struct held *m, struct wlog_buf *b,
+                       struct walrec_add *a)
+{
+    struct walrec_hdr hdr;
+    const uint8_t *payload;
+    int r = wlog_read(e->log, m->loc, b, &hdr, &payload);
+
+    if (r < 0)
+        return r;
+    if (hdr.type != WALREC_ADD || walrec_add_decode(payload, hdr.len, a) < 0 ||
+        a->msg_id != m->node.seq)
+        return ENG_ECORRUPT;
+    return 0;
+}
+
+/*
+ * The route's keyed pending message with this key: every handle stored
+ * under the hash is a candidate, confirmed against the key in its record.
+ * POOL_NIL if none; a log read error in *err.
+ */
+static pool_handle key_lookup(struct engine *e, uint16_t route, const char *key, size_t len,
+                              uint64_t kh, int *err)
+{
+    uint32_t few[8], *cand = few;
+    size_t n = keymap_find(&e->keys, kh, few, 8), i;
+    pool_handle found = POOL_NIL;
+
+    *err = 0;
+    if (n > 8) { /* a pile-up of equal hashes: only with forced collisions */
+        cand = xmalloc(n * sizeof(*cand));
+        keymap_find(&e->keys, kh, cand, n);
+    }
+    for (i = 0; i < n && found == POOL_NIL; i++) {
+        struct held *m = H(e, cand[i]);
+        struct walrec_add a;
+        if (m->route != route)
+            continue;
+        if ((*err = read_record(e, m, &e->kbuf, &a)) < 0)
+            break;
+        if (a.key_len == len && (len == 0 || memcmp(a.key, key, len) == 0))
+            found = cand[i];
+    }
+    if (cand != few)
+        free(cand);
+    return found;
+}
+
+/* Take a PENDING, WAITING or DUE message out for good: a CANCEL record follows. */
+static void cancel_msg(struct engine *e, pool_handle h, uint64_t kh)
+{
+    struct held *m = H(e, h);
+    struct route_state *r = &e->routes[m->route];
+    size_t i;
+
+    switch (m->state) {
+    case ENG_PENDING:
+        for (i = e->pending.n; i-- > 0;)
+            if (e->pending.v[i] == h)
+                break;
+        memmove(e->pending.v + i, e->pending.v + i + 1, (e->pending.n - i - 1) * sizeof(h));
+        e->pending.n--;
+        if (i < e->committing)
+            e->committing--; /* its ADD is being written; the CANCEL follows next time */
+        break;
+    case ENG_WAITING:
+        wheel_del(e->wheel, h);
+        break;
+    case ENG_DUE:
+        list_unlink(e, &r->due, h);
+        break;
+    default:
+        return; /* in flight or orphaned: not ours to cancel */
+    }
+    if (m->flags & HELD_KEYED) {
+        keymap_del(&e->keys, kh, h);
+        r->keyed--;
+    }
+    idvec_push(&e->cancel, m->node.seq);
+    forget(e, h);
+}
+
+int eng_cancel(struct engine *e, uint16_t route, const char *key, size_t len)
+{
+    uint64_t kh;
+    pool_handle h;
+    int err;
+
+    if (route >= e->nroutes)
+        return 0;
+    kh = e->key_hash(route, key, len);
+    h = key_lookup(e, route, key, len, kh, &err);
+    if (err < 0)
+        return err;
+    if (h == POOL_NIL) {
+        e->routes[route].cancel_missed++;
+        return 0;
+    }
+    cancel_msg(e, h, kh);
+    e->routes[route].cancelled++;
+    return 1;
+}
+
+eng_msg eng_find(struct engine *e, uint16_t route, const char *key, size_t len)
+{
+    int err;
+
+    if (route >= e->nroutes)
+        return 0;
+    return key_lookup(e, route, key, len, e->key_hash(route, key, len), &err);
+}
+
+int eng_read(struct engine *e, eng_msg m, struct walrec_add *a)
+{
+    return read_record(e, H(e, m), &e->rbuf, a);
 }
 
 /* ---- ingest and commit ----------------------------------------------------- */
@@ -385,10 +541,24 @@ int eng_add(struct engine *e, uint16_t route, struct walrec_add *a, eng_msg *mp)
     struct held *m;
     int r;
 
+    uint64_t kh = 0;
+
     if (e->failed)
         return e->failed;
     if (route >= e->nroutes)
         return -EINVAL;
+    if (a->flags & WALREC_ADD_KEYED) {
+        /* Reschedule: the newest message with a key replaces the pending one. */
+        int err;
+        kh = e->key_hash(route, a->key, a->key_len);
+        pool_handle old = key_lookup(e, route, a->key, a->key_len, kh, &err);
+        if (err < 0)
+            return err;
+        if (old != POOL_NIL) {
+            cancel_msg(e, old, kh);
+            e->routes[route].replaced++;
+        }
+    }
     a->msg_id = wlog_next_lsn(e->log);
     head = walrec_add_size(a) - a->body_len;
     if (head > e->add_cap) {
@@ -411,6 +581,11 @@ int eng_add(struct engine *e, uint16_t route, struct walrec_add *a, eng_msg *mp)
     m->loc = loc;
     m->route = route;
     set_state(e, m, ENG_PENDING);
+    if (a->flags & WALREC_ADD_KEYED) {
+        m->flags |= HELD_KEYED;
+        keymap_put(&e->keys, kh, h);
+        e->routes[route].keyed++;
+    }
     idmap_put(&e->ids, h);
     wlog_live(e->log, loc, 1);
     hvec_push(&e->pending, h);
@@ -422,7 +597,8 @@ int eng_add(struct engine *e, uint16_t route, struct walrec_add *a, eng_msg *mp)
 
 int eng_dirty(const struct engine *e)
 {
-    return e->pending.n > e->committing || e->done.n > 0 || wlog_pending(e->log) > 0;
+    return e->pending.n > e->committing || e->done.n > 0 || e->cancel.n > 0 ||
+           wlog_pending(e->log) > 0;
 }
 
 int eng_committing(const struct engine *e)
@@ -430,15 +606,16 @@ int eng_committing(const struct engine *e)
     return e->commit_busy;
 }
 
-static int append_done(struct engine *e)
+/* Append DONE (or CANCEL) records for the ids in v, and empty it. */
+static int append_ids(struct engine *e, struct idvec *v, uint8_t type)
 {
     /* One record per 64k ids keeps records small enough to read back whole. */
     const size_t batch = 65536;
     size_t i = 0;
     int r;
 
-    while (i < e->done.n) {
-        uint32_t n = (uint32_t)(e->done.n - i < batch ? e->done.n - i : batch);
+    while (i < v->n) {
+        uint32_t n = (uint32_t)(v->n - i < batch ? v->n - i : batch);
         size_t sz = walrec_done_size(n);
         struct walrec_piece p;
 
@@ -446,15 +623,15 @@ static int append_done(struct engine *e)
             e->done_cap = sz;
             e->done_buf = xrealloc(e->done_buf, sz);
         }
-        walrec_done_encode(e->done_buf, e->done.v + i, n);
+        walrec_done_encode(e->done_buf, v->v + i, n);
         p.p = e->done_buf;
         p.n = sz;
-        r = wlog_append(e->log, WALREC_DONE, &p, 1, NULL, NULL);
+        r = wlog_append(e->log, type, &p, 1, NULL, NULL);
         if (r < 0)
             return r;
         i += n;
     }
-    e->done.n = 0;
+    v->n = 0;
     return 0;
 }
 
@@ -491,7 +668,9 @@ int eng_commit(struct engine *e, eng_commit_fn *done, void *arg)
         return e->failed;
     if (e->commit_busy)
         return ENG_EBUSY;
-    if (e->done.n && (r = append_done(e)) < 0)
+    if (e->done.n && (r = append_ids(e, &e->done, WALREC_DONE)) < 0)
+        return e->failed = r;
+    if (e->cancel.n && (r = append_ids(e, &e->cancel, WALREC_CANCEL)) < 0)
         return e->failed = r;
     e->commit_busy = 1;
     e->committing = e->pending.n;
@@ -536,8 +715,6 @@ size_t eng_due(const struct engine *e, uint16_t route)
 int eng_take(struct engine *e, uint16_t route, eng_msg *mp, struct walrec_add *a)
 {
     struct route_state *r;
-    struct walrec_hdr hdr;
-    const uint8_t *payload;
     pool_handle h;
     struct held *m;
     int res;
@@ -548,12 +725,15 @@ int eng_take(struct engine *e, uint16_t route, eng_msg *mp, struct walrec_add *a
     if (!(h = r->due.head))
         return 0;
     m = H(e, h);
-    res = wlog_read(e->log, m->loc, &e->rbuf, &hdr, &payload);
+    res = read_record(e, m, &e->rbuf, a);
     if (res < 0)
         return res;
-    if (hdr.type != WALREC_ADD || walrec_add_decode(payload, hdr.len, a) < 0 ||
-        a->msg_id != m->node.seq)
-        return ENG_ECORRUPT;
+    if (m->flags & HELD_KEYED) {
+        /* From now on a cancel of its key is missed: it is on its way. */
+        keymap_del(&e->keys, e->key_hash(route, a->key, a->key_len), h);
+        m->flags &= (uint8_t)~HELD_KEYED;
+        r->keyed--;
+    }
     list_unlink(e, &r->due, h);
     list_link(e, &r->inflight, r->inflight.tail, h);
     set_state(e, m, ENG_INFLIGHT);
@@ -610,6 +790,103 @@ int eng_state(const struct engine *e, eng_msg h)
     return H(e, h)->state;
 }
 
+/* ---- browse and purge ---------------------------------------------------------- */
+
+struct list_ctx {
+    struct engine *e;
+    uint16_t route;
+    struct eng_item *v;
+    size_t n, cap;
+};
+
+static int list_visit(void *arg, pool_handle h)
+{
+    struct list_ctx *c = arg;
+    struct held *m = H(c->e, h);
+
+    if (m->route != c->route)
+        return 0;
+    c->v[c->n++] = (struct eng_item){h, m->node.seq, m->node.due, m->state};
+    return c->n == c->cap;
+}
+
+static int item_before(const struct eng_item *a, const struct eng_item *b)
+{
+    return a->due_ms < b->due_ms || (a->due_ms == b->due_ms && a->id < b->id);
+}
+
+size_t eng_list(struct engine *e, uint16_t route, uint64_t after_due, uint64_t after_id,
+                struct eng_item *out, size_t limit, int *more)
+{
+    struct list_ctx w = {e, route, NULL, 0, limit + 1};
+    struct eng_item *due;
+    size_t nd = 0, i = 0, j = 0, n = 0;
+    pool_handle h;
+
+    *more = 0;
+    if (route >= e->nroutes || limit == 0)
+        return 0;
+    /* The DUE list is in (due, id) order: from its head, past the cursor. */
+    due = xmalloc((limit + 1) * sizeof(*due));
+    for (h = e->routes[route].due.head; h && nd <= limit; h = H(e, h)->node.next) {
+        struct held *m = H(e, h);
+        if (m->node.due < after_due || (m->node.due == after_due && m->node.seq <= after_id))
+            continue;
+        due[nd++] = (struct eng_item){h, m->node.seq, m->node.due, m->state};
+    }
+    /* The wheel, in time order, until limit + 1 of this route. */
+    w.v = xmalloc((limit + 1) * sizeof(*w.v));
+    wheel_walk(e->wheel, after_due, after_id, list_visit, &w);
+    while (n < limit && (i < nd || j < w.n)) {
+        if (j == w.n || (i < nd && item_before(&due[i], &w.v[j])))
+            out[n++] = due[i++];
+        else
+            out[n++] = w.v[j++];
+    }
+    *more = i < nd || j < w.n;
+    free(due);
+    free(w.v);
+    return n;
+}
+
+void eng_purge_begin(struct engine *e, struct eng_purge *p, uint16_t route, uint64_t due_before)
+{
+    memset(p, 0, sizeof(*p));
+    p->route = route;
+    p->due_before = due_before;
+    p->cursor = 1;
+    p->end = e->pool.next_fresh;
+}
+
+/*
+ * Walk the message table by handle, not by an index that may be rebuilt
+ * under the walk: handles below `end` keep their place however the held
+ * set changes, and a released slot has state 0.
+ */
+int eng_purge_step(struct engine *e, struct eng_purge *p, size_t budget)
+{
+    while (budget-- > 0 && p->cursor < p->end) {
+        pool_handle h = p->cursor++;
+        struct held *m = H(e, h);
+        uint64_t kh = 0;
+
+        if (m->route != p->route || m->node.due >= p->due_before ||
+            (m->state != ENG_PENDING && m->state != ENG_WAITING && m->state != ENG_DUE))
+            continue;
+        if (m->flags & HELD_KEYED) {
+            struct walrec_add a;
+            int r = read_record(e, m, &e->kbuf, &a);
+            if (r < 0)
+                return r;
+            kh = e->key_hash(m->route, a.key, a.key_len);
+        }
+        cancel_msg(e, h, kh);
+        e->routes[p->route].cancelled++;
+        p->removed++;
+    }
+    return p->cursor < p->end;
+}
+
 /* ---- space ----------------------------------------------------------------- */
 
 static int compact_is_live(void *arg, uint64_t msg_id, struct wlog_loc loc)
@@ -661,7 +938,8 @@ void eng_stats(const struct engine *e, struct eng_stats *s)
     s->next_due_ms = wheel_min_due(e->wheel, 65536, &exact);
     if (s->next_due_ms == UINT64_MAX)
         s->next_due_ms = 0;
-    s->ram_bytes = pool_memory(&e->pool) + idmap_memory(&e->ids) + wheel_memory(e->wheel);
+    s->ram_bytes = pool_memory(&e->pool) + idmap_memory(&e->ids) + wheel_memory(e->wheel) +
+                   keymap_memory(&e->keys);
     s->recovery_seconds = e->recovery_seconds;
     wlog_stats(e->log, &ls);
     s->log_segments = ls.segments;
@@ -689,6 +967,10 @@ void eng_route_stats(const struct engine *e, uint16_t route, struct eng_route_st
     s->inflight = r->n[ENG_INFLIGHT];
     s->held = s->pending + s->waiting + s->due + s->inflight;
     s->confirmed = r->confirmed;
+    s->cancelled = r->cancelled;
+    s->replaced = r->replaced;
+    s->cancel_missed = r->cancel_missed;
+    s->keyed = r->keyed;
     s->oldest_due_ms = r->due.head ? H(e, r->due.head)->node.due : 0;
     s->lateness = r->lateness;
 }

@@ -333,6 +333,82 @@ uint64_t wheel_min_due(const struct wheel *w, size_t budget, int *exact)
     return min;
 }
 
+/* ---- ordered walk (browsing) --------------------------------------------- */
+
+struct walk_item {
+    uint64_t due, seq;
+    pool_handle h;
+};
+
+static int walk_cmp(const void *a, const void *b)
+{
+    const struct walk_item *x = a, *y = b;
+
+    if (x->due != y->due)
+        return x->due < y->due ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/*
+ * Sort the entries of one list set (a slot's lanes, or pending) that come
+ * after the cursor, and visit them. Returns non-zero when visit said stop.
+ */
+static int walk_lists(const struct wheel *w, const struct wheel_list *lists, int n,
+                      uint64_t after_due, uint64_t after_seq, wheel_visit_fn *visit, void *arg)
+{
+    struct walk_item *v = NULL;
+    size_t cnt = 0, cap = 0, i;
+    int stop = 0;
+
+    for (int l = 0; l < n; l++)
+        for (pool_handle h = lists[l].head; h != POOL_NIL; h = node(w, h)->next) {
+            const struct wheel_node *nd = node(w, h);
+            if (nd->due < after_due || (nd->due == after_due && nd->seq <= after_seq))
+                continue;
+            if (cnt == cap) {
+                cap = cap ? cap * 2 : 64;
+                v = xrealloc(v, cap * sizeof(*v));
+            }
+            v[cnt++] = (struct walk_item){nd->due, nd->seq, h};
+        }
+    if (cnt > 1)
+        qsort(v, cnt, sizeof(*v), walk_cmp);
+    for (i = 0; i < cnt && !stop; i++)
+        stop = visit(arg, v[i].h);
+    free(v);
+    return stop;
+}
+
+/*
+ * Time order of the slots: pending (due <= now) first; then level 0 slots
+ * above now's digit 0, then level 1 slots above now's digit 1, and so on:
+ * any entry of level L is due before any entry of level L+1 (it keeps now's
+ * digit L+1, which the other raises). Slot idx of level L holds exactly the
+ * dues in [base + idx * 256^L, base + (idx + 1) * 256^L).
+ */
+void wheel_walk(const struct wheel *w, uint64_t after_due, uint64_t after_seq,
+                wheel_visit_fn *visit, void *arg)
+{
+    if (walk_lists(w, &w->pending, 1, after_due, after_seq, visit, arg))
+        return;
+    for (unsigned level = 0; level < WHEEL_LEVELS; level++) {
+        unsigned shift = WHEEL_BITS * level;
+        uint64_t base = level < WHEEL_LEVELS - 1 ? w->now & (~UINT64_C(0) << (shift + WHEEL_BITS))
+                                                 : 0;
+        for (unsigned idx = slot_of(w->now, level) + 1; idx < WHEEL_SLOTS; idx++) {
+            if (!bit_test(w, level, idx))
+                continue;
+            uint64_t end = base + ((uint64_t)(idx + 1) << shift) - 1; /* last due in the slot */
+            if (level < WHEEL_LEVELS - 1 || idx + 1 < WHEEL_SLOTS)
+                if (end < after_due)
+                    continue; /* wholly before the cursor */
+            if (walk_lists(w, w->slots[level][idx].lane, WHEEL_LANES, after_due, after_seq,
+                           visit, arg))
+                return;
+        }
+    }
+}
+
 uint64_t wheel_next_event(const struct wheel *w)
 {
     if (w->pending.head != POOL_NIL)

@@ -41,6 +41,18 @@
  * if overdue), under the same id. A confirmed message whose DONE record was
  * not committed before the stop comes back too: delivery is at least once.
  *
+ * Keys. A message added with an x-delay-key (WALREC_ADD_KEYED) can be
+ * found by (route, key) while it is PENDING, WAITING or DUE: a newer message
+ * with the same key on the route replaces it (reschedule, debounce), and
+ * eng_cancel() removes it. Both write a CANCEL record with the next commit;
+ * a cancelled message leaves the held set at once and never fires, even
+ * after a crash (replay applies CANCEL like DONE) or a compaction (only
+ * live records are copied). Once taken (INFLIGHT) a message can no longer
+ * be cancelled or replaced: the cancel counts as missed. RAM: a keyed
+ * message costs one keymap slot (16-24 bytes: the 64-bit hash of route and
+ * key, and the handle); a hash hit is confirmed against the key stored in
+ * the WAL record.
+ *
  * Handles (eng_msg) stay valid from eng_add until eng_confirm; a DUE or
  * INFLIGHT message's handle is stable, so the publisher may keep it with its
  * confirm tag. Not thread-safe: one event loop owns the engine.
@@ -86,6 +98,8 @@ struct eng_opts {
     void *route_arg;
     uint64_t now_ms; /* wall clock at open; 0 = read it */
     struct db_progress *progress; /* optional: recovery progress (eng_open may run on a thread) */
+    /* Hash of (route, key); NULL = keymap_hash. Tests force collisions with it. */
+    uint64_t (*key_hash)(uint16_t route, const char *key, size_t len);
 };
 
 /*
@@ -101,7 +115,9 @@ void eng_close(struct engine *e);
 
 /*
  * Append a message for route (a->msg_id is assigned here): PENDING. Not
- * durable until a commit completes. *m (may be NULL) gets its handle.
+ * durable until a commit completes. *m (may be NULL) gets its handle. A
+ * keyed message first cancels the route's pending message with the same
+ * key, if any (counted in eng_route_stats().replaced).
  */
 int eng_add(struct engine *e, uint16_t route, struct walrec_add *a, eng_msg *m);
 
@@ -147,6 +163,52 @@ size_t eng_unsent_route(struct engine *e, uint16_t route);
 /* The state of m (enum eng_state). */
 int eng_state(const struct engine *e, eng_msg m);
 
+/*
+ * Cancel route's pending message with this key: 1 (cancelled; a CANCEL
+ * record goes out with the next commit), 0 (no such key pending: unknown,
+ * already published, or in flight), or a negative code (log read failed).
+ */
+int eng_cancel(struct engine *e, uint16_t route, const char *key, size_t len);
+
+/* route's pending (PENDING, WAITING or DUE) message with this key, or 0. */
+eng_msg eng_find(struct engine *e, uint16_t route, const char *key, size_t len);
+
+/* Read any held message's record back (pointers valid until the next read or take). */
+int eng_read(struct engine *e, eng_msg m, struct walrec_add *a);
+
+/*
+ * Browse: up to limit WAITING or DUE messages of route in (due, id) order,
+ * after the cursor (after_due, after_id) -- (0, 0) from the start. Returns
+ * how many were put in out; *more says whether any follow. The cost: the
+ * route's DUE list from its head, and wheel_walk() over the slots the page
+ * reaches (see wheel.h): O(n log n) for the n entries of those slots, never
+ * the whole held set unless one slot holds it.
+ */
+struct eng_item {
+    eng_msg m;
+    uint64_t id, due_ms;
+    int state;
+};
+size_t eng_list(struct engine *e, uint16_t route, uint64_t after_due, uint64_t after_id,
+                struct eng_item *out, size_t limit, int *more);
+
+/*
+ * Purge, as a bounded job: cancel every PENDING, WAITING or DUE message of
+ * route due before due_before (UINT64_MAX: all), walking the message table
+ * budget entries per call, so the loop stays responsive however many are
+ * held. Messages added after the job started may or may not be seen.
+ */
+struct eng_purge {
+    uint16_t route;
+    uint64_t due_before;
+    uint32_t cursor;  /* next handle to look at */
+    uint32_t end;     /* handles at the start of the job */
+    uint64_t removed; /* cancelled so far */
+};
+void eng_purge_begin(struct engine *e, struct eng_purge *p, uint16_t route, uint64_t due_before);
+/* 1 if more remains, 0 when done, negative on a log error. */
+int eng_purge_step(struct engine *e, struct eng_purge *p, size_t budget);
+
 /* Reclaim log space, a bounded amount of work; 1 if more remains, 0, or negative. */
 int eng_maintain(struct engine *e, size_t budget);
 
@@ -154,6 +216,10 @@ struct eng_route_stats {
     uint64_t pending, waiting, due, inflight; /* by state */
     uint64_t held;                            /* all four */
     uint64_t confirmed;                       /* eng_confirm() calls */
+    uint64_t cancelled;                       /* eng_cancel() hits and purged messages */
+    uint64_t replaced;                        /* keyed messages replaced by a newer one */
+    uint64_t cancel_missed;                   /* eng_cancel() for a key not pending */
+    uint64_t keyed;                           /* pending messages with a key */
     uint64_t oldest_due_ms;                   /* first DUE message's due time, 0 = none */
     struct db_hist lateness;                  /* confirm time - due time, seconds */
 };
@@ -165,7 +231,7 @@ struct eng_stats {
     uint64_t added, confirmed;
     uint64_t next_due_ms;   /* earliest due time of a WAITING message, 0 = none (see
                                wheel_min_due: exact unless 65536 share one wheel slot) */
-    uint64_t ram_bytes;     /* pool + index + wheel */
+    uint64_t ram_bytes;     /* pool + index + wheel + key map */
     double recovery_seconds;
     /* the log's own figures */
     uint64_t log_segments, log_disk_bytes, log_live_bytes, log_live_records;

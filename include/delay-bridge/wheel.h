@@ -69,6 +69,19 @@ uint64_t wheel_next_event(const struct wheel *w);
  */
 uint64_t wheel_min_due(const struct wheel *w, size_t budget, int *exact);
 
+/*
+ * Visit entries in (due, seq) order, starting after (after_due, after_seq),
+ * until visit returns non-zero or every entry was seen. Slots are taken in
+ * time order (see wheel.c); a slot that ends before the cursor is skipped
+ * without a look, and the entries of each slot visited are sorted first, so
+ * the cost is O(k log k) for the k entries of the slots the walk reaches,
+ * plus one bitmap step per slot. Nothing is changed; no callback may change
+ * the wheel.
+ */
+typedef int wheel_visit_fn(void *arg, pool_handle h);
+void wheel_walk(const struct wheel *w, uint64_t after_due, uint64_t after_seq,
+                wheel_visit_fn *visit, void *arg);
+
 typedef void wheel_fire_fn(void *arg, pool_handle h);
 
 /*

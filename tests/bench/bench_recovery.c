@@ -68,7 +68,7 @@ static void retire(struct engine *e, uint64_t now)
 static struct engine *open_at(const char *dir, uint64_t t0, int no_sync)
 {
     struct wal_opts wo = {.dir = dir, .no_sync = no_sync};
-    struct eng_opts o = {wal_file_log(&wo), 1, route_index, NULL, t0, NULL};
+    struct eng_opts o = {.log = wal_file_log(&wo), .nroutes = 1, .route_index = route_index, .now_ms = t0};
     struct engine *e;
 
     if (eng_open(&e, &o) < 0)

@@ -21,6 +21,8 @@
 #include "delay-bridge/wlog.h"
 
 static char dir[256];
+/* The key hash the engine is opened with (NULL: its own); a test forces collisions. */
+static uint64_t (*g_key_hash)(uint16_t, const char *, size_t);
 static const uint64_t T0 = 1700000000000ull;
 
 static int route_index(void *arg, const char *name, size_t len)
@@ -126,7 +128,8 @@ static struct engine *open_engine_log(uint64_t now, int *known_routes, uint64_t 
                                       int async)
 {
     struct wal_opts wo = {.dir = dir, .segment_bytes = segment_bytes, .no_sync = 1};
-    struct eng_opts o = {wal_file_log(&wo), 2, route_index, known_routes, now, NULL};
+    struct eng_opts o = {.log = wal_file_log(&wo), .nroutes = 2, .route_index = route_index,
+                         .route_arg = known_routes, .now_ms = now, .key_hash = g_key_hash};
     struct engine *e = NULL;
     int r;
 
@@ -555,6 +558,202 @@ static void test_compaction_keeps_long_delays(void)
     rm_dir();
 }
 
+/* ---- keys, cancel, browse, purge ------------------------------------------------- */
+
+static eng_msg add_keyed(struct engine *e, uint16_t route, uint64_t now, uint64_t delay,
+                         const char *key, const char *body)
+{
+    struct walrec_add a;
+    eng_msg m = 0;
+
+    memset(&a, 0, sizeof(a));
+    a.due_ms = now + delay;
+    a.enqueue_ms = now;
+    a.route = route == 0 ? "orders" : "rates";
+    a.route_len = (uint8_t)strlen(a.route);
+    a.flags = WALREC_ADD_KEYED;
+    a.key = key;
+    a.key_len = (uint8_t)strlen(key);
+    a.body = (const uint8_t *)body;
+    a.body_len = (uint32_t)strlen(body);
+    CHECK(eng_add(e, route, &a, &m) == 0);
+    return m;
+}
+
+static uint64_t all_collide(uint16_t route, const char *key, size_t len)
+{
+    (void)route, (void)key, (void)len;
+    return 7; /* every key of every route under one hash: hits are confirmed by the record */
+}
+
+static void keys_case(void)
+{
+    struct engine *e = open_engine(T0, NULL, 0);
+    struct eng_route_stats rs;
+
+    add_keyed(e, 0, T0, 5000, "order-1", "first");
+    add_keyed(e, 0, T0, 8000, "order-1", "second"); /* replaces "first", still PENDING */
+    add_keyed(e, 1, T0, 6000, "order-1", "other-route");
+    add_keyed(e, 0, T0, 7000, "order-2", "two");
+    eng_route_stats(e, 0, &rs);
+    CHECK(rs.held == 2 && rs.replaced == 1 && rs.keyed == 2);
+    commit(e);
+    add_keyed(e, 0, T0, 9000, "order-2", "two-bis"); /* replaces a WAITING one */
+    CHECK(eng_cancel(e, 0, "nope", 4) == 0);
+    CHECK(eng_find(e, 0, "order-1", 7) != 0 && eng_find(e, 0, "order-3", 7) == 0);
+    commit(e);
+    eng_route_stats(e, 0, &rs);
+    CHECK(rs.held == 2 && rs.replaced == 2 && rs.cancel_missed == 1);
+
+    /* crash: only the newest of each key comes back, each route its own */
+    eng_close(e);
+    e = open_engine(T0 + 10000, NULL, 0);
+    CHECK(held(e) == 3);
+    CHECK(eng_advance(e, T0 + 10000) == 3);
+    TAKE_EXPECT(e, 0, "second");
+    TAKE_EXPECT(e, 0, "two-bis");
+    TAKE_EXPECT(e, 1, "other-route");
+    /* in flight: a cancel is missed, a new message with the key is a new one */
+    CHECK(eng_cancel(e, 0, "order-1", 7) == 0);
+    add_keyed(e, 0, T0 + 10000, 1000, "order-1", "third");
+    eng_route_stats(e, 0, &rs);
+    CHECK(rs.inflight == 2 && rs.pending == 1 && rs.replaced == 0);
+    eng_close(e);
+    rm_dir();
+}
+
+static void cancel_case(void)
+{
+    struct engine *e = open_engine(T0, NULL, 64 << 10);
+    char body[300];
+    int i, more;
+
+    /* cancel in each cancellable state */
+    add_keyed(e, 0, T0, 100, "due", "d");
+    add_keyed(e, 0, T0, 60000, "waiting", "w");
+    commit(e);
+    eng_advance(e, T0 + 200);
+    add_keyed(e, 0, T0, 100, "pending", "p");
+    CHECK(eng_cancel(e, 0, "due", 3) == 1);
+    CHECK(eng_cancel(e, 0, "waiting", 7) == 1);
+    CHECK(eng_cancel(e, 0, "pending", 7) == 1);
+    CHECK(eng_cancel(e, 0, "waiting", 7) == 0); /* once */
+    CHECK(held(e) == 0 && eng_due(e, 0) == 0);
+    commit(e);
+    CHECK(eng_advance(e, T0 + 100000) == 0);
+
+    /* a cancelled message stays cancelled through compaction and restart */
+    add_keyed(e, 0, T0, 86400000, "keep", "keep");
+    add_keyed(e, 0, T0, 86400000, "drop", "drop");
+    commit(e);
+    memset(body, 'x', 250);
+    body[250] = '\0';
+    for (i = 0; i < 600; i++) /* fill segments, then let compaction copy "keep" forward */
+        add(e, 1, T0, 0, body);
+    CHECK(eng_cancel(e, 0, "drop", 4) == 1);
+    commit(e);
+    eng_advance(e, T0 + 100000);
+    for (i = 0; i < 600; i++) {
+        eng_msg m = take(e, 1, body, sizeof(body));
+        eng_confirm(e, m, T0 + 100000);
+    }
+    commit(e);
+    do {
+        more = eng_maintain(e, 1 << 20);
+        commit(e);
+    } while (more > 0);
+    struct eng_stats s;
+    eng_stats(e, &s);
+    CHECK(s.log_compacted_bytes > 0, "compaction did not run");
+    eng_close(e);
+    e = open_engine(T0 + 2 * 86400000ull, NULL, 64 << 10);
+    CHECK(held(e) == 1);
+    CHECK(eng_advance(e, T0 + 2 * 86400000ull) == 1);
+    TAKE_EXPECT(e, 0, "keep");
+    eng_close(e);
+    rm_dir();
+}
+
+static void collisions_case(void)
+{
+    struct engine *e;
+
+    g_key_hash = all_collide;
+    e = open_engine(T0, NULL, 0);
+    add_keyed(e, 0, T0, 100, "a", "A");
+    add_keyed(e, 0, T0, 100, "b", "B");
+    add_keyed(e, 1, T0, 100, "a", "A-rates");
+    add_keyed(e, 0, T0, 200, "a", "A2"); /* replaces A only */
+    commit(e);
+    CHECK(held(e) == 3);
+    CHECK(eng_cancel(e, 0, "b", 1) == 1);
+    CHECK(eng_cancel(e, 0, "c", 1) == 0);
+    commit(e);
+    eng_close(e);
+    e = open_engine(T0 + 1000, NULL, 0); /* the same after recovery */
+    CHECK(eng_find(e, 0, "a", 1) != 0 && eng_find(e, 1, "a", 1) != 0 && eng_find(e, 0, "b", 1) == 0);
+    CHECK(eng_advance(e, T0 + 1000) == 2);
+    TAKE_EXPECT(e, 0, "A2");
+    TAKE_EXPECT(e, 1, "A-rates");
+    eng_close(e);
+    g_key_hash = NULL;
+    rm_dir();
+}
+
+/* Browse in (due, id) order, page by page, due ones first; then purge. */
+static void browse_purge_case(void)
+{
+    struct engine *e = open_engine(T0, NULL, 0);
+    struct eng_item page[7];
+    uint64_t last_due = 0, last_id = 0;
+    size_t n, total = 0;
+    int more = 1, i;
+    struct eng_purge p;
+    char body[16];
+
+    /* delays from 1 ms to a year, reversed, on two routes; a few due already */
+    for (i = 0; i < 300; i++) {
+        uint64_t delay = (uint64_t)(300 - i) * (300 - i) * (300 - i) * 1000;
+        snprintf(body, sizeof(body), "m%d", i);
+        add(e, (uint16_t)(i % 3 == 0), T0, i < 5 ? 0 : delay, body);
+    }
+    commit(e);
+    eng_advance(e, T0 + 1);
+    while (more) {
+        n = eng_list(e, 0, last_due, last_id, page, 7, &more);
+        for (size_t k = 0; k < n; k++) {
+            CHECK(page[k].due_ms > last_due || (page[k].due_ms == last_due && page[k].id > last_id),
+                  "out of order at %zu", total + k);
+            CHECK(page[k].state == ENG_WAITING || page[k].state == ENG_DUE);
+            last_due = page[k].due_ms;
+            last_id = page[k].id;
+        }
+        total += n;
+        CHECK(n == 7 || !more);
+    }
+    struct eng_route_stats rs;
+    eng_route_stats(e, 0, &rs);
+    CHECK_U64(total, rs.waiting + rs.due);
+
+    /* purge route 0 before a week from now, 13 handles per step */
+    eng_purge_begin(e, &p, 0, T0 + 7 * 86400000ull);
+    int steps = 0;
+    while (eng_purge_step(e, &p, 13) > 0)
+        steps++;
+    CHECK(steps > 10);
+    n = eng_list(e, 0, 0, 0, page, 7, &more);
+    CHECK(n > 0 && page[0].due_ms >= T0 + 7 * 86400000ull);
+    eng_route_stats(e, 0, &rs);
+    CHECK_U64(rs.held + p.removed, total);
+    commit(e);
+    eng_close(e);
+    e = open_engine(T0 + 1, NULL, 0);
+    eng_route_stats(e, 0, &rs);
+    CHECK_U64(rs.held + p.removed, total); /* the purge is durable */
+    eng_close(e);
+    rm_dir();
+}
+
 static const struct check_case cases[] = {
     {"transitions", test_transitions},
     {"nack_order", test_nack_order},
@@ -565,6 +764,10 @@ static const struct check_case cases[] = {
     {"async_commit", test_async_commit},
     {"unknown_route_kept", test_unknown_route_kept},
     {"compaction_keeps_long_delays", test_compaction_keeps_long_delays},
+    {"keys", keys_case},
+    {"cancel", cancel_case},
+    {"collisions", collisions_case},
+    {"browse_purge", browse_purge_case},
 };
 
 int main(int argc, char **argv)
