@@ -3,6 +3,13 @@
  *
  * Everything here blocks, bounded by the timeout given at open: it runs
  * when a connection is (re)established, never per message.
+ *
+ * TLS (amqps://) goes through rabbitmq-c's OpenSSL socket, which completes
+ * the handshake, then checks the chain (SSL_get_verify_result) and, when
+ * asked, the host name, and closes the socket on any failure: there is no
+ * path from an amqps:// URI to a plain TCP connection. Its status codes
+ * carry no OpenSSL detail, so tls_error() turns each into a sentence that
+ * says which setting to look at.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +20,7 @@
 #include <amqp_tcp_socket.h>
 
 #include "delay-bridge/amqp_conn.h"
+#include "delay-bridge/config.h"
 #include "delay-bridge/log.h"
 #include "delay-bridge/uri.h"
 
@@ -61,8 +69,82 @@ int amqp_conn_buffered(const struct amqp_conn *c)
     return c->st && (amqp_frames_enqueued(c->st) || amqp_data_in_buffer(c->st));
 }
 
-int amqp_conn_open(struct amqp_conn *c, const char *uri, const char *name, uint16_t heartbeat_s,
-                   uint32_t timeout_ms, char *err, size_t errlen)
+static const char *or_null(const char *s)
+{
+    return s && *s ? s : NULL;
+}
+
+/* A TLS socket on c->st with tls's files loaded, or NULL with err set. */
+static amqp_socket_t *tls_socket(struct amqp_conn *c, const struct amqp_conn_tls *tls,
+                                 char *err, size_t errlen)
+{
+    const char *ca = tls && or_null(tls->ca_file) ? tls->ca_file : CONFIG_TLS_DEFAULT_CA_FILE;
+    const char *cert = tls ? or_null(tls->cert_file) : NULL;
+    const char *key = tls ? or_null(tls->key_file) : NULL;
+    amqp_socket_t *sock = amqp_ssl_socket_new(c->st);
+
+    if (!sock) {
+        snprintf(err, errlen, "cannot create a TLS socket for %s (OpenSSL initialisation failed)",
+                 c->uri_masked);
+        return NULL;
+    }
+    amqp_ssl_socket_set_verify_peer(sock, 1);
+    amqp_ssl_socket_set_verify_hostname(sock, !tls || tls->verify_hostname);
+    if (amqp_ssl_socket_set_cacert(sock, ca) != AMQP_STATUS_OK) {
+        snprintf(err, errlen, "TLS: cannot load CA certificates from \"%s\" "
+                 "(broker.tls.ca_file, --ca-file): missing, unreadable or not PEM", ca);
+        return NULL;
+    }
+    if (!cert != !key) {
+        snprintf(err, errlen, "TLS: set cert_file and key_file together");
+        return NULL;
+    }
+    if (cert) {
+        /* an encrypted key fails to load instead of prompting on a terminal */
+        amqp_ssl_socket_set_key_passwd(sock, "");
+        if (amqp_ssl_socket_set_key(sock, cert, key) != AMQP_STATUS_OK) {
+            snprintf(err, errlen, "TLS: cannot load the client certificate \"%s\" and key "
+                     "\"%s\" (broker.tls.cert_file and key_file, --cert-file and --key-file): "
+                     "unreadable, not PEM, an encrypted key, or a key that does not match the "
+                     "certificate", cert, key);
+            return NULL;
+        }
+    }
+    return sock;
+}
+
+/* err: why a TLS connection to host failed (status from amqp_socket_open_noblock). */
+static void tls_error(const struct amqp_conn *c, const char *host, const char *ca, int status,
+                      char *err, size_t errlen)
+{
+    switch (status) {
+    case AMQP_STATUS_SSL_PEER_VERIFY_FAILED:
+        snprintf(err, errlen, "cannot connect to %s: TLS: certificate verify failed: the "
+                 "broker's certificate does not chain to a CA in \"%s\" (broker.tls.ca_file, "
+                 "--ca-file), or it has expired", c->uri_masked, ca);
+        break;
+    case AMQP_STATUS_SSL_HOSTNAME_VERIFY_FAILED:
+        snprintf(err, errlen, "cannot connect to %s: TLS: host name verification failed: the "
+                 "broker's certificate does not name \"%s\"; connect by a DNS name it lists "
+                 "(IP address entries are not matched) (broker.tls.verify_hostname)",
+                 c->uri_masked, host);
+        break;
+    case AMQP_STATUS_SSL_CONNECTION_FAILED:
+        snprintf(err, errlen, "cannot connect to %s: TLS handshake failed (is the port a TLS "
+                 "listener? does the broker require a client certificate, "
+                 "broker.tls.cert_file and key_file, --cert-file and --key-file?)",
+                 c->uri_masked);
+        break;
+    default:
+        snprintf(err, errlen, "cannot connect to %s: %s", c->uri_masked,
+                 amqp_error_string2(status));
+        break;
+    }
+}
+
+int amqp_conn_open(struct amqp_conn *c, const char *uri, const char *name,
+                   const struct amqp_conn_tls *tls, uint16_t heartbeat_s, uint32_t timeout_ms,
+                   char *err, size_t errlen)
 {
     struct uri u;
     struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
@@ -84,27 +166,25 @@ int amqp_conn_open(struct amqp_conn *c, const char *uri, const char *name, uint1
 
     c->st = amqp_new_connection();
     if (u.tls) {
-        sock = amqp_ssl_socket_new(c->st);
-        if (sock) {
-            amqp_ssl_socket_set_verify_peer(sock, 1);
-            amqp_ssl_socket_set_verify_hostname(sock, 1);
-            if (amqp_ssl_socket_set_cacert(sock, "/etc/ssl/certs/ca-certificates.crt") !=
-                AMQP_STATUS_OK) {
-                snprintf(err, errlen, "cannot load CA certificates for %s", c->uri_masked);
-                goto fail;
-            }
-        }
+        sock = tls_socket(c, tls, err, errlen);
+        if (!sock)
+            goto fail;
     } else {
         sock = amqp_tcp_socket_new(c->st);
-    }
-    if (!sock) {
-        snprintf(err, errlen, "cannot create socket");
-        goto fail;
+        if (!sock) {
+            snprintf(err, errlen, "cannot create socket");
+            goto fail;
+        }
     }
     status = amqp_socket_open_noblock(sock, u.host, u.port, &tv);
     if (status != AMQP_STATUS_OK) {
-        snprintf(err, errlen, "cannot connect to %s: %s", c->uri_masked,
-                 amqp_error_string2(status));
+        if (u.tls)
+            tls_error(c, u.host, tls && or_null(tls->ca_file) ? tls->ca_file
+                                                             : CONFIG_TLS_DEFAULT_CA_FILE,
+                      status, err, errlen);
+        else
+            snprintf(err, errlen, "cannot connect to %s: %s", c->uri_masked,
+                     amqp_error_string2(status));
         goto fail;
     }
     amqp_set_handshake_timeout(c->st, &tv);
@@ -118,8 +198,17 @@ int amqp_conn_open(struct amqp_conn *c, const char *uri, const char *name, uint1
     r = amqp_login_with_properties(c->st, u.vhost, 0, 131072, heartbeat_s, &ptable,
                                    AMQP_SASL_METHOD_PLAIN, u.user, u.password);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-        snprintf(err, errlen, "login to %s failed: %s", c->uri_masked,
-                 amqp_conn_reply_text(r, text, sizeof(text)));
+        /* TLS 1.3: a broker that wants a client certificate says so after the handshake */
+        int tls_hint = u.tls && r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
+                       (r.library_error == AMQP_STATUS_SSL_ERROR ||
+                        r.library_error == AMQP_STATUS_CONNECTION_CLOSED ||
+                        r.library_error == AMQP_STATUS_SOCKET_ERROR);
+        snprintf(err, errlen, "login to %s failed: %s%s", c->uri_masked,
+                 amqp_conn_reply_text(r, text, sizeof(text)),
+                 tls_hint ? " (TLS: the broker may require a client certificate or have "
+                            "refused it: broker.tls.cert_file and key_file, --cert-file and "
+                            "--key-file)"
+                          : "");
         goto fail;
     }
     c->fd = amqp_get_sockfd(c->st);

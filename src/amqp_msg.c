@@ -26,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <json-c/json.h>
+
 #include "delay-bridge/xalloc.h"
 
 #define H_XDELAY "x-delay"
@@ -143,6 +145,12 @@ void amqp_msg_outgoing(const amqp_basic_properties_t *in, amqp_basic_properties_
                        const char *id, const char *error)
 {
     *out = *in;
+    /*
+     * Only the 14 basic properties (bits 15..2). rabbitmq-c keeps whatever
+     * flag bits it decoded, continuation words included; published again,
+     * a stray bit 0 becomes a continuation word the broker misreads.
+     */
+    out->_flags &= 0xfffc;
 
     int nin = 0;
     const amqp_table_entry_t *ein = NULL;
@@ -205,4 +213,129 @@ int amqp_msg_encode_props(const amqp_basic_properties_t *props, uint8_t **buf, s
         *cap = *cap ? *cap * 2 : 65536;
         *buf = xrealloc(*buf, *cap);
     }
+}
+
+int amqp_msg_header_str(const amqp_table_t *headers, const char *name, const char **p,
+                        size_t *len)
+{
+    if (!headers || headers->num_entries <= 0 || !headers->entries)
+        return 0;
+    for (int i = 0; i < headers->num_entries; i++) {
+        const amqp_field_value_t *v = &headers->entries[i].value;
+        if (!key_is(headers->entries[i].key, name))
+            continue;
+        if (v->kind != AMQP_FIELD_KIND_UTF8 && v->kind != AMQP_FIELD_KIND_BYTES)
+            return -1;
+        *p = v->value.bytes.bytes;
+        *len = v->value.bytes.len;
+        return 1;
+    }
+    return 0;
+}
+
+static struct json_object *field_json(const amqp_field_value_t *v, int depth);
+
+static struct json_object *table_json(const amqp_table_t *t, int depth)
+{
+    struct json_object *o = json_object_new_object();
+
+    for (int i = 0; t && i < t->num_entries; i++) {
+        char key[256];
+        snprintf(key, sizeof(key), "%.*s", (int)t->entries[i].key.len,
+                 (const char *)t->entries[i].key.bytes);
+        json_object_object_add(o, key, field_json(&t->entries[i].value, depth + 1));
+    }
+    return o;
+}
+
+static struct json_object *field_json(const amqp_field_value_t *v, int depth)
+{
+    struct json_object *o;
+    char kind[2] = {(char)v->kind, 0};
+
+    if (depth > 32) /* a table nested deeper than anyone means */
+        return json_object_new_string("...");
+    switch (v->kind) {
+    case AMQP_FIELD_KIND_BOOLEAN: return json_object_new_boolean(v->value.boolean);
+    case AMQP_FIELD_KIND_I8: return json_object_new_int64(v->value.i8);
+    case AMQP_FIELD_KIND_U8: return json_object_new_int64(v->value.u8);
+    case AMQP_FIELD_KIND_I16: return json_object_new_int64(v->value.i16);
+    case AMQP_FIELD_KIND_U16: return json_object_new_int64(v->value.u16);
+    case AMQP_FIELD_KIND_I32: return json_object_new_int64(v->value.i32);
+    case AMQP_FIELD_KIND_U32: return json_object_new_int64(v->value.u32);
+    case AMQP_FIELD_KIND_I64: return json_object_new_int64(v->value.i64);
+    case AMQP_FIELD_KIND_U64: return json_object_new_uint64(v->value.u64);
+    case AMQP_FIELD_KIND_F32: return json_object_new_double(v->value.f32);
+    case AMQP_FIELD_KIND_F64: return json_object_new_double(v->value.f64);
+    case AMQP_FIELD_KIND_TIMESTAMP: return json_object_new_uint64(v->value.u64);
+    case AMQP_FIELD_KIND_UTF8:
+    case AMQP_FIELD_KIND_BYTES:
+        return json_object_new_string_len(v->value.bytes.bytes ? v->value.bytes.bytes : "",
+                                          (int)v->value.bytes.len);
+    case AMQP_FIELD_KIND_TABLE: return table_json(&v->value.table, depth);
+    case AMQP_FIELD_KIND_ARRAY:
+        o = json_object_new_array();
+        for (int i = 0; i < v->value.array.num_entries; i++)
+            json_object_array_add(o, field_json(&v->value.array.entries[i], depth + 1));
+        return o;
+    case AMQP_FIELD_KIND_VOID: return NULL;
+    default:
+        o = json_object_new_object();
+        json_object_object_add(o, "type", json_object_new_string(kind));
+        return o;
+    }
+}
+
+#define ADD_STR(o, flag, name, field)                                                        \
+    if (p->_flags & (flag))                                                                  \
+    json_object_object_add(o, name,                                                          \
+                           json_object_new_string_len(p->field.bytes ? p->field.bytes : "",  \
+                                                      (int)p->field.len))
+
+struct json_object *amqp_msg_props_json(const uint8_t *props, size_t len)
+{
+    amqp_pool_t pool;
+    amqp_basic_properties_t *p;
+    struct json_object *o = NULL;
+
+    init_amqp_pool(&pool, 4096);
+    if (amqp_decode_properties(AMQP_BASIC_CLASS, &pool, (amqp_bytes_t){len, (void *)props},
+                               (void **)&p) >= 0) {
+        o = json_object_new_object();
+        ADD_STR(o, AMQP_BASIC_CONTENT_TYPE_FLAG, "content_type", content_type);
+        ADD_STR(o, AMQP_BASIC_CONTENT_ENCODING_FLAG, "content_encoding", content_encoding);
+        if (p->_flags & AMQP_BASIC_DELIVERY_MODE_FLAG)
+            json_object_object_add(o, "delivery_mode", json_object_new_int(p->delivery_mode));
+        if (p->_flags & AMQP_BASIC_PRIORITY_FLAG)
+            json_object_object_add(o, "priority", json_object_new_int(p->priority));
+        ADD_STR(o, AMQP_BASIC_CORRELATION_ID_FLAG, "correlation_id", correlation_id);
+        ADD_STR(o, AMQP_BASIC_REPLY_TO_FLAG, "reply_to", reply_to);
+        ADD_STR(o, AMQP_BASIC_EXPIRATION_FLAG, "expiration", expiration);
+        ADD_STR(o, AMQP_BASIC_MESSAGE_ID_FLAG, "message_id", message_id);
+        if (p->_flags & AMQP_BASIC_TIMESTAMP_FLAG)
+            json_object_object_add(o, "timestamp", json_object_new_uint64(p->timestamp));
+        ADD_STR(o, AMQP_BASIC_TYPE_FLAG, "type", type);
+        ADD_STR(o, AMQP_BASIC_USER_ID_FLAG, "user_id", user_id);
+        ADD_STR(o, AMQP_BASIC_APP_ID_FLAG, "app_id", app_id);
+        if (p->_flags & AMQP_BASIC_HEADERS_FLAG)
+            json_object_object_add(o, "headers", table_json(&p->headers, 0));
+    }
+    empty_amqp_pool(&pool);
+    return o;
+}
+
+void amqp_msg_set_header(amqp_basic_properties_t *p, amqp_pool_t *pool, const char *name,
+                         const char *value)
+{
+    int n = (p->_flags & AMQP_BASIC_HEADERS_FLAG) && p->headers.entries ? p->headers.num_entries
+                                                                         : 0;
+    amqp_table_t t;
+
+    t.entries = pool_alloc(pool, sizeof(amqp_table_entry_t) * ((size_t)n + 1));
+    t.num_entries = n;
+    if (n)
+        memcpy(t.entries, p->headers.entries, sizeof(amqp_table_entry_t) * (size_t)n);
+    table_set(&t, name, pool_string(pool, value, strlen(value)));
+    p->headers = t;
+    p->_flags |= AMQP_BASIC_HEADERS_FLAG;
 }

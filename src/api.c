@@ -8,8 +8,11 @@
  *   /readyz    GET, HEAD   "ready\n"                   503 "not ready: REASON\n"
  *   /metrics   GET, HEAD   Prometheus text (metrics.c)
  *   /stats     GET, HEAD   JSON (below)
+ *   /pending   GET, HEAD   JSON page of pending messages (api_ops.pending_list)
+ *   /pending/R/KEY  GET, HEAD, DELETE  one message / cancel it
+ *   /purge     POST        JSON: the purge job
  *   other      any         404 "not found\n"
- *   known      other       405 "method not allowed\n", Allow: GET, HEAD
+ *   known      other       405 "method not allowed\n", Allow: the methods above
  *
  * Every body is rendered for HEAD too: the transport drops it, and the
  * Content-Length it sends is then the one GET would have.
@@ -53,6 +56,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <json-c/json.h>
@@ -141,6 +145,7 @@ static json_object *route_json(const struct db_route_stats *r)
     add_u64(o, "received", r->received);
     add_u64(o, "rejected", r->rejected);
     add_u64(o, "invalid_delay", r->invalid_delay);
+    add_u64(o, "invalid_key", r->invalid_key);
     add_u64(o, "dead_lettered", r->dead_lettered);
     add_u64(o, "published", r->published);
     add_u64(o, "confirmed", r->confirmed);
@@ -207,6 +212,16 @@ static void render_stats(const struct db_stats *s, struct strbuf *out)
     add(wal, "fsync", hist_summary(&w->fsync));
     add(root, "wal", wal);
 
+    if (s->purge.started) {
+        json_object *pj = json_object_new_object();
+        add(pj, "route", jstr(s->purge.route));
+        add_u64(pj, "due_before_ms", s->purge.due_before == UINT64_MAX ? 0 : s->purge.due_before);
+        add_u64(pj, "removed", s->purge.removed);
+        add(pj, "done", json_object_new_boolean(s->purge.done != 0));
+        add(pj, "progress", jdouble(s->purge.progress));
+        add(root, "purge", pj);
+    }
+
     json_object *routes = json_object_new_array();
     for (int i = 0; s->routes && i < s->nroutes; i++)
         json_object_array_add(routes, route_json(&s->routes[i]));
@@ -222,12 +237,18 @@ static void render_stats(const struct db_stats *s, struct strbuf *out)
 
 /* ---- routing ---- */
 
-enum api_route { R_NONE, R_HEALTHZ, R_READYZ, R_METRICS, R_STATS };
+enum api_route { R_NONE, R_HEALTHZ, R_READYZ, R_METRICS, R_STATS, R_PENDING, R_MESSAGE, R_PURGE };
 
 static enum api_route route_of(const char *path)
 {
     if (!path)
         return R_NONE;
+    if (!strcmp(path, "/pending"))
+        return R_PENDING;
+    if (!strncmp(path, "/pending/", 9))
+        return R_MESSAGE;
+    if (!strcmp(path, "/purge"))
+        return R_PURGE;
     if (!strcmp(path, "/healthz"))
         return R_HEALTHZ;
     if (!strcmp(path, "/readyz"))
@@ -246,6 +267,113 @@ static void text(struct api_response *resp, int status, const char *body)
     strbuf_puts(&resp->body, body);
 }
 
+static void json_answer(struct api_response *resp, int status, struct json_object *o)
+{
+    size_t n = 0;
+    const char *t = json_object_to_json_string_length(
+        o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE, &n);
+
+    resp->status = status;
+    resp->content_type = API_JSON;
+    strbuf_append(&resp->body, t, n);
+    strbuf_puts(&resp->body, "\n");
+    json_object_put(o);
+}
+
+static void json_error(struct api_response *resp, int status, const char *why)
+{
+    struct json_object *o = json_object_new_object();
+
+    json_object_object_add(o, "error", json_object_new_string(why));
+    json_answer(resp, status, o);
+}
+
+static const char *arg(const struct api_request *req, const char *name)
+{
+    return req->arg ? req->arg(req->ctx, name) : NULL;
+}
+
+/* The held-message endpoints: argument checks here, the work in api_ops. */
+static void held_messages(const struct api_ops *ops, const struct api_request *req,
+                          enum api_route r, const char *m, struct api_response *resp)
+{
+    struct json_object *o;
+    int status;
+
+    if (r == R_PURGE) {
+        const char *route = arg(req, "route");
+        if (strcmp(m, "POST")) {
+            text(resp, 405, "method not allowed\n");
+            resp->allow = "POST";
+            return;
+        }
+        if (!ops->purge) {
+            text(resp, 404, "not found\n");
+            return;
+        }
+        if (!route || !*route) {
+            json_error(resp, 400, "route=NAME is required");
+            return;
+        }
+        o = json_object_new_object();
+        status = ops->purge(ops->arg, route, arg(req, "due_before"), o);
+        json_answer(resp, status, o);
+        return;
+    }
+    if (r == R_PENDING) {
+        const char *route = arg(req, "route"), *lim = arg(req, "limit");
+        unsigned long limit = 100;
+        char *end;
+        if (strcmp(m, "GET") && strcmp(m, "HEAD")) {
+            text(resp, 405, "method not allowed\n");
+            resp->allow = API_ALLOW;
+            return;
+        }
+        if (!ops->pending_list) {
+            text(resp, 404, "not found\n");
+            return;
+        }
+        if (!route || !*route) {
+            json_error(resp, 400, "route=NAME is required");
+            return;
+        }
+        if (lim) {
+            limit = strtoul(lim, &end, 10);
+            if (!*lim || *end || limit < 1 || limit > 1000) {
+                json_error(resp, 400, "limit must be 1..1000");
+                return;
+            }
+        }
+        o = json_object_new_object();
+        status = ops->pending_list(ops->arg, route, arg(req, "after"), (unsigned)limit, o);
+        json_answer(resp, status, o);
+        return;
+    }
+    /* /pending/ROUTE/KEY: route names have no '/', a key may */
+    const char *rest = req->path + 9, *slash = strchr(rest, '/');
+    char route[256];
+    if (!slash || slash == rest || (size_t)(slash - rest) >= sizeof(route) || !slash[1]) {
+        json_error(resp, 404, "expected /pending/ROUTE/KEY");
+        return;
+    }
+    memcpy(route, rest, (size_t)(slash - rest));
+    route[slash - rest] = '\0';
+    int del = !strcmp(m, "DELETE");
+    if (!del && strcmp(m, "GET") && strcmp(m, "HEAD")) {
+        text(resp, 405, "method not allowed\n");
+        resp->allow = "GET, HEAD, DELETE";
+        return;
+    }
+    if (!(del ? ops->pending_cancel : ops->pending_get)) {
+        text(resp, 404, "not found\n");
+        return;
+    }
+    o = json_object_new_object();
+    status = del ? ops->pending_cancel(ops->arg, route, slash + 1, o)
+                 : ops->pending_get(ops->arg, route, slash + 1, o);
+    json_answer(resp, status, o);
+}
+
 void api_handle(const struct api_ops *ops, const struct api_request *req,
                 struct api_response *resp)
 {
@@ -260,6 +388,10 @@ void api_handle(const struct api_ops *ops, const struct api_request *req,
         return;
     }
     const char *m = req->method ? req->method : "";
+    if (r == R_PENDING || r == R_MESSAGE || r == R_PURGE) {
+        held_messages(ops, req, r, m, resp);
+        return;
+    }
     if (strcmp(m, "GET") && strcmp(m, "HEAD")) {
         text(resp, 405, "method not allowed\n");
         resp->allow = API_ALLOW;
@@ -299,7 +431,7 @@ void api_handle(const struct api_ops *ops, const struct api_request *req,
         resp->content_type = API_JSON;
         render_stats(&s, &resp->body);
         break;
-    case R_NONE:
+    default:
         break;
     }
 }

@@ -71,15 +71,22 @@
 #include "delay-bridge/wlog.h"
 #include "delay-bridge/xalloc.h"
 
+#include <json-c/json.h>
+
+#define PURGE_STEP 65536            /* message-table entries a purge looks at per turn */
+#define PURGE_AT_ONCE (1u << 20)    /* ... and in the request itself, before answering 202 */
 #define MAINTAIN_BUDGET (8u << 20)
 #define MAINTAIN_EVERY_MS 100
 #define MAX_SLEEP_MS 1000
 #define PUBLISH_BURST 1024 /* per route per round, so routes take turns */
 
+#define H_KEY "x-delay-key"
+#define H_CANCEL "x-delay-cancel"
+
 /* What the bridge itself counts per route (the parts count the rest). */
 struct route_counts {
-    uint64_t received, rejected, invalid_delay, dead_lettered;
-    struct log_ratelimit rl_delay;
+    uint64_t received, rejected, invalid_delay, invalid_key, dead_lettered;
+    struct log_ratelimit rl_delay, rl_return;
 };
 
 struct bridge {
@@ -109,6 +116,12 @@ struct bridge {
     int exit_code, done;
 
     struct db_route_stats *snap; /* bridge_stats() output */
+
+    /* The purge job (POST /purge), a bounded step per loop turn. */
+    struct {
+        int started, active;
+        struct eng_purge job;
+    } purge;
 
     /* Recovery on a thread: the loop learns it is over through `recovered`. */
     struct {
@@ -199,6 +212,26 @@ static void on_delivery(void *arg, const struct delivery *d)
     }
     if (d->props->_flags & AMQP_BASIC_HEADERS_FLAG)
         headers = &d->props->headers;
+
+    /* x-delay-cancel: remove the pending message with that key; not forwarded. */
+    const char *key = NULL;
+    size_t key_len = 0;
+    int kind = amqp_msg_header_str(headers, H_CANCEL, &key, &key_len);
+    if (kind != 0) {
+        if (kind < 0 || key_len > MSGREC_KEY_MAX) {
+            n->invalid_key++;
+            if ((ev = log_ratelimit(&n->rl_delay, now, 10000)))
+                log_warn("consume", "invalid x-delay-cancel (not a string of at most 255 bytes): "
+                         "dropped", "route=%s events=%" PRIu64, rc->name, ev);
+        } else if ((r = eng_cancel(b->eng, (uint16_t)d->route, key, key_len)) < 0) {
+            fatal(b, "WAL read (cancel)", r);
+            return;
+        }
+        b->logged_gen = d->gen; /* acked once the CANCEL record is durable */
+        b->logged_tag = d->tag;
+        return;
+    }
+
     xs = amqp_msg_xdelay(headers, rc->max_delay_ms, &delay);
     len = amqp_msg_encode_props(d->props, &b->props_buf, &b->props_cap);
     if (len < 0) {
@@ -206,14 +239,26 @@ static void on_delivery(void *arg, const struct delivery *d)
         return;
     }
     in = (struct msgrec_in){d->exchange, d->exchange_len, d->routing_key, d->routing_key_len,
-                            b->props_buf, (uint32_t)len, d->body, (uint32_t)d->body_size};
-    if (msgrec_from_delivery(&a, rc, &in, now, xs, delay)) {
-        n->invalid_delay++;
+                            b->props_buf, (uint32_t)len, d->body, (uint32_t)d->body_size,
+                            NULL, 0, 0};
+    kind = amqp_msg_header_str(headers, H_KEY, &in.key, &in.key_len);
+    if (kind <= 0) {
+        in.key = NULL;
+        in.key_invalid = kind < 0;
+    }
+    if ((r = msgrec_from_delivery(&a, rc, &in, now, xs, delay))) {
+        if (r & MSGREC_INVALID_DELAY)
+            n->invalid_delay++;
+        if (r & MSGREC_INVALID_KEY)
+            n->invalid_key++;
         if (a.flags & WALREC_ADD_DEADLETTER)
             n->dead_lettered++;
         if ((ev = log_ratelimit(&n->rl_delay, now, 10000)))
-            log_warn("consume", xdelay_strerror(xs), "route=%s action=%s events=%" PRIu64,
-                     rc->name,
+            log_warn("consume",
+                     r & MSGREC_INVALID_DELAY ? xdelay_strerror(xs)
+                                              : "invalid x-delay-key (not a string of at most 255 "
+                                                "bytes)",
+                     "route=%s action=%s events=%" PRIu64, rc->name,
                      rc->invalid_delay == INVALID_DELAY_DEAD_LETTER ? "dead-letter" : "publish-now",
                      ev);
     }
@@ -238,15 +283,33 @@ static void on_consumer_state(void *arg, int up)
 
 /* ---- publishes out --------------------------------------------------------------- */
 
-static void on_confirmed(void *arg, int route, uint32_t ref, int ok)
+static void on_confirmed(void *arg, int route, uint32_t ref, int ok, int returned)
 {
     struct bridge *b = arg;
+    const struct config_route *rc = &b->cfg->routes[route];
+    uint64_t now = clock_now_ms(), ev;
 
-    if (ok)
-        eng_confirm(b->eng, ref, clock_now_ms());
-    else
+    if (!ok) {
         eng_unsent(b->eng, ref);
-    (void)route;
+        return;
+    }
+    if (returned) {
+        /* No queue was bound at the target: keep it, where the route says so. */
+        if (rc->unroutable_exchange[0] && !eng_diverted(b->eng, ref)) {
+            eng_divert(b->eng, ref);
+            return;
+        }
+        if ((ev = log_ratelimit(&b->counts[route].rl_return, now, 10000)))
+            log_warn("publish",
+                     rc->unroutable_exchange[0]
+                         ? "unroutable message returned by the unroutable exchange too: dropped"
+                         : "unroutable message dropped by the broker (no queue bound at the "
+                           "target; set routes[].unroutable_exchange to keep them)",
+                     "route=%s target=\"%s\" events=%" PRIu64, rc->name,
+                     rc->unroutable_exchange[0] ? rc->unroutable_exchange : rc->target_exchange,
+                     ev);
+    }
+    eng_confirm(b->eng, ref, now);
 }
 
 static void on_route_lost(void *arg, int route)
@@ -277,7 +340,7 @@ static void pump(struct bridge *b)
                 }
                 if (r == 0)
                     break;
-                msgrec_to_publish(&a, &b->cfg->routes[i], b->log_id, &o);
+                msgrec_to_publish(&a, &b->cfg->routes[i], b->log_id, eng_diverted(b->eng, m), &o);
                 if (publisher_send(b->pub, i, m, &a, &o) < 0)
                     return; /* connection lost: everything in flight is due again */
                 sent++;
@@ -345,6 +408,15 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
     }
     if (b->exit_code)
         return;
+    if (b->purge.active && (r = eng_purge_step(b->eng, &b->purge.job, PURGE_STEP)) <= 0) {
+        if (r < 0) {
+            fatal(b, "WAL read (purge)", r);
+            return;
+        }
+        b->purge.active = 0;
+        log_info("bridge", "purge done", "route=%s removed=%" PRIu64,
+                 b->cfg->routes[b->purge.job.route].name, b->purge.job.removed);
+    }
     if (now - b->last_maintain >= MAINTAIN_EVERY_MS) {
         b->last_maintain = now;
         r = eng_maintain(b->eng, MAINTAIN_BUDGET);
@@ -365,7 +437,7 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
         next = min_u64(next, eng_next_event(b->eng));
     next = min_u64(next, consumer_next_wakeup(b->cons));
     next = min_u64(next, publisher_next_wakeup(b->pub));
-    if (consumer_busy(b->cons) || publisher_busy(b->pub) ||
+    if (consumer_busy(b->cons) || publisher_busy(b->pub) || b->purge.active ||
         (eng_dirty(b->eng) && !eng_committing(b->eng)))
         next = now;
     if (b->stopping)
@@ -407,9 +479,194 @@ static void api_stats(void *arg, struct db_stats *s)
     bridge_stats(arg, s);
 }
 
+static int route_index(void *arg, const char *name, size_t len);
+
+static int route_by_name(const struct bridge *b, const char *name)
+{
+    return route_index((void *)b->cfg, name, strlen(name));
+}
+
+static int api_fail(struct json_object *out, int status, const char *why)
+{
+    json_object_object_add(out, "error", json_object_new_string(why));
+    return status;
+}
+
+/* A held message as JSON: what browsing shows, and with its properties for one message. */
+static struct json_object *message_json(struct bridge *b, const struct eng_item *it,
+                                        const struct walrec_add *a, int full)
+{
+    struct json_object *o = json_object_new_object(), *props;
+    char iso[CLOCK_ISO_LEN], id[40];
+
+    snprintf(id, sizeof(id), "%016" PRIx64 "-%" PRIu64, b->log_id, it->id);
+    json_object_object_add(o, "id", json_object_new_string(id));
+    json_object_object_add(o, "due_ms", json_object_new_uint64(it->due_ms));
+    json_object_object_add(o, "due", json_object_new_string(clock_iso8601(it->due_ms, iso)));
+    json_object_object_add(o, "state", json_object_new_string(it->state == ENG_DUE ? "due" : "waiting"));
+    json_object_object_add(o, "key", a->key ? json_object_new_string_len(a->key, a->key_len) : NULL);
+    json_object_object_add(o, "routing_key",
+                           json_object_new_string_len(a->routing_key ? a->routing_key : "",
+                                                      a->routing_key_len));
+    json_object_object_add(o, "size", json_object_new_uint64(a->body_len));
+    json_object_object_add(o, "enqueued_ms", json_object_new_uint64(a->enqueue_ms));
+    props = amqp_msg_props_json(a->props, a->props_len);
+    struct json_object *mid = NULL;
+    if (props && json_object_object_get_ex(props, "message_id", &mid))
+        json_object_object_add(o, "message_id", json_object_get(mid));
+    else
+        json_object_object_add(o, "message_id", NULL);
+    if (full) {
+        json_object_object_add(o, "exchange",
+                               json_object_new_string_len(a->exchange ? a->exchange : "",
+                                                          a->exchange_len));
+        json_object_object_add(o, "properties", props);
+        props = NULL;
+    }
+    json_object_put(props);
+    return o;
+}
+
+static int api_pending_list(void *arg, const char *route, const char *after, unsigned limit,
+                            struct json_object *out)
+{
+    struct bridge *b = arg;
+    int ri = route_by_name(b, route), more, r;
+    uint64_t after_due = 0, after_id = 0;
+    struct eng_item *items;
+    size_t n, i;
+
+    if (!b->eng)
+        return api_fail(out, 503, "recovering");
+    if (ri < 0)
+        return api_fail(out, 404, "no such route");
+    if (after && *after) {
+        char *end;
+        after_due = strtoull(after, &end, 10);
+        if (*end != '-' || !end[1])
+            return api_fail(out, 400, "after: expected the cursor of a previous page");
+        after_id = strtoull(end + 1, &end, 10);
+        if (*end)
+            return api_fail(out, 400, "after: expected the cursor of a previous page");
+    }
+    items = xmalloc(limit * sizeof(*items));
+    n = eng_list(b->eng, (uint16_t)ri, after_due, after_id, items, limit, &more);
+    struct json_object *arr = json_object_new_array();
+    for (i = 0; i < n; i++) {
+        struct walrec_add a;
+        if ((r = eng_read(b->eng, items[i].m, &a)) < 0) {
+            free(items);
+            json_object_put(arr);
+            return api_fail(out, 500, eng_strerror(r));
+        }
+        json_object_array_add(arr, message_json(b, &items[i], &a, 0));
+    }
+    json_object_object_add(out, "route", json_object_new_string(route));
+    json_object_object_add(out, "count", json_object_new_uint64(n));
+    json_object_object_add(out, "messages", arr);
+    if (more && n) {
+        char cursor[48];
+        snprintf(cursor, sizeof(cursor), "%" PRIu64 "-%" PRIu64, items[n - 1].due_ms,
+                 items[n - 1].id);
+        json_object_object_add(out, "next", json_object_new_string(cursor));
+    } else {
+        json_object_object_add(out, "next", NULL);
+    }
+    free(items);
+    return 200;
+}
+
+static int api_pending_get(void *arg, const char *route, const char *key, struct json_object *out)
+{
+    struct bridge *b = arg;
+    int ri = route_by_name(b, route), r;
+    struct walrec_add a;
+    eng_msg m;
+
+    if (!b->eng)
+        return api_fail(out, 503, "recovering");
+    if (ri < 0)
+        return api_fail(out, 404, "no such route");
+    if (!(m = eng_find(b->eng, (uint16_t)ri, key, strlen(key))))
+        return api_fail(out, 404, "no message with this key is pending");
+    if ((r = eng_read(b->eng, m, &a)) < 0)
+        return api_fail(out, 500, eng_strerror(r));
+    struct eng_item it = {m, a.msg_id, a.due_ms, eng_state(b->eng, m)};
+    struct json_object *msg = message_json(b, &it, &a, 1);
+    json_object_object_foreach(msg, k, v) json_object_object_add(out, k, json_object_get(v));
+    json_object_put(msg);
+    return 200;
+}
+
+static int api_pending_cancel(void *arg, const char *route, const char *key,
+                              struct json_object *out)
+{
+    struct bridge *b = arg;
+    int ri = route_by_name(b, route), r;
+
+    if (!b->eng)
+        return api_fail(out, 503, "recovering");
+    if (ri < 0)
+        return api_fail(out, 404, "no such route");
+    r = eng_cancel(b->eng, (uint16_t)ri, key, strlen(key));
+    if (r < 0) {
+        fatal(b, "WAL read (cancel)", r);
+        return api_fail(out, 500, eng_strerror(r));
+    }
+    json_object_object_add(out, "route", json_object_new_string(route));
+    json_object_object_add(out, "key", json_object_new_string(key));
+    json_object_object_add(out, "cancelled", json_object_new_boolean(r == 1));
+    if (r == 0)
+        return 404; /* unknown, already published, or in flight */
+    /* Durable before answering, where the log commits at once. */
+    commit_and_ack(b);
+    if (b->exit_code)
+        return api_fail(out, 500, "WAL commit failed");
+    json_object_object_add(out, "durable", json_object_new_boolean(!eng_dirty(b->eng)));
+    return eng_dirty(b->eng) ? 202 : 200;
+}
+
+static int api_purge(void *arg, const char *route, const char *due_before,
+                     struct json_object *out)
+{
+    struct bridge *b = arg;
+    int ri = route_by_name(b, route), r;
+    uint64_t before = UINT64_MAX;
+
+    if (!b->eng)
+        return api_fail(out, 503, "recovering");
+    if (ri < 0)
+        return api_fail(out, 404, "no such route");
+    if (due_before && *due_before && clock_parse(due_before, &before) < 0)
+        return api_fail(out, 400, "due_before: expected ms since the epoch or ISO 8601 UTC");
+    if (b->purge.active)
+        return api_fail(out, 409, "a purge is already running (see /stats)");
+    eng_purge_begin(b->eng, &b->purge.job, (uint16_t)ri, before);
+    b->purge.started = 1;
+    b->purge.active = 1;
+    log_info("bridge", "purge started", "route=%s due_before_ms=%" PRIu64, route,
+             before == UINT64_MAX ? 0 : before);
+    r = eng_purge_step(b->eng, &b->purge.job, PURGE_AT_ONCE);
+    if (r < 0) {
+        fatal(b, "WAL read (purge)", r);
+        return api_fail(out, 500, eng_strerror(r));
+    }
+    if (r == 0) {
+        b->purge.active = 0;
+        commit_and_ack(b);
+        log_info("bridge", "purge done", "route=%s removed=%" PRIu64, route,
+                 b->purge.job.removed);
+    }
+    json_object_object_add(out, "route", json_object_new_string(route));
+    json_object_object_add(out, "removed", json_object_new_uint64(b->purge.job.removed));
+    json_object_object_add(out, "done", json_object_new_boolean(r == 0));
+    return r == 0 ? 200 : 202;
+}
+
 static void on_http(void *arg, const struct api_request *req, struct api_response *resp)
 {
-    struct api_ops ops = {api_stats, arg};
+    struct api_ops ops = {api_stats, api_pending_list, api_pending_get, api_pending_cancel,
+                          api_purge, arg};
 
     api_handle(&ops, req, resp);
 }
@@ -622,6 +879,15 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
     s->wal.failed = es.log_failed != 0;
     s->wal.writable = !s->wal.failed;
     s->wal.fsync = es.fsync;
+    if (b->purge.started) {
+        const struct eng_purge *j = &b->purge.job;
+        s->purge.started = 1;
+        s->purge.done = !b->purge.active;
+        s->purge.route = b->cfg->routes[j->route].name;
+        s->purge.due_before = j->due_before;
+        s->purge.removed = j->removed;
+        s->purge.progress = j->end > 1 ? (double)(j->cursor - 1) / (double)(j->end - 1) : 1.0;
+    }
     for (i = 0; i < b->cfg->nroutes; i++) {
         struct db_route_stats *r = &b->snap[i];
         const struct route_counts *n = &b->counts[i];
@@ -633,6 +899,7 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
         r->received = n->received;
         r->rejected = n->rejected;
         r->invalid_delay = n->invalid_delay;
+        r->invalid_key = n->invalid_key;
         r->dead_lettered = n->dead_lettered;
         if (b->pub)
             publisher_route_stats(b->pub, i, r);
@@ -640,6 +907,8 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
         if (b->eng)
             eng_route_stats(b->eng, (uint16_t)i, &ers);
         r->confirmed = ers.confirmed;
+        r->cancelled = ers.cancelled + ers.replaced;
+        r->cancel_missed = ers.cancel_missed;
         r->waiting = ers.waiting;
         r->due = ers.due;
         r->inflight = ers.inflight;

@@ -43,6 +43,7 @@
 
 #include "delay-bridge/amqp_conn.h"
 #include "delay-bridge/cli.h"
+#include "delay-bridge/config.h"
 #include "delay-bridge/xalloc.h"
 
 #define PUB_OK 0
@@ -57,7 +58,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: delay-bridge publish --uri URI --exchange X --routing-key K --delay MS\n"
             "                            [--header k=v]... [--persistent] [--message-id ID]\n"
-            "                            [--content-type T] [--timeout MS] [BODY|-]\n"
+            "                            [--content-type T] [--timeout MS]\n"
+            "                            [--ca-file F] [--cert-file F --key-file F] [BODY|-]\n"
             "\n"
             "Publish one message with an x-delay header (signed 64-bit integer) to exchange X,\n"
             "usually a route's ingress exchange, with publisher confirms, and wait for the\n"
@@ -75,6 +77,11 @@ static void usage(FILE *f)
             "  --content-type T    the content-type property\n"
             "  --timeout MS        bound on connecting and on waiting for the confirm\n"
             "                      (default %d)\n"
+            "  --ca-file F         amqps://: CA bundle (PEM) that must sign the broker's\n"
+            "                      certificate, whose host name is checked too\n"
+            "                      (default " CONFIG_TLS_DEFAULT_CA_FILE ")\n"
+            "  --cert-file F       amqps://: client certificate (PEM), with --key-file\n"
+            "  --key-file F        amqps://: its private key (PEM, no passphrase)\n"
             "  -h, --help          print this help and exit\n"
             "\n"
             "The message is published mandatory: if no queue is bound for the routing key\n"
@@ -214,6 +221,9 @@ int cli_publish_main(int argc, char **argv)
         {"message-id", required_argument, NULL, 'm'},
         {"content-type", required_argument, NULL, 't'},
         {"timeout", required_argument, NULL, 'T'},
+        {"ca-file", required_argument, NULL, 'A'},
+        {"cert-file", required_argument, NULL, 'C'},
+        {"key-file", required_argument, NULL, 'K'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -226,6 +236,7 @@ int cli_publish_main(int argc, char **argv)
     size_t body_len = 0;
     int body_owned = 0;
     struct amqp_conn conn;
+    struct amqp_conn_tls tls = {NULL, NULL, NULL, 1};
     amqp_basic_properties_t props;
     char err[1024];
 
@@ -288,6 +299,15 @@ int cli_publish_main(int argc, char **argv)
             }
             timeout_ms = (uint32_t)v;
             break;
+        case 'A':
+            tls.ca_file = optarg;
+            break;
+        case 'C':
+            tls.cert_file = optarg;
+            break;
+        case 'K':
+            tls.key_file = optarg;
+            break;
         case 'h':
             usage(stdout);
             rc = PUB_OK;
@@ -307,6 +327,10 @@ int cli_publish_main(int argc, char **argv)
                 !uri ? "--uri (or DELAY_BRIDGE_BROKER_URI)"
                      : !exchange ? "--exchange" : !rk ? "--routing-key" : "--delay");
         usage(stderr);
+        goto cleanup;
+    }
+    if (!tls.cert_file != !tls.key_file) {
+        fprintf(stderr, "delay-bridge publish: --cert-file and --key-file go together\n");
         goto cleanup;
     }
     if (strlen(exchange) > 255 || strlen(rk) > 255) {
@@ -332,7 +356,8 @@ int cli_publish_main(int argc, char **argv)
     }
 
     rc = PUB_FAIL;
-    if (amqp_conn_open(&conn, uri, "delay-bridge publish", 0, timeout_ms, err, sizeof(err)) < 0) {
+    if (amqp_conn_open(&conn, uri, "delay-bridge publish", &tls, 0, timeout_ms, err,
+                       sizeof(err)) < 0) {
         fprintf(stderr, "delay-bridge publish: %s\n", err);
         goto cleanup;
     }

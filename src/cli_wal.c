@@ -11,43 +11,50 @@
  *
  * THE SCAN
  *
- *   1. List dir/NNNNNNNNNNNNNNNNNNNN.wal (20 digits) and open every segment
- *      at once. A live daemon may delete the oldest segment between the
- *      listing and the open (compaction): on ENOENT the listing is simply
- *      taken again. Once a segment is open, a later unlink cannot hurt.
- *   2. Per segment: a valid header (magic, version, CRC, reserved word),
- *      segno equal to the name, the same wal_id as the first segment,
- *      segment numbers contiguous, base_lsn continuing the previous segment.
- *   3. Per record: walrec_decode() with the segment's salt (header sanity,
- *      CRC, payload layout), then LSN = previous + 1.
+ * The reading itself -- which names are segments, when a header is good,
+ * records read in chunks and checked, torn tail or corruption -- is the
+ * daemon's own code (walscan.h), so the tool cannot drift from recovery.
+ * What this file adds:
+ *
+ *   1. List the segments (walscan_list) and open every one at once. A live
+ *      daemon may delete the oldest segment between the listing and the
+ *      open (compaction): on ENOENT the listing is simply taken again. Once
+ *      a segment is open, a later unlink cannot hurt.
+ *   2. Per segment: a good header (walscan_seghdr: magic, version, CRC,
+ *      reserved word, segno equal to the name, base_lsn not 0), the same
+ *      wal_id as the first segment, segment numbers contiguous, base_lsn
+ *      continuing the previous segment.
+ *   3. Per record (walscan_next): walrec_decode() with the segment's salt,
+ *      then LSN = previous + 1.
  *   4. The first record that fails is a TORN TAIL if it lies in the newest
- *      segment and no valid record (CRC good under the salt, LSN beyond the
- *      last good one) follows anywhere in that file -- exactly the daemon's
- *      rule. A live daemon may be writing there right now, and a daemon
- *      starting up would cut it off; it is reported and the exit code is 0.
- *      A newest segment no longer than a header whose header is not valid
- *      is a segment being created (or a crash during that): also a torn tail.
- *      Anything else is corruption: "corrupt: segment N (file) offset X:
- *      reason", exit 4, the daemon's exit code for a corrupt WAL.
+ *      segment and no valid record follows anywhere in that file (the
+ *      daemon's rule, walscan.h). A live daemon may be writing there right
+ *      now, and a daemon starting up would cut it off; it is reported and
+ *      the exit code is 0. A newest segment no longer than a header whose
+ *      header is not valid is a segment being created (or a crash during
+ *      that): also a torn tail. Anything else is corruption: "corrupt:
+ *      segment N (file) offset X: reason", exit 4, the daemon's exit code
+ *      for a corrupt WAL.
  *
  * LIVE MESSAGES
  *
  * Replayed like the engine does: an ADD whose msg_id is new creates a
  * pending message; an ADD whose msg_id is already pending is a compaction
- * copy and supersedes the earlier one; a DONE forgets its ids (ids it names
- * whose ADD is in a segment already deleted are normal and only counted).
- * CANCEL (type 3) is reserved: counted, its content ignored. Pending
- * messages are kept as small fixed-size items in a pool indexed by msg_id
- * (pool.h, idmap.h), about 60 bytes each; "dump" reads the few records it
- * prints back from the still-open segment files and decodes their AMQP
- * properties with rabbitmq-c.
+ * copy and supersedes the earlier one; a DONE (published) or a CANCEL
+ * (x-delay-cancel, replaced by a newer message with the same x-delay-key,
+ * purged) forgets its ids. Ids that a DONE or CANCEL names whose ADD is in a
+ * segment already deleted are normal and only counted. Pending messages are
+ * kept as small fixed-size items in a pool indexed by msg_id (pool.h,
+ * idmap.h), about 60 bytes each, with one bit for "the key equals dump
+ * --key" rather than the key itself; "dump" reads the few records it prints
+ * back from the still-open segment files (key included) and decodes their
+ * AMQP properties with rabbitmq-c.
  *
  * Exit codes: 0 ok, 1 directory unreadable or an I/O error, 2 usage, 4
  * corrupt (also: a file name or segment header the daemon would refuse).
  */
 #define _GNU_SOURCE
 #include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -70,6 +77,7 @@
 #include "delay-bridge/idmap.h"
 #include "delay-bridge/pool.h"
 #include "delay-bridge/walrec.h"
+#include "delay-bridge/walscan.h"
 #include "delay-bridge/xalloc.h"
 
 #define CLI_OK 0
@@ -85,7 +93,7 @@
 
 struct seg {
     uint64_t segno;
-    char name[32];
+    char name[WALSCAN_NAME_SIZE];
     int fd;
     uint64_t size;   /* bytes, as fstat said at open (what we read up to) */
     uint32_t salt;
@@ -106,6 +114,7 @@ struct live {
     uint16_t route;    /* index into scan.routes */
     uint16_t flags;    /* WALREC_ADD_* */
     uint16_t error;
+    uint8_t key_match; /* keyed, and the key is scan.key (dump --key) */
 };
 
 struct route_stat {
@@ -123,13 +132,18 @@ struct scan {
 
     uint64_t file_bytes;
     uint64_t first_lsn, next_lsn; /* next_lsn = last good LSN + 1 */
-    uint64_t n_add, n_copy, n_done, n_done_ids, n_done_unknown, n_cancel;
+    uint64_t n_add, n_copy, n_done, n_done_ids, n_done_unknown;
+    uint64_t n_cancel, n_cancel_ids, n_cancel_unknown;
     uint64_t b_add, b_done, b_cancel;
+
+    const char *key; /* dump --key, or NULL */
 
     /* torn tail of the newest segment */
     int torn;
     uint64_t torn_off, torn_bytes;
     char torn_why[200];
+
+    struct walscan sc;
 
     /* corruption: the message after "corrupt: " */
     char corrupt[512];
@@ -139,7 +153,7 @@ struct scan {
     struct route_stat *routes;
     size_t nroutes;
 
-    uint8_t *buf;
+    uint8_t *buf; /* dump: one record read back */
     size_t cap;
 };
 
@@ -235,24 +249,6 @@ static void put_field(FILE *f, const void *p, size_t n)
     }
 }
 
-static ssize_t pread_full(int fd, void *p, size_t n, uint64_t off)
-{
-    size_t done = 0;
-
-    while (done < n) {
-        ssize_t r = pread(fd, (uint8_t *)p + done, n - done, (off_t)(off + done));
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (r == 0)
-            break;
-        done += (size_t)r;
-    }
-    return (ssize_t)done;
-}
-
 static void set_corrupt(struct scan *s, size_t idx, uint64_t off, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
@@ -287,12 +283,6 @@ static uint16_t route_id(struct scan *s, const char *name, uint8_t len)
 
 /* ---- listing and opening ----------------------------------------------- */
 
-static int cmp_seg(const void *a, const void *b)
-{
-    uint64_t x = ((const struct seg *)a)->segno, y = ((const struct seg *)b)->segno;
-    return x < y ? -1 : x > y;
-}
-
 static void close_segs(struct scan *s)
 {
     for (size_t i = 0; i < s->nsegs; i++)
@@ -309,51 +299,30 @@ static void close_segs(struct scan *s)
  */
 static int open_segs_once(struct scan *s)
 {
-    DIR *d;
-    struct dirent *e;
-    size_t cap = 0;
-    int fd, r = 0;
+    uint64_t *nos;
+    size_t n;
+    char bad[256];
+    int r;
 
-    fd = openat(s->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || !(d = fdopendir(fd))) {
-        r = -errno;
-        if (fd >= 0)
-            close(fd);
+    r = walscan_list(s->dirfd, &nos, &n, bad, sizeof(bad));
+    if (r == WLOG_EFORMAT) {
+        snprintf(s->corrupt, sizeof(s->corrupt),
+                 "unexpected file %s/%s in the log directory (the daemon refuses to open the "
+                 "log; move it away)", s->dir, bad);
+        return CLI_CORRUPT;
+    }
+    if (r < 0) {
         fprintf(stderr, "delay-bridge wal: cannot list %s: %s\n", s->dir, strerror(-r));
         return r;
     }
-    while ((e = readdir(d)) != NULL) {
-        size_t len = strlen(e->d_name);
-        uint64_t segno = 0;
-        int ok = len == 24 && strcmp(e->d_name + 20, ".wal") == 0;
-
-        if (len < 4 || strcmp(e->d_name + len - 4, ".wal") != 0)
-            continue; /* LOCK and anything else that is not a segment */
-        for (size_t i = 0; ok && i < 20; i++) {
-            if (!isdigit((unsigned char)e->d_name[i]) || segno > (UINT64_MAX - 9) / 10)
-                ok = 0;
-            else
-                segno = segno * 10 + (uint64_t)(e->d_name[i] - '0');
-        }
-        if (!ok || segno == 0 || segno > UINT32_MAX) {
-            snprintf(s->corrupt, sizeof(s->corrupt),
-                     "unexpected file %s/%s in the log directory (the daemon refuses to open the "
-                     "log; move it away)", s->dir, e->d_name);
-            r = CLI_CORRUPT;
-            goto cleanup;
-        }
-        if (s->nsegs == cap) {
-            cap = cap ? cap * 2 : 64;
-            s->segs = xrealloc(s->segs, cap * sizeof(*s->segs));
-        }
-        struct seg *g = &s->segs[s->nsegs++];
-        memset(g, 0, sizeof(*g));
-        g->segno = segno;
-        g->fd = -1;
-        memcpy(g->name, e->d_name, 25);
+    s->segs = xcalloc(n, sizeof(*s->segs));
+    s->nsegs = n;
+    for (size_t i = 0; i < n; i++) {
+        s->segs[i].segno = nos[i];
+        s->segs[i].fd = -1;
+        walscan_seg_name(s->segs[i].name, nos[i]);
     }
-    if (s->nsegs)
-        qsort(s->segs, s->nsegs, sizeof(*s->segs), cmp_seg);
+    free(nos);
     for (size_t i = 0; i < s->nsegs; i++) {
         struct seg *g = &s->segs[i];
         struct stat st;
@@ -373,7 +342,6 @@ static int open_segs_once(struct scan *s)
         g->size = (uint64_t)st.st_size;
     }
 cleanup:
-    closedir(d);
     if (r != 0)
         close_segs(s);
     return r;
@@ -401,92 +369,15 @@ static int open_segs(struct scan *s)
 
 /* ---- records ----------------------------------------------------------- */
 
-/* Why the record at p (avail bytes to the end of the file) is not valid. */
-static void bad_reason(const uint8_t *p, uint64_t avail, uint32_t salt, char *out, size_t n)
-{
-    struct walrec_hdr h;
-    const uint8_t *pl;
-    uint32_t len;
-
-    if (avail < WALREC_HDR_SIZE) {
-        snprintf(out, n, "record header runs past the end of the file (%" PRIu64 " of %d bytes)",
-                 avail, WALREC_HDR_SIZE);
-        return;
-    }
-    len = walrec_get32(p);
-    if (p[4] < WALREC_ADD || p[4] > WALREC_CANCEL)
-        snprintf(out, n, "unknown record type %u", p[4]);
-    else if ((p[6] | p[7]) != 0 || walrec_get32(p + 20) != 0)
-        snprintf(out, n, "reserved header bytes are not zero");
-    else if (len > WALREC_MAX_PAYLOAD)
-        snprintf(out, n, "record length %" PRIu32 " exceeds the 1 GiB limit", len);
-    else if (avail - WALREC_HDR_SIZE < len)
-        snprintf(out, n, "record runs past the end of the file (payload %" PRIu32
-                 " bytes, %" PRIu64 " left)", len, avail - WALREC_HDR_SIZE);
-    else if (walrec_decode(p, (size_t)avail, salt, &h, &pl) == WALREC_INVALID) {
-        /* CRC or payload layout: recompute to tell which. */
-        struct walrec_piece piece = {p + WALREC_HDR_SIZE, len};
-        uint8_t tmp[WALREC_HDR_SIZE];
-        struct walrec_hdr hh = {len, p[4], p[5], walrec_get64(p + 8), 0};
-
-        walrec_hdr_encode(tmp, &hh, salt, &piece, 1);
-        if (hh.crc != walrec_get32(p + 16))
-            snprintf(out, n, "checksum mismatch (stored %08" PRIx32 ", computed %08" PRIx32
-                     ", lsn field %" PRIu64 ")", walrec_get32(p + 16), hh.crc, hh.lsn);
-        else
-            snprintf(out, n, "%s payload layout does not add up to its length %" PRIu32,
-                     p[4] == WALREC_ADD ? "ADD" : "DONE", len);
-    } else {
-        snprintf(out, n, "invalid record");
-    }
-}
-
-/*
- * The record at off in the newest segment (idx) is not valid: is there a
- * valid record after it? Returns its offset, 0 if none, or -errno.
- */
-static int64_t valid_after(struct scan *s, size_t idx, uint64_t off, uint64_t last_good)
-{
-    struct seg *g = &s->segs[idx];
-    uint64_t end = g->size;
-    size_t n = (size_t)(end - off);
-    uint8_t *m = xrealloc(NULL, n);
-    ssize_t got = pread_full(g->fd, m, n, off);
-    int64_t found = 0;
-
-    if (got < 0) {
-        free(m);
-        return got;
-    }
-    for (uint64_t pos = 1; pos + WALREC_HDR_SIZE <= (uint64_t)got; pos++) {
-        const uint8_t *p = m + pos;
-        struct walrec_hdr h;
-        const uint8_t *pl;
-
-        if (p[4] < WALREC_ADD || p[4] > WALREC_CANCEL || (p[6] | p[7]) != 0 ||
-            walrec_get32(p + 20) != 0 ||
-            walrec_get32(p) > (uint64_t)got - pos - WALREC_HDR_SIZE ||
-            walrec_get64(p + 8) <= last_good)
-            continue;
-        if (walrec_decode(p, (size_t)((uint64_t)got - pos), g->salt, &h, &pl) > 0) {
-            found = (int64_t)(off + pos);
-            break;
-        }
-    }
-    free(m);
-    return found;
-}
-
-static void on_add(struct scan *s, size_t idx, uint64_t off, const struct walrec_hdr *h,
-                   const uint8_t *pl)
+static void on_add(struct scan *s, size_t idx, const struct walscan_rec *rec)
 {
     struct walrec_add a;
     pool_handle ph;
     struct live *m;
 
-    walrec_add_decode(pl, h->len, &a); /* walrec_decode() checked the layout */
+    walrec_add_decode(rec->payload, rec->hdr.len, &a); /* walrec_decode() checked the layout */
     s->n_add++;
-    s->b_add += WALREC_HDR_SIZE + (uint64_t)h->len;
+    s->b_add += rec->len;
     ph = idmap_get(&s->ids, a.msg_id);
     if (ph != POOL_NIL) {
         s->n_copy++; /* a compaction copy: the newer record is the live one */
@@ -499,72 +390,62 @@ static void on_add(struct scan *s, size_t idx, uint64_t off, const struct walrec
     }
     m->due_ms = a.due_ms;
     m->enqueue_ms = a.enqueue_ms;
-    m->lsn = h->lsn;
+    m->lsn = rec->hdr.lsn;
     m->seg = (uint32_t)idx;
-    m->off = (uint32_t)off;
-    m->len = WALREC_HDR_SIZE + h->len;
+    m->off = (uint32_t)rec->off;
+    m->len = rec->len;
     m->body_len = a.body_len;
     m->route = route_id(s, a.route, a.route_len);
     m->flags = a.flags;
     m->error = a.error;
+    m->key_match = s->key && (a.flags & WALREC_ADD_KEYED) && strlen(s->key) == a.key_len &&
+                   memcmp(s->key, a.key, a.key_len) == 0;
 }
 
-static void on_done(struct scan *s, const struct walrec_hdr *h, const uint8_t *pl)
+/* DONE or CANCEL: the messages named are gone. Returns the ids named whose ADD was not seen. */
+static uint64_t forget_ids(struct scan *s, const struct walscan_rec *rec, uint64_t *ids)
 {
+    uint64_t unknown = 0;
     uint32_t count;
 
-    walrec_done_decode(pl, h->len, &count);
-    s->n_done++;
-    s->b_done += WALREC_HDR_SIZE + (uint64_t)h->len;
-    s->n_done_ids += count;
+    walrec_done_decode(rec->payload, rec->hdr.len, &count); /* layout checked */
+    *ids += count;
     for (uint32_t i = 0; i < count; i++) {
-        pool_handle ph = idmap_del(&s->ids, walrec_done_id(pl, i));
+        pool_handle ph = idmap_del(&s->ids, walrec_done_id(rec->payload, i));
         if (ph != POOL_NIL)
             pool_release(&s->pool, ph);
         else
-            s->n_done_unknown++;
+            unknown++;
     }
+    return unknown;
 }
 
-/*
- * The record at off of segs[idx] is bad: decide torn tail or corruption.
- * Returns 0 (torn tail, recorded), CLI_CORRUPT or -errno.
- */
-static int bad_record(struct scan *s, size_t idx, uint64_t off, const uint8_t *p, uint64_t avail)
+static void on_record(struct scan *s, size_t idx, const struct walscan_rec *rec)
 {
-    struct seg *g = &s->segs[idx];
-    char why[200];
-    int64_t next;
-
-    bad_reason(p, avail, g->salt, why, sizeof(why));
-    if (idx + 1 < s->nsegs) {
-        set_corrupt(s, idx, off, "%s (in a segment that is not the newest)", why);
-        return CLI_CORRUPT;
+    switch (rec->hdr.type) {
+    case WALREC_ADD:
+        on_add(s, idx, rec);
+        break;
+    case WALREC_DONE:
+        s->n_done++;
+        s->b_done += rec->len;
+        s->n_done_unknown += forget_ids(s, rec, &s->n_done_ids);
+        break;
+    case WALREC_CANCEL:
+        s->n_cancel++;
+        s->b_cancel += rec->len;
+        s->n_cancel_unknown += forget_ids(s, rec, &s->n_cancel_ids);
+        break;
     }
-    next = valid_after(s, idx, off, s->next_lsn - 1);
-    if (next < 0) {
-        fprintf(stderr, "delay-bridge wal: cannot read %s/%s: %s\n", s->dir, g->name,
-                strerror((int)-next));
-        return (int)next;
-    }
-    if (next > 0) {
-        set_corrupt(s, idx, off, "%s; a valid record follows at offset %" PRId64, why, next);
-        return CLI_CORRUPT;
-    }
-    s->torn = 1;
-    s->torn_off = off;
-    s->torn_bytes = g->size - off;
-    snprintf(s->torn_why, sizeof(s->torn_why), "%s", why);
-    return 0;
 }
 
-/* Read one segment's records. 0, CLI_CORRUPT or -errno. */
+/* Read one segment's records. 0 (clean or torn tail), CLI_CORRUPT or -errno. */
 static int scan_segment(struct scan *s, size_t idx)
 {
     struct seg *g = &s->segs[idx];
-    uint64_t end = g->size;
-    uint64_t boff = WALREC_SEGHDR_SIZE; /* file offset of s->buf[0] */
-    size_t have = 0, pos = 0;
+    struct walscan *sc = &s->sc;
+    struct walscan_rec rec;
+    int r;
 
     if (g->base_lsn != s->next_lsn && idx > 0) {
         set_corrupt(s, idx, 0,
@@ -572,75 +453,40 @@ static int scan_segment(struct scan *s, size_t idx)
                     ")", g->base_lsn, s->next_lsn);
         return CLI_CORRUPT;
     }
-    s->next_lsn = g->base_lsn;
-    for (;;) {
-        while (pos < have) {
-            struct walrec_hdr h;
-            const uint8_t *pl;
-            uint64_t off = boff + pos;
-            int r = walrec_decode(s->buf + pos, have - pos, g->salt, &h, &pl);
-
-            if (r > 0) {
-                if (h.lsn != s->next_lsn) {
-                    set_corrupt(s, idx, off, "record out of sequence: lsn %" PRIu64
-                                ", expected %" PRIu64, h.lsn, s->next_lsn);
-                    return CLI_CORRUPT;
-                }
-                switch (h.type) {
-                case WALREC_ADD:
-                    on_add(s, idx, off, &h, pl);
-                    break;
-                case WALREC_DONE:
-                    on_done(s, &h, pl);
-                    break;
-                default:
-                    s->n_cancel++;
-                    s->b_cancel += (uint64_t)r;
-                    break;
-                }
-                g->records++;
-                s->next_lsn++;
-                pos += (size_t)r;
-                continue;
-            }
-            if (r == WALREC_PARTIAL && boff + have < end) {
-                if (have - pos >= 4) { /* a record bigger than the buffer: grow */
-                    size_t need = WALREC_HDR_SIZE + (size_t)walrec_get32(s->buf + pos);
-                    if (need > s->cap) {
-                        memmove(s->buf, s->buf + pos, have - pos);
-                        boff += pos;
-                        have -= pos;
-                        pos = 0;
-                        s->cap = need;
-                        s->buf = xrealloc(s->buf, s->cap);
-                    }
-                }
-                break;
-            }
-            return bad_record(s, idx, off, s->buf + pos, end - off);
-        }
-        if (pos == have && boff + have >= end)
-            break;
-        if (pos) {
-            memmove(s->buf, s->buf + pos, have - pos);
-            boff += pos;
-            have -= pos;
-            pos = 0;
-        }
-        size_t want = s->cap - have;
-        if (want > end - boff - have)
-            want = (size_t)(end - boff - have);
-        ssize_t got = pread_full(g->fd, s->buf + have, want, boff + have);
-        if (got < 0) {
-            fprintf(stderr, "delay-bridge wal: cannot read %s/%s: %s\n", s->dir, g->name,
-                    strerror((int)-got));
-            return (int)got;
-        }
-        if ((size_t)got < want) /* shrank since fstat (a starting daemon cut a torn tail) */
-            end = g->size = boff + have + (uint64_t)got;
-        have += (size_t)got;
+    walscan_start(sc, g->fd, g->size, g->salt, g->base_lsn, idx + 1 == s->nsegs);
+    while ((r = walscan_next(sc, &rec)) > 0) {
+        on_record(s, idx, &rec);
+        g->records++;
     }
-    return 0;
+    s->next_lsn = sc->next_lsn;
+    if (r < 0) {
+        fprintf(stderr, "delay-bridge wal: cannot read %s/%s: %s\n", s->dir, g->name,
+                strerror(-r));
+        return r;
+    }
+    g->size = sc->size; /* less if it shrank since fstat (a starting daemon cut a torn tail) */
+    switch (sc->end) {
+    case WALSCAN_CLEAN:
+        return 0;
+    case WALSCAN_TORN:
+        s->torn = 1;
+        s->torn_off = sc->bad_off;
+        s->torn_bytes = g->size - sc->bad_off;
+        snprintf(s->torn_why, sizeof(s->torn_why), "%s", sc->reason);
+        return 0;
+    case WALSCAN_BAD_LSN:
+        set_corrupt(s, idx, sc->bad_off, "record out of sequence: lsn %" PRIu64 ", expected %" PRIu64,
+                    sc->bad_lsn, sc->next_lsn);
+        return CLI_CORRUPT;
+    default:
+        if (sc->next_valid)
+            set_corrupt(s, idx, sc->bad_off, "%s; a valid record follows at offset %" PRIu64,
+                        sc->reason, sc->next_valid);
+        else
+            set_corrupt(s, idx, sc->bad_off, "%s (in a segment that is not the newest)",
+                        sc->reason);
+        return CLI_CORRUPT;
+    }
 }
 
 /* The whole scan. 0, CLI_CORRUPT (s->corrupt set) or -errno (reported). */
@@ -650,53 +496,47 @@ static int scan_run(struct scan *s)
 
     if ((r = open_segs(s)) != 0)
         return r;
-    s->buf = xrealloc(NULL, CHUNK);
-    s->cap = CHUNK;
+    walscan_init(&s->sc, CHUNK, NULL, NULL);
     for (size_t i = 0; i < s->nsegs; i++) {
         struct seg *g = &s->segs[i];
         struct walrec_seghdr h;
-        uint8_t hb[WALREC_SEGHDR_SIZE];
-        ssize_t got = pread_full(g->fd, hb, sizeof(hb), 0);
-        int newest = i + 1 == s->nsegs;
 
         s->file_bytes += g->size;
-        if (got < 0) {
-            fprintf(stderr, "delay-bridge wal: cannot read %s/%s: %s\n", s->dir, g->name,
-                    strerror((int)-got));
-            return (int)got;
-        }
-        r = walrec_seghdr_decode(hb, (size_t)got, &h);
-        if (r < 0 && newest && g->size <= WALREC_SEGHDR_SIZE) {
+        r = walscan_seghdr(g->fd, g->segno, g->size, i + 1 == s->nsegs, &h);
+        switch (r) {
+        case WALSCAN_HDR_OK:
+            break;
+        case WALSCAN_HDR_CREATING:
             s->torn = 1;
             s->torn_off = 0;
             s->torn_bytes = g->size;
             snprintf(s->torn_why, sizeof(s->torn_why),
                      "incomplete segment header (%" PRIu64 " bytes): the segment is being "
                      "created, or a crash cut its creation short", g->size);
-            break;
-        }
-        if (r < 0) {
-            set_corrupt(s, i, 0, "%s", (size_t)got < sizeof(hb)
-                                           ? "segment header runs past the end of the file"
-                                           : "bad segment header (magic, version, reserved word or "
-                                             "checksum)");
+            return 0;
+        case WALSCAN_HDR_SHORT:
+            set_corrupt(s, i, 0, "segment header runs past the end of the file");
             return CLI_CORRUPT;
-        }
-        g->salt = h.salt;
-        g->base_lsn = h.base_lsn;
-        if (h.segno != g->segno) {
+        case WALSCAN_HDR_BAD:
+            set_corrupt(s, i, 0, "bad segment header (magic, version, reserved word or checksum)");
+            return CLI_CORRUPT;
+        case WALSCAN_HDR_SEGNO:
             set_corrupt(s, i, 16, "header says segment %" PRIu64 ", the file name %" PRIu64,
                         h.segno, g->segno);
             return CLI_CORRUPT;
-        }
-        if (h.base_lsn == 0) {
+        case WALSCAN_HDR_BASE_LSN:
             set_corrupt(s, i, 24, "base_lsn is 0");
             return CLI_CORRUPT;
-        }
-        if (g->size > UINT32_MAX) {
+        case WALSCAN_HDR_TOO_BIG:
             set_corrupt(s, i, 0, "segment larger than 4 GiB (%" PRIu64 " bytes)", g->size);
             return CLI_CORRUPT;
+        default:
+            fprintf(stderr, "delay-bridge wal: cannot read %s/%s: %s\n", s->dir, g->name,
+                    strerror(-r));
+            return r;
         }
+        g->salt = h.salt;
+        g->base_lsn = h.base_lsn;
         if (i == 0) {
             s->wal_id = h.wal_id;
             s->first_lsn = h.base_lsn;
@@ -717,10 +557,11 @@ static int scan_run(struct scan *s)
     return 0;
 }
 
-static void scan_init(struct scan *s, const char *dir)
+static void scan_init(struct scan *s, const char *dir, const char *key)
 {
     memset(s, 0, sizeof(*s));
     s->dir = dir;
+    s->key = key;
     s->dirfd = -1;
     pool_init(&s->pool, sizeof(struct live));
     idmap_init(&s->ids, &s->pool, offsetof(struct live, msg_id));
@@ -737,14 +578,18 @@ static void scan_free(struct scan *s)
         free(s->routes[i].name);
     free(s->routes);
     free(s->buf);
+    walscan_free(&s->sc);
 }
 
-/* Open dir and scan it; returns an exit code (CLI_OK when the scan is usable). */
-static int scan_dir(struct scan *s, const char *dir)
+/*
+ * Open dir and scan it; returns an exit code (CLI_OK when the scan is
+ * usable). key: mark the pending messages with that x-delay-key, or NULL.
+ */
+static int scan_dir(struct scan *s, const char *dir, const char *key)
 {
     int r;
 
-    scan_init(s, dir);
+    scan_init(s, dir, key);
     s->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (s->dirfd < 0) {
         fprintf(stderr, "delay-bridge wal: cannot open WAL directory %s: %s\n", dir,
@@ -796,8 +641,9 @@ static void check_usage(FILE *f)
             "Verify every record of every segment of the WAL directory DIR: segment headers,\n"
             "one wal_id, contiguous segment numbers, record checksums (seeded by each\n"
             "segment's salt), LSNs +1 across records and segments. Prints a summary:\n"
-            "segments, records by type, bytes, pending messages per route, the oldest\n"
-            "enqueue time and the next due time.\n"
+            "segments, records by type (ADD, DONE: published, CANCEL: cancelled, replaced\n"
+            "or purged) with the ids they remove, bytes, pending messages per route, the\n"
+            "oldest enqueue time and the next due time.\n"
             "\n"
             "Read-only and lock-free: safe on the directory of a running daemon.\n"
             "An incomplete record at the end of the newest segment is reported as a torn\n"
@@ -817,7 +663,7 @@ static void print_summary(struct scan *s, int corrupt)
     pool_handle *v = live_handles(s, &n);
     uint64_t live_bytes = 0, body_bytes = 0, oldest = UINT64_MAX, next = UINT64_MAX;
     uint64_t next_id = 0;
-    uint64_t dead_letter = 0;
+    uint64_t dead_letter = 0, keyed = 0;
     char t[48];
 
     for (size_t i = 0; i < s->nroutes; i++)
@@ -836,6 +682,8 @@ static void print_summary(struct scan *s, int corrupt)
         }
         if (m->flags & WALREC_ADD_DEADLETTER)
             dead_letter++;
+        if (m->flags & WALREC_ADD_KEYED)
+            keyed++;
     }
     free(v);
 
@@ -858,10 +706,13 @@ static void print_summary(struct scan *s, int corrupt)
     printf("  done:         %" PRIu64 " records, %" PRIu64 " bytes, %" PRIu64 " ids (%" PRIu64
            " of messages whose ADD is in a deleted segment)\n",
            s->n_done, s->b_done, s->n_done_ids, s->n_done_unknown);
-    printf("  cancel:       %" PRIu64 " records, %" PRIu64 " bytes (reserved type, ignored)\n",
-           s->n_cancel, s->b_cancel);
+    printf("  cancel:       %" PRIu64 " records, %" PRIu64 " bytes, %" PRIu64 " ids (%" PRIu64
+           " of messages whose ADD is in a deleted segment)\n",
+           s->n_cancel, s->b_cancel, s->n_cancel_ids, s->n_cancel_unknown);
     printf("live messages:  %zu, %" PRIu64 " bytes of records (%" PRIu64 " bytes of bodies)",
            n, live_bytes, body_bytes);
+    if (keyed)
+        printf(", %" PRIu64 " with an x-delay-key", keyed);
     if (dead_letter)
         printf(", %" PRIu64 " to be dead-lettered", dead_letter);
     printf("\n");
@@ -918,7 +769,7 @@ static int wal_check(int argc, char **argv)
         check_usage(stderr);
         return CLI_USAGE;
     }
-    rc = scan_dir(&s, argv[optind]);
+    rc = scan_dir(&s, argv[optind], NULL);
     if (rc == CLI_OK) {
         print_summary(&s, 0);
         printf("result:         ok%s\n", s.torn ? " (torn tail)" : "");
@@ -937,15 +788,17 @@ static int wal_check(int argc, char **argv)
 static void dump_usage(FILE *f)
 {
     fprintf(f,
-            "usage: delay-bridge wal dump DIR [--route R] [--due-before T] [--limit N]\n"
-            "                             [--headers] [--json]\n"
+            "usage: delay-bridge wal dump DIR [--route R] [--key K] [--due-before T]\n"
+            "                             [--limit N] [--headers] [--json]\n"
             "\n"
             "List the pending messages of the WAL directory DIR in due order (due time,\n"
             "then msg id): due time (ISO-8601 UTC and ms since the epoch), route, exchange\n"
-            "and routing key it was published with, body size, message-id property, msg id.\n"
+            "and routing key it was published with, body size, message-id property, msg id,\n"
+            "x-delay-key (- when none; JSON: \"key\", null when none).\n"
             "Strings are printed with spaces and non-printable bytes as \\xNN.\n"
             "\n"
             "  --route R        only messages of route R\n"
+            "  --key K          only messages held with x-delay-key K\n"
             "  --due-before T   only messages due before T: ms since the epoch or ISO-8601\n"
             "                   (2026-11-23T10:00:00Z, 2026-11-23T10:00:00.250+01:00)\n"
             "  --limit N        at most N messages (the first N in due order)\n"
@@ -961,6 +814,7 @@ static void dump_usage(FILE *f)
 
 struct dump_opts {
     const char *route;
+    const char *key;     /* NULL: any */
     uint64_t due_before; /* 0: no limit */
     uint64_t limit;      /* 0: all */
     int headers, json;
@@ -1124,7 +978,7 @@ static int dump_one(struct scan *s, const struct dump_opts *o, const struct live
         s->buf = xrealloc(s->buf, m->len);
         s->cap = m->len;
     }
-    got = pread_full(g->fd, s->buf, m->len, m->off);
+    got = walscan_pread(g->fd, s->buf, m->len, m->off);
     if (got < 0 || (size_t)got != m->len ||
         walrec_decode(s->buf, m->len, g->salt, &h, &pl) != (int)m->len ||
         walrec_add_decode(pl, h.len, &a) != (int)h.len) {
@@ -1161,6 +1015,8 @@ static int dump_one(struct scan *s, const struct dump_opts *o, const struct live
                                has_mid ? str_json(props->message_id.bytes, props->message_id.len)
                                        : NULL);
         json_object_object_add(j, "msg_id", json_object_new_uint64(m->msg_id));
+        json_object_object_add(j, "key", (a.flags & WALREC_ADD_KEYED) ? str_json(a.key, a.key_len)
+                                                                       : NULL);
         json_object_object_add(j, "bridge_id", json_object_new_string(bid));
         json_object_object_add(j, "lsn", json_object_new_uint64(m->lsn));
         json_object_object_add(j, "segment", json_object_new_uint64(g->segno));
@@ -1199,7 +1055,12 @@ static int dump_one(struct scan *s, const struct dump_opts *o, const struct live
         put_field(stdout, props->message_id.bytes, props->message_id.len);
     else
         putchar('-');
-    printf(" %" PRIu64 "%s\n", m->msg_id, (a.flags & WALREC_ADD_DEADLETTER) ? " dead-letter" : "");
+    printf(" %" PRIu64 " ", m->msg_id);
+    if (a.flags & WALREC_ADD_KEYED)
+        put_field(stdout, a.key, a.key_len);
+    else
+        putchar('-');
+    printf("%s\n", (a.flags & WALREC_ADD_DEADLETTER) ? " dead-letter" : "");
     if (o->headers) {
         if (has_hdr)
             for (int i = 0; i < props->headers.num_entries; i++) {
@@ -1220,6 +1081,7 @@ static int wal_dump(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"route", required_argument, NULL, 'r'},
+        {"key", required_argument, NULL, 'k'},
         {"due-before", required_argument, NULL, 'b'},
         {"limit", required_argument, NULL, 'n'},
         {"headers", no_argument, NULL, 'H'},
@@ -1227,7 +1089,7 @@ static int wal_dump(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    struct dump_opts o = {NULL, 0, 0, 0, 0};
+    struct dump_opts o = {NULL, NULL, 0, 0, 0, 0};
     struct scan s;
     pool_handle *v;
     amqp_pool_t pool;
@@ -1240,6 +1102,9 @@ static int wal_dump(int argc, char **argv)
         switch (c) {
         case 'r':
             o.route = optarg;
+            break;
+        case 'k':
+            o.key = optarg;
             break;
         case 'b':
             if (parse_time(optarg, &o.due_before) < 0) {
@@ -1276,7 +1141,7 @@ static int wal_dump(int argc, char **argv)
         dump_usage(stderr);
         return CLI_USAGE;
     }
-    rc = scan_dir(&s, argv[optind]);
+    rc = scan_dir(&s, argv[optind], o.key);
     if (rc != CLI_OK) {
         scan_free(&s);
         return rc;
@@ -1288,12 +1153,14 @@ static int wal_dump(int argc, char **argv)
     if (o.json)
         printf("[\n");
     else
-        printf("# DUE DUE_MS ROUTE EXCHANGE ROUTING_KEY SIZE MESSAGE_ID MSG_ID\n");
+        printf("# DUE DUE_MS ROUTE EXCHANGE ROUTING_KEY SIZE MESSAGE_ID MSG_ID KEY\n");
     for (size_t i = 0; i < n && rc == CLI_OK; i++) {
         const struct live *m = pool_at(&s.pool, v[i]);
         const struct route_stat *r = &s.routes[m->route];
 
         if (o.route && (strlen(o.route) != r->len || memcmp(o.route, r->name, r->len) != 0))
+            continue;
+        if (o.key && !m->key_match)
             continue;
         if (o.due_before && m->due_ms >= o.due_before)
             break; /* sorted by due time: nothing later matches */
@@ -1328,8 +1195,8 @@ static void wal_usage(FILE *f)
 {
     fprintf(f,
             "usage: delay-bridge wal check DIR\n"
-            "       delay-bridge wal dump DIR [--route R] [--due-before T] [--limit N]\n"
-            "                                 [--headers] [--json]\n"
+            "       delay-bridge wal dump DIR [--route R] [--key K] [--due-before T]\n"
+            "                                 [--limit N] [--headers] [--json]\n"
             "\n"
             "Inspect a WAL directory, read-only and without taking its lock (safe while\n"
             "the daemon runs). \"delay-bridge wal check --help\" and \"delay-bridge wal dump\n"

@@ -18,6 +18,9 @@
  *   - names and queues unique; URIs parsed by uri.c, the parser the
  *     connection uses, so an accepted URI is a usable one;
  *   - reconnect_min_ms <= reconnect_max_ms, same for publish_retry_*;
+ *   - broker.tls: cert_file and key_file together; when a URI is amqps://,
+ *     the files set explicitly open for reading now (the error names the
+ *     key and the OS error), not at the first connect;
  *   - the "amq." prefix is reserved by RabbitMQ for exchanges and queues a
  *     client declares: refused for ingress_exchange, ingress_queue, and
  *     target_exchange when declare_target is true (likewise "");
@@ -45,11 +48,14 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <json-c/json.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "delay-bridge/log.h"
 #include "delay-bridge/uri.h"
@@ -344,11 +350,76 @@ static int section(struct ctx *x, json_object *root, const char *key, json_objec
     return 0;
 }
 
+/* The file named by key (a path) opens for reading and is not a directory. */
+static int check_readable(struct ctx *x, const char *path, const char *file)
+{
+    char q[200];
+    int fd = open(file, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    int e = errno;
+    struct stat st;
+
+    if (fd >= 0) {
+        e = fstat(fd, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? EISDIR : 0;
+        close(fd);
+    }
+    if (e == 0)
+        return 0;
+    return fail(x, path, "cannot read %s: %s; expected a readable PEM file",
+                quote(file, strlen(file), q, sizeof q), strerror(e));
+}
+
+/*
+ * broker.tls (b: the broker object, or NULL). The files are checked only
+ * when a URI is amqps://: TLS settings are ignored for amqp:// URIs.
+ */
+static int parse_tls(struct ctx *x, struct config *c, json_object *b)
+{
+    static const char *const keys[] = { "ca_file", "cert_file", "key_file", "verify_hostname",
+                                        NULL };
+    struct config_tls *t = &c->tls;
+    json_object *o = NULL;
+    int have_ca = 0, have_cert = 0, have_key = 0, tls = 0;
+
+    if (b && json_object_object_get_ex(b, "tls", &o) &&
+        json_object_get_type(o) != json_type_object) {
+        char got[96];
+        return fail(x, "broker.tls", "expected an object, got %s", show(o, got, sizeof got));
+    }
+    if (o) {
+        if (check_keys(x, o, "broker.tls", keys) < 0)
+            return -1;
+        if ((have_ca = get_str(x, o, "broker.tls", "ca_file", NONEMPTY, t->ca_file,
+                               sizeof t->ca_file - 1)) < 0 ||
+            (have_cert = get_str(x, o, "broker.tls", "cert_file", NONEMPTY, t->cert_file,
+                                 sizeof t->cert_file - 1)) < 0 ||
+            (have_key = get_str(x, o, "broker.tls", "key_file", NONEMPTY, t->key_file,
+                                sizeof t->key_file - 1)) < 0)
+            return -1;
+        if (get_bool(x, o, "broker.tls", "verify_hostname", &t->verify_hostname) < 0)
+            return -1;
+    }
+    if (have_cert != have_key)
+        return fail(x, have_cert ? "broker.tls.key_file" : "broker.tls.cert_file",
+                    "set cert_file and key_file together (a client certificate and its "
+                    "private key), or neither");
+    for (int i = 0; i < c->nuris; i++)
+        tls |= strncmp(c->uris[i], "amqps://", 8) == 0;
+    if (!tls)
+        return 0;
+    /* the default CA bundle is checked when the connection loads it */
+    if ((have_ca && check_readable(x, "broker.tls.ca_file", t->ca_file) < 0) ||
+        (have_cert && check_readable(x, "broker.tls.cert_file", t->cert_file) < 0) ||
+        (have_key && check_readable(x, "broker.tls.key_file", t->key_file) < 0))
+        return -1;
+    return 0;
+}
+
 static int parse_broker(struct ctx *x, struct config *c, json_object *root)
 {
     static const char *const keys[] = { "uri", "heartbeat_s", "connect_timeout_ms",
                                         "reconnect_min_ms", "reconnect_max_ms",
-                                        "publish_retry_min_ms", "publish_retry_max_ms", NULL };
+                                        "publish_retry_min_ms", "publish_retry_max_ms", "tls",
+                                        NULL };
     json_object *b;
     if (section(x, root, "broker", &b) < 0)
         return -1;
@@ -356,7 +427,7 @@ static int parse_broker(struct ctx *x, struct config *c, json_object *root)
     int use_env = env && *env;
     if (!b) {
         if (use_env)
-            return uris_from_env(x, c, env);
+            return uris_from_env(x, c, env) < 0 ? -1 : parse_tls(x, c, NULL);
         return fail(x, "broker.uri", "missing; expected an amqp:// URI or an array of them "
                                      "(or set " ENV_URI ")");
     }
@@ -416,7 +487,7 @@ static int parse_broker(struct ctx *x, struct config *c, json_object *root)
         return fail(x, "broker.publish_retry_max_ms",
                     "%u is below publish_retry_min_ms (%u); expected max >= min",
                     c->publish_retry_max_ms, c->publish_retry_min_ms);
-    return 0;
+    return parse_tls(x, c, b);
 }
 
 static int parse_wal(struct ctx *x, struct config *c, json_object *root)
@@ -576,7 +647,7 @@ static int parse_route(struct ctx *x, struct config_route *r, json_object *o, in
     static const char *const keys[] = {
         "name", "ingress_exchange", "ingress_queue", "target_exchange", "queue_type",
         "declare_target", "target_type", "prefetch", "max_inflight", "max_delay_ms",
-        "invalid_delay", "dead_letter_exchange", NULL
+        "invalid_delay", "dead_letter_exchange", "unroutable_exchange", NULL
     };
     char pre[32], path[64], got[96], q[96];
     snprintf(pre, sizeof pre, "routes[%d]", idx);
@@ -594,6 +665,7 @@ static int parse_route(struct ctx *x, struct config_route *r, json_object *o, in
     r->max_delay_ms = 4294967295u;
     r->invalid_delay = INVALID_DELAY_PUBLISH;
     r->dead_letter_exchange[0] = '\0';
+    r->unroutable_exchange[0] = '\0';
 
     if (get_str(x, o, pre, "name", REQUIRED | NONEMPTY, r->name, CONFIG_NAME_MAX) < 0)
         return -1;
@@ -679,6 +751,15 @@ static int parse_route(struct ctx *x, struct config_route *r, json_object *o, in
     if (get_str(x, o, pre, "dead_letter_exchange", OPTIONAL, r->dead_letter_exchange,
                 CONFIG_NAME_MAX) < 0)
         return -1;
+    if (get_str(x, o, pre, "unroutable_exchange", OPTIONAL, r->unroutable_exchange,
+                CONFIG_NAME_MAX) < 0)
+        return -1;
+    if (r->unroutable_exchange[0] && (strcmp(r->unroutable_exchange, r->ingress_exchange) == 0 ||
+                                      strcmp(r->unroutable_exchange, r->target_exchange) == 0)) {
+        snprintf(path, sizeof path, "%s.unroutable_exchange", pre);
+        return fail(x, path, "must differ from ingress_exchange and target_exchange: an "
+                             "unroutable message would come back or bounce again");
+    }
 
     /* rules between keys of one route */
     if (reserved(r->ingress_exchange)) {
@@ -831,6 +912,8 @@ static void defaults(struct config *c)
     c->reconnect_max_ms = 30000;
     c->publish_retry_min_ms = 1000;
     c->publish_retry_max_ms = 60000;
+    memcpy(c->tls.ca_file, CONFIG_TLS_DEFAULT_CA_FILE, sizeof CONFIG_TLS_DEFAULT_CA_FILE);
+    c->tls.verify_hostname = 1;
     c->segment_bytes = 64ull << 20;
     c->fsync = 1;
     c->max_message_bytes = 134217728u;
@@ -917,8 +1000,10 @@ int config_parse(struct config *c, const char *json, const char *name, char *err
         goto cleanup;
     for (const char *p = c->instance; *p; p++)
         if (!isalnum((unsigned char)*p) && !strchr("._-", *p)) {
+            char q[96]; /* quoted: a control character must not split the line */
             fail(&x, "instance", "expected letters, digits, '.', '_' or '-' (it appears in "
-                 "connection names and metrics labels), got \"%s\"", c->instance);
+                 "connection names and metrics labels), got %s",
+                 quote(c->instance, strlen(c->instance), q, sizeof q));
             goto cleanup;
         }
     if (parse_routes(&x, c, root) < 0)
@@ -930,6 +1015,43 @@ cleanup:
     if (rc < 0)
         config_free(c);
     return rc;
+}
+
+/* uri carries a password of its own: amqp[s]://user:PASSWORD@host... */
+static int uri_has_password(const char *uri)
+{
+    const char *p = strstr(uri, "://");
+    if (!p)
+        return 0;
+    p += 3;
+    size_t auth = strcspn(p, "/?#"), at = auth;
+    while (at > 0 && p[at - 1] != '@')
+        at--;
+    if (at == 0)
+        return 0;
+    const char *colon = memchr(p, ':', at - 1);
+    return colon && colon + 1 < p + at - 1;
+}
+
+/* One-line warnings about a loaded configuration (f: the open file). */
+static void warn_loaded(const struct config *c, const char *path, FILE *f)
+{
+    struct stat st;
+    int pw = 0, tls = 0;
+
+    for (int i = 0; i < c->nuris; i++) {
+        pw |= uri_has_password(c->uris[i]);
+        tls |= strncmp(c->uris[i], "amqps://", 8) == 0;
+    }
+    if (pw && !c->uri_from_env && fstat(fileno(f), &st) == 0 && (st.st_mode & S_IROTH))
+        log_warn("config", "the configuration file holds the broker password and is readable "
+                 "by other users",
+                 "file=\"%s\" mode=%04o hint=\"chmod 600 the file, or pass the URI in "
+                 ENV_URI "\"", path, (unsigned)(st.st_mode & 07777));
+    if (tls && !c->tls.verify_hostname)
+        log_warn("config", "TLS host name verification is off: any certificate from the CA is "
+                 "accepted for any host",
+                 "file=\"%s\" key=broker.tls.verify_hostname", path);
 }
 
 int config_load(struct config *c, const char *path, char *err, size_t errlen)
@@ -969,6 +1091,8 @@ int config_load(struct config *c, const char *path, char *err, size_t errlen)
         goto cleanup;
     }
     rc = config_parse(c, buf, path, err, errlen);
+    if (rc == 0)
+        warn_loaded(c, path, f);
 
 cleanup:
     free(buf);

@@ -140,7 +140,9 @@ static void open_connection(struct consumer *c)
     c->uri_next++;
     snprintf(name, sizeof(name), "delay-bridge consumer%s%s", cfg->instance[0] ? " " : "",
              cfg->instance);
-    if (amqp_conn_open(&c->conn, uri, name, cfg->heartbeat_s,
+    struct amqp_conn_tls tls = {cfg->tls.ca_file, cfg->tls.cert_file, cfg->tls.key_file,
+                                cfg->tls.verify_hostname};
+    if (amqp_conn_open(&c->conn, uri, name, &tls, cfg->heartbeat_s,
                        cfg->connect_timeout_ms, err, sizeof(err)) < 0)
         goto fail;
     amqp_channel_open(c->conn.st, CONSUMER_CHANNEL);

@@ -64,7 +64,8 @@ struct held {
     uint8_t flags;          /* HELD_KEYED */
 };
 
-#define HELD_KEYED 0x01 /* in the key map while PENDING, WAITING or DUE */
+#define HELD_KEYED 0x01    /* in the key map while PENDING, WAITING or DUE */
+#define HELD_DIVERTED 0x02 /* its publish was returned: next one to the unroutable exchange */
 
 _Static_assert(sizeof(struct held) == 40, "a held message is 40 bytes of RAM");
 
@@ -767,6 +768,19 @@ void eng_unsent(struct engine *e, eng_msg h)
     list_unlink(e, &r->inflight, h);
     set_state(e, m, ENG_DUE);
     due_insert(e, &r->due, h, 1);
+}
+
+void eng_divert(struct engine *e, eng_msg h)
+{
+    if (H(e, h)->state != ENG_INFLIGHT)
+        return;
+    eng_unsent(e, h);
+    H(e, h)->flags |= HELD_DIVERTED;
+}
+
+int eng_diverted(const struct engine *e, eng_msg h)
+{
+    return (H(e, h)->flags & HELD_DIVERTED) != 0;
 }
 
 size_t eng_unsent_route(struct engine *e, uint16_t route)

@@ -20,14 +20,21 @@ int msgrec_from_delivery(struct walrec_add *a, const struct config_route *rc,
                          const struct msgrec_in *in, uint64_t now, enum xdelay_status xs,
                          uint64_t delay_ms)
 {
-    int invalid = xs == XDELAY_EINVALID || xs == XDELAY_ETOOBIG;
+    int bad_key = in->key_invalid || (in->key && in->key_len > MSGREC_KEY_MAX);
+    int invalid = (xs == XDELAY_EINVALID || xs == XDELAY_ETOOBIG ? MSGREC_INVALID_DELAY : 0) |
+                  (bad_key ? MSGREC_INVALID_KEY : 0);
 
     memset(a, 0, sizeof(*a));
     a->enqueue_ms = now;
     a->due_ms = invalid ? now : now + delay_ms;
     if (invalid && rc->invalid_delay == INVALID_DELAY_DEAD_LETTER) {
         a->flags = WALREC_ADD_DEADLETTER;
-        a->error = (uint16_t)xs;
+        a->error = (uint16_t)(invalid & MSGREC_INVALID_DELAY ? xs : XDELAY_EKEY);
+    }
+    if (in->key && !invalid) {
+        a->flags |= WALREC_ADD_KEYED;
+        a->key = in->key;
+        a->key_len = (uint8_t)in->key_len;
     }
     a->route = rc->name;
     a->route_len = (uint8_t)strnlen(rc->name, 255);
@@ -44,13 +51,18 @@ int msgrec_from_delivery(struct walrec_add *a, const struct config_route *rc,
 }
 
 void msgrec_to_publish(const struct walrec_add *a, const struct config_route *rc,
-                       uint64_t log_id, struct msgrec_out *o)
+                       uint64_t log_id, int unroutable, struct msgrec_out *o)
 {
     o->exchange = rc->target_exchange;
+    o->original_exchange = NULL;
     o->error = NULL;
     if (a->flags & WALREC_ADD_DEADLETTER) {
         o->exchange = rc->dead_letter_exchange;
         o->error = xdelay_strerror((enum xdelay_status)a->error);
+    }
+    if (unroutable && rc->unroutable_exchange[0]) {
+        o->original_exchange = o->exchange;
+        o->exchange = rc->unroutable_exchange;
     }
     o->delay_ms = a->due_ms > a->enqueue_ms ? a->due_ms - a->enqueue_ms : 0;
     snprintf(o->id, sizeof(o->id), "%016" PRIx64 "-%" PRIu64, log_id, a->msg_id);

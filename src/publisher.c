@@ -8,6 +8,12 @@
  * route's exchanges with a passive declare, so a missing target is noticed
  * without a publish bouncing off it.
  *
+ * Every publish is mandatory: a message no queue receives comes back as
+ * basic.return (method, header and body frames) before its confirm. The
+ * return carries no delivery tag, so the publisher finds the publish by the
+ * x-delay-bridge-id header it set (log id and message id) and marks it
+ * returned; the confirm that follows reports it with returned = 1.
+ *
  * The in-flight window of a route is a ring of (tag, ref, settled) in tag
  * order. Confirms may settle any entry (one tag, or every tag up to one
  * with `multiple`), but they are reported in tag order, from the head of
@@ -40,8 +46,10 @@ enum settle { UNSETTLED = 0, ACKED = 1, NACKED = 2 };
 
 struct unconfirmed {
     uint64_t tag;
+    uint64_t msg_id; /* to match a basic.return by its x-delay-bridge-id */
     uint32_t ref;
-    uint8_t settle; /* enum settle */
+    uint8_t settle;   /* enum settle */
+    uint8_t returned; /* basic.return came for it */
 };
 
 struct route_pub {
@@ -52,7 +60,14 @@ struct route_pub {
     struct unconfirmed *win; /* ring in tag order */
     size_t head, n, cap;
     struct backoff bo;       /* reopening the channel after an error */
-    uint64_t published, nacked, retries;
+    uint64_t published, nacked, retries, returned;
+};
+
+/* A basic.return being read: its properties name the publish; the body is skipped. */
+struct returning {
+    int active;
+    struct route_pub *r;
+    uint64_t body_size, got;
 };
 
 struct publisher {
@@ -67,6 +82,7 @@ struct publisher {
     uint64_t last_poll_ms;
     struct route_pub *routes;
     int nroutes;
+    struct returning ret;
     amqp_pool_t pool; /* per publish: decoded and rewritten properties */
 };
 
@@ -79,7 +95,7 @@ static struct unconfirmed *win_at(struct route_pub *r, size_t i)
     return &r->win[(r->head + i) % r->cap];
 }
 
-static void win_push(struct route_pub *r, uint64_t tag, uint32_t ref)
+static void win_push(struct route_pub *r, uint64_t tag, uint64_t msg_id, uint32_t ref)
 {
     if (r->n == r->cap) {
         size_t ncap = r->cap ? r->cap * 2 : 64, i;
@@ -91,7 +107,7 @@ static void win_push(struct route_pub *r, uint64_t tag, uint32_t ref)
         r->cap = ncap;
         r->head = 0;
     }
-    *win_at(r, r->n++) = (struct unconfirmed){tag, ref, UNSETTLED};
+    *win_at(r, r->n++) = (struct unconfirmed){tag, msg_id, ref, UNSETTLED, 0};
 }
 
 /* The route's channel is gone: forget its window and tell the owner. */
@@ -116,6 +132,7 @@ static void conn_down(struct publisher *p, const char *why)
     amqp_conn_close(&p->conn, 0);
     p->up = 0;
     p->blocked = 0;
+    p->ret.active = 0;
     for (i = 0; i < p->nroutes; i++) {
         backoff_reset(&p->routes[i].bo);
         route_lost(p, &p->routes[i]);
@@ -152,10 +169,11 @@ static int channel_open(struct publisher *p, struct route_pub *r)
     if (amqp_conn_check(&p->conn, "confirm.select", err, sizeof(err)) < 0)
         goto fail;
     /* Passive declare: learn that the target is missing without bouncing messages. */
-    const char *ex[2] = {rc->target_exchange, rc->invalid_delay == INVALID_DELAY_DEAD_LETTER
-                                                  ? rc->dead_letter_exchange
-                                                  : ""};
-    for (int i = 0; i < 2; i++) {
+    const char *ex[3] = {rc->target_exchange,
+                         rc->invalid_delay == INVALID_DELAY_DEAD_LETTER ? rc->dead_letter_exchange
+                                                                        : "",
+                         rc->unroutable_exchange};
+    for (int i = 0; i < 3; i++) {
         if (!ex[i][0])
             continue;
         amqp_exchange_declare(st, r->ch, amqp_cstring_bytes(ex[i]),
@@ -201,7 +219,9 @@ static void open_connection(struct publisher *p)
     p->uri_next++;
     snprintf(name, sizeof(name), "delay-bridge publisher%s%s", cfg->instance[0] ? " " : "",
              cfg->instance);
-    if (amqp_conn_open(&p->conn, uri, name, cfg->heartbeat_s,
+    struct amqp_conn_tls tls = {cfg->tls.ca_file, cfg->tls.cert_file, cfg->tls.key_file,
+                                cfg->tls.verify_hostname};
+    if (amqp_conn_open(&p->conn, uri, name, &tls, cfg->heartbeat_s,
                        cfg->connect_timeout_ms, err, sizeof(err)) < 0) {
         struct backoff_step st = backoff_fail(&p->bo, clock_now_ms());
         if (st.log_events)
@@ -244,7 +264,7 @@ static void on_confirm(struct publisher *p, struct route_pub *r, uint64_t tag, i
             r->nacked++;
         else
             backoff_reset(&r->bo);
-        p->ops.confirmed(p->ops.arg, (int)(r - p->routes), u.ref, u.settle == ACKED);
+        p->ops.confirmed(p->ops.arg, (int)(r - p->routes), u.ref, u.settle == ACKED, u.returned);
     }
 }
 
@@ -253,13 +273,55 @@ static struct route_pub *route_of_channel(struct publisher *p, amqp_channel_t ch
     return ch >= 2 && ch < 2 + p->nroutes ? &p->routes[ch - 2] : NULL;
 }
 
+/* The properties of a returned message: mark its publish by x-delay-bridge-id. */
+static void mark_returned(struct route_pub *r, const amqp_basic_properties_t *props)
+{
+    const char *v;
+    size_t len, i;
+    char buf[64];
+
+    if (!(props->_flags & AMQP_BASIC_HEADERS_FLAG) ||
+        amqp_msg_header_str(&props->headers, "x-delay-bridge-id", &v, &len) != 1 ||
+        len >= sizeof(buf))
+        return;
+    memcpy(buf, v, len);
+    buf[len] = '\0';
+    const char *dash = strrchr(buf, '-');
+    if (!dash)
+        return;
+    uint64_t id = strtoull(dash + 1, NULL, 10);
+    for (i = 0; i < r->n; i++)
+        if (win_at(r, i)->msg_id == id && win_at(r, i)->settle == UNSETTLED) {
+            win_at(r, i)->returned = 1;
+            r->returned++;
+            return;
+        }
+}
+
 static void handle_frame(struct publisher *p, amqp_frame_t *f)
 {
     struct route_pub *r = route_of_channel(p, f->channel);
     char why[512];
 
+    if (p->ret.active && f->frame_type == AMQP_FRAME_HEADER) {
+        p->ret.body_size = f->payload.properties.body_size;
+        p->ret.got = 0;
+        mark_returned(p->ret.r, f->payload.properties.decoded);
+        p->ret.active = p->ret.body_size > 0;
+        return;
+    }
+    if (p->ret.active && f->frame_type == AMQP_FRAME_BODY) {
+        p->ret.got += f->payload.body_fragment.len;
+        p->ret.active = p->ret.got < p->ret.body_size;
+        return;
+    }
     if (f->frame_type != AMQP_FRAME_METHOD)
         return;
+    if (f->payload.method.id == AMQP_BASIC_RETURN_METHOD) {
+        p->ret.active = r != NULL;
+        p->ret.r = r;
+        return;
+    }
     switch (f->payload.method.id) {
     case AMQP_BASIC_ACK_METHOD: {
         amqp_basic_ack_t *m = f->payload.method.decoded;
@@ -416,10 +478,18 @@ int publisher_send(struct publisher *p, int route, uint32_t ref, const struct wa
         in = &none;
     }
     amqp_msg_outgoing(in, &out, &p->pool, o->delay_ms, p->conn.user, o->id, o->error);
+    if (o->original_exchange) {
+        char rk[256];
+        snprintf(rk, sizeof(rk), "%.*s", (int)a->routing_key_len, a->routing_key);
+        amqp_msg_set_header(&out, &p->pool, "x-delay-unroutable",
+                            "no queue was bound for it at the target (basic.return)");
+        amqp_msg_set_header(&out, &p->pool, "x-original-exchange", o->original_exchange);
+        amqp_msg_set_header(&out, &p->pool, "x-original-routing-key", rk);
+    }
     res = amqp_basic_publish(p->conn.st, r->ch, amqp_cstring_bytes(o->exchange),
-                             (amqp_bytes_t){a->routing_key_len, (void *)a->routing_key}, 0, 0,
+                             (amqp_bytes_t){a->routing_key_len, (void *)a->routing_key}, 1, 0,
                              &out, (amqp_bytes_t){a->body_len, (void *)a->body});
-    win_push(r, r->next_tag++, ref);
+    win_push(r, r->next_tag++, a->msg_id, ref);
     if (res != AMQP_STATUS_OK) {
         conn_down(p, amqp_error_string2(res));
         return -1;
@@ -490,5 +560,6 @@ void publisher_route_stats(const struct publisher *p, int route, struct db_route
     s->published = r->published;
     s->nacked = r->nacked;
     s->publish_retries = r->retries;
+    s->returned = r->returned;
     s->channel_open = p->up && r->open;
 }

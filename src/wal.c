@@ -57,7 +57,10 @@
  * chunk carried over) and hands each to the caller's replay function. There
  * is no per-record system call or copy, and the next segment is read ahead
  * with POSIX_FADV_WILLNEED while the current one is parsed. LSNs must run
- * +1 per record, across segments too.
+ * +1 per record, across segments too. The reading -- segment names and
+ * headers, chunks, record checks, and telling a torn tail from corruption
+ * by the rule below -- is walscan.h's, the same code "delay-bridge wal
+ * check" runs; this file decides what follows: cut the tail or refuse.
  *
  * The first record that fails its checks ends the log if it is a torn tail:
  * it lies in the newest segment and no valid record (correct CRC under the
@@ -91,14 +94,12 @@
 #define _GNU_SOURCE
 #include "delay-bridge/wal.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -110,6 +111,7 @@
 #include "delay-bridge/wlog.h"
 #include "delay-bridge/xalloc.h"
 #include "delay-bridge/walrec.h"
+#include "delay-bridge/walscan.h"
 
 #define SEGHDR WALREC_SEGHDR_SIZE
 #define RECHDR WALREC_HDR_SIZE
@@ -194,11 +196,6 @@ static uint64_t rand64(void)
     return v;
 }
 
-static void seg_name(char *out, size_t n, uint64_t segno)
-{
-    snprintf(out, n, "%020llu.wal", (unsigned long long)segno);
-}
-
 static int pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
 {
     while (n) {
@@ -215,25 +212,6 @@ static int pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
         off += (uint64_t)r;
     }
     return 0;
-}
-
-/* Bytes read (fewer than n only at end of file) or -errno. */
-static ssize_t pread_all(int fd, uint8_t *p, size_t n, uint64_t off)
-{
-    size_t got = 0;
-
-    while (got < n) {
-        ssize_t r = pread(fd, p + got, n - got, (off_t)(off + got));
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (r == 0)
-            break;
-        got += (size_t)r;
-    }
-    return (ssize_t)got;
 }
 
 static int sync_fd(struct wal *w, int fd)
@@ -320,9 +298,9 @@ static struct seg *active(struct wal *w)
 /* Enter the failed state: the first error sticks. */
 static int fail(struct wal *w, int err, const char *what, uint64_t segno)
 {
-    char name[32];
+    char name[WALSCAN_NAME_SIZE];
 
-    seg_name(name, sizeof(name), segno);
+    walscan_seg_name(name, segno);
     if (!w->failed)
         w->failed = err;
     log_error("wal", "write to the log failed; it is stopped and the process must restart",
@@ -335,10 +313,10 @@ static int seg_create(struct wal *w, struct seg *s)
 {
     struct walrec_seghdr h = {WALREC_VERSION, s->salt, s->segno, s->base_lsn, w->id, clock_now_ms()};
     uint8_t buf[SEGHDR];
-    char name[32];
+    char name[WALSCAN_NAME_SIZE];
     int fd, r;
 
-    seg_name(name, sizeof(name), s->segno);
+    walscan_seg_name(name, s->segno);
     fd = openat(w->dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0)
         return -errno;
@@ -374,69 +352,6 @@ static void roll(struct wal *w)
 
 /* ---- open and replay --------------------------------------------------- */
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Segment numbers found in the directory, sorted. */
-static int list_segments(struct wal *w, uint64_t **out, size_t *nout)
-{
-    DIR *d;
-    struct dirent *e;
-    uint64_t *v = NULL;
-    size_t n = 0, cap = 0;
-    int fd, r = 0;
-
-    fd = openat(w->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    d = fdopendir(fd);
-    if (!d) {
-        r = -errno;
-        close(fd);
-        return r;
-    }
-    while ((e = readdir(d)) != NULL) {
-        size_t len = strlen(e->d_name);
-        uint64_t segno = 0;
-        int ok = len == 24 && strcmp(e->d_name + 20, ".wal") == 0;
-
-        if (len < 4 || strcmp(e->d_name + len - 4, ".wal") != 0)
-            continue; /* LOCK and anything else that is not ours */
-        for (size_t i = 0; ok && i < 20; i++) {
-            if (e->d_name[i] < '0' || e->d_name[i] > '9' ||
-                segno > (UINT64_MAX - 9) / 10)
-                ok = 0;
-            else
-                segno = segno * 10 + (uint64_t)(e->d_name[i] - '0');
-        }
-        if (!ok || segno == 0 || segno > UINT32_MAX) {
-            log_error("wal", "unexpected file name in the log directory; move it away",
-                      "file=%s/%s", w->dir, e->d_name);
-            r = WAL_EFORMAT;
-            goto cleanup;
-        }
-        if (n == cap) {
-            cap = cap ? cap * 2 : 64;
-            v = xrealloc(v, cap * sizeof(*v));
-        }
-        v[n++] = segno;
-    }
-    if (n)
-        qsort(v, n, sizeof(*v), cmp_u64);
-cleanup:
-    closedir(d);
-    if (r < 0) {
-        free(v);
-        return r;
-    }
-    *out = v;
-    *nout = n;
-    return 0;
-}
-
 /*
  * Open and check every segment header. A newest segment no longer than a
  * header whose header is not valid was being created when the process died:
@@ -446,20 +361,23 @@ static int load_segments(struct wal *w)
 {
     uint64_t *nos = NULL;
     size_t n = 0;
+    char bad[256];
     int r;
 
-    if ((r = list_segments(w, &nos, &n)) < 0)
+    r = walscan_list(w->dirfd, &nos, &n, bad, sizeof(bad));
+    if (r == WAL_EFORMAT)
+        log_error("wal", "unexpected file name in the log directory; move it away",
+                  "file=%s/%s", w->dir, bad);
+    if (r < 0)
         return r;
     for (size_t i = 0; i < n; i++) {
         struct walrec_seghdr h;
-        uint8_t buf[SEGHDR];
-        char name[32];
+        char name[WALSCAN_NAME_SIZE];
         struct stat st;
         int newest = i == n - 1;
         int fd;
-        ssize_t got;
 
-        seg_name(name, sizeof(name), nos[i]);
+        walscan_seg_name(name, nos[i]);
         fd = openat(w->dirfd, name, (newest ? O_RDWR : O_RDONLY) | O_CLOEXEC);
         if (fd < 0 || fstat(fd, &st) < 0) {
             r = -errno;
@@ -469,16 +387,14 @@ static int load_segments(struct wal *w)
                 close(fd);
             goto cleanup;
         }
-        got = pread_all(fd, buf, SEGHDR, 0);
-        if (got < 0) {
-            r = (int)got;
+        r = walscan_seghdr(fd, nos[i], (uint64_t)st.st_size, newest, &h);
+        if (r < 0) {
             close(fd);
             log_error("wal", "cannot read segment header", "file=%s/%s err=\"%s\"", w->dir,
                       name, strerror(-r));
             goto cleanup;
         }
-        r = walrec_seghdr_decode(buf, (size_t)got, &h);
-        if (r < 0 && newest && st.st_size <= SEGHDR) {
+        if (r == WALSCAN_HDR_CREATING) {
             close(fd);
             log_warn("wal", "deleting newest segment with a torn header (crash while creating it)",
                      "file=%s/%s bytes=%lld", w->dir, name, (long long)st.st_size);
@@ -489,7 +405,7 @@ static int load_segments(struct wal *w)
             /* The one before it is the newest now and must be writable. */
             if (w->nsegs) {
                 struct seg *s = active(w);
-                seg_name(name, sizeof(name), s->segno);
+                walscan_seg_name(name, s->segno);
                 close(s->fd);
                 s->fd = openat(w->dirfd, name, O_RDWR | O_CLOEXEC);
                 if (s->fd < 0) {
@@ -500,8 +416,7 @@ static int load_segments(struct wal *w)
             r = 0;
             break;
         }
-        if (r < 0 || h.segno != nos[i] || (w->nsegs && h.wal_id != w->id) ||
-            (uint64_t)st.st_size > UINT32_MAX || h.base_lsn == 0) {
+        if (r != WALSCAN_HDR_OK || (w->nsegs && h.wal_id != w->id)) {
             close(fd);
             log_error("wal",
                       "bad segment header (not a segment of this log, or damaged); the log "
@@ -526,86 +441,66 @@ cleanup:
     return r;
 }
 
-/*
- * The record at off in segs[idx] is not valid. Cut the file there if it is
- * a torn tail, else report corruption.
- */
-static int torn_or_corrupt(struct wal *w, size_t idx, uint64_t off, uint64_t last_good,
-                           const char *why)
+/* The newest segment s ends in a torn tail from off: cut the file there. */
+static int cut_torn_tail(struct wal *w, struct seg *s, uint64_t off, uint64_t last_good)
 {
-    struct seg *s = &w->segs[idx];
     uint64_t end = s->disk;
-    char name[32];
+    char name[WALSCAN_NAME_SIZE];
     int r;
 
-    seg_name(name, sizeof(name), s->segno);
-    if (idx == w->nsegs - 1 && off < end) {
-        /* Is there a valid record after it? Cheap checks first, CRC last. */
-        long pg = sysconf(_SC_PAGESIZE);
-        uint64_t map_off = off & ~(uint64_t)(pg - 1);
-        size_t map_len = (size_t)(end - map_off);
-        uint8_t *m = mmap(NULL, map_len, PROT_READ, MAP_PRIVATE, s->fd, (off_t)map_off);
-        uint64_t found = 0;
+    walscan_seg_name(name, s->segno);
+    if (ftruncate(s->fd, (off_t)off) < 0 || (!w->no_sync && fsync(s->fd) < 0)) {
+        r = -errno;
+        log_error("wal", "cannot truncate torn tail", "file=%s/%s err=\"%s\"", w->dir, name,
+                  strerror(-r));
+        return r;
+    }
+    log_warn("wal", "torn tail truncated (a write cut short by a crash)",
+             "file=%s/%s offset=%llu bytes_cut=%llu last_lsn=%llu", w->dir, name,
+             (unsigned long long)off, (unsigned long long)(end - off),
+             (unsigned long long)last_good);
+    w->truncated_bytes += end - off;
+    w->total_size -= end - off;
+    s->disk = s->size = off;
+    return 0;
+}
 
-        if (m == MAP_FAILED) {
-            r = -errno;
-            log_error("wal", "cannot map segment to check its tail", "file=%s/%s err=\"%s\"",
-                      w->dir, name, strerror(-r));
-            return r;
-        }
-        madvise(m, map_len, MADV_SEQUENTIAL);
-        for (uint64_t pos = off + 1; pos + RECHDR <= end; pos++) {
-            const uint8_t *p = m + (pos - map_off);
-            struct walrec_hdr h;
-            const uint8_t *pl;
+/* Log how the scan of s found the log corrupt; WAL_ECORRUPT. */
+static int corrupt(struct wal *w, const struct seg *s, const struct walscan *sc)
+{
+    const char *why = sc->why == WALSCAN_WHY_SHORT_HEADER || sc->why == WALSCAN_WHY_SHORT_PAYLOAD
+                          ? "record runs past end of file"
+                          : "bad header, checksum or payload";
+    uint64_t last_good = sc->next_lsn - 1;
+    char name[WALSCAN_NAME_SIZE];
 
-            if (p[4] < WALREC_ADD || p[4] > WALREC_CANCEL || (p[6] | p[7]) != 0 ||
-                walrec_get32(p + 20) != 0 || walrec_get32(p) > end - pos - RECHDR ||
-                walrec_get64(p + 8) <= last_good)
-                continue;
-            if (walrec_decode(p, (size_t)(end - pos), s->salt, &h, &pl) > 0) {
-                found = pos;
-                break;
-            }
-        }
-        munmap(m, map_len);
-        if (!found) {
-            if (ftruncate(s->fd, (off_t)off) < 0 || (!w->no_sync && fsync(s->fd) < 0)) {
-                r = -errno;
-                log_error("wal", "cannot truncate torn tail", "file=%s/%s err=\"%s\"", w->dir,
-                          name, strerror(-r));
-                return r;
-            }
-            log_warn("wal", "torn tail truncated (a write cut short by a crash)",
-                     "file=%s/%s offset=%llu bytes_cut=%llu last_lsn=%llu", w->dir, name,
-                     (unsigned long long)off, (unsigned long long)(end - off),
-                     (unsigned long long)last_good);
-            w->truncated_bytes += end - off;
-            w->total_size -= end - off;
-            s->disk = s->size = off;
-            return 0;
-        }
+    walscan_seg_name(name, s->segno);
+    if (sc->end == WALSCAN_BAD_LSN)
+        log_error("wal", "record out of sequence; the log needs the salvage tool or operator attention",
+                  "file=%s/%s offset=%llu lsn=%llu expected_lsn=%llu", w->dir, name,
+                  (unsigned long long)sc->bad_off, (unsigned long long)sc->bad_lsn,
+                  (unsigned long long)sc->next_lsn);
+    else if (sc->next_valid)
         log_error("wal",
                   "corrupt record followed by valid records; the log needs the salvage tool or "
                   "operator attention",
                   "file=%s/%s offset=%llu reason=\"%s\" next_valid_offset=%llu last_lsn=%llu",
-                  w->dir, name, (unsigned long long)off, why, (unsigned long long)found,
-                  (unsigned long long)last_good);
-        return WAL_ECORRUPT;
-    }
-    log_error("wal",
-              "corrupt record in a segment that is not the newest; the log needs the salvage "
-              "tool or operator attention",
-              "file=%s/%s offset=%llu reason=\"%s\" last_lsn=%llu", w->dir, name,
-              (unsigned long long)off, why, (unsigned long long)last_good);
+                  w->dir, name, (unsigned long long)sc->bad_off, why,
+                  (unsigned long long)sc->next_valid, (unsigned long long)last_good);
+    else
+        log_error("wal",
+                  "corrupt record in a segment that is not the newest; the log needs the salvage "
+                  "tool or operator attention",
+                  "file=%s/%s offset=%llu reason=\"%s\" last_lsn=%llu", w->dir, name,
+                  (unsigned long long)sc->bad_off, why, (unsigned long long)last_good);
     return WAL_ECORRUPT;
 }
 
 struct replay_state {
     wal_replay_fn *fn;
     void *arg;
-    uint8_t *buf;
-    size_t cap;
+    struct walscan scan;
+    uint64_t segno;      /* segment being read */
     uint64_t records;
     uint64_t done_bytes; /* segments finished */
     uint64_t total_bytes;
@@ -613,13 +508,29 @@ struct replay_state {
     struct db_progress *progress;
 };
 
+/* After each read of a segment (walscan's on_read): progress for /stats and the log. */
+static void replay_progress(void *arg, uint64_t read_to)
+{
+    struct replay_state *st = arg;
+    uint64_t now = mono_ms(), done = st->done_bytes + read_to;
+
+    if (st->progress)
+        atomic_store_explicit(&st->progress->done, done, memory_order_relaxed);
+    if (now - st->last_log_ms >= 1000) {
+        st->last_log_ms = now;
+        log_info("wal", "replaying",
+                 "percent=%.1f bytes_done=%llu bytes_total=%llu records=%llu seg=%llu",
+                 st->total_bytes ? 100.0 * (double)done / (double)st->total_bytes : 100.0,
+                 (unsigned long long)done, (unsigned long long)st->total_bytes,
+                 (unsigned long long)st->records, (unsigned long long)st->segno);
+    }
+}
+
 static int replay_segment(struct wal *w, size_t idx, struct replay_state *st, uint64_t *expect)
 {
     struct seg *s = &w->segs[idx];
-    uint64_t end = s->disk;
-    uint64_t boff = SEGHDR; /* file offset of st->buf[0] */
-    size_t have = 0, pos = 0;
-    char name[32];
+    struct walscan_rec rec;
+    int r;
 
     posix_fadvise(s->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     if (idx == 0)
@@ -627,112 +538,61 @@ static int replay_segment(struct wal *w, size_t idx, struct replay_state *st, ui
     for (size_t k = idx + 1; k < w->nsegs && k <= idx + READAHEAD_SEGS; k++)
         posix_fadvise(w->segs[k].fd, 0, 0, POSIX_FADV_WILLNEED);
 
-    for (;;) {
-        while (pos < have) {
-            struct walrec_hdr h;
-            const uint8_t *payload;
-            int r = walrec_decode(st->buf + pos, have - pos, s->salt, &h, &payload);
+    st->segno = s->segno;
+    walscan_start(&st->scan, s->fd, s->disk, s->salt, *expect, idx == w->nsegs - 1);
+    while ((r = walscan_next(&st->scan, &rec)) > 0) {
+        struct wal_loc loc = {(uint32_t)s->segno, (uint32_t)rec.off, rec.len};
 
-            if (r > 0) {
-                int cr;
-                struct wal_loc loc = {(uint32_t)s->segno, (uint32_t)(boff + pos), (uint32_t)r};
-
-                if (h.lsn != *expect) {
-                    seg_name(name, sizeof(name), s->segno);
-                    log_error("wal",
-                              "record out of sequence; the log needs the salvage tool or "
-                              "operator attention",
-                              "file=%s/%s offset=%llu lsn=%llu expected_lsn=%llu", w->dir, name,
-                              (unsigned long long)(boff + pos), (unsigned long long)h.lsn,
-                              (unsigned long long)*expect);
-                    return WAL_ECORRUPT;
-                }
-                if (st->fn && (cr = st->fn(st->arg, &h, payload, loc)) != 0)
-                    return cr;
-                s->last_lsn = *expect;
-                (*expect)++;
-                st->records++;
-                pos += (size_t)r;
-                continue;
-            }
-            if (r == WALREC_PARTIAL && boff + have < end) {
-                /* Needs more bytes than this chunk holds: grow for a big record. */
-                if (have - pos >= 4) {
-                    size_t need = RECHDR + (size_t)walrec_get32(st->buf + pos);
-                    if (need > st->cap) {
-                        memmove(st->buf, st->buf + pos, have - pos);
-                        boff += pos;
-                        have -= pos;
-                        pos = 0;
-                        st->cap = need;
-                        st->buf = xrealloc(st->buf, st->cap);
-                    }
-                }
-                break;
-            }
-            return torn_or_corrupt(w, idx, boff + pos, *expect - 1,
-                                   r == WALREC_PARTIAL ? "record runs past end of file"
-                                                       : "bad header, checksum or payload");
-        }
-        if (pos == have && boff + have >= end)
-            break;
-        /* Refill: carry the unparsed bytes over to the front. */
-        if (pos) {
-            memmove(st->buf, st->buf + pos, have - pos);
-            boff += pos;
-            have -= pos;
-            pos = 0;
-        }
-        size_t want = st->cap - have;
-        if (want > end - boff - have)
-            want = (size_t)(end - boff - have);
-        ssize_t got = pread_all(s->fd, st->buf + have, want, boff + have);
-        if (got < 0) {
-            seg_name(name, sizeof(name), s->segno);
-            log_error("wal", "cannot read segment", "file=%s/%s err=\"%s\"", w->dir, name,
-                      strerror((int)-got));
-            return (int)got;
-        }
-        if ((size_t)got < want) { /* shorter than fstat said: what is there is the end */
-            w->total_size -= end - (boff + have + (uint64_t)got);
-            end = s->disk = s->size = boff + have + (uint64_t)got;
-        }
-        have += (size_t)got;
-
-        uint64_t now = mono_ms(), done = st->done_bytes + boff + have;
-        if (st->progress)
-            atomic_store_explicit(&st->progress->done, done, memory_order_relaxed);
-        if (now - st->last_log_ms >= 1000) {
-            st->last_log_ms = now;
-            log_info("wal", "replaying",
-                     "percent=%.1f bytes_done=%llu bytes_total=%llu records=%llu seg=%llu",
-                     st->total_bytes ? 100.0 * (double)done / (double)st->total_bytes : 100.0,
-                     (unsigned long long)done, (unsigned long long)st->total_bytes,
-                     (unsigned long long)st->records, (unsigned long long)s->segno);
-        }
+        if (st->fn && (r = st->fn(st->arg, &rec.hdr, rec.payload, loc)) != 0)
+            return r;
+        s->last_lsn = rec.hdr.lsn;
+        st->records++;
     }
-    st->done_bytes += end;
-    return 0;
+    *expect = st->scan.next_lsn;
+    if (r < 0) {
+        char name[WALSCAN_NAME_SIZE];
+        walscan_seg_name(name, s->segno);
+        log_error("wal", "cannot read segment", "file=%s/%s err=\"%s\"", w->dir, name,
+                  strerror(-r));
+        return r;
+    }
+    if (st->scan.size < s->disk) { /* shorter than fstat said: what is there is the end */
+        w->total_size -= s->disk - st->scan.size;
+        s->disk = s->size = st->scan.size;
+    }
+    switch (st->scan.end) {
+    case WALSCAN_CLEAN:
+        st->done_bytes += s->disk;
+        return 0;
+    case WALSCAN_TORN:
+        return cut_torn_tail(w, s, st->scan.bad_off, *expect - 1);
+    default:
+        return corrupt(w, s, &st->scan);
+    }
 }
 
 static int replay_all(struct wal *w, wal_replay_fn *fn, void *arg)
 {
-    struct replay_state st = {fn, arg, NULL, REPLAY_CHUNK, 0, 0, w->total_size, mono_ms(), 0, NULL};
+    struct replay_state st;
     uint64_t expect = w->segs[0].base_lsn;
     int r = 0;
 
-    st.last_log_ms = st.start_ms;
+    memset(&st, 0, sizeof(st));
+    st.fn = fn;
+    st.arg = arg;
+    st.total_bytes = w->total_size;
+    st.start_ms = st.last_log_ms = mono_ms();
     st.progress = w->progress;
     if (st.progress) {
         atomic_store_explicit(&st.progress->total, w->total_size, memory_order_relaxed);
         atomic_store_explicit(&st.progress->done, 0, memory_order_relaxed);
     }
-    st.buf = xrealloc(NULL, st.cap);
+    walscan_init(&st.scan, REPLAY_CHUNK, replay_progress, &st);
     for (size_t i = 0; i < w->nsegs; i++) {
         struct seg *s = &w->segs[i];
         if (s->base_lsn != expect) {
-            char name[32];
-            seg_name(name, sizeof(name), s->segno);
+            char name[WALSCAN_NAME_SIZE];
+            walscan_seg_name(name, s->segno);
             log_error("wal",
                       "segment does not continue the previous one (a segment is missing?); the "
                       "log needs operator attention",
@@ -752,7 +612,7 @@ static int replay_all(struct wal *w, wal_replay_fn *fn, void *arg)
              w->dir, w->nsegs, (unsigned long long)st.records, (unsigned long long)w->total_size,
              (unsigned long long)ms, (unsigned long long)expect);
 cleanup:
-    free(st.buf);
+    walscan_free(&st.scan);
     return r;
 }
 
@@ -980,7 +840,7 @@ static int seg_read(struct wal *w, struct seg *s, uint64_t off, uint8_t *dst, si
 {
     if (off < s->disk) {
         size_t from_disk = off + n <= s->disk ? n : (size_t)(s->disk - off);
-        ssize_t got = pread_all(s->fd, dst, from_disk, off);
+        ssize_t got = walscan_pread(s->fd, dst, from_disk, off);
         if (got < 0)
             return (int)got;
         if ((size_t)got < from_disk)
@@ -998,13 +858,13 @@ int wal_read(struct wal *w, struct wal_loc loc, struct wal_buf *b, struct walrec
              const uint8_t **payload)
 {
     struct seg *s;
-    char name[32];
+    char name[WALSCAN_NAME_SIZE];
     const char *why;
     int r;
 
     if (w->failed)
         return w->failed;
-    seg_name(name, sizeof(name), loc.seg);
+    walscan_seg_name(name, loc.seg);
     s = seg_find(w, loc.seg);
     if (!s) {
         log_error("wal", "read of a record in a segment that does not exist (deleted?)", "file=%s/%s offset=%u",
@@ -1085,10 +945,10 @@ static int delete_head(struct wal *w)
 {
     while (head_deletable(w)) {
         struct seg *s = &w->segs[0];
-        char name[32];
+        char name[WALSCAN_NAME_SIZE];
         int r;
 
-        seg_name(name, sizeof(name), s->segno);
+        walscan_seg_name(name, s->segno);
         if (s->live_count)
             log_warn("wal", "compaction found no live record where the live count says some remain; "
                      "deleting the segment", "file=%s/%s live_count=%llu", w->dir, name,
@@ -1121,14 +981,14 @@ static int over_budget(const struct wal *w)
 static int compact_head(struct wal *w, size_t budget, const struct wal_compact_ops *ops)
 {
     size_t scanned = 0;
-    char name[32];
+    char name[WALSCAN_NAME_SIZE];
     int r;
 
     if (w->cpt_segno != w->segs[0].segno) {
         w->cpt_segno = w->segs[0].segno;
         w->cpt_off = SEGHDR;
     }
-    seg_name(name, sizeof(name), w->cpt_segno);
+    walscan_seg_name(name, w->cpt_segno);
     while (scanned < budget && w->cpt_off < w->segs[0].size) {
         struct seg *s = &w->segs[0];
         size_t n = (size_t)(s->size - w->cpt_off), pos = 0;

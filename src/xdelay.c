@@ -121,6 +121,7 @@ const char *xdelay_strerror(enum xdelay_status s)
     switch (s) {
     case XDELAY_EINVALID: return "invalid x-delay";
     case XDELAY_ETOOBIG: return "x-delay above max_delay_ms";
+    case XDELAY_EKEY: return "invalid x-delay-key";
     default: return "";
     }
 }

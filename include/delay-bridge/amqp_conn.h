@@ -24,12 +24,31 @@ struct amqp_conn {
 };
 
 /*
- * Connect to uri and log in. timeout_ms bounds the TCP connect, the
- * handshake and every later synchronous RPC. Returns 0, or -1 with a
- * message in err.
+ * TLS settings for amqps:// URIs (not looked at for amqp://). The strings
+ * are borrowed for the call to amqp_conn_open() only. NULL or "" ca_file:
+ * CONFIG_TLS_DEFAULT_CA_FILE, the system bundle; cert_file and key_file
+ * (PEM, key without passphrase) both set, or both NULL/"". The server's
+ * certificate chain is always verified against ca_file; verify_hostname
+ * also requires it to name the URI's host.
  */
-int amqp_conn_open(struct amqp_conn *c, const char *uri, const char *name, uint16_t heartbeat_s,
-                   uint32_t timeout_ms, char *err, size_t errlen);
+struct amqp_conn_tls {
+    const char *ca_file;
+    const char *cert_file;
+    const char *key_file;
+    int verify_hostname;
+};
+
+/*
+ * Connect to uri and log in. timeout_ms bounds the TCP connect, the TLS
+ * handshake, the AMQP handshake and every later synchronous RPC. tls: NULL
+ * for the defaults (system CA bundle, host name verified). An amqps://
+ * URI is TLS or nothing: a failed handshake or verification is an error,
+ * never a fallback to plain TCP. Returns 0, or -1 with a message in err
+ * (the password masked).
+ */
+int amqp_conn_open(struct amqp_conn *c, const char *uri, const char *name,
+                   const struct amqp_conn_tls *tls, uint16_t heartbeat_s, uint32_t timeout_ms,
+                   char *err, size_t errlen);
 
 /* Close politely (graceful != 0: connection.close handshake) and free. */
 void amqp_conn_close(struct amqp_conn *c, int graceful);

@@ -40,6 +40,30 @@ void amqp_msg_outgoing(const amqp_basic_properties_t *in, amqp_basic_properties_
                        const char *id, const char *error);
 
 /*
+ * Set header name = value (a long string) in p, replacing an entry of that
+ * name or appending one; the new table and the string live in pool.
+ */
+void amqp_msg_set_header(amqp_basic_properties_t *p, amqp_pool_t *pool, const char *name,
+                         const char *value);
+
+/*
+ * The value of header name when it is a string (AMQP long string 'S' or byte
+ * array 'x'): returns 1 with *p, *len pointing into headers; 0 when the
+ * header is absent; -1 when it has another type.
+ */
+int amqp_msg_header_str(const amqp_table_t *headers, const char *name, const char **p,
+                        size_t *len);
+
+/*
+ * AMQP-encoded basic properties (as stored in the WAL) as a JSON object
+ * (json-c, new reference): content_type, message_id, delivery_mode, ... and
+ * "headers" with strings, numbers, booleans, nested tables and arrays
+ * (other kinds as {"type": "K"}). NULL if the bytes do not decode.
+ */
+struct json_object;
+struct json_object *amqp_msg_props_json(const uint8_t *props, size_t len);
+
+/*
  * Encode props (may be NULL: no properties) in AMQP wire form into *buf,
  * grown as needed up to 64 MiB. Returns the length, or -EOVERFLOW.
  */

@@ -15,6 +15,20 @@
  *   GET /metrics  Prometheus text (metrics.h)
  *   GET /stats    JSON: version, instance, per-route counters and gauges, next
  *                 due time, WAL state, connection state, recovery progress
+ *
+ * Held messages (each answered with JSON; the daemon does the work through
+ * the api_ops below, and says whether the change is durable):
+ *   GET    /pending?route=R[&limit=N][&after=CURSOR]
+ *                  R's pending messages in due order, N per page (default
+ *                  100, at most 1000), and "next" -- the cursor of the next
+ *                  page, null after the last
+ *   GET    /pending/R/KEY   the message with x-delay-key KEY, with its headers
+ *   DELETE /pending/R/KEY   cancel it: 200 {"cancelled": true}, or 404 when no
+ *                  such key is pending (unknown, published or in flight)
+ *   POST   /purge?route=R[&due_before=T]   cancel every pending message of R
+ *                  (due before T: ms or ISO 8601), as a bounded background job:
+ *                  200 with "removed" when it finished at once, else 202; its
+ *                  progress is in /stats under "purge"
  * Anything else: 404; a known path with another method: 405 with Allow.
  * HEAD is answered like GET (the transport drops the body).
  */
@@ -43,9 +57,22 @@ struct api_response {
     struct strbuf body;       /* owned by the response; the transport frees it */
 };
 
+struct json_object;
+
 struct api_ops {
     /* Fill a snapshot (stats.h). Strings in it stay valid until the next call. */
     void (*stats)(void *arg, struct db_stats *out);
+    /*
+     * The held-message endpoints: fill the JSON object out and return the
+     * HTTP status (404 for an unknown route or key, 400 for a bad argument,
+     * with {"error": "..."}). NULL: the endpoint answers 404.
+     */
+    int (*pending_list)(void *arg, const char *route, const char *after, unsigned limit,
+                        struct json_object *out);
+    int (*pending_get)(void *arg, const char *route, const char *key, struct json_object *out);
+    int (*pending_cancel)(void *arg, const char *route, const char *key,
+                          struct json_object *out);
+    int (*purge)(void *arg, const char *route, const char *due_before, struct json_object *out);
     void *arg;
 };
 

@@ -4,6 +4,8 @@
  *   delay-bridge wal check DIR          verify a WAL directory, print a summary
  *   delay-bridge wal dump DIR [...]     list the pending messages in due order
  *   delay-bridge publish --uri ... BODY publish one delayed message, confirmed
+ *   delay-bridge cancel --route R KEY   cancel a pending message of a running
+ *                                       daemon, over its HTTP endpoint
  *
  * main() hands over argv from the subcommand's name on (argv[0] is "wal" or
  * "publish"). Each function parses its own options, prints its results on
@@ -15,6 +17,9 @@
  *            own exit code for a corrupt WAL).
  *   publish: 0 confirmed (basic.ack), 1 nack, unroutable or connection
  *            error, 2 usage.
+ *   cancel:  0 cancelled, 1 no such key pending (unknown, already published
+ *            or in flight), 2 usage, 3 the daemon could not be asked
+ *            (unreachable, 401, unknown route, error).
  *
  * The wal commands are read-only: they open files O_RDONLY, take no lock and
  * write nothing, so they are safe on the directory of a running daemon.
@@ -24,5 +29,6 @@
 
 int cli_wal_main(int argc, char **argv);
 int cli_publish_main(int argc, char **argv);
+int cli_cancel_main(int argc, char **argv);
 
 #endif

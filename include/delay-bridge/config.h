@@ -20,7 +20,22 @@
 #define CONFIG_MAX_ROUTES 256
 #define CONFIG_NAME_MAX 255 /* AMQP short string */
 
+#define CONFIG_TLS_DEFAULT_CA_FILE "/etc/ssl/certs/ca-certificates.crt"
+
 enum queue_type { QUEUE_CLASSIC, QUEUE_QUORUM };
+
+/*
+ * broker.tls: used for amqps:// URIs only (accepted, and ignored, with
+ * amqp:// ones). When any URI is amqps://, the files set explicitly must be
+ * readable at load time. verify_hostname false is allowed, with a warning
+ * at start (config_load); the certificate chain is always verified.
+ */
+struct config_tls {
+    char ca_file[4096];   /* "ca_file": CONFIG_TLS_DEFAULT_CA_FILE; CA bundle (PEM) */
+    char cert_file[4096]; /* "cert_file": "" (none); client certificate (PEM), with key_file */
+    char key_file[4096];  /* "key_file": "" (none); its private key (PEM, no passphrase) */
+    int verify_hostname;  /* "verify_hostname": true; the certificate must name the URI's host */
+};
 
 enum invalid_delay_policy {
     INVALID_DELAY_PUBLISH,     /* publish at once, like the plugin (default) */
@@ -40,6 +55,8 @@ struct config_route {
     uint64_t max_delay_ms;                      /* "max_delay_ms": 4294967295 */
     enum invalid_delay_policy invalid_delay;    /* "invalid_delay": "publish" | "dead-letter" */
     char dead_letter_exchange[CONFIG_NAME_MAX + 1]; /* required when invalid_delay is dead-letter */
+    char unroutable_exchange[CONFIG_NAME_MAX + 1];  /* "": a returned (unroutable) message is
+                                                       counted and logged; else it goes there */
 };
 
 struct config {
@@ -53,6 +70,7 @@ struct config {
     uint32_t reconnect_max_ms;   /* "reconnect_max_ms": 30000 */
     uint32_t publish_retry_min_ms; /* "publish_retry_min_ms": 1000, backoff after a channel error */
     uint32_t publish_retry_max_ms; /* "publish_retry_max_ms": 60000 */
+    struct config_tls tls;       /* "tls": {...} */
 
     /* wal */
     char wal_dir[4096];          /* "dir": required */
@@ -82,6 +100,9 @@ struct config {
 /*
  * Load path into *c. Returns 0, or -1 with a one-line message (file, key
  * path, problem) in err. On error *c holds nothing to free.
+ * On success it warns (log_warn, one line each) when the file is readable by
+ * others and holds a broker password, and when an amqps:// URI is used with
+ * broker.tls.verify_hostname false.
  */
 int config_load(struct config *c, const char *path, char *err, size_t errlen);
 

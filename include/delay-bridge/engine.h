@@ -24,6 +24,10 @@
  *                                                       (gone: DONE record queued for the
  *                                                        next commit; its RAM is freed now)
  *
+ *   A publish the broker returned (no queue bound) goes INFLIGHT -> DUE
+ *   through eng_divert(): marked to be published to the route's unroutable
+ *   exchange next time (eng_diverted()); the mark is not durable.
+ *
  *   ORPHAN   recovered for a route missing from the configuration: kept in
  *            the log, never fired, counted in eng_stats().orphaned.
  *
@@ -156,6 +160,11 @@ void eng_confirm(struct engine *e, eng_msg m, uint64_t now_ms);
 
 /* INFLIGHT -> DUE: not published after all (nack). */
 void eng_unsent(struct engine *e, eng_msg m);
+
+/* INFLIGHT -> DUE, marked for the unroutable exchange (its publish was returned). */
+void eng_divert(struct engine *e, eng_msg m);
+/* Was m diverted (eng_divert) since it was last taken? */
+int eng_diverted(const struct engine *e, eng_msg m);
 
 /* INFLIGHT -> DUE for every in-flight message of route (channel or connection lost). */
 size_t eng_unsent_route(struct engine *e, uint16_t route);

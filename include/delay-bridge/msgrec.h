@@ -28,14 +28,23 @@ struct msgrec_in {
     uint32_t props_len;
     const uint8_t *body;
     uint32_t body_len;
+    const char *key;         /* x-delay-key, NULL if none */
+    size_t key_len;
+    int key_invalid;         /* x-delay-key present but not a string of at most 255 bytes */
 };
+
+#define MSGREC_KEY_MAX 255
+#define MSGREC_INVALID_DELAY 1
+#define MSGREC_INVALID_KEY 2
 
 /*
  * Fill *a (pointers into in and rc) for a message of route rc received at
  * now, whose x-delay was judged xs with delay delay_ms. An invalid or too
- * large delay makes the message due now; with invalid_delay "dead-letter"
- * it is also flagged for the dead-letter exchange. Returns 1 when the delay
- * was invalid (the caller counts it), else 0.
+ * large delay, or an invalid x-delay-key, makes the message due now,
+ * without a key; with invalid_delay "dead-letter" it is also flagged for
+ * the dead-letter exchange (x-delay-error says which). A valid key makes
+ * the record keyed. Returns 0, or MSGREC_INVALID_DELAY and/or
+ * MSGREC_INVALID_KEY for the caller to count.
  */
 int msgrec_from_delivery(struct walrec_add *a, const struct config_route *rc,
                          const struct msgrec_in *in, uint64_t now, enum xdelay_status xs,
@@ -43,13 +52,19 @@ int msgrec_from_delivery(struct walrec_add *a, const struct config_route *rc,
 
 /* How to republish a held message. */
 struct msgrec_out {
-    const char *exchange; /* the route's target, or its dead-letter exchange */
+    const char *exchange; /* the route's target, its dead-letter or its unroutable exchange */
+    const char *original_exchange; /* set when diverted to unroutable_exchange, else NULL */
     const char *error;    /* x-delay-error text for dead-lettered messages, else NULL */
     uint64_t delay_ms;    /* the delay it was held for (x-delay becomes -delay_ms) */
     char id[40];          /* x-delay-bridge-id: "<log id in hex>-<message id>" */
 };
 
+/*
+ * unroutable: the broker returned its last publish (no queue bound), so it
+ * goes to the route's unroutable_exchange, the exchange it missed named in
+ * original_exchange.
+ */
 void msgrec_to_publish(const struct walrec_add *a, const struct config_route *rc,
-                       uint64_t log_id, struct msgrec_out *o);
+                       uint64_t log_id, int unroutable, struct msgrec_out *o);
 
 #endif

@@ -10,8 +10,11 @@
  *
  * It decides nothing about a message's life; the owner (the bridge, for the
  * engine) is told through callbacks:
- *   confirmed(route, ref, ok)  the broker acked (ok = 1) or nacked (0) it,
- *                              in tag order within a route;
+ *   confirmed(route, ref, ok, returned)
+ *                              the broker acked (ok = 1) or nacked (0) it,
+ *                              in tag order within a route; returned: it came
+ *                              back first as basic.return (published with
+ *                              mandatory, no queue was bound at the exchange);
  *   route_lost(route)          the route's channel closed (a broker error such
  *                              as 404 on a missing target exchange, or the
  *                              connection was lost): every publish on it that
@@ -41,7 +44,7 @@
 struct publisher;
 
 struct publisher_ops {
-    void (*confirmed)(void *arg, int route, uint32_t ref, int ok);
+    void (*confirmed)(void *arg, int route, uint32_t ref, int ok, int returned);
     void (*route_lost)(void *arg, int route);
     void *arg;
 };
@@ -61,10 +64,12 @@ void publisher_turn(struct publisher *p, uint64_t now);
 int publisher_ready(const struct publisher *p, int route);
 
 /*
- * Publish message a of route as o says (msgrec_to_publish), with ref
- * reported back in its confirm. Returns 0, or -1 when the connection went
- * down while writing (route_lost has then been reported for every route,
- * this publish included).
+ * Publish message a of route as o says (msgrec_to_publish), mandatory, with
+ * ref reported back in its confirm. A message diverted to the unroutable
+ * exchange gets headers x-delay-unroutable (why), x-original-exchange and
+ * x-original-routing-key. Returns 0, or -1 when the connection went down
+ * while writing (route_lost has then been reported for every route, this
+ * publish included).
  */
 int publisher_send(struct publisher *p, int route, uint32_t ref, const struct walrec_add *a,
                    const struct msgrec_out *o);

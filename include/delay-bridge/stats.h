@@ -63,6 +63,7 @@ struct db_route_stats {
     uint64_t received;        /* deliveries taken from the ingress queue and logged */
     uint64_t rejected;        /* deliveries rejected (larger than wal.max_message_bytes) */
     uint64_t invalid_delay;   /* x-delay not a number we accept, or above max_delay_ms */
+    uint64_t invalid_key;     /* x-delay-key or x-delay-cancel not a string of <= 255 bytes */
     uint64_t dead_lettered;   /* published to dead_letter_exchange with x-delay-error */
     uint64_t published;       /* basic.publish sent (a republish after a nack counts again) */
     uint64_t confirmed;       /* broker confirmed: the message is done */
@@ -122,6 +123,16 @@ struct db_stats {
     uint64_t rss_bytes;         /* process resident set, 0 if unknown */
 
     struct db_wal_stats wal;
+
+    /* The purge job (POST /purge): the last one started, if any. */
+    struct {
+        int started;         /* a job ran since start */
+        int done;            /* it finished */
+        const char *route;
+        uint64_t due_before; /* UINT64_MAX: everything */
+        uint64_t removed;
+        double progress;     /* 0..1 of the message table walked */
+    } purge;
 
     int nroutes;
     struct db_route_stats *routes;

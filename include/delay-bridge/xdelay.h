@@ -27,6 +27,7 @@ enum xdelay_status {
     XDELAY_NOW = 1,      /* missing, zero or negative: publish at once; *delay_ms = 0 */
     XDELAY_EINVALID = 2, /* not a number we accept */
     XDELAY_ETOOBIG = 3,  /* above max_delay_ms */
+    XDELAY_EKEY = 4,     /* x-delay-key not a string, or over 255 bytes (an error code only) */
 };
 
 enum xdelay_kind { XDELAY_INT, XDELAY_UINT, XDELAY_FLOAT, XDELAY_DECIMAL, XDELAY_TEXT, XDELAY_OTHER };

@@ -6,10 +6,14 @@ delays (big bodies, so the log spans several segments); the short ones are
 delivered. Then:
   Before that, hand-made logs written by an independent encoder of the
 format (src/walrec.c) check the replay rules: a compaction copy supersedes
-its original, CANCEL is counted and ignored, DONE of an unknown id is
-harmless; a foreign wal_id, a segment gap, an LSN break, a stray file name
-and a bad record followed by a valid one are corruption (exit 4); a newest
-segment with a half-written header is a torn tail (exit 0).
+its original, a CANCEL removes its ids from the pending set like a DONE
+(counted apart), DONE or CANCEL of an unknown id is harmless, a keyed ADD
+shows its x-delay-key in `wal dump` (text, JSON "key", null when none) and
+`--key K` lists only the messages held with that key; a foreign wal_id, a
+segment gap, an LSN break, a stray file name, a bad record followed by a
+valid one and a CANCEL whose payload is not an id list are corruption
+(exit 4); a newest segment with a half-written header is a torn tail
+(exit 0).
 
   (a) while the daemon runs, `wal check` passes and `wal dump --json` lists
       exactly the pending messages, in due order, with route, exchange,
@@ -71,18 +75,25 @@ def record(rtype, lsn, payload, salt):
     return hdr + struct.pack("<II", crc, 0) + payload
 
 
-def add_payload(msg_id, due, route, mid, body=b"body", rk=b"rk", ex=b"ex"):
+def add_payload(msg_id, due, route, mid, body=b"body", rk=b"rk", ex=b"ex", key=None):
+    """An ADD payload; key (bytes): a keyed ADD (flags bit 1, the key after the routing key)."""
     # AMQP basic properties: flags (headers 0x2000, message-id 0x0080), then the fields.
     props = struct.pack(">H", 0x2000 | 0x0080) + h.encode_table({"k": h.lstr("v")}) + \
         struct.pack("B", len(mid)) + mid
-    return (struct.pack("<QQQHH", msg_id, due, 1795400000000, 0, 0) +
+    flags = 0 if key is None else 0x0002
+    keyed = b"" if key is None else struct.pack("B", len(key)) + key
+    return (struct.pack("<QQQHH", msg_id, due, 1795400000000, flags, 0) +
             struct.pack("B", len(route)) + route + struct.pack("B", len(ex)) + ex +
-            struct.pack("B", len(rk)) + rk + struct.pack("<I", len(props)) + props +
+            struct.pack("B", len(rk)) + rk + keyed + struct.pack("<I", len(props)) + props +
             struct.pack("<I", len(body)) + body)
 
 
 def done_payload(ids):
+    """The DONE payload, and CANCEL's (the same layout): a count, then the message ids."""
     return struct.pack("<I", len(ids)) + b"".join(struct.pack("<Q", i) for i in ids)
+
+
+cancel_payload = done_payload
 
 
 def write_log(d, segs):
@@ -101,22 +112,46 @@ def crafted(ctx):
     a1 = add_payload(1, 3000, b"r1", b"m1")
     a2 = add_payload(2, 2000, b"r2", b"m2")
     a3 = add_payload(3, 2000, b"r1", b"m3")
-    seg1 = (1, 1, W, 111, [(1, 1, a1), (1, 2, a2), (1, 3, a3), (3, 4, b"\xde\xad"), (2, 5, done_payload([1]))], b"")
-    seg2 = (2, 6, W, 222, [(1, 6, a2), (2, 7, done_payload([99]))], b"")
+    a4 = add_payload(4, 2500, b"r1", b"m4", key=b"order-4")  # cancelled (lsn 5)
+    a9 = add_payload(9, 2500, b"r2", b"m9", key=b"order-9")  # keyed, pending
+    cancel = cancel_payload([4, 77])  # 77: an ADD in a deleted segment
+    seg1 = (1, 1, W, 111, [(1, 1, a1), (1, 2, a2), (1, 3, a3), (1, 4, a4), (3, 5, cancel),
+                           (2, 6, done_payload([1]))], b"")
+    seg2 = (2, 7, W, 222, [(1, 7, a2), (2, 8, done_payload([99])), (1, 9, a9)], b"")
 
     d = os.path.join(ctx.tmp, "crafted-ok")
     write_log(d, [seg1, seg2])
     _, out, _ = run_cli("wal", "check", d, expect=0)
-    for want in ("records:        7 (add 4, done 2, cancel 1)", "1 of them compaction copies",
-                 "live messages:  2,", "route r1: 1 messages", "route r2: 1 messages",
-                 "lsn:            1 .. 7", "wal_id:         1122334455667788", "tail:           clean"):
+    for want in ("records:        9 (add 6, done 2, cancel 1)", "1 of them compaction copies",
+                 "  done:         2 records, %d bytes, 2 ids (1 of messages whose ADD is in a deleted "
+                 "segment)" % (2 * (RECHDR + 12)),
+                 "  cancel:       1 records, %d bytes, 2 ids (1 of messages whose ADD is in a "
+                 "deleted segment)" % (RECHDR + len(cancel)),
+                 "live messages:  3,", "1 with an x-delay-key", "route r1: 1 messages",
+                 "route r2: 2 messages", "lsn:            1 .. 9",
+                 "wal_id:         1122334455667788", "tail:           clean"):
         check(want in out, "crafted log: wal check does not say %r:\n%s" % (want, out))
     got = dump(d)
-    check([(m["message_id"], m["segment"], m["offset"]) for m in got] ==
-          [("m2", 2, SEGHDR), ("m3", 1, SEGHDR + 2 * RECHDR + len(a1) + len(a2))],
-          "crafted log: dump should list m2 (its compaction copy in segment 2) then m3: %s" % got)
+    check([(m["message_id"], m["segment"], m["offset"], m["key"]) for m in got] ==
+          [("m2", 2, SEGHDR, None), ("m3", 1, SEGHDR + 2 * RECHDR + len(a1) + len(a2), None),
+           ("m9", 2, SEGHDR + 2 * RECHDR + len(a2) + 12, "order-9")],
+          "crafted log: dump should list m2 (its compaction copy in segment 2), m3, then the keyed "
+          "m9 with its key, and not the cancelled m4: %s" % got)
     check(got[0]["headers"] == {"k": "v"} and got[0]["due_ms"] == 2000 and
           got[0]["due"] == "1970-01-01T00:00:02.000Z", "crafted log: dump fields %s" % got[0])
+    # --key: only what is held with that key; a cancelled message's key lists nothing.
+    for key, want_ids in (("order-9", ["m9"]), ("order-4", []), ("nope", [])):
+        _, out, _ = run_cli("wal", "dump", d, "--json", "--key", key, expect=0)
+        ids = [m["message_id"] for m in json.loads(out)]
+        check(ids == want_ids, "crafted log: dump --key %s lists %s, expected %s" % (key, ids, want_ids))
+    _, out, _ = run_cli("wal", "dump", d, "--key", "order-9", "--route", "r1", expect=0)
+    check("# 0 shown, 0 matching, 3 pending in all" in out,
+          "crafted log: --key order-9 --route r1 should match nothing:\n%s" % out)
+    _, out, _ = run_cli("wal", "dump", d, expect=0)
+    lines = [l for l in out.splitlines() if not l.startswith("#")]
+    check(len(lines) == 3 and lines[0].endswith(" 2 -") and lines[2].endswith(" 9 order-9"),
+          "crafted log: the text dump should end each line with msg id and key (- when none):\n%s"
+          % out)
 
     def bad(name, segs, needle, rc=4, extra=None):
         dd = os.path.join(ctx.tmp, "crafted-" + name)
@@ -127,9 +162,9 @@ def crafted(ctx):
         check(code == rc and needle in out + err, "crafted log %s: wal check exit %d (want %d), "
               "output lacks %r:\n%s%s" % (name, code, rc, needle, out, err))
 
-    bad("wal-id", [seg1, (2, 6, W + 1, 222, [], b"")], "corrupt: segment 2")
-    bad("gap", [seg1, (3, 6, W, 222, [], b"")], "not contiguous")
-    bad("base-lsn", [seg1, (2, 7, W, 222, [], b"")], "does not continue")
+    bad("wal-id", [seg1, (2, 7, W + 1, 222, [], b"")], "corrupt: segment 2")
+    bad("gap", [seg1, (3, 7, W, 222, [], b"")], "not contiguous")
+    bad("base-lsn", [seg1, (2, 8, W, 222, [], b"")], "does not continue")
     bad("lsn", [(1, 1, W, 111, [(1, 1, a1), (1, 3, a2)], b"")], "out of sequence")
     bad("name", [seg1], "unexpected file",
         extra=lambda dd: open(os.path.join(dd, "junk.wal"), "wb").close())
@@ -138,12 +173,16 @@ def crafted(ctx):
     broken[30] ^= 1
     bad("valid-after", [(1, 1, W, 111, [(1, 1, a1)], bytes(broken) + record(1, 3, a3, 111))],
         "a valid record follows")
+    # A CANCEL whose payload is not the id-list layout is a bad record.
+    bad("cancel-layout", [(1, 1, W, 111, [(1, 1, a1)],
+                           record(3, 2, b"\xde\xad", 111) + record(1, 3, a3, 111))],
+        "CANCEL payload layout does not add up")
     # The same in an older segment: corruption too.
     bad("older", [(1, 1, W, 111, [(1, 1, a1)], bytes(broken)), (2, 2, W, 222, [], b"")],
         "not the newest")
     # A half-written record, or a half-written newest segment header: torn tail, exit 0.
     bad("torn-record", [(1, 1, W, 111, [(1, 1, a1)], bytes(broken)[:40])], "TORN TAIL", rc=0)
-    bad("torn-header", [seg1, (2, 6, W, 222, [], b"")], "TORN TAIL", rc=0,
+    bad("torn-header", [seg1, (2, 7, W, 222, [], b"")], "TORN TAIL", rc=0,
         extra=lambda dd: os.truncate(os.path.join(dd, "%020d.wal" % 2), 20))
     h.log("crafted logs: replay rules, corruption and torn tails as specified")
 

@@ -28,6 +28,7 @@ static const char *st_name(enum xdelay_status s)
     case XDELAY_NOW: return "NOW";
     case XDELAY_EINVALID: return "EINVALID";
     case XDELAY_ETOOBIG: return "ETOOBIG";
+    case XDELAY_EKEY: return "EKEY";
     }
     return "?";
 }

@@ -82,7 +82,7 @@ static void fake_init(struct fake *f)
 }
 
 static struct fake fake;
-static struct api_ops ops = { fake_stats, &fake };
+static struct api_ops ops = {.stats = fake_stats, .arg = &fake};
 
 /* GET/POST/... path: a fresh response the caller frees with strbuf_free(&r->body). */
 static void call(const char *method, const char *path, struct api_response *r)

@@ -326,6 +326,71 @@ static void test_broker(void)
     }
 }
 
+static void test_tls(void)
+{
+    struct config c;
+    char ca[] = "/tmp/test_config_ca.XXXXXX";
+    int fd = mkstemp(ca);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    close(fd);
+
+    /* defaults: the system bundle, host names verified, no client certificate */
+    if (OK(CFG(ROUTE("")), &c) == 0) {
+        CHECK(strcmp(c.tls.ca_file, "/etc/ssl/certs/ca-certificates.crt") == 0);
+        CHECK(c.tls.cert_file[0] == '\0' && c.tls.key_file[0] == '\0');
+        CHECK(c.tls.verify_hostname == 1);
+        config_free(&c);
+    }
+
+#define T(uri, tls) "{\"broker\":{\"uri\":\"" uri "\",\"tls\":" tls "}," WAL \
+                    ",\"routes\":[" ROUTE("") "]}"
+    char json[1024];
+    snprintf(json, sizeof json,
+             T("amqps://u:p@h/", "{\"ca_file\":\"%s\",\"cert_file\":\"%s\",\"key_file\":\"%s\","
+                                 "\"verify_hostname\":false}"),
+             ca, ca, ca);
+    if (OK(json, &c) == 0) {
+        CHECK(strcmp(c.tls.ca_file, ca) == 0 && strcmp(c.tls.cert_file, ca) == 0 &&
+              strcmp(c.tls.key_file, ca) == 0);
+        CHECK(c.tls.verify_hostname == 0);
+        config_free(&c);
+    }
+    ERR(T("amqps://h/", "[]"), "test.json: broker.tls: expected an object, got an array");
+    ERR2(T("amqps://h/", "{\"cafile\":\"/x\"}"), "broker.tls.cafile: unknown key",
+         "ca_file, cert_file, key_file, verify_hostname");
+    ERR(T("amqps://h/", "{\"verify_hostname\":\"no\"}"),
+        "broker.tls.verify_hostname: expected true or false, got \"no\"");
+    ERR(T("amqps://h/", "{\"ca_file\":\"\"}"), "broker.tls.ca_file: must not be empty");
+    ERR(T("amqps://h/", "{\"ca_file\":7}"), "broker.tls.ca_file: expected a string, got 7");
+    /* both or neither, named at the missing one, with amqp:// too */
+    ERR(T("amqp://h/", "{\"cert_file\":\"/c.pem\"}"),
+        "broker.tls.key_file: set cert_file and key_file together");
+    ERR(T("amqp://h/", "{\"key_file\":\"/k.pem\"}"),
+        "broker.tls.cert_file: set cert_file and key_file together");
+    /* with an amqps:// URI the files must be readable now, not at the first connect */
+    ERR2(T("amqps://h/", "{\"ca_file\":\"/nonexistent/ca.pem\"}"),
+         "broker.tls.ca_file: cannot read \"/nonexistent/ca.pem\"", "No such file or directory");
+    ERR2(T("amqps://h/", "{\"ca_file\":\"/tmp\"}"), "broker.tls.ca_file:", "Is a directory");
+    snprintf(json, sizeof json,
+             T("amqps://h/", "{\"ca_file\":\"%s\",\"cert_file\":\"%s\",\"key_file\":\"/no/key\"}"),
+             ca, ca);
+    ERR2(json, "broker.tls.key_file: cannot read \"/no/key\"", "No such file");
+    snprintf(json, sizeof json,
+             "{\"broker\":{\"uri\":[\"amqp://h/\",\"amqps://h/\"],\"tls\":{\"cert_file\":\"/no/c\","
+             "\"key_file\":\"%s\"}}," WAL ",\"routes\":[" ROUTE("") "]}", ca);
+    ERR2(json, "broker.tls.cert_file: cannot read \"/no/c\"", "No such file");
+    /* TLS settings are ignored (not an error) when no URI is amqps:// */
+    if (OK(T("amqp://h/", "{\"ca_file\":\"/nonexistent/ca.pem\",\"verify_hostname\":false}"),
+           &c) == 0) {
+        CHECK(c.tls.verify_hostname == 0);
+        config_free(&c);
+    }
+#undef T
+    unlink(ca);
+}
+
 static void test_env(void)
 {
     struct config c;
@@ -761,6 +826,7 @@ static const struct check_case cases[] = {
     {"syntax", test_syntax},
     {"unknown_keys", test_unknown_keys},
     {"broker", test_broker},
+    {"tls", test_tls},
     {"env", test_env},
     {"wal_http_log", test_wal_http_log},
     {"routes", test_routes},

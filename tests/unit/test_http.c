@@ -81,7 +81,7 @@ static void fake_stats(void *arg, struct db_stats *s)
     s->nroutes = 1;
 }
 
-static struct api_ops ops = { fake_stats, NULL };
+static struct api_ops ops = {.stats = fake_stats};
 
 /* /echo shows what reached the handler; everything else is the real API. */
 static void handler(void *arg, const struct api_request *req, struct api_response *resp)

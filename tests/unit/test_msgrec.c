@@ -19,7 +19,7 @@ static struct config_route route(enum invalid_delay_policy p)
 
 static const uint8_t props[] = {0x10, 0x00, 0x02};
 static const struct msgrec_in in = {"orders.delayed", 14, "close", 5, props, 3,
-                                    (const uint8_t *)"body", 4};
+                                    (const uint8_t *)"body", 4, NULL, 0, 0};
 
 static void test_valid_delay(void)
 {
@@ -34,7 +34,7 @@ static void test_valid_delay(void)
     CHECK(a.route_len == 6 && memcmp(a.route, "orders", 6) == 0);
     CHECK(a.exchange_len == 14 && a.routing_key_len == 5 && a.props_len == 3 && a.body_len == 4);
     a.msg_id = 77;
-    msgrec_to_publish(&a, &rc, 0xabcdefull, &o);
+    msgrec_to_publish(&a, &rc, 0xabcdefull, 0, &o);
     CHECK_STR(o.exchange, "orders.close");
     CHECK(o.error == NULL);
     CHECK_U64(o.delay_ms, 5000);
@@ -50,7 +50,7 @@ static void test_now(void)
     CHECK(msgrec_from_delivery(&a, &rc, &in, 1000, XDELAY_NOW, 0) == 0);
     CHECK_U64(a.due_ms, 1000);
     CHECK(a.flags == 0);
-    msgrec_to_publish(&a, &rc, 1, &o);
+    msgrec_to_publish(&a, &rc, 1, 0, &o);
     CHECK_STR(o.exchange, "orders.close");
     CHECK_U64(o.delay_ms, 0);
 }
@@ -64,7 +64,7 @@ static void test_invalid_publish_policy(void)
     CHECK(msgrec_from_delivery(&a, &rc, &in, 1000, XDELAY_EINVALID, 0) == 1);
     CHECK_U64(a.due_ms, 1000); /* at once, like the plugin */
     CHECK(a.flags == 0);
-    msgrec_to_publish(&a, &rc, 1, &o);
+    msgrec_to_publish(&a, &rc, 1, 0, &o);
     CHECK_STR(o.exchange, "orders.close");
     CHECK(o.error == NULL);
 }
@@ -78,7 +78,7 @@ static void test_invalid_dead_letter_policy(void)
     CHECK(msgrec_from_delivery(&a, &rc, &in, 1000, XDELAY_ETOOBIG, 99999) == 1);
     CHECK_U64(a.due_ms, 1000);
     CHECK(a.flags == WALREC_ADD_DEADLETTER && a.error == XDELAY_ETOOBIG);
-    msgrec_to_publish(&a, &rc, 1, &o);
+    msgrec_to_publish(&a, &rc, 1, 0, &o);
     CHECK_STR(o.exchange, "orders.errors");
     CHECK_STR(o.error, "x-delay above max_delay_ms");
 }
@@ -97,12 +97,59 @@ static void test_long_names_cut(void)
     CHECK(a.routing_key_len == 255);
 }
 
+static void test_unroutable(void)
+{
+    struct config_route rc = route(INVALID_DELAY_DEAD_LETTER);
+    struct walrec_add a;
+    struct msgrec_out o;
+
+    msgrec_from_delivery(&a, &rc, &in, 1000, XDELAY_OK, 5);
+    msgrec_to_publish(&a, &rc, 1, 1, &o); /* returned, but no unroutable_exchange: as before */
+    CHECK_STR(o.exchange, "orders.close");
+    CHECK(o.original_exchange == NULL);
+    strcpy(rc.unroutable_exchange, "orders.unroutable");
+    msgrec_to_publish(&a, &rc, 1, 1, &o);
+    CHECK_STR(o.exchange, "orders.unroutable");
+    CHECK_STR(o.original_exchange, "orders.close");
+    msgrec_to_publish(&a, &rc, 1, 0, &o);
+    CHECK_STR(o.exchange, "orders.close");
+}
+
+static void test_keys(void)
+{
+    struct config_route rc = route(INVALID_DELAY_DEAD_LETTER);
+    struct msgrec_in k = in;
+    struct walrec_add a;
+    struct msgrec_out o;
+    char long_key[300];
+
+    k.key = "order-7";
+    k.key_len = 7;
+    CHECK(msgrec_from_delivery(&a, &rc, &k, 1000, XDELAY_OK, 50) == 0);
+    CHECK((a.flags & WALREC_ADD_KEYED) && a.key_len == 7 && memcmp(a.key, "order-7", 7) == 0);
+    memset(long_key, 'k', sizeof long_key);
+    k.key = long_key;
+    k.key_len = 256; /* over 255: invalid, handled by the route's policy */
+    CHECK(msgrec_from_delivery(&a, &rc, &k, 1000, XDELAY_OK, 50) == MSGREC_INVALID_KEY);
+    CHECK(!(a.flags & WALREC_ADD_KEYED) && (a.flags & WALREC_ADD_DEADLETTER) && a.due_ms == 1000);
+    msgrec_to_publish(&a, &rc, 1, 0, &o);
+    CHECK_STR(o.error, "invalid x-delay-key");
+    k.key = NULL;
+    k.key_invalid = 1; /* present, not a string */
+    CHECK(msgrec_from_delivery(&a, &rc, &k, 1000, XDELAY_EINVALID, 0) ==
+          (MSGREC_INVALID_DELAY | MSGREC_INVALID_KEY));
+    msgrec_to_publish(&a, &rc, 1, 0, &o);
+    CHECK_STR(o.error, "invalid x-delay"); /* the delay is what made it invalid first */
+}
+
 static const struct check_case cases[] = {
     {"valid_delay", test_valid_delay},
     {"now", test_now},
     {"invalid_publish_policy", test_invalid_publish_policy},
     {"invalid_dead_letter_policy", test_invalid_dead_letter_policy},
     {"long_names_cut", test_long_names_cut},
+    {"unroutable", test_unroutable},
+    {"keys", test_keys},
 };
 
 int main(int argc, char **argv)
