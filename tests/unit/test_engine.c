@@ -754,6 +754,37 @@ static void browse_purge_case(void)
     rm_dir();
 }
 
+/* A delay of five years: held through a restart, fired at exactly its due ms, not before. */
+static void five_years_case(void)
+{
+    const uint64_t five_years = 5ull * 365 * 86400000 + 86400000; /* one leap day */
+    struct engine *e = open_engine(T0, NULL, 0);
+    struct eng_item it;
+    int more;
+
+    add(e, 0, T0, five_years, "later");
+    add(e, 0, T0, 1000, "soon");
+    commit(e);
+    eng_close(e);
+    e = open_engine(T0 + 2000, NULL, 0);
+    CHECK(eng_advance(e, T0 + 2000) == 1);
+    TAKE_EXPECT(e, 0, "soon");
+    CHECK(eng_list(e, 0, 0, 0, &it, 1, &more) == 1 && !more);
+    CHECK_U64(it.due_ms, T0 + five_years);
+    struct eng_stats s;
+    eng_stats(e, &s);
+    CHECK_U64(s.next_due_ms, T0 + five_years);
+    CHECK(eng_next_event(e) <= T0 + five_years);
+    /* jump the clock in big steps: nothing before the due millisecond */
+    for (uint64_t t = T0 + 86400000; t < T0 + five_years; t += 97 * 86400000ull)
+        CHECK(eng_advance(e, t) == 0);
+    CHECK(eng_advance(e, T0 + five_years - 1) == 0);
+    CHECK(eng_advance(e, T0 + five_years) == 1);
+    TAKE_EXPECT(e, 0, "later");
+    eng_close(e);
+    rm_dir();
+}
+
 static const struct check_case cases[] = {
     {"transitions", test_transitions},
     {"nack_order", test_nack_order},
@@ -768,6 +799,7 @@ static const struct check_case cases[] = {
     {"cancel", cancel_case},
     {"collisions", collisions_case},
     {"browse_purge", browse_purge_case},
+    {"five_years", five_years_case},
 };
 
 int main(int argc, char **argv)

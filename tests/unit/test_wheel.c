@@ -1021,6 +1021,78 @@ static void test_min_due(void)
     wheel_free(w);
 }
 
+/* wheel_walk: every entry after the cursor, in (due, seq) order, from any cursor. */
+static int walk_collect(void *arg, pool_handle h)
+{
+    struct { pool_handle v[4096]; size_t n, stop_at; } *c = arg;
+
+    c->v[c->n++] = h;
+    return c->n == c->stop_at;
+}
+
+static int walk_in[8192]; /* by handle: in the wheel */
+
+static void walk_fired(void *arg, pool_handle h)
+{
+    walk_in[h] = 0;
+}
+
+static void test_walk(void)
+{
+    enum { N = 2000 };
+    static pool_handle hs[N];
+    struct { pool_handle v[4096]; size_t n, stop_at; } c;
+    uint64_t now = 1700000000000ull;
+    struct wheel *w = wheel_new(&pool, now);
+    size_t i;
+
+    memset(walk_in, 0, sizeof(walk_in));
+    for (i = 0; i < N; i++) {
+        uint64_t dist = rnd() % 4 == 0 ? rnd() % 50 : rnd() % (1ull << (rnd() % 42));
+        hs[i] = new_item((uint32_t)i);
+        wheel_add(w, hs[i], now + dist, (uint64_t)(rnd() % 100000));
+        walk_in[hs[i]] = 1;
+    }
+    wheel_advance(w, now + 20, walk_fired, NULL);
+    for (i = 0; i < 30; i++) { /* already due: on the pending list */
+        pool_handle h = new_item(9999);
+        wheel_add(w, h, now + (rnd() % 20), 200000 + i);
+        walk_in[h] = 1;
+    }
+    for (int round = 0; round < 50; round++) {
+        uint64_t after_due = 0, after_seq = 0;
+        if (round) {
+            struct item *pick = item(hs[rnd() % N]);
+            after_due = pick->node.due;
+            after_seq = pick->node.seq;
+        }
+        memset(&c, 0, sizeof(c));
+        c.stop_at = round % 2 ? 37 : SIZE_MAX;
+        wheel_walk(w, after_due, after_seq, walk_collect, &c);
+        uint64_t pd = after_due, ps = after_seq;
+        for (i = 0; i < c.n; i++) {
+            struct item *it = item(c.v[i]);
+            CHECK(walk_in[c.v[i]], "round %d: a fired entry was visited", round);
+            CHECK(it->node.due > pd || (it->node.due == pd && it->node.seq > ps),
+                  "round %d: entry %zu out of order", round, i);
+            pd = it->node.due;
+            ps = it->node.seq;
+        }
+        size_t want = 0;
+        for (i = 1; i < pool.next_fresh; i++) {
+            struct item *it = item((pool_handle)i);
+            if (walk_in[i] &&
+                (it->node.due > after_due || (it->node.due == after_due && it->node.seq > after_seq)))
+                want++;
+        }
+        if (round % 2 == 0)
+            CHECK(c.n == want, "round %d: visited %zu of %zu", round, c.n, want);
+        else
+            CHECK(c.n == (want < 37 ? want : 37), "round %d: stopped at %zu", round, c.n);
+    }
+    wheel_free(w);
+}
+
 #define CASE(name)                                                                         \
     static void case_##name(void)                                                          \
     {                                                                                      \
@@ -1034,6 +1106,7 @@ CASE(callbacks)
 CASE(clock_jump)
 CASE(random)
 CASE(min_due)
+CASE(walk)
 
 static const struct check_case cases[] = {
     {"boundaries", case_boundaries},
@@ -1044,6 +1117,7 @@ static const struct check_case cases[] = {
     {"clock_jump", case_clock_jump},
     {"random", case_random},
     {"min_due", case_min_due},
+    {"walk", case_walk},
 };
 
 int main(int argc, char **argv)
