@@ -2,9 +2,11 @@
  * keymap.c -- x-delay-key -> held message: open addressing, linear probing.
  *
  * The table never stores keys: a hit is a candidate that the engine
- * confirms against the key in the message's WAL record. Probing starts at
- * the slot the hash's top bits name (the low bits of FNV-1a are the weaker
- * ones) and runs to the first empty slot; deletion shifts later entries of
+ * confirms against the key in the message's WAL record. The 64-bit hash is
+ * folded to a 32-bit fingerprint, and the home slot is the top bits of the
+ * fingerprint times a large odd constant (Fibonacci hashing), so a rehash
+ * can place an entry from what the table stores. Probing runs from the home
+ * slot to the first empty slot; deletion shifts later entries of
  * the same run back into the hole (Knuth's algorithm R), so lookups stay
  * short and no tombstones pile up under put/del churn. The table doubles at
  * load 0.75 and halves below 0.125 (not below 1024 slots).
@@ -18,26 +20,32 @@
 
 #define MIN_CAP 1024
 
-static size_t home(const struct keymap *m, uint64_t hash)
+static uint32_t fingerprint(uint64_t hash)
+{
+    return (uint32_t)(hash ^ (hash >> 32));
+}
+
+static size_t home(const struct keymap *m, uint32_t fp)
 {
     unsigned bits = (unsigned)__builtin_ctzll((unsigned long long)m->cap);
-    return bits ? (size_t)(hash >> (64 - bits)) : 0;
+    return bits ? (size_t)((uint32_t)(fp * 2654435769u) >> (32 - bits)) : 0;
 }
+
+static void put_fp(struct keymap *m, uint32_t fp, uint32_t handle);
 
 static void rehash(struct keymap *m, size_t cap)
 {
-    uint64_t *oh = m->hash;
-    uint32_t *ohd = m->handle;
+    uint32_t *ofp = m->fp, *ohd = m->handle;
     size_t ocap = m->cap, i;
 
-    m->hash = xcalloc(cap, sizeof(*m->hash));
+    m->fp = xcalloc(cap, sizeof(*m->fp));
     m->handle = xcalloc(cap, sizeof(*m->handle));
     m->cap = cap;
     m->count = 0;
     for (i = 0; i < ocap; i++)
         if (ohd[i])
-            keymap_put(m, oh[i], ohd[i]);
-    free(oh);
+            put_fp(m, ofp[i], ohd[i]);
+    free(ofp);
     free(ohd);
 }
 
@@ -48,32 +56,38 @@ void keymap_init(struct keymap *m)
 
 void keymap_destroy(struct keymap *m)
 {
-    free(m->hash);
+    free(m->fp);
     free(m->handle);
     memset(m, 0, sizeof(*m));
 }
 
-void keymap_put(struct keymap *m, uint64_t hash, uint32_t handle)
+static void put_fp(struct keymap *m, uint32_t fp, uint32_t handle)
 {
     size_t i;
 
     if (m->cap == 0 || (m->count + 1) * 4 > m->cap * 3)
         rehash(m, m->cap ? m->cap * 2 : MIN_CAP);
-    for (i = home(m, hash); m->handle[i]; i = (i + 1) & (m->cap - 1))
+    for (i = home(m, fp); m->handle[i]; i = (i + 1) & (m->cap - 1))
         ;
-    m->hash[i] = hash;
+    m->fp[i] = fp;
     m->handle[i] = handle;
     m->count++;
 }
 
+void keymap_put(struct keymap *m, uint64_t hash, uint32_t handle)
+{
+    put_fp(m, fingerprint(hash), handle);
+}
+
 size_t keymap_find(const struct keymap *m, uint64_t hash, uint32_t *out, size_t max)
 {
+    uint32_t fp = fingerprint(hash);
     size_t i, n = 0;
 
     if (m->cap == 0)
         return 0;
-    for (i = home(m, hash); m->handle[i]; i = (i + 1) & (m->cap - 1))
-        if (m->hash[i] == hash) {
+    for (i = home(m, fp); m->handle[i]; i = (i + 1) & (m->cap - 1))
+        if (m->fp[i] == fp) {
             if (n < max)
                 out[n] = m->handle[i];
             n++;
@@ -83,12 +97,13 @@ size_t keymap_find(const struct keymap *m, uint64_t hash, uint32_t *out, size_t 
 
 int keymap_del(struct keymap *m, uint64_t hash, uint32_t handle)
 {
+    uint32_t fp = fingerprint(hash);
     size_t i, j, k, mask = m->cap - 1;
 
     if (m->cap == 0)
         return 0;
-    for (i = home(m, hash); m->handle[i]; i = (i + 1) & mask)
-        if (m->hash[i] == hash && m->handle[i] == handle)
+    for (i = home(m, fp); m->handle[i]; i = (i + 1) & mask)
+        if (m->fp[i] == fp && m->handle[i] == handle)
             break;
     if (!m->handle[i])
         return 0;
@@ -99,13 +114,13 @@ int keymap_del(struct keymap *m, uint64_t hash, uint32_t handle)
             j = (j + 1) & mask;
             if (!m->handle[j])
                 goto done;
-            k = home(m, m->hash[j]);
+            k = home(m, m->fp[j]);
             /* j's entry may move to i only if its home is not in (i, j] cyclically */
             if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
                 continue;
             break;
         }
-        m->hash[i] = m->hash[j];
+        m->fp[i] = m->fp[j];
         m->handle[i] = m->handle[j];
         i = j;
     }
@@ -118,7 +133,7 @@ done:
 
 size_t keymap_memory(const struct keymap *m)
 {
-    return m->cap * (sizeof(*m->hash) + sizeof(*m->handle));
+    return m->cap * (sizeof(*m->fp) + sizeof(*m->handle));
 }
 
 uint64_t keymap_hash(uint16_t route, const char *key, size_t len)

@@ -65,7 +65,7 @@ static void run(int distinct_hashes)
         }
         if (distinct_hashes || round == 3)
             check_all(&m, count);
-        CHECK(m.count == 0 || keymap_memory(&m) <= 24 * m.count + 24 * 1024,
+        CHECK(m.count == 0 || keymap_memory(&m) <= 22 * m.count + 8 * 1024,
               "%zu bytes for %zu entries", keymap_memory(&m), m.count);
     }
     /* deleting what is not there */
