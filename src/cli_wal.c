@@ -73,6 +73,7 @@
 #include <amqp_framing.h>
 #include <json-c/json.h>
 
+#include "delay-bridge/amqp_msg.h"
 #include "delay-bridge/cli.h"
 #include "delay-bridge/idmap.h"
 #include "delay-bridge/pool.h"
@@ -845,36 +846,6 @@ static const char *kind_name(uint8_t k)
     }
 }
 
-/* A header value as JSON: numbers and strings as themselves, others named. */
-static json_object *field_json(const amqp_field_value_t *v)
-{
-    json_object *o;
-
-    switch (v->kind) {
-    case AMQP_FIELD_KIND_BOOLEAN: return json_object_new_boolean(v->value.boolean != 0);
-    case AMQP_FIELD_KIND_I8: return json_object_new_int64(v->value.i8);
-    case AMQP_FIELD_KIND_U8: return json_object_new_int64(v->value.u8);
-    case AMQP_FIELD_KIND_I16: return json_object_new_int64(v->value.i16);
-    case AMQP_FIELD_KIND_U16: return json_object_new_int64(v->value.u16);
-    case AMQP_FIELD_KIND_I32: return json_object_new_int64(v->value.i32);
-    case AMQP_FIELD_KIND_U32: return json_object_new_int64(v->value.u32);
-    case AMQP_FIELD_KIND_I64: return json_object_new_int64(v->value.i64);
-    case AMQP_FIELD_KIND_U64: return json_object_new_uint64(v->value.u64);
-    case AMQP_FIELD_KIND_F32: return json_object_new_double(v->value.f32);
-    case AMQP_FIELD_KIND_F64: return json_object_new_double(v->value.f64);
-    case AMQP_FIELD_KIND_UTF8:
-        return json_object_new_string_len(v->value.bytes.bytes, (int)v->value.bytes.len);
-    default:
-        o = json_object_new_object();
-        json_object_object_add(o, "type", json_object_new_string(kind_name(v->kind)));
-        if (v->kind == AMQP_FIELD_KIND_BYTES)
-            json_object_object_add(o, "length", json_object_new_int64((int64_t)v->value.bytes.len));
-        if (v->kind == AMQP_FIELD_KIND_TIMESTAMP)
-            json_object_object_add(o, "value", json_object_new_uint64(v->value.u64));
-        return o;
-    }
-}
-
 static void field_text(FILE *f, const amqp_field_value_t *v)
 {
     switch (v->kind) {
@@ -906,32 +877,6 @@ static void field_text(FILE *f, const amqp_field_value_t *v)
 static json_object *str_json(const void *p, size_t n)
 {
     return json_object_new_string_len(n ? p : "", (int)n);
-}
-
-/* Basic properties worth showing next to the headers, as JSON. */
-static json_object *props_json(const amqp_basic_properties_t *p)
-{
-    json_object *o = json_object_new_object();
-
-#define PROP_STR(flag, field, key)                                                          \
-    if (p->_flags & (flag))                                                                \
-        json_object_object_add(o, key, str_json(p->field.bytes, p->field.len));
-    PROP_STR(AMQP_BASIC_CONTENT_TYPE_FLAG, content_type, "content_type")
-    PROP_STR(AMQP_BASIC_CONTENT_ENCODING_FLAG, content_encoding, "content_encoding")
-    PROP_STR(AMQP_BASIC_CORRELATION_ID_FLAG, correlation_id, "correlation_id")
-    PROP_STR(AMQP_BASIC_REPLY_TO_FLAG, reply_to, "reply_to")
-    PROP_STR(AMQP_BASIC_EXPIRATION_FLAG, expiration, "expiration")
-    PROP_STR(AMQP_BASIC_TYPE_FLAG, type, "type")
-    PROP_STR(AMQP_BASIC_USER_ID_FLAG, user_id, "user_id")
-    PROP_STR(AMQP_BASIC_APP_ID_FLAG, app_id, "app_id")
-#undef PROP_STR
-    if (p->_flags & AMQP_BASIC_DELIVERY_MODE_FLAG)
-        json_object_object_add(o, "delivery_mode", json_object_new_int64(p->delivery_mode));
-    if (p->_flags & AMQP_BASIC_PRIORITY_FLAG)
-        json_object_object_add(o, "priority", json_object_new_int64(p->priority));
-    if (p->_flags & AMQP_BASIC_TIMESTAMP_FLAG)
-        json_object_object_add(o, "timestamp", json_object_new_uint64(p->timestamp));
-    return o;
 }
 
 static void props_text(FILE *f, const amqp_basic_properties_t *p)
@@ -1026,17 +971,16 @@ static int dump_one(struct scan *s, const struct dump_opts *o, const struct live
         if (a.flags & WALREC_ADD_DEADLETTER)
             json_object_object_add(j, "error", json_object_new_int64(a.error));
         if (o->headers) {
-            json_object *hj = json_object_new_object();
-            if (has_hdr)
-                for (int i = 0; i < props->headers.num_entries; i++) {
-                    const amqp_table_entry_t *e = &props->headers.entries[i];
-                    char key[256];
-                    snprintf(key, sizeof(key), "%.*s", (int)e->key.len, (char *)e->key.bytes);
-                    json_object_object_add(hj, key, field_json(&e->value));
-                }
-            json_object_object_add(j, "headers", hj);
-            json_object_object_add(j, "properties",
-                                   props ? props_json(props) : json_object_new_object());
+            /* the daemon's own rendering (amqp_msg.c), headers lifted beside the rest */
+            json_object *pj = amqp_msg_props_json(a.props, a.props_len), *hj = NULL;
+            if (!pj)
+                pj = json_object_new_object();
+            if (json_object_object_get_ex(pj, "headers", &hj)) {
+                json_object_get(hj);
+                json_object_object_del(pj, "headers");
+            }
+            json_object_object_add(j, "headers", hj ? hj : json_object_new_object());
+            json_object_object_add(j, "properties", pj);
         }
         printf("%s  %s", first ? "" : ",\n",
                json_object_to_json_string_ext(j, JSON_C_TO_STRING_SPACED |
