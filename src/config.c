@@ -264,6 +264,27 @@ static int get_str(struct ctx *x, json_object *obj, const char *prefix, const ch
     return 1;
 }
 
+/*
+ * An optional string key of o that must be one of choices (NULL-terminated):
+ * *idx is its index when present. expect lists them for the error message.
+ */
+static int get_choice(struct ctx *x, json_object *o, const char *prefix, const char *key,
+                      const char *const *choices, const char *expect, int *idx)
+{
+    char buf[64], path[300], q[96];
+    int have = get_str(x, o, prefix, key, OPTIONAL, buf, sizeof buf - 1);
+
+    if (have <= 0)
+        return have;
+    for (int i = 0; choices[i]; i++)
+        if (strcmp(buf, choices[i]) == 0) {
+            *idx = i;
+            return 1;
+        }
+    snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", key);
+    return fail(x, path, "expected %s, got %s", expect, quote(buf, strlen(buf), q, sizeof q));
+}
+
 /* One broker URI: amqp:// or amqps://, parsed by uri.c (as the connection will be). */
 static int check_uri(struct ctx *x, const char *path, const char *uri)
 {
@@ -336,7 +357,9 @@ static int uris_from_env(struct ctx *x, struct config *c, const char *env)
     return 0;
 }
 
-static int section(struct ctx *x, json_object *root, const char *key, json_object **out)
+/* The optional section key of root: an object whose keys are all in keys, or absent (*out NULL). */
+static int section(struct ctx *x, json_object *root, const char *key, const char *const *keys,
+                   json_object **out)
 {
     *out = NULL;
     json_object *v;
@@ -346,6 +369,8 @@ static int section(struct ctx *x, json_object *root, const char *key, json_objec
         char got[96];
         return fail(x, key, "expected an object, got %s", show(v, got, sizeof got));
     }
+    if (check_keys(x, v, key, keys) < 0)
+        return -1;
     *out = v;
     return 0;
 }
@@ -421,7 +446,7 @@ static int parse_broker(struct ctx *x, struct config *c, json_object *root)
                                         "publish_retry_min_ms", "publish_retry_max_ms", "tls",
                                         NULL };
     json_object *b;
-    if (section(x, root, "broker", &b) < 0)
+    if (section(x, root, "broker", keys, &b) < 0)
         return -1;
     const char *env = getenv(ENV_URI);
     int use_env = env && *env;
@@ -431,8 +456,6 @@ static int parse_broker(struct ctx *x, struct config *c, json_object *root)
         return fail(x, "broker.uri", "missing; expected an amqp:// URI or an array of them "
                                      "(or set " ENV_URI ")");
     }
-    if (check_keys(x, b, "broker", keys) < 0)
-        return -1;
 
     if (use_env) {
         /* the environment wins; the file's broker.uri is not looked at */
@@ -495,12 +518,10 @@ static int parse_wal(struct ctx *x, struct config *c, json_object *root)
     static const char *const keys[] = { "dir", "segment_mb", "fsync", "max_message_bytes",
                                         NULL };
     json_object *w;
-    if (section(x, root, "wal", &w) < 0)
+    if (section(x, root, "wal", keys, &w) < 0)
         return -1;
     if (!w)
         return fail(x, "wal.dir", "missing; expected the directory for the write-ahead log");
-    if (check_keys(x, w, "wal", keys) < 0)
-        return -1;
     if (get_str(x, w, "wal", "dir", REQUIRED | NONEMPTY, c->wal_dir, sizeof c->wal_dir - 1) < 0)
         return -1;
     uint64_t v = c->segment_bytes >> 20;
@@ -570,12 +591,10 @@ static int parse_http(struct ctx *x, struct config *c, json_object *root)
 {
     static const char *const keys[] = { "listen", "allow_remote", NULL };
     json_object *h;
-    if (section(x, root, "http", &h) < 0)
+    if (section(x, root, "http", keys, &h) < 0)
         return -1;
     if (!h)
         return 0;
-    if (check_keys(x, h, "http", keys) < 0)
-        return -1;
     if (get_str(x, h, "http", "listen", OPTIONAL, c->http_listen, sizeof c->http_listen - 1) < 0)
         return -1;
     if (get_bool(x, h, "http", "allow_remote", &c->http_allow_remote) < 0)
@@ -602,12 +621,10 @@ static int parse_log(struct ctx *x, struct config *c, json_object *root)
 {
     static const char *const keys[] = { "level", NULL };
     json_object *l;
-    if (section(x, root, "log", &l) < 0)
+    if (section(x, root, "log", keys, &l) < 0)
         return -1;
     if (!l)
         return 0;
-    if (check_keys(x, l, "log", keys) < 0)
-        return -1;
     char buf[16];
     json_object *v;
     if (!json_object_object_get_ex(l, "level", &v))
@@ -683,43 +700,23 @@ static int parse_route(struct ctx *x, struct config_route *r, json_object *o, in
     if (get_str(x, o, pre, "target_exchange", REQUIRED, r->target_exchange, CONFIG_NAME_MAX) < 0)
         return -1;
 
-    char buf[32];
-    int have = get_str(x, o, pre, "queue_type", OPTIONAL, buf, sizeof buf - 1);
-    if (have < 0)
+    static const char *const queue_types[] = { "classic", "quorum", NULL };
+    int choice = -1;
+    if (get_choice(x, o, pre, "queue_type", queue_types, "\"classic\" or \"quorum\"", &choice) < 0)
         return -1;
-    if (have) {
-        if (strcmp(buf, "classic") == 0)
-            r->queue_type = QUEUE_CLASSIC;
-        else if (strcmp(buf, "quorum") == 0)
-            r->queue_type = QUEUE_QUORUM;
-        else
-            have = -2;
-    }
-    if (have == -2) {
-        snprintf(path, sizeof path, "%s.queue_type", pre);
-        return fail(x, path, "expected \"classic\" or \"quorum\", got %s",
-                    quote(buf, strlen(buf), q, sizeof q));
-    }
+    if (choice >= 0)
+        r->queue_type = choice == 0 ? QUEUE_CLASSIC : QUEUE_QUORUM;
 
     if (get_bool(x, o, pre, "declare_target", &r->declare_target) < 0)
         return -1;
 
-    have = get_str(x, o, pre, "target_type", OPTIONAL, buf, sizeof buf - 1);
-    if (have < 0)
+    static const char *const types[] = { "direct", "topic", "fanout", "headers", NULL };
+    choice = -1;
+    if (get_choice(x, o, pre, "target_type", types,
+                   "\"direct\", \"topic\", \"fanout\" or \"headers\"", &choice) < 0)
         return -1;
-    if (have) {
-        static const char *const types[] = { "direct", "topic", "fanout", "headers" };
-        size_t t = 0;
-        while (t < 4 && strcmp(buf, types[t]) != 0)
-            t++;
-        if (t == 4) {
-            snprintf(path, sizeof path, "%s.target_type", pre);
-            return fail(x, path,
-                        "expected \"direct\", \"topic\", \"fanout\" or \"headers\", got %s",
-                        quote(buf, strlen(buf), q, sizeof q));
-        }
-        memcpy(r->target_type, types[t], strlen(types[t]) + 1);
-    }
+    if (choice >= 0)
+        memcpy(r->target_type, types[choice], strlen(types[choice]) + 1);
 
     uint64_t v = r->prefetch;
     if (get_int(x, o, pre, "prefetch", 1, 65535, &v) < 0)
@@ -734,20 +731,13 @@ static int parse_route(struct ctx *x, struct config_route *r, json_object *o, in
         return -1;
     r->max_delay_ms = v;
 
-    have = get_str(x, o, pre, "invalid_delay", OPTIONAL, buf, sizeof buf - 1);
-    if (have < 0)
+    static const char *const policies[] = { "publish", "dead-letter", NULL };
+    choice = -1;
+    if (get_choice(x, o, pre, "invalid_delay", policies, "\"publish\" or \"dead-letter\"",
+                   &choice) < 0)
         return -1;
-    if (have) {
-        if (strcmp(buf, "publish") == 0)
-            r->invalid_delay = INVALID_DELAY_PUBLISH;
-        else if (strcmp(buf, "dead-letter") == 0)
-            r->invalid_delay = INVALID_DELAY_DEAD_LETTER;
-        else {
-            snprintf(path, sizeof path, "%s.invalid_delay", pre);
-            return fail(x, path, "expected \"publish\" or \"dead-letter\", got %s",
-                        quote(buf, strlen(buf), q, sizeof q));
-        }
-    }
+    if (choice >= 0)
+        r->invalid_delay = choice == 0 ? INVALID_DELAY_PUBLISH : INVALID_DELAY_DEAD_LETTER;
     if (get_str(x, o, pre, "dead_letter_exchange", OPTIONAL, r->dead_letter_exchange,
                 CONFIG_NAME_MAX) < 0)
         return -1;
