@@ -210,6 +210,12 @@ static void render_stats(const struct db_stats *s, struct strbuf *out)
     add(wal, "failed", json_object_new_boolean(w->failed != 0));
     add(wal, "writable", json_object_new_boolean(w->writable != 0));
     add(wal, "fsync", hist_summary(&w->fsync));
+    if (w->compact_segment) {
+        json_object *cj = json_object_new_object();
+        add_u64(cj, "segment", w->compact_segment);
+        add(cj, "progress", jdouble(w->compact_progress));
+        add(wal, "compaction", cj);
+    }
     add(root, "wal", wal);
 
     if (s->purge.started) {

@@ -879,6 +879,9 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
     s->wal.failed = es.log_failed != 0;
     s->wal.writable = !s->wal.failed;
     s->wal.fsync = es.fsync;
+    s->wal.compact_segment = es.compact_segment;
+    s->wal.compact_progress =
+        es.compact_total ? (double)es.compact_done / (double)es.compact_total : 0.0;
     if (b->purge.started) {
         const struct eng_purge *j = &b->purge.job;
         s->purge.started = 1;

@@ -965,6 +965,9 @@ void eng_stats(const struct engine *e, struct eng_stats *s)
     s->log_compacted_bytes = ls.compacted_bytes;
     s->log_failed = ls.failed ? ls.failed : e->failed;
     s->fsync = ls.fsync;
+    s->compact_segment = ls.compact_segment;
+    s->compact_done = ls.compact_done;
+    s->compact_total = ls.compact_total;
 }
 
 void eng_route_stats(const struct engine *e, uint16_t route, struct eng_route_stats *s)

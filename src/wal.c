@@ -1090,6 +1090,11 @@ void wal_get_stats(const struct wal *w, struct wal_stats *s)
     s->truncated_bytes = w->truncated_bytes;
     s->failed = w->failed;
     s->fsync = w->fsync;
+    if (w->nsegs && w->cpt_segno == w->segs[0].segno && w->cpt_off < w->segs[0].size) {
+        s->compact_segment = w->cpt_segno;
+        s->compact_done = w->cpt_off;
+        s->compact_total = w->segs[0].size;
+    }
 }
 
 const char *wal_strerror(int err)
@@ -1230,6 +1235,9 @@ static void wl_stats(const struct wlog *l, struct wlog_stats *s)
     s->truncated_bytes = ws.truncated_bytes;
     s->failed = ws.failed;
     s->fsync = ws.fsync;
+    s->compact_segment = ws.compact_segment;
+    s->compact_done = ws.compact_done;
+    s->compact_total = ws.compact_total;
 }
 
 static uint64_t wl_id(const struct wlog *l)

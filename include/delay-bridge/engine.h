@@ -247,6 +247,7 @@ struct eng_stats {
     uint64_t log_commits, log_appended_bytes, log_compacted_bytes;
     int log_failed;
     struct db_hist fsync;
+    uint64_t compact_segment, compact_done, compact_total; /* reclaim in progress */
 };
 void eng_stats(const struct engine *e, struct eng_stats *s);
 void eng_route_stats(const struct engine *e, uint16_t route, struct eng_route_stats *s);

@@ -94,6 +94,8 @@ struct db_wal_stats {
     uint64_t compacted_bytes;
     int failed;              /* a write or fsync failed: the daemon is stopping */
     int writable;            /* 1 unless failed or out of space */
+    uint64_t compact_segment; /* segment being compacted, 0 if none */
+    double compact_progress;  /* 0..1 through it */
     struct db_hist fsync;    /* fdatasync duration, seconds */
 };
 

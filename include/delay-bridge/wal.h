@@ -147,6 +147,8 @@ struct wal_stats {
     uint64_t truncated_bytes; /* torn tail cut at open */
     int failed;               /* first write/fsync error, 0 if none */
     struct db_hist fsync;     /* fdatasync durations, seconds */
+    uint64_t compact_segment; /* segment being compacted, 0 if none */
+    uint64_t compact_done, compact_total; /* its bytes looked at, of */
 };
 void wal_get_stats(const struct wal *w, struct wal_stats *s);
 

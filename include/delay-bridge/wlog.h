@@ -86,6 +86,8 @@ struct wlog_stats {
     uint64_t truncated_bytes; /* torn tail cut at recovery */
     int failed;               /* the first error, 0 if none */
     struct db_hist fsync;     /* sync durations, seconds */
+    uint64_t compact_segment; /* unit being reclaimed, 0 if none */
+    uint64_t compact_done, compact_total; /* its bytes looked at, of */
 };
 
 struct wlog;
