@@ -146,6 +146,7 @@ static json_object *route_json(const struct db_route_stats *r)
     add_u64(o, "rejected", r->rejected);
     add_u64(o, "invalid_delay", r->invalid_delay);
     add_u64(o, "invalid_key", r->invalid_key);
+    add_u64(o, "deduplicated", r->deduplicated);
     add_u64(o, "dead_lettered", r->dead_lettered);
     add_u64(o, "published", r->published);
     add_u64(o, "confirmed", r->confirmed);

@@ -64,6 +64,7 @@
 #include "delay-bridge/clock.h"
 #include "delay-bridge/consumer.h"
 #include "delay-bridge/engine.h"
+#include "delay-bridge/failpoint.h"
 #include "delay-bridge/http.h"
 #include "delay-bridge/log.h"
 #include "delay-bridge/msgrec.h"
@@ -85,7 +86,7 @@
 
 /* What the bridge itself counts per route (the parts count the rest). */
 struct route_counts {
-    uint64_t received, rejected, invalid_delay, invalid_key, dead_lettered;
+    uint64_t received, rejected, invalid_delay, invalid_key, dead_lettered, deduplicated;
     struct log_ratelimit rl_delay, rl_return;
 };
 
@@ -105,6 +106,8 @@ struct bridge {
 
     uint8_t *props_buf; /* the current delivery's properties, AMQP-encoded */
     size_t props_cap;
+    amqp_table_entry_t *hdr_scratch; /* headers without the broker's x-delivery-count */
+    size_t hdr_cap;
 
     ev_prepare prepare;
     ev_timer wake;
@@ -158,6 +161,7 @@ static void on_committed(void *arg, int err)
         fatal(b, "WAL commit", err);
         return;
     }
+    FAILPOINT("bridge.before_ack");
     consumer_ack(b->cons, b->commit_gen, b->commit_tag);
 }
 
@@ -233,7 +237,26 @@ static void on_delivery(void *arg, const struct delivery *d)
     }
 
     xs = amqp_msg_xdelay(headers, rc->max_delay_ms, &delay);
-    len = amqp_msg_encode_props(d->props, &b->props_buf, &b->props_cap);
+    /*
+     * A quorum queue adds x-delivery-count when it redelivers: not part of
+     * the message (it is the ingress queue's bookkeeping), so it is neither
+     * stored nor forwarded, and a redelivery looks like the original.
+     */
+    amqp_basic_properties_t props = *d->props;
+    if (headers) {
+        int k = 0;
+        if ((size_t)headers->num_entries > b->hdr_cap) {
+            b->hdr_cap = (size_t)headers->num_entries;
+            b->hdr_scratch = xrealloc(b->hdr_scratch, b->hdr_cap * sizeof(*b->hdr_scratch));
+        }
+        for (int i = 0; i < headers->num_entries; i++)
+            if (!(headers->entries[i].key.len == 16 &&
+                  memcmp(headers->entries[i].key.bytes, "x-delivery-count", 16) == 0))
+                b->hdr_scratch[k++] = headers->entries[i];
+        props.headers.entries = b->hdr_scratch;
+        props.headers.num_entries = k;
+    }
+    len = amqp_msg_encode_props(&props, &b->props_buf, &b->props_cap);
     if (len < 0) {
         fatal(b, "encode message properties", len);
         return;
@@ -246,7 +269,15 @@ static void on_delivery(void *arg, const struct delivery *d)
         in.key = NULL;
         in.key_invalid = kind < 0;
     }
-    if ((r = msgrec_from_delivery(&a, rc, &in, now, xs, delay))) {
+    r = msgrec_from_delivery(&a, rc, &in, now, xs, delay);
+    if (d->redelivered && eng_seen(b->eng, (uint16_t)d->route, msgrec_fingerprint(&a))) {
+        /* Logged before a crash or a lost connection, its ack lost with it: ack, store nothing. */
+        n->deduplicated++;
+        b->logged_gen = d->gen;
+        b->logged_tag = d->tag;
+        return;
+    }
+    if (r) {
         if (r & MSGREC_INVALID_DELAY)
             n->invalid_delay++;
         if (r & MSGREC_INVALID_KEY)
@@ -310,6 +341,7 @@ static void on_confirmed(void *arg, int route, uint32_t ref, int ok, int returne
                      ev);
     }
     eng_confirm(b->eng, ref, now);
+    FAILPOINT("bridge.after_confirm");
 }
 
 static void on_route_lost(void *arg, int route)
@@ -343,6 +375,7 @@ static void pump(struct bridge *b)
                 msgrec_to_publish(&a, &b->cfg->routes[i], b->log_id, eng_diverted(b->eng, m), &o);
                 if (publisher_send(b->pub, i, m, &a, &o) < 0)
                     return; /* connection lost: everything in flight is due again */
+                FAILPOINT("bridge.after_publish");
                 sent++;
             }
             progress |= sent > 0;
@@ -773,11 +806,17 @@ static int start_recovery(struct bridge *b, struct wlog *log)
 {
     int r;
 
+    uint32_t recent = 0;
+    for (int i = 0; i < b->cfg->nroutes; i++)
+        if (b->cfg->routes[i].prefetch > recent)
+            recent = b->cfg->routes[i].prefetch;
     b->rec.opts = (struct eng_opts){.log = log,
                                     .nroutes = b->cfg->nroutes,
                                     .route_index = route_index,
                                     .route_arg = (void *)b->cfg,
-                                    .progress = &b->rec.progress};
+                                    .progress = &b->rec.progress,
+                                    .recent = recent,
+                                    .fingerprint = msgrec_fingerprint};
     ev_async_init(&b->rec.recovered, on_recovered);
     b->rec.recovered.data = b;
     ev_async_start(b->loop, &b->rec.recovered);
@@ -903,6 +942,7 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
         r->rejected = n->rejected;
         r->invalid_delay = n->invalid_delay;
         r->invalid_key = n->invalid_key;
+        r->deduplicated = n->deduplicated;
         r->dead_lettered = n->dead_lettered;
         if (b->pub)
             publisher_route_stats(b->pub, i, r);
@@ -967,6 +1007,7 @@ void bridge_free(struct bridge *b)
     free(b->counts);
     free(b->snap);
     free(b->props_buf);
+    free(b->hdr_scratch);
     eng_close(b->eng);
     free(b);
 }

@@ -74,8 +74,15 @@ struct hlist {
     pool_handle head, tail;
 };
 
+/* The fingerprints of a route's last fresh ADDs (a ring; 0 = used up). */
+struct recent_ring {
+    uint64_t *fp;
+    uint32_t head, n;
+};
+
 struct route_state {
     struct hlist due, inflight;
+    struct recent_ring recent;
     uint64_t n[ENG_ORPHAN + 1]; /* messages per state */
     uint64_t confirmed, cancelled, replaced, cancel_missed, keyed;
     struct db_hist lateness;
@@ -110,6 +117,8 @@ struct engine {
     struct idvec cancel;   /* ids for the next CANCEL record */
     struct keymap keys;    /* hash(route, key) -> handle, keyed pending messages */
     uint64_t (*key_hash)(uint16_t, const char *, size_t);
+    uint32_t recent;                           /* ring size per route, 0 = off */
+    uint64_t (*fingerprint)(const struct walrec_add *);
     uint8_t *done_buf;     /* encoded DONE payload */
     size_t done_cap;
     uint8_t *add_buf;      /* encoded ADD head (everything but the body) */
@@ -238,9 +247,45 @@ static void forget(struct engine *e, pool_handle h)
     pool_release(&e->pool, h);
 }
 
+/* ---- recent fingerprints (redeliveries) ------------------------------------- */
+
+static void recent_push(struct engine *e, uint16_t route, const struct walrec_add *a)
+{
+    struct recent_ring *r;
+
+    if (!e->recent || route >= e->nroutes)
+        return;
+    r = &e->routes[route].recent;
+    if (!r->fp)
+        r->fp = xcalloc(e->recent, sizeof(*r->fp));
+    r->fp[(r->head + r->n) % e->recent] = e->fingerprint(a);
+    if (r->n < e->recent)
+        r->n++;
+    else
+        r->head = (r->head + 1) % e->recent;
+}
+
+int eng_seen(struct engine *e, uint16_t route, uint64_t fp)
+{
+    struct recent_ring *r;
+    uint32_t i;
+
+    if (!e->recent || route >= e->nroutes)
+        return 0;
+    r = &e->routes[route].recent;
+    for (i = 0; i < r->n; i++) {
+        uint64_t *slot = &r->fp[(r->head + i) % e->recent];
+        if (*slot == fp) {
+            *slot = 0; /* consumed: a second identical redelivery is a second message */
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* ---- recovery -------------------------------------------------------------- */
 
-static int replay_add(struct engine *e, const uint8_t *payload, uint32_t len,
+static int replay_add(struct engine *e, const uint8_t *payload, uint32_t len, uint64_t lsn,
                       struct wlog_loc loc)
 {
     struct walrec_add a;
@@ -248,8 +293,14 @@ static int replay_add(struct engine *e, const uint8_t *payload, uint32_t len,
     struct held *m;
     int r;
 
-    if (walrec_add_peek(payload, len, &a) < 0)
+    if ((e->recent ? walrec_add_decode(payload, len, &a) : walrec_add_peek(payload, len, &a)) < 0)
         return ENG_ECORRUPT; /* the CRC passed, so this is a bug, not bit rot */
+    if (e->recent && lsn == a.msg_id) {
+        /* a fresh ADD (not a compaction copy): it may be redelivered after this crash */
+        r = e->route_index ? e->route_index(e->route_arg, a.route, a.route_len) : -1;
+        if (r >= 0 && r < e->nroutes)
+            recent_push(e, (uint16_t)r, &a);
+    }
 
     h = idmap_get(&e->ids, a.msg_id);
     if (h != POOL_NIL) {
@@ -314,7 +365,7 @@ static int replay(void *arg, const struct walrec_hdr *hdr, const uint8_t *payloa
 
     switch (hdr->type) {
     case WALREC_ADD:
-        return replay_add(e, payload, hdr->len, loc);
+        return replay_add(e, payload, hdr->len, hdr->lsn, loc);
     case WALREC_DONE:
     case WALREC_CANCEL: /* the same layout; a cancelled message is gone like a done one */
         return replay_done(e, payload, hdr->len);
@@ -373,6 +424,8 @@ int eng_open(struct engine **out, const struct eng_opts *o)
     e->route_index = o->route_index;
     e->route_arg = o->route_arg;
     e->key_hash = o->key_hash ? o->key_hash : keymap_hash;
+    e->recent = o->fingerprint ? o->recent : 0;
+    e->fingerprint = o->fingerprint;
     keymap_init(&e->keys);
 
     r = wlog_recover(e->log, replay, e, o->progress);
@@ -401,6 +454,8 @@ void eng_close(struct engine *e)
     idmap_destroy(&e->ids);
     keymap_destroy(&e->keys);
     pool_destroy(&e->pool);
+    for (int i = 0; i < e->nroutes; i++)
+        free(e->routes[i].recent.fp);
     free(e->routes);
     free(e->rbuf.p);
     free(e->kbuf.p);
@@ -590,6 +645,7 @@ int eng_add(struct engine *e, uint16_t route, struct walrec_add *a, eng_msg *mp)
     idmap_put(&e->ids, h);
     wlog_live(e->log, loc, 1);
     hvec_push(&e->pending, h);
+    recent_push(e, route, a);
     e->added++;
     if (mp)
         *mp = h;

@@ -199,6 +199,8 @@ static const struct route_family route_families[] = {
        "Publishes returned by the broker: no queue bound at the target."),
     RF("invalid_delay_total", "counter", invalid_delay,
        "Deliveries with an x-delay that is not accepted or above max_delay_ms."),
+    RF("redeliveries_deduplicated_total", "counter", deduplicated,
+       "Redelivered deliveries recognised as already logged (lost ack): acked, not stored again."),
     RF("invalid_key_total", "counter", invalid_key,
        "Deliveries whose x-delay-key or x-delay-cancel is not a string of at most 255 bytes."),
     RF("dead_lettered_total", "counter", dead_lettered,

@@ -107,6 +107,7 @@
 #include <unistd.h>
 
 #include "delay-bridge/clock.h"
+#include "delay-bridge/failpoint.h"
 #include "delay-bridge/log.h"
 #include "delay-bridge/wlog.h"
 #include "delay-bridge/xalloc.h"
@@ -320,6 +321,7 @@ static int seg_create(struct wal *w, struct seg *s)
     fd = openat(w->dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0)
         return -errno;
+    FAILPOINT("wal.mid_roll"); /* an empty newest segment: recovery must delete it */
     walrec_seghdr_encode(buf, &h);
     if ((r = pwrite_all(fd, buf, SEGHDR, 0)) < 0 || (r = sync_fd(w, fd)) < 0 ||
         (r = sync_dir(w)) < 0) {
@@ -818,7 +820,8 @@ int wal_commit(struct wal *w)
             return fail(w, r, "create", s->segno);
         if ((r = pwrite_all(s->fd, w->wbuf + s->pend_off, (size_t)(s->size - s->disk), s->disk)) < 0)
             return fail(w, r, "write", s->segno);
-        if ((r = sync_fd(w, s->fd)) < 0)
+        FAILPOINT("wal.before_fsync");
+        if ((r = FAILPOINT_ERR("wal.fsync_error") ? -EIO : sync_fd(w, s->fd)) < 0)
             return fail(w, r, "fdatasync", s->segno);
         s->disk = s->size;
     }
@@ -1033,6 +1036,7 @@ static int compact_head(struct wal *w, size_t budget, const struct wal_compact_o
                     w->segs[0].copy_lsn = lsn; /* wal_append may have moved segs */
                     w->compacted_bytes += (uint64_t)r;
                     ops->moved(ops->arg, a.msg_id, to);
+                    FAILPOINT("wal.mid_compaction"); /* copies so far in the buffer or durable */
                 }
             }
             pos += (size_t)r;

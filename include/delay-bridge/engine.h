@@ -102,6 +102,15 @@ struct eng_opts {
     void *route_arg;
     uint64_t now_ms; /* wall clock at open; 0 = read it */
     struct db_progress *progress; /* optional: recovery progress (eng_open may run on a thread) */
+    /*
+     * Redeliveries: how many of each route's most recent fresh ADDs to
+     * remember by fingerprint (eng_seen). The bridge sets the largest
+     * prefetch: no more deliveries than that can be unacked on a route, so
+     * no older message can come back redelivered. 0 = none.
+     */
+    uint32_t recent;
+    /* Fingerprint of a record (msgrec_fingerprint); required when recent > 0. */
+    uint64_t (*fingerprint)(const struct walrec_add *a);
     /* Hash of (route, key); NULL = keymap_hash. Tests force collisions with it. */
     uint64_t (*key_hash)(uint16_t route, const char *key, size_t len);
 };
@@ -168,6 +177,16 @@ int eng_diverted(const struct engine *e, eng_msg m);
 
 /* INFLIGHT -> DUE for every in-flight message of route (channel or connection lost). */
 size_t eng_unsent_route(struct engine *e, uint16_t route);
+
+/*
+ * A redelivered delivery (redelivered flag set) with fingerprint fp: was it
+ * already logged? The engine remembers the fingerprints of each route's
+ * last `recent` fresh ADD records -- at run time as they are added, and at
+ * recovery from the tail of the log, so the memory survives a crash. A hit
+ * is consumed (two identical messages, both stored, are two hits). 1 seen:
+ * ack it and store nothing; 0 not seen.
+ */
+int eng_seen(struct engine *e, uint16_t route, uint64_t fp);
 
 /* The state of m (enum eng_state). */
 int eng_state(const struct engine *e, eng_msg m);

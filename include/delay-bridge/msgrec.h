@@ -67,4 +67,12 @@ struct msgrec_out {
 void msgrec_to_publish(const struct walrec_add *a, const struct config_route *rc,
                        uint64_t log_id, int unroutable, struct msgrec_out *o);
 
+/*
+ * A 64-bit fingerprint of what the broker would redeliver: exchange,
+ * routing key, properties and body (not the route, not the times). The same
+ * for a delivery and for the ADD record made of it, so a redelivery can be
+ * recognised against the log (engine.h, eng_seen). Never 0.
+ */
+uint64_t msgrec_fingerprint(const struct walrec_add *a);
+
 #endif

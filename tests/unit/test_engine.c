@@ -785,6 +785,60 @@ static void five_years_case(void)
     rm_dir();
 }
 
+/* Redeliveries: the last `recent` fresh ADDs of a route are remembered by fingerprint,
+ * through a crash (rebuilt from the log), and each match is used once. */
+static uint64_t body_fp(const struct walrec_add *a)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (uint32_t i = 0; i < a->body_len; i++)
+        h = (h ^ a->body[i]) * 1099511628211ull;
+    return h | 1;
+}
+
+static uint64_t fp_of(const char *body)
+{
+    struct walrec_add a;
+    memset(&a, 0, sizeof(a));
+    a.body = (const uint8_t *)body;
+    a.body_len = (uint32_t)strlen(body);
+    return body_fp(&a);
+}
+
+static void seen_case(void)
+{
+    struct wal_opts wo = {.dir = dir, .no_sync = 1};
+    struct eng_opts o = {.nroutes = 2, .route_index = route_index, .now_ms = T0, .recent = 3,
+                         .fingerprint = body_fp};
+    struct engine *e;
+    char b[16];
+    int i;
+
+    o.log = wal_file_log(&wo);
+    CHECK(eng_open(&e, &o) == 0);
+    for (i = 0; i < 5; i++) {
+        snprintf(b, sizeof(b), "m%d", i);
+        add(e, 0, T0, 1000, b);
+    }
+    add(e, 0, T0, 1000, "m4"); /* the same content twice, both stored */
+    add(e, 1, T0, 1000, "other");
+    commit(e);
+    eng_close(e);
+
+    o.log = wal_file_log(&wo); /* "crash" and recover: the memory comes back from the log */
+    CHECK(eng_open(&e, &o) == 0);
+    CHECK(eng_seen(e, 0, fp_of("m4")) == 1);
+    CHECK(eng_seen(e, 0, fp_of("m4")) == 1); /* two stored, two redeliveries */
+    CHECK(eng_seen(e, 0, fp_of("m4")) == 0);
+    CHECK(eng_seen(e, 0, fp_of("m3")) == 1);
+    CHECK(eng_seen(e, 0, fp_of("m1")) == 0); /* older than the last 3: cannot be unacked */
+    CHECK(eng_seen(e, 0, fp_of("other")) == 0); /* another route's */
+    CHECK(eng_seen(e, 1, fp_of("other")) == 1);
+    add(e, 0, T0, 1000, "fresh");
+    CHECK(eng_seen(e, 0, fp_of("fresh")) == 1); /* at run time too (a lost connection) */
+    eng_close(e);
+    rm_dir();
+}
+
 static const struct check_case cases[] = {
     {"transitions", test_transitions},
     {"nack_order", test_nack_order},
@@ -800,6 +854,7 @@ static const struct check_case cases[] = {
     {"collisions", collisions_case},
     {"browse_purge", browse_purge_case},
     {"five_years", five_years_case},
+    {"seen", seen_case},
 };
 
 int main(int argc, char **argv)
