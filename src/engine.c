@@ -710,7 +710,8 @@ static void on_log_committed(void *arg, int err)
             set_state(e, m, ENG_WAITING);
             wheel_add(e->wheel, h, m->node.due, m->node.seq);
         }
-        memmove(e->pending.v, e->pending.v + k, (e->pending.n - k) * sizeof(*e->pending.v));
+        if (k && e->pending.n > k)
+            memmove(e->pending.v, e->pending.v + k, (e->pending.n - k) * sizeof(*e->pending.v));
         e->pending.n -= k;
     }
     if (done)
