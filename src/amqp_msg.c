@@ -28,6 +28,8 @@
 
 #include <json-c/json.h>
 
+#include "delay-bridge/api.h"
+#include "delay-bridge/strbuf.h"
 #include "delay-bridge/xalloc.h"
 
 #define H_XDELAY "x-delay"
@@ -240,10 +242,10 @@ static struct json_object *table_json(const amqp_table_t *t, int depth)
     struct json_object *o = json_object_new_object();
 
     for (int i = 0; t && i < t->num_entries; i++) {
-        char key[256];
-        snprintf(key, sizeof(key), "%.*s", (int)t->entries[i].key.len,
-                 (const char *)t->entries[i].key.bytes);
-        json_object_object_add(o, key, field_json(&t->entries[i].value, depth + 1));
+        struct strbuf key = STRBUF_INIT;
+        strbuf_append_utf8(&key, t->entries[i].key.bytes, t->entries[i].key.len);
+        json_object_object_add(o, key.p ? key.p : "", field_json(&t->entries[i].value, depth + 1));
+        strbuf_free(&key);
     }
     return o;
 }
@@ -270,8 +272,7 @@ static struct json_object *field_json(const amqp_field_value_t *v, int depth)
     case AMQP_FIELD_KIND_TIMESTAMP: return json_object_new_uint64(v->value.u64);
     case AMQP_FIELD_KIND_UTF8:
     case AMQP_FIELD_KIND_BYTES:
-        return json_object_new_string_len(v->value.bytes.bytes ? v->value.bytes.bytes : "",
-                                          (int)v->value.bytes.len);
+        return api_json_str(v->value.bytes.bytes, v->value.bytes.len);
     case AMQP_FIELD_KIND_TABLE: return table_json(&v->value.table, depth);
     case AMQP_FIELD_KIND_ARRAY:
         o = json_object_new_array();
@@ -288,9 +289,7 @@ static struct json_object *field_json(const amqp_field_value_t *v, int depth)
 
 #define ADD_STR(o, flag, name, field)                                                        \
     if (p->_flags & (flag))                                                                  \
-    json_object_object_add(o, name,                                                          \
-                           json_object_new_string_len(p->field.bytes ? p->field.bytes : "",  \
-                                                      (int)p->field.len))
+    json_object_object_add(o, name, api_json_str(p->field.bytes, p->field.len))
 
 struct json_object *amqp_msg_props_json(const uint8_t *props, size_t len)
 {

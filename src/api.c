@@ -442,3 +442,14 @@ void api_handle(const struct api_ops *ops, const struct api_request *req,
         break;
     }
 }
+
+struct json_object *api_json_str(const void *p, size_t n)
+{
+    struct strbuf b = STRBUF_INIT;
+    struct json_object *o;
+
+    strbuf_append_utf8(&b, p ? p : "", p ? n : 0);
+    o = json_object_new_string_len(b.p ? b.p : "", (int)b.len);
+    strbuf_free(&b);
+    return o;
+}

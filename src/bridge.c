@@ -537,10 +537,8 @@ static struct json_object *message_json(struct bridge *b, const struct eng_item 
     json_object_object_add(o, "due_ms", json_object_new_uint64(it->due_ms));
     json_object_object_add(o, "due", json_object_new_string(clock_iso8601(it->due_ms, iso)));
     json_object_object_add(o, "state", json_object_new_string(it->state == ENG_DUE ? "due" : "waiting"));
-    json_object_object_add(o, "key", a->key ? json_object_new_string_len(a->key, a->key_len) : NULL);
-    json_object_object_add(o, "routing_key",
-                           json_object_new_string_len(a->routing_key ? a->routing_key : "",
-                                                      a->routing_key_len));
+    json_object_object_add(o, "key", a->key ? api_json_str(a->key, a->key_len) : NULL);
+    json_object_object_add(o, "routing_key", api_json_str(a->routing_key, a->routing_key_len));
     json_object_object_add(o, "size", json_object_new_uint64(a->body_len));
     json_object_object_add(o, "enqueued_ms", json_object_new_uint64(a->enqueue_ms));
     props = amqp_msg_props_json(a->props, a->props_len);
@@ -550,9 +548,7 @@ static struct json_object *message_json(struct bridge *b, const struct eng_item 
     else
         json_object_object_add(o, "message_id", NULL);
     if (full) {
-        json_object_object_add(o, "exchange",
-                               json_object_new_string_len(a->exchange ? a->exchange : "",
-                                                          a->exchange_len));
+        json_object_object_add(o, "exchange", api_json_str(a->exchange, a->exchange_len));
         json_object_object_add(o, "properties", props);
         props = NULL;
     }
@@ -565,7 +561,7 @@ static int api_pending_list(void *arg, const char *route, const char *after, uns
 {
     struct bridge *b = arg;
     int ri = route_by_name(b, route), more, r;
-    uint64_t after_due = 0, after_id = 0;
+    uint64_t after_due = 0, after_id = 0, next_due, next_id;
     struct eng_item *items;
     size_t n, i;
 
@@ -583,7 +579,8 @@ static int api_pending_list(void *arg, const char *route, const char *after, uns
             return api_fail(out, 400, "after: expected the cursor of a previous page");
     }
     items = xmalloc(limit * sizeof(*items));
-    n = eng_list(b->eng, (uint16_t)ri, after_due, after_id, items, limit, &more);
+    n = eng_list(b->eng, (uint16_t)ri, after_due, after_id, items, limit, &more, &next_due,
+                 &next_id);
     struct json_object *arr = json_object_new_array();
     for (i = 0; i < n; i++) {
         struct walrec_add a;
@@ -597,10 +594,9 @@ static int api_pending_list(void *arg, const char *route, const char *after, uns
     json_object_object_add(out, "route", json_object_new_string(route));
     json_object_object_add(out, "count", json_object_new_uint64(n));
     json_object_object_add(out, "messages", arr);
-    if (more && n) {
+    if (more) {
         char cursor[48];
-        snprintf(cursor, sizeof(cursor), "%" PRIu64 "-%" PRIu64, items[n - 1].due_ms,
-                 items[n - 1].id);
+        snprintf(cursor, sizeof(cursor), "%" PRIu64 "-%" PRIu64, next_due, next_id);
         json_object_object_add(out, "next", json_object_new_string(cursor));
     } else {
         json_object_object_add(out, "next", NULL);
@@ -646,8 +642,8 @@ static int api_pending_cancel(void *arg, const char *route, const char *key,
         fatal(b, "WAL read (cancel)", r);
         return api_fail(out, 500, eng_strerror(r));
     }
-    json_object_object_add(out, "route", json_object_new_string(route));
-    json_object_object_add(out, "key", json_object_new_string(key));
+    json_object_object_add(out, "route", api_json_str(route, strlen(route)));
+    json_object_object_add(out, "key", api_json_str(key, strlen(key)));
     json_object_object_add(out, "cancelled", json_object_new_boolean(r == 1));
     if (r == 0)
         return 404; /* unknown, already published, or in flight */

@@ -1,5 +1,6 @@
 /*
- * cli_wal.c -- "delay-bridge wal check|dump DIR": look inside a WAL directory.
+ * cli_wal.c -- "delay-bridge wal check|dump DIR": look inside a WAL directory;
+ * "delay-bridge wal salvage DIR": repair one the daemon refuses (SALVAGE below).
  *
  * An operator's questions about a log are "is it sound?" and "what is in
  * it?". Both are answered by one read-only scan that follows the same rules
@@ -76,6 +77,7 @@
 #include <json-c/json.h>
 
 #include "delay-bridge/amqp_msg.h"
+#include "delay-bridge/api.h"
 #include "delay-bridge/cli.h"
 #include "delay-bridge/idmap.h"
 #include "delay-bridge/pool.h"
@@ -886,7 +888,7 @@ static void field_text(FILE *f, const amqp_field_value_t *v)
 
 static json_object *str_json(const void *p, size_t n)
 {
-    return json_object_new_string_len(n ? p : "", (int)n);
+    return api_json_str(p, n); /* AMQP strings are bytes: keep the JSON valid */
 }
 
 static void props_text(FILE *f, const amqp_basic_properties_t *p)
@@ -1873,10 +1875,10 @@ static int wal_salvage(int argc, char **argv)
         printf("  kept:         %" PRIu64 " records, %" PRIu64 " bytes, unchanged\n", rp->kept,
                rp->kept_bytes);
         if (rp->fills)
-            printf("  fillers:      %" PRIu64 " empty DONE records hold the lost LSNs (ids are "
+            printf("  fillers:      %" PRIu64 " empty DONE record(s) hold the lost LSNs (ids are "
                    "never handed out twice)\n", rp->fills);
-        printf("  %s %s/%s\n", yes ? "moved aside: " : "would keep:   ", dir, rp->aside);
-        printf("  %s %s/%s, %" PRIu64 " bytes\n", yes ? "replaced by: " : "would write:  ",
+        printf("  %s%s/%s\n", yes ? "moved aside:  " : "would keep:   ", dir, rp->aside);
+        printf("  %s%s/%s, %" PRIu64 " bytes\n", yes ? "replaced by:  " : "would write:  ",
                dir, g->name, (uint64_t)WALREC_SEGHDR_SIZE + rp->kept_bytes +
                rp->fills * FILLER_SIZE);
         if (yes && (r = salv_write(&s, rp, stamp)) < 0) {
@@ -1884,7 +1886,7 @@ static int wal_salvage(int argc, char **argv)
             goto cleanup;
         }
     }
-    printf("dropped:        %" PRIu64 " records%s, %" PRIu64 " bytes\n", drop_recs,
+    printf("dropped:        %" PRIu64 " record(s)%s, %" PRIu64 " bytes\n", drop_recs,
            unknown ? " (and a torn tail of unknown count)" : "", drop_bytes);
     printf("possibly lost:  msg ids");
     maybe = print_lost_ids(&v, &finished, &survived);

@@ -1090,6 +1090,55 @@ cleanup:
     return rc;
 }
 
+int config_check_wal_dir(const struct config *c, const char *name, char *err, size_t errlen)
+{
+    char p[sizeof c->wal_dir];
+    struct stat st;
+    size_t n;
+    int self = 1, mode;
+
+    snprintf(p, sizeof p, "%s", c->wal_dir);
+    for (;;) {
+        n = strlen(p);
+        while (n > 1 && p[n - 1] == '/')
+            p[--n] = '\0';
+        if (stat(p, &st) == 0)
+            break;
+        if (errno != ENOENT) {
+            snprintf(err, errlen, "%s: wal.dir: cannot use \"%s\": %s%s", name, c->wal_dir,
+                     strerror(errno),
+                     errno == ENOTDIR ? " (a component of the path is a file)" : "");
+            return -1;
+        }
+        char *slash = strrchr(p, '/');
+        if (!slash)
+            snprintf(p, sizeof p, ".");
+        else if (slash == p)
+            p[1] = '\0';
+        else
+            *slash = '\0';
+        self = 0;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%s: wal.dir: \"%s\" is not a directory", name, p);
+        return -1;
+    }
+    mode = W_OK | X_OK | (self ? R_OK : 0);
+    if (access(p, mode) != 0) {
+        int e = errno;
+        if (self)
+            snprintf(err, errlen, "%s: wal.dir: the directory \"%s\" is not readable and "
+                     "writable by this process (uid %u): %s", name, p, (unsigned)geteuid(),
+                     strerror(e));
+        else
+            snprintf(err, errlen, "%s: wal.dir: \"%s\" does not exist and cannot be created: "
+                     "\"%s\" is not writable by this process (uid %u): %s", name, c->wal_dir, p,
+                     (unsigned)geteuid(), strerror(e));
+        return -1;
+    }
+    return 0;
+}
+
 void config_free(struct config *c)
 {
     if (!c)

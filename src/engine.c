@@ -870,13 +870,18 @@ struct list_ctx {
     size_t n, cap;
 };
 
+static int list_keep(void *arg, pool_handle h)
+{
+    struct list_ctx *c = arg;
+
+    return H(c->e, h)->route == c->route;
+}
+
 static int list_visit(void *arg, pool_handle h)
 {
     struct list_ctx *c = arg;
     struct held *m = H(c->e, h);
 
-    if (m->route != c->route)
-        return 0;
     c->v[c->n++] = (struct eng_item){h, m->node.seq, m->node.due, m->state};
     return c->n == c->cap;
 }
@@ -887,14 +892,18 @@ static int item_before(const struct eng_item *a, const struct eng_item *b)
 }
 
 size_t eng_list(struct engine *e, uint16_t route, uint64_t after_due, uint64_t after_id,
-                struct eng_item *out, size_t limit, int *more)
+                struct eng_item *out, size_t limit, int *more, uint64_t *next_due,
+                uint64_t *next_id)
 {
     struct list_ctx w = {e, route, NULL, 0, limit + 1};
     struct eng_item *due;
-    size_t nd = 0, i = 0, j = 0, n = 0;
+    size_t nd = 0, i = 0, j = 0, n = 0, budget = ENG_LIST_BUDGET;
+    uint64_t stop_due = 0, stop_id = 0;
+    int stopped;
     pool_handle h;
 
     *more = 0;
+    *next_due = *next_id = 0;
     if (route >= e->nroutes || limit == 0)
         return 0;
     /* The DUE list is in (due, id) order: from its head, past the cursor. */
@@ -907,14 +916,23 @@ size_t eng_list(struct engine *e, uint16_t route, uint64_t after_due, uint64_t a
     }
     /* The wheel, in time order, until limit + 1 of this route. */
     w.v = xmalloc((limit + 1) * sizeof(*w.v));
-    wheel_walk(e->wheel, after_due, after_id, list_visit, &w);
+    stopped = wheel_walk(e->wheel, after_due, after_id, list_keep, list_visit, &w, &budget,
+                         &stop_due, &stop_id);
     while (n < limit && (i < nd || j < w.n)) {
         if (j == w.n || (i < nd && item_before(&due[i], &w.v[j])))
             out[n++] = due[i++];
         else
             out[n++] = w.v[j++];
     }
-    *more = i < nd || j < w.n;
+    if (i < nd || j < w.n) {
+        *more = 1; /* a full page: go on after its last message */
+        *next_due = out[n - 1].due_ms;
+        *next_id = out[n - 1].id;
+    } else if (stopped) {
+        *more = 1; /* the walk's budget ran out: go on where it stopped */
+        *next_due = stop_due;
+        *next_id = stop_id;
+    }
     free(due);
     free(w.v);
     return n;

@@ -69,6 +69,11 @@ static int run_daemon(const char *path, int check)
         config_free(&cfg);
         return EXIT_OK;
     }
+    if (config_check_wal_dir(&cfg, path, err, sizeof(err)) < 0) {
+        fprintf(stderr, "delay-bridge: configuration error: %s\n", err);
+        config_free(&cfg);
+        return EXIT_CONFIG;
+    }
     log_set_level((enum log_level)cfg.log_level);
     log_info("main", "starting", "version=%s instance=\"%s\" wal_dir=\"%s\" routes=%d",
              DB_VERSION, cfg.instance, cfg.wal_dir, cfg.nroutes);

@@ -105,3 +105,53 @@ void strbuf_free(struct strbuf *b)
     b->len = 0;
     b->cap = 0;
 }
+
+/* Length of the well-formed UTF-8 sequence at s (n bytes left), 0 if none. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    size_t len, i;
+    uint32_t cp;
+
+    if (s[0] < 0x80)
+        return 1;
+    if (s[0] >= 0xc2 && s[0] <= 0xdf)
+        len = 2, cp = s[0] & 0x1f;
+    else if (s[0] >= 0xe0 && s[0] <= 0xef)
+        len = 3, cp = s[0] & 0x0f;
+    else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+        len = 4, cp = s[0] & 0x07;
+    else
+        return 0;
+    if (n < len)
+        return 0;
+    for (i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    /* overlong forms, surrogates, beyond U+10FFFF */
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+void strbuf_append_utf8(struct strbuf *b, const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, run = 0;
+
+    while (i < n) {
+        size_t k = utf8_seq(p + i, n - i);
+        if (k) {
+            i += k;
+            run += k;
+            continue;
+        }
+        strbuf_append(b, p + i - run, run);
+        strbuf_append(b, "\xef\xbf\xbd", 3); /* U+FFFD */
+        run = 0;
+        i++;
+    }
+    strbuf_append(b, p + i - run, run);
+}

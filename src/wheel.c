@@ -354,7 +354,8 @@ static int walk_cmp(const void *a, const void *b)
  * after the cursor, and visit them. Returns non-zero when visit said stop.
  */
 static int walk_lists(const struct wheel *w, const struct wheel_list *lists, int n,
-                      uint64_t after_due, uint64_t after_seq, wheel_visit_fn *visit, void *arg)
+                      uint64_t after_due, uint64_t after_seq, wheel_keep_fn *keep,
+                      wheel_visit_fn *visit, void *arg, size_t *budget)
 {
     struct walk_item *v = NULL;
     size_t cnt = 0, cap = 0, i;
@@ -363,7 +364,11 @@ static int walk_lists(const struct wheel *w, const struct wheel_list *lists, int
     for (int l = 0; l < n; l++)
         for (pool_handle h = lists[l].head; h != POOL_NIL; h = node(w, h)->next) {
             const struct wheel_node *nd = node(w, h);
+            if (*budget)
+                (*budget)--;
             if (nd->due < after_due || (nd->due == after_due && nd->seq <= after_seq))
+                continue;
+            if (keep && !keep(arg, h))
                 continue;
             if (cnt == cap) {
                 cap = cap ? cap * 2 : 64;
@@ -386,11 +391,12 @@ static int walk_lists(const struct wheel *w, const struct wheel_list *lists, int
  * digit L+1, which the other raises). Slot idx of level L holds exactly the
  * dues in [base + idx * 256^L, base + (idx + 1) * 256^L).
  */
-void wheel_walk(const struct wheel *w, uint64_t after_due, uint64_t after_seq,
-                wheel_visit_fn *visit, void *arg)
+int wheel_walk(const struct wheel *w, uint64_t after_due, uint64_t after_seq,
+               wheel_keep_fn *keep, wheel_visit_fn *visit, void *arg, size_t *budget,
+               uint64_t *stop_due, uint64_t *stop_seq)
 {
-    if (walk_lists(w, &w->pending, 1, after_due, after_seq, visit, arg))
-        return;
+    if (walk_lists(w, &w->pending, 1, after_due, after_seq, keep, visit, arg, budget))
+        return 0;
     for (unsigned level = 0; level < WHEEL_LEVELS; level++) {
         unsigned shift = WHEEL_BITS * level;
         uint64_t base = level < WHEEL_LEVELS - 1 ? w->now & (~UINT64_C(0) << (shift + WHEEL_BITS))
@@ -402,11 +408,21 @@ void wheel_walk(const struct wheel *w, uint64_t after_due, uint64_t after_seq,
             if (level < WHEEL_LEVELS - 1 || idx + 1 < WHEEL_SLOTS)
                 if (end < after_due)
                     continue; /* wholly before the cursor */
+            if (*budget == 0) {
+                /* everything before this slot was looked at */
+                uint64_t start = base + ((uint64_t)idx << shift);
+                if (start - 1 > after_due || (start - 1 == after_due && after_seq != UINT64_MAX)) {
+                    *stop_due = start - 1;
+                    *stop_seq = UINT64_MAX;
+                    return 1;
+                }
+            }
             if (walk_lists(w, w->slots[level][idx].lane, WHEEL_LANES, after_due, after_seq,
-                           visit, arg))
-                return;
+                           keep, visit, arg, budget))
+                return 0;
         }
     }
+    return 0;
 }
 
 uint64_t wheel_next_event(const struct wheel *w)

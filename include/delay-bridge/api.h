@@ -80,6 +80,13 @@ struct api_ops {
 void api_handle(const struct api_ops *ops, const struct api_request *req,
                 struct api_response *resp);
 
+/*
+ * A JSON string (json-c, new reference) of n bytes that may not be UTF-8
+ * (AMQP strings are bytes): invalid bytes become U+FFFD, so the document
+ * stays valid JSON.
+ */
+struct json_object *api_json_str(const void *p, size_t n);
+
 /* Why the daemon is not ready ("" when it is), from a snapshot. */
 const char *api_not_ready_reason(const struct db_stats *s);
 

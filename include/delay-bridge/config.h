@@ -111,4 +111,15 @@ int config_parse(struct config *c, const char *json, const char *name, char *err
 
 void config_free(struct config *c);
 
+/*
+ * Before the daemon touches the WAL: wal.dir, or its nearest existing
+ * parent when it does not exist yet (the WAL creates it), must be a
+ * directory this process can write to and search (access W_OK|X_OK; the
+ * directory itself also R_OK). Returns 0, or -1 with a one-line message
+ * naming wal.dir in err ("NAME: wal.dir: ..."). Not part of config_parse or
+ * --check-config: it depends on the machine and user it runs as, not on
+ * the file (a config may be checked elsewhere, by another user).
+ */
+int config_check_wal_dir(const struct config *c, const char *name, char *err, size_t errlen);
+
 #endif

@@ -207,18 +207,23 @@ int eng_read(struct engine *e, eng_msg m, struct walrec_add *a);
 /*
  * Browse: up to limit WAITING or DUE messages of route in (due, id) order,
  * after the cursor (after_due, after_id) -- (0, 0) from the start. Returns
- * how many were put in out; *more says whether any follow. The cost: the
- * route's DUE list from its head, and wheel_walk() over the slots the page
- * reaches (see wheel.h): O(n log n) for the n entries of those slots, never
- * the whole held set unless one slot holds it.
+ * how many were put in out; when more may follow, *more is 1 and
+ * (*next_due, *next_id) is the cursor to continue from. The cost is bounded:
+ * the route's DUE list from its head, and wheel_walk() over the slots the
+ * page reaches, at most ENG_LIST_BUDGET entries of any route looked at per
+ * page (then the page is short and the cursor goes on from where the walk
+ * stopped) -- except that a single wheel slot is always taken whole, so one
+ * slot holding millions of messages costs one pass over it.
  */
+#define ENG_LIST_BUDGET 262144
 struct eng_item {
     eng_msg m;
     uint64_t id, due_ms;
     int state;
 };
 size_t eng_list(struct engine *e, uint16_t route, uint64_t after_due, uint64_t after_id,
-                struct eng_item *out, size_t limit, int *more);
+                struct eng_item *out, size_t limit, int *more, uint64_t *next_due,
+                uint64_t *next_id);
 
 /*
  * Purge, as a bounded job: cancel every PENDING, WAITING or DUE message of

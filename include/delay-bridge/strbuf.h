@@ -22,6 +22,13 @@ void strbuf_append(struct strbuf *b, const void *data, size_t n);
 void strbuf_puts(struct strbuf *b, const char *s);
 void strbuf_printf(struct strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void strbuf_vprintf(struct strbuf *b, const char *fmt, va_list ap);
+/*
+ * Append n bytes of s as valid UTF-8: well-formed sequences as they are,
+ * every byte that is not part of one as U+FFFD. AMQP strings may hold any
+ * bytes; JSON and logs may not.
+ */
+void strbuf_append_utf8(struct strbuf *b, const char *s, size_t n);
+
 /* Empty it, keeping the memory. */
 void strbuf_reset(struct strbuf *b);
 /* Hand p to the caller (who frees it) and leave b empty. Never NULL. */

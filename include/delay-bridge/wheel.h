@@ -71,16 +71,22 @@ uint64_t wheel_min_due(const struct wheel *w, size_t budget, int *exact);
 
 /*
  * Visit entries in (due, seq) order, starting after (after_due, after_seq),
- * until visit returns non-zero or every entry was seen. Slots are taken in
- * time order (see wheel.c); a slot that ends before the cursor is skipped
- * without a look, and the entries of each slot visited are sorted first, so
- * the cost is O(k log k) for the k entries of the slots the walk reaches,
- * plus one bitmap step per slot. Nothing is changed; no callback may change
- * the wheel.
+ * until visit returns non-zero, every entry was seen, or the budget ran out.
+ * Slots are taken in time order (see wheel.c); a slot that ends before the
+ * cursor is skipped without a look; of each slot reached, the entries keep
+ * says yes to (keep may be NULL: all) are gathered and sorted, then
+ * visited. Every entry of a slot reached counts against *budget; when it is
+ * spent before the next slot, the walk stops there and returns 1 with
+ * (*stop_due, *stop_seq) a cursor from which a later walk continues
+ * (everything up to it was looked at). Returns 0 otherwise. Cost: O(k + m
+ * log m) for the k entries of the slots reached and the m kept. Nothing is
+ * changed; no callback may change the wheel.
  */
 typedef int wheel_visit_fn(void *arg, pool_handle h);
-void wheel_walk(const struct wheel *w, uint64_t after_due, uint64_t after_seq,
-                wheel_visit_fn *visit, void *arg);
+typedef int wheel_keep_fn(void *arg, pool_handle h);
+int wheel_walk(const struct wheel *w, uint64_t after_due, uint64_t after_seq,
+               wheel_keep_fn *keep, wheel_visit_fn *visit, void *arg, size_t *budget,
+               uint64_t *stop_due, uint64_t *stop_seq);
 
 typedef void wheel_fire_fn(void *arg, pool_handle h);
 

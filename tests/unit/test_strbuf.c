@@ -68,7 +68,28 @@ static void test_reset_detach(void)
     strbuf_free(&b); /* after detach: harmless */
 }
 
+/* AMQP strings are bytes: made valid UTF-8 for JSON, well-formed text kept as it is. */
+static void test_utf8(void)
+{
+    struct strbuf b = STRBUF_INIT;
+
+    strbuf_append_utf8(&b, "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 14);
+    CHECK(b.len == 14 && memcmp(b.p, "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 14) == 0);
+    strbuf_reset(&b);
+    strbuf_append_utf8(&b, "\xff\xfe\"\\", 4); /* the key that broke /pending */
+    CHECK_STR(b.p, "\xef\xbf\xbd\xef\xbf\xbd\"\\");
+    strbuf_reset(&b);
+    /* overlong, surrogate, truncated, beyond U+10FFFF: each bad byte replaced */
+    strbuf_append_utf8(&b, "a\xc0\xaf" "b\xed\xa0\x80" "c\xe2\x82" "d\xf4\x90\x80\x80", 16);
+    CHECK(strncmp(b.p, "a\xef\xbf\xbd\xef\xbf\xbd" "b", 8) == 0, "got %s", b.p);
+    CHECK(strstr(b.p, "c") && strstr(b.p, "d"));
+    for (size_t i = 0; i < b.len; i++)
+        CHECK((unsigned char)b.p[i] != 0xc0 && (unsigned char)b.p[i] != 0xed);
+    strbuf_free(&b);
+}
+
 static const struct check_case cases[] = {
+    {"utf8", test_utf8},
     { "append", test_append },
     { "printf", test_printf },
     { "reset_detach", test_reset_detach },

@@ -1068,7 +1068,9 @@ static void test_walk(void)
         }
         memset(&c, 0, sizeof(c));
         c.stop_at = round % 2 ? 37 : SIZE_MAX;
-        wheel_walk(w, after_due, after_seq, walk_collect, &c);
+        size_t budget = SIZE_MAX;
+        uint64_t sd, ss;
+        CHECK(wheel_walk(w, after_due, after_seq, NULL, walk_collect, &c, &budget, &sd, &ss) == 0);
         uint64_t pd = after_due, ps = after_seq;
         for (i = 0; i < c.n; i++) {
             struct item *it = item(c.v[i]);

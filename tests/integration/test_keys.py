@@ -1,0 +1,425 @@
+#!/usr/bin/python3
+"""Cancel and reschedule by x-delay-key, end to end.
+
+- replace, then kill -9 and restart: only the newest message of a key fires,
+  at its own due time (a later one and an earlier one), none early;
+- x-delay-cancel, then kill -9 + restart twice: still cancelled (the CANCEL
+  record is durable and replayed); the cancel message itself is never
+  forwarded;
+- two routes with the same key are independent (a cancel or a replacement on
+  one leaves the other alone);
+- 10,000 keyed reschedules of one key (publisher confirms on, pipelined),
+  then kill -9 and restart before it is due: exactly one delivery, the last
+  one; delay_bridge_cancelled_total counts the 9,999 replaced ones; 100
+  keyed messages each cancelled right behind it (ADD and CANCEL in one group
+  commit) never fire, across the restart too;
+- cancelling an unknown key and an already delivered key counts in
+  delay_bridge_cancel_missed_total; the delivered message's key can be used
+  again;
+- invalid keys (an integer, a 300-byte string; and an integer
+  x-delay-cancel) follow the route's invalid_delay policy: published at once,
+  or dead-lettered with x-delay-error "invalid x-delay-key"; counted in
+  delay_bridge_invalid_key_total; a 255-byte key is valid;
+- HTTP: GET /pending/R/KEY shows the newest message and its headers,
+  DELETE /pending/R/KEY answers 200 {"cancelled": true, "durable": true},
+  then 404 {"cancelled": false};
+- `delay-bridge cancel`: exit 0 cancelled (--url, and -c CONFIG), 1 not
+  pending, 3 daemon unreachable; a key with '/' and a space goes through.
+"""
+
+import http.client
+import json
+import socket
+import subprocess
+import time
+import urllib.parse
+
+import pika
+
+import harness as h
+from harness import check
+
+LATE_S = 3.0  # a kill -9 + restart may fall shortly before a due time
+
+
+# ---- local helpers --------------------------------------------------------------
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def req(port, method, path, timeout=10.0):
+    """(status, parsed JSON or text) of one request."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.request(method, path)
+        r = c.getresponse()
+        body = r.read().decode("utf-8", "replace")
+        if r.getheader("Content-Type", "").startswith("application/json"):
+            return r.status, json.loads(body)
+        return r.status, body
+    finally:
+        c.close()
+
+
+def qk(key):
+    return urllib.parse.quote(key, safe="")
+
+
+def metric(port, name, route=None):
+    want = name + ('{route="%s"}' % route if route else "")
+    st, text = req(port, "GET", "/metrics")
+    check(st == 200, "/metrics answered %d" % st)
+    for line in text.splitlines():
+        if line.startswith(want + " "):
+            return float(line.split()[-1])
+    h.fail("/metrics has no series %s" % want)
+
+
+def wait_metric(port, name, route, want, timeout=10):
+    deadline = time.monotonic() + timeout
+    v = None
+    while time.monotonic() < deadline:
+        v = metric(port, name, route)
+        if v == want:
+            return v
+        time.sleep(0.1)
+    h.fail("%s{route=%s} is %r, expected %r (after %.0fs)" % (name, route, v, want, timeout))
+
+
+def pending_all(port, route, limit=1000):
+    out, after = [], None
+    while True:
+        path = "/pending?route=%s&limit=%d" % (route, limit)
+        if after:
+            path += "&after=" + qk(after)
+        st, j = req(port, "GET", path)
+        check(st == 200, "GET %s: %d %r" % (path, st, j))
+        out.extend(j["messages"])
+        after = j["next"]
+        if not after:
+            return out
+
+
+def wait_drained_all(ctx, queues, timeout=20):
+    """Every queue empty, ready and (on an owned broker) unacked: the bridge
+    took and acked all (one rabbitmqctl call per round, not one per queue)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        busy = {q: ctx.queue_depth(q) for q in queues}
+        if not any(busy.values()) and h.broker_dir():
+            for line in h.rabbitmqctl("list_queues", "name", "messages_unacknowledged").splitlines():
+                parts = line.split()
+                if len(parts) == 2 and parts[0] in busy:
+                    busy[parts[0]] = int(parts[1])
+        if not any(busy.values()):
+            return
+        if time.monotonic() >= deadline:
+            h.fail("ingress queues not drained after %.0fs: %r" % (timeout, busy))
+        time.sleep(0.1)
+
+
+def publish_pipelined(exchange, items, timeout=60):
+    """Publish [(routing_key, body, BasicProperties)] on one channel in
+    confirm mode without waiting for each confirm (pika's asynchronous
+    connection): returns once the broker confirmed them all; fails on a nack."""
+    state = {"acked": 0, "nacked": 0, "lo": 1, "error": None}
+    n = len(items)
+    outstanding = set(range(1, n + 1))
+
+    def on_confirm(frame):
+        # confirms for different queues may come out of order: count tags, not frames
+        m = frame.method
+        nack = isinstance(m, pika.spec.Basic.Nack)
+        tags = range(state["lo"], m.delivery_tag + 1) if m.multiple else [m.delivery_tag]
+        for t in tags:
+            if t in outstanding:
+                outstanding.discard(t)
+                state["nacked" if nack else "acked"] += 1
+        if m.multiple:
+            state["lo"] = max(state["lo"], m.delivery_tag + 1)
+        if not outstanding:
+            conn.close()
+
+    def on_channel(ch):
+        ch.confirm_delivery(on_confirm)
+        for rk, body, props in items:
+            ch.basic_publish(exchange, rk, body, props)
+
+    def on_open(c):
+        c.channel(on_open_callback=on_channel)
+
+    def on_fail(c, err):
+        state["error"] = err
+        c.ioloop.stop()
+
+    def on_closed(c, reason):
+        c.ioloop.stop()
+
+    conn = pika.SelectConnection(pika.URLParameters(h.broker_uri()), on_open_callback=on_open,
+                                 on_open_error_callback=on_fail, on_close_callback=on_closed)
+    conn.ioloop.call_later(timeout, lambda: (state.update(error="timeout"), conn.close()))
+    conn.ioloop.start()
+    check(state["error"] is None, "pipelined publish failed: %r" % (state["error"],))
+    check(state["acked"] == n and state["nacked"] == 0,
+          "pipelined publish: %d acked, %d nacked of %d" % (state["acked"], state["nacked"], n))
+
+
+def ids(msgs):
+    return sorted(m.message_id for m in msgs)
+
+
+def cli_cancel(*args):
+    r = subprocess.run([h.bridge_bin(), "cancel"] + list(args), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True, timeout=30)
+    h.log("$ delay-bridge cancel %s -> exit %d %s%s" % (" ".join(args), r.returncode,
+                                                        r.stdout.strip(), r.stderr.strip()))
+    return r
+
+
+# ---- the test ----------------------------------------------------------------------
+
+def test(ctx):
+    ex, tq = ctx.target("target", "direct", ["rk"])
+    dlx, dq = ctx.target("dlx", "fanout", [""])
+    c = ctx.consumer([tq["rk"], dq[""]])
+    ra = ctx.route("a", ex, invalid_delay="publish")
+    rb = ctx.route("b", ex)
+    rdl = ctx.route("dl", ex, invalid_delay="dead-letter", dead_letter_exchange=dlx)
+    port = free_port()
+    b = ctx.bridge([ra, rb, rdl], http={"listen": "127.0.0.1:%d" % port})
+    ina, inb, indl = ra["ingress_exchange"], rb["ingress_exchange"], rdl["ingress_exchange"]
+    p = ctx.publisher()
+
+    def pub(exchange, mid, delay_ms, key=None, cancel=None, extra=None):
+        hd = {}
+        if delay_ms is not None:
+            hd["x-delay"] = h.i32(delay_ms)
+        if key is not None:
+            hd["x-delay-key"] = key if isinstance(key, h.Field) else h.lstr(key)
+        if cancel is not None:
+            hd["x-delay-cancel"] = cancel if isinstance(cancel, h.Field) else h.lstr(cancel)
+        hd.update(extra or {})
+        return p.publish(exchange, "rk", mid.encode(), headers=hd, message_id=mid, delivery_mode=2)
+
+    def drained():
+        wait_drained_all(ctx, [r["ingress_queue"] for r in (ra, rb, rdl)])
+
+    # ---- 1. replace / cancel / two routes, through kill -9 and restart (twice) ----
+    sent = {}
+    sent["r1-old"] = pub(ina, "r1-old", 3000, "r1")
+    sent["r1-new"] = pub(ina, "r1-new", 7000, "r1")    # newer and later: nothing at 3 s
+    sent["r2-old"] = pub(ina, "r2-old", 12000, "r2")
+    sent["r2-new"] = pub(ina, "r2-new", 5000, "r2")    # newer and earlier: at 5 s only
+    sent["c1"] = pub(ina, "c1", 5000, "c1")
+    pub(ina, "cancel-c1", None, cancel="c1")           # never forwarded
+    sent["same-a"] = pub(ina, "same-a", 4000, "same")
+    sent["same-b"] = pub(inb, "same-b", 4000, "same")
+    sent["same-b2"] = pub(inb, "same-b2", 6000, "same")  # replaces same-b on route b only
+    pub(ina, "cancel-same-a", None, cancel="same")       # cancels same-a on route a only
+    drained()
+
+    st, j = req(port, "GET", "/pending/%s/r1" % ra["name"])
+    check(st == 200 and j.get("message_id") == "r1-new" and j.get("key") == "r1",
+          "GET /pending/a/r1 after the replacement: %d %r" % (st, j))
+    hdrs = (j.get("properties") or {}).get("headers") or {}
+    check(hdrs.get("x-delay-key") == "r1" and "x-delay" in hdrs,
+          "GET /pending/a/r1: headers %r lack x-delay-key r1 / x-delay" % hdrs)
+    st, j = req(port, "GET", "/pending/%s/c1" % ra["name"])
+    check(st == 404, "GET /pending/a/c1 after x-delay-cancel: %d %r" % (st, j))
+    st, j = req(port, "GET", "/pending/%s/same" % rb["name"])
+    check(st == 200 and j.get("message_id") == "same-b2",
+          "GET /pending/b/same: %d %r (expected same-b2)" % (st, j))
+    listed_a = {m["key"]: m["message_id"] for m in pending_all(port, ra["name"])}
+    check(listed_a == {"r1": "r1-new", "r2": "r2-new"},
+          "GET /pending?route=a: %r, expected r1 -> r1-new and r2 -> r2-new only" % listed_a)
+    h.log("replacements and cancels visible in /pending; kill -9 and restart twice")
+
+    b.kill9()
+    b.start()
+    b.kill9()
+    b.start()
+    listed_a = {m["key"]: m["message_id"] for m in pending_all(port, ra["name"])}
+    check(listed_a == {"r1": "r1-new", "r2": "r2-new"},
+          "after two kill -9 + restart, /pending?route=a: %r" % listed_a)
+    listed_b = {m["key"]: m["message_id"] for m in pending_all(port, rb["name"])}
+    check(listed_b == {"same": "same-b2"}, "after restarts, /pending?route=b: %r" % listed_b)
+
+    want1 = {"r1-new", "r2-new", "same-b2"}
+    c.wait_ids(want1, 7 + LATE_S + 5)
+    got = c.quiet(1.5)
+    check(ids(got) == sorted(want1),
+          "after replace/cancel and two restarts, expected exactly %s to arrive, got %s" % (
+              sorted(want1), ids(got)))
+    for m in got:
+        h.check_on_time(m, sent[m.message_id],
+                        {"r1-new": 7.0, "r2-new": 5.0, "same-b2": 6.0}[m.message_id],
+                        m.message_id, late=LATE_S)
+        check(h.header_str(m.props, "x-delay-key") is not None,
+              "%s: x-delay-key header not kept on delivery" % m.message_id)
+    check(pending_all(port, ra["name"]) == [] and pending_all(port, rb["name"]) == [],
+          "held messages remain after everything fired")
+    h.log("phase 1 ok: only the newest of each key fired, on time; cancels survived restarts")
+    base = len(c.snapshot())
+
+    # ---- 2. 10,000 keyed reschedules of one key ------------------------------------
+    N = 10000
+    cancelled0 = metric(port, "delay_bridge_cancelled_total", ra["name"])
+    items = [("rk", b"hot-%05d" % i,
+              pika.BasicProperties(headers={"x-delay": h.i32(4000), "x-delay-key": h.lstr("hot")},
+                                   message_id="hot-%05d" % i, delivery_mode=2))
+             for i in range(N)]
+    # and 100 keyed messages each followed at once by its x-delay-cancel (an ADD and its
+    # CANCEL in one group commit)
+    for i in range(100):
+        items.append(("rk", b"pc", pika.BasicProperties(
+            headers={"x-delay": h.i32(3000), "x-delay-key": h.lstr("pc%d" % i)}, message_id="pc%d" % i)))
+        items.append(("rk", b"", pika.BasicProperties(
+            headers={"x-delay-cancel": h.lstr("pc%d" % i)}, message_id="cancel-pc%d" % i)))
+    t0 = time.monotonic()
+    publish_pipelined(ina, items)
+    last = time.monotonic()  # the last one was sent before this
+    h.log("published %d keyed reschedules in %.1fs (confirmed)" % (N, time.monotonic() - t0))
+    drained()
+    lst = pending_all(port, ra["name"])
+    check(len(lst) == 1 and lst[0]["key"] == "hot" and lst[0]["message_id"] == "hot-%05d" % (N - 1),
+          "after %d reschedules /pending?route=a shows %r" % (N, [(m["key"], m["message_id"]) for m in lst]))
+    wait_metric(port, "delay_bridge_cancelled_total", ra["name"], cancelled0 + N - 1 + 100)
+    # kill -9 before it is due: the replacements and cancels were durable
+    b.kill9()
+    b.start()
+    lst = pending_all(port, ra["name"])
+    check([m["message_id"] for m in lst] == ["hot-%05d" % (N - 1)],
+          "after %d reschedules and kill -9 + restart /pending?route=a shows %r" % (
+              N, [(m["key"], m["message_id"]) for m in lst][:10]))
+    c.wait_count(base + 1, 4 + LATE_S + 10)
+    got = c.quiet(1.5)[base:]
+    check(ids(got) == ["hot-%05d" % (N - 1)],
+          "10k reschedules of one key: expected exactly hot-%05d, got %d: %s" % (
+              N - 1, len(got), ids(got)[:10]))
+    # sent between t0 and `last`: due no earlier than t0 + 4 s, and on time after `last`
+    check(got[0].t >= t0 + 4.0 - h.early_tolerance(), "the last reschedule arrived EARLY")
+    h.check_on_time(got[0], last, 4.0 - (last - t0), "the last reschedule")
+    h.log("phase 2 ok: one delivery, the last reschedule")
+    base = len(c.snapshot())
+
+    # ---- 3-5. missed cancels, invalid keys, HTTP DELETE, CLI -------------------------
+    missed0 = metric(port, "delay_bridge_cancel_missed_total", ra["name"])
+    inv_a0 = metric(port, "delay_bridge_invalid_key_total", ra["name"])
+    inv_dl0 = metric(port, "delay_bridge_invalid_key_total", rdl["name"])
+    cancelled0 = metric(port, "delay_bridge_cancelled_total", ra["name"])
+
+    # missed: an unknown key; a key already delivered
+    pub(ina, "cancel-nope", None, cancel="never-published")
+    sent = {}
+    sent["gone"] = pub(ina, "gone", 0, "gone")
+    c.wait_ids(["gone"], 10)
+    pub(ina, "cancel-gone", None, cancel="gone")
+    drained()
+    wait_metric(port, "delay_bridge_cancel_missed_total", ra["name"], missed0 + 2)
+    # the key of a delivered message is free again
+    sent["gone-again"] = pub(ina, "gone-again", 1000, "gone")
+
+    # invalid keys under both policies; an integer x-delay-cancel
+    bad = {"int": h.i32(7), "long": h.lstr("k" * 300)}
+    for kind, key in bad.items():
+        sent["inv-%s-pub" % kind] = pub(ina, "inv-%s-pub" % kind, 3000, key)
+        sent["inv-%s-dl" % kind] = pub(indl, "inv-%s-dl" % kind, 3000, key)
+    pub(ina, "cancel-int", None, cancel=h.i64(5))
+    # a 255-byte key is valid: held, visible, cancelled over HTTP
+    k255 = "K" * 255
+    pub(ina, "k255", 4000, k255)
+    # HTTP DELETE
+    pub(ina, "h1", 4000, "h1")
+    # the CLI (a key with '/' and a space, and one cancelled with -c)
+    kcli = "order/42 x"
+    pub(ina, "cli1", 4000, kcli)
+    pub(ina, "cli2", 4000, "cli2")
+    drained()
+    t_cancel = time.monotonic()
+
+    st, j = req(port, "GET", "/pending/%s/%s" % (ra["name"], qk(k255)))
+    check(st == 200 and j.get("message_id") == "k255", "GET a 255-byte key: %d %r" % (st, j))
+    st, j = req(port, "DELETE", "/pending/%s/%s" % (ra["name"], qk(k255)))
+    check(st == 200 and j.get("cancelled") is True, "DELETE a 255-byte key: %d %r" % (st, j))
+
+    st, j = req(port, "DELETE", "/pending/%s/h1" % ra["name"])
+    check(st == 200 and isinstance(j, dict) and j.get("cancelled") is True and j.get("durable") is True,
+          "DELETE /pending/a/h1: %d %r, expected 200 {cancelled: true, durable: true}" % (st, j))
+    st, j = req(port, "DELETE", "/pending/%s/h1" % ra["name"])
+    check(st == 404 and isinstance(j, dict) and j.get("cancelled") is False,
+          "second DELETE /pending/a/h1: %d %r, expected 404 {cancelled: false}" % (st, j))
+    st, j = req(port, "DELETE", "/pending/no-such-route/h1")
+    check(st == 404, "DELETE on an unknown route: %d %r" % (st, j))
+
+    url = "http://127.0.0.1:%d" % port
+    r = cli_cancel("--route", ra["name"], "--url", url, kcli)
+    check(r.returncode == 0, "cancel %r: exit %d (%s), expected 0" % (kcli, r.returncode, r.stderr))
+    r = cli_cancel("--route", ra["name"], "--url", url, kcli)
+    check(r.returncode == 1, "cancel %r again: exit %d (%s), expected 1" % (kcli, r.returncode, r.stderr))
+    r = cli_cancel("--route", ra["name"], "-c", b.config_path, "cli2")
+    check(r.returncode == 0, "cancel -c CONFIG cli2: exit %d (%s), expected 0" % (r.returncode, r.stderr))
+    r = cli_cancel("--route", ra["name"], "--url", "http://127.0.0.1:%d" % free_port(), "cli2")
+    check(r.returncode == 3, "cancel against nothing listening: exit %d, expected 3" % r.returncode)
+    left = [m["message_id"] for m in pending_all(port, ra["name"])]
+    check(set(left) <= {"gone-again"}, "route a still holds %r after the cancels" % left)
+
+    # what arrives: the invalid-key messages at once; nothing cancelled, no cancel message
+    want = {"inv-int-pub", "inv-long-pub", "inv-int-dl", "inv-long-dl"}
+    c.wait_until(lambda ms: want.issubset({m.message_id for m in ms[base:]}), 10, "invalid-key messages")
+    left = 4.0 - (time.monotonic() - t_cancel) + 1.5
+    got = c.quiet(max(left, 1.5))[base:]
+    check(ids(got) == sorted(["gone", "gone-again"] + list(want)),
+          "expected only gone and the invalid-key messages, got %s" % ids(got))
+    for m in got:
+        mid = m.message_id
+        if mid == "gone-again":
+            h.check_on_time(m, sent[mid], 1.0, "a message re-using a delivered message's key")
+        if mid.startswith("inv-"):
+            h.check_immediate(m, sent[mid], mid)
+            if mid.endswith("-pub"):
+                check(m.queue == tq["rk"], "%s (invalid_delay=publish) went to %s" % (mid, m.queue))
+                check(h.header(m.props, "x-delay-error") is None, "%s has x-delay-error" % mid)
+            else:
+                check(m.queue == dq[""], "%s (invalid_delay=dead-letter) went to %s" % (mid, m.queue))
+                check(h.header_str(m.props, "x-delay-error") == "invalid x-delay-key",
+                      "%s: x-delay-error %r" % (mid, h.header(m.props, "x-delay-error")))
+    # counters: 2 header cancels missed + the second DELETE + the second CLI cancel
+    check(metric(port, "delay_bridge_cancel_missed_total", ra["name"]) == missed0 + 4,
+          "cancel_missed_total{a}: %r, expected %r" % (
+              metric(port, "delay_bridge_cancel_missed_total", ra["name"]), missed0 + 4))
+    check(metric(port, "delay_bridge_invalid_key_total", ra["name"]) == inv_a0 + 3,
+          "invalid_key_total{a}: %r, expected %r (int, 300 bytes, int cancel)" % (
+              metric(port, "delay_bridge_invalid_key_total", ra["name"]), inv_a0 + 3))
+    check(metric(port, "delay_bridge_invalid_key_total", rdl["name"]) == inv_dl0 + 2,
+          "invalid_key_total{dl}: %r, expected %r" % (
+              metric(port, "delay_bridge_invalid_key_total", rdl["name"]), inv_dl0 + 2))
+    check(metric(port, "delay_bridge_cancelled_total", ra["name"]) == cancelled0 + 4,
+          "cancelled_total{a}: %r, expected %r (k255, h1, cli1, cli2)" % (
+              metric(port, "delay_bridge_cancelled_total", ra["name"]), cancelled0 + 4))
+    check(metric(port, "delay_bridge_dead_lettered_total", rdl["name"]) >= 2,
+          "dead_lettered_total{dl} < 2")
+    check("invalid x-delay-key" in b.log_text(), "no log line for the invalid x-delay-key")
+
+    # ---- a key that is not UTF-8 (AMQP strings are bytes): /pending stays valid JSON ----
+    pub(ina, "bytes-key", 60000, h.lstr(b"\xff\xfe\"\\"))
+    drained()
+    c2 = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c2.request("GET", "/pending?route=%s&limit=1000" % ra["name"])
+    raw = c2.getresponse().read()
+    c2.close()
+    try:
+        listing = json.loads(raw.decode("utf-8"))  # strict: no "replace"
+    except (UnicodeDecodeError, ValueError) as e:
+        h.fail("GET /pending with a non-UTF-8 key is not valid UTF-8 JSON: %r" % e)
+    keys = [m["key"] for m in listing["messages"] if m["message_id"] == "bytes-key"]
+    check(keys == ["\ufffd\ufffd\"\\"], "non-UTF-8 key shown as %r" % keys)
+    b.stop()
+
+
+if __name__ == "__main__":
+    h.run(test, budget_s=150)
