@@ -32,7 +32,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: delay-bridge -c FILE [--check-config]\n"
-            "       delay-bridge wal check|dump DIR ...   (delay-bridge wal --help)\n"
+            "       delay-bridge wal check|dump|salvage DIR ...  (delay-bridge wal --help)\n"
             "       delay-bridge publish ...              (delay-bridge publish --help)\n"
             "       delay-bridge cancel --route R KEY     (delay-bridge cancel --help)\n"
             "       delay-bridge --version | --help\n"
