@@ -69,21 +69,6 @@
 #define API_ALLOW "GET, HEAD"
 #define API_LIVENESS_MS 5000
 
-const char *api_not_ready_reason(const struct db_stats *s)
-{
-    if (s->stopping)
-        return "stopping";
-    if (!s->recovered)
-        return "recovering";
-    if (!s->wal.writable)
-        return "WAL not writable";
-    if (s->consumer == DB_CONN_DOWN)
-        return "consumer connection down";
-    if (s->publisher == DB_CONN_DOWN)
-        return "publisher connection down";
-    return "";
-}
-
 /* ---- JSON helpers ---- */
 
 static const char *conn_name(enum db_conn_state c)
@@ -187,7 +172,7 @@ static void render_stats(const struct db_stats *s, struct strbuf *out)
     add(conns, "publisher", jstr(conn_name(s->publisher)));
     add(root, "connections", conns);
 
-    const char *reason = api_not_ready_reason(s);
+    const char *reason = db_not_ready_reason(s);
     add(root, "stopping", json_object_new_boolean(s->stopping != 0));
     add(root, "ready", json_object_new_boolean(reason[0] == '\0'));
     add(root, "reason", reason[0] ? jstr(reason) : NULL);
@@ -418,7 +403,7 @@ void api_handle(const struct api_ops *ops, const struct api_request *req,
             text(resp, 503, "event loop stalled\n");
         break;
     case R_READYZ: {
-        const char *reason = api_not_ready_reason(&s);
+        const char *reason = db_not_ready_reason(&s);
         if (!reason[0]) {
             text(resp, 200, "ready\n");
         } else {

@@ -32,14 +32,13 @@
  * earliest due time over all routes is min() of those series (messages of
  * routes missing from the config are never due: see orphaned_messages).
  *
- * delay_bridge_ready is 1 exactly when api_not_ready_reason() says "", so
+ * delay_bridge_ready is 1 exactly when db_not_ready_reason() says "", so
  * the gauge and /readyz can never disagree.
  *
  * Pure: reads the snapshot, appends to a strbuf; no clock, no I/O.
  */
 #include "delay-bridge/metrics.h"
 
-#include "delay-bridge/api.h" /* api_not_ready_reason: one definition of "ready" */
 
 #include <inttypes.h>
 #include <math.h>
@@ -299,7 +298,7 @@ void metrics_render(const struct db_stats *s, struct strbuf *out)
     scalar_double(out, "start_time_seconds", "gauge",
                   "Process start time, seconds since the Unix epoch.", (double)s->start_ms / 1000.0);
     scalar_u64(out, "ready", "gauge", "1 when /readyz answers 200, else 0.",
-               api_not_ready_reason(s)[0] == '\0');
+               db_not_ready_reason(s)[0] == '\0');
     scalar_double(out, "recovery_seconds", "gauge",
                   "Seconds the WAL replay at start took (so far, while recovering).",
                   s->recovery_seconds);

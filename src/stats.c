@@ -42,3 +42,18 @@ void db_hist_observe(struct db_hist *h, double v)
     if (isfinite(v))
         h->sum += v;
 }
+
+const char *db_not_ready_reason(const struct db_stats *s)
+{
+    if (s->stopping)
+        return "stopping";
+    if (!s->recovered)
+        return "recovering";
+    if (!s->wal.writable)
+        return "WAL not writable";
+    if (s->consumer == DB_CONN_DOWN)
+        return "consumer connection down";
+    if (s->publisher == DB_CONN_DOWN)
+        return "publisher connection down";
+    return "";
+}

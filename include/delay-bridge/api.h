@@ -87,7 +87,6 @@ void api_handle(const struct api_ops *ops, const struct api_request *req,
  */
 struct json_object *api_json_str(const void *p, size_t n);
 
-/* Why the daemon is not ready ("" when it is), from a snapshot. */
-const char *api_not_ready_reason(const struct db_stats *s);
+
 
 #endif

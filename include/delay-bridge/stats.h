@@ -40,6 +40,16 @@ extern const double db_hist_le[DB_HIST_BUCKETS];
 /* Add one observation of v seconds (negative counts as 0). */
 void db_hist_observe(struct db_hist *h, double v);
 
+struct db_stats;
+/*
+ * Why the daemon is not ready ("" when it is): the one definition of
+ * "ready", read by /readyz, /stats and delay_bridge_ready. The first that
+ * applies, most final first: stopping, recovering, WAL not writable,
+ * consumer connection down, publisher connection down (blocked counts as
+ * connected: it is broker flow control, not an outage).
+ */
+const char *db_not_ready_reason(const struct db_stats *s);
+
 /*
  * Progress of a long job (WAL replay at start) written by the thread doing
  * it and read by the loop thread for /stats: plain atomics, no lock.

@@ -938,6 +938,41 @@ class Ctx(object):
 
 
 # --------------------------------------------------------------------------
+# Crash accounting
+# --------------------------------------------------------------------------
+
+def tally(sent_ids, msgs):
+    """What a crash test reports: sent (message_ids the broker confirmed to
+    the publisher), delivered (deliveries), lost (sent, never delivered),
+    unknown (delivered, never sent) and duplicates by cause, as README
+    "Delivery guarantees" names them: case1, a republish (the same
+    x-delay-bridge-id again); case2, a redelivery stored twice (another
+    bridge id for the same message_id). max_copies: most deliveries of one
+    message; per_id: message_id -> [Msg]."""
+    per_id = {}
+    for m in msgs:
+        per_id.setdefault(m.message_id, []).append(m)
+    sent = set(sent_ids)
+    t = {"sent": len(sent), "delivered": len(msgs), "distinct": len(per_id),
+         "lost": sorted(sent - set(per_id)), "unknown": sorted(set(per_id) - sent),
+         "duplicates": len(msgs) - len(per_id), "case1": 0, "case2": 0, "max_copies": 0,
+         "per_id": per_id}
+    for ms in per_id.values():
+        bids = {m.bridge_id for m in ms}
+        t["case2"] += len(bids) - 1
+        t["case1"] += len(ms) - len(bids)
+        t["max_copies"] = max(t["max_copies"], len(ms))
+    return t
+
+
+def tally_line(t):
+    return ("sent=%d delivered=%d lost=%d duplicates=%d (case 1 republish, same bridge id: %d; "
+            "case 2 redelivery, new bridge id: %d) max_copies=%d" % (
+                t["sent"], t["delivered"], len(t["lost"]), t["duplicates"], t["case1"],
+                t["case2"], t["max_copies"]))
+
+
+# --------------------------------------------------------------------------
 # Timing checks
 # --------------------------------------------------------------------------
 

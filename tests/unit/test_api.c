@@ -142,7 +142,7 @@ static void test_readyz(void)
 {
     fake_init(&fake);
     check_ready(200, "ready\n");
-    CHECK(!strcmp(api_not_ready_reason(&fake.s), ""));
+    CHECK(!strcmp(db_not_ready_reason(&fake.s), ""));
 
     fake.s.consumer = DB_CONN_BLOCKED; /* blocked is connected */
     fake.s.publisher = DB_CONN_BLOCKED;
