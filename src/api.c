@@ -195,6 +195,7 @@ static void render_stats(const struct db_stats *s, struct strbuf *out)
     add_u64(wal, "compacted_bytes", w->compacted_bytes);
     add(wal, "failed", json_object_new_boolean(w->failed != 0));
     add(wal, "writable", json_object_new_boolean(w->writable != 0));
+    add(wal, "disk_full", json_object_new_boolean(w->no_space != 0));
     add(wal, "fsync", hist_summary(&w->fsync));
     if (w->compact_segment) {
         json_object *cj = json_object_new_object();

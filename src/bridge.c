@@ -50,6 +50,7 @@
  */
 #include "delay-bridge/bridge.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -78,6 +79,7 @@
 #define PURGE_AT_ONCE (1u << 20)    /* ... and in the request itself, before answering 202 */
 #define MAINTAIN_BUDGET (8u << 20)
 #define MAINTAIN_EVERY_MS 100
+#define DISK_RETRY_MS 1000
 #define MAX_SLEEP_MS 1000
 #define PUBLISH_BURST 1024 /* per route per round, so routes take turns */
 
@@ -114,6 +116,8 @@ struct bridge {
     ev_signal sigterm, sigint;
     uint64_t start_ms, turn_ms, last_maintain;
     int ready_logged;
+    int disk_full;          /* the last commit found no space: consuming paused */
+    uint64_t disk_retry_at; /* when to try the commit again */
     int stopping;
     uint64_t stop_deadline;
     int exit_code, done;
@@ -161,6 +165,12 @@ static void on_committed(void *arg, int err)
         fatal(b, "WAL commit", err);
         return;
     }
+    if (b->disk_full) {
+        b->disk_full = 0;
+        log_info("bridge", "WAL has space again: consuming resumes", NULL);
+        if (!b->stopping)
+            consumer_resume(b->cons);
+    }
     FAILPOINT("bridge.before_ack");
     consumer_ack(b->cons, b->commit_gen, b->commit_tag);
 }
@@ -181,9 +191,29 @@ static void commit_and_ack(struct bridge *b)
         consumer_ack(b->cons, b->logged_gen, b->logged_tag);
         return;
     }
+    if (b->disk_full && clock_now_ms() < b->disk_retry_at)
+        return;
     b->commit_gen = b->logged_gen;
     b->commit_tag = b->logged_tag;
     r = eng_commit(b->eng, on_committed, b);
+    if (r == -ENOSPC || r == -EDQUOT) {
+        /*
+         * Disk full: what was received stays unacked (it goes back to the
+         * broker with the consumer connection, and redeliveries of what is
+         * already logged are recognised); held messages keep firing, and
+         * their segments are deleted as they are confirmed, which is how
+         * space usually comes back. Try again every second.
+         */
+        b->disk_retry_at = clock_now_ms() + DISK_RETRY_MS;
+        if (!b->disk_full) {
+            b->disk_full = 1;
+            log_error("bridge", "WAL disk full: consuming paused, messages stay in the broker; "
+                      "held messages keep firing; resumes by itself when space returns",
+                      "wal_dir=\"%s\"", b->cfg->wal_dir);
+            consumer_pause(b->cons);
+        }
+        return;
+    }
     if (r < 0 && r != ENG_EBUSY)
         fatal(b, "WAL commit", r);
 }
@@ -471,8 +501,10 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
     next = min_u64(next, consumer_next_wakeup(b->cons));
     next = min_u64(next, publisher_next_wakeup(b->pub));
     if (consumer_busy(b->cons) || publisher_busy(b->pub) || b->purge.active ||
-        (eng_dirty(b->eng) && !eng_committing(b->eng)))
+        (eng_dirty(b->eng) && !eng_committing(b->eng) && !b->disk_full))
         next = now;
+    if (b->disk_full)
+        next = min_u64(next, b->disk_retry_at);
     if (b->stopping)
         next = min_u64(next, now + 10);
     ev_timer_stop(loop, &b->wake);
@@ -912,7 +944,8 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
     s->wal.appended_bytes = es.log_appended_bytes;
     s->wal.compacted_bytes = es.log_compacted_bytes;
     s->wal.failed = es.log_failed != 0;
-    s->wal.writable = !s->wal.failed;
+    s->wal.no_space = b->disk_full || es.log_no_space;
+    s->wal.writable = !s->wal.failed && !s->wal.no_space;
     s->wal.fsync = es.fsync;
     s->wal.compact_segment = es.compact_segment;
     s->wal.compact_progress =

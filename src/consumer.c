@@ -55,7 +55,7 @@ struct consumer {
     struct consumer_ops ops;
     struct amqp_conn conn;
     ev_io io;
-    int up, stopped;
+    int up, stopped, paused;
     uint32_t gen;            /* bumped at every connect */
     uint64_t acked_tag;      /* highest tag acked on this connection */
     int uri_next;
@@ -330,7 +330,7 @@ void consumer_free(struct consumer *c)
 
 void consumer_turn(struct consumer *c, uint64_t now)
 {
-    if (c->stopped)
+    if (c->stopped || c->paused)
         return;
     if (!c->conn.st) {
         if (backoff_ready(&c->bo, now))
@@ -371,6 +371,30 @@ void consumer_reject(struct consumer *c, uint32_t gen, uint64_t tag)
         conn_down(c, amqp_error_string2(r));
 }
 
+void consumer_pause(struct consumer *c)
+{
+    if (c->paused || c->stopped)
+        return;
+    c->paused = 1;
+    if (c->conn.st) {
+        ev_io_stop(c->loop, &c->io);
+        amqp_conn_close(&c->conn, c->up);
+    }
+    c->as.active = 0;
+    if (c->up) {
+        c->up = 0;
+        c->ops.state(c->ops.arg, 0);
+    }
+}
+
+void consumer_resume(struct consumer *c)
+{
+    if (!c->paused)
+        return;
+    c->paused = 0;
+    backoff_reset(&c->bo);
+}
+
 void consumer_stop(struct consumer *c)
 {
     c->stopped = 1;
@@ -408,7 +432,7 @@ int consumer_busy(const struct consumer *c)
 
 uint64_t consumer_next_wakeup(const struct consumer *c)
 {
-    if (c->stopped)
+    if (c->stopped || c->paused)
         return UINT64_MAX;
     if (!c->conn.st)
         return c->bo.retry_at;

@@ -739,6 +739,8 @@ int eng_commit(struct engine *e, eng_commit_fn *done, void *arg)
         e->commit_busy = 0;
         e->committing = 0;
         e->commit_done = NULL;
+        if (r == -ENOSPC || r == -EDQUOT)
+            return r; /* nothing written: the batch stays and is tried again */
         return e->failed = r;
     }
     return 0;
@@ -1039,6 +1041,7 @@ void eng_stats(const struct engine *e, struct eng_stats *s)
     s->log_appended_bytes = ls.appended_bytes;
     s->log_compacted_bytes = ls.compacted_bytes;
     s->log_failed = ls.failed ? ls.failed : e->failed;
+    s->log_no_space = ls.no_space;
     s->fsync = ls.fsync;
     s->compact_segment = ls.compact_segment;
     s->compact_done = ls.compact_done;

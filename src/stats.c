@@ -49,6 +49,8 @@ const char *db_not_ready_reason(const struct db_stats *s)
         return "stopping";
     if (!s->recovered)
         return "recovering";
+    if (s->wal.no_space)
+        return "WAL disk full";
     if (!s->wal.writable)
         return "WAL not writable";
     if (s->consumer == DB_CONN_DOWN)

@@ -161,6 +161,7 @@ struct wal {
     uint64_t commits, appended_bytes, compacted_bytes, deleted_segments, truncated_bytes;
     struct db_hist fsync;                /* fdatasync durations */
     struct db_progress *progress;        /* replay progress for /stats, or NULL */
+    int no_space;                        /* the last commit found the disk full */
 
     uint64_t cpt_segno; /* compaction cursor: segment and offset */
     uint64_t cpt_off;
@@ -309,6 +310,32 @@ static int fail(struct wal *w, int err, const char *what, uint64_t segno)
     return w->failed;
 }
 
+/*
+ * Out of space (ENOSPC, EDQUOT) while writing, before any fsync: nothing of
+ * the batch is durable, nothing of it was acknowledged, and the bytes that
+ * may have reached the file were cut off again. Unlike a failed fsync this
+ * leaves no doubt about what is on disk, so the log stays usable: the
+ * batch stays buffered and the next commit writes it again. Logged once
+ * per episode; wal_stats says no_space until a commit succeeds.
+ */
+static int out_of_space(struct wal *w, int err, const char *what, uint64_t segno)
+{
+    char name[WALSCAN_NAME_SIZE];
+
+    walscan_seg_name(name, segno);
+    if (!w->no_space)
+        log_error("wal", "the log's disk is full: the batch stays in memory and is written "
+                  "again when space returns", "op=%s file=%s/%s err=\"%s\" buffered_bytes=%zu",
+                  what, w->dir, name, wal_strerror(err), w->wlen);
+    w->no_space = 1;
+    return err;
+}
+
+static int is_no_space(int err)
+{
+    return err == -ENOSPC || err == -EDQUOT;
+}
+
 /* Create segment s's file: header, fdatasync, directory fsync. */
 static int seg_create(struct wal *w, struct seg *s)
 {
@@ -326,6 +353,7 @@ static int seg_create(struct wal *w, struct seg *s)
     if ((r = pwrite_all(fd, buf, SEGHDR, 0)) < 0 || (r = sync_fd(w, fd)) < 0 ||
         (r = sync_dir(w)) < 0) {
         close(fd);
+        unlinkat(w->dirfd, name, 0); /* a later commit creates it again (disk full) */
         return r;
     }
     s->fd = fd;
@@ -817,9 +845,15 @@ int wal_commit(struct wal *w)
         struct seg *s = &w->segs[i];
 
         if (s->fd < 0 && (r = seg_create(w, s)) < 0)
-            return fail(w, r, "create", s->segno);
-        if ((r = pwrite_all(s->fd, w->wbuf + s->pend_off, (size_t)(s->size - s->disk), s->disk)) < 0)
-            return fail(w, r, "write", s->segno);
+            return is_no_space(r) ? out_of_space(w, r, "create", s->segno)
+                                  : fail(w, r, "create", s->segno);
+        if ((r = pwrite_all(s->fd, w->wbuf + s->pend_off, (size_t)(s->size - s->disk), s->disk)) < 0) {
+            if (!is_no_space(r))
+                return fail(w, r, "write", s->segno);
+            if (ftruncate(s->fd, (off_t)s->disk) < 0)
+                return fail(w, -errno, "truncate after a full disk", s->segno);
+            return out_of_space(w, r, "write", s->segno);
+        }
         FAILPOINT("wal.before_fsync");
         if ((r = FAILPOINT_ERR("wal.fsync_error") ? -EIO : sync_fd(w, s->fd)) < 0)
             return fail(w, r, "fdatasync", s->segno);
@@ -828,6 +862,10 @@ int wal_commit(struct wal *w)
     w->wlen = 0;
     w->durable_lsn = w->next_lsn - 1;
     w->commits++;
+    if (w->no_space) {
+        log_info("wal", "space again: the buffered batch is on disk", "dir=%s", w->dir);
+        w->no_space = 0;
+    }
     if (w->wcap > WBUF_KEEP) {
         free(w->wbuf);
         w->wbuf = NULL;
@@ -1093,6 +1131,7 @@ void wal_get_stats(const struct wal *w, struct wal_stats *s)
     s->deleted_segments = w->deleted_segments;
     s->truncated_bytes = w->truncated_bytes;
     s->failed = w->failed;
+    s->no_space = w->no_space;
     s->fsync = w->fsync;
     if (w->nsegs && w->cpt_segno == w->segs[0].segno && w->cpt_off < w->segs[0].size) {
         s->compact_segment = w->cpt_segno;
@@ -1238,6 +1277,7 @@ static void wl_stats(const struct wlog *l, struct wlog_stats *s)
     s->deleted_segments = ws.deleted_segments;
     s->truncated_bytes = ws.truncated_bytes;
     s->failed = ws.failed;
+    s->no_space = ws.no_space;
     s->fsync = ws.fsync;
     s->compact_segment = ws.compact_segment;
     s->compact_done = ws.compact_done;

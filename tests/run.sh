@@ -4,8 +4,9 @@
 # On a fresh Debian 12 machine (root, or sudo available) it first installs
 # what is missing with apt-get. Then:
 #   1. build/       RelWithDebInfo build of the daemon, unit tests and benchmarks;
-#   2. build-asan/  the same with clang + ASan/UBSan (no integration tests),
-#                   and runs the unit tests there (ctest -L unit);
+#   2. build-asan/  the same with clang + ASan/UBSan; runs the unit tests and
+#                   the integration tests (but the slowest fault and volume
+#                   ones) against the sanitized daemon, on a broker of its own;
 #   3. runs the whole ctest suite in build/: unit tests, the purity check,
 #      deploy/ checks (systemd unit, Kubernetes manifests, example configs),
 #      then the integration tests against a throwaway RabbitMQ on
@@ -46,13 +47,21 @@ if [ "${DB_SKIP_ASAN:-}" != 1 ]; then
     step "Building build-asan/ (clang, ASan + UBSan)"
     # -O1: what the sanitizers' authors recommend (usable speed, exact reports).
     CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" \
-        -DDB_SANITIZE=ON -DDB_INTEGRATION=OFF
+        -DDB_SANITIZE=ON -DDB_INTEGRATION=ON -DDB_TEST_BROKER_PORT=5683 -DDB_TEST_BROKER_DIST_PORT=25683
     cmake --build build-asan -j "$JOBS"
 
     step "Unit tests under ASan/UBSan (build-asan/)"
     ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:strict_string_checks=1} \
     UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
         ctest --test-dir build-asan -L unit --output-on-failure || failed+=("unit tests under ASan/UBSan")
+
+    step "Integration tests with the daemon built with ASan/UBSan (build-asan/, broker on :5683)"
+    # The slowest fault and volume tests run once, in build/ below.
+    ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
+    UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+        ctest --test-dir build-asan -L integration --output-on-failure \
+            -E "kill_loop|failpoints|tls|recovery_progress|browse_purge" ||
+        failed+=("integration tests under ASan/UBSan")
 fi
 
 step "All tests in build/ (unit + integration against a real RabbitMQ)"

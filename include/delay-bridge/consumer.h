@@ -67,6 +67,14 @@ void consumer_ack(struct consumer *c, uint32_t gen, uint64_t tag);
 /* Reject one delivery without requeue (dead-lettered by the queue's own policy, if any). */
 void consumer_reject(struct consumer *c, uint32_t gen, uint64_t tag);
 
+/*
+ * Stop consuming for a while (the log's disk is full): close the connection
+ * politely -- unacked deliveries go back to their queues, safe in the
+ * broker -- and do not reconnect until consumer_resume().
+ */
+void consumer_pause(struct consumer *c);
+void consumer_resume(struct consumer *c);
+
 /* Stop consuming for good: close the connection politely (shutdown). */
 void consumer_stop(struct consumer *c);
 /* Close abruptly now (fatal error): nothing more is acked. */

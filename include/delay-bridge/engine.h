@@ -141,8 +141,10 @@ int eng_dirty(const struct engine *e);
  * Make every add and every confirm so far durable (one group commit).
  * Returns 0 and calls done(arg, err) exactly once -- before returning or
  * later -- after the committed adds became WAITING; or returns ENG_EBUSY
- * (a commit is in progress: try again after its done) or another negative
- * code, and never calls done. After a failure every later call fails.
+ * (a commit is in progress: try again after its done), -ENOSPC or -EDQUOT
+ * (the disk is full: nothing was written, everything stays PENDING, try
+ * again later), or another negative code, and never calls done. After any
+ * other failure every later call fails.
  */
 typedef void eng_commit_fn(void *arg, int err);
 int eng_commit(struct engine *e, eng_commit_fn *done, void *arg);
@@ -270,6 +272,7 @@ struct eng_stats {
     uint64_t log_segments, log_disk_bytes, log_live_bytes, log_live_records;
     uint64_t log_commits, log_appended_bytes, log_compacted_bytes;
     int log_failed;
+    int log_no_space; /* the last commit found the disk full */
     struct db_hist fsync;
     uint64_t compact_segment, compact_done, compact_total; /* reclaim in progress */
 };

@@ -105,6 +105,7 @@ struct db_wal_stats {
     uint64_t compacted_bytes;
     int failed;              /* a write or fsync failed: the daemon is stopping */
     int writable;            /* 1 unless failed or out of space */
+    int no_space;            /* the disk is full: consuming paused until space returns */
     uint64_t compact_segment; /* segment being compacted, 0 if none */
     double compact_progress;  /* 0..1 through it */
     struct db_hist fsync;    /* fdatasync duration, seconds */

@@ -12,7 +12,10 @@
  *    a crash or power loss;
  *  - a failed write or fsync is never retried: the log enters a failed state
  *    and every later call returns the first error (the caller stops and
- *    lets recovery start from what is on disk);
+ *    lets recovery start from what is on disk) -- except a write refused
+ *    for lack of space (ENOSPC, EDQUOT) before any fsync: its bytes are cut
+ *    off again, the batch stays buffered, wal_commit() returns the error and
+ *    the next call writes the batch again;
  *  - wal_open() replays every valid record in LSN order, truncates a torn
  *    tail of the newest segment (logged), and fails with WAL_ECORRUPT,
  *    naming segment and offset in the log, for damage anywhere else;
@@ -146,6 +149,7 @@ struct wal_stats {
     uint64_t deleted_segments;
     uint64_t truncated_bytes; /* torn tail cut at open */
     int failed;               /* first write/fsync error, 0 if none */
+    int no_space;             /* the last commit found the disk full (retried) */
     struct db_hist fsync;     /* fdatasync durations, seconds */
     uint64_t compact_segment; /* segment being compacted, 0 if none */
     uint64_t compact_done, compact_total; /* its bytes looked at, of */

@@ -28,6 +28,8 @@
  * Errors: 0 or a negative code: -errno, or one of WLOG_E* below. After a
  * failed append, commit or completion the log is failed for good (no silent
  * retry of a write or an fsync): every later call returns the first error.
+ * One exception: a commit that fails with -ENOSPC or -EDQUOT left nothing
+ * of the batch on disk and may be tried again (the batch stays appended).
  */
 #ifndef DB_WLOG_H
 #define DB_WLOG_H
@@ -85,6 +87,7 @@ struct wlog_stats {
     uint64_t deleted_segments;
     uint64_t truncated_bytes; /* torn tail cut at recovery */
     int failed;               /* the first error, 0 if none */
+    int no_space;             /* the last commit found the disk full; it can be retried */
     struct db_hist fsync;     /* sync durations, seconds */
     uint64_t compact_segment; /* unit being reclaimed, 0 if none */
     uint64_t compact_done, compact_total; /* its bytes looked at, of */

@@ -1,0 +1,136 @@
+#!/usr/bin/python3
+"""The WAL's disk fills up: the bridge stops consuming (messages stay safe in
+the broker), says so in its log and in /readyz, keeps firing and publishing
+what it holds, and resumes by itself when space returns. Nothing is lost,
+nothing arrives early, and no message is stored twice.
+
+The WAL lives on a small tmpfs (root only: skipped otherwise) that a filler
+file shares; the test fills the rest with held messages, checks the
+paused state, then deletes the filler."""
+
+import http.client
+import json
+import os
+import socket
+import subprocess
+import time
+
+import harness as h
+from harness import check
+
+BODY = 150 * 1024
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def get(port, path):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        c.request("GET", path)
+        r = c.getresponse()
+        return r.status, r.read().decode("utf-8", "replace")
+    finally:
+        c.close()
+
+
+def wait_for(what, fn, timeout):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(0.2)
+    h.fail("%s: not within %.0fs (last: %r)" % (what, timeout, last))
+
+
+def test(ctx):
+    if os.geteuid() != 0:
+        raise h.Skip("mounting a small tmpfs for the WAL needs root")
+    fs = os.path.join(ctx.tmp, "walfs")
+    os.makedirs(fs)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", fs],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if r.returncode != 0:
+        raise h.Skip("cannot mount a tmpfs here: %s" % r.stdout.decode(errors="replace").strip())
+    try:
+        run(ctx, fs)
+    finally:
+        subprocess.run(["umount", "-l", fs])
+
+
+def run(ctx, fs):
+    filler = os.path.join(fs, "filler")
+    with open(filler, "wb") as f:
+        f.write(b"\0" * (3 * 1024 * 1024))
+    ex, qs = ctx.target("target", "direct", ["rk"])
+    c = ctx.consumer([qs["rk"]])
+    route = ctx.route("full", ex)
+    port = free_port()
+    b = ctx.bridge([route], http={"listen": "127.0.0.1:%d" % port}, start=False)
+    b.config["wal"] = {"dir": os.path.join(fs, "wal"), "segment_mb": 1, "fsync": True}
+    with open(b.config_path, "w") as f:
+        json.dump(b.config, f)
+    b.start()
+    p = ctx.publisher()
+    sent = {}
+    # A few that fall due while the disk is full: held messages keep firing.
+    for i in range(4):
+        mid = "early-%d" % i
+        sent[mid] = (p.publish(route["ingress_exchange"], "rk", b"e" * BODY,
+                               headers={"x-delay": h.i32(3000)}, message_id=mid), 3.0)
+    ctx.wait_drained(route["ingress_queue"], 10)
+    # Then more than the disk holds, due after the episode.
+    for i in range(30):
+        mid = "held-%02d" % i
+        sent[mid] = (p.publish(route["ingress_exchange"], "rk", b"h" * BODY,
+                               headers={"x-delay": h.i32(12000)}, message_id=mid), 12.0)
+    p.close()
+
+    wait_for("the log saying the disk is full", lambda: "WAL disk full" in b.log_text(), 20)
+    st, body = wait_for("/readyz saying so",
+                        lambda: (lambda r: r if r[0] == 503 and "disk full" in r[1] else None)(
+                            get(port, "/readyz")), 10)
+    h.log("/readyz: %d %s" % (st, body.strip()))
+    s = json.loads(get(port, "/stats")[1])
+    check(s["wal"]["disk_full"] is True, "/stats wal.disk_full is %r" % s["wal"]["disk_full"])
+    depth = ctx.queue_depth(route["ingress_queue"])
+    check(depth > 0, "nothing left in the ingress queue while the disk is full: "
+                     "the bridge kept consuming")
+    h.log("disk full: %d message(s) wait in the ingress queue" % depth)
+    st, _ = get(port, "/healthz")
+    check(st == 200, "/healthz while the disk is full: %d" % st)
+    # Held messages keep firing meanwhile.
+    c.wait_ids(["early-%d" % i for i in range(4)], 15)
+    b.check_alive()
+
+    os.unlink(filler)
+    wait_for("/readyz 200 once space returned", lambda: get(port, "/readyz")[0] == 200, 30)
+    check("space again" in b.log_text(), "no log line saying the space came back")
+    ctx.wait_drained(route["ingress_queue"], 30)
+
+    msgs = c.wait_ids(sent.keys(), 40)
+    msgs = c.quiet(1.0)
+    t = h.tally({k: v[0] for k, v in sent.items()}, msgs)
+    h.log(h.tally_line(t))
+    check(not t["lost"], "lost: %s" % sorted(t["lost"])[:10])
+    check(t["case2"] == 0, "%d message(s) stored twice from a redelivery" % t["case2"])
+    per_id = {}
+    for m in msgs:
+        per_id.setdefault(m.message_id, []).append(m)
+    for mid, (t_pub, delay) in sent.items():
+        first = min(m.t for m in per_id[mid])
+        check(first - t_pub >= delay - h.early_tolerance(),
+              "%s arrived early: %.3fs < %.1fs" % (mid, first - t_pub, delay))
+        check(all(len(m.body) == BODY for m in per_id[mid]), "%s: body changed" % mid)
+    b.stop()
+
+
+if __name__ == "__main__":
+    h.run(test, budget_s=180)
