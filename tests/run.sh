@@ -19,7 +19,8 @@
 #
 # Environment: JOBS (parallel build jobs, default: CPU count),
 # DB_SKIP_INSTALL=1 (never run apt-get), DB_SKIP_ASAN=1 (skip step 2),
-# DB_CONTAINER_TESTS=1 (also the container test).
+# DB_CONTAINER_TESTS=1 (also the container test), DB_SKIP_FUZZ=1 (skip the
+# brief fuzzer runs).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -62,6 +63,14 @@ if [ "${DB_SKIP_ASAN:-}" != 1 ]; then
         ctest --test-dir build-asan -L integration --output-on-failure \
             -E "kill_loop|failpoints|tls|recovery_progress|browse_purge" ||
         failed+=("integration tests under ASan/UBSan")
+fi
+
+if [ "${DB_SKIP_FUZZ:-}" != 1 ]; then
+    step "Fuzzers, briefly (build-fuzz/: clang + libFuzzer; tests/fuzz/run.sh for the long run)"
+    CC=clang cmake -S . -B build-fuzz -DDB_FUZZ=ON -DDB_INTEGRATION=OFF -DDB_FUZZ_SECONDS=15
+    cmake --build build-fuzz -j "$JOBS" --target fuzz_walrec fuzz_props_roundtrip fuzz_config \
+        fuzz_xdelay fuzz_uri
+    ctest --test-dir build-fuzz -L fuzz --output-on-failure || failed+=("fuzzers")
 fi
 
 step "All tests in build/ (unit + integration against a real RabbitMQ)"
