@@ -149,7 +149,7 @@ int amqp_conn_open(struct amqp_conn *c, const char *uri, const char *name,
     struct uri u;
     struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
     amqp_socket_t *sock;
-    amqp_table_entry_t props[1];
+    amqp_table_entry_t props[2], caps[1];
     amqp_table_t ptable;
     amqp_rpc_reply_t r;
     char text[512];
@@ -193,7 +193,20 @@ int amqp_conn_open(struct amqp_conn *c, const char *uri, const char *name,
     props[0].key = amqp_cstring_bytes("connection_name");
     props[0].value.kind = AMQP_FIELD_KIND_UTF8;
     props[0].value.value.bytes = amqp_cstring_bytes(name);
-    ptable.num_entries = 1;
+    /*
+     * RabbitMQ tells a client about a resource alarm (connection.blocked)
+     * only if the client says it understands it; rabbitmq-c merges this with
+     * its own capabilities. Without it the publisher would write into a
+     * connection the broker no longer reads, and block.
+     */
+    caps[0].key = amqp_cstring_bytes("connection.blocked");
+    caps[0].value.kind = AMQP_FIELD_KIND_BOOLEAN;
+    caps[0].value.value.boolean = 1;
+    props[1].key = amqp_cstring_bytes("capabilities");
+    props[1].value.kind = AMQP_FIELD_KIND_TABLE;
+    props[1].value.value.table.num_entries = 1;
+    props[1].value.value.table.entries = caps;
+    ptable.num_entries = 2;
     ptable.entries = props;
     r = amqp_login_with_properties(c->st, u.vhost, 0, 131072, heartbeat_s, &ptable,
                                    AMQP_SASL_METHOD_PLAIN, u.user, u.password);
