@@ -905,9 +905,9 @@ int wal_read(struct wal *w, struct wal_loc loc, struct wal_buf *b, struct walrec
 
     if (w->failed)
         return w->failed;
-    walscan_seg_name(name, loc.seg);
     s = seg_find(w, loc.seg);
     if (!s) {
+        walscan_seg_name(name, loc.seg); /* names are formatted for errors only */
         log_error("wal", "read of a record in a segment that does not exist (deleted?)", "file=%s/%s offset=%u",
                   w->dir, name, loc.off);
         return -ENOENT;
@@ -937,6 +937,7 @@ int wal_read(struct wal *w, struct wal_loc loc, struct wal_buf *b, struct walrec
     }
     return 0;
 bad:
+    walscan_seg_name(name, loc.seg);
     log_error("wal", "cannot read record", "file=%s/%s offset=%u len=%u reason=\"%s\" err=\"%s\"",
               w->dir, name, loc.off, loc.len, why, wal_strerror(r));
     return r;
