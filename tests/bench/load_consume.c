@@ -1,0 +1,240 @@
+/*
+ * load_consume.c -- consume the stamped messages of load_publish and print
+ * their lateness (receive time - intended due time) as one key=value line.
+ *
+ *   load_consume --uri URI --queue Q --count N [--exchange X --routing-key K]
+ *                [--purge] [--tag T] [--ready-file F] [--first-wait S] [--idle S]
+ *                [--dump FILE]
+ *
+ * With --exchange, declares X (direct, durable) and Q (durable), binds Q to
+ * X with K; --purge empties Q before consuming. Then consumes with automatic
+ * acks (the broker's fastest path, so the consumer is never the bottleneck
+ * of a figure), touches --ready-file once basic.consume-ok arrived, and
+ * stops when N distinct messages of --tag arrived, or when nothing arrived
+ * for --idle seconds (default 30) once the first message came, or for
+ * --first-wait seconds (default 600) before it.
+ *
+ * Summary (stdout, one line; lateness in ms, negative = early):
+ *   load_consume queue=Q expected=N received=N unique=N dup=0 foreign=0
+ *     early=0 seconds=S rate=R first_recv_ms=.. last_recv_ms=..
+ *     min_due_ms=.. max_due_ms=.. lat_min_ms=.. lat_p50_ms=.. lat_p90_ms=..
+ *     lat_p99_ms=.. lat_p999_ms=.. lat_max_ms=.. lat_mean_ms=..
+ *   rate = unique / (last receive - first receive).
+ *   early counts messages received more than 1 ms before their due time
+ *   (due times are whole ms).
+ * Exit 0 when all N arrived, 1 when some are missing, 2 on an error.
+ */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "load_common.h"
+
+static const char *prog = "load_consume";
+
+struct opts {
+    const char *uri, *queue, *exchange, *routing_key, *ready_file, *dump;
+    uint64_t count, tag, first_wait, idle;
+    bool purge;
+};
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: %s --uri URI --queue Q --count N [--exchange X --routing-key K] [--purge]\n"
+            "       [--tag T] [--ready-file F] [--first-wait S] [--idle S] [--dump FILE]\n",
+            prog);
+    exit(2);
+}
+
+static void parse(int argc, char **argv, struct opts *o)
+{
+    *o = (struct opts){ .uri = "amqp://guest:guest@127.0.0.1:5672/%2f", .queue = "bench.out",
+                        .routing_key = "bench", .first_wait = 600, .idle = 30 };
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--purge")) {
+            o->purge = true;
+            continue;
+        }
+        if (i + 1 >= argc)
+            usage();
+        const char *v = argv[++i];
+        if (!strcmp(a, "--uri"))
+            o->uri = v;
+        else if (!strcmp(a, "--queue"))
+            o->queue = v;
+        else if (!strcmp(a, "--exchange"))
+            o->exchange = v;
+        else if (!strcmp(a, "--routing-key"))
+            o->routing_key = v;
+        else if (!strcmp(a, "--ready-file"))
+            o->ready_file = v;
+        else if (!strcmp(a, "--dump"))
+            o->dump = v;
+        else if (!strcmp(a, "--count"))
+            o->count = load_parse_u64(prog, a, v);
+        else if (!strcmp(a, "--tag"))
+            o->tag = load_parse_u64(prog, a, v);
+        else if (!strcmp(a, "--first-wait"))
+            o->first_wait = load_parse_u64(prog, a, v);
+        else if (!strcmp(a, "--idle"))
+            o->idle = load_parse_u64(prog, a, v);
+        else
+            usage();
+    }
+    if (!o->count)
+        load_die(prog, "--count N (N >= 1) is required");
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile of a sorted array. */
+static double pct(const double *v, uint64_t n, double p)
+{
+    if (!n)
+        return 0;
+    uint64_t k = (uint64_t)(p / 100.0 * (double)n + 0.999999);
+    if (k < 1)
+        k = 1;
+    if (k > n)
+        k = n;
+    return v[k - 1];
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o;
+    parse(argc, argv, &o);
+    amqp_connection_state_t c = load_connect(prog, o.uri);
+    amqp_bytes_t q = amqp_cstring_bytes(o.queue);
+
+    if (o.exchange) {
+        amqp_exchange_declare(c, 1, amqp_cstring_bytes(o.exchange), amqp_cstring_bytes("direct"),
+                              0, 1, 0, 0, amqp_empty_table);
+        load_check_reply(prog, amqp_get_rpc_reply(c), "exchange.declare");
+        amqp_queue_declare(c, 1, q, 0, 1, 0, 0, amqp_empty_table);
+        load_check_reply(prog, amqp_get_rpc_reply(c), "queue.declare");
+        amqp_queue_bind(c, 1, q, amqp_cstring_bytes(o.exchange),
+                        amqp_cstring_bytes(o.routing_key), amqp_empty_table);
+        load_check_reply(prog, amqp_get_rpc_reply(c), "queue.bind");
+    }
+    if (o.purge) {
+        amqp_queue_purge(c, 1, q);
+        load_check_reply(prog, amqp_get_rpc_reply(c), "queue.purge");
+    }
+    amqp_basic_consume(c, 1, q, amqp_empty_bytes, 0, 1 /* no_ack */, 0, amqp_empty_table);
+    load_check_reply(prog, amqp_get_rpc_reply(c), "basic.consume");
+    if (o.ready_file) {
+        FILE *f = fopen(o.ready_file, "w");
+        if (!f)
+            load_die(prog, "cannot write %s: %s", o.ready_file, strerror(errno));
+        fclose(f);
+    }
+
+    double *lat = malloc(o.count * sizeof *lat);
+    unsigned char *seen = calloc((o.count + 7) / 8, 1);
+    if (!lat || !seen)
+        load_die(prog, "out of memory");
+    uint64_t received = 0, unique = 0, dup = 0, foreign = 0, early = 0;
+    uint64_t first_us = 0, last_us = 0, min_due = UINT64_MAX, max_due = 0;
+    uint64_t last_activity = load_mono_us();
+
+    while (unique < o.count) {
+        amqp_envelope_t env;
+        struct timeval tv = { .tv_sec = 1 };
+        amqp_maybe_release_buffers(c);
+        amqp_rpc_reply_t r = amqp_consume_message(c, &env, &tv, 0);
+        if (r.reply_type == AMQP_RESPONSE_NORMAL) {
+            uint64_t now = load_now_us();
+            struct load_stamp s;
+            received++;
+            if (load_stamp_get(env.message.body.bytes, env.message.body.len, &s) < 0 ||
+                s.tag != o.tag || s.seq >= o.count) {
+                foreign++;
+            } else if (seen[s.seq / 8] & (1u << (s.seq % 8))) {
+                dup++;
+            } else {
+                seen[s.seq / 8] |= (unsigned char)(1u << (s.seq % 8));
+                double l = ((double)now - (double)s.due_ms * 1000.0) / 1000.0;
+                if (l < -1.0)
+                    early++;
+                lat[unique++] = l;
+                if (!first_us)
+                    first_us = now;
+                last_us = now;
+                if (s.due_ms < min_due)
+                    min_due = s.due_ms;
+                if (s.due_ms > max_due)
+                    max_due = s.due_ms;
+            }
+            amqp_destroy_envelope(&env);
+            last_activity = load_mono_us();
+            continue;
+        }
+        if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
+            r.library_error == AMQP_STATUS_TIMEOUT) {
+            uint64_t quiet = (load_mono_us() - last_activity) / 1000000u;
+            if (quiet >= (received ? o.idle : o.first_wait)) {
+                fprintf(stderr, "%s: nothing for %llu s: stopping with %llu of %llu\n", prog,
+                        (unsigned long long)quiet, (unsigned long long)unique,
+                        (unsigned long long)o.count);
+                break;
+            }
+            continue;
+        }
+        if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
+            r.library_error == AMQP_STATUS_UNEXPECTED_STATE) {
+            /* a method that is not a delivery (connection.blocked, channel.close, ...) */
+            amqp_frame_t f;
+            int rc = amqp_simple_wait_frame(c, &f);
+            if (rc != AMQP_STATUS_OK)
+                load_die(prog, "reading a frame: %s", amqp_error_string2(rc));
+            if (f.frame_type == AMQP_FRAME_METHOD &&
+                (f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ||
+                 f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD ||
+                 f.payload.method.id == AMQP_BASIC_CANCEL_METHOD))
+                load_die(prog, "the broker ended the consumer (method 0x%08x)",
+                         f.payload.method.id);
+            continue;
+        }
+        load_check_reply(prog, r, "consume");
+    }
+
+    if (o.dump) {
+        FILE *f = fopen(o.dump, "w");
+        if (f) {
+            for (uint64_t i = 0; i < unique; i++)
+                fprintf(f, "%.3f\n", lat[i]);
+            fclose(f);
+        }
+    }
+    double mean = 0;
+    for (uint64_t i = 0; i < unique; i++)
+        mean += lat[i];
+    mean = unique ? mean / (double)unique : 0;
+    qsort(lat, unique, sizeof *lat, cmp_double);
+    double secs = (double)(last_us - first_us) / 1e6;
+    printf("load_consume queue=%s expected=%llu received=%llu unique=%llu dup=%llu foreign=%llu "
+           "early=%llu seconds=%.3f rate=%.0f first_recv_ms=%llu last_recv_ms=%llu "
+           "min_due_ms=%llu max_due_ms=%llu lat_min_ms=%.1f lat_p50_ms=%.1f lat_p90_ms=%.1f "
+           "lat_p99_ms=%.1f lat_p999_ms=%.1f lat_max_ms=%.1f lat_mean_ms=%.1f\n",
+           o.queue, (unsigned long long)o.count, (unsigned long long)received,
+           (unsigned long long)unique, (unsigned long long)dup, (unsigned long long)foreign,
+           (unsigned long long)early, secs, secs > 0 ? (double)unique / secs : 0.0,
+           (unsigned long long)(first_us / 1000), (unsigned long long)(last_us / 1000),
+           (unsigned long long)(unique ? min_due : 0), (unsigned long long)max_due,
+           unique ? lat[0] : 0.0, pct(lat, unique, 50), pct(lat, unique, 90),
+           pct(lat, unique, 99), pct(lat, unique, 99.9), unique ? lat[unique - 1] : 0.0, mean);
+    fflush(stdout);
+    load_close(c);
+    free(lat);
+    free(seen);
+    return unique == o.count ? 0 : 1;
+}

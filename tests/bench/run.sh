@@ -1,0 +1,521 @@
+#!/bin/bash
+# run.sh -- delay-bridge, the broker alone and the TTL + dead-letter recipe,
+# measured side by side in one command on one broker (tests/bench/README.md).
+#
+#   tests/bench/run.sh [--scenarios steady,burst,hold,restart,mixed] [--smoke] [--big]
+#                      [--perf] [--keep]
+#
+#   --scenarios  which bridge scenarios to run (default: all five). The
+#                ceiling (plain publish -> consume) always runs: every ratio
+#                is against it. steady also runs the TTL + DLX baseline;
+#                mixed runs its own mixed-size ceiling; restart needs the
+#                messages hold puts in (it does the hold load itself if hold
+#                is not listed).
+#   --smoke      tiny sizes (2k messages, 20k held), about a minute: for CI
+#   --big        hold 10M messages instead of 1M (about 3.5 GiB of WAL)
+#   --perf       perf record -g the bridge during steady (WORK/perf.data, kept)
+#   --keep       keep the work directory (configs, logs, WALs, summaries)
+#
+# It builds nothing. Binaries come from the build tree:
+#   BUILD_DIR          default build (relative to the current directory, else
+#                      to the repository root)
+#   BENCH_BRIDGE_BIN   default $BUILD_DIR/delay-bridge
+#   BENCH_TOOLS_DIR    where load_publish and load_consume are, default $BUILD_DIR/tests
+# Broker: its own RabbitMQ via tests/integration/rabbitmq.sh, fresh state,
+#   127.0.0.1:${BENCH_PORT:-5695} (distribution port ${BENCH_DIST_PORT:-25695}),
+#   state in ${BENCH_BROKER_DIR:-$BUILD_DIR/bench-rabbitmq}; stopped at the end.
+# Work directory (configs, WALs, logs): a new directory under
+#   ${BENCH_TMP:-/var/tmp} (the disk the WAL benchmarks use), removed at the end
+#   unless --keep or --perf.
+#
+# Never asserts on a time. Exit 0 when every message arrived (and the hold
+# scenario held them all), 1 when some did not, 2 on a usage or setup
+# error, 77 when rabbitmq-server is not installed (skipped).
+set -Eeuo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+
+say() { printf '[bench %s] %s\n' "$(date +%T)" "$*" >&2; }
+die() { say "error: $*"; exit 2; }
+
+SCENARIOS=steady,burst,hold,restart,mixed
+SMOKE=0 BIG=0 PERF=0 KEEP=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --scenarios) [ $# -ge 2 ] || die "--scenarios needs a list"; SCENARIOS=$2; shift 2 ;;
+    --scenarios=*) SCENARIOS=${1#*=}; shift ;;
+    --smoke) SMOKE=1; shift ;;
+    --big) BIG=1; shift ;;
+    --perf) PERF=1; KEEP=1; shift ;;
+    --keep) KEEP=1; shift ;;
+    -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown option $1 (see --help)" ;;
+    esac
+done
+for s in ${SCENARIOS//,/ }; do
+    case "$s" in steady|burst|hold|restart|mixed) ;; *) die "unknown scenario $s" ;; esac
+done
+want() { [[ ",$SCENARIOS," == *",$1,"* ]]; }
+
+BUILD_DIR=${BUILD_DIR:-build}
+[ -d "$BUILD_DIR" ] || [[ "$BUILD_DIR" == /* ]] || BUILD_DIR=$ROOT/$BUILD_DIR
+[ -d "$BUILD_DIR" ] || die "no build directory $BUILD_DIR (cmake -S . -B build && cmake --build build)"
+BUILD_DIR=$(cd "$BUILD_DIR" && pwd)
+BRIDGE=${BENCH_BRIDGE_BIN:-$BUILD_DIR/delay-bridge}
+TOOLS=${BENCH_TOOLS_DIR:-$BUILD_DIR/tests}
+PUB=$TOOLS/load_publish
+CONS=$TOOLS/load_consume
+for b in "$BRIDGE" "$PUB" "$CONS"; do
+    [ -x "$b" ] || die "$b not found: build first (cmake --build $BUILD_DIR)"
+done
+command -v curl >/dev/null || die "curl not found"
+command -v jq >/dev/null || die "jq not found"
+if [ ! -x "${RABBITMQ_BIN_DIR:-/usr/lib/rabbitmq/bin}/rabbitmq-server" ]; then
+    say "rabbitmq-server not installed: skipping (apt-get install rabbitmq-server)"
+    exit 77
+fi
+
+PORT=${BENCH_PORT:-5695}
+DIST=${BENCH_DIST_PORT:-25695}
+BROKER_DIR=${BENCH_BROKER_DIR:-$BUILD_DIR/bench-rabbitmq}
+URI="amqp://guest:guest@127.0.0.1:$PORT/%2f"
+RABBITMQ_SH=$ROOT/tests/integration/rabbitmq.sh
+WORK=$(mktemp -d "${BENCH_TMP:-/var/tmp}/delay-bridge-bench.XXXXXX")
+
+# Sizes. Delays of steady and mixed are uniform in DELAY ms.
+if [ "$SMOKE" = 1 ]; then
+    N_CEIL=2000 N_STEADY=2000 N_BURST=2000 N_MIXED=2000 N_HOLD=20000
+    DELAY=1000-3000 SPREAD=1000
+else
+    N_CEIL=100000 N_STEADY=100000 N_BURST=200000 N_MIXED=100000 N_HOLD=1000000
+    DELAY=2000-6000 SPREAD=2000
+fi
+[ "$BIG" = 1 ] && N_HOLD=10000000
+HOLD_DELAY=3600000
+RESTART_DELAY=50
+
+# Topology: bench.target (direct) -> bench.out, routing key "bench".
+TARGET_EX=bench.target
+OUT_Q=bench.out
+INGRESS_EX=bench.delayed
+INGRESS_Q=bench.delayed.q
+TTL_Q=bench.ttl
+
+BRIDGE_PID="" CONS_PID="" PERF_PID="" PERF_ALL_PID="" HTTP_PORT="" FAILED=()
+declare -A R     # results: R[scenario.figure]=value
+
+cleanup() {
+    local rc=$?
+    set +e
+    for pid in $PERF_PID $PERF_ALL_PID; do kill -INT "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; done
+    [ -n "$CONS_PID" ] && kill "$CONS_PID" 2>/dev/null
+    if [ -n "$BRIDGE_PID" ] && kill -0 "$BRIDGE_PID" 2>/dev/null; then
+        kill -TERM "$BRIDGE_PID"; wait "$BRIDGE_PID" 2>/dev/null
+    fi
+    bash "$RABBITMQ_SH" stop "$BROKER_DIR" >/dev/null 2>&1
+    if [ "$KEEP" = 1 ]; then
+        say "work directory kept: $WORK"
+    else
+        rm -rf "$WORK"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'say "error: line $LINENO: \"$BASH_COMMAND\" failed"' ERR
+trap 'exit 130' INT TERM
+
+# ---------------------------------------------------------------- helpers
+
+# get FILE KEY: the value of KEY=VALUE in a summary line.
+get() {
+    awk -v k="$2" '{ for (i = 1; i <= NF; i++) { n = index($i, "=");
+        if (n && substr($i, 1, n - 1) == k) { print substr($i, n + 1); exit } } }' "$1"
+}
+now_ms() { date +%s%3N; }
+calc() { awk "BEGIN { printf \"%s\", $1 }"; }
+# fmt DIGITS EXPR: a number rounded to DIGITS decimals.
+fmt() { awk "BEGIN { printf \"%.${1}f\", $2 }"; }
+
+# consume NAME COUNT TAG [extra options]: a consumer on bench.out, in the background.
+consume() {
+    local name=$1 count=$2 tag=$3
+    shift 3
+    rm -f "$WORK/$name.ready"
+    "$CONS" --uri "$URI" --queue "$OUT_Q" --exchange "$TARGET_EX" --routing-key bench \
+        --count "$count" --tag "$tag" --ready-file "$WORK/$name.ready" "$@" \
+        >"$WORK/$name.consume" 2>"$WORK/$name.consume.err" &
+    CONS_PID=$!
+    for _ in $(seq 300); do
+        [ -e "$WORK/$name.ready" ] && return 0
+        kill -0 "$CONS_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    cat "$WORK/$name.consume.err" >&2
+    die "consumer $name did not start"
+}
+
+# consumed NAME: wait for the consumer; note missing messages.
+consumed() {
+    local name=$1 rc=0
+    wait "$CONS_PID" || rc=$?
+    CONS_PID=""
+    cat "$WORK/$name.consume.err" >&2
+    if [ "$rc" != 0 ] || [ ! -s "$WORK/$name.consume" ]; then
+        FAILED+=("$name: $(get "$WORK/$name.consume" unique) of $(get "$WORK/$name.consume" expected) arrived")
+        say "$name: MISSING messages (consumer exit $rc)"
+    fi
+    say "$name consume: $(cat "$WORK/$name.consume")"
+}
+
+# publish NAME [options]: load_publish in the foreground.
+publish() {
+    local name=$1
+    shift
+    "$PUB" --uri "$URI" "$@" >"$WORK/$name.publish" 2>"$WORK/$name.publish.err" \
+        || { cat "$WORK/$name.publish.err" >&2; die "publisher $name failed"; }
+    say "$name publish: $(cat "$WORK/$name.publish")"
+}
+
+free_port() {
+    /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# bridge_config WALDIR: a config with one route and the HTTP endpoint on a free port.
+bridge_config() {
+    HTTP_PORT=$(free_port)
+    cat >"$WORK/bridge.json" <<EOF
+{
+  "broker": { "uri": "$URI" },
+  "wal": { "dir": "$1", "fsync": true },
+  "http": { "listen": "127.0.0.1:$HTTP_PORT" },
+  "log": { "level": "info" },
+  "routes": [
+    { "name": "bench", "ingress_exchange": "$INGRESS_EX", "ingress_queue": "$INGRESS_Q",
+      "target_exchange": "$TARGET_EX" }
+  ]
+}
+EOF
+}
+
+bridge_launch() {
+    "$BRIDGE" --config "$WORK/bridge.json" >>"$WORK/bridge.log" 2>&1 &
+    BRIDGE_PID=$!
+}
+
+# bridge_ready [TIMEOUT_S]: wait until /readyz answers 200.
+bridge_ready() {
+    local deadline=$((SECONDS + ${1:-120}))
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        kill -0 "$BRIDGE_PID" 2>/dev/null || { tail -n 20 "$WORK/bridge.log" >&2; die "delay-bridge exited"; }
+        curl -sf -o /dev/null "http://127.0.0.1:$HTTP_PORT/readyz" && return 0
+        sleep 0.05
+    done
+    tail -n 20 "$WORK/bridge.log" >&2
+    die "delay-bridge not ready within ${1:-120} s"
+}
+
+bridge_stop() {
+    [ -n "$BRIDGE_PID" ] || return 0
+    kill -TERM "$BRIDGE_PID" 2>/dev/null || true
+    wait "$BRIDGE_PID" 2>/dev/null || true
+    BRIDGE_PID=""
+}
+
+stats() { curl -sf "http://127.0.0.1:$HTTP_PORT/stats" >"$WORK/stats.json" && jq -r "$1" "$WORK/stats.json"; }
+rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+
+# CPU time (user + system, ms) of one process, or of every process in a
+# session (the broker: rabbitmq.sh starts it with setsid; beam.smp and its
+# helpers share the session).
+CLK_TCK=$(getconf CLK_TCK)
+proc_cpu_ms() {
+    awk -v tck="$CLK_TCK" '{ sub(/^.*\) /, ""); printf "%.0f", ($12 + $13) * 1000 / tck }' "/proc/$1/stat" 2>/dev/null || echo 0
+}
+session_cpu_ms() {
+    # A process may end between the glob and the read: cat then fails, which is fine.
+    { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v sid="$1" -v tck="$CLK_TCK" \
+        '{ sub(/^.*\) /, ""); if ($4 == sid) t += $12 + $13 } END { printf "%.0f", t * 1000 / tck }'
+}
+BROKER_SID=""
+# cpu_mark NAME: remember the CPU counters; cpu_per_msg NAME N: us of CPU per
+# message since the mark, broker and (when running) bridge.
+cpu_mark() {
+    R[$1.cpu0_broker]=$(session_cpu_ms "$BROKER_SID")
+    R[$1.cpu0_bridge]=$([ -n "$BRIDGE_PID" ] && proc_cpu_ms "$BRIDGE_PID" || echo 0)
+}
+cpu_per_msg() {
+    R[$1.broker_us]=$(fmt 1 "($(session_cpu_ms "$BROKER_SID") - ${R[$1.cpu0_broker]}) * 1000.0 / $2")
+    if [ -n "$BRIDGE_PID" ]; then
+        R[$1.bridge_us]=$(fmt 1 "($(proc_cpu_ms "$BRIDGE_PID") - ${R[$1.cpu0_bridge]}) * 1000.0 / $2")
+    fi
+}
+
+# wait_received N TIMEOUT_S: until the route has logged and acked N deliveries; prints now_ms.
+wait_received() {
+    local n=$1 deadline=$((SECONDS + $2)) got=0
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        got=$(stats '.routes[0].received' 2>/dev/null || echo 0)
+        if [ "${got:-0}" -ge "$n" ]; then now_ms; return 0; fi
+        sleep 0.1
+    done
+    FAILED+=("the bridge received $got of $n within $2 s")
+    now_ms
+}
+
+# ---------------------------------------------------------------- broker
+
+say "machine: $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+say "work directory $WORK, broker state $BROKER_DIR, port $PORT"
+bash "$RABBITMQ_SH" stop "$BROKER_DIR" >/dev/null 2>&1 || true
+rm -rf "$BROKER_DIR/mnesia"
+bash "$RABBITMQ_SH" start "$BROKER_DIR" "$PORT" "$DIST"
+BROKER_SID=$(cat "$BROKER_DIR/node.pid")
+R[load.before]=$(cut -d' ' -f1 /proc/loadavg)
+
+# ---------------------------------------------------------------- ceiling
+
+# ceiling NAME TAG COUNT [publisher options]: plain publish -> consume.
+ceiling() {
+    local name=$1 tag=$2 count=$3
+    shift 3
+    consume "$name" "$count" "$tag" --purge
+    cpu_mark "$name"
+    publish "$name" --mode plain --exchange "$TARGET_EX" --routing-key bench --count "$count" --tag "$tag" "$@"
+    consumed "$name"
+    cpu_per_msg "$name" "$count"
+}
+
+say "== ceiling: plain publish -> consume through one queue, $N_CEIL x 256 B"
+ceiling ceiling 1 "$N_CEIL"
+
+# ---------------------------------------------------------------- TTL + DLX
+if want steady; then
+    say "== ttl-dlx: per-message TTL + dead-letter exchange, $N_STEADY x 256 B, delays $DELAY ms"
+    consume ttl "$N_STEADY" 2 --purge
+    cpu_mark ttl
+    publish ttl --mode ttl --exchange "$TARGET_EX" --routing-key bench --ttl-queue "$TTL_Q" \
+        --count "$N_STEADY" --delay "$DELAY" --tag 2
+    consumed ttl
+    cpu_per_msg ttl "$N_STEADY"
+fi
+
+# ---------------------------------------------------------------- the bridge
+
+# run_bridge_load NAME TAG COUNT RECEIVED_BEFORE [publisher options]: consumer,
+# publisher to the ingress exchange, and the time until the bridge logged all.
+run_bridge_load() {
+    local name=$1 tag=$2 count=$3 before=$4 t0 t1
+    shift 4
+    consume "$name" "$count" "$tag" --purge
+    cpu_mark "$name"
+    t0=$(now_ms)
+    publish "$name" --mode xdelay --exchange "$INGRESS_EX" --routing-key bench --count "$count" --tag "$tag" "$@"
+    t1=$(wait_received $((before + count)) 600)
+    R[$name.ingest_rate]=$(fmt 0 "$count / (($t1 - $t0) / 1000.0)")
+    R[$name.ingest_done_ms]=$t1
+    say "$name: the bridge logged all $count in $((t1 - t0)) ms (polled every 100 ms)"
+}
+
+if want steady || want burst || want mixed; then
+    mkdir -p "$WORK/wal-steady"
+    bridge_config "$WORK/wal-steady"
+    bridge_launch
+    bridge_ready
+    say "delay-bridge pid $BRIDGE_PID, http 127.0.0.1:$HTTP_PORT"
+    received=0
+    if want steady; then
+        say "== steady: $N_STEADY x 256 B through delay-bridge, delays $DELAY ms, full speed"
+        if [ "$PERF" = 1 ]; then
+            # The bridge with call graphs (DWARF unwinding: the build keeps no
+            # frame pointers), and the whole machine without, to see the split
+            # between the bridge, the broker (beam.smp) and the load tools.
+            perf record --call-graph "${BENCH_PERF_CALLGRAPH:-dwarf,16384}" -F 999 -p "$BRIDGE_PID" \
+                -o "$WORK/perf.data" >"$WORK/perf.log" 2>&1 &
+            PERF_PID=$!
+            perf record -a -F 999 -o "$WORK/perf-all.data" >"$WORK/perf-all.log" 2>&1 &
+            PERF_ALL_PID=$!
+            sleep 0.5
+        fi
+        c0=$(stats '.wal.commits') f0=$(stats '.wal.fsync.count')
+        run_bridge_load steady 3 "$N_STEADY" "$received" --delay "$DELAY"
+        consumed steady
+        cpu_per_msg steady "$N_STEADY"
+        if [ -n "$PERF_PID" ]; then
+            kill -INT "$PERF_PID" "$PERF_ALL_PID"; wait "$PERF_PID" "$PERF_ALL_PID" || true
+            PERF_PID="" PERF_ALL_PID=""
+            say "perf data: $WORK/perf.data (perf report -i $WORK/perf.data --no-children)," \
+                "$WORK/perf-all.data (perf report -i $WORK/perf-all.data --sort comm,dso)"
+        fi
+        R[steady.commits]=$(( $(stats '.wal.commits') - c0 ))
+        R[steady.fsyncs]=$(( $(stats '.wal.fsync.count') - f0 ))
+        R[steady.bridge_lat_mean_ms]=$(fmt 1 "$(stats '.routes[0].lateness | if .count > 0 then .sum_seconds / .count * 1000 else 0 end')")
+        received=$((received + N_STEADY))
+    fi
+    if want burst; then
+        rate=${R[steady.ingest_rate]:-5000}
+        margin=$(fmt 0 "$N_BURST / $rate * 1500 + 5000")
+        due_at=$(( $(now_ms) + margin ))
+        say "== burst: $N_BURST x 256 B all due in [$margin, $((margin + SPREAD))] ms from now"
+        run_bridge_load burst 4 "$N_BURST" "$received" --due-at "$due_at" --spread "$SPREAD"
+        done_ms=${R[burst.ingest_done_ms]}
+        if [ "$done_ms" -lt "$due_at" ]; then
+            R[burst.held_before_due]=yes
+        else
+            R[burst.held_before_due]=no
+            say "burst: NOTE the bridge logged the last message $((done_ms - due_at)) ms after the first due time"
+        fi
+        consumed burst
+        cpu_per_msg burst "$N_BURST"
+        received=$((received + N_BURST))
+    fi
+    if want mixed; then
+        say "== mixed: $N_MIXED x (256 B | 4 KiB), ceiling then delay-bridge, delays $DELAY ms"
+        ceiling ceiling-mixed 5 "$N_MIXED" --mix
+        run_bridge_load mixed 6 "$N_MIXED" "$received" --delay "$DELAY" --mix
+        consumed mixed
+        cpu_per_msg mixed "$N_MIXED"
+        received=$((received + N_MIXED))
+    fi
+    bridge_stop
+fi
+
+# ---------------------------------------------------------------- hold + restart
+if want hold || want restart; then
+    say "== hold: $N_HOLD x 256 B held with ${HOLD_DELAY} ms delays"
+    mkdir -p "$WORK/wal-hold"
+    bridge_config "$WORK/wal-hold"
+    bridge_launch
+    bridge_ready
+    sleep 1
+    rss0=$(rss_kb "$BRIDGE_PID")
+    cpu_mark hold
+    t0=$(now_ms)
+    publish hold --mode xdelay --exchange "$INGRESS_EX" --routing-key bench --count "$N_HOLD" \
+        --delay "$HOLD_DELAY" --tag 7
+    t1=$(wait_received "$N_HOLD" 1800)
+    cpu_per_msg hold "$N_HOLD"
+    sleep 1
+    held=$(stats '.held')
+    rss1=$(rss_kb "$BRIDGE_PID")
+    [ "$held" -ge "$N_HOLD" ] || FAILED+=("hold: the bridge holds $held of $N_HOLD")
+    R[hold.held]=$held
+    R[hold.ingest_rate]=$(fmt 0 "$N_HOLD / (($t1 - $t0) / 1000.0)")
+    R[hold.rss_per_msg]=$(fmt 1 "($rss1 - $rss0) * 1024.0 / $N_HOLD")
+    R[hold.rss_mib]=$(fmt 1 "$rss1 / 1024.0")
+    R[hold.ram_per_msg]=$(fmt 1 "$(stats '.ram_bytes') / $N_HOLD")
+    R[hold.wal_per_msg]=$(fmt 1 "$(stats '.wal.disk_bytes') / $N_HOLD")
+    R[hold.wal_live_per_msg]=$(fmt 1 "$(stats '.wal.live_bytes') / $N_HOLD")
+    R[hold.wal_mib]=$(fmt 1 "$(stats '.wal.disk_bytes') / 1048576.0")
+    say "hold: held=$held RSS ${rss0} kB -> ${rss1} kB, WAL $(stats '.wal.disk_bytes') B in $(stats '.wal.segments') segments"
+
+    if want restart; then
+        say "== restart: kill -9 with $held held, drop caches, restart, one ${RESTART_DELAY} ms message"
+        consume restart 1 8 --purge
+        kill -KILL "$BRIDGE_PID"; wait "$BRIDGE_PID" 2>/dev/null || true; BRIDGE_PID=""
+        sync
+        if [ "$(id -u)" = 0 ] && echo 3 2>/dev/null >/proc/sys/vm/drop_caches; then
+            R[restart.cache]=cold
+        else
+            R[restart.cache]=warm
+            say "restart: cannot drop the page cache (not root or read-only /proc): warm-cache figure"
+        fi
+        t0=$(now_ms)
+        bridge_launch
+        publish restart --mode xdelay --exchange "$INGRESS_EX" --routing-key bench --count 1 \
+            --delay "$RESTART_DELAY" --tag 8
+        bridge_ready 1800
+        t_ready=$(now_ms)
+        consumed restart
+        R[restart.deliver_ms]=$(( $(get "$WORK/restart.consume" last_recv_ms) - t0 ))
+        R[restart.ready_ms]=$((t_ready - t0))
+        R[restart.recovery_s]=$(fmt 3 "$(stats '.recovery.seconds')")
+        R[restart.held]=$(stats '.held')
+        R[restart.rss_per_msg]=$(fmt 1 "($(rss_kb "$BRIDGE_PID") - $rss0) * 1024.0 / $N_HOLD")
+    fi
+    bridge_stop
+fi
+
+# ---------------------------------------------------------------- report
+
+v() { local x=${R[$1]:-}; [ -n "$x" ] && printf '%s' "$x" || printf '%s' '-'; }
+c() { local f=$WORK/$1.consume; [ -s "$f" ] && get "$f" "$2" || printf -- '-'; }
+p() { local f=$WORK/$1.publish; [ -s "$f" ] && get "$f" "$2" || printf -- '-'; }
+ratio() {
+    if [[ "$1" =~ ^-?[0-9.]+$ && "$2" =~ ^-?[0-9.]+$ ]] && awk "BEGIN { exit !($2 != 0) }"; then
+        calc "\"\" sprintf(\"%.2fx\", $1 / $2)"
+    else
+        printf -- '-'
+    fi
+}
+row() { printf '| %-9s | %-50s | %14s | %14s | %14s | %8s |\n' "$1" "$2" "$3" "$4" "$5" "$(ratio "$3" "$4")"; }
+
+{
+    echo
+    echo "delay-bridge benchmark, $(date -u +%FT%TZ), $(nproc) CPUs, load average before: $(v load.before), after: $(cut -d' ' -f1 /proc/loadavg)$([ "$SMOKE" = 1 ] && echo ', SMOKE sizes')"
+    echo
+    printf '| %-9s | %-50s | %14s | %14s | %14s | %8s |\n' scenario figure delay-bridge "ceiling" "TTL+DLX" "ratio"
+    printf '|%s|%s|%s|%s|%s|%s|\n' ----------- ---------------------------------------------------- ---------------- ---------------- ---------------- ----------
+    row ceiling "publish rate, confirms, msg/s" - "$(p ceiling rate)" -
+    row ceiling "consume rate, msg/s" - "$(c ceiling rate)" -
+    row ceiling "e2e latency p50 / p99 ms" - "$(c ceiling lat_p50_ms) / $(c ceiling lat_p99_ms)" -
+    row ceiling "broker CPU per message, us" - "$(v ceiling.broker_us)" -
+    if want steady; then
+        row steady "accept rate (publish confirms), msg/s" "$(p steady rate)" "$(p ceiling rate)" "$(p ttl rate)"
+        row steady "ingest rate (logged+fsynced+acked), msg/s" "$(v steady.ingest_rate)" "$(c ceiling rate)" -
+        row steady "lateness p50 ms" "$(c steady lat_p50_ms)" "$(c ceiling lat_p50_ms)" "$(c ttl lat_p50_ms)"
+        row steady "lateness p90 ms" "$(c steady lat_p90_ms)" "$(c ceiling lat_p90_ms)" "$(c ttl lat_p90_ms)"
+        row steady "lateness p99 ms" "$(c steady lat_p99_ms)" "$(c ceiling lat_p99_ms)" "$(c ttl lat_p99_ms)"
+        row steady "lateness p99.9 ms" "$(c steady lat_p999_ms)" "$(c ceiling lat_p999_ms)" "$(c ttl lat_p999_ms)"
+        row steady "lateness max ms" "$(c steady lat_max_ms)" "$(c ceiling lat_max_ms)" "$(c ttl lat_max_ms)"
+        row steady "early (before due) / arrived" "$(c steady early) / $(c steady unique)" - "$(c ttl early) / $(c ttl unique)"
+        row steady "WAL commits (fdatasync) / messages per commit" "$(v steady.commits) / $(fmt 1 "$N_STEADY / ${R[steady.commits]:-1}")" - -
+        row steady "bridge's own lateness mean ms (confirm - due)" "$(v steady.bridge_lat_mean_ms)" - -
+        row steady "broker CPU per message, us" "$(v steady.broker_us)" "$(v ceiling.broker_us)" "$(v ttl.broker_us)"
+        row steady "delay-bridge CPU per message, us" "$(v steady.bridge_us)" - -
+    fi
+    if want burst; then
+        row burst "firing rate msg/s = n / (last receive - first due)" \
+            "$(fmt 0 "$(c burst unique) / (($(c burst last_recv_ms) - $(c burst min_due_ms)) / 1000.0)")" "$(c ceiling rate)" -
+        row burst "the schedule's own rate (n / spread), msg/s" "$(fmt 0 "$N_BURST / ($SPREAD / 1000.0)")" - -
+        row burst "ingest rate, msg/s" "$(v burst.ingest_rate)" "$(c ceiling rate)" -
+        row burst "all held before the first due time" "$(v burst.held_before_due)" - -
+        row burst "lateness p50 / p99 / max ms" "$(c burst lat_p50_ms) / $(c burst lat_p99_ms) / $(c burst lat_max_ms)" - -
+        row burst "broker / delay-bridge CPU per message, us" "$(v burst.broker_us) / $(v burst.bridge_us)" - -
+    fi
+    if want mixed; then
+        row mixed "accept rate (publish confirms), msg/s" "$(p mixed rate)" "$(p ceiling-mixed rate)" -
+        row mixed "accept MB/s" "$(p mixed mb_per_s)" "$(p ceiling-mixed mb_per_s)" -
+        row mixed "ingest rate, msg/s" "$(v mixed.ingest_rate)" "$(c ceiling-mixed rate)" -
+        row mixed "lateness p50 ms" "$(c mixed lat_p50_ms)" "$(c ceiling-mixed lat_p50_ms)" -
+        row mixed "lateness p99 ms" "$(c mixed lat_p99_ms)" "$(c ceiling-mixed lat_p99_ms)" -
+        row mixed "lateness max ms" "$(c mixed lat_max_ms)" "$(c ceiling-mixed lat_max_ms)" -
+        row mixed "broker CPU per message, us" "$(v mixed.broker_us)" "$(v ceiling-mixed.broker_us)" -
+        row mixed "delay-bridge CPU per message, us" "$(v mixed.bridge_us)" - -
+    fi
+    if want hold || want restart; then
+        row hold "held messages" "$(v hold.held)" - -
+        row hold "ingest rate, msg/s" "$(v hold.ingest_rate)" "$(c ceiling rate)" -
+        row hold "RSS per held message, B (VmRSS delta)" "$(v hold.rss_per_msg)" - -
+        row hold "engine RAM per held message, B (/stats)" "$(v hold.ram_per_msg)" - -
+        row hold "WAL bytes per held message (disk / live)" "$(v hold.wal_per_msg) / $(v hold.wal_live_per_msg)" - -
+        row hold "RSS MiB / WAL MiB" "$(v hold.rss_mib) / $(v hold.wal_mib)" - -
+        row hold "broker / delay-bridge CPU per message, us" "$(v hold.broker_us) / $(v hold.bridge_us)" - -
+    fi
+    if want restart; then
+        row restart "kill -9 -> new 50 ms message delivered ms ($(v restart.cache))" "$(v restart.deliver_ms)" - -
+        row restart "kill -9 -> /readyz 200, ms" "$(v restart.ready_ms)" - -
+        row restart "WAL recovery (/stats recovery.seconds), s" "$(v restart.recovery_s)" - -
+        row restart "held after restart / RSS per held message, B" "$(v restart.held) / $(v restart.rss_per_msg)" - -
+    fi
+    echo
+    echo "ratio = delay-bridge / ceiling (same broker, same run). Lateness = receive - intended due"
+    echo "time; for the ceiling it is the end-to-end latency of an undelayed message."
+} | tee "$WORK/report.txt"
+
+if [ ${#FAILED[@]} -gt 0 ]; then
+    say "FAILED: ${FAILED[*]}"
+    exit 1
+fi
+say "all messages arrived"
+exit 0

@@ -1,0 +1,27 @@
+# The end-to-end benchmark's load tools and its smoke test (included from
+# tests/CMakeLists.txt; see tests/bench/README.md).
+#
+# load_publish and load_consume speak AMQP through rabbitmq-c only, so they
+# are not bench_*.c (those link dbcore alone). tests/bench/run.sh drives
+# them against a broker of its own; it builds nothing and takes the
+# binaries from BUILD_DIR.
+#
+# bench.smoke (label bench-smoke) runs `run.sh --smoke`: every scenario at
+# tiny sizes, its own RabbitMQ on 127.0.0.1:5695, in about a minute. It
+# checks only that every message arrived, never a time. Exit 77 (skipped)
+# when rabbitmq-server is not installed.
+#
+#   ctest --test-dir build -L bench-smoke --output-on-failure
+
+foreach(db_load load_publish load_consume)
+  add_executable(${db_load} ${CMAKE_CURRENT_LIST_DIR}/${db_load}.c)
+  target_link_libraries(${db_load} PRIVATE PkgConfig::RABBITMQ)
+endforeach()
+
+add_test(NAME bench.smoke COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/run.sh --smoke)
+set_tests_properties(bench.smoke PROPERTIES
+  LABELS bench-smoke
+  RUN_SERIAL TRUE
+  SKIP_RETURN_CODE 77
+  TIMEOUT 300
+  ENVIRONMENT "BUILD_DIR=${CMAKE_BINARY_DIR};BENCH_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;BENCH_TOOLS_DIR=$<TARGET_FILE_DIR:load_publish>")
