@@ -135,6 +135,7 @@ struct bridge {
         pthread_t thread;
         int running;
         ev_async recovered;
+        ev_async log_ready; /* the log's sync thread finished a commit */
         struct eng_opts opts;
         struct db_progress progress;
         struct engine *eng;
@@ -793,6 +794,22 @@ static void *recover_thread(void *arg)
     return NULL;
 }
 
+/* From the log's sync thread: wake the loop (ev_async_send is thread-safe). */
+static void log_notify(void *arg)
+{
+    struct bridge *b = arg;
+
+    ev_async_send(b->loop, &b->rec.log_ready);
+}
+
+static void on_log_ready(struct ev_loop *loop, ev_async *w, int revents)
+{
+    struct bridge *b = w->data;
+
+    if (b->eng)
+        eng_poll(b->eng);
+}
+
 static void on_recovered(struct ev_loop *loop, ev_async *w, int revents)
 {
     struct bridge *b = w->data;
@@ -818,6 +835,10 @@ static void on_recovered(struct ev_loop *loop, ev_async *w, int revents)
     }
     b->eng = b->rec.eng;
     b->log_id = eng_log_id(b->eng);
+    ev_async_init(&b->rec.log_ready, on_log_ready);
+    b->rec.log_ready.data = b;
+    ev_async_start(loop, &b->rec.log_ready);
+    eng_set_notify(b->eng, log_notify, b);
     if (b->stopping) {
         log_info("bridge", "recovered during shutdown: stopping", NULL);
         b->done = 1;
@@ -1029,6 +1050,9 @@ void bridge_free(struct bridge *b)
     http_stop(b->http);
     consumer_free(b->cons);
     publisher_free(b->pub);
+    if (b->eng)
+        eng_set_notify(b->eng, NULL, NULL);
+    ev_async_stop(b->loop, &b->rec.log_ready);
     ev_prepare_stop(b->loop, &b->prepare);
     ev_timer_stop(b->loop, &b->wake);
     ev_signal_stop(b->loop, &b->sigterm);

@@ -663,6 +663,16 @@ int eng_committing(const struct engine *e)
     return e->commit_busy;
 }
 
+void eng_set_notify(struct engine *e, void (*notify)(void *arg), void *arg)
+{
+    wlog_set_notify(e->log, notify, arg);
+}
+
+void eng_poll(struct engine *e)
+{
+    wlog_poll(e->log);
+}
+
 /* Append DONE (or CANCEL) records for the ids in v, and empty it. */
 static int append_ids(struct engine *e, struct idvec *v, uint8_t type)
 {

@@ -79,7 +79,7 @@ static int run_daemon(const char *path, int check)
              DB_VERSION, cfg.instance, cfg.wal_dir, cfg.nroutes);
 
     struct wal_opts wo = {.dir = cfg.wal_dir, .segment_bytes = cfg.segment_bytes,
-                          .no_sync = !cfg.fsync};
+                          .no_sync = !cfg.fsync, .sync_thread = 1};
     loop = ev_default_loop(EVFLAG_AUTO);
     b = bridge_new(loop, &cfg, wal_file_log(&wo), &rc);
     if (b) {

@@ -96,6 +96,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -833,15 +834,27 @@ size_t wal_pending(const struct wal *w)
     return w->wlen;
 }
 
-int wal_commit(struct wal *w)
+/*
+ * A group commit in two halves, so that the second may run on a thread:
+ * write_batch() writes every buffered byte (pwrite, into the page cache) and
+ * names the files to sync; after their fdatasync, batch_durable() moves the
+ * durable LSN. Between the two the bytes are readable from the files, new
+ * appends go to an empty buffer, and nothing counts as durable.
+ */
+struct wal_batch {
+    int fds[8];          /* files to fdatasync, oldest first */
+    uint64_t segnos[8];
+    int n;
+    uint64_t lsn;        /* durable once they are synced */
+};
+
+static int write_batch(struct wal *w, struct wal_batch *b)
 {
     size_t first;
     int r;
 
-    if (w->failed)
-        return w->failed;
-    if (w->wlen == 0)
-        return 0;
+    b->n = 0;
+    b->lsn = w->durable_lsn;
     /* The segments with buffered bytes are a suffix of the list; oldest first. */
     first = w->nsegs;
     while (first > 0 && w->segs[first - 1].size > w->segs[first - 1].disk)
@@ -849,6 +862,8 @@ int wal_commit(struct wal *w)
     for (size_t i = first; i < w->nsegs; i++) {
         struct seg *s = &w->segs[i];
 
+        if (b->n == (int)(sizeof(b->fds) / sizeof(b->fds[0])))
+            break; /* a batch this large spans more segments than one commit syncs: next time */
         if (s->fd < 0 && (r = seg_create(w, s)) < 0)
             return is_no_space(r) ? out_of_space(w, r, "create", s->segno)
                                   : fail(w, r, "create", s->segno);
@@ -859,22 +874,52 @@ int wal_commit(struct wal *w)
                 return fail(w, -errno, "truncate after a full disk", s->segno);
             return out_of_space(w, r, "write", s->segno);
         }
-        FAILPOINT("wal.before_fsync");
-        if ((r = FAILPOINT_ERR("wal.fsync_error") ? -EIO : sync_fd(w, s->fd)) < 0)
-            return fail(w, r, "fdatasync", s->segno);
         s->disk = s->size;
+        b->fds[b->n] = s->fd;
+        b->segnos[b->n++] = s->segno;
     }
-    w->wlen = 0;
-    w->durable_lsn = w->next_lsn - 1;
+    if (b->n == 0)
+        return 0;
+    b->lsn = w->segs[first + (size_t)b->n - 1].last_lsn;
+    if (first + (size_t)b->n == w->nsegs) {
+        w->wlen = 0;
+        b->lsn = w->next_lsn - 1;
+    }
+    FAILPOINT("wal.before_fsync");
+    return 0;
+}
+
+static void batch_durable(struct wal *w, const struct wal_batch *b)
+{
+    w->durable_lsn = b->lsn;
     w->commits++;
     if (w->no_space) {
         log_info("wal", "space again: the buffered batch is on disk", "dir=%s", w->dir);
         w->no_space = 0;
     }
-    if (w->wcap > WBUF_KEEP) {
+    if (w->wlen == 0 && w->wcap > WBUF_KEEP) {
         free(w->wbuf);
         w->wbuf = NULL;
         w->wcap = 0;
+    }
+}
+
+int wal_commit(struct wal *w)
+{
+    struct wal_batch b;
+    int r;
+
+    if (w->failed)
+        return w->failed;
+    while (w->wlen) {
+        if ((r = write_batch(w, &b)) < 0)
+            return r;
+        if (b.n == 0)
+            break;
+        for (int i = 0; i < b.n; i++)
+            if ((r = FAILPOINT_ERR("wal.fsync_error") ? -EIO : sync_fd(w, b.fds[i])) < 0)
+                return fail(w, r, "fdatasync", b.segnos[i]);
+        batch_durable(w, &b);
     }
     return 0;
 }
@@ -1211,6 +1256,28 @@ struct wal_log {
     struct wal *w;
     wlog_replay_fn *replay;
     void *replay_arg;
+
+    /*
+     * The sync thread (opts.sync_thread): the loop thread writes a batch
+     * (write_batch) and hands the files to this thread; it fdatasyncs them
+     * and says so through notify (the owner wakes its loop, which calls
+     * wlog_poll: batch_durable and the completion run there). One batch at
+     * a time; reclaim waits while one is out, so no file it syncs is closed
+     * under it.
+     */
+    pthread_t thread;
+    int started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int posted, finished, quit; /* under mu */
+    int result;                 /* under mu: 0 or -errno of the first failed sync */
+    double seconds;             /* under mu: time of the syncs */
+    struct wal_batch batch;
+    int busy;                   /* loop thread: a batch is out */
+    wlog_commit_fn *done;
+    void *done_arg;
+    void (*notify)(void *arg);
+    void *notify_arg;
 };
 
 #define WAL_LOG(l) ((struct wal_log *)(l))
@@ -1254,15 +1321,120 @@ static size_t wl_pending(const struct wlog *l)
     return wal_pending(WAL_LOG(l)->w);
 }
 
+static void *sync_main(void *arg)
+{
+    struct wal_log *wl = arg;
+
+    pthread_mutex_lock(&wl->mu);
+    for (;;) {
+        while (!wl->posted && !wl->quit)
+            pthread_cond_wait(&wl->cv, &wl->mu);
+        if (wl->quit)
+            break;
+        wl->posted = 0;
+        pthread_mutex_unlock(&wl->mu);
+
+        uint64_t t0 = clock_mono_ns();
+        int r = 0;
+        for (int i = 0; i < wl->batch.n && r == 0; i++) {
+            if (FAILPOINT_ERR("wal.fsync_error"))
+                r = -EIO;
+            else if (fdatasync(wl->batch.fds[i]) < 0)
+                r = -errno;
+        }
+        double secs = (double)(clock_mono_ns() - t0) / 1e9;
+
+        pthread_mutex_lock(&wl->mu);
+        wl->result = r;
+        wl->seconds = secs;
+        wl->finished = 1;
+        if (wl->notify)
+            wl->notify(wl->notify_arg);
+    }
+    pthread_mutex_unlock(&wl->mu);
+    return NULL;
+}
+
 static int wl_commit(struct wlog *l, wlog_commit_fn *done, void *arg)
 {
-    int r = wal_commit(WAL_LOG(l)->w);
+    struct wal_log *wl = WAL_LOG(l);
+    struct wal *w = wl->w;
+    int r;
 
-    if (r < 0)
+    if (!wl->opts.sync_thread || w->no_sync) {
+        if ((r = wal_commit(w)) < 0)
+            return r;
+        if (done)
+            done(arg, 0);
+        return 0;
+    }
+    if (wl->busy)
+        return WLOG_EBUSY;
+    if (w->failed)
+        return w->failed;
+    if (!wl->started) {
+        pthread_mutex_init(&wl->mu, NULL);
+        pthread_cond_init(&wl->cv, NULL);
+        if ((r = pthread_create(&wl->thread, NULL, sync_main, wl)) != 0)
+            return fail(w, -r, "start the sync thread", active(w)->segno);
+        wl->started = 1;
+    }
+    if ((r = write_batch(w, &wl->batch)) < 0)
         return r;
-    if (done)
-        done(arg, 0);
+    wl->busy = 1;
+    wl->done = done;
+    wl->done_arg = arg;
+    pthread_mutex_lock(&wl->mu);
+    wl->finished = 0;
+    wl->posted = 1;
+    pthread_cond_signal(&wl->cv);
+    pthread_mutex_unlock(&wl->mu);
     return 0;
+}
+
+/* On the loop thread: finish the batch the sync thread is done with, if any. */
+static void wl_poll(struct wlog *l)
+{
+    struct wal_log *wl = WAL_LOG(l);
+    wlog_commit_fn *done;
+    int finished, r = 0;
+    double secs = 0;
+
+    if (!wl->busy)
+        return;
+    pthread_mutex_lock(&wl->mu);
+    finished = wl->finished;
+    if (finished) {
+        r = wl->result;
+        secs = wl->seconds;
+        wl->finished = 0;
+    }
+    pthread_mutex_unlock(&wl->mu);
+    if (!finished)
+        return;
+    wl->busy = 0;
+    done = wl->done;
+    wl->done = NULL;
+    db_hist_observe(&wl->w->fsync, secs);
+    if (r < 0) {
+        r = fail(wl->w, r, "fdatasync", wl->batch.segnos[0]);
+    } else {
+        batch_durable(wl->w, &wl->batch);
+    }
+    if (done)
+        done(wl->done_arg, r);
+}
+
+static void wl_set_notify(struct wlog *l, void (*fn)(void *arg), void *arg)
+{
+    struct wal_log *wl = WAL_LOG(l);
+
+    if (wl->started)
+        pthread_mutex_lock(&wl->mu);
+    wl->notify = fn;
+    wl->notify_arg = arg;
+    if (wl->started)
+        pthread_mutex_unlock(&wl->mu);
 }
 
 static int wl_read(struct wlog *l, struct wlog_loc loc, struct wlog_buf *b, struct walrec_hdr *h,
@@ -1307,6 +1479,8 @@ static int wl_reclaim(struct wlog *l, size_t budget, const struct wlog_compact_o
     struct wl_compact c = {ops};
     struct wal_compact_ops wops = {wl_is_live, wl_moved, &c};
 
+    if (WAL_LOG(l)->busy)
+        return 1; /* not while the sync thread holds files: it could close one under it */
     return wal_maintain(WAL_LOG(l)->w, budget, ops ? &wops : NULL);
 }
 
@@ -1350,6 +1524,15 @@ static void wl_close(struct wlog *l)
 {
     struct wal_log *wl = WAL_LOG(l);
 
+    if (wl->started) {
+        pthread_mutex_lock(&wl->mu);
+        wl->quit = 1;
+        pthread_cond_signal(&wl->cv);
+        pthread_mutex_unlock(&wl->mu);
+        pthread_join(wl->thread, NULL);
+        pthread_mutex_destroy(&wl->mu);
+        pthread_cond_destroy(&wl->cv);
+    }
     wal_close(wl->w);
     free((char *)wl->opts.dir);
     free(wl);
@@ -1357,7 +1540,7 @@ static void wl_close(struct wlog *l)
 
 static const struct wlog_ops wal_log_ops = {
     "segment files", wl_recover, wl_append, wl_pending, wl_commit, wl_read,
-    wl_live, wl_reclaim, wl_stats, wl_id, wl_next_lsn, wl_close,
+    wl_live, wl_reclaim, wl_stats, wl_id, wl_next_lsn, wl_close, wl_poll, wl_set_notify,
 };
 
 struct wlog *wal_file_log(const struct wal_opts *o)

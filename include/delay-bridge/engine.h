@@ -150,6 +150,14 @@ typedef void eng_commit_fn(void *arg, int err);
 int eng_commit(struct engine *e, eng_commit_fn *done, void *arg);
 int eng_committing(const struct engine *e);
 
+/*
+ * A log that syncs on a thread of its own completes commits later: it calls
+ * notify (from that thread) when a completion is ready, and the owner's loop
+ * then calls eng_poll(), which runs it (the commit's done) on the loop thread.
+ */
+void eng_set_notify(struct engine *e, void (*notify)(void *arg), void *arg);
+void eng_poll(struct engine *e);
+
 /* Earliest time the wheel may have something to do (ms), UINT64_MAX if nothing waits. */
 uint64_t eng_next_event(const struct engine *e);
 

@@ -64,6 +64,8 @@ struct wal_opts {
     uint64_t segment_bytes; /* roll to a new segment past this; 0 = default */
     int no_sync;            /* benchmarks and unit tests only: skip fdatasync */
     struct db_progress *progress; /* optional: replay progress, updated as it reads */
+    int sync_thread;        /* wal_file_log(): fdatasync on a thread of its own; the
+                               commit completes through wlog_poll() after notify */
 };
 
 /*

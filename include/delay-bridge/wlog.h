@@ -110,6 +110,13 @@ struct wlog_ops {
     uint64_t (*id)(const struct wlog *l);       /* random id, stable across restarts */
     uint64_t (*next_lsn)(const struct wlog *l); /* what the next append gets */
     void (*close)(struct wlog *l);              /* releases everything; does not commit */
+    /*
+     * For a log whose commits complete later (NULL otherwise): notify is
+     * called, from any thread, when a completion is ready; the owner's loop
+     * then calls poll, which runs it on the loop thread.
+     */
+    void (*poll)(struct wlog *l);
+    void (*set_notify)(struct wlog *l, void (*fn)(void *arg), void *arg);
 };
 
 struct wlog {
@@ -158,6 +165,16 @@ static inline uint64_t wlog_id(const struct wlog *l)
 static inline uint64_t wlog_next_lsn(const struct wlog *l)
 {
     return l->ops->next_lsn(l);
+}
+static inline void wlog_poll(struct wlog *l)
+{
+    if (l->ops->poll)
+        l->ops->poll(l);
+}
+static inline void wlog_set_notify(struct wlog *l, void (*fn)(void *arg), void *arg)
+{
+    if (l->ops->set_notify)
+        l->ops->set_notify(l, fn, arg);
 }
 static inline void wlog_close(struct wlog *l)
 {

@@ -106,7 +106,7 @@ static void al_close(struct wlog *l)
 }
 static const struct wlog_ops async_ops = {"async test log", al_recover, al_append, al_pending,
                                           al_commit, al_read, al_live, al_reclaim, al_stats,
-                                          al_id, al_next_lsn, al_close};
+                                          al_id, al_next_lsn, al_close, NULL, NULL};
 
 /* The "disk" finished: write and sync for real, then complete. */
 static void async_complete(void)
@@ -841,6 +841,49 @@ static void seen_case(void)
     rm_dir();
 }
 
+/* The file log with fdatasync on its own thread: a commit completes through notify + poll. */
+static int notified;
+static void on_notify(void *arg)
+{
+    __atomic_store_n(&notified, 1, __ATOMIC_SEQ_CST);
+}
+
+static void sync_thread_case(void)
+{
+    struct wal_opts wo = {.dir = dir, .sync_thread = 1};
+    struct eng_opts o = {.log = wal_file_log(&wo), .nroutes = 2, .route_index = route_index,
+                         .now_ms = T0};
+    struct engine *e;
+    int before = commit_done_calls, i, round;
+
+    CHECK(eng_open(&e, &o) == 0);
+    eng_set_notify(e, on_notify, NULL);
+    for (round = 0; round < 20; round++) {
+        eng_msg m = add(e, 0, T0, 10, "x");
+        __atomic_store_n(&notified, 0, __ATOMIC_SEQ_CST);
+        CHECK(eng_commit(e, on_commit, NULL) == 0);
+        add(e, 0, T0, 10, "during"); /* appended while the sync runs */
+        CHECK(eng_commit(e, on_commit, NULL) == ENG_EBUSY);
+        for (i = 0; i < 5000 && !__atomic_load_n(&notified, __ATOMIC_SEQ_CST); i++)
+            usleep(1000);
+        CHECK(notified, "no notify within 5 s");
+        CHECK(eng_state(e, m) == ENG_PENDING); /* not before the loop polls */
+        eng_poll(e);
+        CHECK(commit_done_calls == before + round + 1 && commit_done_err == 0);
+        CHECK(eng_state(e, m) == ENG_WAITING);
+        CHECK(!eng_committing(e) && eng_dirty(e));
+    }
+    struct eng_stats s;
+    eng_stats(e, &s);
+    CHECK(s.fsync.n >= 20, "fsync histogram: %llu", (unsigned long long)s.fsync.n);
+    eng_close(e); /* the last "during" is not committed: gone, like any uncommitted add */
+    o.log = wal_file_log(&(struct wal_opts){.dir = dir, .no_sync = 1});
+    CHECK(eng_open(&e, &o) == 0);
+    CHECK(held(e) == 20 + 19, "held %llu", (unsigned long long)held(e));
+    eng_close(e);
+    rm_dir();
+}
+
 static const struct check_case cases[] = {
     {"transitions", test_transitions},
     {"nack_order", test_nack_order},
@@ -857,6 +900,7 @@ static const struct check_case cases[] = {
     {"browse_purge", browse_purge_case},
     {"five_years", five_years_case},
     {"seen", seen_case},
+    {"sync_thread", sync_thread_case},
 };
 
 int main(int argc, char **argv)
