@@ -219,6 +219,17 @@ static void commit_and_ack(struct bridge *b)
         fatal(b, "WAL commit", r);
 }
 
+/*
+ * Commit now and wait for it: for an operator's request that answers
+ * "durable" (DELETE /pending, POST /purge). The loop waits one fsync.
+ */
+static void commit_and_wait(struct bridge *b)
+{
+    eng_flush(b->eng);  /* the commit already out, if any */
+    commit_and_ack(b);  /* one with everything so far */
+    eng_flush(b->eng);
+}
+
 /* ---- deliveries in ------------------------------------------------------------- */
 
 static void on_delivery(void *arg, const struct delivery *d)
@@ -680,8 +691,8 @@ static int api_pending_cancel(void *arg, const char *route, const char *key,
     json_object_object_add(out, "cancelled", json_object_new_boolean(r == 1));
     if (r == 0)
         return 404; /* unknown, already published, or in flight */
-    /* Durable before answering, where the log commits at once. */
-    commit_and_ack(b);
+    /* Durable before answering. */
+    commit_and_wait(b);
     if (b->exit_code)
         return api_fail(out, 500, "WAL commit failed");
     json_object_object_add(out, "durable", json_object_new_boolean(!eng_dirty(b->eng)));
@@ -715,7 +726,7 @@ static int api_purge(void *arg, const char *route, const char *due_before,
     }
     if (r == 0) {
         b->purge.active = 0;
-        commit_and_ack(b);
+        commit_and_wait(b);
         log_info("bridge", "purge done", "route=%s removed=%" PRIu64, route,
                  b->purge.job.removed);
     }

@@ -673,6 +673,11 @@ void eng_poll(struct engine *e)
     wlog_poll(e->log);
 }
 
+void eng_flush(struct engine *e)
+{
+    wlog_flush(e->log);
+}
+
 /* Append DONE (or CANCEL) records for the ids in v, and empty it. */
 static int append_ids(struct engine *e, struct idvec *v, uint8_t type)
 {

@@ -1268,7 +1268,7 @@ struct wal_log {
     pthread_t thread;
     int started;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv, finished_cv;
     int posted, finished, quit; /* under mu */
     int result;                 /* under mu: 0 or -errno of the first failed sync */
     double seconds;             /* under mu: time of the syncs */
@@ -1348,6 +1348,7 @@ static void *sync_main(void *arg)
         wl->result = r;
         wl->seconds = secs;
         wl->finished = 1;
+        pthread_cond_broadcast(&wl->finished_cv);
         if (wl->notify)
             wl->notify(wl->notify_arg);
     }
@@ -1375,6 +1376,7 @@ static int wl_commit(struct wlog *l, wlog_commit_fn *done, void *arg)
     if (!wl->started) {
         pthread_mutex_init(&wl->mu, NULL);
         pthread_cond_init(&wl->cv, NULL);
+        pthread_cond_init(&wl->finished_cv, NULL);
         if ((r = pthread_create(&wl->thread, NULL, sync_main, wl)) != 0)
             return fail(w, -r, "start the sync thread", active(w)->segno);
         wl->started = 1;
@@ -1423,6 +1425,20 @@ static void wl_poll(struct wlog *l)
     }
     if (done)
         done(wl->done_arg, r);
+}
+
+/* Wait for the batch out on the sync thread, if any, and complete it here. */
+static void wl_flush(struct wlog *l)
+{
+    struct wal_log *wl = WAL_LOG(l);
+
+    if (!wl->busy)
+        return;
+    pthread_mutex_lock(&wl->mu);
+    while (!wl->finished)
+        pthread_cond_wait(&wl->finished_cv, &wl->mu);
+    pthread_mutex_unlock(&wl->mu);
+    wl_poll(l);
 }
 
 static void wl_set_notify(struct wlog *l, void (*fn)(void *arg), void *arg)
@@ -1532,6 +1548,7 @@ static void wl_close(struct wlog *l)
         pthread_join(wl->thread, NULL);
         pthread_mutex_destroy(&wl->mu);
         pthread_cond_destroy(&wl->cv);
+        pthread_cond_destroy(&wl->finished_cv);
     }
     wal_close(wl->w);
     free((char *)wl->opts.dir);
@@ -1541,6 +1558,7 @@ static void wl_close(struct wlog *l)
 static const struct wlog_ops wal_log_ops = {
     "segment files", wl_recover, wl_append, wl_pending, wl_commit, wl_read,
     wl_live, wl_reclaim, wl_stats, wl_id, wl_next_lsn, wl_close, wl_poll, wl_set_notify,
+    wl_flush,
 };
 
 struct wlog *wal_file_log(const struct wal_opts *o)

@@ -157,6 +157,12 @@ int eng_committing(const struct engine *e);
  */
 void eng_set_notify(struct engine *e, void (*notify)(void *arg), void *arg);
 void eng_poll(struct engine *e);
+/*
+ * Block until the commit in progress, if any, has completed (its done has
+ * run). For an operator's request that must answer "durable": it costs the
+ * loop one fsync's time.
+ */
+void eng_flush(struct engine *e);
 
 /* Earliest time the wheel may have something to do (ms), UINT64_MAX if nothing waits. */
 uint64_t eng_next_event(const struct engine *e);

@@ -117,6 +117,8 @@ struct wlog_ops {
      */
     void (*poll)(struct wlog *l);
     void (*set_notify)(struct wlog *l, void (*fn)(void *arg), void *arg);
+    /* Block until the commit in progress, if any, completed (its done has run). */
+    void (*flush)(struct wlog *l);
 };
 
 struct wlog {
@@ -175,6 +177,11 @@ static inline void wlog_set_notify(struct wlog *l, void (*fn)(void *arg), void *
 {
     if (l->ops->set_notify)
         l->ops->set_notify(l, fn, arg);
+}
+static inline void wlog_flush(struct wlog *l)
+{
+    if (l->ops->flush)
+        l->ops->flush(l);
 }
 static inline void wlog_close(struct wlog *l)
 {

@@ -41,6 +41,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import string
 import struct
 import subprocess
@@ -377,6 +378,15 @@ def connect(retry_s=0.0, uri=None):
             if time.monotonic() >= deadline:
                 fail("cannot connect to the broker at %s: %r" % (mask_uri(uri), e))
             time.sleep(0.3)
+
+
+def free_port():
+    """A TCP port free on 127.0.0.1 right now (for a bridge's HTTP endpoint)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
 
 
 def mask_uri(uri):

@@ -32,7 +32,6 @@ returns to 0, every message arrives (lost = 0), none before its due time
 
 import http.client
 import random
-import socket
 import threading
 import time
 
@@ -46,12 +45,7 @@ TTL_MS = 6000
 ALARM_S = 14.0
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+free_port = h.free_port  # one copy, in harness.py
 
 
 def http_get(port, path, timeout=2.0):

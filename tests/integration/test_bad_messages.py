@@ -37,9 +37,7 @@ still delivered. Both bridges are alive at the end and stop with exit 0.
 import hashlib
 import http.client
 import json
-import math
 import re
-import socket
 import time
 
 import harness as h
@@ -122,12 +120,7 @@ ERRORS = {"invalid": "invalid x-delay", "toobig": "x-delay above max_delay_ms",
           "key": "invalid x-delay-key"}
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+free_port = h.free_port  # one copy, in harness.py
 
 
 def metrics(port):

@@ -28,7 +28,6 @@ import http.client
 import json
 import os
 import random
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -43,12 +42,7 @@ BULK = 1200000  # > PURGE_AT_ONCE (2^20) message-table entries: the purge runs i
 
 # ---- local helpers --------------------------------------------------------------
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+free_port = h.free_port  # one copy, in harness.py
 
 
 def req(port, method, path, timeout=10.0):

@@ -39,7 +39,6 @@ import json
 import os
 import random
 import re
-import socket
 import subprocess
 import threading
 import time
@@ -107,12 +106,7 @@ def running_nodes(cdir, node):
     return sorted(st.get("running_nodes", []))
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+free_port = h.free_port  # one copy, in harness.py
 
 
 def http_get(port, path, timeout=5.0):

@@ -11,7 +11,6 @@ paused state, then deletes the filler."""
 import http.client
 import json
 import os
-import socket
 import subprocess
 import time
 
@@ -21,12 +20,7 @@ from harness import check
 BODY = 150 * 1024
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+free_port = h.free_port  # one copy, in harness.py
 
 
 def get(port, path):

@@ -29,7 +29,6 @@ import http.client
 import json
 import os
 import random
-import socket
 import subprocess
 import threading
 import time
@@ -116,12 +115,7 @@ class Feeder(threading.Thread):
             return dict(self.sent)
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+free_port = h.free_port  # one copy, in harness.py
 
 
 def route_stats(port):

@@ -25,12 +25,7 @@ import harness as h
 from harness import check
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+free_port = h.free_port  # one copy, in harness.py
 
 
 def get(port, path, method="GET", headers=None, timeout=5.0):

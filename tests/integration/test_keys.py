@@ -29,7 +29,6 @@
 
 import http.client
 import json
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -44,12 +43,7 @@ LATE_S = 3.0  # a kill -9 + restart may fall shortly before a due time
 
 # ---- local helpers --------------------------------------------------------------
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+free_port = h.free_port  # one copy, in harness.py
 
 
 def req(port, method, path, timeout=10.0):

@@ -18,7 +18,6 @@ With routes[].max_delay_ms = 10 years:
 
 import http.client
 import json
-import socket
 import subprocess
 import time
 
@@ -31,12 +30,7 @@ MAX_MS = 10 * YEAR_MS
 FIVE_Y = 5 * YEAR_MS
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+free_port = h.free_port  # one copy, in harness.py
 
 
 def req(port, method, path):

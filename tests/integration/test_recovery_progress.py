@@ -62,13 +62,7 @@ def watch_recovery(b, port):
 
 def test(ctx):
     route = ctx.route("rp", "amq.direct")
-    port = h.free_port() if hasattr(h, "free_port") else None
-    if port is None:
-        import socket
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
+    port = h.free_port()
     b = ctx.bridge([route], name="rp", http={"listen": "127.0.0.1:%d" % port}, start=False)
     fill(b.config["wal"]["dir"], route["name"])
 

@@ -24,7 +24,6 @@ import http.client
 import json
 import os
 import secrets
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -37,12 +36,7 @@ from harness import check, log
 WARNING = "holds the broker password and is readable by other users"
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+free_port = harness.free_port  # one copy, in harness.py
 
 
 def get(port, path):

@@ -18,19 +18,13 @@
 """
 
 import http.client
-import socket
 import time
 
 import harness as h
 from harness import check
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+free_port = h.free_port  # one copy, in harness.py
 
 
 def metrics(port):
