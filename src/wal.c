@@ -35,6 +35,11 @@
  * segment's tail, and only then creates the new file. A durable newer
  * segment therefore always means a complete older one.
  *
+ * In the daemon the fdatasync runs on a thread of its own (opts.sync_thread,
+ * the wlog interface's poll/notify): the loop writes the batch into the page
+ * cache and goes on; the thread syncs and wakes it; the commit completes on
+ * the loop thread. Only the sync before a roll (above) stays inline.
+ *
  * Any write or fsync error is final. After fsync fails, Linux may have
  * dropped the dirty pages and marked them clean, so a retry that "succeeds"
  * proves nothing (the PostgreSQL fsyncgate of 2018). The log logs the error,
@@ -864,6 +869,17 @@ static int write_batch(struct wal *w, struct wal_batch *b)
 
         if (b->n == (int)(sizeof(b->fds) / sizeof(b->fds[0])))
             break; /* a batch this large spans more segments than one commit syncs: next time */
+        /*
+         * A new file only after the older segments' tails are on disk, here
+         * and now even when the rest of the sync runs on a thread: a durable
+         * newer segment must always mean complete older ones (a torn tail
+         * is only ever repaired in the newest). Rolls are rare, so this
+         * inline fsync is too.
+         */
+        if (s->fd < 0 && b->n > 0)
+            for (int k = 0; k < b->n; k++)
+                if ((r = sync_fd(w, b->fds[k])) < 0)
+                    return fail(w, r, "fdatasync", b->segnos[k]);
         if (s->fd < 0 && (r = seg_create(w, s)) < 0)
             return is_no_space(r) ? out_of_space(w, r, "create", s->segno)
                                   : fail(w, r, "create", s->segno);
