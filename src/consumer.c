@@ -371,20 +371,31 @@ void consumer_reject(struct consumer *c, uint32_t gen, uint64_t tag)
         conn_down(c, amqp_error_string2(r));
 }
 
+/*
+ * Close the connection on purpose: politely (unacked deliveries go back to
+ * their queues either way) and telling the owner, or abruptly and silently
+ * after a fatal error. Reconnecting is the caller's business (paused, stopped).
+ */
+static void close_connection(struct consumer *c, int graceful)
+{
+    if (c->conn.st) {
+        ev_io_stop(c->loop, &c->io);
+        amqp_conn_close(&c->conn, graceful && c->up);
+    }
+    c->as.active = 0;
+    if (c->up) {
+        c->up = 0;
+        if (graceful)
+            c->ops.state(c->ops.arg, 0);
+    }
+}
+
 void consumer_pause(struct consumer *c)
 {
     if (c->paused || c->stopped)
         return;
     c->paused = 1;
-    if (c->conn.st) {
-        ev_io_stop(c->loop, &c->io);
-        amqp_conn_close(&c->conn, c->up);
-    }
-    c->as.active = 0;
-    if (c->up) {
-        c->up = 0;
-        c->ops.state(c->ops.arg, 0);
-    }
+    close_connection(c, 1);
 }
 
 void consumer_resume(struct consumer *c)
@@ -398,26 +409,13 @@ void consumer_resume(struct consumer *c)
 void consumer_stop(struct consumer *c)
 {
     c->stopped = 1;
-    if (c->conn.st) {
-        ev_io_stop(c->loop, &c->io);
-        amqp_conn_close(&c->conn, c->up);
-    }
-    c->as.active = 0;
-    if (c->up) {
-        c->up = 0;
-        c->ops.state(c->ops.arg, 0);
-    }
+    close_connection(c, 1);
 }
 
 void consumer_abort(struct consumer *c)
 {
     c->stopped = 1;
-    if (c->conn.st) {
-        ev_io_stop(c->loop, &c->io);
-        amqp_conn_close(&c->conn, 0);
-    }
-    c->as.active = 0;
-    c->up = 0;
+    close_connection(c, 0);
 }
 
 int consumer_up(const struct consumer *c)
