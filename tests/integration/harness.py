@@ -35,6 +35,7 @@ Field equality compares kind and encoded bytes, so 1.5 as float32 never
 equals 1.5 as float64 and NaN equals itself.
 """
 
+import copy
 import decimal
 import json
 import os
@@ -387,6 +388,26 @@ def free_port():
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+def mutate(cfg, path, value=None, delete=False):
+    """Set (or delete) cfg at a path like 'routes[0].prefetch'."""
+    c = copy.deepcopy(cfg)
+    parts = []
+    for p in path.split("."):
+        if "[" in p:
+            name, idx = p[:-1].split("[")
+            parts += [name, int(idx)]
+        else:
+            parts.append(p)
+    o = c
+    for p in parts[:-1]:
+        o = o[p]
+    if delete:
+        del o[parts[-1]]
+    else:
+        o[parts[-1]] = value
+    return c
 
 
 def mask_uri(uri):

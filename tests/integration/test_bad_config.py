@@ -10,36 +10,15 @@ root could write anywhere). --check-config agrees (exit 3) on every mistake
 that is in the file itself; the two wal.dir cases depend on the machine and
 user and are the daemon's check at start only (config_check_wal_dir)."""
 
-import copy
 import json
 import os
 import shutil
 import subprocess
 
 import harness as h
-from harness import check
+from harness import check, mutate
 
 NOBODY = 65534
-
-
-def mutate(cfg, path, value=None, delete=False):
-    """Set (or delete) cfg at a path like 'routes[0].prefetch'."""
-    c = copy.deepcopy(cfg)
-    parts = []
-    for p in path.split("."):
-        if "[" in p:
-            name, idx = p[:-1].split("[")
-            parts += [name, int(idx)]
-        else:
-            parts.append(p)
-    o = c
-    for p in parts[:-1]:
-        o = o[p]
-    if delete:
-        del o[parts[-1]]
-    else:
-        o[parts[-1]] = value
-    return c
 
 
 def run(args, timeout=20, user=None):

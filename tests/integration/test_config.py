@@ -5,13 +5,12 @@ path (e.g. routes[0].tagret_exchange) so the user can fix it; unknown keys
 are errors; --version, --help and usage errors (exit 2); a missing or
 malformed file (exit 3); DELAY_BRIDGE_BROKER_URI overrides broker.uri."""
 
-import copy
 import json
 import os
 import subprocess
 
 import harness as h
-from harness import check
+from harness import check, mutate
 
 
 def good(ctx):
@@ -21,26 +20,6 @@ def good(ctx):
                   dead_letter_exchange=""),
         ctx.route("second", "other", invalid_delay="dead-letter", dead_letter_exchange="dlx"),
     ])
-
-
-def mutate(cfg, path, value=None, delete=False):
-    """Set (or delete) cfg at a path like 'routes[0].prefetch'."""
-    c = copy.deepcopy(cfg)
-    parts = []
-    for p in path.split("."):
-        if "[" in p:
-            name, idx = p[:-1].split("[")
-            parts += [name, int(idx)]
-        else:
-            parts.append(p)
-    o = c
-    for p in parts[:-1]:
-        o = o[p]
-    if delete:
-        del o[parts[-1]]
-    else:
-        o[parts[-1]] = value
-    return c
 
 
 def run_bridge(args, env=None, timeout=20):
