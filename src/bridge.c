@@ -796,6 +796,11 @@ static int route_index(void *arg, const char *name, size_t len)
     return -1;
 }
 
+static const char *route_name(void *arg, int i)
+{
+    return ((const struct config *)arg)->routes[i].name;
+}
+
 static void *recover_thread(void *arg)
 {
     struct bridge *b = arg;
@@ -873,10 +878,15 @@ static int start_recovery(struct bridge *b, struct wlog *log)
     b->rec.opts = (struct eng_opts){.log = log,
                                     .nroutes = b->cfg->nroutes,
                                     .route_index = route_index,
+                                    .route_name = route_name,
                                     .route_arg = (void *)b->cfg,
                                     .progress = &b->rec.progress,
                                     .recent = recent,
-                                    .fingerprint = msgrec_fingerprint};
+                                    .fingerprint = msgrec_fingerprint,
+                                    .checkpoint_interval_ms =
+                                        (uint64_t)b->cfg->checkpoint_interval_s * 1000,
+                                    .checkpoint_min_bytes =
+                                        (uint64_t)b->cfg->checkpoint_min_mb << 20};
     ev_async_init(&b->rec.recovered, on_recovered);
     b->rec.recovered.data = b;
     ev_async_start(b->loop, &b->rec.recovered);

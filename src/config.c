@@ -37,7 +37,8 @@
  *   broker.heartbeat_s 0..65535 (AMQP short); connect_timeout_ms,
  *   reconnect_*_ms, publish_retry_*_ms 1..2^32-1; shutdown_timeout_ms
  *   0..2^32-1; wal.max_message_bytes 1..536870912 (RabbitMQ's own ceiling,
- *   well under WALREC_MAX_PAYLOAD); http.listen is "" (off) by
+ *   well under WALREC_MAX_PAYLOAD); wal.checkpoint_interval_s 0 (off)..604800;
+ *   wal.checkpoint_min_mb 1..1048576; http.listen is "" (off) by
  *   default, else host:port with IPv6 hosts in brackets ("[::1]:9187").
  *
  * json-c keeps the last of two equal keys in one object, so a duplicate key
@@ -516,7 +517,7 @@ static int parse_broker(struct ctx *x, struct config *c, json_object *root)
 static int parse_wal(struct ctx *x, struct config *c, json_object *root)
 {
     static const char *const keys[] = { "dir", "segment_mb", "fsync", "max_message_bytes",
-                                        NULL };
+                                        "checkpoint_interval_s", "checkpoint_min_mb", NULL };
     json_object *w;
     if (section(x, root, "wal", keys, &w) < 0)
         return -1;
@@ -536,6 +537,14 @@ static int parse_wal(struct ctx *x, struct config *c, json_object *root)
     if (get_int(x, w, "wal", "max_message_bytes", 1, 512u << 20, &v) < 0)
         return -1;
     c->max_message_bytes = (uint32_t)v;
+    v = c->checkpoint_interval_s;
+    if (get_int(x, w, "wal", "checkpoint_interval_s", 0, 7 * 86400, &v) < 0)
+        return -1;
+    c->checkpoint_interval_s = (uint32_t)v;
+    v = c->checkpoint_min_mb;
+    if (get_int(x, w, "wal", "checkpoint_min_mb", 1, 1u << 20, &v) < 0)
+        return -1;
+    c->checkpoint_min_mb = (uint32_t)v;
     return 0;
 }
 
@@ -907,6 +916,8 @@ static void defaults(struct config *c)
     c->segment_bytes = 64ull << 20;
     c->fsync = 1;
     c->max_message_bytes = 134217728u;
+    c->checkpoint_interval_s = 60;
+    c->checkpoint_min_mb = 64;
     /* http_listen "": the endpoint is off unless configured (README) */
     c->log_level = LOG_LEVEL_INFO;
     c->shutdown_timeout_ms = 10000;

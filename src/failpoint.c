@@ -19,6 +19,7 @@
 /* Every point a FAILPOINT*() names; an armed name must be one of them. */
 static const char *const known[] = {
     "wal.before_fsync", "wal.fsync_error", "wal.mid_roll", "wal.mid_compaction",
+    "wal.ckpt_write_error", "wal.mid_ckpt", "wal.after_ckpt",
     "bridge.before_ack", "bridge.after_publish", "bridge.after_confirm",
 };
 

@@ -117,6 +117,7 @@
 #include "delay-bridge/log.h"
 #include "delay-bridge/wlog.h"
 #include "delay-bridge/xalloc.h"
+#include "delay-bridge/walckpt.h"
 #include "delay-bridge/walrec.h"
 #include "delay-bridge/walscan.h"
 
@@ -177,6 +178,16 @@ struct wal {
     uint64_t cpt_off;
     uint8_t *cbuf;
     size_t ccap;
+
+    /* checkpoint being written or installed (walckpt.h) */
+    struct walckpt *ck;
+    int ck_state;          /* WLOG_CKPT_* */
+    int ck_installing;     /* its install thread runs */
+    uint64_t ck_start_lsn; /* of the one being written */
+    uint64_t ck_end_lsn;   /* installable once durable_lsn + 1 >= this */
+    uint64_t ck_began_ns, ck_began_ms;
+    uint64_t ck_installed, ck_failed, ck_lsn, ck_bytes, ck_lsn_ms, ck_loaded_lsn;
+    double ck_seconds;
 };
 
 /* ---- small helpers ----------------------------------------------------- */
@@ -539,6 +550,7 @@ static int corrupt(struct wal *w, const struct seg *s, const struct walscan *sc)
 struct replay_state {
     wal_replay_fn *fn;
     void *arg;
+    uint64_t from_lsn;   /* records before it are checked, not handed out (checkpoint) */
     struct walscan scan;
     uint64_t segno;      /* segment being read */
     uint64_t records;
@@ -583,7 +595,8 @@ static int replay_segment(struct wal *w, size_t idx, struct replay_state *st, ui
     while ((r = walscan_next(&st->scan, &rec)) > 0) {
         struct wal_loc loc = {(uint32_t)s->segno, (uint32_t)rec.off, rec.len};
 
-        if (st->fn && (r = st->fn(st->arg, &rec.hdr, rec.payload, loc)) != 0)
+        if (st->fn && rec.hdr.lsn >= st->from_lsn &&
+            (r = st->fn(st->arg, &rec.hdr, rec.payload, loc)) != 0)
             return r;
         s->last_lsn = rec.hdr.lsn;
         st->records++;
@@ -611,25 +624,44 @@ static int replay_segment(struct wal *w, size_t idx, struct replay_state *st, ui
     }
 }
 
-static int replay_all(struct wal *w, wal_replay_fn *fn, void *arg)
+/*
+ * Replay records from from_lsn on (1: all). A segment wholly before it (its
+ * successor starts at or before from_lsn) is not read at all; base: bytes
+ * already counted as done in the progress (a checkpoint's).
+ */
+static int replay_all(struct wal *w, wal_replay_fn *fn, void *arg, uint64_t from_lsn,
+                      uint64_t base)
 {
     struct replay_state st;
-    uint64_t expect = w->segs[0].base_lsn;
+    uint64_t expect = w->segs[0].base_lsn, skipped = 0;
+    size_t read = 0;
     int r = 0;
 
     memset(&st, 0, sizeof(st));
     st.fn = fn;
     st.arg = arg;
-    st.total_bytes = w->total_size;
+    st.from_lsn = from_lsn;
+    st.done_bytes = base;
+    st.total_bytes = base + w->total_size;
     st.start_ms = st.last_log_ms = mono_ms();
     st.progress = w->progress;
     if (st.progress) {
-        atomic_store_explicit(&st.progress->total, w->total_size, memory_order_relaxed);
-        atomic_store_explicit(&st.progress->done, 0, memory_order_relaxed);
+        atomic_store_explicit(&st.progress->total, st.total_bytes, memory_order_relaxed);
+        atomic_store_explicit(&st.progress->done, base, memory_order_relaxed);
     }
     walscan_init(&st.scan, REPLAY_CHUNK, replay_progress, &st);
     for (size_t i = 0; i < w->nsegs; i++) {
         struct seg *s = &w->segs[i];
+        if (i + 1 < w->nsegs && w->segs[i + 1].base_lsn <= from_lsn &&
+            s->base_lsn == expect && w->segs[i + 1].base_lsn >= s->base_lsn) {
+            /* Wholly before the checkpoint's start: what it held is in the checkpoint. */
+            s->last_lsn = w->segs[i + 1].base_lsn - 1;
+            expect = w->segs[i + 1].base_lsn;
+            st.done_bytes += s->disk;
+            skipped += s->disk;
+            continue;
+        }
+        read++;
         if (s->base_lsn != expect) {
             char name[WALSCAN_NAME_SIZE];
             walscan_seg_name(name, s->segno);
@@ -648,12 +680,67 @@ static int replay_all(struct wal *w, wal_replay_fn *fn, void *arg)
     if (st.progress)
         atomic_store_explicit(&st.progress->done, w->total_size, memory_order_relaxed);
     uint64_t ms = mono_ms() - st.start_ms;
-    log_info("wal", "log replayed", "dir=%s segments=%zu records=%llu bytes=%llu ms=%llu next_lsn=%llu",
-             w->dir, w->nsegs, (unsigned long long)st.records, (unsigned long long)w->total_size,
-             (unsigned long long)ms, (unsigned long long)expect);
+    log_info("wal", "log replayed",
+             "dir=%s segments=%zu segments_read=%zu records=%llu bytes=%llu bytes_skipped=%llu "
+             "from_lsn=%llu ms=%llu next_lsn=%llu",
+             w->dir, w->nsegs, read, (unsigned long long)st.records,
+             (unsigned long long)w->total_size, (unsigned long long)skipped,
+             (unsigned long long)from_lsn, (unsigned long long)ms, (unsigned long long)expect);
 cleanup:
     walscan_free(&st.scan);
     return r;
+}
+
+/*
+ * Hand the owner dir/CHECKPOINT, if there is a usable one, and say where
+ * replay starts. A damaged or foreign checkpoint is not fatal: the log
+ * holds everything, so recovery falls back to a full replay (and says so).
+ * A failure after chunks were handed out is: the owner's state is partial.
+ */
+static int load_ckpt(struct wal *w, const struct wal_opts *o, uint64_t *from_lsn, uint64_t *base)
+{
+    struct walckpt_info info;
+    struct stat st;
+    char why[256];
+    int r;
+
+    if (fstatat(w->dirfd, WALCKPT_NAME, &st, 0) < 0)
+        return 0;
+    if (w->progress) {
+        atomic_store_explicit(&w->progress->total, 2 * (uint64_t)st.st_size + w->total_size,
+                              memory_order_relaxed);
+        atomic_store_explicit(&w->progress->done, 0, memory_order_relaxed);
+    }
+    uint64_t t0 = mono_ms();
+    r = walckpt_read(w->dirfd, w->id, o->ckpt_fn, o->ckpt_arg, &info, why, sizeof(why),
+                     w->progress);
+    if (r == 1) {
+        log_info("wal", "checkpoint not used (the owner's choice); replaying the whole log",
+                 "dir=%s", w->dir);
+        return 0;
+    }
+    if (r < 0 && info.handed == 0) {
+        /* nothing was handed out: the owner's state is untouched */
+        log_warn("wal", "checkpoint unusable, replaying the whole log instead",
+                 "file=%s/%s reason=\"%s\"", w->dir, WALCKPT_NAME, why);
+        return 0;
+    }
+    if (r < 0) {
+        log_error("wal", "cannot read the checkpoint", "file=%s/%s err=\"%s\" reason=\"%s\"",
+                  w->dir, WALCKPT_NAME, wal_strerror(r), why);
+        return r;
+    }
+    *from_lsn = info.start_lsn;
+    *base = 2 * info.bytes;
+    w->ck_loaded_lsn = w->ck_lsn = info.start_lsn;
+    w->ck_end_lsn = info.end_lsn;
+    w->ck_bytes = info.bytes;
+    w->ck_lsn_ms = info.created_ms;
+    log_info("wal", "checkpoint loaded",
+             "file=%s/%s bytes=%llu chunks=%llu start_lsn=%llu ms=%llu", w->dir, WALCKPT_NAME,
+             (unsigned long long)info.bytes, (unsigned long long)info.chunks,
+             (unsigned long long)info.start_lsn, (unsigned long long)(mono_ms() - t0));
+    return 0;
 }
 
 int wal_open(struct wal **out, const struct wal_opts *o, wal_replay_fn *replay, void *arg)
@@ -726,10 +813,27 @@ int wal_open(struct wal **out, const struct wal_opts *o, wal_replay_fn *replay, 
 
     /* The replay function may reach w through its own pointer to *out. */
     *out = w;
-    if ((r = replay_all(w, replay, arg)) != 0) {
+    uint64_t from_lsn = 1, base = 0;
+    if (o->ckpt_fn && (r = load_ckpt(w, o, &from_lsn, &base)) < 0) {
         *out = NULL;
         goto fail;
     }
+    if ((r = replay_all(w, replay, arg, from_lsn, base)) != 0) {
+        *out = NULL;
+        goto fail;
+    }
+    if (w->ck_loaded_lsn && w->next_lsn < w->ck_end_lsn) {
+        log_error("wal",
+                  "the checkpoint describes records the log does not have (segments restored "
+                  "from an older backup?); restore the matching segments, or move CHECKPOINT "
+                  "away to recover from the segments alone",
+                  "dir=%s checkpoint_end_lsn=%llu log_next_lsn=%llu", w->dir,
+                  (unsigned long long)w->ck_end_lsn, (unsigned long long)w->next_lsn);
+        *out = NULL;
+        r = WAL_ECORRUPT;
+        goto fail;
+    }
+    w->ck_end_lsn = 0;
     w->durable_lsn = w->next_lsn - 1;
     return 0;
 
@@ -742,6 +846,7 @@ void wal_close(struct wal *w)
 {
     if (!w)
         return;
+    walckpt_free(w->ck);
     for (size_t i = 0; i < w->nsegs; i++)
         if (w->segs[i].fd >= 0)
             close(w->segs[i].fd);
@@ -1251,6 +1356,127 @@ void wal_get_stats(const struct wal *w, struct wal_stats *s)
         s->compact_done = w->cpt_off;
         s->compact_total = w->segs[0].size;
     }
+    s->ckpt_state = w->ck_state;
+    s->ckpt_installed = w->ck_installed;
+    s->ckpt_failed = w->ck_failed;
+    s->ckpt_lsn = w->ck_lsn;
+    s->ckpt_bytes = w->ck_bytes;
+    s->ckpt_age_ms = w->ck_lsn ? clock_now_ms() - w->ck_lsn_ms : 0;
+    s->ckpt_seconds = w->ck_seconds;
+    s->ckpt_loaded_lsn = w->ck_loaded_lsn;
+}
+
+/* ---- checkpoints ------------------------------------------------------- */
+
+/* An I/O error on the checkpoint: drop it; the log and the installed one are untouched. */
+static int ckpt_failed(struct wal *w, int err, const char *what)
+{
+    log_error("wal", "checkpoint abandoned; the previous one (if any) stays in use",
+              "dir=%s step=%s err=\"%s\"", w->dir, what, wal_strerror(err));
+    walckpt_free(w->ck);
+    w->ck = NULL;
+    w->ck_state = WLOG_CKPT_IDLE;
+    w->ck_installing = 0;
+    w->ck_failed++;
+    return err;
+}
+
+int wal_ckpt_begin(struct wal *w)
+{
+    int r;
+
+    if (w->failed)
+        return w->failed;
+    if (w->ck)
+        return WLOG_EBUSY;
+    r = walckpt_create(&w->ck, w->dirfd, w->dir, w->id, w->durable_lsn + 1);
+    if (r < 0)
+        return ckpt_failed(w, r, "create");
+    w->ck_state = WLOG_CKPT_WRITING;
+    w->ck_start_lsn = w->durable_lsn + 1;
+    w->ck_began_ns = clock_mono_ns();
+    w->ck_began_ms = clock_now_ms();
+    return 0;
+}
+
+int wal_ckpt_write(struct wal *w, uint8_t kind, const void *p, size_t n)
+{
+    int r;
+
+    if (!w->ck || w->ck_state != WLOG_CKPT_WRITING)
+        return -EINVAL;
+    FAILPOINT("wal.mid_ckpt");
+    r = FAILPOINT_ERR("wal.ckpt_write_error") ? -EIO : 0;
+    if (r == 0)
+        r = walckpt_chunk(w->ck, kind, p, n);
+    return r < 0 ? ckpt_failed(w, r, "write") : 0;
+}
+
+int wal_ckpt_end(struct wal *w)
+{
+    int r;
+
+    if (!w->ck || w->ck_state != WLOG_CKPT_WRITING)
+        return -EINVAL;
+    if ((r = walckpt_finish(w->ck, w->next_lsn)) < 0)
+        return ckpt_failed(w, r, "finish");
+    w->ck_end_lsn = w->next_lsn;
+    w->ck_state = WLOG_CKPT_SEALING;
+    wal_ckpt_poll(w);
+    return 0;
+}
+
+void wal_ckpt_abort(struct wal *w)
+{
+    walckpt_free(w->ck); /* waits for an install in progress */
+    w->ck = NULL;
+    w->ck_state = WLOG_CKPT_IDLE;
+    w->ck_installing = 0;
+}
+
+void wal_ckpt_poll(struct wal *w)
+{
+    int r;
+
+    if (!w->ck || w->ck_state != WLOG_CKPT_SEALING)
+        return;
+    if (!w->ck_installing) {
+        /* Install only what the log has made durable: no chunk may outlive its records. */
+        if (w->durable_lsn + 1 < w->ck_end_lsn)
+            return;
+        if ((r = walckpt_install(w->ck, w->no_sync)) < 0) {
+            ckpt_failed(w, r, "install");
+            return;
+        }
+        w->ck_installing = 1;
+        return;
+    }
+    r = walckpt_installed(w->ck);
+    if (r == 0)
+        return;
+    if (r < 0) {
+        ckpt_failed(w, r, "sync and rename");
+        return;
+    }
+    FAILPOINT("wal.after_ckpt");
+    w->ck_installed++;
+    w->ck_lsn = w->ck_start_lsn;
+    w->ck_lsn_ms = w->ck_began_ms;
+    w->ck_bytes = walckpt_size(w->ck);
+    w->ck_seconds = (double)(clock_mono_ns() - w->ck_began_ns) / 1e9;
+    log_info("wal", "checkpoint installed",
+             "file=%s/%s bytes=%llu start_lsn=%llu end_lsn=%llu seconds=%.3f", w->dir,
+             WALCKPT_NAME, (unsigned long long)w->ck_bytes, (unsigned long long)w->ck_lsn,
+             (unsigned long long)w->ck_end_lsn, w->ck_seconds);
+    walckpt_free(w->ck);
+    w->ck = NULL;
+    w->ck_state = WLOG_CKPT_IDLE;
+    w->ck_installing = 0;
+}
+
+int wal_has_segment(const struct wal *w, uint32_t segno)
+{
+    return seg_find((struct wal *)w, segno) != NULL;
 }
 
 const char *wal_strerror(int err)
@@ -1306,6 +1532,42 @@ static int wl_replay(void *arg, const struct walrec_hdr *h, const uint8_t *paylo
     struct wal_log *wl = arg;
 
     return wl->replay(wl->replay_arg, h, payload, TO_WLOG_LOC(loc));
+}
+
+static void wl_set_ckpt_fn(struct wlog *l, wlog_ckpt_fn *fn, void *arg)
+{
+    WAL_LOG(l)->opts.ckpt_fn = fn;
+    WAL_LOG(l)->opts.ckpt_arg = arg;
+}
+
+static int wl_ckpt_begin(struct wlog *l)
+{
+    return wal_ckpt_begin(WAL_LOG(l)->w);
+}
+
+static int wl_ckpt_write(struct wlog *l, uint8_t kind, const void *p, size_t n)
+{
+    return wal_ckpt_write(WAL_LOG(l)->w, kind, p, n);
+}
+
+static int wl_ckpt_end(struct wlog *l)
+{
+    return wal_ckpt_end(WAL_LOG(l)->w);
+}
+
+static void wl_ckpt_abort(struct wlog *l)
+{
+    wal_ckpt_abort(WAL_LOG(l)->w);
+}
+
+static void wl_ckpt_poll(struct wlog *l)
+{
+    wal_ckpt_poll(WAL_LOG(l)->w);
+}
+
+static int wl_has(const struct wlog *l, struct wlog_loc loc)
+{
+    return wal_has_segment(WAL_LOG(l)->w, loc.seg);
 }
 
 static int wl_recover(struct wlog *l, wlog_replay_fn *fn, void *arg, struct db_progress *progress)
@@ -1540,6 +1802,14 @@ static void wl_stats(const struct wlog *l, struct wlog_stats *s)
     s->compact_segment = ws.compact_segment;
     s->compact_done = ws.compact_done;
     s->compact_total = ws.compact_total;
+    s->ckpt_state = ws.ckpt_state;
+    s->ckpt_installed = ws.ckpt_installed;
+    s->ckpt_failed = ws.ckpt_failed;
+    s->ckpt_lsn = ws.ckpt_lsn;
+    s->ckpt_bytes = ws.ckpt_bytes;
+    s->ckpt_age_ms = ws.ckpt_age_ms;
+    s->ckpt_seconds = ws.ckpt_seconds;
+    s->ckpt_loaded_lsn = ws.ckpt_loaded_lsn;
 }
 
 static uint64_t wl_id(const struct wlog *l)
@@ -1574,7 +1844,8 @@ static void wl_close(struct wlog *l)
 static const struct wlog_ops wal_log_ops = {
     "segment files", wl_recover, wl_append, wl_pending, wl_commit, wl_read,
     wl_live, wl_reclaim, wl_stats, wl_id, wl_next_lsn, wl_close, wl_poll, wl_set_notify,
-    wl_flush,
+    wl_flush, wl_set_ckpt_fn, wl_ckpt_begin, wl_ckpt_write, wl_ckpt_end, wl_ckpt_abort,
+    wl_ckpt_poll, wl_has,
 };
 
 struct wlog *wal_file_log(const struct wal_opts *o)

@@ -77,6 +77,9 @@ struct config {
     uint64_t segment_bytes;      /* "segment_mb": 64 */
     int fsync;                   /* "fsync": true; false is for tests on tmpfs only */
     uint32_t max_message_bytes;  /* "max_message_bytes": 134217728 */
+    uint32_t checkpoint_interval_s; /* "checkpoint_interval_s": 60; 0 = no checkpoints */
+    uint32_t checkpoint_min_mb;  /* "checkpoint_min_mb": 64 -- and at least this much
+                                    log appended since the last one began */
 
     /* top level */
     char instance[65];           /* "instance": "" -- names this bridge in logs, connection

@@ -99,6 +99,8 @@ struct eng_opts {
     int nroutes;      /* routes 0..nroutes-1, at most ENG_ROUTE_UNKNOWN */
     /* Map a route name found in the log to a route index, or -1 (orphan). */
     int (*route_index)(void *arg, const char *name, size_t len);
+    /* The name of route i (for checkpoints; NULL: no checkpoints are written). */
+    const char *(*route_name)(void *arg, int i);
     void *route_arg;
     uint64_t now_ms; /* wall clock at open; 0 = read it */
     struct db_progress *progress; /* optional: recovery progress (eng_open may run on a thread) */
@@ -113,6 +115,16 @@ struct eng_opts {
     uint64_t (*fingerprint)(const struct walrec_add *a);
     /* Hash of (route, key); NULL = keymap_hash. Tests force collisions with it. */
     uint64_t (*key_hash)(uint16_t route, const char *key, size_t len);
+    /*
+     * Checkpoints (when the log has them): eng_maintain() begins one when
+     * checkpoint_interval_ms passed since the last began and the log grew by
+     * at least max(checkpoint_min_bytes, half the last checkpoint's size)
+     * since, so checkpoints never write more than half as much as the log.
+     * 0 = never. eng_checkpoint() begins one now.
+     */
+    uint64_t checkpoint_interval_ms;
+    uint64_t checkpoint_min_bytes;
+    uint32_t checkpoint_step; /* held messages written per eng_maintain(); 0 = 65536 */
 };
 
 /*
@@ -258,8 +270,32 @@ void eng_purge_begin(struct engine *e, struct eng_purge *p, uint16_t route, uint
 /* 1 if more remains, 0 when done, negative on a log error. */
 int eng_purge_step(struct engine *e, struct eng_purge *p, size_t budget);
 
-/* Reclaim log space, a bounded amount of work; 1 if more remains, 0, or negative. */
+/*
+ * Reclaim log space, a bounded amount of work, and advance a checkpoint:
+ * begin one when the policy in eng_opts says so, snapshot a bounded number
+ * of held messages into it, install it once the log is durable. 1 if more
+ * remains, 0, or negative (a log error; a failed checkpoint is not one: it
+ * is logged, counted and tried again at the next interval).
+ *
+ * Checkpoint layout, the engine's chunks (little-endian):
+ *   kind 1, meta, once, first:
+ *     0 4 version 1 | 4 4 nroutes | 8 8 held at begin (index size hint)
+ *     16 8 ring_lsn: fresh ADDs replayed from here on go on the recent rings
+ *     24 4 ring size | 28 4 zero
+ *     then per route: 2 name length, name, 4 n, n x 8 fingerprints (oldest first)
+ *   kind 2, held messages, 32 bytes each:
+ *     0 8 msg_id | 8 8 due_ms | 16 4 loc.seg | 20 4 loc.off | 24 4 loc.len
+ *     28 2 route (0xFFFF: orphan) | 30 2 zero
+ *   kind 3, keys, 12 bytes each: 0 8 msg_id | 8 4 key fingerprint (keymap)
+ *   kind 4, end, once, last: 0 8 the log's next LSN when the walk ended
+ * Recovery uses a checkpoint only if its routes are the configured ones, in
+ * the same order (orphans and key fingerprints depend on route indexes);
+ * otherwise it replays the whole log.
+ */
 int eng_maintain(struct engine *e, size_t budget);
+
+/* Begin a checkpoint now (0), or ENG_EBUSY if one is running, or -ENOTSUP. */
+int eng_checkpoint(struct engine *e);
 
 struct eng_route_stats {
     uint64_t pending, waiting, due, inflight; /* by state */
@@ -289,6 +325,11 @@ struct eng_stats {
     int log_no_space; /* the last commit found the disk full */
     struct db_hist fsync;
     uint64_t compact_segment, compact_done, compact_total; /* reclaim in progress */
+    /* checkpoints (wlog_stats) */
+    int ckpt_state;
+    uint64_t ckpt_installed, ckpt_failed, ckpt_lsn, ckpt_bytes, ckpt_age_ms, ckpt_loaded_lsn;
+    double ckpt_seconds;
+    uint64_t ckpt_walked, ckpt_total; /* the walk in progress: handles looked at, of */
 };
 void eng_stats(const struct engine *e, struct eng_stats *s);
 void eng_route_stats(const struct engine *e, uint16_t route, struct eng_route_stats *s);

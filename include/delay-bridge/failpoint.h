@@ -27,6 +27,10 @@
  *                         (on a new log, pass 1 is segment 1's creation)
  *   wal.mid_compaction    compact_head: a live record was just copied
  *                         forward; the old segment is still there
+ *   wal.ckpt_write_error  (ERR) a checkpoint chunk cannot be written (EIO)
+ *   wal.mid_ckpt          wal_ckpt_write: a checkpoint half written, not
+ *                         installed (CHECKPOINT.tmp left behind)
+ *   wal.after_ckpt        a checkpoint was just installed (renamed, synced)
  *   bridge.before_ack     on_committed: the commit is durable, basic.ack not sent
  *   bridge.after_publish  pump: basic.publish sent, its confirm not processed
  *   bridge.after_confirm  on_confirmed: eng_confirm done, its DONE record

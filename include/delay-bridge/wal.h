@@ -66,6 +66,14 @@ struct wal_opts {
     struct db_progress *progress; /* optional: replay progress, updated as it reads */
     int sync_thread;        /* wal_file_log(): fdatasync on a thread of its own; the
                                commit completes through wlog_poll() after notify */
+    /*
+     * Optional: recover from dir/CHECKPOINT (walckpt.h) when there is a
+     * valid one. wal_open() hands its chunks to ckpt_fn (wlog.h's contract)
+     * and then replays only the records from its start LSN on; without a
+     * usable checkpoint it replays everything.
+     */
+    wlog_ckpt_fn *ckpt_fn;
+    void *ckpt_arg;
 };
 
 /*
@@ -155,8 +163,30 @@ struct wal_stats {
     struct db_hist fsync;     /* fdatasync durations, seconds */
     uint64_t compact_segment; /* segment being compacted, 0 if none */
     uint64_t compact_done, compact_total; /* its bytes looked at, of */
+    int ckpt_state;           /* WLOG_CKPT_* */
+    uint64_t ckpt_installed, ckpt_failed, ckpt_lsn, ckpt_bytes, ckpt_age_ms, ckpt_loaded_lsn;
+    double ckpt_seconds;
 };
 void wal_get_stats(const struct wal *w, struct wal_stats *s);
+
+/*
+ * Checkpoints (wlog.h has the contract): begin one whose replay starts at
+ * the first LSN not yet durable; write the owner's chunks; end it. It is
+ * installed -- synced on a thread, renamed over dir/CHECKPOINT -- by a
+ * later wal_ckpt_poll() once every record appended before wal_ckpt_end()
+ * is durable. An I/O error abandons the checkpoint (logged, counted) and
+ * leaves the log and the installed checkpoint as they were: the caller
+ * gets the error and may simply try again later. WLOG_EBUSY while one is
+ * being written or installed.
+ */
+int wal_ckpt_begin(struct wal *w);
+int wal_ckpt_write(struct wal *w, uint8_t kind, const void *p, size_t n);
+int wal_ckpt_end(struct wal *w);
+void wal_ckpt_abort(struct wal *w);
+void wal_ckpt_poll(struct wal *w);
+
+/* Does the log still have segment loc.seg? */
+int wal_has_segment(const struct wal *w, uint32_t segno);
 
 /* Text for a negative code from this module (errno values included). */
 const char *wal_strerror(int err);

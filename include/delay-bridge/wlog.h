@@ -18,7 +18,11 @@
  *   read      read one record back by location (a due message's payload);
  *   live      mark an ADD record live or dead (space accounting);
  *   reclaim   a bounded step of space reclamation, asking the owner which
- *             records are still live and telling it where they moved.
+ *             records are still live and telling it where they moved;
+ *   checkpoint (optional) store a snapshot of the owner's held set, given
+ *             as opaque chunks, so that the next recovery hands the owner
+ *             those chunks and then only the records the snapshot may not
+ *             reflect, instead of the whole history.
  *
  * struct wlog is the interface: an ops table and the object behind it. The
  * segment-file log (wal.h) is one implementation; a replicated log can wrap
@@ -34,6 +38,7 @@
 #ifndef DB_WLOG_H
 #define DB_WLOG_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -63,6 +68,16 @@ struct wlog_buf {
 typedef int wlog_replay_fn(void *arg, const struct walrec_hdr *h, const uint8_t *payload,
                            struct wlog_loc loc);
 
+/*
+ * Called at recovery, before any record, with each chunk of the newest
+ * valid checkpoint in the order they were written (kind as given to
+ * ckpt_write). The log has checked every chunk before the first call. For
+ * the first chunk only, a return of 1 means "not usable" (for example, the
+ * routes changed): the log then replays everything instead. Any other
+ * non-zero return aborts recovery with it.
+ */
+typedef int wlog_ckpt_fn(void *arg, uint8_t kind, const uint8_t *p, size_t n);
+
 /* Completion of a commit: err is 0 (durable) or the log's failure. */
 typedef void wlog_commit_fn(void *arg, int err);
 
@@ -91,7 +106,20 @@ struct wlog_stats {
     struct db_hist fsync;     /* sync durations, seconds */
     uint64_t compact_segment; /* unit being reclaimed, 0 if none */
     uint64_t compact_done, compact_total; /* its bytes looked at, of */
+    /* checkpoints */
+    int ckpt_state;            /* WLOG_CKPT_* */
+    uint64_t ckpt_installed;   /* checkpoints installed since start */
+    uint64_t ckpt_failed;      /* checkpoints abandoned on an I/O error */
+    uint64_t ckpt_lsn;         /* the installed one: replay starts here (0: none) */
+    uint64_t ckpt_bytes;       /* its size */
+    uint64_t ckpt_age_ms;      /* since it was begun (0: none) */
+    double ckpt_seconds;       /* begin to installed, the last one */
+    uint64_t ckpt_loaded_lsn;  /* recovery started from this checkpoint (0: full replay) */
 };
+
+#define WLOG_CKPT_IDLE 0
+#define WLOG_CKPT_WRITING 1 /* between ckpt_begin and ckpt_end */
+#define WLOG_CKPT_SEALING 2 /* written; waiting for the log to be durable, then synced, renamed */
 
 struct wlog;
 
@@ -119,6 +147,31 @@ struct wlog_ops {
     void (*set_notify)(struct wlog *l, void (*fn)(void *arg), void *arg);
     /* Block until the commit in progress, if any, completed (its done has run). */
     void (*flush)(struct wlog *l);
+
+    /*
+     * Checkpoints; a log without them leaves these NULL. Call set_ckpt_fn
+     * before recover to be handed the newest checkpoint. A checkpoint is
+     * fuzzy: ckpt_begin fixes the LSN replay will start from (the first one
+     * not durable yet), the owner then writes its state in chunks while it
+     * keeps changing, and ckpt_end seals it. Recovery replays every record
+     * from that LSN on top of the chunks, so the owner must apply records
+     * idempotently (an ADD it already holds, a DONE for a message it does
+     * not). The log installs a sealed checkpoint only once everything
+     * appended before ckpt_end is durable, so no chunk can describe a
+     * record that a crash then loses; until it is installed the previous
+     * checkpoint stays the one recovery uses. ckpt_poll drives that (call it
+     * now and then); ckpt_abort drops a checkpoint being written.
+     * has(loc): does the unit holding loc still exist? (A snapshot may name
+     * a record whose unit reclamation deleted since; such a message is gone,
+     * or a later copy of it is among the replayed records.)
+     */
+    void (*set_ckpt_fn)(struct wlog *l, wlog_ckpt_fn *fn, void *arg);
+    int (*ckpt_begin)(struct wlog *l);
+    int (*ckpt_write)(struct wlog *l, uint8_t kind, const void *p, size_t n);
+    int (*ckpt_end)(struct wlog *l);
+    void (*ckpt_abort)(struct wlog *l);
+    void (*ckpt_poll)(struct wlog *l);
+    int (*has)(const struct wlog *l, struct wlog_loc loc);
 };
 
 struct wlog {
@@ -182,6 +235,41 @@ static inline void wlog_flush(struct wlog *l)
 {
     if (l->ops->flush)
         l->ops->flush(l);
+}
+static inline int wlog_has_ckpt(const struct wlog *l)
+{
+    return l->ops->ckpt_begin != NULL;
+}
+static inline void wlog_set_ckpt_fn(struct wlog *l, wlog_ckpt_fn *fn, void *arg)
+{
+    if (l->ops->set_ckpt_fn)
+        l->ops->set_ckpt_fn(l, fn, arg);
+}
+static inline int wlog_ckpt_begin(struct wlog *l)
+{
+    return l->ops->ckpt_begin ? l->ops->ckpt_begin(l) : -ENOTSUP;
+}
+static inline int wlog_ckpt_write(struct wlog *l, uint8_t kind, const void *p, size_t n)
+{
+    return l->ops->ckpt_write(l, kind, p, n);
+}
+static inline int wlog_ckpt_end(struct wlog *l)
+{
+    return l->ops->ckpt_end(l);
+}
+static inline void wlog_ckpt_abort(struct wlog *l)
+{
+    if (l->ops->ckpt_abort)
+        l->ops->ckpt_abort(l);
+}
+static inline void wlog_ckpt_poll(struct wlog *l)
+{
+    if (l->ops->ckpt_poll)
+        l->ops->ckpt_poll(l);
+}
+static inline int wlog_has(const struct wlog *l, struct wlog_loc loc)
+{
+    return l->ops->has ? l->ops->has(l, loc) : 1;
 }
 static inline void wlog_close(struct wlog *l)
 {

@@ -6,9 +6,12 @@
  *   bench_recovery [DIR] [N ...]        default DIR /var/tmp, N = 1000000 10000000
  *   BENCH_COLD=1 bench_recovery ...     drop the page cache before each open (root)
  *
- * Each N: write N ADD records of 256-byte bodies with delays spread over
- * 48 h (plus 10% completed messages, so DONE records are replayed too),
- * close, drop caches if asked, then time eng_open() and report RSS.
+ * Each N, twice: write N ADD records of 256-byte bodies with delays spread
+ * over 48 h (plus 10% completed messages, so DONE records are replayed
+ * too), close, drop caches if asked, then time eng_open() and report RSS.
+ * The first time without a checkpoint (the whole log is replayed), the
+ * second with one taken after 99% of the messages (the checkpoint is read,
+ * then the last 1% of the log replayed).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,10 +68,16 @@ static void retire(struct engine *e, uint64_t now)
         eng_confirm(e, m, now);
 }
 
+static const char *route_name(void *arg, int i)
+{
+    return "orders";
+}
+
 static struct engine *open_at(const char *dir, uint64_t t0, int no_sync)
 {
     struct wal_opts wo = {.dir = dir, .no_sync = no_sync};
-    struct eng_opts o = {.log = wal_file_log(&wo), .nroutes = 1, .route_index = route_index, .now_ms = t0};
+    struct eng_opts o = {.log = wal_file_log(&wo), .nroutes = 1, .route_index = route_index,
+                         .route_name = route_name, .now_ms = t0};
     struct engine *e;
 
     if (eng_open(&e, &o) < 0)
@@ -76,7 +85,34 @@ static struct engine *open_at(const char *dir, uint64_t t0, int no_sync)
     return e;
 }
 
-static void fill(const char *dir, uint64_t n, uint64_t t0)
+/* Take a checkpoint of what e holds and wait until it is installed. */
+static void checkpoint(struct engine *e)
+{
+    struct eng_stats s;
+    double t = now_s();
+
+    eng_stats(e, &s);
+    uint64_t before = s.ckpt_installed;
+    if (eng_checkpoint(e) < 0)
+        exit(1);
+    do {
+        if (eng_dirty(e) && eng_commit(e, NULL, NULL) < 0)
+            exit(1);
+        if (eng_maintain(e, 8u << 20) < 0)
+            exit(1);
+        eng_stats(e, &s);
+        if (s.ckpt_failed)
+            exit(1);
+    } while (s.ckpt_installed == before);
+    printf("checkpoint held=%llu: %.1f MiB, %.2f s (written and installed)\n",
+           (unsigned long long)s.held, (double)s.ckpt_bytes / (1 << 20), now_s() - t);
+}
+
+/*
+ * Append n messages (and n/10 that complete at once). ckpt_at: take a
+ * checkpoint after that many (0: none), so the rest is the replayed tail.
+ */
+static void fill(const char *dir, uint64_t n, uint64_t t0, uint64_t ckpt_at)
 {
     struct engine *e = open_at(dir, t0, 1); /* no fsync: the fill is not what is measured */
     uint8_t body[256], props[64];
@@ -111,6 +147,11 @@ static void fill(const char *dir, uint64_t n, uint64_t t0)
                 exit(1);
             retire(e, t0);
         }
+        if (ckpt_at && i == ckpt_at + ckpt_at / 10) {
+            if (eng_commit(e, NULL, NULL) < 0)
+                exit(1);
+            checkpoint(e);
+        }
     }
     if (eng_commit(e, NULL, NULL) < 0)
         exit(1);
@@ -120,52 +161,60 @@ static void fill(const char *dir, uint64_t n, uint64_t t0)
     eng_close(e);
 }
 
+/* One measurement: fill a log of n held messages, close, reopen timed. */
+static void run(const char *base, uint64_t n, int with_ckpt, int *cold, uint64_t t0)
+{
+    char dir[512];
+    struct engine *e;
+    struct eng_stats s;
+    double t;
+    long rss0, rss1;
+
+    snprintf(dir, sizeof(dir), "%s/bench_recovery.%d", base, (int)getpid());
+    rm_rf(dir);
+    fill(dir, n, t0, with_ckpt ? n - n / 100 : 0);
+    if (*cold) {
+        sync();
+        FILE *f = fopen("/proc/sys/vm/drop_caches", "w");
+        if (!f || fputs("3\n", f) < 0)
+            fprintf(stderr, "cannot drop caches (need root); measuring warm\n"), *cold = 0;
+        if (f)
+            fclose(f);
+    }
+    rss0 = rss_kb();
+    t = now_s();
+    e = open_at(dir, t0, 0);
+    t = now_s() - t;
+    rss1 = rss_kb();
+    eng_stats(e, &s);
+    printf("recovery n=%llu held=%llu wal=%.1f MiB in %llu segments, %s: %.2f s, %.2f M "
+           "msgs/s (%s page cache; goal 10M <= 5 s)\n",
+           (unsigned long long)n, (unsigned long long)s.held,
+           (double)s.log_disk_bytes / (1 << 20), (unsigned long long)s.log_segments,
+           s.ckpt_loaded_lsn ? "from a checkpoint + 1% of the log" : "whole log replayed", t,
+           (double)s.held / t / 1e6, *cold ? "cold" : "warm");
+    printf("ram per held message n=%llu: %.1f B accounted (pool+index+wheel), %.1f B RSS "
+           "delta (goal <= 64)\n",
+           (unsigned long long)n, (double)s.ram_bytes / (double)s.held,
+           (double)(rss1 - rss0) * 1024.0 / (double)s.held);
+    fflush(stdout);
+    eng_close(e);
+    rm_rf(dir);
+}
+
 int main(int argc, char **argv)
 {
     const char *base = argc > 1 ? argv[1] : "/var/tmp";
     uint64_t defaults[] = {1000000, 10000000};
-    int nn = argc > 2 ? argc - 2 : 2, k;
+    int nn = argc > 2 ? argc - 2 : 2;
     int cold = getenv("BENCH_COLD") != NULL;
     uint64_t t0 = 1700000000000ull;
 
     log_set_level(LOG_LEVEL_WARN);
-    for (k = 0; k < nn; k++) {
+    for (int k = 0; k < nn; k++) {
         uint64_t n = argc > 2 ? strtoull(argv[k + 2], NULL, 10) : defaults[k];
-        char dir[512];
-        struct engine *e;
-        struct eng_stats s;
-        double t;
-        long rss0, rss1;
-
-        snprintf(dir, sizeof(dir), "%s/bench_recovery.%d", base, (int)getpid());
-        rm_rf(dir);
-        fill(dir, n, t0);
-        if (cold) {
-            sync();
-            FILE *f = fopen("/proc/sys/vm/drop_caches", "w");
-            if (!f || fputs("3\n", f) < 0)
-                fprintf(stderr, "cannot drop caches (need root); measuring warm\n"), cold = 0;
-            if (f)
-                fclose(f);
-        }
-        rss0 = rss_kb();
-        t = now_s();
-        e = open_at(dir, t0, 0);
-        t = now_s() - t;
-        rss1 = rss_kb();
-        eng_stats(e, &s);
-        printf("recovery n=%llu held=%llu wal=%.1f MiB in %llu segments: %.2f s, %.2f M msgs/s "
-               "(%s page cache; goal 10M <= 10 s)\n",
-               (unsigned long long)n, (unsigned long long)s.held,
-               (double)s.log_disk_bytes / (1 << 20), (unsigned long long)s.log_segments, t,
-               (double)s.held / t / 1e6, cold ? "cold" : "warm");
-        printf("ram per held message n=%llu: %.1f B accounted (pool+index+wheel), %.1f B RSS "
-               "delta (goal <= 64)\n",
-               (unsigned long long)n, (double)s.ram_bytes / (double)s.held,
-               (double)(rss1 - rss0) * 1024.0 / (double)s.held);
-        fflush(stdout);
-        eng_close(e);
-        rm_rf(dir);
+        run(base, n, 0, &cold, t0);
+        run(base, n, 1, &cold, t0);
     }
     return 0;
 }
