@@ -42,7 +42,10 @@
  *     "held", "orphaned", "next_due_ms", "next_due", "ram_bytes", "rss_bytes",
  *     "wal": { "segments", "disk_bytes", "live_bytes", "live_records", "commits",
  *              "appended_bytes", "compacted_bytes", "failed": bool,
- *              "writable": bool, "fsync": { "count", "sum_seconds" } },
+ *              "writable": bool, "fsync": { "count", "sum_seconds" },
+ *              "checkpoint": { "state": "idle"|"writing"|"sealing", "progress",
+ *                              "installed", "failed", "lsn", "bytes",
+ *                              "age_seconds", "seconds", "used_at_start": bool } },
  *     "routes": [ { "name", "target_exchange", <every counter and gauge of
  *                   struct db_route_stats under its field name>,
  *                   "next_due_ms", "next_due", "channel_open": bool,
@@ -203,6 +206,17 @@ static void render_stats(const struct db_stats *s, struct strbuf *out)
         add(cj, "progress", jdouble(w->compact_progress));
         add(wal, "compaction", cj);
     }
+    json_object *ck = json_object_new_object();
+    add(ck, "state", jstr(w->ckpt_state ? w->ckpt_state : "idle"));
+    add(ck, "progress", jdouble(w->ckpt_progress));
+    add_u64(ck, "installed", w->ckpt_installed);
+    add_u64(ck, "failed", w->ckpt_failed);
+    add_u64(ck, "lsn", w->ckpt_lsn);
+    add_u64(ck, "bytes", w->ckpt_bytes);
+    add(ck, "age_seconds", jdouble(w->ckpt_age_seconds));
+    add(ck, "seconds", jdouble(w->ckpt_seconds));
+    add(ck, "used_at_start", json_object_new_boolean(w->ckpt_used_at_start != 0));
+    add(wal, "checkpoint", ck);
     add(root, "wal", wal);
 
     if (s->purge.started) {

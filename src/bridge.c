@@ -992,6 +992,18 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
     s->wal.compact_segment = es.compact_segment;
     s->wal.compact_progress =
         es.compact_total ? (double)es.compact_done / (double)es.compact_total : 0.0;
+    s->wal.ckpt_state = es.ckpt_state == WLOG_CKPT_WRITING   ? "writing"
+                        : es.ckpt_state == WLOG_CKPT_SEALING ? "sealing"
+                                                             : "idle";
+    s->wal.ckpt_progress =
+        es.ckpt_total ? (double)es.ckpt_walked / (double)es.ckpt_total : 0.0;
+    s->wal.ckpt_installed = es.ckpt_installed;
+    s->wal.ckpt_failed = es.ckpt_failed;
+    s->wal.ckpt_lsn = es.ckpt_lsn;
+    s->wal.ckpt_bytes = es.ckpt_bytes;
+    s->wal.ckpt_age_seconds = (double)es.ckpt_age_ms / 1000.0;
+    s->wal.ckpt_seconds = es.ckpt_seconds;
+    s->wal.ckpt_used_at_start = es.ckpt_loaded_lsn != 0;
     if (b->purge.started) {
         const struct eng_purge *j = &b->purge.job;
         s->purge.started = 1;

@@ -286,6 +286,16 @@ static void render_wal(const struct db_wal_stats *w, struct strbuf *out)
                w->writable ? 1 : 0);
     family(out, "wal_fsync_seconds", "histogram", "Duration of WAL fdatasync calls, seconds.");
     hist_samples(out, "wal_fsync_seconds", NULL, NULL, &w->fsync);
+    scalar_u64(out, "wal_checkpoints_total", "counter",
+               "WAL checkpoints installed since start.", w->ckpt_installed);
+    scalar_u64(out, "wal_checkpoint_failures_total", "counter",
+               "WAL checkpoints abandoned on an I/O error (the previous one stays in use).",
+               w->ckpt_failed);
+    scalar_u64(out, "wal_checkpoint_bytes", "gauge", "Size of the installed WAL checkpoint.",
+               w->ckpt_bytes);
+    scalar_double(out, "wal_checkpoint_age_seconds", "gauge",
+                  "Age of the installed WAL checkpoint (0 = none): a restart replays the log "
+                  "written since.", w->ckpt_age_seconds);
 }
 
 void metrics_render(const struct db_stats *s, struct strbuf *out)

@@ -109,6 +109,16 @@ struct db_wal_stats {
     uint64_t compact_segment; /* segment being compacted, 0 if none */
     double compact_progress;  /* 0..1 through it */
     struct db_hist fsync;    /* fdatasync duration, seconds */
+    /* checkpoints (wlog.h) */
+    const char *ckpt_state;   /* "idle", "writing", "sealing" */
+    double ckpt_progress;     /* 0..1 through the walk while writing */
+    uint64_t ckpt_installed;  /* since start */
+    uint64_t ckpt_failed;
+    uint64_t ckpt_lsn;        /* the installed one's replay start, 0 = none */
+    uint64_t ckpt_bytes;
+    double ckpt_age_seconds;  /* since the installed one began */
+    double ckpt_seconds;      /* begin to installed, the last one */
+    int ckpt_used_at_start;   /* recovery read a checkpoint */
 };
 
 struct db_stats {

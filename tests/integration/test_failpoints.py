@@ -70,6 +70,18 @@ CASES = [
      "restart_log": "deleting newest segment with a torn header"},
     # fdatasync reports EIO: exit 1 at once, nothing of the batch acked.
     {"point": "wal.fsync_error", "n": 400, "exit": 1},
+    # Checkpoints every second (8 KiB messages: over 1 MiB of log a second).
+    # A checkpoint has a meta, a held and an end chunk here, so the 5th chunk
+    # write is in the middle of the second checkpoint: the restart must use
+    # the first one and replay the log since it began, and must not take the
+    # half-written CHECKPOINT.tmp for anything.
+    {"point": "wal.mid_ckpt", "n": 5, "segment_mb": 1, "due_body": 8 * KB, "held_body": 8 * KB,
+     "wal": {"checkpoint_interval_s": 1, "checkpoint_min_mb": 1},
+     "restart_log": 'msg="checkpoint loaded"'},
+    # Just after the second checkpoint was installed: recovery reads it.
+    {"point": "wal.after_ckpt", "n": 2, "segment_mb": 1, "due_body": 8 * KB, "held_body": 8 * KB,
+     "wal": {"checkpoint_interval_s": 1, "checkpoint_min_mb": 1},
+     "restart_log": 'msg="checkpoint loaded"'},
 ]
 
 
@@ -145,7 +157,8 @@ def run_case(ctx, case):
     cons = ctx.consumer([qs["rk"]])
     route = ctx.route(short, ex, prefetch=PREFETCH, max_inflight=MAX_INFLIGHT)
     port = free_port()
-    b = ctx.bridge([route], name=short, start=False, wal={"segment_mb": c["segment_mb"]},
+    wal = dict(c.get("wal", {}), segment_mb=c["segment_mb"])
+    b = ctx.bridge([route], name=short, start=False, wal=wal,
                    http={"listen": "127.0.0.1:%d" % port})
     wal_dir = b.config["wal"]["dir"]
     b.start(env={"DELAY_BRIDGE_FAILPOINT": "%s:%d" % (point, c["n"])})

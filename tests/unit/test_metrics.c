@@ -277,6 +277,8 @@ static void fill(struct db_stats *s)
     s->wal.live_bytes = 1024;
     s->wal.commits = 9;
     s->wal.writable = 1;
+    s->wal.ckpt_installed = 4;
+    s->wal.ckpt_age_seconds = 12.5;
     db_hist_observe(&s->wal.fsync, 0.002);
     db_hist_observe(&s->wal.fsync, 0.0005);
 
@@ -359,6 +361,8 @@ static void test_families(void)
         { "wal_bytes", "gauge" },             { "wal_live_bytes", "gauge" },
         { "wal_segments", "gauge" },          { "wal_commits_total", "counter" },
         { "wal_fsync_seconds", "histogram" }, { "wal_writable", "gauge" },
+        { "wal_checkpoints_total", "counter" }, { "wal_checkpoint_failures_total", "counter" },
+        { "wal_checkpoint_bytes", "gauge" },  { "wal_checkpoint_age_seconds", "gauge" },
         { "broker_connected", "gauge" },      { "broker_blocked", "gauge" },
         { "recovery_seconds", "gauge" },      { "ready", "gauge" },
         { "build_info", "gauge" },            { "process_resident_memory_bytes", "gauge" },
@@ -405,6 +409,10 @@ static void test_values(void)
     CHECK(v && !strcmp(v, "2048"));
     v = value(&e, "delay_bridge_wal_writable", NULL, NULL);
     CHECK(v && !strcmp(v, "1"));
+    v = value(&e, "delay_bridge_wal_checkpoints_total", NULL, NULL);
+    CHECK(v && !strcmp(v, "4"));
+    v = value(&e, "delay_bridge_wal_checkpoint_age_seconds", NULL, NULL);
+    CHECK(v && !strcmp(v, "12.5"), "%s", v ? v : "(none)");
     v = value(&e, "delay_bridge_engine_memory_bytes", NULL, NULL);
     CHECK(v && !strcmp(v, "123456"));
     v = value(&e, "delay_bridge_start_time_seconds", NULL, NULL);
