@@ -10,7 +10,31 @@
  * path from an amqps:// URI to a plain TCP connection. Its status codes
  * carry no OpenSSL detail, so tls_error() turns each into a sentence that
  * says which setting to look at.
+ *
+ * The frame encoders at the end write what amqp_basic_publish() and
+ * amqp_send_method() would put on the socket, byte for byte: the same
+ * rabbitmq-c encoders fill the payloads (amqp_encode_method,
+ * amqp_encode_properties), and the frame layout around them is the one
+ * the header draws. A content-header frame is bounded by frame_max like
+ * any other, so a publish needs at most: the method frame (its two short
+ * strings and 7 fixed bytes, plus 8 of framing), one frame_max for the
+ * header, and the body plus 8 bytes per body frame; the caller reserves
+ * that and the encoder never grows anything.
+ *
+ * Heartbeats: rabbitmq-c sends one from inside amqp_simple_wait_frame*()
+ * when it has written nothing for a while, with a blocking write. A caller
+ * that writes the socket itself cannot let that happen (the heartbeat
+ * could land in the middle of one of its frames, or block the loop), so
+ * amqp_conn_own_heartbeats() sets rabbitmq-c's own interval to 0 with
+ * amqp_tune_connection(). That call only changes the library's timers
+ * (next send and next expected receive become "never") and reallocates
+ * its output buffer to the same frame_max; nothing goes to the broker,
+ * which keeps the interval of connection.tune-ok. amqp_tune_connection()
+ * aborts the process unless the connection's reader is between frames
+ * (CONNECTION_STATE_IDLE), which amqp_release_buffers_ok() tells: right
+ * after login it always is, since login returns on a whole frame.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -225,6 +249,7 @@ int amqp_conn_open(struct amqp_conn *c, const char *uri, const char *name,
         goto fail;
     }
     c->fd = amqp_get_sockfd(c->st);
+    c->tls = u.tls;
     memset(&u, 0, sizeof(u)); /* the password */
     return 0;
 
@@ -246,19 +271,132 @@ void amqp_conn_close(struct amqp_conn *c, int graceful)
     c->fd = -1;
 }
 
-void amqp_conn_answer_close(struct amqp_conn *c, const amqp_frame_t *f, char *why, size_t len)
+amqp_method_number_t amqp_conn_describe_close(const amqp_frame_t *f, char *why, size_t len)
 {
     if (f->payload.method.id == AMQP_CHANNEL_CLOSE_METHOD) {
         amqp_channel_close_t *m = f->payload.method.decoded;
-        amqp_channel_close_ok_t ok;
         snprintf(why, len, "channel closed by broker: %u %.*s", m->reply_code,
                  (int)m->reply_text.len, (char *)m->reply_text.bytes);
-        amqp_send_method(c->st, f->channel, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
-    } else {
-        amqp_connection_close_t *m = f->payload.method.decoded;
-        amqp_connection_close_ok_t ok;
-        snprintf(why, len, "connection closed by broker: %u %.*s", m->reply_code,
-                 (int)m->reply_text.len, (char *)m->reply_text.bytes);
-        amqp_send_method(c->st, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
+        return AMQP_CHANNEL_CLOSE_OK_METHOD;
     }
+    amqp_connection_close_t *m = f->payload.method.decoded;
+    snprintf(why, len, "connection closed by broker: %u %.*s", m->reply_code,
+             (int)m->reply_text.len, (char *)m->reply_text.bytes);
+    return AMQP_CONNECTION_CLOSE_OK_METHOD;
+}
+
+void amqp_conn_answer_close(struct amqp_conn *c, const amqp_frame_t *f, char *why, size_t len)
+{
+    /* Both close-ok methods have no arguments. */
+    amqp_channel_close_ok_t ok;
+
+    amqp_send_method(c->st, f->channel, amqp_conn_describe_close(f, why, len), &ok);
+}
+
+int amqp_conn_own_heartbeats(struct amqp_conn *c)
+{
+    int hb = amqp_get_heartbeat(c->st), r;
+
+    if (!amqp_release_buffers_ok(c->st))
+        return AMQP_STATUS_BAD_AMQP_DATA; /* mid-frame: amqp_tune_connection would abort */
+    r = amqp_tune_connection(c->st, amqp_get_channel_max(c->st), amqp_get_frame_max(c->st), 0);
+    return r < 0 ? r : hb;
+}
+
+/* ---- frames ------------------------------------------------------------------------ */
+
+#define FRAME_HEAD 7 /* type, channel, size */
+#define FRAME_END_LEN 1
+
+static void put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)(v >> 8);
+    p[1] = (uint8_t)v;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    put16(p, (uint16_t)(v >> 16));
+    put16(p + 2, (uint16_t)v);
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    put32(p, (uint32_t)(v >> 32));
+    put32(p + 4, (uint32_t)v);
+}
+
+/* Frame head and end around a payload of n bytes already at p + 7; returns the frame's size. */
+static size_t frame_wrap(uint8_t *p, uint8_t type, amqp_channel_t ch, size_t n)
+{
+    p[0] = type;
+    put16(p + 1, ch);
+    put32(p + 3, (uint32_t)n);
+    p[FRAME_HEAD + n] = AMQP_FRAME_END;
+    return FRAME_HEAD + n + FRAME_END_LEN;
+}
+
+long amqp_conn_encode_method(void *buf, size_t len, amqp_channel_t ch, amqp_method_number_t id,
+                             void *decoded)
+{
+    uint8_t *p = buf;
+    int r;
+
+    if (len < FRAME_HEAD + 4 + FRAME_END_LEN)
+        return AMQP_STATUS_INVALID_PARAMETER;
+    put32(p + FRAME_HEAD, id);
+    r = amqp_encode_method(id, decoded,
+                           (amqp_bytes_t){len - FRAME_HEAD - 4 - FRAME_END_LEN,
+                                          p + FRAME_HEAD + 4});
+    if (r < 0)
+        return r;
+    return (long)frame_wrap(p, AMQP_FRAME_METHOD, ch, 4 + (size_t)r);
+}
+
+size_t amqp_conn_publish_bound(size_t exchange_len, size_t routing_key_len, size_t body_len,
+                               uint32_t frame_max)
+{
+    size_t chunk = frame_max > 8 ? frame_max - 8 : 1;
+
+    /* method: id(4) ticket(2) exchange(1+n) routing key(1+n) bits(1), framed */
+    return 8 + 4 + 2 + 1 + exchange_len + 1 + routing_key_len + 1 + frame_max + body_len +
+           8 * ((body_len + chunk - 1) / chunk);
+}
+
+long amqp_conn_encode_publish(void *buf, size_t len, amqp_channel_t ch,
+                              amqp_basic_publish_t *m, amqp_basic_properties_t *props,
+                              amqp_bytes_t body, uint32_t frame_max)
+{
+    uint8_t *p = buf;
+    size_t used, off, chunk;
+    long r;
+    int n;
+
+    if (frame_max < 4096 ||
+        len < amqp_conn_publish_bound(m->exchange.len, m->routing_key.len, body.len, frame_max))
+        return AMQP_STATUS_INVALID_PARAMETER;
+    r = amqp_conn_encode_method(p, len, ch, AMQP_BASIC_PUBLISH_METHOD, m);
+    if (r < 0)
+        return r;
+    used = (size_t)r;
+
+    /* content header: class-id, weight 0, body size, properties; one frame at most */
+    uint8_t *h = p + used;
+    put16(h + FRAME_HEAD, AMQP_BASIC_CLASS);
+    put16(h + FRAME_HEAD + 2, 0);
+    put64(h + FRAME_HEAD + 4, body.len);
+    n = amqp_encode_properties(AMQP_BASIC_CLASS, props,
+                               (amqp_bytes_t){frame_max - FRAME_HEAD - FRAME_END_LEN - 12,
+                                              h + FRAME_HEAD + 12});
+    if (n < 0)
+        return n;
+    used += frame_wrap(h, AMQP_FRAME_HEADER, ch, 12 + (size_t)n);
+
+    chunk = frame_max - FRAME_HEAD - FRAME_END_LEN;
+    for (off = 0; off < body.len; off += chunk) {
+        size_t k = body.len - off < chunk ? body.len - off : chunk;
+        memcpy(p + used + FRAME_HEAD, (const uint8_t *)body.bytes + off, k);
+        used += frame_wrap(p + used, AMQP_FRAME_BODY, ch, k);
+    }
+    return (long)used;
 }

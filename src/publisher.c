@@ -20,17 +20,80 @@
  * the ring, so the owner sees a route's confirms in the order it published.
  * Delivery tags restart at 1 on every channel open.
  *
- * Publishing copies nothing of the body: the record read back from the log
- * is published as it is. The stored properties are decoded into a pool that
- * is recycled per publish, rewritten (amqp_msg_outgoing), and encoded by
- * rabbitmq-c onto the socket.
+ * The stored properties are decoded into a pool that is recycled per
+ * publish and rewritten (amqp_msg_outgoing).
+ *
+ * Writing: one buffer, one send per turn, never a blocking write
+ * ----------------------------------------------------------------
+ * On a plain TCP connection the publisher writes the socket itself.
+ * publisher_send() encodes the publish -- basic.publish method frame,
+ * content-header frame, body frames (amqp_conn_encode_publish, the layout
+ * is drawn in amqp_conn.h) -- at the end of an output buffer, and nothing
+ * more. publisher_flush(), which the owner calls after a burst of sends,
+ * hands the whole buffer to the kernel in one send(MSG_DONTWAIT); what the
+ * kernel does not take stays buffered, and an EV_WRITE watcher writes the
+ * rest when the socket has room. A burst of a thousand publishes is one
+ * system call instead of three per publish, and the broker reads whole
+ * batches. publisher_ready() says no while more than OUT_HIGH_WATER bytes
+ * are unwritten, so a broker that stops reading (a full socket, a resource
+ * alarm it has not announced) stops the taking of due messages, never the
+ * loop: consuming, acks, timers and the HTTP endpoint go on. A failed write
+ * is a lost connection (conn_down), as it always was.
+ *
+ * Delivery tags are still counted at send time: the broker numbers a
+ * channel's publishes in the order it reads them, which is the buffer's.
+ *
+ * rabbitmq-c must then never write on this socket while part of a frame of
+ * ours is unwritten, nor block the loop in a write. Everything it can write
+ * after login, and why none of it can interleave or block:
+ *
+ *   heartbeats   amqp_simple_wait_frame_noblock() sends one when rabbitmq-c
+ *                has written nothing for half the interval, and it writes
+ *                nothing of ours. After login the publisher takes them over
+ *                (amqp_conn_own_heartbeats: rabbitmq-c's interval is set to
+ *                0 locally, the broker keeps the negotiated one): it puts a
+ *                heartbeat frame in its own buffer when it has written
+ *                nothing for half the interval, and drops the connection
+ *                ("missed heartbeats") when nothing came from the broker for
+ *                twice the interval. Reads that rabbitmq-c swallows
+ *                (heartbeat frames) are seen by a one-byte MSG_PEEK before
+ *                each read once the connection has been quiet for half the
+ *                interval, so a quiet broker is never mistaken for a dead
+ *                one.
+ *   close-ok     the answer to a channel.close or connection.close is
+ *                encoded into the output buffer, behind whatever is there:
+ *                the broker discards what comes on a closing channel until
+ *                close-ok, so the publishes ahead of it are harmless.
+ *   RPCs         channel.open, confirm.select, the passive declares, the
+ *                close-ok of a failed open (channel_open) and the polite
+ *                connection.close (publisher_close) go through rabbitmq-c's
+ *                synchronous calls. They run only when the output buffer is
+ *                empty and poll() says the socket is writable; otherwise the
+ *                channel is opened on a later turn (the EV_WRITE watcher
+ *                wakes the loop when the buffer is written) and the close is
+ *                abrupt. Writable means the kernel's send queue is below its
+ *                limit, so the first small request goes out at once; every
+ *                later write of the exchange follows a reply from the broker,
+ *                whose TCP acknowledgement covers every byte sent before, so
+ *                the send queue is then empty. Channels are not reopened
+ *                while the broker blocks the connection (it reads nothing
+ *                then; the RPC would only time out). Waiting for the reply is
+ *                bounded by connect_timeout_ms, as at connection set-up.
+ *
+ * TLS (amqps://): the socket carries TLS records that only rabbitmq-c's
+ * OpenSSL layer may write, so there the publisher keeps amqp_basic_publish()
+ * (three blocking writes per publish) and rabbitmq-c keeps its heartbeats;
+ * connection.blocked still stops publishing on a resource alarm.
  */
 #include "delay-bridge/publisher.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "delay-bridge/amqp_conn.h"
 #include "delay-bridge/amqp_msg.h"
@@ -41,6 +104,8 @@
 
 #define FRAMES_PER_TURN 4096
 #define HEARTBEAT_POLL_MS 500
+#define OUT_HIGH_WATER (1u << 20) /* unwritten bytes above which publisher_ready() says no */
+#define OUT_KEEP_CAP (8u << 20)   /* a buffer grown past this (large bodies) is freed when empty */
 
 enum settle { UNSETTLED = 0, ACKED = 1, NACKED = 2 };
 
@@ -70,12 +135,23 @@ struct returning {
     uint64_t body_size, got;
 };
 
+/* What is encoded and not yet written: b[off, len). */
+struct outbuf {
+    uint8_t *b;
+    size_t off, len, cap;
+};
+
 struct publisher {
     struct ev_loop *loop;
     const struct config *cfg;
     struct publisher_ops ops;
     struct amqp_conn conn;
-    ev_io io;
+    ev_io io;  /* readable */
+    ev_io wio; /* writable: only while the kernel left part of out unwritten */
+    struct outbuf out;
+    uint32_t frame_max;
+    uint64_t hb_ms;                    /* heartbeats we keep (plain TCP); 0: none */
+    uint64_t last_read_ms, last_write_ms; /* monotonic */
     int up, blocked;
     int uri_next;
     struct backoff bo;
@@ -87,6 +163,143 @@ struct publisher {
 };
 
 static void on_io(struct ev_loop *loop, ev_io *w, int revents);
+static void on_wio(struct ev_loop *loop, ev_io *w, int revents);
+static void conn_down(struct publisher *p, const char *why);
+
+static const uint8_t heartbeat_frame[8] = {AMQP_FRAME_HEARTBEAT, 0, 0, 0, 0, 0, 0, AMQP_FRAME_END};
+
+static uint64_t mono_ms(void)
+{
+    return clock_mono_ns() / 1000000;
+}
+
+/* ---- the output buffer (plain TCP) --------------------------------------------- */
+
+/* The publisher writes the socket itself (not TLS). */
+static int own_writes(const struct publisher *p)
+{
+    return p->conn.st && !p->conn.tls;
+}
+
+static size_t out_pending(const struct publisher *p)
+{
+    return p->out.len - p->out.off;
+}
+
+/* Room for need more bytes at the end of out; returns where they go. */
+static uint8_t *out_reserve(struct publisher *p, size_t need)
+{
+    struct outbuf *o = &p->out;
+
+    if (o->cap - o->len < need && o->off) {
+        memmove(o->b, o->b + o->off, o->len - o->off);
+        o->len -= o->off;
+        o->off = 0;
+    }
+    if (o->cap - o->len < need) {
+        size_t ncap = o->cap ? o->cap : 256 * 1024;
+        while (ncap - o->len < need)
+            ncap *= 2;
+        o->b = xrealloc(o->b, ncap);
+        o->cap = ncap;
+    }
+    return o->b + o->len;
+}
+
+static void out_reset(struct publisher *p)
+{
+    if (p->out.cap > OUT_KEEP_CAP) {
+        free(p->out.b);
+        p->out.b = NULL;
+        p->out.cap = 0;
+    }
+    p->out.off = p->out.len = 0;
+}
+
+/*
+ * One send of everything unwritten. What the kernel leaves waits for the
+ * EV_WRITE watcher. Returns 0, or -1 when the connection went down.
+ */
+static int out_write(struct publisher *p)
+{
+    ssize_t n = 0;
+
+    if (out_pending(p)) {
+        do
+            n = send(p->conn.fd, p->out.b + p->out.off, out_pending(p),
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
+        while (n < 0 && errno == EINTR);
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+            char why[128];
+            snprintf(why, sizeof(why), "write to broker: %s", strerror(errno));
+            conn_down(p, why);
+            return -1;
+        }
+    }
+    if (n > 0) {
+        p->out.off += (size_t)n;
+        p->last_write_ms = mono_ms();
+    }
+    if (out_pending(p)) {
+        ev_io_start(p->loop, &p->wio); /* the kernel is full: the rest when it has room */
+    } else {
+        out_reset(p);
+        ev_io_stop(p->loop, &p->wio);
+    }
+    return 0;
+}
+
+/* Write what is unwritten, unless the EV_WRITE watcher is already waiting for room. */
+static int out_kick(struct publisher *p)
+{
+    if (!own_writes(p) || !out_pending(p) || ev_is_active(&p->wio))
+        return 0;
+    return out_write(p);
+}
+
+/* Append one method frame (close-ok) to out and write it. */
+static void out_method(struct publisher *p, amqp_channel_t ch, amqp_method_number_t id,
+                       void *decoded)
+{
+    uint8_t *at = out_reserve(p, 64);
+    long n = amqp_conn_encode_method(at, 64, ch, id, decoded);
+
+    if (n < 0) {
+        conn_down(p, amqp_error_string2((int)n));
+        return;
+    }
+    p->out.len += (size_t)n;
+    out_kick(p);
+}
+
+/*
+ * May rabbitmq-c write on the socket now (a synchronous RPC)? Only when none
+ * of our bytes are unwritten and the kernel has room (see the top of the
+ * file). When not, the EV_WRITE watcher runs and the loop turns again once
+ * the socket drains.
+ */
+static int sync_write_ok(struct publisher *p)
+{
+    struct pollfd pf = {p->conn.fd, POLLOUT, 0};
+
+    if (!own_writes(p))
+        return p->conn.st != NULL;
+    if (out_kick(p) < 0 || out_pending(p))
+        return 0;
+    if (poll(&pf, 1, 0) == 1 && (pf.revents & POLLOUT))
+        return 1;
+    ev_io_start(p->loop, &p->wio);
+    return 0;
+}
+
+/* Bytes from the broker wait on the socket (or it was closed: drain() will tell). */
+static int broker_spoke(const struct publisher *p)
+{
+    char c;
+    ssize_t n = recv(p->conn.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+
+    return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
 
 /* ---- the in-flight window ---------------------------------------------------- */
 
@@ -129,9 +342,12 @@ static void conn_down(struct publisher *p, const char *why)
         return;
     log_warn("publish", "publisher connection lost", "reason=\"%s\"", why);
     ev_io_stop(p->loop, &p->io);
+    ev_io_stop(p->loop, &p->wio);
+    out_reset(p);
     amqp_conn_close(&p->conn, 0);
     p->up = 0;
     p->blocked = 0;
+    p->hb_ms = 0;
     p->ret.active = 0;
     for (i = 0; i < p->nroutes; i++) {
         backoff_reset(&p->routes[i].bo);
@@ -183,6 +399,7 @@ static int channel_open(struct publisher *p, struct route_pub *r)
     }
     r->open = 1;
     r->next_tag = 1;
+    p->last_read_ms = mono_ms(); /* the broker answered */
     backoff_reset(&r->bo);
     log_info("publish", "route channel open", "route=%s target=\"%s\"", rc->name,
              rc->target_exchange);
@@ -230,12 +447,30 @@ static void open_connection(struct publisher *p)
                      st.retry_in_ms, st.log_events);
         return;
     }
+    p->frame_max = (uint32_t)amqp_get_frame_max(p->conn.st);
+    p->hb_ms = 0;
+    if (!p->conn.tls) {
+        int hb = amqp_conn_own_heartbeats(&p->conn);
+        if (hb < 0) {
+            log_warn("publish", "cannot take over heartbeats, dropping the connection",
+                     "broker=\"%s\" error=\"%s\"", p->conn.uri_masked, amqp_error_string2(hb));
+            amqp_conn_close(&p->conn, 0);
+            backoff_fail(&p->bo, clock_now_ms());
+            return;
+        }
+        p->hb_ms = (uint64_t)hb * 1000;
+    }
+    p->last_read_ms = p->last_write_ms = mono_ms();
     p->up = 1;
     ev_io_init(&p->io, on_io, p->conn.fd, EV_READ);
     p->io.data = p;
     ev_io_start(p->loop, &p->io);
-    log_info("publish", "connected", "broker=\"%s\"", p->conn.uri_masked);
-    for (i = 0; i < p->nroutes && p->up; i++)
+    ev_io_init(&p->wio, on_wio, p->conn.fd, EV_WRITE);
+    p->wio.data = p;
+    log_info("publish", "connected", "broker=\"%s\" writes=%s heartbeat_s=%" PRIu64,
+             p->conn.uri_masked, p->conn.tls ? "rabbitmq-c" : "batched",
+             p->conn.tls ? (uint64_t)amqp_get_heartbeat(p->conn.st) : p->hb_ms / 1000);
+    for (i = 0; i < p->nroutes && p->up && sync_write_ok(p); i++)
         channel_open(p, &p->routes[i]);
     if (p->up)
         backoff_reset(&p->bo);
@@ -298,6 +533,18 @@ static void mark_returned(struct route_pub *r, const amqp_basic_properties_t *pr
         }
 }
 
+/* Close-ok for a close from the broker: behind our unwritten frames, or by rabbitmq-c (TLS). */
+static void answer_close(struct publisher *p, const amqp_frame_t *f, char *why, size_t len)
+{
+    amqp_channel_close_ok_t ok; /* both close-ok methods have no arguments */
+
+    if (!own_writes(p)) {
+        amqp_conn_answer_close(&p->conn, f, why, len);
+        return;
+    }
+    out_method(p, f->channel, amqp_conn_describe_close(f, why, len), &ok);
+}
+
 static void handle_frame(struct publisher *p, amqp_frame_t *f)
 {
     struct route_pub *r = route_of_channel(p, f->channel);
@@ -339,14 +586,14 @@ static void handle_frame(struct publisher *p, amqp_frame_t *f)
         break;
     }
     case AMQP_CHANNEL_CLOSE_METHOD:
-        amqp_conn_answer_close(&p->conn, f, why, sizeof(why));
-        if (r) {
+        answer_close(p, f, why, sizeof(why));
+        if (r && p->up) {
             r->retries++;
             channel_failed(p, r, why);
         }
         break;
     case AMQP_CONNECTION_CLOSE_METHOD:
-        amqp_conn_answer_close(&p->conn, f, why, sizeof(why));
+        answer_close(p, f, why, sizeof(why));
         conn_down(p, why);
         break;
     case AMQP_CONNECTION_BLOCKED_METHOD:
@@ -369,6 +616,15 @@ static void drain(struct publisher *p)
     amqp_frame_t f;
     int i, r;
 
+    /*
+     * rabbitmq-c reads heartbeat frames without returning them: once the
+     * broker has been quiet for half the interval, look before it reads.
+     */
+    if (p->hb_ms) {
+        uint64_t now = mono_ms();
+        if (now - p->last_read_ms >= p->hb_ms / 2 && broker_spoke(p))
+            p->last_read_ms = now;
+    }
     for (i = 0; i < FRAMES_PER_TURN && p->up; i++) {
         r = amqp_simple_wait_frame_noblock(p->conn.st, &f, &zero);
         if (r == AMQP_STATUS_TIMEOUT)
@@ -379,6 +635,8 @@ static void drain(struct publisher *p)
         }
         handle_frame(p, &f);
     }
+    if (i && p->hb_ms)
+        p->last_read_ms = mono_ms();
     if (p->up)
         amqp_maybe_release_buffers(p->conn.st);
 }
@@ -386,6 +644,39 @@ static void drain(struct publisher *p)
 static void on_io(struct ev_loop *loop, ev_io *w, int revents)
 {
     drain(w->data);
+}
+
+static void on_wio(struct ev_loop *loop, ev_io *w, int revents)
+{
+    out_write(w->data);
+}
+
+/*
+ * Heartbeats we keep on plain TCP: one when nothing was written for half
+ * the interval (nothing unwritten either: then we are writing already), and
+ * the connection dropped when nothing came for twice the interval.
+ */
+static void heartbeats(struct publisher *p)
+{
+    uint64_t now = mono_ms();
+
+    if (!p->hb_ms || !p->up)
+        return;
+    if (now - p->last_read_ms > 2 * p->hb_ms) {
+        if (!broker_spoke(p)) {
+            char why[128];
+            snprintf(why, sizeof(why), "missed heartbeats: nothing from the broker for %" PRIu64
+                     " ms (heartbeat_s %" PRIu64 ")", now - p->last_read_ms, p->hb_ms / 1000);
+            conn_down(p, why);
+            return;
+        }
+        p->last_read_ms = now;
+    }
+    if (!out_pending(p) && now - p->last_write_ms >= p->hb_ms / 2) {
+        memcpy(out_reserve(p, sizeof(heartbeat_frame)), heartbeat_frame, sizeof(heartbeat_frame));
+        p->out.len += sizeof(heartbeat_frame);
+        out_write(p);
+    }
 }
 
 /* ---- the owner's calls ------------------------------------------------------------ */
@@ -422,8 +713,10 @@ void publisher_free(struct publisher *p)
         return;
     if (p->conn.st) {
         ev_io_stop(p->loop, &p->io);
+        ev_io_stop(p->loop, &p->wio);
         amqp_conn_close(&p->conn, 0);
     }
+    free(p->out.b);
     for (i = 0; i < p->nroutes; i++)
         free(p->routes[i].win);
     free(p->routes);
@@ -440,9 +733,12 @@ void publisher_turn(struct publisher *p, uint64_t now)
             open_connection(p);
         return;
     }
+    heartbeats(p);
+    if (out_kick(p) < 0)
+        return;
     for (i = 0; i < p->nroutes && p->up; i++) {
         struct route_pub *r = &p->routes[i];
-        if (!r->open && backoff_ready(&r->bo, now))
+        if (!r->open && backoff_ready(&r->bo, now) && !p->blocked && sync_write_ok(p))
             channel_open(p, r);
     }
     if (!p->up)
@@ -457,7 +753,8 @@ int publisher_ready(const struct publisher *p, int route)
 {
     const struct route_pub *r = &p->routes[route];
 
-    return p->up && !p->blocked && r->open && r->n < r->cfg->max_inflight;
+    return p->up && !p->blocked && r->open && r->n < r->cfg->max_inflight &&
+           out_pending(p) < OUT_HIGH_WATER;
 }
 
 int publisher_send(struct publisher *p, int route, uint32_t ref, const struct walrec_add *a,
@@ -486,9 +783,21 @@ int publisher_send(struct publisher *p, int route, uint32_t ref, const struct wa
         amqp_msg_set_header(&out, &p->pool, "x-original-exchange", o->original_exchange);
         amqp_msg_set_header(&out, &p->pool, "x-original-routing-key", rk);
     }
-    res = amqp_basic_publish(p->conn.st, r->ch, amqp_cstring_bytes(o->exchange),
-                             (amqp_bytes_t){a->routing_key_len, (void *)a->routing_key}, 1, 0,
-                             &out, (amqp_bytes_t){a->body_len, (void *)a->body});
+    amqp_bytes_t body = {a->body_len, (void *)a->body};
+    amqp_basic_publish_t m = {.exchange = amqp_cstring_bytes(o->exchange),
+                              .routing_key = {a->routing_key_len, (void *)a->routing_key},
+                              .mandatory = 1};
+    if (own_writes(p)) {
+        size_t need = amqp_conn_publish_bound(m.exchange.len, m.routing_key.len, body.len,
+                                              p->frame_max);
+        long n = amqp_conn_encode_publish(out_reserve(p, need), need, r->ch, &m, &out, body,
+                                          p->frame_max);
+        res = n < 0 ? (int)n : AMQP_STATUS_OK;
+        if (n > 0)
+            p->out.len += (size_t)n;
+    } else {
+        res = amqp_basic_publish(p->conn.st, r->ch, m.exchange, m.routing_key, 1, 0, &out, body);
+    }
     win_push(r, r->next_tag++, a->msg_id, ref);
     if (res != AMQP_STATUS_OK) {
         conn_down(p, amqp_error_string2(res));
@@ -500,7 +809,7 @@ int publisher_send(struct publisher *p, int route, uint32_t ref, const struct wa
 
 void publisher_flush(struct publisher *p)
 {
-    if (p->up)
+    if (p->up && out_kick(p) == 0 && p->up)
         drain(p);
 }
 
@@ -516,10 +825,17 @@ size_t publisher_inflight(const struct publisher *p)
 
 void publisher_close(struct publisher *p)
 {
+    int graceful;
+
+    if (!p->conn.st)
+        return;
+    graceful = p->up && sync_write_ok(p); /* may find the connection down */
     if (!p->conn.st)
         return;
     ev_io_stop(p->loop, &p->io);
-    amqp_conn_close(&p->conn, p->up);
+    ev_io_stop(p->loop, &p->wio);
+    out_reset(p);
+    amqp_conn_close(&p->conn, graceful);
     p->up = 0;
 }
 
@@ -545,7 +861,8 @@ uint64_t publisher_next_wakeup(const struct publisher *p)
 
     if (!p->conn.st)
         return p->bo.retry_at;
-    for (i = 0; i < p->nroutes; i++)
+    /* Channels wait for an empty buffer and an unblocked connection: watchers wake us then. */
+    for (i = 0; i < p->nroutes && !p->blocked && !out_pending(p); i++)
         if (!p->routes[i].open && p->routes[i].bo.retry_at < next)
             next = p->routes[i].bo.retry_at;
     if (p->last_poll_ms + HEARTBEAT_POLL_MS < next)

@@ -1,11 +1,18 @@
 /*
- * amqp_conn.h -- opening and closing one rabbitmq-c connection.
+ * amqp_conn.h -- opening and closing one rabbitmq-c connection, and the
+ * frames a caller writes on its own.
  *
  * rabbitmq-c has no asynchronous API; the bridge uses it from one event
  * loop, reading frames with amqp_simple_wait_frame_noblock() when the
  * socket is readable. This module hides the synchronous part: resolving a
  * URI, TCP or TLS, login with a connection name, and turning library and
  * server errors into one line of text.
+ *
+ * For a caller that writes the socket itself (the publisher, on plain TCP),
+ * it encodes whole AMQP frames into the caller's memory with rabbitmq-c's
+ * own method and property encoders (amqp_conn_encode_*), and hands the
+ * heartbeats over to the caller (amqp_conn_own_heartbeats) so that
+ * rabbitmq-c never writes on its own between two of the caller's writes.
  */
 #ifndef DB_AMQP_CONN_H
 #define DB_AMQP_CONN_H
@@ -19,6 +26,7 @@
 struct amqp_conn {
     amqp_connection_state_t st; /* NULL when closed */
     int fd;
+    int tls;                    /* amqps://: the fd carries TLS records */
     char user[256];             /* broker user, for the user-id check */
     char uri_masked[512];       /* for logs: password replaced by *** */
 };
@@ -64,6 +72,68 @@ int amqp_conn_check(struct amqp_conn *c, const char *what, char *err, size_t err
  * the matching close-ok and put "channel closed by broker: CODE TEXT" in why.
  */
 void amqp_conn_answer_close(struct amqp_conn *c, const amqp_frame_t *f, char *why, size_t len);
+
+/*
+ * The same without answering: "channel closed by broker: CODE TEXT" (or
+ * "connection closed ...") in why; returns the close-ok method to answer
+ * with (AMQP_CHANNEL_CLOSE_OK_METHOD or AMQP_CONNECTION_CLOSE_OK_METHOD).
+ */
+amqp_method_number_t amqp_conn_describe_close(const amqp_frame_t *f, char *why, size_t len);
+
+/*
+ * After login on a plain TCP connection, the caller takes over heartbeats:
+ * rabbitmq-c is told locally (amqp_tune_connection) that there are none,
+ * so it neither writes a heartbeat from inside a read nor gives up on a
+ * quiet broker, while the broker keeps the interval negotiated at login.
+ * The caller must then write a heartbeat frame when it has written nothing
+ * for half the interval, and give up on the broker when it has read nothing
+ * for twice the interval. Returns the negotiated interval in seconds (0:
+ * none), or a negative AMQP_STATUS_* when rabbitmq-c is in the middle of a
+ * frame (never right after login; the connection must then be dropped).
+ */
+int amqp_conn_own_heartbeats(struct amqp_conn *c);
+
+/*
+ * Frame encoders (pure: no connection, no allocation). An AMQP 0-9-1 frame
+ * on the wire, every integer big-endian:
+ *
+ *   offset  size  field
+ *   0       1     type: 1 method, 2 content header, 3 content body, 8 heartbeat
+ *   1       2     channel (0 for the connection and for heartbeats)
+ *   3       4     payload size, n
+ *   7       n     payload
+ *   7+n     1     frame end, 0xCE
+ *
+ *   method payload:          class-id(2) method-id(2) arguments (amqp_encode_method)
+ *   content-header payload:  class-id(2) weight(2) = 0, body-size(8),
+ *                            property flags and list (amqp_encode_properties)
+ *   content-body payload:    the next at most frame_max - 8 bytes of the body
+ *   heartbeat payload:       none (08 0000 00000000 CE)
+ *
+ * A publish is a basic.publish method frame, one content-header frame and
+ * ceil(body / (frame_max - 8)) body frames (none for an empty body), all on
+ * the publish's channel, written back to back: no other frame of the same
+ * channel may come between them (frames of other channels may).
+ */
+
+/* Bytes amqp_conn_encode_publish() may need: never less than it uses. */
+size_t amqp_conn_publish_bound(size_t exchange_len, size_t routing_key_len, size_t body_len,
+                               uint32_t frame_max);
+
+/*
+ * Encode a publish (m, props, body) on channel ch into buf, which has
+ * len >= amqp_conn_publish_bound() bytes. Returns the bytes used, or a
+ * negative AMQP_STATUS_*: the properties do not fit one frame of frame_max
+ * bytes, a field does not encode, len is short, or frame_max < 4096.
+ * m and props are not changed (rabbitmq-c's encoders take them non-const).
+ */
+long amqp_conn_encode_publish(void *buf, size_t len, amqp_channel_t ch,
+                              amqp_basic_publish_t *m, amqp_basic_properties_t *props,
+                              amqp_bytes_t body, uint32_t frame_max);
+
+/* One method frame (id with its decoded arguments) into buf: bytes used, or < 0. */
+long amqp_conn_encode_method(void *buf, size_t len, amqp_channel_t ch, amqp_method_number_t id,
+                             void *decoded);
 
 /* Frames are waiting in rabbitmq-c's buffers (the socket may be quiet). */
 int amqp_conn_buffered(const struct amqp_conn *c);

@@ -26,7 +26,22 @@
  *
  * connection.blocked (a broker resource alarm) stops publishing until
  * connection.unblocked; the consumer side and the loop keep running.
- * Not thread-safe; it runs on the owner's libev loop and owns one ev_io.
+ *
+ * Writes never block the loop on a plain TCP connection (amqp://): sends
+ * are encoded into the publisher's output buffer and written together,
+ * without blocking, by publisher_flush() (an EV_WRITE watcher finishes what
+ * the kernel did not take). publisher_ready() says no while more than about
+ * 1 MiB is unwritten, so a broker that stops reading stops publishing only.
+ * The publisher keeps the connection's heartbeats itself there (it sends
+ * them, and drops a broker it has heard nothing from for twice the
+ * interval: "missed heartbeats"). On TLS (amqps://) rabbitmq-c writes every
+ * publish itself, with blocking writes, as it keeps the heartbeats: a
+ * broker that stops reading without connection.blocked stalls the loop
+ * there. Channel set-up (channel.open, confirm.select, the passive
+ * declares) is synchronous, bounded by connect_timeout_ms, on both.
+ *
+ * Not thread-safe; it runs on the owner's libev loop and owns two ev_io
+ * (readable, writable) on the connection's socket.
  */
 #ifndef DB_PUBLISHER_H
 #define DB_PUBLISHER_H
@@ -60,27 +75,41 @@ void publisher_free(struct publisher *p);
  */
 void publisher_turn(struct publisher *p, uint64_t now);
 
-/* May route publish now? (connected, not blocked, channel open, window not full) */
+/*
+ * May route publish now? (connected, not blocked, channel open, window not
+ * full, output buffer below its high-water mark)
+ */
 int publisher_ready(const struct publisher *p, int route);
 
 /*
  * Publish message a of route as o says (msgrec_to_publish), mandatory, with
  * ref reported back in its confirm. A message diverted to the unroutable
  * exchange gets headers x-delay-unroutable (why), x-original-exchange and
- * x-original-routing-key. Returns 0, or -1 when the connection went down
- * while writing (route_lost has then been reported for every route, this
- * publish included).
+ * x-original-routing-key. On plain TCP the publish is only encoded (its
+ * body copied) into the output buffer: publisher_flush() writes it. Returns
+ * 0, or -1 when the connection went down (a TLS write failed, or the
+ * publish does not encode, such as properties larger than a frame):
+ * route_lost has then been reported for every route, this publish included.
  */
 int publisher_send(struct publisher *p, int route, uint32_t ref, const struct walrec_add *a,
                    const struct msgrec_out *o);
 
-/* Read confirms the broker has sent (after a burst of sends). */
+/*
+ * After a burst of sends: write the output buffer (one nonblocking send;
+ * what the kernel does not take, the EV_WRITE watcher writes later), then
+ * read the confirms the broker has sent. A failed write loses the
+ * connection: route_lost is reported for every route.
+ */
 void publisher_flush(struct publisher *p);
 
 /* Unconfirmed publishes, all routes. */
 size_t publisher_inflight(const struct publisher *p);
 
-/* Close the connection politely (at the end of a shutdown). */
+/*
+ * Close the connection politely (at the end of a shutdown): connection.close
+ * and its close-ok, bounded by connect_timeout_ms; abruptly when unwritten
+ * bytes remain (the broker stopped reading).
+ */
 void publisher_close(struct publisher *p);
 
 int publisher_up(const struct publisher *p);
