@@ -210,7 +210,7 @@ int main(int argc, char **argv)
     int cold = getenv("BENCH_COLD") != NULL;
     uint64_t t0 = 1700000000000ull;
 
-    log_set_level(LOG_LEVEL_WARN);
+    log_set_level(getenv("BENCH_LOG") ? LOG_LEVEL_INFO : LOG_LEVEL_WARN); /* BENCH_LOG=1: phases */
     for (int k = 0; k < nn; k++) {
         uint64_t n = argc > 2 ? strtoull(argv[k + 2], NULL, 10) : defaults[k];
         run(base, n, 0, &cold, t0);

@@ -410,7 +410,18 @@ if want hold || want restart; then
     say "hold: held=$held RSS ${rss0} kB -> ${rss1} kB, WAL $(stats '.wal.disk_bytes') B in $(stats '.wal.segments') segments"
 
     if want restart; then
-        say "== restart: kill -9 with $held held, drop caches, restart, one ${RESTART_DELAY} ms message"
+        # As in production: the default checkpoint policy (every 60 s once 64 MiB or half
+        # a checkpoint of log was appended) has taken one since the ingest; wait for it.
+        ck_deadline=$(( $(now_ms) + 180000 ))
+        while :; do
+            ck_state=$(stats '.wal.checkpoint.state + " " + (.wal.checkpoint.installed|tostring)')
+            case "$ck_state" in "idle 0") ;; idle*) break ;; esac
+            [ "$(now_ms)" -lt "$ck_deadline" ] || { say "restart: no checkpoint within 180 s"; break; }
+            sleep 1
+        done
+        R[restart.ckpt_mib]=$(fmt 1 "$(stats '.wal.checkpoint.bytes') / 1048576.0")
+        R[restart.ckpt_age_s]=$(fmt 0 "$(stats '.wal.checkpoint.age_seconds')")
+        say "== restart: kill -9 with $held held (checkpoint ${R[restart.ckpt_mib]} MiB, ${R[restart.ckpt_age_s]} s old), drop caches, restart, one ${RESTART_DELAY} ms message"
         consume restart 1 8 --purge
         kill -KILL "$BRIDGE_PID"; wait "$BRIDGE_PID" 2>/dev/null || true; BRIDGE_PID=""
         sync
@@ -430,6 +441,7 @@ if want hold || want restart; then
         R[restart.deliver_ms]=$(( $(get "$WORK/restart.consume" last_recv_ms) - t0 ))
         R[restart.ready_ms]=$((t_ready - t0))
         R[restart.recovery_s]=$(fmt 3 "$(stats '.recovery.seconds')")
+        R[restart.ckpt_used]=$(stats '.wal.checkpoint.used_at_start')
         R[restart.held]=$(stats '.held')
         R[restart.rss_per_msg]=$(fmt 1 "($(rss_kb "$BRIDGE_PID") - $rss0) * 1024.0 / $N_HOLD")
     fi
@@ -506,6 +518,7 @@ row() { printf '| %-9s | %-50s | %14s | %14s | %14s | %8s |\n' "$1" "$2" "$3" "$
         row restart "kill -9 -> new 50 ms message delivered ms ($(v restart.cache))" "$(v restart.deliver_ms)" - -
         row restart "kill -9 -> /readyz 200, ms" "$(v restart.ready_ms)" - -
         row restart "WAL recovery (/stats recovery.seconds), s" "$(v restart.recovery_s)" - -
+        row restart "checkpoint at the kill: MiB / age s / used by the restart" "$(v restart.ckpt_mib) / $(v restart.ckpt_age_s) / $(v restart.ckpt_used)" - -
         row restart "held after restart / RSS per held message, B" "$(v restart.held) / $(v restart.rss_per_msg)" - -
     fi
     echo
