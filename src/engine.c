@@ -1,11 +1,9 @@
 /*
- * engine.c -- held messages: log + timing wheel + id index + due lists.
+ * engine.c -- held messages: log + timing wheel + due lists.
  *
  * One pool of struct held (40 bytes each) carries every message the engine
- * holds, and four structures point into it:
+ * holds, and three structures point into it:
  *
- *   idmap      message id -> handle: DONE records at recovery, compaction
- *              (which must find the message a record belongs to);
  *   wheel      the WAITING messages, by due time;
  *   due list   per route, the DUE messages in (due, id) order;
  *   in flight  per route, the INFLIGHT messages in take order.
@@ -34,10 +32,24 @@
  * DONE forgets its ids. Then the wheel is created with its clock just before
  * the earliest due time and every message goes in, so the first
  * eng_advance() to the present fires the overdue ones in due order.
+ *
+ * No id index outside recovery. Only recovery looks messages up by id (a
+ * DONE names ids); it builds an idmap (id -> handle, 4 to 8 bytes per
+ * message) and frees it once the wheel is built. At run time every message
+ * is reached by handle, and compaction -- which walks a segment's records
+ * and must know which are live -- asks by location instead: for the
+ * segment it is compacting, one pass over the pool in memory order collects
+ * the (offset, handle) of the messages stored there, sorted by offset, and
+ * each record is looked up in that list and checked against the message
+ * (still held, same id, same place). Messages only ever leave a segment
+ * being compacted (new records go to the newest segment), so the list
+ * stays a superset of the truth for the whole segment. This keeps a held
+ * message at 40 bytes plus its wheel share, about 42 B at 10^7.
  */
 #include "delay-bridge/engine.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,9 +111,22 @@ struct idvec {
     size_t n, cap;
 };
 
+/* Compaction's view of one segment: the messages stored there, by offset. */
+struct cix_ent {
+    uint32_t off;
+    pool_handle h;
+};
+
 struct engine {
     struct pool pool;
-    struct idmap ids;
+    struct idmap ids;      /* during recovery only: id -> handle */
+    uint64_t held;         /* messages held (every state, orphans included) */
+    struct {
+        uint32_t seg;      /* the segment listed, 0 = none */
+        struct cix_ent *v;
+        size_t n, cap;
+        pool_handle last;  /* the handle is_live() found, for moved() */
+    } cix;
     struct wheel *wheel;
     struct wlog *log;
     struct wlog_buf rbuf;  /* eng_take() and eng_read() read records here */
@@ -254,7 +279,9 @@ static void forget(struct engine *e, pool_handle h)
     else if (m->state == ENG_ORPHAN)
         e->orphaned--;
     wlog_live(e->log, m->loc, 0);
-    idmap_del(&e->ids, m->node.seq);
+    if (e->ids.cap)
+        idmap_del(&e->ids, m->node.seq); /* recovering */
+    e->held--;
     m->state = 0;
     m->flags = 0;
     pool_release(&e->pool, h);
@@ -351,6 +378,7 @@ static int replay_add(struct engine *e, const uint8_t *payload, uint32_t len, ui
         keymap_put(&e->keys, kh, h);
     }
     idmap_put(&e->ids, h);
+    e->held++;
     wlog_live(e->log, loc, 1);
     return 0;
 }
@@ -515,6 +543,7 @@ static int ck_load_held(struct engine *e, const uint8_t *p, size_t n)
         m->state = 0;
         m->flags = HELD_RECOVERED;
         idmap_put(&e->ids, h);
+        e->held++;
         wlog_live(e->log, loc, 1);
     }
     return 0;
@@ -608,7 +637,7 @@ int eng_checkpoint(struct engine *e)
     memset(q, 0, 32);
     put32(q, 1);
     put32(q + 4, (uint32_t)e->nroutes);
-    put64(q + 8, e->ids.count);
+    put64(q + 8, e->held);
     put64(q + 16, wlog_next_lsn(e->log));
     put32(q + 24, e->recent);
     for (int i = 0; i < e->nroutes; i++) {
@@ -770,12 +799,16 @@ int eng_open(struct engine **out, const struct eng_opts *o)
     }
     e->ck_ring_lsn = e->ck_end_lsn = 0;
     build_wheel(e, now);
+    /* The id index was for replay only: give its memory back. */
+    idmap_destroy(&e->ids);
+    malloc_trim(0);
     e->recovery_seconds = (double)(clock_mono_ns() - t0) / 1e9;
     if (e->orphaned)
         log_warn("engine", "messages held for routes missing from the configuration",
                  "count=%llu action=\"kept in the log, not published; restore the route\"",
                  (unsigned long long)e->orphaned);
-    log_info("engine", "recovered", "held=%zu overdue_from_ms=%llu seconds=%.3f", e->ids.count,
+    log_info("engine", "recovered", "held=%llu overdue_from_ms=%llu seconds=%.3f",
+             (unsigned long long)e->held,
              (unsigned long long)wheel_now(e->wheel), e->recovery_seconds);
     *out = e;
     return 0;
@@ -788,6 +821,7 @@ void eng_close(struct engine *e)
     wlog_close(e->log);
     wheel_free(e->wheel);
     idmap_destroy(&e->ids);
+    free(e->cix.v);
     keymap_destroy(&e->keys);
     pool_destroy(&e->pool);
     for (int i = 0; i < e->nroutes; i++)
@@ -979,7 +1013,7 @@ int eng_add(struct engine *e, uint16_t route, struct walrec_add *a, eng_msg *mp)
         keymap_put(&e->keys, kh, h);
         e->routes[route].keyed++;
     }
-    idmap_put(&e->ids, h);
+    e->held++;
     wlog_live(e->log, loc, 1);
     hvec_push(&e->pending, h);
     recent_push(e, route, a);
@@ -1332,23 +1366,71 @@ int eng_purge_step(struct engine *e, struct eng_purge *p, size_t budget)
 
 /* ---- space ----------------------------------------------------------------- */
 
+static int cix_cmp(const void *a, const void *b)
+{
+    uint32_t x = ((const struct cix_ent *)a)->off, y = ((const struct cix_ent *)b)->off;
+    return x < y ? -1 : x > y;
+}
+
+/* List the messages stored in segment seg, by offset: one pass over the pool. */
+static void cix_build(struct engine *e, uint32_t seg)
+{
+    e->cix.n = 0;
+    for (pool_handle h = 1; h < e->pool.next_fresh; h++) {
+        const struct held *m = H(e, h);
+        if (!m->state || m->loc.seg != seg)
+            continue;
+        if (e->cix.n == e->cix.cap) {
+            e->cix.cap = e->cix.cap ? e->cix.cap * 2 : 4096;
+            e->cix.v = xrealloc(e->cix.v, e->cix.cap * sizeof(*e->cix.v));
+        }
+        e->cix.v[e->cix.n++] = (struct cix_ent){m->loc.off, h};
+    }
+    qsort(e->cix.v, e->cix.n, sizeof(*e->cix.v), cix_cmp);
+    e->cix.seg = seg;
+}
+
+static void cix_drop(struct engine *e)
+{
+    free(e->cix.v);
+    memset(&e->cix, 0, sizeof(e->cix));
+}
+
 static int compact_is_live(void *arg, uint64_t msg_id, struct wlog_loc loc)
 {
     struct engine *e = arg;
-    pool_handle h = idmap_get(&e->ids, msg_id);
+    size_t lo = 0, hi;
 
-    if (h == POOL_NIL)
+    if (e->cix.seg != loc.seg)
+        cix_build(e, loc.seg);
+    e->cix.last = POOL_NIL;
+    hi = e->cix.n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (e->cix.v[mid].off < loc.off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == e->cix.n || e->cix.v[lo].off != loc.off)
         return 0;
-    return H(e, h)->loc.seg == loc.seg && H(e, h)->loc.off == loc.off;
+    pool_handle h = e->cix.v[lo].h;
+    const struct held *m = H(e, h);
+    /* Listed when the segment's compaction began: is it still that message, there? */
+    if (!m->state || m->node.seq != msg_id || m->loc.seg != loc.seg || m->loc.off != loc.off)
+        return 0;
+    e->cix.last = h;
+    return 1;
 }
 
 static void compact_moved(void *arg, uint64_t msg_id, struct wlog_loc to)
 {
     struct engine *e = arg;
-    pool_handle h = idmap_get(&e->ids, msg_id);
+    pool_handle h = e->cix.last;
 
-    if (h != POOL_NIL)
+    if (h != POOL_NIL && H(e, h)->node.seq == msg_id)
         H(e, h)->loc = to;
+    e->cix.last = POOL_NIL;
 }
 
 int eng_maintain(struct engine *e, size_t budget)
@@ -1358,6 +1440,13 @@ int eng_maintain(struct engine *e, size_t budget)
 
     if (r < 0)
         return r;
+    if (e->cix.seg) {
+        /* Done with that segment? (the log compacts the oldest one; it is gone when done) */
+        struct wlog_stats ls;
+        wlog_stats(e->log, &ls);
+        if (ls.compact_segment != e->cix.seg)
+            cix_drop(e);
+    }
     wlog_ckpt_poll(e->log);
     if (e->ck_active)
         ck_step(e);
@@ -1381,7 +1470,7 @@ void eng_stats(const struct engine *e, struct eng_stats *s)
         s->due += r->n[ENG_DUE];
         s->inflight += r->n[ENG_INFLIGHT];
     }
-    s->held = e->ids.count;
+    s->held = e->held;
     s->orphaned = e->orphaned;
     s->added = e->added;
     s->confirmed = e->confirmed;
@@ -1390,6 +1479,7 @@ void eng_stats(const struct engine *e, struct eng_stats *s)
     if (s->next_due_ms == UINT64_MAX)
         s->next_due_ms = 0;
     s->ram_bytes = pool_memory(&e->pool) + idmap_memory(&e->ids) + wheel_memory(e->wheel) +
+                   e->cix.cap * sizeof(*e->cix.v) +
                    keymap_memory(&e->keys);
     s->recovery_seconds = e->recovery_seconds;
     wlog_stats(e->log, &ls);

@@ -18,6 +18,7 @@
  * check|dump`, `delay-bridge publish`; each has its own --help.
  */
 #include <getopt.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,15 @@ int main(int argc, char **argv)
     };
     const char *path = NULL;
     int check = 0, c;
+
+    /*
+     * Tables that grow by doubling (the key map, recovery's id index) are
+     * allocated and freed whole. A fixed mmap threshold keeps every big one
+     * out of the heap, so a freed table goes back to the kernel instead of
+     * staying in RSS (glibc's sliding threshold would move them to the heap
+     * after the first free).
+     */
+    mallopt(M_MMAP_THRESHOLD, 256 << 10);
 
     if (argc > 1 && strcmp(argv[1], "wal") == 0)
         return cli_wal_main(argc - 1, argv + 1);

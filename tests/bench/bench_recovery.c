@@ -13,6 +13,7 @@
  * second with one taken after 99% of the messages (the checkpoint is read,
  * then the last 1% of the log replayed).
  */
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,6 +211,7 @@ int main(int argc, char **argv)
     int cold = getenv("BENCH_COLD") != NULL;
     uint64_t t0 = 1700000000000ull;
 
+    mallopt(M_MMAP_THRESHOLD, 256 << 10); /* as the daemon does (main.c) */
     log_set_level(getenv("BENCH_LOG") ? LOG_LEVEL_INFO : LOG_LEVEL_WARN); /* BENCH_LOG=1: phases */
     for (int k = 0; k < nn; k++) {
         uint64_t n = argc > 2 ? strtoull(argv[k + 2], NULL, 10) : defaults[k];
