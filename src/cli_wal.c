@@ -82,6 +82,7 @@
 #include "delay-bridge/idmap.h"
 #include "delay-bridge/pool.h"
 #include "delay-bridge/walrec.h"
+#include "delay-bridge/walckpt.h"
 #include "delay-bridge/walscan.h"
 #include "delay-bridge/xalloc.h"
 
@@ -656,7 +657,9 @@ static void check_usage(FILE *f)
             "segment's salt), LSNs +1 across records and segments. Prints a summary:\n"
             "segments, records by type (ADD, DONE: published, CANCEL: cancelled, replaced\n"
             "or purged) with the ids they remove, bytes, pending messages per route, the\n"
-            "oldest enqueue time and the next due time.\n"
+            "oldest enqueue time and the next due time; and whether the CHECKPOINT file\n"
+            "checks out (a restart reads it instead of every segment; an unusable one is\n"
+            "reported, not an error: recovery then replays every segment).\n"
             "\n"
             "Read-only and lock-free: safe on the directory of a running daemon.\n"
             "An incomplete record at the end of the newest segment is reported as a torn\n"
@@ -670,6 +673,26 @@ static void check_usage(FILE *f)
 }
 
 /* corrupt: the scan stopped at corruption; the figures cover what came before it. */
+/*
+ * The checkpoint is a shortcut for recovery, not part of the log: a damaged
+ * one is reported, and recovery replays every segment instead.
+ */
+static void print_checkpoint(struct scan *s)
+{
+    struct walckpt_info ci;
+    char why[256];
+    int r = walckpt_read(s->dirfd, s->wal_id, NULL, NULL, &ci, why, sizeof(why), NULL);
+
+    if (r == 1)
+        printf("checkpoint:     none (a restart replays every segment)\n");
+    else if (r == 0)
+        printf("checkpoint:     ok, %" PRIu64 " bytes, replay from lsn %" PRIu64 "\n", ci.bytes,
+               ci.start_lsn);
+    else
+        printf("checkpoint:     UNUSABLE (%s): a restart replays every segment instead\n",
+               why[0] ? why : strerror(-r));
+}
+
 static void print_summary(struct scan *s, int corrupt)
 {
     size_t n;
@@ -785,6 +808,7 @@ static int wal_check(int argc, char **argv)
     rc = scan_dir(&s, argv[optind], NULL);
     if (rc == CLI_OK) {
         print_summary(&s, 0);
+        print_checkpoint(&s);
         printf("result:         ok%s\n", s.torn ? " (torn tail)" : "");
     } else if (rc == CLI_CORRUPT) {
         if (s.nsegs)

@@ -4,12 +4,14 @@ nothing: with checkpoints every second (wal.checkpoint_interval_s 1,
 checkpoint_min_mb 1, 1 MiB segments), 4000 messages of 1 KiB are held for
 8-12 s; once /stats shows a checkpoint installed (and /metrics counts it),
 400 more are published (the tail the restart must replay) and the bridge is
-killed with SIGKILL. The restart logs "checkpoint loaded", reads fewer
+killed with SIGKILL. `delay-bridge wal check` reports the checkpoint ok;
+the restart logs "checkpoint loaded", reads fewer
 segments than the log has, /stats says wal.checkpoint.used_at_start, and
 every confirmed message arrives once, none early."""
 
 import json
 import re
+import subprocess
 import time
 import urllib.request
 
@@ -63,6 +65,13 @@ def test(ctx):
                                message_id=mid, delivery_mode=2), ms)
     time.sleep(0.3)
     b.kill9()
+    r = subprocess.run([h.bridge_bin(), "wal", "check", b.config["wal"]["dir"]],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                       timeout=60)
+    line = [l for l in r.stdout.splitlines() if l.startswith("checkpoint:")]
+    check(r.returncode == 0 and line and " ok, " in line[0],
+          "wal check after the kill: %s" % r.stdout[-600:])
+    h.log("wal check: %s" % line[0])
     b.start()
     text = b.log_text()
     check('msg="checkpoint loaded"' in text, "the restart did not load the checkpoint")
