@@ -64,26 +64,26 @@
  *                encoded into the output buffer, behind whatever is there:
  *                the broker discards what comes on a closing channel until
  *                close-ok, so the publishes ahead of it are harmless.
- *   RPCs         channel.open, confirm.select, the passive declares, the
- *                close-ok of a failed open (channel_open) and the polite
- *                connection.close (publisher_close) go through rabbitmq-c's
- *                synchronous calls. They run only when the output buffer is
- *                empty and poll() says the socket is writable; otherwise the
- *                channel is opened on a later turn (the EV_WRITE watcher
- *                wakes the loop when the buffer is written) and the close is
- *                abrupt. Writable means the kernel's send queue is below its
- *                limit, so the first small request goes out at once; every
- *                later write of the exchange follows a reply from the broker,
- *                whose TCP acknowledgement covers every byte sent before, so
- *                the send queue is then empty. Channels are not reopened
- *                while the broker blocks the connection (it reads nothing
- *                then; the RPC would only time out). Waiting for the reply is
- *                bounded by connect_timeout_ms, as at connection set-up.
+ *   set-up       channel.open, confirm.select and the passive declares are
+ *                not RPCs here: they are requests in the same buffer, and
+ *                handle_frame() takes each answer as it comes and sends the
+ *                next request (setup_next). Nothing waits for the broker.
+ *   close        the only synchronous rabbitmq-c calls after login are the
+ *                polite connection.close at shutdown (publisher_close) and,
+ *                on TLS, every write. The close runs only when the output
+ *                buffer is empty and poll() says the socket is writable --
+ *                for TCP: the send queue is below its limit, so one small
+ *                frame goes out at once -- and is abrupt otherwise; its wait
+ *                for close-ok is bounded by connect_timeout_ms. Connecting
+ *                and logging in (amqp_conn_open) block too, bounded by
+ *                connect_timeout_ms, once per (re)connection.
  *
  * TLS (amqps://): the socket carries TLS records that only rabbitmq-c's
  * OpenSSL layer may write, so there the publisher keeps amqp_basic_publish()
- * (three blocking writes per publish) and rabbitmq-c keeps its heartbeats;
- * connection.blocked still stops publishing on a resource alarm.
+ * (three blocking writes per publish) and amqp_send_method(), and
+ * rabbitmq-c keeps its heartbeats; connection.blocked still stops
+ * publishing on a resource alarm, but a broker that stops reading without
+ * it stalls the loop in a write.
  */
 #include "delay-bridge/publisher.h"
 
@@ -121,6 +121,10 @@ struct route_pub {
     const struct config_route *cfg;
     amqp_channel_t ch;
     int open;
+    int opening;                 /* set-up requests under way */
+    amqp_method_number_t await;  /* ... the answer expected next */
+    int ex_next;                 /* ... the next exchange to check (setup_exchange) */
+    uint64_t setup_deadline;     /* ... monotonic ms */
     uint64_t next_tag;
     struct unconfirmed *win; /* ring in tag order */
     size_t head, n, cap;
@@ -257,26 +261,36 @@ static int out_kick(struct publisher *p)
     return out_write(p);
 }
 
-/* Append one method frame (close-ok) to out and write it. */
-static void out_method(struct publisher *p, amqp_channel_t ch, amqp_method_number_t id,
+/*
+ * Send one method (set-up requests, close-ok): behind our unwritten frames
+ * on plain TCP, through rabbitmq-c on TLS. Returns 0, or -1 when the
+ * connection went down.
+ */
+static int send_method(struct publisher *p, amqp_channel_t ch, amqp_method_number_t id,
                        void *decoded)
 {
-    uint8_t *at = out_reserve(p, 64);
-    long n = amqp_conn_encode_method(at, 64, ch, id, decoded);
+    enum { MAX_METHOD = 1024 }; /* exchange.declare: two short strings, an empty table */
+    long n;
 
-    if (n < 0) {
-        conn_down(p, amqp_error_string2((int)n));
-        return;
+    if (own_writes(p)) {
+        n = amqp_conn_encode_method(out_reserve(p, MAX_METHOD), MAX_METHOD, ch, id, decoded);
+        if (n >= 0) {
+            p->out.len += (size_t)n;
+            return out_kick(p);
+        }
+    } else {
+        n = amqp_send_method(p->conn.st, ch, id, decoded);
+        if (n >= 0)
+            return 0;
     }
-    p->out.len += (size_t)n;
-    out_kick(p);
+    conn_down(p, amqp_error_string2((int)n));
+    return -1;
 }
 
 /*
- * May rabbitmq-c write on the socket now (a synchronous RPC)? Only when none
- * of our bytes are unwritten and the kernel has room (see the top of the
- * file). When not, the EV_WRITE watcher runs and the loop turns again once
- * the socket drains.
+ * May rabbitmq-c write on the socket now (the polite connection.close)?
+ * Only when none of our bytes are unwritten and the kernel has room (see
+ * the top of the file).
  */
 static int sync_write_ok(struct publisher *p)
 {
@@ -286,10 +300,7 @@ static int sync_write_ok(struct publisher *p)
         return p->conn.st != NULL;
     if (out_kick(p) < 0 || out_pending(p))
         return 0;
-    if (poll(&pf, 1, 0) == 1 && (pf.revents & POLLOUT))
-        return 1;
-    ev_io_start(p->loop, &p->wio);
-    return 0;
+    return poll(&pf, 1, 0) == 1 && (pf.revents & POLLOUT);
 }
 
 /* Bytes from the broker wait on the socket (or it was closed: drain() will tell). */
@@ -327,6 +338,7 @@ static void win_push(struct route_pub *r, uint64_t tag, uint64_t msg_id, uint32_
 static void route_lost(struct publisher *p, struct route_pub *r)
 {
     r->open = 0;
+    r->opening = 0;
     r->n = 0;
     r->head = 0;
     p->ops.route_lost(p->ops.arg, (int)(r - p->routes));
@@ -370,58 +382,108 @@ static void channel_failed(struct publisher *p, struct route_pub *r, const char 
                   st.log_events);
 }
 
-/* Open route r's channel in confirm mode and check its exchanges exist. */
-static int channel_open(struct publisher *p, struct route_pub *r)
-{
-    amqp_connection_state_t st = p->conn.st;
-    const struct config_route *rc = r->cfg;
-    amqp_rpc_reply_t rep;
-    char err[600];
+/*
+ * Channel set-up runs on the loop like everything else: channel.open,
+ * confirm.select, then a passive exchange.declare of each exchange the
+ * route publishes to (learn that the target is missing without bouncing
+ * messages). Each request goes out when the answer to the previous one
+ * arrives (handle_frame -> setup_next); a channel.close instead (404: no
+ * such exchange) fails the route like any channel error. No answer within
+ * connect_timeout_ms of the request being written drops the connection.
+ */
 
-    amqp_channel_open(st, r->ch);
-    if (amqp_conn_check(&p->conn, "channel.open", err, sizeof(err)) < 0)
-        goto fail;
-    amqp_confirm_select(st, r->ch);
-    if (amqp_conn_check(&p->conn, "confirm.select", err, sizeof(err)) < 0)
-        goto fail;
-    /* Passive declare: learn that the target is missing without bouncing messages. */
-    const char *ex[3] = {rc->target_exchange,
-                         rc->invalid_delay == INVALID_DELAY_DEAD_LETTER ? rc->dead_letter_exchange
-                                                                        : "",
-                         rc->unroutable_exchange};
-    for (int i = 0; i < 3; i++) {
-        if (!ex[i][0])
-            continue;
-        amqp_exchange_declare(st, r->ch, amqp_cstring_bytes(ex[i]),
-                              amqp_cstring_bytes(rc->target_type), 1, 0, 0, 0, amqp_empty_table);
-        if (amqp_conn_check(&p->conn, "exchange.declare passive", err, sizeof(err)) < 0)
-            goto fail;
+/* The exchanges route r checks, i = 0..2 ("" when the route has none). */
+static const char *setup_exchange(const struct route_pub *r, int i)
+{
+    const struct config_route *rc = r->cfg;
+
+    if (i == 0)
+        return rc->target_exchange;
+    if (i == 1)
+        return rc->invalid_delay == INVALID_DELAY_DEAD_LETTER ? rc->dead_letter_exchange : "";
+    return rc->unroutable_exchange;
+}
+
+/* What route r waits for, for a log line. Returns buf. */
+static const char *setup_what(const struct route_pub *r, char *buf, size_t len)
+{
+    if (r->await == AMQP_CHANNEL_OPEN_OK_METHOD)
+        snprintf(buf, len, "channel.open");
+    else if (r->await == AMQP_CONFIRM_SELECT_OK_METHOD)
+        snprintf(buf, len, "confirm.select");
+    else
+        snprintf(buf, len, "exchange.declare passive \"%s\"", setup_exchange(r, r->ex_next - 1));
+    return buf;
+}
+
+static void setup_send(struct publisher *p, struct route_pub *r, amqp_method_number_t id,
+                       void *decoded, amqp_method_number_t await)
+{
+    r->await = await;
+    r->setup_deadline = mono_ms() + p->cfg->connect_timeout_ms;
+    send_method(p, r->ch, id, decoded);
+}
+
+/* The answer route r waited for came: send the next request, or the channel is open. */
+static void setup_next(struct publisher *p, struct route_pub *r)
+{
+    if (r->await == AMQP_CHANNEL_OPEN_OK_METHOD) {
+        amqp_confirm_select_t cs = {.nowait = 0};
+        setup_send(p, r, AMQP_CONFIRM_SELECT_METHOD, &cs, AMQP_CONFIRM_SELECT_OK_METHOD);
+        return;
     }
+    while (r->ex_next < 3 && !setup_exchange(r, r->ex_next)[0])
+        r->ex_next++;
+    if (r->ex_next < 3) {
+        amqp_exchange_declare_t d = {.exchange = amqp_cstring_bytes(setup_exchange(r, r->ex_next)),
+                                     .type = amqp_cstring_bytes(r->cfg->target_type),
+                                     .passive = 1,
+                                     .arguments = amqp_empty_table};
+        r->ex_next++;
+        setup_send(p, r, AMQP_EXCHANGE_DECLARE_METHOD, &d, AMQP_EXCHANGE_DECLARE_OK_METHOD);
+        return;
+    }
+    r->opening = 0;
     r->open = 1;
     r->next_tag = 1;
-    p->last_read_ms = mono_ms(); /* the broker answered */
     backoff_reset(&r->bo);
-    log_info("publish", "route channel open", "route=%s target=\"%s\"", rc->name,
-             rc->target_exchange);
-    return 0;
+    log_info("publish", "route channel open", "route=%s target=\"%s\"", r->cfg->name,
+             r->cfg->target_exchange);
+}
 
-fail:
-    rep = amqp_get_rpc_reply(st);
-    if (rep.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
-        rep.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
-        amqp_channel_close_ok_t ok;
-        amqp_send_method(st, r->ch, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
-        r->retries++;
-        channel_failed(p, r, err);
-        return -1;
+/* Start opening route r's channel in confirm mode. */
+static void channel_open(struct publisher *p, struct route_pub *r)
+{
+    amqp_channel_open_t o = {.out_of_band = amqp_empty_bytes};
+
+    r->opening = 1;
+    r->ex_next = 0;
+    setup_send(p, r, AMQP_CHANNEL_OPEN_METHOD, &o, AMQP_CHANNEL_OPEN_OK_METHOD);
+}
+
+/*
+ * A set-up request unanswered for connect_timeout_ms drops the connection.
+ * The clock runs only while the request is written and the broker reads
+ * (not blocked): a broker that reads slowly is not a dead one.
+ */
+static void setup_timeouts(struct publisher *p)
+{
+    uint64_t now = mono_ms();
+    char what[300], why[400];
+    int i;
+
+    for (i = 0; i < p->nroutes && p->up; i++) {
+        struct route_pub *r = &p->routes[i];
+        if (!r->opening)
+            continue;
+        if (p->blocked || out_pending(p)) {
+            r->setup_deadline = now + p->cfg->connect_timeout_ms;
+        } else if (now > r->setup_deadline) {
+            snprintf(why, sizeof(why), "%s: no answer within connect_timeout_ms (route %s)",
+                     setup_what(r, what, sizeof(what)), r->cfg->name);
+            conn_down(p, why);
+        }
     }
-    if (rep.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION) {
-        /* connection.close from the broker */
-        amqp_connection_close_ok_t ok;
-        amqp_send_method(st, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
-    }
-    conn_down(p, err);
-    return -1;
 }
 
 static void open_connection(struct publisher *p)
@@ -470,7 +532,7 @@ static void open_connection(struct publisher *p)
     log_info("publish", "connected", "broker=\"%s\" writes=%s heartbeat_s=%" PRIu64,
              p->conn.uri_masked, p->conn.tls ? "rabbitmq-c" : "batched",
              p->conn.tls ? (uint64_t)amqp_get_heartbeat(p->conn.st) : p->hb_ms / 1000);
-    for (i = 0; i < p->nroutes && p->up && sync_write_ok(p); i++)
+    for (i = 0; i < p->nroutes && p->up; i++)
         channel_open(p, &p->routes[i]);
     if (p->up)
         backoff_reset(&p->bo);
@@ -533,16 +595,12 @@ static void mark_returned(struct route_pub *r, const amqp_basic_properties_t *pr
         }
 }
 
-/* Close-ok for a close from the broker: behind our unwritten frames, or by rabbitmq-c (TLS). */
+/* Close-ok for a close from the broker (behind our unwritten frames); why: the broker's reason. */
 static void answer_close(struct publisher *p, const amqp_frame_t *f, char *why, size_t len)
 {
     amqp_channel_close_ok_t ok; /* both close-ok methods have no arguments */
 
-    if (!own_writes(p)) {
-        amqp_conn_answer_close(&p->conn, f, why, len);
-        return;
-    }
-    out_method(p, f->channel, amqp_conn_describe_close(f, why, len), &ok);
+    send_method(p, f->channel, amqp_conn_describe_close(f, why, len), &ok);
 }
 
 static void handle_frame(struct publisher *p, amqp_frame_t *f)
@@ -564,6 +622,10 @@ static void handle_frame(struct publisher *p, amqp_frame_t *f)
     }
     if (f->frame_type != AMQP_FRAME_METHOD)
         return;
+    if (r && r->opening && f->payload.method.id == r->await) {
+        setup_next(p, r);
+        return;
+    }
     if (f->payload.method.id == AMQP_BASIC_RETURN_METHOD) {
         p->ret.active = r != NULL;
         p->ret.r = r;
@@ -588,8 +650,13 @@ static void handle_frame(struct publisher *p, amqp_frame_t *f)
     case AMQP_CHANNEL_CLOSE_METHOD:
         answer_close(p, f, why, sizeof(why));
         if (r && p->up) {
+            char what[300], full[900];
+            if (r->opening)
+                snprintf(full, sizeof(full), "%s: %s", setup_what(r, what, sizeof(what)), why);
+            else
+                snprintf(full, sizeof(full), "%s", why);
             r->retries++;
-            channel_failed(p, r, why);
+            channel_failed(p, r, full);
         }
         break;
     case AMQP_CONNECTION_CLOSE_METHOD:
@@ -734,11 +801,12 @@ void publisher_turn(struct publisher *p, uint64_t now)
         return;
     }
     heartbeats(p);
+    setup_timeouts(p);
     if (out_kick(p) < 0)
         return;
     for (i = 0; i < p->nroutes && p->up; i++) {
         struct route_pub *r = &p->routes[i];
-        if (!r->open && backoff_ready(&r->bo, now) && !p->blocked && sync_write_ok(p))
+        if (!r->open && !r->opening && !p->blocked && backoff_ready(&r->bo, now))
             channel_open(p, r);
     }
     if (!p->up)
@@ -775,6 +843,8 @@ int publisher_send(struct publisher *p, int route, uint32_t ref, const struct wa
         in = &none;
     }
     amqp_msg_outgoing(in, &out, &p->pool, o->delay_ms, p->conn.user, o->id, o->error);
+    if (o->handback) /* a drain: back to the ingress for the rest of its delay */
+        amqp_msg_set_delay(&out, &p->pool, (int64_t)o->remaining_ms);
     if (o->original_exchange) {
         char rk[256];
         snprintf(rk, sizeof(rk), "%.*s", (int)a->routing_key_len, a->routing_key);
@@ -861,9 +931,9 @@ uint64_t publisher_next_wakeup(const struct publisher *p)
 
     if (!p->conn.st)
         return p->bo.retry_at;
-    /* Channels wait for an empty buffer and an unblocked connection: watchers wake us then. */
-    for (i = 0; i < p->nroutes && !p->blocked && !out_pending(p); i++)
-        if (!p->routes[i].open && p->routes[i].bo.retry_at < next)
+    /* Channels reopen once unblocked: reading connection.unblocked wakes us then. */
+    for (i = 0; i < p->nroutes && !p->blocked; i++)
+        if (!p->routes[i].open && !p->routes[i].opening && p->routes[i].bo.retry_at < next)
             next = p->routes[i].bo.retry_at;
     if (p->last_poll_ms + HEARTBEAT_POLL_MS < next)
         next = p->last_poll_ms + HEARTBEAT_POLL_MS;

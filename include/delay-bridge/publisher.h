@@ -38,7 +38,9 @@
  * publish itself, with blocking writes, as it keeps the heartbeats: a
  * broker that stops reading without connection.blocked stalls the loop
  * there. Channel set-up (channel.open, confirm.select, the passive
- * declares) is synchronous, bounded by connect_timeout_ms, on both.
+ * declares) never waits on the loop: each answer is taken as it comes, and
+ * one missing for connect_timeout_ms drops the connection. Connecting and
+ * logging in block, bounded by connect_timeout_ms.
  *
  * Not thread-safe; it runs on the owner's libev loop and owns two ev_io
  * (readable, writable) on the connection's socket.

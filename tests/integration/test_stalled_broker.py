@@ -285,6 +285,8 @@ def heartbeats(ctx, proxy):
     t = h.tally(sent.keys(), c.quiet(1.0))
     h.log("after reconnecting: " + h.tally_line(t))
     check(not t["lost"], "%d message(s) never arrived: %s" % (len(t["lost"]), t["lost"][:20]))
+    check(t["duplicates"] == 0, "held (not in flight) when the connection was dropped, yet "
+          "delivered twice: %s" % h.tally_line(t))
     first.close()
     b.stop()
 
