@@ -323,8 +323,9 @@ struct json_object *amqp_msg_props_json(const uint8_t *props, size_t len)
     return o;
 }
 
-void amqp_msg_set_header(amqp_basic_properties_t *p, amqp_pool_t *pool, const char *name,
-                         const char *value)
+/* Set name = v in p's headers, in a copy of the table that lives in pool. */
+static void set_value(amqp_basic_properties_t *p, amqp_pool_t *pool, const char *name,
+                      amqp_field_value_t v)
 {
     int n = (p->_flags & AMQP_BASIC_HEADERS_FLAG) && p->headers.entries ? p->headers.num_entries
                                                                          : 0;
@@ -334,7 +335,23 @@ void amqp_msg_set_header(amqp_basic_properties_t *p, amqp_pool_t *pool, const ch
     t.num_entries = n;
     if (n)
         memcpy(t.entries, p->headers.entries, sizeof(amqp_table_entry_t) * (size_t)n);
-    table_set(&t, name, pool_string(pool, value, strlen(value)));
+    table_set(&t, name, v);
     p->headers = t;
     p->_flags |= AMQP_BASIC_HEADERS_FLAG;
+}
+
+void amqp_msg_set_header(amqp_basic_properties_t *p, amqp_pool_t *pool, const char *name,
+                         const char *value)
+{
+    set_value(p, pool, name, pool_string(pool, value, strlen(value)));
+}
+
+void amqp_msg_set_delay(amqp_basic_properties_t *p, amqp_pool_t *pool, int64_t ms)
+{
+    amqp_field_value_t v;
+
+    memset(&v, 0, sizeof(v));
+    v.kind = AMQP_FIELD_KIND_I64;
+    v.value.i64 = ms;
+    set_value(p, pool, H_XDELAY, v);
 }

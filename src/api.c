@@ -11,6 +11,7 @@
  *   /pending   GET, HEAD   JSON page of pending messages (api_ops.pending_list)
  *   /pending/R/KEY  GET, HEAD, DELETE  one message / cancel it
  *   /purge     POST        JSON: the purge job
+ *   /drain     POST        202 JSON: handing every held message back, then exit 0
  *   other      any         404 "not found\n"
  *   known      other       405 "method not allowed\n", Allow: the methods above
  *
@@ -26,7 +27,9 @@
  * Readiness: not ready while any of these holds, the reason reported being
  * the first that applies, most final first:
  *
- *   stopping                    SIGTERM received, draining: will not come back
+ *   draining                    POST /drain: held messages go back to the
+ *                               ingress, then the process exits
+ *   stopping                    SIGTERM received, waiting for confirms: will not come back
  *   recovering                  the WAL replay has not rebuilt the held set
  *   WAL not writable            a write or fsync failed, or out of space
  *   consumer connection down    BLOCKED counts as connected (it is a broker
@@ -46,6 +49,7 @@
  *              "checkpoint": { "state": "idle"|"writing"|"sealing", "progress",
  *                              "installed", "failed", "lsn", "bytes",
  *                              "age_seconds", "seconds", "used_at_start": bool } },
+ *     "drain": { "handed_back", "remaining" } (only while draining),
  *     "routes": [ { "name", "target_exchange", <every counter and gauge of
  *                   struct db_route_stats under its field name>,
  *                   "next_due_ms", "next_due", "channel_open": bool,
@@ -228,6 +232,12 @@ static void render_stats(const struct db_stats *s, struct strbuf *out)
         add(pj, "progress", jdouble(s->purge.progress));
         add(root, "purge", pj);
     }
+    if (s->drain.active) {
+        json_object *dj = json_object_new_object();
+        add_u64(dj, "handed_back", s->drain.handed_back);
+        add_u64(dj, "remaining", s->drain.remaining);
+        add(root, "drain", dj);
+    }
 
     json_object *routes = json_object_new_array();
     for (int i = 0; s->routes && i < s->nroutes; i++)
@@ -244,7 +254,9 @@ static void render_stats(const struct db_stats *s, struct strbuf *out)
 
 /* ---- routing ---- */
 
-enum api_route { R_NONE, R_HEALTHZ, R_READYZ, R_METRICS, R_STATS, R_PENDING, R_MESSAGE, R_PURGE };
+enum api_route {
+    R_NONE, R_HEALTHZ, R_READYZ, R_METRICS, R_STATS, R_PENDING, R_MESSAGE, R_PURGE, R_DRAIN
+};
 
 static enum api_route route_of(const char *path)
 {
@@ -256,6 +268,8 @@ static enum api_route route_of(const char *path)
         return R_MESSAGE;
     if (!strcmp(path, "/purge"))
         return R_PURGE;
+    if (!strcmp(path, "/drain"))
+        return R_DRAIN;
     if (!strcmp(path, "/healthz"))
         return R_HEALTHZ;
     if (!strcmp(path, "/readyz"))
@@ -307,6 +321,21 @@ static void held_messages(const struct api_ops *ops, const struct api_request *r
     struct json_object *o;
     int status;
 
+    if (r == R_DRAIN) {
+        if (strcmp(m, "POST")) {
+            text(resp, 405, "method not allowed\n");
+            resp->allow = "POST";
+            return;
+        }
+        if (!ops->drain) {
+            text(resp, 404, "not found\n");
+            return;
+        }
+        o = json_object_new_object();
+        status = ops->drain(ops->arg, o);
+        json_answer(resp, status, o);
+        return;
+    }
     if (r == R_PURGE) {
         const char *route = arg(req, "route");
         if (strcmp(m, "POST")) {
@@ -395,7 +424,7 @@ void api_handle(const struct api_ops *ops, const struct api_request *req,
         return;
     }
     const char *m = req->method ? req->method : "";
-    if (r == R_PENDING || r == R_MESSAGE || r == R_PURGE) {
+    if (r == R_PENDING || r == R_MESSAGE || r == R_PURGE || r == R_DRAIN) {
         held_messages(ops, req, r, m, resp);
         return;
     }

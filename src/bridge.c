@@ -79,6 +79,8 @@
 #define PURGE_AT_ONCE (1u << 20)    /* ... and in the request itself, before answering 202 */
 #define MAINTAIN_BUDGET (8u << 20)
 #define MAINTAIN_EVERY_MS 100
+/* Draining: the engine's clock jumps here, so every held message is due. */
+#define DRAIN_HORIZON_MS (UINT64_MAX / 4)
 #define DISK_RETRY_MS 1000
 #define MAX_SLEEP_MS 1000
 #define PUBLISH_BURST 1024 /* per route per round, so routes take turns */
@@ -130,6 +132,12 @@ struct bridge {
         struct eng_purge job;
     } purge;
 
+    /* The drain (POST /drain): every held message handed back, then exit 0. */
+    struct {
+        int active;
+        uint64_t handed_back, published_due, started_ms;
+    } drain;
+
     /* Recovery on a thread: the loop learns it is over through `recovered`. */
     struct {
         pthread_t thread;
@@ -169,7 +177,7 @@ static void on_committed(void *arg, int err)
     if (b->disk_full) {
         b->disk_full = 0;
         log_info("bridge", "WAL has space again: consuming resumes", NULL);
-        if (!b->stopping)
+        if (!b->stopping && !b->drain.active)
             consumer_resume(b->cons);
     }
     FAILPOINT("bridge.before_ack");
@@ -366,6 +374,19 @@ static void on_confirmed(void *arg, int route, uint32_t ref, int ok, int returne
         eng_unsent(b->eng, ref);
         return;
     }
+    if (b->drain.active && eng_due_ms(b->eng, ref) > now) {
+        if (returned) {
+            /* The ingress queue is gone: keep it and try again (logged). */
+            if ((ev = log_ratelimit(&b->counts[route].rl_return, now, 10000)))
+                log_warn("bridge", "drain: a message handed back came back (no queue bound to "
+                         "the ingress exchange); kept and tried again",
+                         "route=%s ingress=\"%s\" events=%" PRIu64, rc->name,
+                         rc->ingress_exchange, ev);
+            eng_unsent(b->eng, ref);
+            return;
+        }
+        b->drain.handed_back++;
+    }
     if (returned) {
         /* No queue was bound at the target: keep it, where the route says so. */
         if (rc->unroutable_exchange[0] && !eng_diverted(b->eng, ref)) {
@@ -414,7 +435,12 @@ static void pump(struct bridge *b)
                 }
                 if (r == 0)
                     break;
-                msgrec_to_publish(&a, &b->cfg->routes[i], b->log_id, eng_diverted(b->eng, m), &o);
+                if (b->drain.active)
+                    msgrec_to_handback(&a, &b->cfg->routes[i], b->log_id,
+                                       eng_diverted(b->eng, m), clock_now_ms(), &o);
+                else
+                    msgrec_to_publish(&a, &b->cfg->routes[i], b->log_id,
+                                      eng_diverted(b->eng, m), &o);
                 if (publisher_send(b->pub, i, m, &a, &o) < 0)
                     return; /* connection lost: everything in flight is due again */
                 FAILPOINT("bridge.after_publish");
@@ -454,6 +480,8 @@ static void shutdown_step(struct bridge *b, uint64_t now)
     ev_break(b->loop, EVBREAK_ALL);
 }
 
+static void drain_step(struct bridge *b, uint64_t now);
+
 static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 {
     struct bridge *b = w->data;
@@ -478,8 +506,11 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
     }
     commit_and_ack(b);
     if (!b->stopping) {
-        eng_advance(b->eng, now);
+        /* Draining: every message is due now, for the ingress or its target. */
+        eng_advance(b->eng, b->drain.active ? DRAIN_HORIZON_MS : now);
         pump(b);
+        if (b->drain.active)
+            drain_step(b, now);
     }
     if (b->exit_code)
         return;
@@ -522,6 +553,26 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
     ev_timer_stop(loop, &b->wake);
     ev_timer_set(&b->wake, next > now ? (double)(next - now) / 1000.0 : 0.0, 0.0);
     ev_timer_start(loop, &b->wake);
+}
+
+/*
+ * The drain is over when nothing is held but orphans (no route to hand them
+ * to: they stay in the log) and every DONE record is durable: then stop as
+ * on SIGTERM, with nothing left to wait for, and exit 0.
+ */
+static void drain_step(struct bridge *b, uint64_t now)
+{
+    struct eng_stats es;
+
+    eng_stats(b->eng, &es);
+    if (es.held > es.orphaned || eng_dirty(b->eng) || eng_committing(b->eng))
+        return;
+    log_info("bridge", "drain done: every held message was handed back; exiting",
+             "handed_back=%" PRIu64 " orphaned_kept=%" PRIu64 " seconds=%.3f",
+             b->drain.handed_back, es.orphaned, (double)(now - b->drain.started_ms) / 1000.0);
+    b->stopping = 1;
+    b->stop_deadline = now + b->cfg->shutdown_timeout_ms;
+    consumer_stop(b->cons);
 }
 
 static void on_wake(struct ev_loop *loop, ev_timer *w, int revents)
@@ -699,6 +750,39 @@ static int api_pending_cancel(void *arg, const char *route, const char *key,
     return eng_dirty(b->eng) ? 202 : 200;
 }
 
+/*
+ * POST /drain: make what was received durable and ack it, stop consuming
+ * (unacked deliveries go back to the queue, to the other bridges), and from
+ * the next turn on publish every held message: back to its ingress exchange
+ * with what remains of its delay, or to its target if it is due.
+ */
+static int api_drain(void *arg, struct json_object *out)
+{
+    struct bridge *b = arg;
+    struct eng_stats es;
+
+    if (!b->eng)
+        return api_fail(out, 503, "recovering");
+    if (b->stopping)
+        return api_fail(out, 409, "stopping");
+    eng_stats(b->eng, &es);
+    if (!b->drain.active) {
+        commit_and_wait(b);
+        if (b->exit_code)
+            return api_fail(out, 500, "WAL commit failed");
+        consumer_pause(b->cons);
+        b->drain.active = 1;
+        b->drain.started_ms = clock_now_ms();
+        log_info("bridge", "drain started: consuming stopped, handing every held message back "
+                 "to its ingress exchange", "held=%" PRIu64 " orphaned=%" PRIu64, es.held,
+                 es.orphaned);
+    }
+    json_object_object_add(out, "draining", json_object_new_boolean(1));
+    json_object_object_add(out, "held", json_object_new_uint64(es.held));
+    json_object_object_add(out, "handed_back", json_object_new_uint64(b->drain.handed_back));
+    return 202;
+}
+
 static int api_purge(void *arg, const char *route, const char *due_before,
                      struct json_object *out)
 {
@@ -739,7 +823,7 @@ static int api_purge(void *arg, const char *route, const char *due_before,
 static void on_http(void *arg, const struct api_request *req, struct api_response *resp)
 {
     struct api_ops ops = {api_stats, api_pending_list, api_pending_get, api_pending_cancel,
-                          api_purge, arg};
+                          api_purge, api_drain, arg};
 
     api_handle(&ops, req, resp);
 }
@@ -975,6 +1059,9 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
     s->stopping = b->stopping;
     s->held = es.held;
     s->orphaned = es.orphaned;
+    s->drain.active = b->drain.active;
+    s->drain.handed_back = b->drain.handed_back;
+    s->drain.remaining = es.held - es.orphaned;
     s->next_due_ms = es.next_due_ms;
     s->ram_bytes = es.ram_bytes;
     s->rss_bytes = rss_bytes();

@@ -2,23 +2,17 @@
  * cli_cancel.c -- `delay-bridge cancel`: cancel a pending message by key.
  *
  * The daemon owns its WAL (it is locked), so the tool asks the running
- * daemon over its HTTP endpoint: DELETE /pending/ROUTE/KEY, with the bearer
- * token from DELAY_BRIDGE_HTTP_TOKEN when set. The daemon answers after the
- * CANCEL record is durable. A tiny HTTP/1.1 client over one socket is all
- * this needs: one request, Connection: close, read to EOF.
+ * daemon over its HTTP endpoint (cli_http.h): DELETE /pending/ROUTE/KEY.
+ * The daemon answers after the CANCEL record is durable.
  */
 #include <errno.h>
 #include <getopt.h>
-#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
 
 #include "delay-bridge/cli.h"
-#include "delay-bridge/config.h"
+#include "delay-bridge/cli_http.h"
 #include "delay-bridge/strbuf.h"
 
 enum { CANCEL_OK = 0, CANCEL_MISSED = 1, CANCEL_USAGE = 2, CANCEL_ERROR = 3 };
@@ -44,49 +38,6 @@ static void usage(FILE *f)
             "in flight), 2 usage, 3 the daemon could not be asked.\n");
 }
 
-/* %-encode s into b, leaving unreserved characters as they are. */
-static void encode(struct strbuf *b, const char *s)
-{
-    static const char hex[] = "0123456789ABCDEF";
-
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-            strchr("-._~", c))
-            strbuf_append(b, s, 1);
-        else
-            strbuf_printf(b, "%%%c%c", hex[c >> 4], hex[c & 15]);
-    }
-}
-
-/* "http://host:port" -> host, port. 0 or -1. */
-static int parse_url(const char *url, char *host, size_t hostlen, char *port, size_t portlen)
-{
-    const char *h, *end, *colon;
-
-    if (strncmp(url, "http://", 7) != 0)
-        return -1;
-    h = url + 7;
-    end = h + strcspn(h, "/");
-    if (*h == '[') {
-        const char *rb = memchr(h, ']', (size_t)(end - h));
-        if (!rb || (size_t)(rb - h - 1) >= hostlen)
-            return -1;
-        memcpy(host, h + 1, (size_t)(rb - h - 1));
-        host[rb - h - 1] = '\0';
-        colon = rb + 1 < end && rb[1] == ':' ? rb + 1 : NULL;
-    } else {
-        colon = memchr(h, ':', (size_t)(end - h));
-        size_t n = (size_t)((colon ? colon : end) - h);
-        if (n == 0 || n >= hostlen)
-            return -1;
-        memcpy(host, h, n);
-        host[n] = '\0';
-    }
-    snprintf(port, portlen, "%.*s", colon ? (int)(end - colon - 1) : 2, colon ? colon + 1 : "80");
-    return port[0] ? 0 : -1;
-}
-
 int cli_cancel_main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -94,12 +45,11 @@ int cli_cancel_main(int argc, char **argv)
         {"config", required_argument, NULL, 'c'},  {"timeout", required_argument, NULL, 't'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
-    const char *route = NULL, *url = NULL, *cfgpath = NULL, *token = getenv("DELAY_BRIDGE_HTTP_TOKEN");
-    char host[256], port[16], urlbuf[300], err[1024];
-    struct strbuf req = STRBUF_INIT, resp = STRBUF_INIT;
-    struct addrinfo hints, *ai = NULL;
+    const char *route = NULL, *url = NULL, *cfgpath = NULL;
+    struct strbuf path = STRBUF_INIT, body = STRBUF_INIT;
+    struct cli_http h;
     long timeout = 10;
-    int c, fd = -1, rc = CANCEL_ERROR, status = 0;
+    int c, rc = CANCEL_ERROR, status = 0, r;
 
     optind = 1;
     while ((c = getopt_long(argc, argv, "r:u:c:t:h", opts, NULL)) != -1) {
@@ -116,95 +66,32 @@ int cli_cancel_main(int argc, char **argv)
         usage(stderr);
         return CANCEL_USAGE;
     }
-    if (!url && cfgpath) {
-        struct config cfg;
-        if (config_load(&cfg, cfgpath, err, sizeof(err)) < 0) {
-            fprintf(stderr, "delay-bridge cancel: configuration error: %s\n", err);
-            return CANCEL_USAGE;
-        }
-        if (!cfg.http_listen[0]) {
-            fprintf(stderr, "delay-bridge cancel: %s has no http.listen: the daemon has no "
-                    "endpoint to ask\n", cfgpath);
-            config_free(&cfg);
-            return CANCEL_USAGE;
-        }
-        snprintf(urlbuf, sizeof(urlbuf), strchr(cfg.http_host, ':') ? "http://[%s]:%u" : "http://%s:%u",
-                 cfg.http_host, (unsigned)cfg.http_port);
-        url = urlbuf;
-        config_free(&cfg);
-    }
-    if (!url)
-        url = "http://127.0.0.1:9800";
-    if (parse_url(url, host, sizeof(host), port, sizeof(port)) < 0) {
-        fprintf(stderr, "delay-bridge cancel: --url: expected http://HOST:PORT, got \"%s\"\n", url);
+    if (cli_http_target(&h, "delay-bridge cancel", url, cfgpath, timeout) < 0)
         return CANCEL_USAGE;
-    }
 
-    strbuf_puts(&req, "DELETE /pending/");
-    encode(&req, route);
-    strbuf_puts(&req, "/");
-    encode(&req, argv[optind]);
-    strbuf_printf(&req, " HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n", host);
-    if (token && *token)
-        strbuf_printf(&req, "Authorization: Bearer %s\r\n", token);
-    strbuf_puts(&req, "\r\n");
-
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_socktype = SOCK_STREAM;
-    if ((c = getaddrinfo(host, port, &hints, &ai)) != 0) {
-        fprintf(stderr, "delay-bridge cancel: %s: %s\n", host, gai_strerror(c));
+    strbuf_puts(&path, "/pending/");
+    cli_http_encode(&path, route);
+    strbuf_puts(&path, "/");
+    cli_http_encode(&path, argv[optind]);
+    r = cli_http_request(&h, "DELETE", path.p, &status, &body);
+    if (r == CLI_HTTP_REFUSED)
+        fprintf(stderr, "delay-bridge cancel: cannot reach the daemon at %s: %s\n", h.url,
+                strerror(ECONNREFUSED));
+    if (r < 0)
         goto cleanup;
-    }
-    fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
-    struct timeval tv = {timeout, 0};
-    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0 ||
-        connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
-        fprintf(stderr, "delay-bridge cancel: cannot reach the daemon at %s: %s\n", url,
-                strerror(errno));
-        goto cleanup;
-    }
-    for (size_t off = 0; off < req.len;) {
-        ssize_t n = send(fd, req.p + off, req.len - off, MSG_NOSIGNAL);
-        if (n <= 0) {
-            fprintf(stderr, "delay-bridge cancel: send to %s: %s\n", url, strerror(errno));
-            goto cleanup;
-        }
-        off += (size_t)n;
-    }
-    for (;;) {
-        char buf[4096];
-        ssize_t n = recv(fd, buf, sizeof(buf), 0);
-        if (n < 0) {
-            fprintf(stderr, "delay-bridge cancel: no answer from %s: %s\n", url, strerror(errno));
-            goto cleanup;
-        }
-        if (n == 0)
-            break;
-        strbuf_append(&resp, buf, (size_t)n);
-    }
-    if (!resp.p || sscanf(resp.p, "HTTP/1.%*d %d", &status) != 1) {
-        fprintf(stderr, "delay-bridge cancel: %s answered something that is not HTTP\n", url);
-        goto cleanup;
-    }
-    const char *body = strstr(resp.p, "\r\n\r\n");
-    body = body ? body + 4 : "";
     if (status == 200 || status == 202) {
-        printf("%s", body);
+        printf("%s", body.p ? body.p : "");
         rc = CANCEL_OK;
-    } else if (status == 404 && strstr(body, "\"cancelled\"")) {
-        printf("%s", body);
+    } else if (status == 404 && body.p && strstr(body.p, "\"cancelled\"")) {
+        printf("%s", body.p);
         rc = CANCEL_MISSED;
     } else {
-        fprintf(stderr, "delay-bridge cancel: %s answered %d: %s", url, status, body);
+        fprintf(stderr, "delay-bridge cancel: %s answered %d: %s", h.url, status,
+                body.p ? body.p : "");
     }
 
 cleanup:
-    if (fd >= 0)
-        close(fd);
-    if (ai)
-        freeaddrinfo(ai);
-    strbuf_free(&req);
-    strbuf_free(&resp);
+    strbuf_free(&path);
+    strbuf_free(&body);
     return rc;
 }

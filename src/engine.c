@@ -1433,6 +1433,11 @@ static void compact_moved(void *arg, uint64_t msg_id, struct wlog_loc to)
     e->cix.last = POOL_NIL;
 }
 
+uint64_t eng_due_ms(const struct engine *e, eng_msg m)
+{
+    return H(e, m)->node.due;
+}
+
 int eng_maintain(struct engine *e, size_t budget)
 {
     struct wlog_compact_ops ops = {compact_is_live, compact_moved, e};

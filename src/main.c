@@ -36,6 +36,7 @@ static void usage(FILE *f)
             "       delay-bridge wal check|dump|salvage DIR ...  (delay-bridge wal --help)\n"
             "       delay-bridge publish ...              (delay-bridge publish --help)\n"
             "       delay-bridge cancel --route R KEY     (delay-bridge cancel --help)\n"
+            "       delay-bridge drain [-c FILE]          (delay-bridge drain --help)\n"
             "       delay-bridge --version | --help\n"
             "\n"
             "Delayed messages for RabbitMQ without the delayed-message plugin: consumes\n"
@@ -120,6 +121,8 @@ int main(int argc, char **argv)
         return cli_publish_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "cancel") == 0)
         return cli_cancel_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "drain") == 0)
+        return cli_drain_main(argc - 1, argv + 1);
     while ((c = getopt_long(argc, argv, "c:Vh", opts, NULL)) != -1) {
         switch (c) {
         case 'c':

@@ -65,7 +65,22 @@ void msgrec_to_publish(const struct walrec_add *a, const struct config_route *rc
         o->exchange = rc->unroutable_exchange;
     }
     o->delay_ms = a->due_ms > a->enqueue_ms ? a->due_ms - a->enqueue_ms : 0;
+    o->handback = 0;
+    o->remaining_ms = 0;
     snprintf(o->id, sizeof(o->id), "%016" PRIx64 "-%" PRIu64, log_id, a->msg_id);
+}
+
+void msgrec_to_handback(const struct walrec_add *a, const struct config_route *rc,
+                        uint64_t log_id, int unroutable, uint64_t now, struct msgrec_out *o)
+{
+    msgrec_to_publish(a, rc, log_id, unroutable, o);
+    if (a->due_ms <= now || (a->flags & WALREC_ADD_DEADLETTER))
+        return;
+    o->exchange = rc->ingress_exchange;
+    o->original_exchange = NULL;
+    o->delay_ms = 0;
+    o->handback = 1;
+    o->remaining_ms = a->due_ms - now;
 }
 
 /* 8 bytes at a time, multiply and xor-shift: fast, and good enough to tell messages apart. */

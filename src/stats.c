@@ -45,6 +45,8 @@ void db_hist_observe(struct db_hist *h, double v)
 
 const char *db_not_ready_reason(const struct db_stats *s)
 {
+    if (s->drain.active)
+        return "draining";
     if (s->stopping)
         return "stopping";
     if (!s->recovered)

@@ -40,6 +40,13 @@ void amqp_msg_outgoing(const amqp_basic_properties_t *in, amqp_basic_properties_
                        const char *id, const char *error);
 
 /*
+ * Set x-delay = ms (a signed 64-bit integer) in p: every x-delay entry
+ * replaced, or one appended; the new table lives in pool. A drain hands a
+ * message back to the ingress with what remains of its delay this way.
+ */
+void amqp_msg_set_delay(amqp_basic_properties_t *p, amqp_pool_t *pool, int64_t ms);
+
+/*
  * Set header name = value (a long string) in p, replacing an entry of that
  * name or appending one; the new table and the string live in pool.
  */

@@ -29,6 +29,10 @@
  *                  (due before T: ms or ISO 8601), as a bounded background job:
  *                  200 with "removed" when it finished at once, else 202; its
  *                  progress is in /stats under "purge"
+ *   POST   /drain  stop consuming, hand every held message back to its
+ *                  route's ingress exchange (x-delay = what remains of its
+ *                  delay), then exit 0: 202 {"draining": true, "held": N};
+ *                  /readyz says "draining", /stats "drain" the progress
  * Anything else: 404; a known path with another method: 405 with Allow.
  * HEAD is answered like GET (the transport drops the body).
  */
@@ -73,6 +77,7 @@ struct api_ops {
     int (*pending_cancel)(void *arg, const char *route, const char *key,
                           struct json_object *out);
     int (*purge)(void *arg, const char *route, const char *due_before, struct json_object *out);
+    int (*drain)(void *arg, struct json_object *out);
     void *arg;
 };
 

@@ -6,6 +6,8 @@
  *   delay-bridge publish --uri ... BODY publish one delayed message, confirmed
  *   delay-bridge cancel --route R KEY   cancel a pending message of a running
  *                                       daemon, over its HTTP endpoint
+ *   delay-bridge drain                  hand a running daemon's held messages
+ *                                       back to their ingress, wait for its exit
  *
  * main() hands over argv from the subcommand's name on (argv[0] is "wal" or
  * "publish"). Each function parses its own options, prints its results on
@@ -20,6 +22,8 @@
  *   cancel:  0 cancelled, 1 no such key pending (unknown, already published
  *            or in flight), 2 usage, 3 the daemon could not be asked
  *            (unreachable, 401, unknown route, error).
+ *   drain:   0 drained (the daemon exited), 1 still draining at the timeout,
+ *            2 usage, 3 the daemon could not be asked.
  *
  * The wal commands are read-only: they open files O_RDONLY, take no lock and
  * write nothing, so they are safe on the directory of a running daemon.
@@ -30,5 +34,6 @@
 int cli_wal_main(int argc, char **argv);
 int cli_publish_main(int argc, char **argv);
 int cli_cancel_main(int argc, char **argv);
+int cli_drain_main(int argc, char **argv);
 
 #endif

@@ -229,6 +229,9 @@ int eng_cancel(struct engine *e, uint16_t route, const char *key, size_t len);
 /* route's pending (PENDING, WAITING or DUE) message with this key, or 0. */
 eng_msg eng_find(struct engine *e, uint16_t route, const char *key, size_t len);
 
+/* Due time of a held message, ms since the epoch. */
+uint64_t eng_due_ms(const struct engine *e, eng_msg m);
+
 /* Read any held message's record back (pointers valid until the next read or take). */
 int eng_read(struct engine *e, eng_msg m, struct walrec_add *a);
 

@@ -57,6 +57,13 @@ struct msgrec_out {
     const char *error;    /* x-delay-error text for dead-lettered messages, else NULL */
     uint64_t delay_ms;    /* the delay it was held for (x-delay becomes -delay_ms) */
     char id[40];          /* x-delay-bridge-id: "<log id in hex>-<message id>" */
+    /*
+     * Handed back (a drain): published to the route's ingress exchange with
+     * x-delay = +remaining_ms, so that another bridge holds it for the rest
+     * of its delay. delay_ms is 0 then (x-delay is not negated).
+     */
+    int handback;
+    uint64_t remaining_ms;
 };
 
 /*
@@ -66,6 +73,15 @@ struct msgrec_out {
  */
 void msgrec_to_publish(const struct walrec_add *a, const struct config_route *rc,
                        uint64_t log_id, int unroutable, struct msgrec_out *o);
+
+/*
+ * What a drain does with a held message at time now: one still waiting
+ * (due after now, a valid delay) goes back to the route's ingress exchange
+ * with what remains of its delay (handback = 1); one already due, or
+ * dead-lettered, is published as msgrec_to_publish() says.
+ */
+void msgrec_to_handback(const struct walrec_add *a, const struct config_route *rc,
+                        uint64_t log_id, int unroutable, uint64_t now, struct msgrec_out *o);
 
 /*
  * A 64-bit fingerprint of what the broker would redeliver: exchange,

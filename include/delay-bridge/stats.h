@@ -158,6 +158,13 @@ struct db_stats {
         double progress;     /* 0..1 of the message table walked */
     } purge;
 
+    /* Drain (POST /drain): hand every held message back to its ingress, then exit 0. */
+    struct {
+        int active;           /* draining: not consuming, not ready */
+        uint64_t handed_back; /* republished to an ingress exchange and confirmed */
+        uint64_t remaining;   /* still held */
+    } drain;
+
     int nroutes;
     struct db_route_stats *routes;
 };

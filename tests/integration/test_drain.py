@@ -1,0 +1,107 @@
+#!/usr/bin/python3
+"""Drain: two bridges share one route (one ingress queue, competing
+consumers), 10,000 messages with delays of 10-60 s are spread over them,
+200 of them with an x-delay-key. `delay-bridge drain` against bridge A:
+A stops consuming, hands every held message back to the ingress exchange
+with what remains of its delay, and exits 0; the tool exits 0 once it has.
+Then bridge B holds everything A held; 100 keys are cancelled through B's
+endpoint (they were held by either bridge before the drain, so the keys
+must have survived the hand-back). Every other message arrives exactly once
+(no duplicates: each was confirmed before A logged it done), none lost,
+none before its due time (the harness's early tolerance: the remaining
+delay is computed when A republishes, so B can only be later)."""
+
+import json
+import subprocess
+import time
+import urllib.request
+
+import harness as h
+from harness import check
+
+N = 10000
+KEYED = 200
+
+
+def get(port, path, method="GET"):
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def held(port):
+    return json.loads(get(port, "/stats")[1])["held"]
+
+
+def test(ctx):
+    ex, qs = ctx.target("drain", "direct", ["rk"])
+    c = ctx.consumer([qs["rk"]])
+    route = ctx.route("drain", ex, prefetch=200)
+    pa, pb = h.free_port(), h.free_port()
+    a = ctx.bridge([route], name="a", instance="a", http={"listen": "127.0.0.1:%d" % pa})
+    b = ctx.bridge([route], name="b", instance="b", http={"listen": "127.0.0.1:%d" % pb})
+    p = ctx.publisher()
+
+    sent, keys = {}, []
+    t0 = time.monotonic()
+    for i in range(N):
+        ms = 10000 + (i * 7919) % 50000
+        mid = "d%05d" % i
+        hdrs = {"x-delay": h.i32(ms)}
+        if i % (N // KEYED) == 0:
+            hdrs["x-delay-key"] = h.lstr("key-%05d" % i)
+            keys.append((mid, "key-%05d" % i))
+        sent[mid] = (p.publish(route["ingress_exchange"], "rk", mid.encode(), headers=hdrs,
+                               message_id=mid, delivery_mode=2), ms)
+    h.log("published %d in %.1f s" % (N, time.monotonic() - t0))
+    deadline = time.monotonic() + 30
+    while held(pa) + held(pb) < N:
+        check(time.monotonic() < deadline, "the bridges hold %d + %d of %d" % (
+            held(pa), held(pb), N))
+        time.sleep(0.2)
+    ha, hb = held(pa), held(pb)
+    h.log("before the drain: A holds %d, B holds %d" % (ha, hb))
+    check(ha > N // 10 and hb > N // 10, "the two bridges did not share the queue: %d / %d" % (
+        ha, hb))
+
+    t1 = time.monotonic()
+    r = subprocess.run([h.bridge_bin(), "drain", "--url", "http://127.0.0.1:%d" % pa,
+                        "--timeout", "120"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       universal_newlines=True, timeout=180)
+    h.log("drain tool (exit %d, %.1f s):\n%s" % (r.returncode, time.monotonic() - t1,
+                                                 r.stdout.strip()))
+    check(r.returncode == 0, "delay-bridge drain exited %d" % r.returncode)
+    a.proc.wait(30)
+    check(a.proc.returncode == 0, "bridge A exited %s after the drain" % a.proc.returncode)
+    check("drain done" in a.log_text(), "bridge A did not log the end of the drain")
+    now_held = held(pb)
+    h.log("after the drain: B holds %d" % now_held)
+    check(now_held >= ha + hb - (N // 10), "B holds %d, A and B held %d + %d" % (now_held, ha, hb))
+
+    # Keys survived the hand-back: cancel half of them through B.
+    cancelled = set()
+    for mid, key in keys[: KEYED // 2]:
+        st, body = get(pb, "/pending/drain/%s" % key, method="DELETE")
+        check(st in (200, 202), "cancel %s on B: %d %s" % (key, st, body))
+        cancelled.add(mid)
+
+    want = {k: v for k, v in sent.items() if k not in cancelled}
+    c.wait_ids(want.keys(), 60 + 60)
+    t = h.tally(want, c.quiet(2.0))
+    h.log("RESULT drain: %s" % h.tally_line(t))
+    check(not t["lost"], "%d lost: %s" % (len(t["lost"]), t["lost"][:10]))
+    back = [m for m in t["unknown"] if m in cancelled]
+    check(not back, "%d cancelled message(s) arrived: %s" % (len(back), back[:10]))
+    check(not t["unknown"], "unexpected messages: %s" % t["unknown"][:10])
+    check(t["duplicates"] == 0, "%d duplicates" % t["duplicates"])
+    early = [mid for mid, (t0, ms) in want.items()
+             if min(x.t for x in t["per_id"][mid]) - t0 < ms / 1000.0 - h.early_tolerance()]
+    check(not early, "%d message(s) arrived early: %s" % (len(early), early[:5]))
+    b.stop()
+
+
+if __name__ == "__main__":
+    h.run(test, budget_s=300)
