@@ -217,12 +217,29 @@ def check_kubernetes(objs, tmp):
     probe("readinessProbe", "/readyz")
     probe("startupProbe", "/healthz", required=False)
 
-    # shutdown
+    # shutdown: the preStop drain, then SIGTERM
     grace = pod.get("terminationGracePeriodSeconds", 30)
     sd = cfg.get("shutdown_timeout_ms", 10000)
-    check(grace * 1000 > sd, "terminationGracePeriodSeconds %d s > shutdown_timeout_ms %d ms" % (grace, sd),
-          "terminationGracePeriodSeconds %d s is not above shutdown_timeout_ms %d ms: the kubelet "
-          "would SIGKILL the bridge while it waits for publisher confirms" % (grace, sd))
+    pre = (((c.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}).get("command") or []
+    drain_s = 0
+    if check(pre[:2] == ["delay-bridge", "drain"], "preStop runs delay-bridge drain (%s)" % " ".join(pre),
+             "preStop is %r; expected delay-bridge drain, so that scaling down hands the held "
+             "messages to the other replicas" % pre):
+        cfgflag = [pre[i + 1] for i in range(len(pre) - 1) if pre[i] in ("-c", "--config")]
+        tflag = [pre[i + 1] for i in range(len(pre) - 1) if pre[i] in ("-t", "--timeout")]
+        args = (c.get("command") or []) + (c.get("args") or [])
+        config_path = next((args[i + 1] for i, a in enumerate(args[:-1]) if a in ("--config", "-c")),
+                           None)
+        check(cfgflag and cfgflag[0] == config_path, "drain reads the daemon's config %s" % config_path,
+              "drain --config %r is not the config the container runs with (%s)" % (cfgflag, config_path))
+        check(tflag and tflag[0].isdigit(), "drain has a --timeout (%s s)" % (tflag[0] if tflag else None),
+              "drain needs --timeout: without it the hook could outlast the grace period")
+        drain_s = int(tflag[0]) if tflag and tflag[0].isdigit() else 300
+    check(grace * 1000 > sd + drain_s * 1000,
+          "terminationGracePeriodSeconds %d s > drain %d s + shutdown_timeout_ms %d ms" % (grace, drain_s, sd),
+          "terminationGracePeriodSeconds %d s is not above the drain's %d s plus shutdown_timeout_ms "
+          "%d ms: the kubelet would SIGKILL the bridge while it drains or waits for confirms"
+          % (grace, drain_s, sd))
 
     # volumes
     mounts = {m["name"]: m for m in c.get("volumeMounts") or []}
