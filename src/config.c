@@ -673,7 +673,8 @@ static int parse_route(struct ctx *x, struct config_route *r, json_object *o, in
     static const char *const keys[] = {
         "name", "ingress_exchange", "ingress_queue", "target_exchange", "queue_type",
         "declare_target", "target_type", "prefetch", "max_inflight", "max_delay_ms",
-        "invalid_delay", "dead_letter_exchange", "unroutable_exchange", NULL
+        "invalid_delay", "dead_letter_exchange", "unroutable_exchange",
+        "single_active_consumer", NULL
     };
     char pre[32], path[64], got[96], q[96];
     snprintf(pre, sizeof pre, "routes[%d]", idx);
@@ -717,6 +718,9 @@ static int parse_route(struct ctx *x, struct config_route *r, json_object *o, in
         r->queue_type = choice == 0 ? QUEUE_CLASSIC : QUEUE_QUORUM;
 
     if (get_bool(x, o, pre, "declare_target", &r->declare_target) < 0)
+        return -1;
+    r->single_active_consumer = 0;
+    if (get_bool(x, o, pre, "single_active_consumer", &r->single_active_consumer) < 0)
         return -1;
 
     static const char *const types[] = { "direct", "topic", "fanout", "headers", NULL };

@@ -87,8 +87,8 @@ static void conn_down(struct consumer *c, const char *why)
 static int declare_route(struct consumer *c, const struct config_route *rc, char *err, size_t len)
 {
     amqp_connection_state_t st = c->conn.st;
-    amqp_table_entry_t qarg;
-    amqp_table_t qargs = amqp_empty_table;
+    amqp_table_entry_t qarg[2];
+    amqp_table_t qargs = {0, qarg};
     char tag[300];
 
     amqp_exchange_declare(st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_exchange),
@@ -96,11 +96,15 @@ static int declare_route(struct consumer *c, const struct config_route *rc, char
     if (amqp_conn_check(&c->conn, "declare ingress exchange", err, len) < 0)
         return -1;
     if (rc->queue_type == QUEUE_QUORUM) {
-        qarg.key = amqp_cstring_bytes("x-queue-type");
-        qarg.value.kind = AMQP_FIELD_KIND_UTF8;
-        qarg.value.value.bytes = amqp_cstring_bytes("quorum");
-        qargs.num_entries = 1;
-        qargs.entries = &qarg;
+        qarg[qargs.num_entries].key = amqp_cstring_bytes("x-queue-type");
+        qarg[qargs.num_entries].value.kind = AMQP_FIELD_KIND_UTF8;
+        qarg[qargs.num_entries++].value.value.bytes = amqp_cstring_bytes("quorum");
+    }
+    if (rc->single_active_consumer) {
+        /* One bridge at a time gets the route's messages; the others wait their turn. */
+        qarg[qargs.num_entries].key = amqp_cstring_bytes("x-single-active-consumer");
+        qarg[qargs.num_entries].value.kind = AMQP_FIELD_KIND_BOOLEAN;
+        qarg[qargs.num_entries++].value.value.boolean = 1;
     }
     amqp_queue_declare(st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_queue), 0, 1, 0, 0,
                        qargs);

@@ -48,6 +48,9 @@ struct config_route {
     char ingress_queue[CONFIG_NAME_MAX + 1];    /* required */
     char target_exchange[CONFIG_NAME_MAX + 1];  /* required; "" (default exchange) allowed */
     enum queue_type queue_type;                 /* "queue_type": "classic" (default) | "quorum" */
+    int single_active_consumer;                 /* "single_active_consumer": false; true: one
+                                                   bridge consumes the ingress queue at a time,
+                                                   the others stand by (keys stay with one) */
     int declare_target;                         /* "declare_target": false */
     char target_type[16];                       /* "target_type": "direct" | "topic" | "fanout" | "headers" */
     uint16_t prefetch;                          /* "prefetch": 1000, 1..65535 */

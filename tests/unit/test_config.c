@@ -96,6 +96,7 @@ static void test_full(void)
         "    { \"name\": \"orders\", \"ingress_exchange\": \"orders.delayed\",\n"
         "      \"ingress_queue\": \"orders.delayed.q\", \"target_exchange\": \"orders\",\n"
         "      \"queue_type\": \"quorum\", \"declare_target\": true, \"target_type\": \"topic\",\n"
+        "      \"single_active_consumer\": true,\n"
         "      \"prefetch\": 65535, \"max_inflight\": 1000000,\n"
         "      \"max_delay_ms\": 9223372036854775807, \"invalid_delay\": \"dead-letter\",\n"
         "      \"dead_letter_exchange\": \"orders.dlx\" },\n"
@@ -131,6 +132,7 @@ static void test_full(void)
     CHECK(strcmp(r->ingress_queue, "orders.delayed.q") == 0);
     CHECK(strcmp(r->target_exchange, "orders") == 0);
     CHECK(r->queue_type == QUEUE_QUORUM);
+    CHECK(r->single_active_consumer == 1);
     CHECK(r->declare_target == 1);
     CHECK(strcmp(r->target_type, "topic") == 0);
     CHECK(r->prefetch == 65535);
@@ -171,9 +173,11 @@ static void test_defaults(void)
     CHECK(c.http_listen[0] == '\0'); /* off unless configured */
     CHECK(c.log_level == LOG_LEVEL_INFO);
     CHECK(c.shutdown_timeout_ms == 10000);
+    CHECK(c.checkpoint_interval_s == 60 && c.checkpoint_min_mb == 64);
     CHECK(c.nroutes == 1);
     const struct config_route *r = &c.routes[0];
     CHECK(r->queue_type == QUEUE_CLASSIC);
+    CHECK(r->single_active_consumer == 0);
     CHECK(r->declare_target == 0);
     CHECK(strcmp(r->target_type, "direct") == 0);
     CHECK(r->prefetch == 1000);
@@ -464,6 +468,13 @@ static void test_wal_http_log(void)
     ERR(W(",\"fsync\":null"), "wal.fsync: expected true or false, got null");
     ERR(W(",\"max_message_bytes\":0"), "wal.max_message_bytes: expected an integer 1..536870912, got 0");
     ERR(W(",\"max_message_bytes\":536870913"), "wal.max_message_bytes:");
+    ERR(W(",\"checkpoint_interval_s\":-1"), "wal.checkpoint_interval_s: expected an integer 0..604800, got -1");
+    ERR(W(",\"checkpoint_interval_s\":604801"), "wal.checkpoint_interval_s:");
+    ERR(W(",\"checkpoint_min_mb\":0"), "wal.checkpoint_min_mb: expected an integer 1..1048576, got 0");
+    if (OK(W(",\"checkpoint_interval_s\":0,\"checkpoint_min_mb\":1"), &c) == 0) {
+        CHECK(c.checkpoint_interval_s == 0 && c.checkpoint_min_mb == 1);
+        config_free(&c);
+    }
     if (OK(W(",\"segment_mb\":2048,\"max_message_bytes\":536870912"), &c) == 0) {
         CHECK(c.segment_bytes == 2048ull << 20 && c.max_message_bytes == 536870912u);
         config_free(&c);
@@ -688,6 +699,8 @@ static void test_routes(void)
     ERR(CFG(ROUTE(",\"declare_target\":\"yes\"")),
         "routes[0].declare_target: expected true or false, got \"yes\"");
     ERR(CFG(ROUTE(",\"declare_target\":0")), "routes[0].declare_target: expected true or false, got 0");
+    ERR(CFG(ROUTE(",\"single_active_consumer\":\"true\"")),
+        "routes[0].single_active_consumer: expected true or false, got \"true\"");
     ERR(CFG(ROUTE(",\"invalid_delay\":\"drop\"")),
         "routes[0].invalid_delay: expected \"publish\" or \"dead-letter\", got \"drop\"");
     ERR(CFG(ROUTE(",\"invalid_delay\":\"dead-letter\"")),
