@@ -137,6 +137,23 @@ class Prober(object):
                 gap, at = b - a, a - t0
         return gap, at
 
+    def loop_check(self, t0, t1, what):
+        """Did the event loop keep turning within [t0, t1] (what: "the alarm")?
+        Logs the probes; returns (longest silence in s, a problem sentence or
+        None): a stretch of more than 1.5 s without a /healthz answer."""
+        health = [x for x in self.health if t0 <= x[0] <= t1]
+        failed = [x for x in health if x[1] != 200 or x[2] > 1.0]
+        silence, silence_at = self.longest_silence(t0, t1)
+        h.log("during the %.1f s of %s: %d /healthz probes, %d unanswered within 1 s; longest "
+              "stretch without an answer %.1fs (from %.1fs after it began)"
+              % (t1 - t0, what, len(health), len(failed), silence, silence_at))
+        if silence <= 1.5:
+            return silence, None
+        return silence, ("the event loop stalled during %s: /healthz went unanswered for %.1f s "
+                         "(from %.1f s after it began; %d of %d probes got no answer within "
+                         "1 s; the daemon was then in %s)"
+                         % (what, silence, silence_at, len(failed), len(health), self.stuck_in))
+
     def stop(self):
         self.stop_flag.set()
         for t in self.threads:
@@ -208,18 +225,9 @@ def test(ctx):
         t_off = time.monotonic()
 
     # What happened while the alarm was on.
-    health = [x for x in prober.health if t_on <= x[0] <= t_off]
-    failed = [x for x in health if x[1] != 200 or x[2] > 1.0]
-    worst = max((took for _, _, took in health), default=0.0)
-    silence, silence_at = prober.longest_silence(t_on, t_off)
-    h.log("during the %.1f s alarm: %d /healthz probes, %d unanswered within 1 s; longest "
-          "stretch without an answer %.1fs (from %.1fs after the alarm began)"
-          % (t_off - t_on, len(health), len(failed), silence, silence_at))
-    if silence > 1.5:
-        problems.append("the event loop stalled while the broker was blocked: /healthz went "
-                        "unanswered for %.1f s (from %.1f s after the alarm began; %d of %d probes "
-                        "got no answer within 1 s; the daemon was then in %s)"
-                        % (silence, silence_at, len(failed), len(health), prober.stuck_in))
+    silence, stalled = prober.loop_check(t_on, t_off, "the alarm")
+    if stalled:
+        problems.append(stalled)
     during = prober.between(t_on, t_off)
     if during:
         first, last = during[0], during[-1]
