@@ -912,7 +912,7 @@ static int ck_n;
 static void ck_add(struct engine *e, uint16_t route, uint64_t now, uint64_t delay, const char *key)
 {
     int i = ck_n++;
-    char big[200];
+    char big[256];
 
     CHECK(i < CK_MAX);
     snprintf(ck_model[i].body, sizeof(ck_model[i].body), "m%d", i);
