@@ -194,7 +194,7 @@ static void run(const char *base, uint64_t n, int with_ckpt, int *cold, uint64_t
            (double)s.log_disk_bytes / (1 << 20), (unsigned long long)s.log_segments,
            s.ckpt_loaded_lsn ? "from a checkpoint + 1% of the log" : "whole log replayed", t,
            (double)s.held / t / 1e6, *cold ? "cold" : "warm");
-    printf("ram per held message n=%llu: %.1f B accounted (pool+index+wheel), %.1f B RSS "
+    printf("ram per held message n=%llu: %.1f B accounted (engine structures), %.1f B RSS "
            "delta (goal <= 64)\n",
            (unsigned long long)n, (double)s.ram_bytes / (double)s.held,
            (double)(rss1 - rss0) * 1024.0 / (double)s.held);
