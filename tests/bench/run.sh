@@ -412,8 +412,10 @@ if want hold || want restart; then
     if want restart; then
         # As in production: the default checkpoint policy (every 60 s once 64 MiB or half
         # a checkpoint of log was appended) has taken one since the ingest; wait for it.
+        # Below 64 MiB of log (the smoke run) the policy takes none: nothing to wait for.
         ck_deadline=$(( $(now_ms) + 180000 ))
-        while :; do
+        [ "$(stats '.wal.disk_bytes')" -ge $((64 << 20)) ] || ck_deadline=0
+        while [ "$ck_deadline" -gt 0 ]; do
             ck_state=$(stats '.wal.checkpoint.state + " " + (.wal.checkpoint.installed|tostring)')
             case "$ck_state" in "idle 0") ;; idle*) break ;; esac
             [ "$(now_ms)" -lt "$ck_deadline" ] || { say "restart: no checkpoint within 180 s"; break; }
