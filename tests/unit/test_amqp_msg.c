@@ -711,6 +711,36 @@ static void test_outgoing_from_wire(void)
     empty_amqp_pool(&pool);
 }
 
+/* A drain hands a message back: x-delay = +remaining, once, the rest kept. */
+static void test_set_delay(void)
+{
+    amqp_pool_t pool;
+    init_amqp_pool(&pool, 4096);
+    struct msg m;
+    amqp_basic_properties_t out, in;
+    uint64_t ms = 0;
+
+    make_msg(&m, NULL, vi(AMQP_FIELD_KIND_I32, 10));
+    m.e[3] = entry("x-delay", vi(AMQP_FIELD_KIND_I32, 20)); /* a duplicate, dropped */
+    amqp_msg_outgoing(&m.p, &out, &pool, 0, "bridge", "id-7", NULL);
+    amqp_msg_set_delay(&out, &pool, 4321);
+    CHECK(count(&out.headers, "x-delay") == 1);
+    CHECK(amqp_msg_xdelay(&out.headers, UINT64_MAX, &ms) == XDELAY_OK && ms == 4321);
+    CHECK(count(&out.headers, "trace-id") == 1 && count(&out.headers, "nested") == 1);
+    CHECK(count(&out.headers, "x-delay-bridge-id") == 1);
+    roundtrip(&out);
+
+    /* beyond 32 bits, and on a message that had no headers at all */
+    memset(&in, 0, sizeof in);
+    amqp_msg_outgoing(&in, &out, &pool, 0, "bridge", "id-8", NULL);
+    amqp_msg_set_delay(&out, &pool, (int64_t)5 * 365 * 86400000);
+    CHECK(out._flags & AMQP_BASIC_HEADERS_FLAG);
+    CHECK(amqp_msg_xdelay(&out.headers, UINT64_MAX, &ms) == XDELAY_OK &&
+          ms == (uint64_t)5 * 365 * 86400000);
+    roundtrip(&out);
+    empty_amqp_pool(&pool);
+}
+
 int main(void)
 {
     test_integers();
@@ -726,6 +756,7 @@ int main(void)
     test_outgoing_id_and_error();
     test_outgoing_no_headers();
     test_outgoing_from_wire();
+    test_set_delay();
     if (failures) {
         printf("test_amqp_msg: %d failure(s)\n", failures);
         return 1;

@@ -142,6 +142,35 @@ static void test_keys(void)
     CHECK_STR(o.error, "invalid x-delay"); /* the delay is what made it invalid first */
 }
 
+/* A drain: a waiting message goes back to the ingress with the rest of its delay. */
+static void test_handback(void)
+{
+    struct config_route rc = route(INVALID_DELAY_DEAD_LETTER);
+    struct walrec_add a;
+    struct msgrec_out o;
+
+    strcpy(rc.ingress_exchange, "orders.delayed");
+    CHECK(msgrec_from_delivery(&a, &rc, &in, 1000, XDELAY_OK, 60000) == 0);
+    a.msg_id = 9;
+    msgrec_to_handback(&a, &rc, 0xabcdefull, 0, 21000, &o);
+    CHECK(o.handback == 1);
+    CHECK_STR(o.exchange, "orders.delayed");
+    CHECK_U64(o.remaining_ms, 40000); /* due 61000, now 21000 */
+    CHECK_U64(o.delay_ms, 0);         /* x-delay is set, not negated */
+    CHECK_STR(o.id, "0000000000abcdef-9");
+
+    /* already due: published as usual */
+    msgrec_to_handback(&a, &rc, 1, 0, 61000, &o);
+    CHECK(o.handback == 0);
+    CHECK_STR(o.exchange, "orders.close");
+
+    /* dead-lettered (an invalid delay): to the dead-letter exchange, never back */
+    CHECK(msgrec_from_delivery(&a, &rc, &in, 1000, XDELAY_ETOOBIG, 99999) == 1);
+    msgrec_to_handback(&a, &rc, 1, 0, 0, &o);
+    CHECK(o.handback == 0);
+    CHECK_STR(o.exchange, "orders.errors");
+}
+
 static const struct check_case cases[] = {
     {"valid_delay", test_valid_delay},
     {"now", test_now},
@@ -150,6 +179,7 @@ static const struct check_case cases[] = {
     {"long_names_cut", test_long_names_cut},
     {"unroutable", test_unroutable},
     {"keys", test_keys},
+    {"handback", test_handback},
 };
 
 int main(int argc, char **argv)
