@@ -49,7 +49,7 @@
  *              "checkpoint": { "state": "idle"|"writing"|"sealing", "progress",
  *                              "installed", "failed", "lsn", "bytes",
  *                              "age_seconds", "seconds", "used_at_start": bool } },
- *     "drain": { "handed_back", "remaining" } (only while draining),
+ *     "drain": { "handed_back", "remaining", "done": bool } (only while draining),
  *     "routes": [ { "name", "target_exchange", <every counter and gauge of
  *                   struct db_route_stats under its field name>,
  *                   "next_due_ms", "next_due", "channel_open": bool,
@@ -236,6 +236,7 @@ static void render_stats(const struct db_stats *s, struct strbuf *out)
         json_object *dj = json_object_new_object();
         add_u64(dj, "handed_back", s->drain.handed_back);
         add_u64(dj, "remaining", s->drain.remaining);
+        add(dj, "done", json_object_new_boolean(s->drain.done != 0));
         add(root, "drain", dj);
     }
 

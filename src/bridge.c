@@ -81,6 +81,7 @@
 #define MAINTAIN_EVERY_MS 100
 /* Draining: the engine's clock jumps here, so every held message is due. */
 #define DRAIN_HORIZON_MS (UINT64_MAX / 4)
+#define DRAIN_LINGER_MS 1000 /* after the drain, /stats reports it this long before the exit */
 #define DISK_RETRY_MS 1000
 #define MAX_SLEEP_MS 1000
 #define PUBLISH_BURST 1024 /* per route per round, so routes take turns */
@@ -132,10 +133,15 @@ struct bridge {
         struct eng_purge job;
     } purge;
 
-    /* The drain (POST /drain): every held message handed back, then exit 0. */
+    /*
+     * The drain (POST /drain): every held message handed back, then exit 0.
+     * Once done it lingers DRAIN_LINGER_MS with /stats saying so, so that
+     * `delay-bridge drain` (polling every 200 ms) can tell a finished drain
+     * from a daemon that died.
+     */
     struct {
-        int active;
-        uint64_t handed_back, published_due, started_ms;
+        int active, done;
+        uint64_t handed_back, started_ms, done_ms;
     } drain;
 
     /* Recovery on a thread: the loop learns it is over through `recovered`. */
@@ -548,6 +554,8 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
         next = now;
     if (b->disk_full)
         next = min_u64(next, b->disk_retry_at);
+    if (b->drain.done)
+        next = min_u64(next, now + 50);
     if (b->stopping)
         next = min_u64(next, now + 10);
     ev_timer_stop(loop, &b->wake);
@@ -564,12 +572,18 @@ static void drain_step(struct bridge *b, uint64_t now)
 {
     struct eng_stats es;
 
-    eng_stats(b->eng, &es);
-    if (es.held > es.orphaned || eng_dirty(b->eng) || eng_committing(b->eng))
+    if (!b->drain.done) {
+        eng_stats(b->eng, &es);
+        if (es.held > es.orphaned || eng_dirty(b->eng) || eng_committing(b->eng))
+            return;
+        log_info("bridge", "drain done: every held message was handed back; exiting",
+                 "handed_back=%" PRIu64 " orphaned_kept=%" PRIu64 " seconds=%.3f",
+                 b->drain.handed_back, es.orphaned, (double)(now - b->drain.started_ms) / 1000.0);
+        b->drain.done = 1;
+        b->drain.done_ms = now;
+    }
+    if (now - b->drain.done_ms < DRAIN_LINGER_MS)
         return;
-    log_info("bridge", "drain done: every held message was handed back; exiting",
-             "handed_back=%" PRIu64 " orphaned_kept=%" PRIu64 " seconds=%.3f",
-             b->drain.handed_back, es.orphaned, (double)(now - b->drain.started_ms) / 1000.0);
     b->stopping = 1;
     b->stop_deadline = now + b->cfg->shutdown_timeout_ms;
     consumer_stop(b->cons);
@@ -1060,6 +1074,7 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
     s->held = es.held;
     s->orphaned = es.orphaned;
     s->drain.active = b->drain.active;
+    s->drain.done = b->drain.done;
     s->drain.handed_back = b->drain.handed_back;
     s->drain.remaining = es.held - es.orphaned;
     s->next_due_ms = es.next_due_ms;

@@ -50,11 +50,12 @@ static void usage(FILE *f)
             "\n"
             "Environment: DELAY_BRIDGE_HTTP_TOKEN, sent as a bearer token when set.\n"
             "Exit codes: 0 drained, the daemon exited; 1 still draining at the timeout;\n"
-            "2 usage; 3 the daemon could not be asked (not running, 401, recovering, error).\n");
+            "2 usage; 3 the daemon could not be asked (not running, 401, recovering, error)\n"
+            "or exited before it reported the drain done.\n");
 }
 
-/* "handed_back" and "remaining" of /stats "drain"; 0 when they could not be read. */
-static int progress(const struct cli_http *h, uint64_t *handed, uint64_t *remaining)
+/* "handed_back", "remaining" and "done" of /stats "drain"; 0 when they could be read. */
+static int progress(const struct cli_http *h, uint64_t *handed, uint64_t *remaining, int *done)
 {
     struct strbuf body = STRBUF_INIT;
     int status = 0, r = cli_http_request(h, "GET", "/stats", &status, &body);
@@ -69,6 +70,8 @@ static int progress(const struct cli_http *h, uint64_t *handed, uint64_t *remain
             *handed = (uint64_t)json_object_get_int64(v);
         if (json_object_object_get_ex(d, "remaining", &v))
             *remaining = (uint64_t)json_object_get_int64(v);
+        if (json_object_object_get_ex(d, "done", &v))
+            *done = json_object_get_boolean(v);
     }
     json_object_put(root);
     strbuf_free(&body);
@@ -118,14 +121,29 @@ int cli_drain_main(int argc, char **argv)
     printf("%s", body.p ? body.p : "");
     fflush(stdout);
 
-    uint64_t t0 = clock_mono_ns(), last_print = 0;
+    uint64_t t0 = clock_mono_ns(), last_print = 0, last_remaining = 0;
+    int done = 0;
     for (;;) {
         uint64_t handed = 0, remaining = 0, now = clock_mono_ns();
-        r = progress(&h, &handed, &remaining);
+        int was_done = done;
+        r = progress(&h, &handed, &remaining, &done);
         if (r == CLI_HTTP_REFUSED) {
-            printf("drained: the daemon has exited (%.1f s)\n", (double)(now - t0) / 1e9);
-            rc = DRAIN_DONE;
+            if (done) {
+                printf("drained: the daemon has exited (%.1f s)\n", (double)(now - t0) / 1e9);
+                rc = DRAIN_DONE;
+            } else {
+                fprintf(stderr, PROG ": the daemon exited before it reported the drain done "
+                        "(last seen: %llu remaining); see its log\n",
+                        (unsigned long long)last_remaining);
+            }
             break;
+        }
+        if (r == 0)
+            last_remaining = remaining;
+        if (done && !was_done) {
+            printf("drain done: %llu handed back; waiting for the daemon to exit\n",
+                   (unsigned long long)handed);
+            fflush(stdout);
         }
         if (r == 0 && now - last_print >= 1000000000ull) {
             printf("draining: %llu handed back, %llu remaining\n", (unsigned long long)handed,

@@ -22,8 +22,9 @@
  *   cancel:  0 cancelled, 1 no such key pending (unknown, already published
  *            or in flight), 2 usage, 3 the daemon could not be asked
  *            (unreachable, 401, unknown route, error).
- *   drain:   0 drained (the daemon exited), 1 still draining at the timeout,
- *            2 usage, 3 the daemon could not be asked.
+ *   drain:   0 drained (the daemon reported it done, then exited), 1 still
+ *            draining at the timeout, 2 usage, 3 the daemon could not be
+ *            asked, or exited before it reported the drain done.
  *
  * The wal commands are read-only: they open files O_RDONLY, take no lock and
  * write nothing, so they are safe on the directory of a running daemon.

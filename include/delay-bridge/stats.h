@@ -161,6 +161,7 @@ struct db_stats {
     /* Drain (POST /drain): hand every held message back to its ingress, then exit 0. */
     struct {
         int active;           /* draining: not consuming, not ready */
+        int done;             /* nothing left: the process exits in a moment */
         uint64_t handed_back; /* republished to an ingress exchange and confirmed */
         uint64_t remaining;   /* still held */
     } drain;
