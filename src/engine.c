@@ -59,6 +59,7 @@
 #include "delay-bridge/keymap.h"
 #include "delay-bridge/log.h"
 #include "delay-bridge/pool.h"
+#include "delay-bridge/walrec.h"
 #include "delay-bridge/wheel.h"
 #include "delay-bridge/wlog.h"
 #include "delay-bridge/xalloc.h"
@@ -433,49 +434,16 @@ static int replay(void *arg, const struct walrec_hdr *hdr, const uint8_t *payloa
 #define CK_STEP 65536        /* handles walked per eng_maintain() */
 #define CK_ORPHAN 0xFFFFu
 
-static void put16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
-
 /* The meta chunk: routes must be the configured ones, in order; restores the rings. */
 static int ck_load_meta(struct engine *e, const uint8_t *p, size_t n)
 {
     const uint8_t *end = p + n;
     uint32_t nroutes, ring;
 
-    if (n < 32 || get32(p) != 1)
+    if (n < 32 || walrec_get32(p) != 1)
         return ENG_ECORRUPT;
-    nroutes = get32(p + 4);
-    ring = get32(p + 24);
+    nroutes = walrec_get32(p + 4);
+    ring = walrec_get32(p + 24);
     if ((int)nroutes != e->nroutes) {
         log_info("engine", "checkpoint taken with other routes; replaying the whole log",
                  "checkpoint_routes=%u configured_routes=%d", nroutes, e->nroutes);
@@ -483,9 +451,9 @@ static int ck_load_meta(struct engine *e, const uint8_t *p, size_t n)
     }
     const uint8_t *q = p + 32;
     for (uint32_t i = 0; i < nroutes; i++) {
-        if (end - q < 2 || end - q - 2 < get16(q))
+        if (end - q < 2 || end - q - 2 < walrec_get16(q))
             return ENG_ECORRUPT;
-        uint16_t len = get16(q);
+        uint16_t len = walrec_get16(q);
         int r = e->route_index ? e->route_index(e->route_arg, (const char *)q + 2, len) : -1;
         if (r != (int)i) {
             log_info("engine", "routes renamed or reordered since the checkpoint; replaying the "
@@ -493,9 +461,9 @@ static int ck_load_meta(struct engine *e, const uint8_t *p, size_t n)
             return 1;
         }
         q += 2 + len;
-        if (end - q < 4 || (uint64_t)(end - q - 4) / 8 < get32(q))
+        if (end - q < 4 || (uint64_t)(end - q - 4) / 8 < walrec_get32(q))
             return ENG_ECORRUPT;
-        uint32_t k = get32(q);
+        uint32_t k = walrec_get32(q);
         q += 4;
         /* The newest min(k, ring size) fingerprints, oldest first. */
         uint32_t skip = e->recent && k > e->recent ? k - e->recent : 0;
@@ -503,7 +471,7 @@ static int ck_load_meta(struct engine *e, const uint8_t *p, size_t n)
             struct recent_ring *rr = &e->routes[i].recent;
             if (!rr->fp)
                 rr->fp = xcalloc(e->recent, sizeof(*rr->fp));
-            rr->fp[(rr->head + rr->n) % e->recent] = get64(q + 8 * j);
+            rr->fp[(rr->head + rr->n) % e->recent] = walrec_get64(q + 8 * j);
             if (rr->n < e->recent)
                 rr->n++;
             else
@@ -511,8 +479,8 @@ static int ck_load_meta(struct engine *e, const uint8_t *p, size_t n)
         }
         q += 8 * (size_t)k;
     }
-    e->ck_ring_lsn = get64(p + 16);
-    idmap_reserve(&e->ids, (size_t)get64(p + 8));
+    e->ck_ring_lsn = walrec_get64(p + 16);
+    idmap_reserve(&e->ids, (size_t)walrec_get64(p + 8));
     return 0;
 }
 
@@ -522,9 +490,9 @@ static int ck_load_held(struct engine *e, const uint8_t *p, size_t n)
         return ENG_ECORRUPT;
     for (size_t i = 0; i < n; i += CK_HELD_SIZE) {
         const uint8_t *q = p + i;
-        struct wlog_loc loc = {get32(q + 16), get32(q + 20), get32(q + 24)};
-        uint16_t route = get16(q + 28);
-        uint64_t id = get64(q);
+        struct wlog_loc loc = {walrec_get32(q + 16), walrec_get32(q + 20), walrec_get32(q + 24)};
+        uint16_t route = walrec_get16(q + 28);
+        uint64_t id = walrec_get64(q);
 
         /*
          * Its segment is gone: reclamation deletes only segments with
@@ -537,7 +505,7 @@ static int ck_load_held(struct engine *e, const uint8_t *p, size_t n)
         pool_handle h = pool_alloc(&e->pool);
         struct held *m = H(e, h);
         m->node.seq = id;
-        m->node.due = get64(q + 8);
+        m->node.due = walrec_get64(q + 8);
         m->loc = loc;
         m->route = route == CK_ORPHAN || route >= e->nroutes ? ENG_ROUTE_UNKNOWN : route;
         m->state = 0;
@@ -554,8 +522,8 @@ static int ck_load_keys(struct engine *e, const uint8_t *p, size_t n)
     if (n % CK_KEY_SIZE)
         return ENG_ECORRUPT;
     for (size_t i = 0; i < n; i += CK_KEY_SIZE) {
-        pool_handle h = idmap_get(&e->ids, get64(p + i));
-        uint32_t fp = get32(p + i + 8);
+        pool_handle h = idmap_get(&e->ids, walrec_get64(p + i));
+        uint32_t fp = walrec_get32(p + i + 8);
         struct held *m;
 
         if (h == POOL_NIL || (m = H(e, h))->route == ENG_ROUTE_UNKNOWN || (m->flags & HELD_KEYED))
@@ -587,7 +555,7 @@ static int ck_load(void *arg, uint8_t kind, const uint8_t *p, size_t n)
     case CK_END:
         if (n != 8)
             return ENG_ECORRUPT;
-        e->ck_end_lsn = get64(p);
+        e->ck_end_lsn = walrec_get64(p);
         return 0;
     default:
         return ENG_ECORRUPT;
@@ -635,21 +603,21 @@ int eng_checkpoint(struct engine *e)
     /* meta: the routes and their recent rings as of now */
     uint8_t *q = ck_room(e, 32);
     memset(q, 0, 32);
-    put32(q, 1);
-    put32(q + 4, (uint32_t)e->nroutes);
-    put64(q + 8, e->held);
-    put64(q + 16, wlog_next_lsn(e->log));
-    put32(q + 24, e->recent);
+    walrec_put32(q, 1);
+    walrec_put32(q + 4, (uint32_t)e->nroutes);
+    walrec_put64(q + 8, e->held);
+    walrec_put64(q + 16, wlog_next_lsn(e->log));
+    walrec_put32(q + 24, e->recent);
     for (int i = 0; i < e->nroutes; i++) {
         const char *name = e->route_name ? e->route_name(e->route_arg, i) : "";
         size_t len = strlen(name);
         struct recent_ring *rr = &e->routes[i].recent;
         q = ck_room(e, 2 + len + 4 + 8 * (size_t)rr->n);
-        put16(q, (uint16_t)len);
+        walrec_put16(q, (uint16_t)len);
         memcpy(q + 2, name, len);
-        put32(q + 2 + len, rr->n);
+        walrec_put32(q + 2 + len, rr->n);
         for (uint32_t j = 0; j < rr->n; j++)
-            put64(q + 6 + len + 8 * j, rr->fp[(rr->head + j) % e->recent]);
+            walrec_put64(q + 6 + len + 8 * j, rr->fp[(rr->head + j) % e->recent]);
     }
     if ((r = ck_flush(e, CK_META)) < 0)
         e->ck_active = 0; /* the log dropped it and said why */
@@ -675,13 +643,13 @@ static void ck_step(struct engine *e)
         if (e->ck_n + CK_HELD_SIZE > CK_CHUNK && (r = ck_flush(e, CK_HELD)) < 0)
             goto failed;
         uint8_t *q = ck_room(e, CK_HELD_SIZE);
-        put64(q, m->node.seq);
-        put64(q + 8, m->node.due);
-        put32(q + 16, m->loc.seg);
-        put32(q + 20, m->loc.off);
-        put32(q + 24, m->loc.len);
-        put16(q + 28, m->route == ENG_ROUTE_UNKNOWN ? CK_ORPHAN : m->route);
-        put16(q + 30, 0);
+        walrec_put64(q, m->node.seq);
+        walrec_put64(q + 8, m->node.due);
+        walrec_put32(q + 16, m->loc.seg);
+        walrec_put32(q + 20, m->loc.off);
+        walrec_put32(q + 24, m->loc.len);
+        walrec_put16(q + 28, m->route == ENG_ROUTE_UNKNOWN ? CK_ORPHAN : m->route);
+        walrec_put16(q + 30, 0);
     }
     if (e->ck_cursor < e->ck_end)
         return;
@@ -694,12 +662,12 @@ static void ck_step(struct engine *e)
         if (e->ck_n + CK_KEY_SIZE > CK_CHUNK && (r = ck_flush(e, CK_KEYS)) < 0)
             goto failed;
         uint8_t *q = ck_room(e, CK_KEY_SIZE);
-        put64(q, H(e, e->keys.handle[i])->node.seq);
-        put32(q + 8, e->keys.fp[i]);
+        walrec_put64(q, H(e, e->keys.handle[i])->node.seq);
+        walrec_put32(q + 8, e->keys.fp[i]);
     }
     if ((r = ck_flush(e, CK_KEYS)) < 0)
         goto failed;
-    put64(ck_room(e, 8), wlog_next_lsn(e->log));
+    walrec_put64(ck_room(e, 8), wlog_next_lsn(e->log));
     if ((r = ck_flush(e, CK_END)) < 0 || (r = wlog_ckpt_end(e->log)) < 0)
         goto failed;
     e->ck_active = 0;

@@ -62,7 +62,7 @@
 
 #include "delay-bridge/clock.h"
 #include "delay-bridge/crc32c.h"
-#include "delay-bridge/log.h"
+#include "delay-bridge/walrec.h"
 #include "delay-bridge/xalloc.h"
 
 #define MAGIC "DBCKPT\r\n"
@@ -70,28 +70,6 @@
 #define HDR 40
 #define CHDR 12
 #define READ_BUF (4u << 20)
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
 
 /* ---- writing ---------------------------------------------------------------- */
 
@@ -156,12 +134,12 @@ int walckpt_create(struct walckpt **out, int dirfd, const char *dir, uint64_t wa
     }
     memset(h, 0, sizeof(h));
     memcpy(h, MAGIC, 8);
-    put32(h + 8, VERSION);
-    put64(h + 16, wal_id);
-    put64(h + 24, start_lsn);
-    put32(h + 32, (uint32_t)(clock_now_ms() / 1000));
+    walrec_put32(h + 8, VERSION);
+    walrec_put64(h + 16, wal_id);
+    walrec_put64(h + 24, start_lsn);
+    walrec_put32(h + 32, (uint32_t)(clock_now_ms() / 1000));
     c->crc = crc32c(0, h, 36);
-    put32(h + 36, c->crc);
+    walrec_put32(h + 36, c->crc);
     if ((r = write_all(c->fd, &v, 1)) < 0) {
         walckpt_free(c);
         return r;
@@ -180,10 +158,10 @@ static int chunk(struct walckpt *c, uint8_t kind, const void *p, size_t n)
     if (n > WALCKPT_MAX_CHUNK)
         return -EINVAL;
     memset(h, 0, sizeof(h));
-    put32(h, (uint32_t)n);
+    walrec_put32(h, (uint32_t)n);
     h[4] = kind;
     c->crc = crc32c(crc32c(c->crc, h, 8), p, n);
-    put32(h + 8, c->crc);
+    walrec_put32(h + 8, c->crc);
     if ((r = write_all(c->fd, v, 2)) < 0)
         return r;
     c->size += CHDR + n;
@@ -205,8 +183,8 @@ int walckpt_finish(struct walckpt *c, uint64_t end_lsn)
 {
     uint8_t e[16];
 
-    put64(e, end_lsn);
-    put64(e + 8, c->chunks);
+    walrec_put64(e, end_lsn);
+    walrec_put64(e + 8, c->chunks);
     return chunk(c, WALCKPT_KIND_END, e, sizeof(e));
 }
 
@@ -338,20 +316,20 @@ static int pass(int fd, wlog_ckpt_fn *fn, void *arg, struct walckpt_info *info, 
         goto out;
     }
     const uint8_t *h = rd.buf;
-    if (memcmp(h, MAGIC, 8) != 0 || get32(h + 8) != VERSION) {
+    if (memcmp(h, MAGIC, 8) != 0 || walrec_get32(h + 8) != VERSION) {
         snprintf(why, whylen, "not a checkpoint file of version %d", VERSION);
         r = WLOG_EFORMAT;
         goto out;
     }
     crc = crc32c(0, h, 36);
-    if (get32(h + 36) != crc) {
+    if (walrec_get32(h + 36) != crc) {
         snprintf(why, whylen, "header checksum mismatch");
         r = WLOG_ECORRUPT;
         goto out;
     }
-    info->wal_id = get64(h + 16);
-    info->start_lsn = get64(h + 24);
-    info->created_ms = (uint64_t)get32(h + 32) * 1000;
+    info->wal_id = walrec_get64(h + 16);
+    info->start_lsn = walrec_get64(h + 24);
+    info->created_ms = (uint64_t)walrec_get32(h + 32) * 1000;
     rd.pos += HDR;
 
     for (;;) {
@@ -364,9 +342,9 @@ static int pass(int fd, wlog_ckpt_fn *fn, void *arg, struct walckpt_info *info, 
             }
             goto out;
         }
-        uint32_t n = get32(rd.buf + rd.pos);
+        uint32_t n = walrec_get32(rd.buf + rd.pos);
         uint8_t kind = rd.buf[rd.pos + 4];
-        uint32_t want = get32(rd.buf + rd.pos + 8);
+        uint32_t want = walrec_get32(rd.buf + rd.pos + 8);
         if (n > WALCKPT_MAX_CHUNK) {
             snprintf(why, whylen, "chunk at offset %llu claims %u bytes", (unsigned long long)at,
                      n);
@@ -391,13 +369,13 @@ static int pass(int fd, wlog_ckpt_fn *fn, void *arg, struct walckpt_info *info, 
         }
         rd.pos += CHDR + (size_t)n;
         if (kind == WALCKPT_KIND_END) {
-            if (n != 16 || get64(p + 8) != chunks) {
+            if (n != 16 || walrec_get64(p + 8) != chunks) {
                 snprintf(why, whylen, "end chunk does not match the %llu chunks before it",
                          (unsigned long long)chunks);
                 r = WLOG_ECORRUPT;
                 goto out;
             }
-            info->end_lsn = get64(p);
+            info->end_lsn = walrec_get64(p);
             info->chunks = chunks;
             info->bytes = at + CHDR + n;
             r = 0;

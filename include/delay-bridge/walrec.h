@@ -115,7 +115,15 @@ size_t walrec_done_encode(uint8_t *out, const uint64_t *ids, uint32_t count);
 int walrec_done_decode(const uint8_t *buf, size_t len, uint32_t *count);
 uint64_t walrec_done_id(const uint8_t *buf, uint32_t i);
 
-/* Little-endian helpers shared by the codec's users. */
+/* Little-endian helpers shared by the codec's users (and the checkpoint formats). */
+static inline void walrec_put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8);
+}
+static inline uint16_t walrec_get16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | p[1] << 8);
+}
 static inline void walrec_put32(uint8_t *p, uint32_t v)
 {
     p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
