@@ -315,6 +315,24 @@ static const char *arg(const struct api_request *req, const char *name)
     return req->arg ? req->arg(req->ctx, name) : NULL;
 }
 
+/*
+ * 405 with Allow when the method is not one the endpoint takes, 404 when the
+ * daemon does not offer it (its api_ops entry is NULL). 1 if answered.
+ */
+static int refused(struct api_response *resp, int method_ok, const char *allow, int offered)
+{
+    if (!method_ok) {
+        text(resp, 405, "method not allowed\n");
+        resp->allow = allow;
+        return 1;
+    }
+    if (!offered) {
+        text(resp, 404, "not found\n");
+        return 1;
+    }
+    return 0;
+}
+
 /* The held-message endpoints: argument checks here, the work in api_ops. */
 static void held_messages(const struct api_ops *ops, const struct api_request *req,
                           enum api_route r, const char *m, struct api_response *resp)
@@ -323,15 +341,8 @@ static void held_messages(const struct api_ops *ops, const struct api_request *r
     int status;
 
     if (r == R_DRAIN) {
-        if (strcmp(m, "POST")) {
-            text(resp, 405, "method not allowed\n");
-            resp->allow = "POST";
+        if (refused(resp, !strcmp(m, "POST"), "POST", ops->drain != NULL))
             return;
-        }
-        if (!ops->drain) {
-            text(resp, 404, "not found\n");
-            return;
-        }
         o = json_object_new_object();
         status = ops->drain(ops->arg, o);
         json_answer(resp, status, o);
@@ -339,15 +350,8 @@ static void held_messages(const struct api_ops *ops, const struct api_request *r
     }
     if (r == R_PURGE) {
         const char *route = arg(req, "route");
-        if (strcmp(m, "POST")) {
-            text(resp, 405, "method not allowed\n");
-            resp->allow = "POST";
+        if (refused(resp, !strcmp(m, "POST"), "POST", ops->purge != NULL))
             return;
-        }
-        if (!ops->purge) {
-            text(resp, 404, "not found\n");
-            return;
-        }
         if (!route || !*route) {
             json_error(resp, 400, "route=NAME is required");
             return;
@@ -361,15 +365,9 @@ static void held_messages(const struct api_ops *ops, const struct api_request *r
         const char *route = arg(req, "route"), *lim = arg(req, "limit");
         unsigned long limit = 100;
         char *end;
-        if (strcmp(m, "GET") && strcmp(m, "HEAD")) {
-            text(resp, 405, "method not allowed\n");
-            resp->allow = API_ALLOW;
+        if (refused(resp, !strcmp(m, "GET") || !strcmp(m, "HEAD"), API_ALLOW,
+                    ops->pending_list != NULL))
             return;
-        }
-        if (!ops->pending_list) {
-            text(resp, 404, "not found\n");
-            return;
-        }
         if (!route || !*route) {
             json_error(resp, 400, "route=NAME is required");
             return;
@@ -396,15 +394,9 @@ static void held_messages(const struct api_ops *ops, const struct api_request *r
     memcpy(route, rest, (size_t)(slash - rest));
     route[slash - rest] = '\0';
     int del = !strcmp(m, "DELETE");
-    if (!del && strcmp(m, "GET") && strcmp(m, "HEAD")) {
-        text(resp, 405, "method not allowed\n");
-        resp->allow = "GET, HEAD, DELETE";
+    if (refused(resp, del || !strcmp(m, "GET") || !strcmp(m, "HEAD"), "GET, HEAD, DELETE",
+                (del ? ops->pending_cancel : ops->pending_get) != NULL))
         return;
-    }
-    if (!(del ? ops->pending_cancel : ops->pending_get)) {
-        text(resp, 404, "not found\n");
-        return;
-    }
     o = json_object_new_object();
     status = del ? ops->pending_cancel(ops->arg, route, slash + 1, o)
                  : ops->pending_get(ops->arg, route, slash + 1, o);

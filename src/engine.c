@@ -290,7 +290,8 @@ static void forget(struct engine *e, pool_handle h)
 
 /* ---- recent fingerprints (redeliveries) ------------------------------------- */
 
-static void recent_push(struct engine *e, uint16_t route, const struct walrec_add *a)
+/* Remember fingerprint fp as route's newest; the oldest goes when the ring is full. */
+static void ring_push(struct engine *e, uint16_t route, uint64_t fp)
 {
     struct recent_ring *r;
 
@@ -299,11 +300,17 @@ static void recent_push(struct engine *e, uint16_t route, const struct walrec_ad
     r = &e->routes[route].recent;
     if (!r->fp)
         r->fp = xcalloc(e->recent, sizeof(*r->fp));
-    r->fp[(r->head + r->n) % e->recent] = e->fingerprint(a);
+    r->fp[(r->head + r->n) % e->recent] = fp;
     if (r->n < e->recent)
         r->n++;
     else
         r->head = (r->head + 1) % e->recent;
+}
+
+static void recent_push(struct engine *e, uint16_t route, const struct walrec_add *a)
+{
+    if (e->recent && route < e->nroutes)
+        ring_push(e, route, e->fingerprint(a));
 }
 
 int eng_seen(struct engine *e, uint16_t route, uint64_t fp)
@@ -467,16 +474,8 @@ static int ck_load_meta(struct engine *e, const uint8_t *p, size_t n)
         q += 4;
         /* The newest min(k, ring size) fingerprints, oldest first. */
         uint32_t skip = e->recent && k > e->recent ? k - e->recent : 0;
-        for (uint32_t j = skip; j < k && e->recent && ring; j++) {
-            struct recent_ring *rr = &e->routes[i].recent;
-            if (!rr->fp)
-                rr->fp = xcalloc(e->recent, sizeof(*rr->fp));
-            rr->fp[(rr->head + rr->n) % e->recent] = walrec_get64(q + 8 * j);
-            if (rr->n < e->recent)
-                rr->n++;
-            else
-                rr->head = (rr->head + 1) % e->recent;
-        }
+        for (uint32_t j = skip; j < k && e->recent && ring; j++)
+            ring_push(e, (uint16_t)i, walrec_get64(q + 8 * j));
         q += 8 * (size_t)k;
     }
     e->ck_ring_lsn = walrec_get64(p + 16);

@@ -37,6 +37,7 @@ equals 1.5 as float64 and NaN equals itself.
 
 import copy
 import decimal
+import http.client
 import json
 import os
 import random
@@ -379,6 +380,24 @@ def connect(retry_s=0.0, uri=None):
             if time.monotonic() >= deadline:
                 fail("cannot connect to the broker at %s: %r" % (mask_uri(uri), e))
             time.sleep(0.3)
+
+
+def http_get(port, path, method="GET", timeout=5.0):
+    """One request to a bridge's HTTP endpoint on 127.0.0.1: (status, body text)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.request(method, path)
+        r = c.getresponse()
+        return r.status, r.read().decode("utf-8", "replace")
+    finally:
+        c.close()
+
+
+def stats(port):
+    """The bridge's /stats as a dict."""
+    st, body = http_get(port, "/stats")
+    check(st == 200, "GET /stats answered %d: %s" % (st, body[:200]))
+    return json.loads(body)
 
 
 def free_port():
@@ -1013,6 +1032,15 @@ def early_tolerance():
 
 def late_tolerance():
     return float(os.environ.get("DB_TEST_LATE_S", "2.0"))
+
+
+def check_none_early(sent, t, what):
+    """No message of sent (message_id -> (time just before its publish,
+    delay ms)) that arrived per tally t came before its due time, less the
+    clock tolerance."""
+    early = [mid for mid, (t0, ms) in sent.items() if mid in t["per_id"] and
+             min(m.t for m in t["per_id"][mid]) - t0 < ms / 1000.0 - early_tolerance()]
+    check(not early, "%s: %d message(s) arrived early: %s" % (what, len(early), early[:10]))
 
 
 def check_on_time(msg, published_at, delay_s, what, late=None):

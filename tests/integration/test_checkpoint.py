@@ -9,11 +9,9 @@ the restart logs "checkpoint loaded", reads fewer
 segments than the log has, /stats says wal.checkpoint.used_at_start, and
 every confirmed message arrives once, none early."""
 
-import json
 import re
 import subprocess
 import time
-import urllib.request
 
 import harness as h
 from harness import check
@@ -22,13 +20,8 @@ N = 4000
 TAIL = 400
 
 
-def get(port, path):
-    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=5) as r:
-        return r.read().decode()
-
-
 def checkpoint(port):
-    return json.loads(get(port, "/stats"))["wal"]["checkpoint"]
+    return h.stats(port)["wal"]["checkpoint"]
 
 
 def test(ctx):
@@ -56,8 +49,8 @@ def test(ctx):
             h.log("checkpoint installed: %r" % ck)
             check(ck["bytes"] > 0 and ck["failed"] == 0 and not ck["used_at_start"],
                   "odd checkpoint figures: %r" % ck)
-            m = re.search(r"^delay_bridge_wal_checkpoints_total (\d+)$", get(port, "/metrics"),
-                          re.M)
+            m = re.search(r"^delay_bridge_wal_checkpoints_total (\d+)$",
+                          h.http_get(port, "/metrics")[1], re.M)
             check(m and int(m.group(1)) >= 1, "/metrics does not count the checkpoint")
         ms = 8000 + (i * 7919) % 4000
         mid = "k%05d" % i
@@ -81,7 +74,7 @@ def test(ctx):
     h.log("restart: %s" % m.group(0))
     ck = checkpoint(port)
     check(ck["used_at_start"], "/stats: wal.checkpoint.used_at_start is false: %r" % ck)
-    held = json.loads(get(port, "/stats"))["held"]
+    held = h.stats(port)["held"]
     h.log("held after the restart: %d (some may have fired already)" % held)
 
     c.wait_ids(sent.keys(), 12 + 60)
@@ -90,9 +83,7 @@ def test(ctx):
     check(not t["lost"], "%d message(s) lost: %s" % (len(t["lost"]), t["lost"][:10]))
     check(not t["unknown"], "messages nobody published: %s" % t["unknown"][:10])
     check(t["case2"] == 0, "%d redelivered duplicates" % t["case2"])
-    early = [mid for mid, (t0, ms) in sent.items()
-             if min(x.t for x in t["per_id"][mid]) - t0 < ms / 1000.0 - h.early_tolerance()]
-    check(not early, "%d message(s) arrived early: %s" % (len(early), early[:5]))
+    h.check_none_early(sent, t, "checkpoint restart")
     b.stop()
 
 

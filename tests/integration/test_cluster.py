@@ -34,7 +34,6 @@ Skipped (exit 77) when the cluster cannot be formed here (ports busy,
 rabbitmq-server missing). Every node is stopped in a finally block.
 """
 
-import http.client
 import json
 import os
 import random
@@ -109,14 +108,7 @@ def running_nodes(cdir, node):
 free_port = h.free_port  # one copy, in harness.py
 
 
-def http_get(port, path, timeout=5.0):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        c.request("GET", path)
-        r = c.getresponse()
-        return r.status, r.read().decode("utf-8", "replace")
-    finally:
-        c.close()
+http_get = h.http_get  # one copy, in harness.py
 
 
 class FailoverPublisher(threading.Thread):
@@ -204,7 +196,11 @@ class FailoverPublisher(threading.Thread):
             self.error = e
 
 
-def test(ctx):
+def on_cluster(ctx, run):
+    """Form the three-node cluster, point the harness at node 3 (declarations,
+    test consumers), call run(ctx, cdir), then stop what talks to the
+    cluster and every node, whatever happened. Skips (77) where no cluster
+    can be formed. The scale_out test runs on it too."""
     cdir = os.path.join(ctx.tmp, "cluster")
     t_begin = time.monotonic()
     saved_env = {k: os.environ.get(k) for k in ("DB_TEST_BROKER_URI", "DB_TEST_BROKER_DIR")}
@@ -217,7 +213,10 @@ def test(ctx):
         check(r.returncode == 0, "the three-node cluster did not start (exit %d; logs in %s)"
               % (r.returncode, cdir))
         h.log("cluster up in %.1fs: %s" % (time.monotonic() - t_begin, running_nodes(cdir, 1)))
-        run_test(ctx, cdir)
+        # Everything the harness connects to uses node 3; the suite's own broker is not touched.
+        os.environ["DB_TEST_BROKER_URI"] = uri(3)
+        os.environ.pop("DB_TEST_BROKER_DIR", None)
+        run(ctx, cdir)
     finally:
         # Stop what talks to the cluster first, then every node.
         for c in ctx.consumers:
@@ -238,6 +237,10 @@ def test(ctx):
             else:
                 os.environ[k] = v
     h.log("total run time %.1fs" % (time.monotonic() - t_begin))
+
+
+def test(ctx):
+    on_cluster(ctx, run_test)
 
 
 def find_bridge(cdir, ask, expect_ports=None, timeout=15):
@@ -362,10 +365,6 @@ def fault_round(ctx, cdir, b, c, route, http_port, rnd, kind, seed):
 
 
 def run_test(ctx, cdir):
-    # Everything the harness connects to (declarations, the consumer) uses
-    # node 3; the suite's own broker is not touched.
-    os.environ["DB_TEST_BROKER_URI"] = uri(3)
-    os.environ.pop("DB_TEST_BROKER_DIR", None)
 
     ex = ctx.declare_exchange(ctx.n("target"), "direct")
     tq = ctx.n("target.q")

@@ -960,6 +960,22 @@ static void ck_fire(struct engine *e, uint64_t now)
         }
 }
 
+/* A maintenance tick (compaction, the checkpoint's walk and install), its records committed. */
+static void ck_maintain(struct engine *e)
+{
+    CHECK(eng_maintain(e, 1 << 20) >= 0);
+    if (eng_dirty(e))
+        commit(e);
+}
+
+/* A loop turn: fire what is due at now, commit, maintain. */
+static void ck_tick(struct engine *e, uint64_t now)
+{
+    ck_fire(e, now);
+    commit(e);
+    ck_maintain(e);
+}
+
 static int ck_model_held(void)
 {
     int n = 0;
@@ -1022,9 +1038,7 @@ static void ck_run_until_installed(struct engine *e, uint64_t installed)
     eng_stats(e, &s);
     uint64_t failed0 = s.ckpt_failed;
     do {
-        CHECK(eng_maintain(e, 1 << 20) >= 0);
-        if (eng_dirty(e))
-            commit(e);
+        ck_maintain(e);
         eng_stats(e, &s);
     } while (s.ckpt_installed < installed && ++guard < 100000);
     CHECK(s.ckpt_installed == installed && s.ckpt_failed == failed0);
@@ -1059,11 +1073,7 @@ static void checkpoint_fuzzy_case(void)
             snprintf(key, sizeof(key), "k%d", (step * 13) % 150);
             ck_cancel(e, (uint16_t)((step * 13) % 150 % 2), key);
         }
-        ck_fire(e, now);
-        commit(e);
-        CHECK(eng_maintain(e, 1 << 20) >= 0);
-        if (eng_dirty(e))
-            commit(e);
+        ck_tick(e, now);
         eng_stats(e, &s);
         step++;
     } while (s.ckpt_installed == 0 && step < 10000);
@@ -1080,11 +1090,7 @@ static void checkpoint_fuzzy_case(void)
         now += 30;
         for (i = 0; i < 10; i++)
             ck_add(e, (uint16_t)(i % 2), now, 10, NULL);
-        ck_fire(e, now);
-        commit(e);
-        CHECK(eng_maintain(e, 1 << 20) >= 0);
-        if (eng_dirty(e))
-            commit(e);
+        ck_tick(e, now);
     }
     eng_stats(e, &s);
     CHECK(s.ckpt_installed == 1, "a second checkpoint began (interval is 0)");
