@@ -18,6 +18,13 @@
  *   - names and queues unique; URIs parsed by uri.c, the parser the
  *     connection uses, so an accepted URI is a usable one;
  *   - reconnect_min_ms <= reconnect_max_ms, same for publish_retry_*;
+ *   - wal.replicate: stream and lease_queue valid queue names, not "amq.",
+ *     different from each other and from every route's ingress_queue (one
+ *     name, two queues with different arguments: the second declare fails);
+ *     its retention covers two stream checkpoints, so the stream never
+ *     drops what a rebuild from the last completed one needs: max_mb (when
+ *     not 0) >= 2 x checkpoint_mb + 2 x segment_mb, and max_age (when set)
+ *     >= 2 x checkpoint_interval_s, which must then not be 0;
  *   - broker.tls: cert_file and key_file together; when a URI is amqps://,
  *     the files set explicitly open for reading now (the error names the
  *     key and the OS error), not at the first connect;
@@ -38,8 +45,10 @@
  *   reconnect_*_ms, publish_retry_*_ms 1..2^32-1; shutdown_timeout_ms
  *   0..2^32-1; wal.max_message_bytes 1..536870912 (RabbitMQ's own ceiling,
  *   well under WALREC_MAX_PAYLOAD); wal.checkpoint_interval_s 0 (off)..604800;
- *   wal.checkpoint_min_mb 1..1048576; http.listen is "" (off) by
- *   default, else host:port with IPv6 hosts in brackets ("[::1]:9187").
+ *   wal.checkpoint_min_mb 1..1048576; wal.replicate.max_age at most 9
+ *   digits (its seconds fit in 64 bits even in years); http.listen is ""
+ *   (off) by default, else host:port with IPv6 hosts in brackets
+ *   ("[::1]:9187").
  *
  * json-c keeps the last of two equal keys in one object, so a duplicate key
  * is not reported.
@@ -517,7 +526,8 @@ static int parse_broker(struct ctx *x, struct config *c, json_object *root)
 static int parse_wal(struct ctx *x, struct config *c, json_object *root)
 {
     static const char *const keys[] = { "dir", "segment_mb", "fsync", "max_message_bytes",
-                                        "checkpoint_interval_s", "checkpoint_min_mb", NULL };
+                                        "checkpoint_interval_s", "checkpoint_min_mb",
+                                        "replicate", NULL };
     json_object *w;
     if (section(x, root, "wal", keys, &w) < 0)
         return -1;
@@ -545,6 +555,171 @@ static int parse_wal(struct ctx *x, struct config *c, json_object *root)
     if (get_int(x, w, "wal", "checkpoint_min_mb", 1, 1u << 20, &v) < 0)
         return -1;
     c->checkpoint_min_mb = (uint32_t)v;
+    return 0;
+}
+
+/* A stream or queue name of wal.replicate: [A-Za-z0-9._:-], not "amq.". */
+static int check_repl_name(struct ctx *x, const char *path, const char *s)
+{
+    char q[96];
+
+    if (strncmp(s, "amq.", 4) == 0)
+        return fail(x, path, "%s: the \"amq.\" prefix is reserved by RabbitMQ for its own "
+                    "queues; choose another name", quote(s, strlen(s), q, sizeof q));
+    for (const char *p = s; *p; p++)
+        if (!isalnum((unsigned char)*p) && !strchr("._-:", *p))
+            return fail(x, path, "%s: only letters, digits, '.', '_', '-' and ':' are allowed",
+                        quote(s, strlen(s), q, sizeof q));
+    return 0;
+}
+
+/*
+ * wal.replicate.max_age: "" or RabbitMQ's x-max-age syntax, 1..9 digits
+ * and a unit (Y 365 days, M 30 days, D, h, m, s). Seconds in *secs.
+ */
+static int parse_max_age(const char *s, uint64_t *secs)
+{
+    static const char units[] = "YMDhms";
+    static const uint64_t unit_s[] = { 365 * 86400, 30 * 86400, 86400, 3600, 60, 1 };
+    size_t n = strlen(s), i;
+    uint64_t v = 0;
+
+    if (n < 2 || n > 10 || !strchr(units, s[n - 1]))
+        return -1;
+    for (i = 0; i + 1 < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    *secs = v * unit_s[strchr(units, s[n - 1]) - units];
+    return 0;
+}
+
+/*
+ * wal.replicate, after "instance" is known (the default stream name uses
+ * it) and before routes (whose ingress queues the names are checked
+ * against, in check_repl_routes). Absent: c->repl stays all zero.
+ */
+static int parse_replicate(struct ctx *x, struct config *c, json_object *root)
+{
+    static const char *const keys[] = { "stream", "lease_queue", "max_mb", "max_age",
+                                        "segment_mb", "checkpoint_mb", "checkpoint_interval_s",
+                                        "batch_kb", "confirm_timeout_ms", NULL };
+    static const char pre[] = "wal.replicate";
+    struct config_replicate *r = &c->repl;
+    json_object *w, *o, *v;
+    char got[96], q[96];
+    uint64_t u, age_s = 0;
+
+    if (!json_object_object_get_ex(root, "wal", &w) ||
+        !json_object_object_get_ex(w, "replicate", &o))
+        return 0;
+    if (json_object_get_type(o) != json_type_object)
+        return fail(x, pre, "expected an object, got %s", show(o, got, sizeof got));
+    if (check_keys(x, o, pre, keys) < 0)
+        return -1;
+    r->enabled = 1;
+
+    int have = get_str(x, o, pre, "stream", NONEMPTY, r->stream, CONFIG_NAME_MAX);
+    if (have < 0)
+        return -1;
+    if (!have)
+        snprintf(r->stream, sizeof r->stream, "delay-bridge.wal%s%s", c->instance[0] ? "." : "",
+                 c->instance);
+    else if (check_repl_name(x, "wal.replicate.stream", r->stream) < 0)
+        return -1;
+    if ((have = get_str(x, o, pre, "lease_queue", NONEMPTY, r->lease_queue, CONFIG_NAME_MAX)) < 0)
+        return -1;
+    size_t n = strlen(r->stream);
+    if (have) {
+        if (check_repl_name(x, "wal.replicate.lease_queue", r->lease_queue) < 0)
+            return -1;
+    } else if (n + 6 > CONFIG_NAME_MAX) {
+        return fail(x, "wal.replicate.lease_queue", "the default, stream + \".lease\", would be "
+                    "%zu bytes; at most %d: set lease_queue or shorten stream", n + 6,
+                    CONFIG_NAME_MAX);
+    } else {
+        memcpy(r->lease_queue, r->stream, n);
+        memcpy(r->lease_queue + n, ".lease", sizeof ".lease");
+    }
+    if (strcmp(r->lease_queue, r->stream) == 0)
+        return fail(x, "wal.replicate.lease_queue", "same as stream %s; expected another name "
+                    "(the lease is a queue of its own)",
+                    quote(r->stream, strlen(r->stream), q, sizeof q));
+
+    u = 20480;
+    if (get_int(x, o, pre, "max_mb", 0, 16777216, &u) < 0)
+        return -1;
+    r->max_bytes = u << 20;
+
+    if (json_object_object_get_ex(o, "max_age", &v)) {
+        const char *s = json_object_get_string(v);
+        if (json_object_get_type(v) != json_type_string ||
+            strlen(s) != (size_t)json_object_get_string_len(v) ||
+            (*s && parse_max_age(s, &age_s) < 0))
+            return fail(x, "wal.replicate.max_age", "expected \"\" (none) or 1..9 digits and a "
+                        "unit Y, M, D, h, m or s (RabbitMQ's x-max-age, e.g. \"7D\"), got %s",
+                        show(v, got, sizeof got));
+        memcpy(r->max_age, s, strlen(s) + 1); /* at most 10 bytes */
+    }
+
+    u = 64;
+    if (get_int(x, o, pre, "segment_mb", 1, 4096, &u) < 0)
+        return -1;
+    r->segment_bytes = u << 20;
+    u = 1024;
+    if (get_int(x, o, pre, "checkpoint_mb", 1, 1048576, &u) < 0)
+        return -1;
+    r->checkpoint_bytes = u << 20;
+    u = 3600;
+    if (get_int(x, o, pre, "checkpoint_interval_s", 0, 31536000, &u) < 0)
+        return -1;
+    r->checkpoint_interval_s = (uint32_t)u;
+    u = 1024;
+    if (get_int(x, o, pre, "batch_kb", 4, 65536, &u) < 0)
+        return -1;
+    r->batch_bytes = (uint32_t)u << 10;
+    u = 10000;
+    if (get_int(x, o, pre, "confirm_timeout_ms", 100, 600000, &u) < 0)
+        return -1;
+    r->confirm_timeout_ms = (uint32_t)u;
+
+    /* retention: everything since the last completed stream checkpoint stays */
+    uint64_t need = 2 * (r->checkpoint_bytes >> 20) + 2 * (r->segment_bytes >> 20);
+    if (r->max_bytes != 0 && (r->max_bytes >> 20) < need)
+        return fail(x, "wal.replicate.max_mb", "%llu is too small; must be at least 2 x "
+                    "checkpoint_mb + 2 x segment_mb (%llu): the stream must keep everything "
+                    "since the last completed stream checkpoint; raise it, or 0 = no size limit",
+                    (unsigned long long)(r->max_bytes >> 20), (unsigned long long)need);
+    if (r->max_age[0] && r->checkpoint_interval_s == 0)
+        return fail(x, "wal.replicate.checkpoint_interval_s", "must not be 0 when max_age is "
+                    "set: checkpoints taken by size alone may lie further apart than max_age, "
+                    "and the stream would drop records a rebuild needs");
+    need = 2 * (uint64_t)r->checkpoint_interval_s;
+    if (r->max_age[0] && age_s < need)
+        return fail(x, "wal.replicate.max_age", "%s (%llu s) is too short; must be at least "
+                    "2 x checkpoint_interval_s (%llu s): the stream must keep everything "
+                    "since the last completed stream checkpoint",
+                    quote(r->max_age, strlen(r->max_age), q, sizeof q),
+                    (unsigned long long)age_s, (unsigned long long)need);
+    return 0;
+}
+
+/* wal.replicate's stream and lease queue are not any route's ingress queue. */
+static int check_repl_routes(struct ctx *x, const struct config *c)
+{
+    char q[96];
+
+    if (!c->repl.enabled)
+        return 0;
+    for (int i = 0; i < c->nroutes; i++) {
+        const char *iq = c->routes[i].ingress_queue;
+        int s = strcmp(iq, c->repl.stream) == 0;
+        if (s || strcmp(iq, c->repl.lease_queue) == 0)
+            return fail(x, s ? "wal.replicate.stream" : "wal.replicate.lease_queue",
+                        "%s is also routes[%d].ingress_queue; expected a name no route uses",
+                        quote(iq, strlen(iq), q, sizeof q), i);
+    }
     return 0;
 }
 
@@ -1011,7 +1186,8 @@ int config_parse(struct config *c, const char *json, const char *name, char *err
                  quote(c->instance, strlen(c->instance), q, sizeof q));
             goto cleanup;
         }
-    if (parse_routes(&x, c, root) < 0)
+    if (parse_replicate(&x, c, root) < 0 || parse_routes(&x, c, root) < 0 ||
+        check_repl_routes(&x, c) < 0)
         goto cleanup;
     rc = 0;
 

@@ -62,6 +62,31 @@ struct config_route {
                                                        counted and logged; else it goes there */
 };
 
+/*
+ * wal.replicate: present = every WAL record is also published to a
+ * RabbitMQ stream, so a bridge whose disk is lost can be rebuilt from it
+ * (README, "Scaling and high availability"). Absent: replication is off
+ * and the whole struct is zero. Sizes are given in MiB/KiB in the file and
+ * held here in bytes. config_parse guarantees: stream and lease_queue are
+ * 1..255 bytes of [A-Za-z0-9._:-], not "amq.", different from each other
+ * and from every route's ingress_queue; when max_bytes != 0, max_bytes >=
+ * 2 x checkpoint_bytes + 2 x segment_bytes; when max_age is set,
+ * checkpoint_interval_s != 0 and max_age >= 2 x checkpoint_interval_s
+ * (the stream keeps everything since the last completed stream checkpoint).
+ */
+struct config_replicate {
+    int enabled;                 /* the "wal.replicate" object is present */
+    char stream[CONFIG_NAME_MAX + 1];      /* "stream": "delay-bridge.wal" + ("." + instance when instance is set) */
+    char lease_queue[CONFIG_NAME_MAX + 1]; /* "lease_queue": stream + ".lease" */
+    uint64_t max_bytes;          /* "max_mb": 20480 (MiB) -> x-max-length-bytes; 0 = no size limit */
+    char max_age[32];            /* "max_age": "" (none) -> x-max-age, e.g. "7D": digits then one of Y M D h m s */
+    uint64_t segment_bytes;      /* "segment_mb": 64 (MiB), 1..4096 -> x-stream-max-segment-size-bytes */
+    uint64_t checkpoint_bytes;   /* "checkpoint_mb": 1024 (MiB), 1..1048576 */
+    uint32_t checkpoint_interval_s; /* "checkpoint_interval_s": 3600, 0..31536000 (0 = by size only) */
+    uint32_t batch_bytes;        /* "batch_kb": 1024 (KiB), 4..65536: most bytes per stream message */
+    uint32_t confirm_timeout_ms; /* "confirm_timeout_ms": 10000, 100..600000 */
+};
+
 struct config {
     /* broker */
     char *uris[CONFIG_MAX_URIS]; /* "uri": string or array of strings; owned, malloc'd */
@@ -83,6 +108,7 @@ struct config {
     uint32_t checkpoint_interval_s; /* "checkpoint_interval_s": 60; 0 = no checkpoints */
     uint32_t checkpoint_min_mb;  /* "checkpoint_min_mb": 64 -- and at least this much
                                     log appended since the last one began */
+    struct config_replicate repl; /* "replicate": {...}; absent = off (all zero) */
 
     /* top level */
     char instance[65];           /* "instance": "" -- names this bridge in logs, connection

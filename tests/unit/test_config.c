@@ -782,6 +782,238 @@ static void test_err_buffer(void)
     CHECK(is_zero(&c));
 }
 
+static void test_replicate(void)
+{
+    struct config c;
+    static const struct config_replicate off;
+/* a config whose wal.replicate object holds kv */
+#define R(kv) "{" BROKER ",\"wal\":{\"dir\":\"/w\",\"replicate\":{" kv "}},\"routes\":[" ROUTE("") "]}"
+/* the same, with "instance" after "wal" */
+#define RI(kv) "{" BROKER ",\"wal\":{\"dir\":\"/w\",\"replicate\":{" kv "}},\"instance\":\"eu-1\"," \
+               "\"routes\":[" ROUTE("") "]}"
+
+    /* absent: off, and nothing else set */
+    if (OK(CFG(ROUTE("")), &c) == 0) {
+        CHECK(memcmp(&c.repl, &off, sizeof off) == 0);
+        config_free(&c);
+    }
+    /* present and empty: on, every default */
+    if (OK(R(""), &c) == 0) {
+        CHECK(c.repl.enabled == 1);
+        CHECK(strcmp(c.repl.stream, "delay-bridge.wal") == 0);
+        CHECK(strcmp(c.repl.lease_queue, "delay-bridge.wal.lease") == 0);
+        CHECK(c.repl.max_bytes == 20480ull << 20);
+        CHECK(c.repl.max_age[0] == '\0');
+        CHECK(c.repl.segment_bytes == 64ull << 20);
+        CHECK(c.repl.checkpoint_bytes == 1024ull << 20);
+        CHECK(c.repl.checkpoint_interval_s == 3600);
+        CHECK(c.repl.batch_bytes == 1024u << 10);
+        CHECK(c.repl.confirm_timeout_ms == 10000);
+        CHECK(c.fsync == 1 && c.checkpoint_interval_s == 60); /* wal's own keys untouched */
+        config_free(&c);
+    }
+    /* the default names carry the instance, whichever comes first in the file */
+    if (OK(RI(""), &c) == 0) {
+        CHECK(strcmp(c.repl.stream, "delay-bridge.wal.eu-1") == 0);
+        CHECK(strcmp(c.repl.lease_queue, "delay-bridge.wal.eu-1.lease") == 0);
+        config_free(&c);
+    }
+    if (OK("{\"instance\":\"eu-1\"," BROKER ",\"wal\":{\"dir\":\"/w\",\"replicate\":{}},"
+           "\"routes\":[" ROUTE("") "]}", &c) == 0) {
+        CHECK(strcmp(c.repl.stream, "delay-bridge.wal.eu-1") == 0);
+        CHECK(strcmp(c.repl.lease_queue, "delay-bridge.wal.eu-1.lease") == 0);
+        config_free(&c);
+    }
+    /* an explicit stream: the lease queue follows it; an explicit lease queue stays */
+    if (OK(RI("\"stream\":\"Wal:a_b-c.1\""), &c) == 0) {
+        CHECK(strcmp(c.repl.stream, "Wal:a_b-c.1") == 0);
+        CHECK(strcmp(c.repl.lease_queue, "Wal:a_b-c.1.lease") == 0);
+        config_free(&c);
+    }
+    if (OK(RI("\"lease_queue\":\"lease\""), &c) == 0) {
+        CHECK(strcmp(c.repl.stream, "delay-bridge.wal.eu-1") == 0);
+        CHECK(strcmp(c.repl.lease_queue, "lease") == 0);
+        config_free(&c);
+    }
+    /* the upper ends; max_mb 0 = no size limit, so no retention check by size */
+    if (OK(R("\"max_mb\":0,\"max_age\":\"7D\",\"segment_mb\":4096,\"checkpoint_mb\":1048576,"
+             "\"checkpoint_interval_s\":302400,\"batch_kb\":65536,\"confirm_timeout_ms\":600000"),
+           &c) == 0) {
+        CHECK(c.repl.max_bytes == 0);
+        CHECK(strcmp(c.repl.max_age, "7D") == 0);
+        CHECK(c.repl.segment_bytes == 4096ull << 20);
+        CHECK(c.repl.checkpoint_bytes == 1048576ull << 20);
+        CHECK(c.repl.checkpoint_interval_s == 302400);
+        CHECK(c.repl.batch_bytes == 65536u << 10);
+        CHECK(c.repl.confirm_timeout_ms == 600000);
+        config_free(&c);
+    }
+    if (OK(R("\"max_mb\":16777216,\"checkpoint_interval_s\":31536000"), &c) == 0) {
+        CHECK(c.repl.max_bytes == 16777216ull << 20 && c.repl.checkpoint_interval_s == 31536000);
+        config_free(&c);
+    }
+    /* the lower ends: max_mb 4 = 2 x 1 + 2 x 1 */
+    if (OK(R("\"max_mb\":4,\"max_age\":\"\",\"segment_mb\":1,\"checkpoint_mb\":1,"
+             "\"checkpoint_interval_s\":0,\"batch_kb\":4,\"confirm_timeout_ms\":100"), &c) == 0) {
+        CHECK(c.repl.max_bytes == 4u << 20 && c.repl.max_age[0] == '\0');
+        CHECK(c.repl.segment_bytes == 1u << 20 && c.repl.checkpoint_bytes == 1u << 20);
+        CHECK(c.repl.checkpoint_interval_s == 0 && c.repl.batch_bytes == 4096);
+        CHECK(c.repl.confirm_timeout_ms == 100);
+        config_free(&c);
+    }
+    /* replicating a log that is not fsynced is allowed */
+    if (OK("{" BROKER ",\"wal\":{\"dir\":\"/w\",\"fsync\":false,\"replicate\":{}},\"routes\":["
+           ROUTE("") "]}", &c) == 0) {
+        CHECK(c.fsync == 0 && c.repl.enabled == 1);
+        config_free(&c);
+    }
+
+    /* the object itself */
+    ERR("{" BROKER ",\"wal\":{\"dir\":\"/w\",\"replicate\":true},\"routes\":[" ROUTE("") "]}",
+        "test.json: wal.replicate: expected an object, got true");
+    ERR("{" BROKER ",\"wal\":{\"dir\":\"/w\",\"replicate\":null},\"routes\":[" ROUTE("") "]}",
+        "test.json: wal.replicate: expected an object, got null");
+    ERR3(R("\"streams\":\"x\""), "test.json: wal.replicate.streams:", "unknown key",
+         "lease_queue");
+
+    /* every range */
+    ERR(R("\"max_mb\":-1"), "test.json: wal.replicate.max_mb: expected an integer 0..16777216, got -1");
+    ERR(R("\"max_mb\":16777217"), "wal.replicate.max_mb: expected an integer 0..16777216, got 16777217");
+    ERR(R("\"max_mb\":\"20480\""), "wal.replicate.max_mb: expected an integer 0..16777216, got \"20480\"");
+    ERR(R("\"max_mb\":1.5"), "wal.replicate.max_mb: expected an integer 0..16777216, got 1.5");
+    ERR(R("\"segment_mb\":0"), "wal.replicate.segment_mb: expected an integer 1..4096, got 0");
+    ERR(R("\"segment_mb\":4097"), "wal.replicate.segment_mb: expected an integer 1..4096, got 4097");
+    ERR(R("\"checkpoint_mb\":0"), "wal.replicate.checkpoint_mb: expected an integer 1..1048576, got 0");
+    ERR(R("\"checkpoint_mb\":1048577"), "wal.replicate.checkpoint_mb: expected an integer 1..1048576, got 1048577");
+    ERR(R("\"checkpoint_interval_s\":-1"), "wal.replicate.checkpoint_interval_s: expected an integer 0..31536000, got -1");
+    ERR(R("\"checkpoint_interval_s\":31536001"), "wal.replicate.checkpoint_interval_s: expected an integer 0..31536000, got 31536001");
+    ERR(R("\"batch_kb\":3"), "wal.replicate.batch_kb: expected an integer 4..65536, got 3");
+    ERR(R("\"batch_kb\":65537"), "wal.replicate.batch_kb: expected an integer 4..65536, got 65537");
+    ERR(R("\"confirm_timeout_ms\":99"), "wal.replicate.confirm_timeout_ms: expected an integer 100..600000, got 99");
+    ERR(R("\"confirm_timeout_ms\":600001"), "wal.replicate.confirm_timeout_ms: expected an integer 100..600000, got 600001");
+    ERR(R("\"confirm_timeout_ms\":true"), "wal.replicate.confirm_timeout_ms: expected an integer 100..600000, got true");
+
+    /* names */
+    ERR(R("\"stream\":\"\""), "wal.replicate.stream: must not be empty");
+    ERR(R("\"stream\":7"), "wal.replicate.stream: expected a string, got 7");
+    ERR2(R("\"stream\":\"a b\""), "wal.replicate.stream: \"a b\":", "only letters, digits, '.', '_', '-' and ':'");
+    ERR(R("\"stream\":\"a/b\""), "wal.replicate.stream: \"a/b\": only letters");
+    ERR(R("\"stream\":\"a\\u0000b\""), "wal.replicate.stream: must not contain a NUL");
+    ERR(R("\"lease_queue\":\"\""), "wal.replicate.lease_queue: must not be empty");
+    ERR(R("\"lease_queue\":\"l\\u00e9\""), "wal.replicate.lease_queue: \"l\xc3\xa9\": only letters");
+    ERR(R("\"lease_queue\":\"a,b\""), "wal.replicate.lease_queue: \"a,b\": only letters");
+    ERR2(R("\"stream\":\"amq.wal\""), "wal.replicate.stream: \"amq.wal\":",
+         "the \"amq.\" prefix is reserved by RabbitMQ");
+    ERR2(R("\"lease_queue\":\"amq.lease\""), "wal.replicate.lease_queue: \"amq.lease\":",
+         "reserved by RabbitMQ");
+    if (OK(R("\"stream\":\"amq\",\"lease_queue\":\"amqp.lease\""), &c) == 0)
+        config_free(&c); /* only "amq." itself is reserved */
+    /* two queues, two names */
+    ERR2(R("\"stream\":\"w\",\"lease_queue\":\"w\""), "wal.replicate.lease_queue: same as stream \"w\"",
+         "another name");
+    ERR(R("\"lease_queue\":\"delay-bridge.wal\""),
+        "wal.replicate.lease_queue: same as stream \"delay-bridge.wal\"");
+    ERR(RI("\"lease_queue\":\"delay-bridge.wal.eu-1\""), "wal.replicate.lease_queue: same as stream");
+    /* and neither is a route's ingress queue */
+    ERR(R("\"stream\":\"orders.delayed.q\""),
+        "wal.replicate.stream: \"orders.delayed.q\" is also routes[0].ingress_queue");
+    ERR(R("\"lease_queue\":\"orders.delayed.q\""),
+        "wal.replicate.lease_queue: \"orders.delayed.q\" is also routes[0].ingress_queue");
+
+    /* 255 bytes fit; then the default lease queue must fit too */
+    static char json[2048];
+    char name[300];
+    memset(name, 's', sizeof name);
+    name[255] = '\0';
+    snprintf(json, sizeof json, R("\"stream\":\"%s\",\"lease_queue\":\"%s\""), name, name + 1);
+    if (OK(json, &c) == 0) {
+        CHECK(strlen(c.repl.stream) == 255 && strlen(c.repl.lease_queue) == 254);
+        config_free(&c);
+    }
+    snprintf(json, sizeof json, R("\"stream\":\"%s\""), name);
+    ERR2(json, "wal.replicate.lease_queue: the default, stream + \".lease\", would be 261 bytes",
+         "set lease_queue or shorten stream");
+    name[249] = '\0';
+    snprintf(json, sizeof json, R("\"stream\":\"%s\""), name);
+    if (OK(json, &c) == 0) {
+        CHECK(strlen(c.repl.lease_queue) == 255);
+        config_free(&c);
+    }
+    name[249] = name[255] = 's';
+    name[256] = '\0';
+    snprintf(json, sizeof json, R("\"stream\":\"%s\""), name);
+    ERR2(json, "wal.replicate.stream: too long (256 bytes)", "at most 255");
+    snprintf(json, sizeof json, R("\"lease_queue\":\"%s\""), name);
+    ERR2(json, "wal.replicate.lease_queue: too long (256 bytes)", "at most 255");
+
+    /* max_age: RabbitMQ's x-max-age syntax */
+    const char *bad_age[] = { "\"7\"", "\"D\"", "\"7d\"", "\"7W\"", "\"7DD\"", "\"-7D\"",
+                              "\"7.5D\"", "\" 7D\"", "\"7D \"", "\"1234567890s\"", "7",
+                              "\"7\\u0000D\"" };
+    for (size_t i = 0; i < sizeof bad_age / sizeof *bad_age; i++) {
+        snprintf(json, sizeof json, R("\"max_age\":%s"), bad_age[i]);
+        ERR3(json, "wal.replicate.max_age: expected \"\" (none) or 1..9 digits and a unit",
+             "x-max-age, e.g. \"7D\"", "got ");
+    }
+    ERR(R("\"max_age\":7"), "wal.replicate.max_age: expected \"\" (none) or 1..9 digits and a "
+        "unit Y, M, D, h, m or s (RabbitMQ's x-max-age, e.g. \"7D\"), got 7");
+    ERR(R("\"max_age\":\"7d\""), "got \"7d\"");
+    if (OK(R("\"max_age\":\"999999999Y\""), &c) == 0) {
+        CHECK(strcmp(c.repl.max_age, "999999999Y") == 0);
+        config_free(&c);
+    }
+
+    /* cross-check: max_age at least 2 x checkpoint_interval_s, each unit in seconds */
+    struct { const char *age; unsigned ok_s; } ages[] = {
+        { "2s", 1 }, { "2m", 60 }, { "2h", 3600 }, { "1D", 43200 },
+        { "1M", 15 * 86400 }, { "1Y", 365 * 43200 }, { "0002h", 3600 },
+    };
+    for (size_t i = 0; i < sizeof ages / sizeof *ages; i++) {
+        char want[256];
+        snprintf(json, sizeof json, R("\"max_age\":\"%s\",\"checkpoint_interval_s\":%u"),
+                 ages[i].age, ages[i].ok_s);
+        if (OK(json, &c) == 0) {
+            CHECK(strcmp(c.repl.max_age, ages[i].age) == 0);
+            config_free(&c);
+        }
+        snprintf(json, sizeof json, R("\"max_age\":\"%s\",\"checkpoint_interval_s\":%u"),
+                 ages[i].age, ages[i].ok_s + 1);
+        snprintf(want, sizeof want, "wal.replicate.max_age: \"%s\" (%u s) is too short; must be "
+                 "at least 2 x checkpoint_interval_s (%u s)", ages[i].age, 2 * ages[i].ok_s,
+                 2 * ages[i].ok_s + 2);
+        ERR2(json, want, "the stream must keep everything since the last completed stream "
+             "checkpoint");
+    }
+    /* with the default interval (3600 s) */
+    ERR(R("\"max_age\":\"119m\""), "wal.replicate.max_age: \"119m\" (7140 s) is too short; must "
+        "be at least 2 x checkpoint_interval_s (7200 s): the stream must keep everything since "
+        "the last completed stream checkpoint");
+    ERR(R("\"max_age\":\"0s\""), "wal.replicate.max_age: \"0s\" (0 s) is too short");
+    /* max_age needs a time-based checkpoint */
+    ERR2(R("\"max_age\":\"7D\",\"checkpoint_interval_s\":0"),
+         "test.json: wal.replicate.checkpoint_interval_s: must not be 0 when max_age is set", NULL);
+    if (OK(R("\"max_age\":\"\",\"checkpoint_interval_s\":0"), &c) == 0)
+        config_free(&c);
+
+    /* cross-check: max_mb at least 2 x checkpoint_mb + 2 x segment_mb (defaults: 2176) */
+    ERR(R("\"max_mb\":2175"), "test.json: wal.replicate.max_mb: 2175 is too small; must be at "
+        "least 2 x checkpoint_mb + 2 x segment_mb (2176): the stream must keep everything since "
+        "the last completed stream checkpoint");
+    if (OK(R("\"max_mb\":2176"), &c) == 0) {
+        CHECK(c.repl.max_bytes == 2176ull << 20);
+        config_free(&c);
+    }
+    ERR(R("\"max_mb\":300,\"checkpoint_mb\":100,\"segment_mb\":51"),
+        "wal.replicate.max_mb: 300 is too small; must be at least 2 x checkpoint_mb + 2 x "
+        "segment_mb (302)");
+    if (OK(R("\"max_mb\":300,\"checkpoint_mb\":100,\"segment_mb\":50"), &c) == 0)
+        config_free(&c);
+    if (OK(R("\"max_mb\":0,\"checkpoint_mb\":1048576,\"segment_mb\":4096"), &c) == 0)
+        config_free(&c);
+#undef RI
+#undef R
+}
+
 static void test_load(void)
 {
     char path[] = "/tmp/test_config.XXXXXX";
@@ -842,6 +1074,7 @@ static const struct check_case cases[] = {
     {"tls", test_tls},
     {"env", test_env},
     {"wal_http_log", test_wal_http_log},
+    {"replicate", test_replicate},
     {"routes", test_routes},
     {"err_buffer", test_err_buffer},
     {"load", test_load},
