@@ -30,6 +30,8 @@
  *   draining                    POST /drain: held messages go back to the
  *                               ingress, then the process exits
  *   stopping                    SIGTERM received, waiting for confirms: will not come back
+ *   standby (another bridge     wal.replicate: waiting for the lease of the log
+ *     holds the WAL lease)      (or for the broker, to ask for it)
  *   recovering                  the WAL replay has not rebuilt the held set
  *   WAL not writable            a write or fsync failed, or out of space
  *   consumer connection down    BLOCKED counts as connected (it is a broker
@@ -48,7 +50,15 @@
  *              "writable": bool, "fsync": { "count", "sum_seconds" },
  *              "checkpoint": { "state": "idle"|"writing"|"sealing", "progress",
  *                              "installed", "failed", "lsn", "bytes",
- *                              "age_seconds", "seconds", "used_at_start": bool } },
+ *                              "age_seconds", "seconds", "used_at_start": bool },
+ *              "replication": { "state": "connecting"|"standby"|"importing"|"owner"|
+ *                               "failed", "stream", "complete": bool,
+ *                               "imported_records", "imported_bytes",
+ *                               "import_seconds", "standby_seconds",
+ *                               "published_messages", "published_bytes",
+ *                               "horizons", "horizon_lsn", "horizon_running": bool,
+ *                               "needed_bytes", "confirm": { "count", "sum_seconds" } }
+ *                               (only with wal.replicate) },
  *     "drain": { "handed_back", "remaining", "done": bool } (only while draining),
  *     "routes": [ { "name", "target_exchange", <every counter and gauge of
  *                   struct db_route_stats under its field name>,
@@ -221,6 +231,24 @@ static void render_stats(const struct db_stats *s, struct strbuf *out)
     add(ck, "seconds", jdouble(w->ckpt_seconds));
     add(ck, "used_at_start", json_object_new_boolean(w->ckpt_used_at_start != 0));
     add(wal, "checkpoint", ck);
+    if (w->repl) {
+        json_object *rj = json_object_new_object();
+        add(rj, "state", jstr(w->repl_state));
+        add(rj, "stream", jstr(w->repl_stream));
+        add(rj, "complete", json_object_new_boolean(w->repl_complete != 0));
+        add_u64(rj, "imported_records", w->repl_imported_records);
+        add_u64(rj, "imported_bytes", w->repl_imported_bytes);
+        add(rj, "import_seconds", jdouble(w->repl_import_seconds));
+        add(rj, "standby_seconds", jdouble(w->repl_standby_seconds));
+        add_u64(rj, "published_messages", w->repl_published_messages);
+        add_u64(rj, "published_bytes", w->repl_published_bytes);
+        add_u64(rj, "horizons", w->repl_horizons);
+        add_u64(rj, "horizon_lsn", w->repl_horizon_lsn);
+        add(rj, "horizon_running", json_object_new_boolean(w->repl_horizon_running != 0));
+        add_u64(rj, "needed_bytes", w->repl_needed_bytes);
+        add(rj, "confirm", hist_summary(&w->repl_confirm));
+        add(wal, "replication", rj);
+    }
     add(root, "wal", wal);
 
     if (s->purge.started) {

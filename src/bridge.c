@@ -607,8 +607,12 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
              b->cfg->shutdown_timeout_ms);
     b->stopping = 1;
     b->stop_deadline = clock_now_ms() + b->cfg->shutdown_timeout_ms;
-    if (!b->eng)
-        return; /* still recovering: stop as soon as it is done */
+    if (!b->eng) {
+        /* still recovering: stop as soon as it is done; a standby stops waiting */
+        if (b->rec.opts.log)
+            wlog_cancel(b->rec.opts.log);
+        return;
+    }
     /* Make what was received durable, ack it, and stop consuming. */
     commit_and_ack(b);
     consumer_stop(b->cons);
@@ -939,6 +943,12 @@ static void on_recovered(struct ev_loop *loop, ev_async *w, int revents)
     b->rec.running = 0;
     ev_async_stop(loop, &b->rec.recovered);
     r = b->rec.result;
+    if (r == -ECANCELED && b->stopping) {
+        log_info("bridge", "stopped before holding the WAL lease", NULL);
+        b->done = 1;
+        ev_break(loop, EVBREAK_ALL);
+        return;
+    }
     if (r < 0) {
         log_error("bridge", "cannot open the WAL", "dir=\"%s\" error=\"%s\"", b->cfg->wal_dir,
                   eng_strerror(r));
@@ -1106,6 +1116,29 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
     s->wal.ckpt_age_seconds = (double)es.ckpt_age_ms / 1000.0;
     s->wal.ckpt_seconds = es.ckpt_seconds;
     s->wal.ckpt_used_at_start = es.ckpt_loaded_lsn != 0;
+    struct wlog_repl_stats rs;
+    memset(&rs, 0, sizeof(rs));
+    if (b->rec.opts.log && wlog_repl_stats(b->rec.opts.log, &rs)) {
+        static const char *const names[] = {"off", "connecting", "standby", "importing",
+                                            "owner", "failed"};
+        s->wal.repl = 1;
+        s->wal.repl_state = rs.state >= 0 && rs.state <= WLOG_REPL_FAILED ? names[rs.state] : "?";
+        s->wal.repl_stream = rs.stream;
+        s->wal.repl_complete = rs.complete;
+        s->wal.repl_imported_records = rs.imported_records;
+        s->wal.repl_imported_bytes = rs.imported_bytes;
+        s->wal.repl_import_seconds = rs.import_seconds;
+        s->wal.repl_standby_seconds = rs.standby_seconds;
+        s->wal.repl_published_messages = rs.published_messages;
+        s->wal.repl_published_bytes = rs.published_bytes;
+        s->wal.repl_horizons = rs.horizons;
+        s->wal.repl_horizon_lsn = rs.horizon_lsn;
+        s->wal.repl_horizon_running = rs.horizon_running;
+        s->wal.repl_needed_bytes = rs.needed_bytes;
+        s->wal.repl_confirm = rs.confirm;
+        if (rs.state == WLOG_REPL_FAILED)
+            s->wal.writable = 0;
+    }
     if (b->purge.started) {
         const struct eng_purge *j = &b->purge.job;
         s->purge.started = 1;

@@ -28,6 +28,7 @@
 #include "delay-bridge/config.h"
 #include "delay-bridge/log.h"
 #include "delay-bridge/wal.h"
+#include "delay-bridge/wrepl.h"
 
 static void usage(FILE *f)
 {
@@ -83,7 +84,7 @@ static int run_daemon(const char *path, int check)
     struct wal_opts wo = {.dir = cfg.wal_dir, .segment_bytes = cfg.segment_bytes,
                           .no_sync = !cfg.fsync, .sync_thread = 1};
     loop = ev_default_loop(EVFLAG_AUTO);
-    b = bridge_new(loop, &cfg, wal_file_log(&wo), &rc);
+    b = bridge_new(loop, &cfg, cfg.repl.enabled ? wrepl_log(&wo, &cfg) : wal_file_log(&wo), &rc);
     if (b) {
         ev_run(loop, 0);
         rc = bridge_exit_code(b);

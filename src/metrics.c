@@ -296,6 +296,30 @@ static void render_wal(const struct db_wal_stats *w, struct strbuf *out)
     scalar_double(out, "wal_checkpoint_age_seconds", "gauge",
                   "Age of the installed WAL checkpoint (0 = none): a restart replays the log "
                   "written since.", w->ckpt_age_seconds);
+    if (!w->repl)
+        return;
+    scalar_u64(out, "wal_replication_owner", "gauge",
+               "1 while this bridge holds the lease of its log and replicates every commit to "
+               "the stream; 0 while standing by, importing or failed.",
+               w->repl_state && !strcmp(w->repl_state, "owner"));
+    scalar_u64(out, "wal_replication_complete", "gauge",
+               "1 when the stream alone holds the whole log (0 until the first stream "
+               "checkpoint of a log that had records before replication began).",
+               w->repl_complete ? 1 : 0);
+    scalar_u64(out, "wal_replication_published_bytes_total", "counter",
+               "Bytes of stream messages published and confirmed.", w->repl_published_bytes);
+    scalar_u64(out, "wal_replication_checkpoints_total", "counter",
+               "Stream checkpoints completed (horizons published) since start.",
+               w->repl_horizons);
+    scalar_u64(out, "wal_replication_needed_bytes", "gauge",
+               "Stream bytes a rebuild needs (published since the newest stream checkpoint "
+               "began): keep it below wal.replicate.max_mb.", w->repl_needed_bytes);
+    scalar_double(out, "wal_replication_import_seconds", "gauge",
+                  "Lease granted to local log rebuilt from the stream, at start.",
+                  w->repl_import_seconds);
+    family(out, "wal_replication_confirm_seconds", "histogram",
+           "Stream publish to confirm, per commit, seconds.");
+    hist_samples(out, "wal_replication_confirm_seconds", NULL, NULL, &w->repl_confirm);
 }
 
 void metrics_render(const struct db_stats *s, struct strbuf *out)

@@ -23,6 +23,8 @@
  */
 #include "delay-bridge/stats.h"
 
+#include <string.h>
+
 #include <math.h>
 
 const double db_hist_le[DB_HIST_BUCKETS] = {
@@ -49,6 +51,9 @@ const char *db_not_ready_reason(const struct db_stats *s)
         return "draining";
     if (s->stopping)
         return "stopping";
+    if (!s->recovered && s->wal.repl && s->wal.repl_state &&
+        (!strcmp(s->wal.repl_state, "standby") || !strcmp(s->wal.repl_state, "connecting")))
+        return "standby (another bridge holds the WAL lease)";
     if (!s->recovered)
         return "recovering";
     if (s->wal.no_space)

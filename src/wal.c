@@ -174,6 +174,10 @@ struct wal {
     uint64_t last_segno, last_off;       /* the previous read: is this one sequential? */
     int no_space;                        /* the last commit found the disk full */
 
+    uint64_t force_lsn; /* wal_force_horizon(): compact every segment below it */
+    wal_tap_fn *tap;    /* wal_set_tap(): sees every record appended */
+    void *tap_arg;
+
     uint64_t cpt_segno; /* compaction cursor: segment and offset */
     uint64_t cpt_off;
     uint8_t *cbuf;
@@ -793,13 +797,13 @@ int wal_open(struct wal **out, const struct wal_opts *o, wal_replay_fn *replay, 
         goto fail;
     if (w->nsegs == 0) {
         struct seg *s = seg_push(w);
-        w->id = rand64();
+        w->id = o->create_id ? o->create_id : rand64();
         if (!w->id)
             w->id = 1;
         s->segno = 1;
         s->salt = (uint32_t)rand64();
-        s->base_lsn = 1;
-        s->last_lsn = 0;
+        s->base_lsn = o->create_base_lsn ? o->create_base_lsn : 1;
+        s->last_lsn = s->base_lsn - 1;
         s->disk = s->size = SEGHDR;
         w->total_size = SEGHDR;
         if ((r = seg_create(w, s)) < 0) {
@@ -923,6 +927,8 @@ int wal_append(struct wal *w, uint8_t type, const struct walrec_piece *pieces, i
     h.flags = 0;
     h.lsn = w->next_lsn;
     walrec_hdr_encode(dst, &h, s->salt, &one, 1);
+    if (w->tap)
+        w->tap(w->tap_arg, &h, one.p);
 
     if (lsn)
         *lsn = w->next_lsn;
@@ -1236,6 +1242,12 @@ static int over_budget(const struct wal *w)
     return w->total_size > 2 * w->live_bytes + w->segment_bytes;
 }
 
+/* The head lies below a horizon asked for (wal_force_horizon): copy it forward whatever its use. */
+static int below_horizon(const struct wal *w)
+{
+    return w->segs[0].base_lsn < w->force_lsn;
+}
+
 /* Copy the live ADDs of the oldest segment forward, up to budget bytes walked. */
 static int compact_head(struct wal *w, size_t budget, const struct wal_compact_ops *ops)
 {
@@ -1322,7 +1334,7 @@ int wal_maintain(struct wal *w, size_t budget, const struct wal_compact_ops *ops
     if ((r = delete_head(w)) < 0)
         return r;
     if (ops && w->nsegs >= 2 && !w->segs[0].scanned && !head_dead(w) &&
-        (over_budget(w) || w->cpt_segno == w->segs[0].segno)) {
+        (over_budget(w) || w->cpt_segno == w->segs[0].segno || below_horizon(w))) {
         if ((r = compact_head(w, budget, ops)) < 0)
             return r;
         if ((r = delete_head(w)) < 0)
@@ -1332,7 +1344,39 @@ int wal_maintain(struct wal *w, size_t budget, const struct wal_compact_ops *ops
         return 0;
     if (head_dead(w))
         return 1; /* deletable after the next wal_commit() */
-    return ops && (over_budget(w) || w->cpt_segno == w->segs[0].segno);
+    return ops && (over_budget(w) || w->cpt_segno == w->segs[0].segno || below_horizon(w));
+}
+
+int wal_force_horizon(struct wal *w, uint64_t *lsn)
+{
+    if (w->failed)
+        return w->failed;
+    if (active(w)->last_lsn >= active(w)->base_lsn)
+        roll(w); /* the active segment holds records: they are below the horizon too */
+    w->force_lsn = w->next_lsn;
+    *lsn = w->force_lsn;
+    return 0;
+}
+
+uint64_t wal_first_lsn(const struct wal *w)
+{
+    return w->segs[0].base_lsn;
+}
+
+int wal_horizon_reached(const struct wal *w, uint64_t lsn)
+{
+    for (size_t i = 0; i < w->nsegs && w->segs[i].base_lsn < lsn; i++) {
+        const struct seg *s = &w->segs[i];
+        if (i == w->nsegs - 1 || (s->live_count && !s->scanned) || s->copy_lsn > w->durable_lsn)
+            return 0;
+    }
+    return 1;
+}
+
+void wal_set_tap(struct wal *w, wal_tap_fn *fn, void *arg)
+{
+    w->tap = fn;
+    w->tap_arg = arg;
 }
 
 void wal_get_stats(const struct wal *w, struct wal_stats *s)
@@ -1845,8 +1889,13 @@ static const struct wlog_ops wal_log_ops = {
     "segment files", wl_recover, wl_append, wl_pending, wl_commit, wl_read,
     wl_live, wl_reclaim, wl_stats, wl_id, wl_next_lsn, wl_close, wl_poll, wl_set_notify,
     wl_flush, wl_set_ckpt_fn, wl_ckpt_begin, wl_ckpt_write, wl_ckpt_end, wl_ckpt_abort,
-    wl_ckpt_poll, wl_has,
+    wl_ckpt_poll, wl_has, NULL, NULL,
 };
+
+struct wal *wal_file_log_wal(struct wlog *l)
+{
+    return WAL_LOG(l)->w;
+}
 
 struct wlog *wal_file_log(const struct wal_opts *o)
 {
@@ -1873,6 +1922,8 @@ const char *wlog_strerror(int err)
         return "record too large";
     case WLOG_EBUSY:
         return "a commit is still in progress";
+    case WLOG_EREPLICA:
+        return "the WAL replica (stream) is lost, incomplete or refused the records";
     default:
         return err < 0 && err > -4096 ? strerror(-err) : "unknown error";
     }

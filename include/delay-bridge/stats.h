@@ -119,6 +119,17 @@ struct db_wal_stats {
     double ckpt_age_seconds;  /* since the installed one began */
     double ckpt_seconds;      /* begin to installed, the last one */
     int ckpt_used_at_start;   /* recovery read a checkpoint */
+    /* replication to a RabbitMQ stream (wal.replicate; wlog.h's wlog_repl_stats) */
+    int repl;                 /* replication is configured */
+    const char *repl_state;   /* "connecting", "standby", "importing", "owner", "failed" */
+    const char *repl_stream;
+    int repl_complete;        /* the stream holds the whole log */
+    uint64_t repl_imported_records, repl_imported_bytes;
+    double repl_import_seconds, repl_standby_seconds;
+    uint64_t repl_published_messages, repl_published_bytes;
+    uint64_t repl_horizons, repl_horizon_lsn, repl_needed_bytes;
+    int repl_horizon_running;
+    struct db_hist repl_confirm; /* stream confirm latency per commit, seconds */
 };
 
 struct db_stats {

@@ -74,6 +74,12 @@ struct wal_opts {
      */
     wlog_ckpt_fn *ckpt_fn;
     void *ckpt_arg;
+    /*
+     * For an empty directory only (a log being rebuilt from a replica): the
+     * new log's id and first LSN instead of a random id and 1.
+     */
+    uint64_t create_id;
+    uint64_t create_base_lsn;
 };
 
 /*
@@ -185,6 +191,25 @@ int wal_ckpt_end(struct wal *w);
 void wal_ckpt_abort(struct wal *w);
 void wal_ckpt_poll(struct wal *w);
 
+/*
+ * Replication (src/wrepl.c). A tap sees every record as it is appended --
+ * the caller's and compaction's copies alike -- header and payload, valid
+ * during the call only. wal_force_horizon() asks for every record still
+ * live to end up at an LSN >= *lsn: it rolls to a new segment and makes
+ * wal_maintain() copy the live records of every older segment forward
+ * whatever their use, and delete them. The horizon is reached once
+ * wal_horizon_reached() says so.
+ */
+typedef void wal_tap_fn(void *arg, const struct walrec_hdr *h, const uint8_t *payload);
+void wal_set_tap(struct wal *w, wal_tap_fn *fn, void *arg);
+int wal_force_horizon(struct wal *w, uint64_t *lsn);
+uint64_t wal_first_lsn(const struct wal *w);
+/*
+ * Is every record below lsn dead, or copied forward with its copy durable?
+ * (The segments that held them may still wait for deletion.)
+ */
+int wal_horizon_reached(const struct wal *w, uint64_t lsn);
+
 /* Does the log still have segment loc.seg? */
 int wal_has_segment(const struct wal *w, uint32_t segno);
 
@@ -197,5 +222,8 @@ const char *wal_strerror(int err);
  * is synchronous (write + fdatasync, then the completion). o->dir is copied.
  */
 struct wlog *wal_file_log(const struct wal_opts *o);
+
+/* The struct wal behind a wal_file_log() (NULL before wlog_recover()). */
+struct wal *wal_file_log_wal(struct wlog *l);
 
 #endif

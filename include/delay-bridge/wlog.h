@@ -50,6 +50,7 @@
 #define WLOG_EFORMAT (-10003)  /* unknown version, bad segment header or name */
 #define WLOG_ETOOBIG (-10004)  /* record larger than WALREC_MAX_PAYLOAD */
 #define WLOG_EBUSY (-10005)    /* a commit is still in progress */
+#define WLOG_EREPLICA (-10006) /* the replica (stream) lost records, refused them, or its lease is gone */
 
 /* Where a record lives (meaning up to the implementation). */
 struct wlog_loc {
@@ -121,6 +122,36 @@ struct wlog_stats {
 #define WLOG_CKPT_WRITING 1 /* between ckpt_begin and ckpt_end */
 #define WLOG_CKPT_SEALING 2 /* written; waiting for the log to be durable, then synced, renamed */
 
+/*
+ * A replicated log's state (src/wrepl.c), for /stats and /readyz. Safe to
+ * ask from any thread, also while recover runs.
+ */
+enum wlog_repl_state {
+    WLOG_REPL_OFF = 0,        /* not a replicated log */
+    WLOG_REPL_CONNECTING = 1, /* reaching the broker */
+    WLOG_REPL_STANDBY = 2,    /* another bridge holds the lease; waiting for it */
+    WLOG_REPL_IMPORTING = 3,  /* lease held; reading the stream back into the local log */
+    WLOG_REPL_OWNER = 4,      /* lease held; every commit is replicated */
+    WLOG_REPL_FAILED = 5,     /* lease or stream lost, or the stream refused: stopping */
+};
+
+struct wlog_repl_stats {
+    int state;                  /* enum wlog_repl_state */
+    const char *stream;         /* its name (static for the log's life) */
+    uint64_t imported_records;  /* read back from the stream at start */
+    uint64_t imported_bytes;
+    double import_seconds;      /* lease granted -> local log rebuilt */
+    double standby_seconds;     /* start -> lease granted */
+    uint64_t published_messages, published_bytes, confirmed_messages;
+    uint64_t horizons;          /* stream checkpoints completed */
+    uint64_t horizon_lsn;       /* the newest: replay may start here (0: none) */
+    int horizon_running;        /* one is copying live records forward */
+    uint64_t needed_bytes;      /* published since the newest horizon began: what the
+                                   stream must retain */
+    int complete;               /* the stream holds the whole log */
+    struct db_hist confirm;     /* stream confirm latency per commit, seconds */
+};
+
 struct wlog;
 
 struct wlog_ops {
@@ -172,6 +203,14 @@ struct wlog_ops {
     void (*ckpt_abort)(struct wlog *l);
     void (*ckpt_poll)(struct wlog *l);
     int (*has)(const struct wlog *l, struct wlog_loc loc);
+
+    /*
+     * Replicated logs only (NULL otherwise), both callable from any thread:
+     * repl_stats fills *s; cancel makes a recover that waits (for the
+     * lease, for the broker) give up with -ECANCELED.
+     */
+    void (*repl_stats)(struct wlog *l, struct wlog_repl_stats *s);
+    void (*cancel)(struct wlog *l);
 };
 
 struct wlog {
@@ -270,6 +309,18 @@ static inline void wlog_ckpt_poll(struct wlog *l)
 static inline int wlog_has(const struct wlog *l, struct wlog_loc loc)
 {
     return l->ops->has ? l->ops->has(l, loc) : 1;
+}
+static inline int wlog_repl_stats(struct wlog *l, struct wlog_repl_stats *s)
+{
+    if (!l->ops->repl_stats)
+        return 0;
+    l->ops->repl_stats(l, s);
+    return 1;
+}
+static inline void wlog_cancel(struct wlog *l)
+{
+    if (l->ops->cancel)
+        l->ops->cancel(l);
 }
 static inline void wlog_close(struct wlog *l)
 {
