@@ -64,7 +64,7 @@
  * KEEPING THE STREAM BOUNDED: HORIZONS
  *
  * Once checkpoint_mb of records were published since the last stream
- * checkpoint began (or checkpoint_interval_s passed with some), the next
+ * checkpoint completed (or checkpoint_interval_s passed with some), the next
  * maintenance asks wal.c for a horizon: it rolls to a new segment at LSN
  * H, and compaction copies every live record of the older segments forward
  * and deletes them, whatever their use. When the oldest segment starts at
@@ -156,6 +156,7 @@ struct wrepl {
     uint64_t horizon_target;   /* running: the LSN asked for (0: none) */
     uint64_t horizon_began_at; /* tapped when it began */
     uint64_t last_began_at;    /* tapped when the newest completed one began */
+    uint64_t last_ended_at;    /* tapped when it completed: the next one counts from here */
     uint64_t last_horizon_ms;
     int need_horizon;
     uint64_t warned_ms;
@@ -1197,7 +1198,7 @@ static int wr_reclaim(struct wlog *l, size_t budget, const struct wlog_compact_o
     if ((e = wr_failed(r)) < 0)
         return e;
     if (!r->horizon_target && ops) {
-        uint64_t since = r->tapped - r->last_began_at;
+        uint64_t since = r->tapped - r->last_ended_at; /* its own copies do not count */
         int by_time = r->rc->checkpoint_interval_s && since &&
                       now - r->last_horizon_ms >= (uint64_t)r->rc->checkpoint_interval_s * 1000;
         if (r->need_horizon || since >= r->rc->checkpoint_bytes || by_time) {
@@ -1222,6 +1223,7 @@ static int wr_reclaim(struct wlog *l, size_t budget, const struct wlog_compact_o
         r->st.complete = 1;
         pthread_mutex_unlock(&r->mu);
         r->last_began_at = r->horizon_began_at;
+        r->last_ended_at = r->tapped;
         r->horizon_target = 0;
         r->need_horizon = 0;
         r->last_horizon_ms = now;
