@@ -2,15 +2,17 @@
 # run.sh -- delay-bridge, the broker alone and the TTL + dead-letter recipe,
 # measured side by side in one command on one broker (tests/bench/README.md).
 #
-#   tests/bench/run.sh [--scenarios steady,burst,hold,restart,mixed] [--smoke] [--big]
-#                      [--perf] [--keep]
+#   tests/bench/run.sh [--scenarios steady,burst,hold,restart,mixed,replicate] [--smoke]
+#                      [--big] [--perf] [--keep]
 #
-#   --scenarios  which bridge scenarios to run (default: all five). The
+#   --scenarios  which bridge scenarios to run (default: all six). The
 #                ceiling (plain publish -> consume) always runs: every ratio
 #                is against it. steady also runs the TTL + DLX baseline;
 #                mixed runs its own mixed-size ceiling; restart needs the
 #                messages hold puts in (it does the hold load itself if hold
-#                is not listed).
+#                is not listed); replicate runs the steady load twice through
+#                fresh bridges, without and with wal.replicate (a stream new
+#                to the run), and prints the ratio with / without.
 #   --smoke      tiny sizes (2k messages, 20k held), about a minute: for CI
 #   --big        hold 10M messages instead of 1M (about 3.5 GiB of WAL)
 #   --perf       perf record -g the bridge during steady (WORK/perf.data, kept)
@@ -39,7 +41,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 say() { printf '[bench %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { say "error: $*"; exit 2; }
 
-SCENARIOS=steady,burst,hold,restart,mixed
+SCENARIOS=steady,burst,hold,restart,mixed,replicate
 SMOKE=0 BIG=0 PERF=0 KEEP=0
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -49,12 +51,12 @@ while [ $# -gt 0 ]; do
     --big) BIG=1; shift ;;
     --perf) PERF=1; KEEP=1; shift ;;
     --keep) KEEP=1; shift ;;
-    -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
     esac
 done
 for s in ${SCENARIOS//,/ }; do
-    case "$s" in steady|burst|hold|restart|mixed) ;; *) die "unknown scenario $s" ;; esac
+    case "$s" in steady|burst|hold|restart|mixed|replicate) ;; *) die "unknown scenario $s" ;; esac
 done
 want() { [[ ",$SCENARIOS," == *",$1,"* ]]; }
 
@@ -127,15 +129,8 @@ trap 'exit 130' INT TERM
 
 # ---------------------------------------------------------------- helpers
 
-# get FILE KEY: the value of KEY=VALUE in a summary line.
-get() {
-    awk -v k="$2" '{ for (i = 1; i <= NF; i++) { n = index($i, "=");
-        if (n && substr($i, 1, n - 1) == k) { print substr($i, n + 1); exit } } }' "$1"
-}
-now_ms() { date +%s%3N; }
-calc() { awk "BEGIN { printf \"%s\", $1 }"; }
-# fmt DIGITS EXPR: a number rounded to DIGITS decimals.
-fmt() { awk "BEGIN { printf \"%.${1}f\", $2 }"; }
+# get, now_ms, calc, fmt, free_port, rss_kb, proc_cpu_ms, session_cpu_ms, ratio
+. "$HERE/common.sh"
 
 # consume NAME COUNT TAG [extra options]: a consumer on bench.out, in the background.
 consume() {
@@ -177,17 +172,16 @@ publish() {
     say "$name publish: $(cat "$WORK/$name.publish")"
 }
 
-free_port() {
-    /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-# bridge_config WALDIR: a config with one route and the HTTP endpoint on a free port.
+# bridge_config WALDIR [REPLICATE]: a config with one route and the HTTP endpoint
+# on a free port; REPLICATE, when given, is the wal.replicate object (JSON).
 bridge_config() {
+    local repl=""
+    [ -z "${2:-}" ] || repl=", \"replicate\": $2"
     HTTP_PORT=$(free_port)
     cat >"$WORK/bridge.json" <<EOF
 {
   "broker": { "uri": "$URI" },
-  "wal": { "dir": "$1", "fsync": true },
+  "wal": { "dir": "$1", "fsync": true$repl },
   "http": { "listen": "127.0.0.1:$HTTP_PORT" },
   "log": { "level": "info" },
   "routes": [
@@ -223,20 +217,6 @@ bridge_stop() {
 }
 
 stats() { curl -sf "http://127.0.0.1:$HTTP_PORT/stats" >"$WORK/stats.json" && jq -r "$1" "$WORK/stats.json"; }
-rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
-
-# CPU time (user + system, ms) of one process, or of every process in a
-# session (the broker: rabbitmq.sh starts it with setsid; beam.smp and its
-# helpers share the session).
-CLK_TCK=$(getconf CLK_TCK)
-proc_cpu_ms() {
-    awk -v tck="$CLK_TCK" '{ sub(/^.*\) /, ""); printf "%.0f", ($12 + $13) * 1000 / tck }' "/proc/$1/stat" 2>/dev/null || echo 0
-}
-session_cpu_ms() {
-    # A process may end between the glob and the read: cat then fails, which is fine.
-    { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v sid="$1" -v tck="$CLK_TCK" \
-        '{ sub(/^.*\) /, ""); if ($4 == sid) t += $12 + $13 } END { printf "%.0f", t * 1000 / tck }'
-}
 BROKER_SID=""
 # cpu_mark NAME: remember the CPU counters; cpu_per_msg NAME N: us of CPU per
 # message since the mark, broker and (when running) bridge.
@@ -380,6 +360,43 @@ if want steady || want burst || want mixed; then
     bridge_stop
 fi
 
+# ---------------------------------------------------------------- replicate
+# The steady load twice, each time through a fresh bridge on an empty WAL
+# directory, on the same broker: first without replication (the same bridge
+# as steady's), then with wal.replicate to a stream new to this run (every
+# other key default). Both drain the same ingress queue; nothing else runs.
+if want replicate; then
+    REPL_STREAM=bench.wal.$(date +%s).$$
+    for side in off on; do
+        name=repl-$side
+        mkdir -p "$WORK/wal-$name"
+        if [ "$side" = on ]; then
+            bridge_config "$WORK/wal-$name" "{ \"stream\": \"$REPL_STREAM\" }"
+        else
+            bridge_config "$WORK/wal-$name"
+        fi
+        bridge_launch
+        bridge_ready
+        say "== $name: $N_STEADY x 256 B through delay-bridge (pid $BRIDGE_PID), delays $DELAY ms," \
+            "full speed, wal.replicate $side$([ "$side" = on ] && echo " (stream $REPL_STREAM)")"
+        c0=$(stats '.wal.commits')
+        run_bridge_load "$name" "$([ "$side" = on ] && echo 10 || echo 9)" "$N_STEADY" 0 --delay "$DELAY"
+        consumed "$name"
+        cpu_per_msg "$name" "$N_STEADY"
+        R[$name.commits]=$(( $(stats '.wal.commits') - c0 ))
+        R[$name.bridge_lat_mean_ms]=$(fmt 1 "$(stats '.routes[0].lateness | if .count > 0 then .sum_seconds / .count * 1000 else 0 end')")
+        if [ "$side" = on ]; then
+            R[$name.state]=$(stats '.wal.replication | .state + (if .complete then ", complete" else ", NOT complete" end)')
+            R[$name.stream_msgs]=$(stats '.wal.replication.published_messages')
+            R[$name.stream_mib]=$(fmt 1 "$(stats '.wal.replication.published_bytes') / 1048576.0")
+            R[$name.confirm_ms]=$(fmt 2 "$(stats '.wal.replication.confirm | if .count > 0 then .sum_seconds / .count * 1000 else 0 end')")
+            R[$name.wal_mib]=$(fmt 1 "$(stats '.wal.appended_bytes') / 1048576.0")
+            say "$name: replication $(jq -c '.wal.replication' "$WORK/stats.json")"
+        fi
+        bridge_stop
+    done
+fi
+
 # ---------------------------------------------------------------- hold + restart
 if want hold || want restart; then
     say "== hold: $N_HOLD x 256 B held with ${HOLD_DELAY} ms delays"
@@ -455,14 +472,9 @@ fi
 v() { local x=${R[$1]:-}; [ -n "$x" ] && printf '%s' "$x" || printf '%s' '-'; }
 c() { local f=$WORK/$1.consume; [ -s "$f" ] && get "$f" "$2" || printf -- '-'; }
 p() { local f=$WORK/$1.publish; [ -s "$f" ] && get "$f" "$2" || printf -- '-'; }
-ratio() {
-    if [[ "$1" =~ ^-?[0-9.]+$ && "$2" =~ ^-?[0-9.]+$ ]] && awk "BEGIN { exit !($2 != 0) }"; then
-        calc "\"\" sprintf(\"%.2fx\", $1 / $2)"
-    else
-        printf -- '-'
-    fi
-}
 row() { printf '| %-9s | %-50s | %14s | %14s | %14s | %8s |\n' "$1" "$2" "$3" "$4" "$5" "$(ratio "$3" "$4")"; }
+# rrow SCENARIO FIGURE WITHOUT WITH CEILING: a row of the replicate table.
+rrow() { printf '| %-9s | %-50s | %14s | %18s | %8s | %14s |\n' "$1" "$2" "$3" "$4" "$(ratio "$4" "$3")" "$5"; }
 
 {
     echo
@@ -526,6 +538,30 @@ row() { printf '| %-9s | %-50s | %14s | %14s | %14s | %8s |\n' "$1" "$2" "$3" "$
     echo
     echo "ratio = delay-bridge / ceiling (same broker, same run). Lateness = receive - intended due"
     echo "time; for the ceiling it is the end-to-end latency of an undelayed message."
+    if want replicate; then
+        # The same rows for the two bridges of the replicate scenario; the ratio
+        # is with / without, and the ceiling column repeats the broker alone.
+        echo
+        printf '| %-9s | %-50s | %14s | %18s | %8s | %14s |\n' scenario figure "without" "wal.replicate" "with/w-o" "ceiling"
+        printf '|%s|%s|%s|%s|%s|%s|\n' ----------- ---------------------------------------------------- ---------------- -------------------- ---------- ----------------
+        rrow replicate "accept rate (publish confirms), msg/s" "$(p repl-off rate)" "$(p repl-on rate)" "$(p ceiling rate)"
+        rrow replicate "accept rate / ceiling" "$(ratio "$(p repl-off rate)" "$(p ceiling rate)")" \
+            "$(ratio "$(p repl-on rate)" "$(p ceiling rate)")" -
+        rrow replicate "ingest rate (logged+fsynced[+stream]+acked), msg/s" "$(v repl-off.ingest_rate)" "$(v repl-on.ingest_rate)" "$(c ceiling rate)"
+        rrow replicate "lateness p50 ms" "$(c repl-off lat_p50_ms)" "$(c repl-on lat_p50_ms)" "$(c ceiling lat_p50_ms)"
+        rrow replicate "lateness p99 ms" "$(c repl-off lat_p99_ms)" "$(c repl-on lat_p99_ms)" "$(c ceiling lat_p99_ms)"
+        rrow replicate "lateness max ms" "$(c repl-off lat_max_ms)" "$(c repl-on lat_max_ms)" "$(c ceiling lat_max_ms)"
+        rrow replicate "early (before due) / arrived" "$(c repl-off early) / $(c repl-off unique)" \
+            "$(c repl-on early) / $(c repl-on unique)" -
+        rrow replicate "WAL commits" "$(v repl-off.commits)" "$(v repl-on.commits)" -
+        rrow replicate "bridge's own lateness mean ms (confirm - due)" "$(v repl-off.bridge_lat_mean_ms)" "$(v repl-on.bridge_lat_mean_ms)" -
+        rrow replicate "broker CPU per message, us" "$(v repl-off.broker_us)" "$(v repl-on.broker_us)" "$(v ceiling.broker_us)"
+        rrow replicate "delay-bridge CPU per message, us" "$(v repl-off.bridge_us)" "$(v repl-on.bridge_us)" -
+        rrow replicate "stream: messages / MiB published (WAL MiB)" - \
+            "$(v repl-on.stream_msgs) / $(v repl-on.stream_mib) ($(v repl-on.wal_mib))" -
+        rrow replicate "stream: publisher confirm mean ms" - "$(v repl-on.confirm_ms)" -
+        rrow replicate "replication state at the end" - "$(v repl-on.state)" -
+    fi
 } | tee "$WORK/report.txt"
 
 if [ ${#FAILED[@]} -gt 0 ]; then
