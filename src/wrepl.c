@@ -733,10 +733,12 @@ static int import(struct wrepl *r, int dirfd)
     return 0;
 
 lost:
-    log_error("wal-replica", "lost the broker while reading the stream back", "stream=%s error=\"%s\"",
-              r->rc->stream, why);
+    /* Nothing local changed: let go of the lease and try again (a stream electing a leader). */
+    log_warn("wal-replica", "cannot read the stream back; retrying", "stream=%s error=\"%s\"",
+             r->rc->stream, why);
     imp_remove(r);
-    return WLOG_EREPLICA;
+    amqp_conn_close(&r->conn, 0);
+    return -EAGAIN;
 }
 
 /* ---- writing: the tap, commits, the thread ---------------------------------------- */
@@ -977,8 +979,15 @@ static int wr_recover(struct wlog *l, wlog_replay_fn *fn, void *arg, struct db_p
     uint64_t t0 = now_ms();
     int lockfd = -1, dirfd = -1, e;
 
+    uint64_t t1 = t0;
+
     if ((e = lock_dir(r->dir, &lockfd)) < 0)
         return e;
+    dirfd = open(r->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dirfd < 0) {
+        e = -errno;
+        goto out;
+    }
     for (;;) {
         if (atomic_load(&r->cancel)) {
             e = -ECANCELED;
@@ -989,6 +998,17 @@ static int wr_recover(struct wlog *l, wlog_replay_fn *fn, void *arg, struct db_p
         if (e == 0) {
             set_state(r, WLOG_REPL_STANDBY);
             e = wait_lease(r);
+        }
+        if (e == 0) {
+            pthread_mutex_lock(&r->mu);
+            r->st.standby_seconds = (double)(now_ms() - t0) / 1000.0;
+            pthread_mutex_unlock(&r->mu);
+            log_info("wal-replica", "lease granted: this bridge owns the log",
+                     "stream=%s waited_ms=%llu", r->rc->stream,
+                     (unsigned long long)(now_ms() - t0));
+            set_state(r, WLOG_REPL_IMPORTING);
+            t1 = now_ms();
+            e = import(r, dirfd);
             if (e == 0)
                 break;
         }
@@ -997,20 +1017,6 @@ static int wr_recover(struct wlog *l, wlog_replay_fn *fn, void *arg, struct db_p
         for (int i = 0; i < RETRY_MS / 100 && !atomic_load(&r->cancel); i++)
             usleep(100000);
     }
-    pthread_mutex_lock(&r->mu);
-    r->st.standby_seconds = (double)(now_ms() - t0) / 1000.0;
-    pthread_mutex_unlock(&r->mu);
-    log_info("wal-replica", "lease granted: this bridge owns the log", "stream=%s waited_ms=%llu",
-             r->rc->stream, (unsigned long long)(now_ms() - t0));
-    set_state(r, WLOG_REPL_IMPORTING);
-    uint64_t t1 = now_ms();
-    dirfd = open(r->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dirfd < 0) {
-        e = -errno;
-        goto out;
-    }
-    if ((e = import(r, dirfd)) < 0)
-        goto out;
     close(lockfd); /* wal_open takes it again */
     lockfd = -1;
     if ((e = wlog_recover(r->inner, fn, arg, progress)) < 0)

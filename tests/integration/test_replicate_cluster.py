@@ -1,0 +1,108 @@
+#!/usr/bin/python3
+"""The replicated WAL on a three-node RabbitMQ cluster: a broker node and
+the bridge's disk are lost; a fresh bridge rebuilds the log from the
+stream, which the surviving nodes still hold.
+
+The cluster of test_cluster.py (tests/integration/cluster/cluster.sh). One
+bridge, A, on node 1 first (its URI list 1, 2, 3) with wal.replicate: the
+stream and the lease queue are declared by it and replicated by the
+cluster. 10,000 persistent messages with delays of 45-75 s are published
+through node 3 and held by A. Then node 1 is killed (SIGKILL): A loses the
+connection that holds its lease and stops (exit 1: a bridge that lost its
+lease must not go on firing). Its WAL directory is deleted (disk loss). A
+fresh bridge, B, on an empty directory (URIs 2, 3, 1), takes the lease and
+reads the stream back from nodes 2 and 3.
+
+Checked: every message arrives, none early (harness tolerance), none twice
+(nothing was due before the loss); B held all 10,000 when it became ready.
+The takeover time (node killed -> B ready) is printed. Node 1 rejoins; B
+exits 0 on SIGTERM.
+
+Skipped (exit 77) when the cluster cannot be formed here.
+"""
+
+import shutil
+import time
+
+import harness as h
+from harness import check
+import test_cluster as tc
+
+N = 10000
+
+
+def test(ctx):
+    tc.on_cluster(ctx, run)
+
+
+def run(ctx, cdir):
+    ex = ctx.declare_exchange(ctx.n("target"), "direct")
+    tq = ctx.n("target.q")
+    ctx.admin().queue_declare(tq, durable=True, arguments={"x-queue-type": "quorum"})
+    ctx.queues.add(tq)
+    ctx.bind(tq, ex, "rk")
+    route = ctx.route("rc", ex, queue_type="quorum")
+    wal = {"replicate": {"stream": ctx.n("wal"), "max_mb": 0}}
+    pa, pb = h.free_port(), h.free_port()
+    a = ctx.bridge([route], name="a", instance="a", http={"listen": "127.0.0.1:%d" % pa}, wal=wal,
+                   broker={"uri": [tc.uri(1), tc.uri(2), tc.uri(3)], "connect_timeout_ms": 3000,
+                           "heartbeat_s": 5})
+    c = ctx.consumer([tq])
+
+    msgs = [("c%05d" % i, 45000 + (i * 7919) % 30000) for i in range(N)]
+    pub = tc.FailoverPublisher(route["ingress_exchange"], msgs, [3, 2], 0.0)
+    pub.start()
+    pub.join(120)
+    check(not pub.is_alive() and pub.error is None, "publisher failed: %r" % pub.error)
+    check(not pub.unconfirmed, "%d unconfirmed publishes" % len(pub.unconfirmed))
+    deadline = time.monotonic() + 30
+    while h.stats(pa)["held"] < N:
+        check(time.monotonic() < deadline, "A holds %d of %d" % (h.stats(pa)["held"], N))
+        time.sleep(0.1)
+    r = h.stats(pa)["wal"]["replication"]
+    h.log("A holds %d: %d stream messages, %d bytes published; confirm %.2f ms avg"
+          % (N, r["published_messages"], r["published_bytes"],
+             1000.0 * r["confirm"]["sum_seconds"] / max(1, r["confirm"]["count"])))
+    first_due = min(t + ms / 1000.0 for t, ms in pub.sent.values())
+    check(time.monotonic() < first_due - 8, "publishing took too long: the first message is "
+          "due in %.1fs" % (first_due - time.monotonic()))
+
+    # Node 1 and A's disk are lost.
+    tc.cluster(cdir, "kill-node", 1)
+    t0 = time.monotonic()
+    deadline = t0 + 30
+    while a.alive():
+        check(time.monotonic() < deadline, "A kept running after losing its lease")
+        time.sleep(0.05)
+    h.log("A stopped %.2fs after node 1 was killed (exit %d)" % (time.monotonic() - t0,
+                                                                 a.proc.returncode))
+    check(a.proc.returncode == 1, "A exited with %d, expected 1" % a.proc.returncode)
+    check("replication failed" in a.log_text(), "A did not say why it stopped")
+    shutil.rmtree(a.config["wal"]["dir"])
+    b = ctx.bridge([route], name="b", instance="b", http={"listen": "127.0.0.1:%d" % pb}, wal=wal,
+                   broker={"uri": [tc.uri(2), tc.uri(3), tc.uri(1)], "connect_timeout_ms": 3000,
+                           "heartbeat_s": 5}, start=False)
+    b.start(wait_ready=False)
+    b.wait_ready(90)
+    r = h.stats(pb)["wal"]["replication"]
+    held = h.stats(pb)["held"]
+    h.log("TAKEOVER after node and disk loss: B ready %.2fs after node 1 was killed; imported %d "
+          "records / %d bytes in %.3fs; holds %d" % (time.monotonic() - t0, r["imported_records"],
+                                                     r["imported_bytes"], r["import_seconds"], held))
+    check(held + c.count() >= N, "B holds %d (+%d delivered) of %d" % (held, c.count(), N))
+
+    c.wait_ids(pub.sent.keys(), 60 + 60)
+    c.quiet(2.0)
+    t = h.tally(pub.sent.keys(), c.snapshot())
+    h.log("RESULT replicate on a cluster (node 1 and A's disk lost): %s" % h.tally_line(t))
+    check(not t["lost"], "%d lost: %s" % (len(t["lost"]), t["lost"][:20]))
+    check(not t["unknown"], "never published: %s" % t["unknown"][:10])
+    check(t["duplicates"] == 0, "%d duplicates" % t["duplicates"])
+    h.check_none_early(pub.sent, t, "replicate-cluster")
+
+    tc.wait_rejoined(cdir, 1)
+    b.stop()
+
+
+if __name__ == "__main__":
+    h.run(test, budget_s=360)
