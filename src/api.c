@@ -149,6 +149,9 @@ static json_object *route_json(const struct db_route_stats *r)
     add_u64(o, "invalid_delay", r->invalid_delay);
     add_u64(o, "invalid_key", r->invalid_key);
     add_u64(o, "deduplicated", r->deduplicated);
+    add_u64(o, "key_events_sent", r->key_events_sent);
+    add_u64(o, "key_events_received", r->key_events_received);
+    add_u64(o, "key_events_applied", r->key_events_applied);
     add_u64(o, "dead_lettered", r->dead_lettered);
     add_u64(o, "published", r->published);
     add_u64(o, "confirmed", r->confirmed);

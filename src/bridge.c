@@ -88,10 +88,14 @@
 
 #define H_KEY "x-delay-key"
 #define H_CANCEL "x-delay-cancel"
+#define H_EVENT "x-delay-key-event" /* share_keys: "replace" or "cancel" */
+#define H_ORIGIN "x-delay-key-origin"
+#define H_AT "x-delay-key-at"
 
 /* What the bridge itself counts per route (the parts count the rest). */
 struct route_counts {
     uint64_t received, rejected, invalid_delay, invalid_key, dead_lettered, deduplicated;
+    uint64_t key_events_sent, key_events_received, key_events_applied;
     struct log_ratelimit rl_delay, rl_return;
 };
 
@@ -244,6 +248,120 @@ static void commit_and_wait(struct bridge *b)
     eng_flush(b->eng);
 }
 
+/* ---- keys across bridges (routes[].share_keys) ----------------------------------- */
+
+/*
+ * Bridges that share a route are competing consumers, so a replacement or a
+ * cancel for a key may reach a bridge that does not hold the key's message.
+ * With share_keys, each bridge tells the others: for every keyed message
+ * and every x-delay-cancel it takes from the ingress, it publishes a key
+ * event (an empty message with the headers below) to the route's fanout
+ * INGRESS_EXCHANGE.keys, where every bridge of the route has its own
+ * durable queue INGRESS_QUEUE.keys.INSTANCE.
+ *
+ *   x-delay-key-event   "replace" (a newer message with this key arrived)
+ *                       or "cancel"
+ *   x-delay-key         the key
+ *   x-delay-key-origin  the sending bridge's instance name
+ *   x-delay-key-at      when it took the message, ms since the epoch
+ *
+ * A bridge that holds the key's message (pending, waiting or due) and
+ * took it before `at` (or at the same ms, with an instance name that sorts
+ * before the origin's) cancels it: of the versions held across the
+ * bridges, the one that arrived last survives, and a cancel removes what
+ * arrived before it. "Last" is by the bridges' clocks (keep them in NTP
+ * sync) and by arrival at a bridge, not by publication.
+ *
+ * Reliability: the event goes out on the consumer's channel before the
+ * ack of the delivery that caused it, so an acked delivery's event reached
+ * the broker; a delivery whose ack was lost comes back, is recognised as
+ * logged, and its event is sent again. A bridge acks an event like a
+ * delivery: once the CANCEL it caused is durable. An event the broker
+ * loses in a crash before it stored it lets both versions fire.
+ */
+static void key_event_out(struct bridge *b, int route, const char *kind, const char *key,
+                          size_t key_len, uint64_t at)
+{
+    amqp_table_entry_t e[4];
+    amqp_table_t t = {4, e};
+
+    if (!b->cfg->routes[route].share_keys)
+        return;
+    e[0].key = amqp_cstring_bytes(H_EVENT);
+    e[0].value.kind = AMQP_FIELD_KIND_UTF8;
+    e[0].value.value.bytes = amqp_cstring_bytes(kind);
+    e[1].key = amqp_cstring_bytes(H_KEY);
+    e[1].value.kind = AMQP_FIELD_KIND_UTF8;
+    e[1].value.value.bytes = (amqp_bytes_t){key_len, (void *)key};
+    e[2].key = amqp_cstring_bytes(H_ORIGIN);
+    e[2].value.kind = AMQP_FIELD_KIND_UTF8;
+    e[2].value.value.bytes = amqp_cstring_bytes(b->cfg->instance);
+    e[3].key = amqp_cstring_bytes(H_AT);
+    e[3].value.kind = AMQP_FIELD_KIND_I64;
+    e[3].value.value.i64 = (int64_t)at;
+    if (consumer_publish_key_event(b->cons, route, &t) == 0)
+        b->counts[route].key_events_sent++;
+}
+
+static int header_i64(const amqp_table_t *h, const char *name, int64_t *v)
+{
+    for (int i = 0; h && i < h->num_entries; i++) {
+        const amqp_table_entry_t *e = &h->entries[i];
+        if (e->key.len != strlen(name) || memcmp(e->key.bytes, name, e->key.len) != 0)
+            continue;
+        switch (e->value.kind) {
+        case AMQP_FIELD_KIND_I64: *v = e->value.value.i64; return 1;
+        case AMQP_FIELD_KIND_U64: *v = (int64_t)e->value.value.u64; return 1;
+        case AMQP_FIELD_KIND_I32: *v = e->value.value.i32; return 1;
+        case AMQP_FIELD_KIND_TIMESTAMP: *v = (int64_t)e->value.value.u64; return 1;
+        default: return 0;
+        }
+    }
+    return 0;
+}
+
+/* Another bridge's key event: cancel our older version of the key, if we hold one. */
+static void key_event_in(struct bridge *b, const struct delivery *d, const amqp_table_t *h)
+{
+    struct route_counts *n = &b->counts[d->route];
+    const char *kind = NULL, *key = NULL, *origin = NULL;
+    size_t kind_len = 0, key_len = 0, origin_len = 0;
+    int64_t at = 0;
+    eng_msg m;
+    int r;
+
+    b->logged_gen = d->gen; /* acked with the next commit, after the CANCEL it may cause */
+    b->logged_tag = d->tag;
+    n->key_events_received++;
+    if (amqp_msg_header_str(h, H_EVENT, &kind, &kind_len) <= 0 ||
+        amqp_msg_header_str(h, H_KEY, &key, &key_len) <= 0 || key_len > MSGREC_KEY_MAX ||
+        amqp_msg_header_str(h, H_ORIGIN, &origin, &origin_len) <= 0 || !header_i64(h, H_AT, &at)) {
+        log_warn("keys", "malformed key event dropped", "route=%s", b->cfg->routes[d->route].name);
+        return;
+    }
+    size_t mine = strlen(b->cfg->instance);
+    if (origin_len == mine && memcmp(origin, b->cfg->instance, mine) == 0)
+        return; /* our own */
+    if (!(m = eng_find(b->eng, (uint16_t)d->route, key, key_len)))
+        return;
+    struct walrec_add a;
+    if ((r = eng_read(b->eng, m, &a)) < 0) {
+        fatal(b, "WAL read (key event)", r);
+        return;
+    }
+    int cmp = strncmp(b->cfg->instance, origin, origin_len);
+    if (cmp == 0 && mine != origin_len)
+        cmp = mine < origin_len ? -1 : 1;
+    if (a.enqueue_ms > (uint64_t)at || (a.enqueue_ms == (uint64_t)at && cmp > 0))
+        return; /* ours is the newer one: the other bridge cancels its copy */
+    if ((r = eng_cancel(b->eng, (uint16_t)d->route, key, key_len)) < 0) {
+        fatal(b, "WAL read (cancel)", r);
+        return;
+    }
+    if (r > 0)
+        n->key_events_applied++;
+}
+
 /* ---- deliveries in ------------------------------------------------------------- */
 
 static void on_delivery(void *arg, const struct delivery *d)
@@ -273,6 +391,11 @@ static void on_delivery(void *arg, const struct delivery *d)
     if (d->props->_flags & AMQP_BASIC_HEADERS_FLAG)
         headers = &d->props->headers;
 
+    if (d->key_event) {
+        key_event_in(b, d, headers);
+        return;
+    }
+
     /* x-delay-cancel: remove the pending message with that key; not forwarded. */
     const char *key = NULL;
     size_t key_len = 0;
@@ -286,6 +409,8 @@ static void on_delivery(void *arg, const struct delivery *d)
         } else if ((r = eng_cancel(b->eng, (uint16_t)d->route, key, key_len)) < 0) {
             fatal(b, "WAL read (cancel)", r);
             return;
+        } else {
+            key_event_out(b, d->route, "cancel", key, key_len, now);
         }
         b->logged_gen = d->gen; /* acked once the CANCEL record is durable */
         b->logged_tag = d->tag;
@@ -329,6 +454,8 @@ static void on_delivery(void *arg, const struct delivery *d)
     if (d->redelivered && eng_seen(b->eng, (uint16_t)d->route, msgrec_fingerprint(&a))) {
         /* Logged before a crash or a lost connection, its ack lost with it: ack, store nothing. */
         n->deduplicated++;
+        if (a.flags & WALREC_ADD_KEYED) /* its event may be what the crash lost */
+            key_event_out(b, d->route, "replace", a.key, a.key_len, a.enqueue_ms);
         b->logged_gen = d->gen;
         b->logged_tag = d->tag;
         return;
@@ -354,6 +481,8 @@ static void on_delivery(void *arg, const struct delivery *d)
         fatal(b, "WAL append", r);
         return;
     }
+    if (a.flags & WALREC_ADD_KEYED)
+        key_event_out(b, d->route, "replace", a.key, a.key_len, a.enqueue_ms);
     n->received++;
     b->logged_gen = d->gen;
     b->logged_tag = d->tag;
@@ -1161,6 +1290,9 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
         r->invalid_delay = n->invalid_delay;
         r->invalid_key = n->invalid_key;
         r->deduplicated = n->deduplicated;
+        r->key_events_sent = n->key_events_sent;
+        r->key_events_received = n->key_events_received;
+        r->key_events_applied = n->key_events_applied;
         r->dead_lettered = n->dead_lettered;
         if (b->pub)
             publisher_route_stats(b->pub, i, r);

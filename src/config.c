@@ -706,6 +706,8 @@ static int parse_replicate(struct ctx *x, struct config *c, json_object *root)
 }
 
 /* wal.replicate's stream and lease queue are not any route's ingress queue. */
+static int check_share_keys(struct ctx *x, const struct config *c);
+
 static int check_repl_routes(struct ctx *x, const struct config *c)
 {
     char q[96];
@@ -849,7 +851,7 @@ static int parse_route(struct ctx *x, struct config_route *r, json_object *o, in
         "name", "ingress_exchange", "ingress_queue", "target_exchange", "queue_type",
         "declare_target", "target_type", "prefetch", "max_inflight", "max_delay_ms",
         "invalid_delay", "dead_letter_exchange", "unroutable_exchange",
-        "single_active_consumer", NULL
+        "single_active_consumer", "share_keys", NULL
     };
     char pre[32], path[64], got[96], q[96];
     snprintf(pre, sizeof pre, "routes[%d]", idx);
@@ -896,6 +898,9 @@ static int parse_route(struct ctx *x, struct config_route *r, json_object *o, in
         return -1;
     r->single_active_consumer = 0;
     if (get_bool(x, o, pre, "single_active_consumer", &r->single_active_consumer) < 0)
+        return -1;
+    r->share_keys = 0;
+    if (get_bool(x, o, pre, "share_keys", &r->share_keys) < 0)
         return -1;
 
     static const char *const types[] = { "direct", "topic", "fanout", "headers", NULL };
@@ -1187,7 +1192,7 @@ int config_parse(struct config *c, const char *json, const char *name, char *err
             goto cleanup;
         }
     if (parse_replicate(&x, c, root) < 0 || parse_routes(&x, c, root) < 0 ||
-        check_repl_routes(&x, c) < 0)
+        check_repl_routes(&x, c) < 0 || check_share_keys(&x, c) < 0)
         goto cleanup;
     rc = 0;
 
@@ -1196,6 +1201,31 @@ cleanup:
     if (rc < 0)
         config_free(c);
     return rc;
+}
+
+/*
+ * routes[].share_keys: each bridge consumes its own key-event queue,
+ * INGRESS_QUEUE.keys.INSTANCE, bound to INGRESS_EXCHANGE.keys: an instance
+ * name is required, and both names must still be AMQP short strings.
+ */
+static int check_share_keys(struct ctx *x, const struct config *c)
+{
+    char path[64];
+
+    for (int i = 0; i < c->nroutes; i++) {
+        const struct config_route *r = &c->routes[i];
+        if (!r->share_keys)
+            continue;
+        snprintf(path, sizeof path, "routes[%d].share_keys", i);
+        if (!c->instance[0])
+            return fail(x, path, "needs \"instance\" set: each bridge's key-event queue is "
+                        "named after it");
+        if (strlen(r->ingress_queue) + strlen(".keys.") + strlen(c->instance) > CONFIG_NAME_MAX ||
+            strlen(r->ingress_exchange) + strlen(".keys") > CONFIG_NAME_MAX)
+            return fail(x, path, "the key-event names (ingress_queue + \".keys.\" + instance, "
+                        "ingress_exchange + \".keys\") must fit in %d bytes", CONFIG_NAME_MAX);
+    }
+    return 0;
 }
 
 /* uri carries a password of its own: amqp[s]://user:PASSWORD@host... */

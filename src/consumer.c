@@ -37,6 +37,7 @@
 #define FRAMES_PER_TURN 4096 /* frames read per wakeup before yielding */
 #define HEARTBEAT_POLL_MS 500
 #define TAG_PREFIX "delay-bridge:"
+#define KEYS_TAG_PREFIX "delay-bridge-keys:"
 
 /* A delivery being assembled from its frames. */
 struct assembly {
@@ -128,7 +129,61 @@ static int declare_route(struct consumer *c, const struct config_route *rc, char
                        amqp_cstring_bytes(tag), 0, 0, 0, amqp_empty_table);
     if (amqp_conn_check(&c->conn, "basic.consume", err, len) < 0)
         return -1;
+    if (rc->share_keys) {
+        /* Key events of the other bridges on this route (bridge.c, "Keys across bridges"). */
+        char ex[CONFIG_NAME_MAX + 8], q[2 * CONFIG_NAME_MAX];
+        consumer_key_names(rc, c->cfg->instance, ex, sizeof(ex), q, sizeof(q));
+        amqp_exchange_declare(st, CONSUMER_CHANNEL, amqp_cstring_bytes(ex),
+                              amqp_cstring_bytes("fanout"), 0, 1, 0, 0, amqp_empty_table);
+        if (amqp_conn_check(&c->conn, "declare the key-event exchange", err, len) < 0)
+            return -1;
+        qargs.num_entries = 0;
+        if (rc->queue_type == QUEUE_QUORUM) {
+            qarg[0].key = amqp_cstring_bytes("x-queue-type");
+            qarg[0].value.kind = AMQP_FIELD_KIND_UTF8;
+            qarg[0].value.value.bytes = amqp_cstring_bytes("quorum");
+            qargs.num_entries = 1;
+        }
+        amqp_queue_declare(st, CONSUMER_CHANNEL, amqp_cstring_bytes(q), 0, 1, 0, 0, qargs);
+        if (amqp_conn_check(&c->conn, "declare the key-event queue", err, len) < 0)
+            return -1;
+        amqp_queue_bind(st, CONSUMER_CHANNEL, amqp_cstring_bytes(q), amqp_cstring_bytes(ex),
+                        amqp_empty_bytes, amqp_empty_table);
+        if (amqp_conn_check(&c->conn, "bind the key-event queue", err, len) < 0)
+            return -1;
+        snprintf(tag, sizeof(tag), KEYS_TAG_PREFIX "%s", rc->name);
+        amqp_basic_consume(st, CONSUMER_CHANNEL, amqp_cstring_bytes(q), amqp_cstring_bytes(tag),
+                           0, 0, 0, amqp_empty_table);
+        if (amqp_conn_check(&c->conn, "consume the key-event queue", err, len) < 0)
+            return -1;
+    }
     return 0;
+}
+
+void consumer_key_names(const struct config_route *rc, const char *instance, char *ex,
+                        size_t exlen, char *q, size_t qlen)
+{
+    snprintf(ex, exlen, "%s.keys", rc->ingress_exchange);
+    snprintf(q, qlen, "%s.keys.%s", rc->ingress_queue, instance);
+}
+
+int consumer_publish_key_event(struct consumer *c, int route, const amqp_table_t *headers)
+{
+    const struct config_route *rc = &c->cfg->routes[route];
+    char ex[CONFIG_NAME_MAX + 8];
+    amqp_basic_properties_t p;
+
+    if (!c->up)
+        return -1;
+    snprintf(ex, sizeof(ex), "%s.keys", rc->ingress_exchange);
+    memset(&p, 0, sizeof(p));
+    p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_HEADERS_FLAG;
+    p.delivery_mode = 2;
+    p.headers = *headers;
+    return amqp_basic_publish(c->conn.st, CONSUMER_CHANNEL, amqp_cstring_bytes(ex),
+                              amqp_empty_bytes, 0, 0, &p, amqp_empty_bytes) == AMQP_STATUS_OK
+               ? 0
+               : -1;
 }
 
 static void open_connection(struct consumer *c)
@@ -180,13 +235,19 @@ fail:
                  st.log_events);
 }
 
-static int route_of_tag(struct consumer *c, amqp_bytes_t tag)
+static int route_of_tag(struct consumer *c, amqp_bytes_t tag, int *keys)
 {
     size_t pl = sizeof(TAG_PREFIX) - 1;
     int i;
 
-    if (tag.len <= pl || memcmp(tag.bytes, TAG_PREFIX, pl) != 0)
+    *keys = 0;
+    if (tag.len > sizeof(KEYS_TAG_PREFIX) - 1 &&
+        memcmp(tag.bytes, KEYS_TAG_PREFIX, sizeof(KEYS_TAG_PREFIX) - 1) == 0) {
+        *keys = 1;
+        pl = sizeof(KEYS_TAG_PREFIX) - 1;
+    } else if (tag.len <= pl || memcmp(tag.bytes, TAG_PREFIX, pl) != 0) {
         return -1;
+    }
     for (i = 0; i < c->cfg->nroutes; i++) {
         const char *name = c->cfg->routes[i].name;
         if (strlen(name) == tag.len - pl && memcmp(name, (char *)tag.bytes + pl, tag.len - pl) == 0)
@@ -195,7 +256,7 @@ static int route_of_tag(struct consumer *c, amqp_bytes_t tag)
     return -1;
 }
 
-static void begin(struct consumer *c, const amqp_basic_deliver_t *m, int route)
+static void begin(struct consumer *c, const amqp_basic_deliver_t *m, int route, int keys)
 {
     struct assembly *a = &c->as;
     size_t el = m->exchange.len > 255 ? 255 : m->exchange.len;
@@ -205,6 +266,7 @@ static void begin(struct consumer *c, const amqp_basic_deliver_t *m, int route)
     memcpy(a->routing_key, m->routing_key.bytes, rl);
     memset(&a->d, 0, sizeof(a->d));
     a->d.route = route;
+    a->d.key_event = keys;
     a->d.gen = c->gen;
     a->d.tag = m->delivery_tag;
     a->d.redelivered = m->redelivered != 0;
@@ -236,12 +298,13 @@ static void handle_frame(struct consumer *c, amqp_frame_t *f)
         switch (f->payload.method.id) {
         case AMQP_BASIC_DELIVER_METHOD: {
             amqp_basic_deliver_t *m = f->payload.method.decoded;
-            int route = route_of_tag(c, m->consumer_tag);
+            int keys;
+            int route = route_of_tag(c, m->consumer_tag, &keys);
             if (route < 0) {
                 conn_down(c, "delivery for an unknown consumer tag");
                 return;
             }
-            begin(c, m, route);
+            begin(c, m, route, keys);
             return;
         }
         case AMQP_BASIC_CANCEL_METHOD:

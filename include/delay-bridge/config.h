@@ -51,6 +51,9 @@ struct config_route {
     int single_active_consumer;                 /* "single_active_consumer": false; true: one
                                                    bridge consumes the ingress queue at a time,
                                                    the others stand by (keys stay with one) */
+    int share_keys;                             /* "share_keys": false; true: bridges sharing
+                                                   the route tell each other about keyed
+                                                   messages and cancels (needs "instance") */
     int declare_target;                         /* "declare_target": false */
     char target_type[16];                       /* "target_type": "direct" | "topic" | "fanout" | "headers" */
     uint16_t prefetch;                          /* "prefetch": 1000, 1..65535 */

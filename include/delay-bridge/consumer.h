@@ -30,6 +30,7 @@ struct consumer;
 /* A complete delivery. Everything it points to is valid during the callback only. */
 struct delivery {
     int route;          /* index into cfg->routes */
+    int key_event;      /* from the route's key-event queue (share_keys), not its ingress */
     uint32_t gen;       /* connection generation */
     uint64_t tag;       /* delivery tag on that connection */
     int redelivered;
@@ -74,6 +75,18 @@ void consumer_reject(struct consumer *c, uint32_t gen, uint64_t tag);
  */
 void consumer_pause(struct consumer *c);
 void consumer_resume(struct consumer *c);
+
+/*
+ * routes[].share_keys: the route's key-event exchange (INGRESS_EXCHANGE.keys,
+ * fanout) and this bridge's queue on it (INGRESS_QUEUE.keys.INSTANCE),
+ * declared with the route. consumer_publish_key_event() publishes an empty
+ * persistent message with these headers to the exchange, on the consumer's
+ * channel: ahead of any ack the caller sends after it, so a delivery that
+ * was acked had its event reach the broker. -1 when not connected.
+ */
+void consumer_key_names(const struct config_route *rc, const char *instance, char *ex,
+                        size_t exlen, char *q, size_t qlen);
+int consumer_publish_key_event(struct consumer *c, int route, const amqp_table_t *headers);
 
 /* Stop consuming for good: close the connection politely (shutdown). */
 void consumer_stop(struct consumer *c);

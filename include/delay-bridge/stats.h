@@ -83,6 +83,9 @@ struct db_route_stats {
     uint64_t returned;        /* basic.return: no queue bound at the target */
     uint64_t cancelled;       /* removed by x-delay-cancel, replaced, or purged */
     uint64_t cancel_missed;   /* cancel for a key not pending (unknown, published, in flight) */
+    uint64_t key_events_sent;     /* share_keys: events published for keyed messages and cancels */
+    uint64_t key_events_received; /* share_keys: events from the route's key-event queue */
+    uint64_t key_events_applied;  /* ... that cancelled an older version held here */
 
     /* gauges: every held message of the route is in exactly one of these */
     uint64_t waiting;  /* durable, in the timing wheel */
