@@ -84,6 +84,10 @@ BROKER_DIR=${BENCH_BROKER_DIR:-$BUILD_DIR/bench-rabbitmq}
 URI="amqp://guest:guest@127.0.0.1:$PORT/%2f"
 RABBITMQ_SH=$ROOT/tests/integration/rabbitmq.sh
 WORK=$(mktemp -d "${BENCH_TMP:-/var/tmp}/delay-bridge-bench.XXXXXX")
+# A private copy: a rebuild of the tree during the run must not mix two builds.
+BRIDGE_SRC=$BRIDGE BRIDGE_BUILT=$(date -u -r "$BRIDGE" +%FT%TZ)
+cp "$BRIDGE" "$WORK/delay-bridge"
+BRIDGE=$WORK/delay-bridge
 
 # Sizes. Delays of steady and mixed are uniform in DELAY ms.
 if [ "$SMOKE" = 1 ]; then
@@ -247,6 +251,7 @@ wait_received() {
 
 say "machine: $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 say "work directory $WORK, broker state $BROKER_DIR, port $PORT"
+say "delay-bridge: $BRIDGE_SRC (built $BRIDGE_BUILT), run from a copy in the work directory"
 bash "$RABBITMQ_SH" stop "$BROKER_DIR" >/dev/null 2>&1 || true
 rm -rf "$BROKER_DIR/mnesia"
 bash "$RABBITMQ_SH" start "$BROKER_DIR" "$PORT" "$DIST"

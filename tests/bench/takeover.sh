@@ -91,6 +91,10 @@ CLUSTER_SH=$ROOT/tests/integration/cluster/cluster.sh
 umask 077 # the configs hold the broker password
 WORK=$(mktemp -d "${BENCH_TMP:-/var/tmp}/delay-bridge-takeover.XXXXXX")
 RUN_ID=$(date +%s)
+# A private copy: a rebuild of the tree during the run must not mix two builds.
+BRIDGE_SRC=$BRIDGE BRIDGE_BUILT=$(date -u -r "$BRIDGE" +%FT%TZ)
+cp "$BRIDGE" "$WORK/delay-bridge"
+BRIDGE=$WORK/delay-bridge
 DELAY_MS=3600000
 TARGET_EX=takeover.target
 
@@ -129,8 +133,10 @@ trap 'exit 130' INT TERM
 
 # ---------------------------------------------------------------- broker
 
-say "machine: $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadavg); HEAD $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
+HEAD_AT_START=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')
+say "machine: $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadavg); HEAD $HEAD_AT_START"
 say "work directory $WORK, broker state $BROKER_DIR"
+say "delay-bridge: $BRIDGE_SRC (built $BRIDGE_BUILT), run from a copy in the work directory"
 R[load.before]=$(cut -d' ' -f1-3 /proc/loadavg)
 uri() { printf 'amqp://guest:guest@127.0.0.1:%s/%%2f' "$1"; }
 if [ "$CLUSTER" = 1 ]; then
@@ -321,8 +327,9 @@ mib() { [[ "${1:-}" =~ ^[0-9]+$ ]] && fmt 1 "$1 / 1048576.0" || printf -- '-'; }
 row() { printf '| %9s | %-7s | %-56s | %24s |\n' "$1" "$2" "$3" "$4"; }
 {
     echo
-    echo "delay-bridge takeover from the replicated WAL, $(date -u +%FT%TZ), HEAD $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'),"
-    echo "$(nproc) CPUs, broker: $BROKER; load average before: $(v load.before), after: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "delay-bridge takeover from the replicated WAL, $(date -u +%FT%TZ), HEAD $HEAD_AT_START at the start,"
+    echo "delay-bridge $BRIDGE_SRC built $BRIDGE_BUILT, $(nproc) CPUs, broker: $BROKER;"
+    echo "load average before: $(v load.before), after: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo
     printf '| %9s | %-7s | %-56s | %24s |\n' held variant figure value
     printf '|%s|%s|%s|%s|\n' ----------: --------- ---------------------------------------------------------- --------------------------:
