@@ -971,9 +971,14 @@ static int write_batch(struct wal *w, struct wal_batch *b)
 
     b->n = 0;
     b->lsn = w->durable_lsn;
-    /* The segments with buffered bytes are a suffix of the list; oldest first. */
+    /*
+     * The segments with buffered bytes are a suffix of the list, oldest
+     * first -- with, perhaps, an empty one rolled to by wal_force_horizon()
+     * and not created yet: it belongs to the suffix too.
+     */
     first = w->nsegs;
-    while (first > 0 && w->segs[first - 1].size > w->segs[first - 1].disk)
+    while (first > 0 && (w->segs[first - 1].size > w->segs[first - 1].disk ||
+                         w->segs[first - 1].fd < 0))
         first--;
     for (size_t i = first; i < w->nsegs; i++) {
         struct seg *s = &w->segs[i];

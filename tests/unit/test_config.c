@@ -701,6 +701,19 @@ static void test_routes(void)
     ERR(CFG(ROUTE(",\"declare_target\":0")), "routes[0].declare_target: expected true or false, got 0");
     ERR(CFG(ROUTE(",\"single_active_consumer\":\"true\"")),
         "routes[0].single_active_consumer: expected true or false, got \"true\"");
+    ERR(CFG(ROUTE(",\"share_keys\":1")), "routes[0].share_keys: expected true or false, got 1");
+    ERR(CFG(ROUTE(",\"share_keys\":true")), "routes[0].share_keys: needs \"instance\" set");
+    {
+        struct config sk;
+        if (OK(CFGX(",\"instance\":\"eu-1\"", ROUTE(",\"share_keys\":true")), &sk) == 0) {
+            CHECK(sk.routes[0].share_keys == 1);
+            config_free(&sk);
+        }
+        if (OK(CFG(ROUTE("")), &sk) == 0) {
+            CHECK(sk.routes[0].share_keys == 0);
+            config_free(&sk);
+        }
+    }
     ERR(CFG(ROUTE(",\"invalid_delay\":\"drop\"")),
         "routes[0].invalid_delay: expected \"publish\" or \"dead-letter\", got \"drop\"");
     ERR(CFG(ROUTE(",\"invalid_delay\":\"dead-letter\"")),

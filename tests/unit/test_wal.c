@@ -1159,6 +1159,113 @@ static void test_compaction(void)
 }
 
 /* Records bigger than the replay chunk (4 MiB) and the compaction buffer (1 MiB). */
+/* The replication hooks: a tap sees every record, a horizon moves every live one past it. */
+struct tapped {
+    uint64_t n, next_lsn;
+    int out_of_order;
+};
+
+static void tap_count(void *arg, const struct walrec_hdr *h, const uint8_t *payload)
+{
+    struct tapped *t = arg;
+    (void)payload;
+    if (t->n && h->lsn != t->next_lsn)
+        t->out_of_order++;
+    t->next_lsn = h->lsn + 1;
+    t->n++;
+}
+
+static void test_horizon(void)
+{
+    const char *dir = tdir("horizon");
+    struct wal *w = NULL;
+    struct model m;
+    struct wal_opts o = {.dir = dir, .segment_bytes = 8192, .no_sync = 1};
+    struct tapped t = {0};
+    uint64_t ids[64], h = 0;
+    uint32_t k = 0;
+
+    model_init(&m, &w, 8192);
+    CHECK_RC(wal_open(&w, &o, m_replay, &m), 0);
+    wal_set_tap(w, tap_count, &t);
+    /* Every 10th message stays live: far below the 2 x live policy, nothing compacts by itself. */
+    for (int i = 0; i < 400; i++)
+        add_live(w, &m, 100);
+    for (uint64_t id = 1; id <= 400; id++) {
+        if (id % 10 == 0)
+            continue;
+        ids[k++] = id;
+        if (k == 64) {
+            kill_ids(w, &m, ids, k);
+            k = 0;
+        }
+    }
+    if (k)
+        kill_ids(w, &m, ids, k);
+    CHECK_RC(wal_commit(w), 0);
+    CHECK(t.n == wal_next_lsn(w) - 1 && !t.out_of_order, "tap saw %llu of %llu records",
+          (unsigned long long)t.n, (unsigned long long)(wal_next_lsn(w) - 1));
+    struct wal_compact_ops ops = {m_is_live, m_moved, &m};
+    /*
+     * Append without committing, then force: the roll lands behind buffered
+     * bytes, and the next commit must still write them (and create the new,
+     * empty, segment after them).
+     */
+    uint64_t x1 = wal_next_lsn(w);
+    add_live(w, &m, 100);
+    uint64_t x2 = wal_next_lsn(w);
+    add_live(w, &m, 100);
+    CHECK_RC(wal_force_horizon(w, &h), 0);
+    uint64_t pending = wal_pending(w);
+    CHECK(pending > 0, "buffered bytes before the commit");
+    CHECK_RC(wal_commit(w), 0);
+    CHECK(wal_pending(w) == 0, "the commit wrote what was buffered behind the roll: %zu left",
+          wal_pending(w));
+    CHECK(h == wal_next_lsn(w), "the horizon is the next LSN: %llu", (unsigned long long)h);
+    CHECK(!wal_horizon_reached(w, h), "live records lie below it");
+    uint64_t tapped_before = t.n;
+    for (int round = 0; round < 100 && !wal_horizon_reached(w, h); round++) {
+        CHECK(wal_maintain(w, 4096, &ops) >= 0, "maintain");
+        CHECK_RC(wal_commit(w), 0);
+    }
+    CHECK(wal_horizon_reached(w, h), "horizon reached");
+    CHECK(t.n - tapped_before >= 40 && !t.out_of_order, "the tap saw the copies: %llu",
+          (unsigned long long)(t.n - tapped_before));
+    CHECK_RC(wal_commit(w), 0);
+    CHECK_RC(wal_maintain(w, 1 << 20, &ops), 0);
+    CHECK(wal_first_lsn(w) >= h, "every segment below the horizon deleted: first LSN %llu",
+          (unsigned long long)wal_first_lsn(w));
+    wal_close(w);
+    /* What is left is everything live. */
+    memset(m.live, 0, m.cap);
+    CHECK_RC(wal_open(&w, &o, m_replay, &m), 0);
+    for (uint64_t id = 10; id <= 400; id += 10)
+        CHECK(m.live[id], "message %llu still held after the horizon", (unsigned long long)id);
+    CHECK(m.live[x1] && m.live[x2], "the two appended behind the roll are held");
+    wal_close(w);
+
+    /* A log created for a rebuild starts at the given id and LSN. */
+    const char *dir2 = tdir("horizon-create");
+    struct wal_opts o2 = {.dir = dir2, .segment_bytes = 8192, .no_sync = 1,
+                          .create_id = 0x1234, .create_base_lsn = 500};
+    struct coll c = {0};
+    CHECK_RC(wal_open(&w, &o2, collect, &c), 0);
+    CHECK(wal_id(w) == 0x1234 && wal_next_lsn(w) == 500, "id %llx next %llu",
+          (unsigned long long)wal_id(w), (unsigned long long)wal_next_lsn(w));
+    add_live(w, &m, 10);
+    CHECK_RC(wal_commit(w), 0);
+    wal_close(w);
+    CHECK_RC(wal_open(&w, &o, collect, &c), 0); /* the first dir, again: unaffected */
+    wal_close(w);
+    coll_reset(&c);
+    CHECK_RC(wal_open(&w, &o2, collect, &c), 0);
+    CHECK(c.n == 1 && c.v[0].lsn == 500 && wal_next_lsn(w) == 501, "reopened: %zu records",
+          c.n);
+    wal_close(w);
+    coll_reset(&c);
+    model_free(&m);
+}
+
 static void test_big_records(void)
 {
     const char *dir = tdir("big");
@@ -1382,6 +1489,7 @@ static const struct check_case cases[] = {
     {"maintain_delete", test_maintain_delete},
     {"maintain_waits_for_successor", test_maintain_waits_for_successor},
     {"compaction", test_compaction},
+    {"horizon", test_horizon},
     {"big_records", test_big_records},
     {"random_sessions", test_random_sessions},
     {"lock", test_lock},
