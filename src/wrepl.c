@@ -160,6 +160,9 @@ struct wrepl {
     uint64_t last_horizon_ms;
     int need_horizon;
     uint64_t warned_ms;
+    uint64_t horizon_unsent;   /* reached, its HORIZON message waits in build */
+    uint64_t horizon_in_job;   /* ... in the job out on the thread */
+    uint64_t horizon_copied;   /* bytes copied for it, for the log line */
 
     /* Shared with the thread, under mu. */
     pthread_t th;
@@ -1061,9 +1064,10 @@ static int wr_append(struct wlog *l, uint8_t type, const struct walrec_piece *pi
     return wlog_append(R(l)->inner, type, pieces, npieces, lsn, loc);
 }
 
+/* Stream messages not shipped yet count too: a horizon alone must still cause a commit. */
 static size_t wr_pending(const struct wlog *l)
 {
-    return wlog_pending(R(l)->inner);
+    return wlog_pending(R(l)->inner) + R(l)->build.len;
 }
 
 static void finish(struct wrepl *r)
@@ -1092,13 +1096,26 @@ static void local_done(void *arg, int err)
 
 static void take_stream_result(struct wrepl *r)
 {
+    uint64_t horizon = 0;
+
     pthread_mutex_lock(&r->mu);
     if (r->stream_pending && r->job_done) {
         r->job_done = 0;
         r->stream_pending = 0;
         r->stream_err = r->job_err;
+        if (r->horizon_in_job && !r->job_err) {
+            horizon = r->horizon_in_job;
+            r->st.horizons++;
+            r->st.horizon_lsn = horizon;
+            r->st.complete = 1;
+        }
+        r->horizon_in_job = 0;
     }
     pthread_mutex_unlock(&r->mu);
+    if (horizon)
+        log_info("wal-replica", "stream checkpoint complete: replay may start at the horizon",
+                 "horizon_lsn=%llu copied_bytes=%llu", (unsigned long long)horizon,
+                 (unsigned long long)r->horizon_copied);
 }
 
 static int wr_commit(struct wlog *l, wlog_commit_fn *done, void *arg)
@@ -1121,6 +1138,8 @@ static int wr_commit(struct wlog *l, wlog_commit_fn *done, void *arg)
         uint64_t one = 1;
 
         pthread_mutex_lock(&r->mu);
+        r->horizon_in_job = r->horizon_unsent; /* confirmed with this job */
+        r->horizon_unsent = 0;
         t = r->job; /* empty: the last job was taken and finished */
         r->job = r->build;
         r->build = t;
@@ -1219,15 +1238,10 @@ static int wr_reclaim(struct wlog *l, size_t budget, const struct wlog_compact_o
     if ((e = wlog_reclaim(r->inner, budget, ops)) < 0)
         return e;
     if (r->horizon_target && wal_horizon_reached(w, r->horizon_target)) {
+        /* Published with the next commit; counted once the stream confirms it. */
         add_control(r, REPLREC_HORIZON, r->horizon_target);
-        log_info("wal-replica", "stream checkpoint complete: replay may start at the horizon",
-                 "horizon_lsn=%llu copied_bytes=%llu", (unsigned long long)r->horizon_target,
-                 (unsigned long long)(r->tapped - r->horizon_began_at));
-        pthread_mutex_lock(&r->mu);
-        r->st.horizons++;
-        r->st.horizon_lsn = r->horizon_target;
-        r->st.complete = 1;
-        pthread_mutex_unlock(&r->mu);
+        r->horizon_unsent = r->horizon_target;
+        r->horizon_copied = r->tapped - r->horizon_began_at;
         r->last_began_at = r->horizon_began_at;
         r->last_ended_at = r->tapped;
         r->horizon_target = 0;

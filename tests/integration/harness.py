@@ -676,13 +676,17 @@ class Bridge(object):
         self.dir = os.path.join(ctx.tmp, name)
         os.makedirs(self.dir, exist_ok=True)
         self.config_path = os.path.join(self.dir, "config.json")
-        with open(self.config_path, "w") as f:
-            json.dump(config, f, indent=2)
+        self.rewrite_config()
         self.proc = None
         self.runs = 0
         self.log_path = None
         self.logs = []
         ctx.bridges.append(self)
+
+    def rewrite_config(self):
+        """Write self.config to the config file (after a test changed it)."""
+        with open(self.config_path, "w") as f:
+            json.dump(self.config, f, indent=2)
 
     def start(self, wait_ready=True, timeout=30, env=None):
         """Start the daemon (env: extra environment variables for it)."""
