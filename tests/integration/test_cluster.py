@@ -196,6 +196,17 @@ class FailoverPublisher(threading.Thread):
             self.error = e
 
 
+def quorum_target(ctx):
+    """A direct target exchange and a quorum queue bound to it with "rk":
+    (exchange, queue). The several-bridge tests consume it on node 3."""
+    ex = ctx.declare_exchange(ctx.n("target"), "direct")
+    tq = ctx.n("target.q")
+    ctx.admin().queue_declare(tq, durable=True, arguments={"x-queue-type": "quorum"})
+    ctx.queues.add(tq)
+    ctx.bind(tq, ex, "rk")
+    return ex, tq
+
+
 def on_cluster(ctx, run):
     """Form the three-node cluster, point the harness at node 3 (declarations,
     test consumers), call run(ctx, cdir), then stop what talks to the
@@ -365,12 +376,7 @@ def fault_round(ctx, cdir, b, c, route, http_port, rnd, kind, seed):
 
 
 def run_test(ctx, cdir):
-
-    ex = ctx.declare_exchange(ctx.n("target"), "direct")
-    tq = ctx.n("target.q")
-    ctx.admin().queue_declare(tq, durable=True, arguments={"x-queue-type": "quorum"})
-    ctx.queues.add(tq)
-    ctx.bind(tq, ex, "rk")
+    ex, tq = quorum_target(ctx)
 
     http_port = free_port()
     route = ctx.route("cl", ex, queue_type="quorum")

@@ -36,11 +36,7 @@ def test(ctx):
 
 
 def run(ctx, cdir):
-    ex = ctx.declare_exchange(ctx.n("target"), "direct")
-    tq = ctx.n("target.q")
-    ctx.admin().queue_declare(tq, durable=True, arguments={"x-queue-type": "quorum"})
-    ctx.queues.add(tq)
-    ctx.bind(tq, ex, "rk")
+    ex, tq = tc.quorum_target(ctx)
     route = ctx.route("rc", ex, queue_type="quorum")
     wal = {"replicate": {"stream": ctx.n("wal"), "max_mb": 0}}
     pa, pb = h.free_port(), h.free_port()

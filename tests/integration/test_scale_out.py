@@ -42,11 +42,7 @@ def test(ctx):
 
 
 def run(ctx, cdir):
-    ex = ctx.declare_exchange(ctx.n("target"), "direct")
-    tq = ctx.n("target.q")
-    ctx.admin().queue_declare(tq, durable=True, arguments={"x-queue-type": "quorum"})
-    ctx.queues.add(tq)
-    ctx.bind(tq, ex, "rk")
+    ex, tq = tc.quorum_target(ctx)
     route = ctx.route("so", ex, queue_type="quorum", prefetch=PREFETCH, max_inflight=MAX_INFLIGHT)
     pa, pb = h.free_port(), h.free_port()
     a = ctx.bridge([route], name="a", instance="a", http={"listen": "127.0.0.1:%d" % pa},

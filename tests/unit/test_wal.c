@@ -932,6 +932,30 @@ static void kill_ids(struct wal *w, struct model *m, const uint64_t *ids, uint32
     CHECK_RC(append_done(w, ids, n, NULL), 0);
 }
 
+/* Kill messages first..last except every keep_every-th; returns how many stay live. */
+static size_t kill_all_but(struct wal *w, struct model *m, uint64_t first, uint64_t last,
+                           uint64_t keep_every)
+{
+    uint64_t ids[64];
+    uint32_t k = 0;
+    size_t kept = 0;
+
+    for (uint64_t id = first; id <= last; id++) {
+        if (id % keep_every == 0) {
+            kept++;
+            continue;
+        }
+        ids[k++] = id;
+        if (k == 64) {
+            kill_ids(w, m, ids, k);
+            k = 0;
+        }
+    }
+    if (k)
+        kill_ids(w, m, ids, k);
+    return kept;
+}
+
 static void test_maintain_delete(void)
 {
     const char *dir = tdir("maint");
@@ -1054,8 +1078,6 @@ static void test_compaction(void)
     struct wal_opts o = {.dir = dir, .segment_bytes = segb, .no_sync = 1};
     struct wal_stats st;
     const int n = 1500;
-    uint64_t ids[64];
-    uint32_t k = 0;
     size_t nlive = 0;
 
     model_init(&m, &w, 8192);
@@ -1066,19 +1088,7 @@ static void test_compaction(void)
         if (i % 50 == 49)
             CHECK_RC(wal_commit(w), 0);
     }
-    for (uint64_t id = 1; id <= (uint64_t)n; id++) {
-        if (id % 7 == 0) {
-            nlive++;
-            continue;
-        }
-        ids[k++] = id;
-        if (k == 64) {
-            kill_ids(w, &m, ids, k);
-            k = 0;
-        }
-    }
-    if (k)
-        kill_ids(w, &m, ids, k);
+    nlive = kill_all_but(w, &m, 1, (uint64_t)n, 7);
     CHECK_RC(wal_commit(w), 0);
     wal_get_stats(w, &st);
     CHECK(st.live_records == nlive, "live %llu want %zu", (unsigned long long)st.live_records,
@@ -1182,8 +1192,7 @@ static void test_horizon(void)
     struct model m;
     struct wal_opts o = {.dir = dir, .segment_bytes = 8192, .no_sync = 1};
     struct tapped t = {0};
-    uint64_t ids[64], h = 0;
-    uint32_t k = 0;
+    uint64_t h = 0;
 
     model_init(&m, &w, 8192);
     CHECK_RC(wal_open(&w, &o, m_replay, &m), 0);
@@ -1191,17 +1200,7 @@ static void test_horizon(void)
     /* Every 10th message stays live: far below the 2 x live policy, nothing compacts by itself. */
     for (int i = 0; i < 400; i++)
         add_live(w, &m, 100);
-    for (uint64_t id = 1; id <= 400; id++) {
-        if (id % 10 == 0)
-            continue;
-        ids[k++] = id;
-        if (k == 64) {
-            kill_ids(w, &m, ids, k);
-            k = 0;
-        }
-    }
-    if (k)
-        kill_ids(w, &m, ids, k);
+    kill_all_but(w, &m, 1, 400, 10);
     CHECK_RC(wal_commit(w), 0);
     CHECK(t.n == wal_next_lsn(w) - 1 && !t.out_of_order, "tap saw %llu of %llu records",
           (unsigned long long)t.n, (unsigned long long)(wal_next_lsn(w) - 1));

@@ -17,40 +17,8 @@
 #include "delay-bridge/walrec.h"
 
 #include "check.h"
+#include "guard.h"
 
-/* ---- guard page -------------------------------------------------------- */
-
-static uint8_t *guard_base;
-static size_t guard_room; /* bytes usable before the PROT_NONE page */
-
-static void guard_init(void)
-{
-    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-
-    guard_room = 16 * pg;
-    guard_base = mmap(NULL, guard_room + pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                      -1, 0);
-    if (guard_base == MAP_FAILED || mprotect(guard_base + guard_room, pg, PROT_NONE) != 0) {
-        perror("guard page");
-        exit(1);
-    }
-}
-
-/* Copy n bytes of src so that they end exactly at the guard page. */
-static const uint8_t *at_guard(const uint8_t *src, size_t n)
-{
-    if (guard_base == NULL)
-        guard_init();
-
-    uint8_t *p = guard_base + guard_room - n;
-
-    if (n > guard_room) {
-        fprintf(stderr, "input too big for guard area\n");
-        exit(1);
-    }
-    memcpy(p, src, n);
-    return p;
-}
 
 /* ---- helpers ----------------------------------------------------------- */
 
