@@ -113,8 +113,8 @@
 #define CH_LEASE 2 /* the lease consumer */
 #define CH_READ 3  /* the import's stream consumer */
 #define IMPORT_DIR "import"
-#define IMPORT_PREFETCH 64
-#define IMPORT_ACK_EVERY 16
+#define IMPORT_PREFETCH 1000 /* messages; TCP flow control bounds the bytes */
+#define IMPORT_ACK_EVERY 250
 #define IMPORT_COMMIT_BYTES (64u << 20)
 #define IMPORT_IDLE_MS 60000 /* the stream sends nothing for this long: give up */
 #define RETRY_MS 2000
