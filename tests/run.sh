@@ -62,7 +62,7 @@ if [ "${DB_SKIP_ASAN:-}" != 1 ]; then
     ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
     UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
         ctest --test-dir build-asan -L integration --output-on-failure \
-            -E "kill_loop|failpoints|tls|recovery_progress|browse_purge|cluster|scale_out|drain|stalled_broker" ||
+            -E "kill_loop|failpoints|tls|recovery_progress|browse_purge|cluster|scale_out|drain|stalled_broker|replicate_enable" ||
         failed+=("integration tests under ASan/UBSan")
 fi
 
@@ -70,7 +70,7 @@ if [ "${DB_SKIP_FUZZ:-}" != 1 ]; then
     step "Fuzzers, briefly (build-fuzz/: clang + libFuzzer; tests/fuzz/run.sh for the long run)"
     CC=clang cmake -S . -B build-fuzz -DDB_FUZZ=ON -DDB_INTEGRATION=OFF -DDB_FUZZ_SECONDS=15
     cmake --build build-fuzz -j "$JOBS" --target fuzz_walrec fuzz_props_roundtrip fuzz_config \
-        fuzz_xdelay fuzz_uri
+        fuzz_xdelay fuzz_uri fuzz_replrec
     ctest --test-dir build-fuzz -L fuzz --output-on-failure || failed+=("fuzzers")
 fi
 
