@@ -3,7 +3,8 @@
 # its replicated WAL (wal.replicate), measured on a throwaway RabbitMQ
 # (tests/bench/README.md, "Replicated WAL: takeover and cost").
 #
-#   tests/bench/takeover.sh [--held N[,N...]] [--cluster] [--variants cold,standby] [--keep]
+#   tests/bench/takeover.sh [--held N[,N...]] [--cluster] [--variants cold,standby,restart]
+#                           [--keep]
 #
 #   --held      messages held when the disk is lost (default 100000); a list
 #               runs each size in turn on the same broker
@@ -13,7 +14,10 @@
 #   --variants  cold: B is started only after A is gone (time from B's start
 #               to /readyz 200); standby: B already waits for the lease when
 #               A is killed (time from the kill -9 to B's /readyz 200).
-#               Default both.
+#               Default both. restart (only when listed): no disk loss, A is
+#               killed and started again on its intact WAL directory (what a
+#               plain restart costs with wal.replicate: it reads the stream
+#               back too); "B" in the figures is then A's second process.
 #   --keep      keep the work directory (configs, logs, WALs) and the broker's
 #               state (its streams)
 #
@@ -58,13 +62,13 @@ while [ $# -gt 0 ]; do
     --variants) [ $# -ge 2 ] || die "--variants needs a list"; VARIANTS=$2; shift 2 ;;
     --variants=*) VARIANTS=${1#*=}; shift ;;
     --keep) KEEP=1; shift ;;
-    -h|--help) sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
     esac
 done
 for n in ${HELD//,/ }; do [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "--held: $n is not a positive number"; done
 for v in ${VARIANTS//,/ }; do
-    case "$v" in cold|standby) ;; *) die "unknown variant $v" ;; esac
+    case "$v" in cold|standby|restart) ;; *) die "unknown variant $v" ;; esac
 done
 
 BUILD_DIR=${BUILD_DIR:-build}
@@ -222,6 +226,11 @@ log_ms() {
     [ -n "$t" ] && date -d "$t" +%s%3N || echo ""
 }
 
+# from_label VARIANT: where the takeover time starts.
+from_label() {
+    case "$1" in cold) echo "B's start" ;; standby) echo "kill -9 of A" ;; restart) echo "A's restart" ;; esac
+}
+
 # ---------------------------------------------------------------- one case
 
 # takeover N VARIANT
@@ -234,6 +243,10 @@ takeover() {
     pa=$(free_port) pb=$(free_port)
     config "$dir/a.json" a "$dir/a-wal" "$pa" "$URIS_A" "$stream" "$ingress"
     config "$dir/b.json" b "$dir/b-wal" "$pb" "$URIS_B" "$stream" "$ingress"
+    if [ "$variant" = restart ]; then
+        cp "$dir/a.json" "$dir/b.json"
+        pb=$pa
+    fi
     say "== $variant, $n held: stream $stream"
 
     launch "$dir/a.json" "$dir/a.log"; A_PID=$LAUNCHED
@@ -276,11 +289,11 @@ takeover() {
     say "A holds $held after $((t1 - t0)) ms; WAL ${R[$k.a_wal_disk]} B on disk (${R[$k.a_wal_live]} live);" \
         "stream: ${R[$k.a_stream_msgs]} messages, ${R[$k.a_published]} B published, ${R[$k.stream_disk]:-?} B on node 1's disk ($sdir)"
 
-    # The disk is lost.
+    # The disk is lost (but for restart).
     t_kill=$(now_ms)
     kill -KILL "$A_PID"; wait "$A_PID" 2>/dev/null || true; A_PID=""
-    rm -rf "$dir/a-wal"
-    if [ "$variant" = cold ]; then
+    [ "$variant" = restart ] || rm -rf "$dir/a-wal"
+    if [ "$variant" != standby ]; then
         t_start=$(now_ms)
         launch "$dir/b.json" "$dir/b.log"; B_PID=$LAUNCHED
     else
@@ -303,8 +316,8 @@ takeover() {
     [ "${R[$k.b_held]}" = "$n" ] || FAILED+=("$variant $n: B holds ${R[$k.b_held]} of $n")
     grep -F 'msg="local log rebuilt from the stream"' "$dir/b.log" | sed 's/^/    /' >&2 || true
 
-    local from="B's start"
-    [ "$variant" = standby ] && from="kill -9 of A"
+    local from
+    from=$(from_label "$variant")
     say "RESULT $variant $n: $from -> B /readyz ready ${R[$k.ready_ms]} ms"
     say "RESULT $variant $n: $from -> lease granted to B ${R[$k.lease_ms]} ms"
     say "RESULT $variant $n: stream read into a new local log (log line seconds=) ${R[$k.read_s]:-?} s"
@@ -336,8 +349,7 @@ row() { printf '| %9s | %-7s | %-56s | %24s |\n' "$1" "$2" "$3" "$4"; }
     for n in ${HELD//,/ }; do
         for var in ${VARIANTS//,/ }; do
             k=$n.$var
-            from="B's start"
-            [ "$var" = standby ] && from="kill -9 of A"
+            from=$(from_label "$var")
             row "$n" "$var" "$from -> B /readyz ready, ms" "$(v "$k.ready_ms")"
             row "$n" "$var" "$from -> lease granted to B, ms" "$(v "$k.lease_ms")"
             row "$n" "$var" "B stream read into a new local log (log), s" "$(v "$k.read_s")"
