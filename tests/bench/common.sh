@@ -52,3 +52,28 @@ stream_dir() {
     done
     return 1
 }
+
+# The build's bridge and load tools, and what the benchmarks need on this
+# machine: sets BUILD_DIR (absolute), BRIDGE, TOOLS and PUB; checks them
+# and every further tool named (bench_preflight load_consume), curl and jq;
+# exits 77 without rabbitmq-server. Call after die() and say() exist.
+bench_preflight() {
+    BUILD_DIR=${BUILD_DIR:-build}
+    [ -d "$BUILD_DIR" ] || [[ "$BUILD_DIR" == /* ]] || BUILD_DIR=$ROOT/$BUILD_DIR
+    [ -d "$BUILD_DIR" ] || die "no build directory $BUILD_DIR (cmake -S . -B build && cmake --build build)"
+    BUILD_DIR=$(cd "$BUILD_DIR" && pwd)
+    BRIDGE=${BENCH_BRIDGE_BIN:-$BUILD_DIR/delay-bridge}
+    TOOLS=${BENCH_TOOLS_DIR:-$BUILD_DIR/tests}
+    PUB=$TOOLS/load_publish
+    local b extra=()
+    for b in "$@"; do extra+=("$TOOLS/$b"); done
+    for b in "$BRIDGE" "$PUB" "${extra[@]}"; do
+        [ -x "$b" ] || die "$b not found: build first (cmake --build $BUILD_DIR)"
+    done
+    command -v curl >/dev/null || die "curl not found"
+    command -v jq >/dev/null || die "jq not found"
+    if [ ! -x "${RABBITMQ_BIN_DIR:-/usr/lib/rabbitmq/bin}/rabbitmq-server" ]; then
+        say "rabbitmq-server not installed: skipping (apt-get install rabbitmq-server)"
+        exit 77
+    fi
+}

@@ -60,23 +60,10 @@ for s in ${SCENARIOS//,/ }; do
 done
 want() { [[ ",$SCENARIOS," == *",$1,"* ]]; }
 
-BUILD_DIR=${BUILD_DIR:-build}
-[ -d "$BUILD_DIR" ] || [[ "$BUILD_DIR" == /* ]] || BUILD_DIR=$ROOT/$BUILD_DIR
-[ -d "$BUILD_DIR" ] || die "no build directory $BUILD_DIR (cmake -S . -B build && cmake --build build)"
-BUILD_DIR=$(cd "$BUILD_DIR" && pwd)
-BRIDGE=${BENCH_BRIDGE_BIN:-$BUILD_DIR/delay-bridge}
-TOOLS=${BENCH_TOOLS_DIR:-$BUILD_DIR/tests}
-PUB=$TOOLS/load_publish
+# get, now_ms, calc, fmt, free_port, rss_kb, proc_cpu_ms, session_cpu_ms, ratio, bench_preflight
+. "$HERE/common.sh"
+bench_preflight load_consume
 CONS=$TOOLS/load_consume
-for b in "$BRIDGE" "$PUB" "$CONS"; do
-    [ -x "$b" ] || die "$b not found: build first (cmake --build $BUILD_DIR)"
-done
-command -v curl >/dev/null || die "curl not found"
-command -v jq >/dev/null || die "jq not found"
-if [ ! -x "${RABBITMQ_BIN_DIR:-/usr/lib/rabbitmq/bin}/rabbitmq-server" ]; then
-    say "rabbitmq-server not installed: skipping (apt-get install rabbitmq-server)"
-    exit 77
-fi
 
 PORT=${BENCH_PORT:-5695}
 DIST=${BENCH_DIST_PORT:-25695}
@@ -133,8 +120,6 @@ trap 'exit 130' INT TERM
 
 # ---------------------------------------------------------------- helpers
 
-# get, now_ms, calc, fmt, free_port, rss_kb, proc_cpu_ms, session_cpu_ms, ratio
-. "$HERE/common.sh"
 
 # consume NAME COUNT TAG [extra options]: a consumer on bench.out, in the background.
 consume() {

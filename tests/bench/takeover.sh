@@ -71,21 +71,7 @@ for v in ${VARIANTS//,/ }; do
     case "$v" in cold|standby|restart) ;; *) die "unknown variant $v" ;; esac
 done
 
-BUILD_DIR=${BUILD_DIR:-build}
-[ -d "$BUILD_DIR" ] || [[ "$BUILD_DIR" == /* ]] || BUILD_DIR=$ROOT/$BUILD_DIR
-[ -d "$BUILD_DIR" ] || die "no build directory $BUILD_DIR (cmake -S . -B build && cmake --build build)"
-BUILD_DIR=$(cd "$BUILD_DIR" && pwd)
-BRIDGE=${BENCH_BRIDGE_BIN:-$BUILD_DIR/delay-bridge}
-PUB=${BENCH_TOOLS_DIR:-$BUILD_DIR/tests}/load_publish
-for b in "$BRIDGE" "$PUB"; do
-    [ -x "$b" ] || die "$b not found: build first (cmake --build $BUILD_DIR)"
-done
-command -v curl >/dev/null || die "curl not found"
-command -v jq >/dev/null || die "jq not found"
-if [ ! -x "${RABBITMQ_BIN_DIR:-/usr/lib/rabbitmq/bin}/rabbitmq-server" ]; then
-    say "rabbitmq-server not installed: skipping (apt-get install rabbitmq-server)"
-    exit 77
-fi
+bench_preflight
 
 PORT=${TAKEOVER_PORT:-5720}
 DIST=${TAKEOVER_DIST_PORT:-25720}
