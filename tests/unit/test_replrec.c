@@ -373,12 +373,7 @@ static void test_fuzz(void)
 
     for (int it = 0; it < 20000; it++) {
         size_t n = (size_t)(x % sizeof(buf));
-        for (size_t i = 0; i < n; i++) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            buf[i] = (uint8_t)x;
-        }
+        xorshift_fill(buf, n, &x);
         if (n >= REPLREC_HDR_SIZE && (it & 1)) { /* a valid header, random records */
             struct replrec_hdr h = {(uint8_t)(1 + it % 3), WAL1, OWNER_A, 1 + x % 5,
                                     (uint32_t)(x % 4)};

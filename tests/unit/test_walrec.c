@@ -368,12 +368,7 @@ static void test_fuzz(void)
 
     for (int it = 0; it < 20000; it++) {
         size_t n = (size_t)(x % sizeof(buf));
-        for (size_t i = 0; i < n; i++) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            buf[i] = (uint8_t)x;
-        }
+        xorshift_fill(buf, n, &x);
         if (n >= 8 && (it & 1)) { /* plausible header so the decoders go deeper */
             buf[4] = (uint8_t)(1 + it % 3);
             buf[6] = buf[7] = 0;
