@@ -604,7 +604,7 @@ static int parse_replicate(struct ctx *x, struct config *c, json_object *root)
 {
     static const char *const keys[] = { "stream", "lease_queue", "max_mb", "max_age",
                                         "segment_mb", "checkpoint_mb", "checkpoint_interval_s",
-                                        "batch_kb", "confirm_timeout_ms", NULL };
+                                        "batch_kb", "confirm_timeout_ms", "lease_renew_ms", NULL };
     static const char pre[] = "wal.replicate";
     struct config_replicate *r = &c->repl;
     json_object *w, *o, *v;
@@ -664,7 +664,8 @@ static int parse_replicate(struct ctx *x, struct config *c, json_object *root)
     }
 
     u = 64;
-    if (get_int(x, o, pre, "segment_mb", 1, 4096, &u) < 0)
+    /* a stream refuses x-stream-max-segment-size-bytes above 3,000,000,000 */
+    if (get_int(x, o, pre, "segment_mb", 1, CONFIG_STREAM_SEGMENT_MAX_MB, &u) < 0)
         return -1;
     r->segment_bytes = u << 20;
     u = 1024;
@@ -683,6 +684,10 @@ static int parse_replicate(struct ctx *x, struct config *c, json_object *root)
     if (get_int(x, o, pre, "confirm_timeout_ms", 100, 600000, &u) < 0)
         return -1;
     r->confirm_timeout_ms = (uint32_t)u;
+    u = 10000;
+    if (get_int(x, o, pre, "lease_renew_ms", 100, 600000, &u) < 0)
+        return -1;
+    r->lease_renew_ms = (uint32_t)u;
 
     /* retention: everything since the last completed stream checkpoint stays */
     uint64_t need = 2 * (r->checkpoint_bytes >> 20) + 2 * (r->segment_bytes >> 20);

@@ -124,6 +124,7 @@ struct route_pub {
     int opening;                 /* set-up requests under way */
     amqp_method_number_t await;  /* ... the answer expected next */
     int ex_next;                 /* ... the next exchange to check (setup_exchange) */
+    int unchecked;               /* a passive declare got 403: exchanges are no longer checked */
     uint64_t setup_deadline;     /* ... monotonic ms */
     uint64_t next_tag;
     struct unconfirmed *win; /* ring in tag order */
@@ -390,6 +391,14 @@ static void channel_failed(struct publisher *p, struct route_pub *r, const char 
  * arrives (handle_frame -> setup_next); a channel.close instead (404: no
  * such exchange) fails the route like any channel error. No answer within
  * connect_timeout_ms of the request being written drops the connection.
+ *
+ * The check is a courtesy, not a condition: RabbitMQ 4.2.6 and 4.3.0 ask
+ * for *configure* permission on a passive exchange.declare (4.2.7 and
+ * 4.3.1 relaxed it again), which a least-privilege user does not have. A
+ * 403 to a passive declare therefore means "unknown": the route logs it
+ * once, opens its channel again without the checks, and publishes; a
+ * missing exchange then shows as a 404 channel error on the publish, and
+ * an unrouted message as a mandatory basic.return, both handled as usual.
  */
 
 /* The exchanges route r checks, i = 0..2 ("" when the route has none). */
@@ -432,7 +441,7 @@ static void setup_next(struct publisher *p, struct route_pub *r)
         setup_send(p, r, AMQP_CONFIRM_SELECT_METHOD, &cs, AMQP_CONFIRM_SELECT_OK_METHOD);
         return;
     }
-    while (r->ex_next < 3 && !setup_exchange(r, r->ex_next)[0])
+    while (r->ex_next < 3 && (r->unchecked || !setup_exchange(r, r->ex_next)[0]))
         r->ex_next++;
     if (r->ex_next < 3) {
         amqp_exchange_declare_t d = {.exchange = amqp_cstring_bytes(setup_exchange(r, r->ex_next)),
@@ -647,8 +656,22 @@ static void handle_frame(struct publisher *p, amqp_frame_t *f)
         }
         break;
     }
-    case AMQP_CHANNEL_CLOSE_METHOD:
+    case AMQP_CHANNEL_CLOSE_METHOD: {
+        const amqp_channel_close_t *cm = f->payload.method.decoded;
+        int unknown = r && r->opening && r->await == AMQP_EXCHANGE_DECLARE_OK_METHOD &&
+                      cm->reply_code == AMQP_ACCESS_REFUSED && !r->unchecked;
         answer_close(p, f, why, sizeof(why));
+        if (unknown && p->up) {
+            char what[300];
+            log_warn("publish", "the broker refuses to check an exchange (403 to a passive "
+                     "declare: RabbitMQ 4.2.6/4.3.0 ask for configure permission): publishing "
+                     "without the check; a missing exchange shows as a publish error",
+                     "route=%s check=\"%s\" reason=\"%s\"", r->cfg->name,
+                     setup_what(r, what, sizeof(what)), why);
+            r->unchecked = 1;
+            channel_open(p, r);
+            break;
+        }
         if (r && p->up) {
             char what[300], full[900];
             if (r->opening)
@@ -659,6 +682,7 @@ static void handle_frame(struct publisher *p, amqp_frame_t *f)
             channel_failed(p, r, full);
         }
         break;
+    }
     case AMQP_CONNECTION_CLOSE_METHOD:
         answer_close(p, f, why, sizeof(why));
         conn_down(p, why);

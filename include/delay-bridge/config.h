@@ -83,12 +83,18 @@ struct config_replicate {
     char lease_queue[CONFIG_NAME_MAX + 1]; /* "lease_queue": stream + ".lease" */
     uint64_t max_bytes;          /* "max_mb": 20480 (MiB) -> x-max-length-bytes; 0 = no size limit */
     char max_age[32];            /* "max_age": "" (none) -> x-max-age, e.g. "7D": digits then one of Y M D h m s */
-    uint64_t segment_bytes;      /* "segment_mb": 64 (MiB), 1..4096 -> x-stream-max-segment-size-bytes */
+    uint64_t segment_bytes;      /* "segment_mb": 64 (MiB), 1..2861 -> x-stream-max-segment-size-bytes
+                                    (a stream refuses more than 3,000,000,000 bytes) */
     uint64_t checkpoint_bytes;   /* "checkpoint_mb": 1024 (MiB), 1..1048576 */
     uint32_t checkpoint_interval_s; /* "checkpoint_interval_s": 3600, 0..31536000 (0 = by size only) */
     uint32_t batch_bytes;        /* "batch_kb": 1024 (KiB), 4..65536: most bytes per stream message */
     uint32_t confirm_timeout_ms; /* "confirm_timeout_ms": 10000, 100..600000 */
+    uint32_t lease_renew_ms;     /* "lease_renew_ms": 10000, 100..600000: the owner acks its lease
+                                    token and takes a fresh one this often, so that no broker
+                                    consumer timeout or delivery limit ever takes it back */
 };
+
+#define CONFIG_STREAM_SEGMENT_MAX_MB 2861 /* 2861 MiB <= 3,000,000,000 bytes < 2862 MiB */
 
 struct config {
     /* broker */

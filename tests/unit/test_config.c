@@ -849,12 +849,14 @@ static void test_replicate(void)
         config_free(&c);
     }
     /* the upper ends; max_mb 0 = no size limit, so no retention check by size */
-    if (OK(R("\"max_mb\":0,\"max_age\":\"7D\",\"segment_mb\":4096,\"checkpoint_mb\":1048576,"
-             "\"checkpoint_interval_s\":302400,\"batch_kb\":65536,\"confirm_timeout_ms\":600000"),
+    if (OK(R("\"max_mb\":0,\"max_age\":\"7D\",\"segment_mb\":2861,\"checkpoint_mb\":1048576,"
+             "\"checkpoint_interval_s\":302400,\"batch_kb\":65536,\"confirm_timeout_ms\":600000,"
+             "\"lease_renew_ms\":600000"),
            &c) == 0) {
         CHECK(c.repl.max_bytes == 0);
         CHECK(strcmp(c.repl.max_age, "7D") == 0);
-        CHECK(c.repl.segment_bytes == 4096ull << 20);
+        CHECK(c.repl.segment_bytes == 2861ull << 20); /* 2,999,975,936 <= a stream's 3e9 */
+        CHECK(c.repl.lease_renew_ms == 600000);
         CHECK(c.repl.checkpoint_bytes == 1048576ull << 20);
         CHECK(c.repl.checkpoint_interval_s == 302400);
         CHECK(c.repl.batch_bytes == 65536u << 10);
@@ -867,7 +869,9 @@ static void test_replicate(void)
     }
     /* the lower ends: max_mb 4 = 2 x 1 + 2 x 1 */
     if (OK(R("\"max_mb\":4,\"max_age\":\"\",\"segment_mb\":1,\"checkpoint_mb\":1,"
-             "\"checkpoint_interval_s\":0,\"batch_kb\":4,\"confirm_timeout_ms\":100"), &c) == 0) {
+             "\"checkpoint_interval_s\":0,\"batch_kb\":4,\"confirm_timeout_ms\":100,"
+             "\"lease_renew_ms\":100"), &c) == 0) {
+        CHECK(c.repl.lease_renew_ms == 100);
         CHECK(c.repl.max_bytes == 4u << 20 && c.repl.max_age[0] == '\0');
         CHECK(c.repl.segment_bytes == 1u << 20 && c.repl.checkpoint_bytes == 1u << 20);
         CHECK(c.repl.checkpoint_interval_s == 0 && c.repl.batch_bytes == 4096);
@@ -894,8 +898,11 @@ static void test_replicate(void)
     ERR(R("\"max_mb\":16777217"), "wal.replicate.max_mb: expected an integer 0..16777216, got 16777217");
     ERR(R("\"max_mb\":\"20480\""), "wal.replicate.max_mb: expected an integer 0..16777216, got \"20480\"");
     ERR(R("\"max_mb\":1.5"), "wal.replicate.max_mb: expected an integer 0..16777216, got 1.5");
-    ERR(R("\"segment_mb\":0"), "wal.replicate.segment_mb: expected an integer 1..4096, got 0");
-    ERR(R("\"segment_mb\":4097"), "wal.replicate.segment_mb: expected an integer 1..4096, got 4097");
+    ERR(R("\"segment_mb\":0"), "wal.replicate.segment_mb: expected an integer 1..2861, got 0");
+    /* 2862 MiB is more than the 3,000,000,000 bytes a stream accepts as its segment size */
+    ERR(R("\"segment_mb\":2862"), "wal.replicate.segment_mb: expected an integer 1..2861, got 2862");
+    ERR(R("\"lease_renew_ms\":99"), "wal.replicate.lease_renew_ms: expected an integer 100..600000, got 99");
+    ERR(R("\"lease_renew_ms\":600001"), "wal.replicate.lease_renew_ms: expected an integer 100..600000, got 600001");
     ERR(R("\"checkpoint_mb\":0"), "wal.replicate.checkpoint_mb: expected an integer 1..1048576, got 0");
     ERR(R("\"checkpoint_mb\":1048577"), "wal.replicate.checkpoint_mb: expected an integer 1..1048576, got 1048577");
     ERR(R("\"checkpoint_interval_s\":-1"), "wal.replicate.checkpoint_interval_s: expected an integer 0..31536000, got -1");
@@ -1021,7 +1028,7 @@ static void test_replicate(void)
         "segment_mb (302)");
     if (OK(R("\"max_mb\":300,\"checkpoint_mb\":100,\"segment_mb\":50"), &c) == 0)
         config_free(&c);
-    if (OK(R("\"max_mb\":0,\"checkpoint_mb\":1048576,\"segment_mb\":4096"), &c) == 0)
+    if (OK(R("\"max_mb\":0,\"checkpoint_mb\":1048576,\"segment_mb\":2861"), &c) == 0)
         config_free(&c);
 #undef RI
 #undef R

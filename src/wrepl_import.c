@@ -1,0 +1,300 @@
+/*
+ * wrepl_import.c -- reading the replicated log's stream back into the local log.
+ *
+ * READING BACK: THE IMPORT
+ *
+ * Holding the lease, recover publishes a FENCE with a fresh token (its
+ * term), then reads the stream from its first retained message up to that
+ * fence (x-stream-offset "first"). replrec.c decides what is the log:
+ * one run of LSNs, strays of earlier terms skipped, and whether it is
+ * whole. Then:
+ *
+ *   no records in the stream   the local log, whatever it holds, is the
+ *                              log (a new log, or replication just turned
+ *                              on: then a stream checkpoint starts at once,
+ *                              and until it completes the stream alone is
+ *                              not the whole log -- /stats says so);
+ *   a whole log                the records were written into dir/import/
+ *                              as a new log with the same id and LSNs; the
+ *                              local segments (stale, lost, or the dead
+ *                              owner's) are replaced by them;
+ *   records missing            recover fails (WLOG_EREPLICA) and names
+ *                              what is missing; the local log is left as
+ *                              it is for the operator.
+ *
+ * Then the local log recovers as usual and this bridge is the owner. The
+ * stream is always the truth when it has records: the local log may have
+ * records it lacks only if they were never confirmed, so never acked.
+ *
+ */
+#define _GNU_SOURCE
+#include "wrepl_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "delay-bridge/log.h"
+#include "delay-bridge/replrec.h"
+#include "delay-bridge/walckpt.h"
+#include "delay-bridge/walscan.h"
+
+/* Delete the segments (and checkpoint) in dirfd. 0 or -errno. */
+static int drop_segments(int dirfd)
+{
+    uint64_t *nos = NULL;
+    size_t n = 0;
+    int r = walscan_list(dirfd, &nos, &n, NULL, 0);
+
+    for (size_t i = 0; r == 0 && i < n; i++) {
+        char name[WALSCAN_NAME_SIZE];
+        walscan_seg_name(name, nos[i]);
+        if (unlinkat(dirfd, name, 0) < 0)
+            r = -errno;
+    }
+    free(nos);
+    if (r == 0 && unlinkat(dirfd, WALCKPT_NAME, 0) < 0 && errno != ENOENT)
+        r = -errno;
+    if (r == 0 && fsync(dirfd) < 0)
+        r = -errno;
+    return r;
+}
+
+static int imp_dirfd(struct wrepl *r, int create)
+{
+    char path[4200];
+
+    if (r->impfd >= 0)
+        return r->impfd;
+    snprintf(path, sizeof(path), "%s/%s", r->dir, IMPORT_DIR);
+    if (create && mkdir(path, 0700) < 0 && errno != EEXIST)
+        return -errno;
+    r->impfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    return r->impfd >= 0 ? r->impfd : -errno;
+}
+
+static int imp_reset(void *arg, uint64_t wal_id, uint64_t base_lsn)
+{
+    struct wrepl *r = arg;
+    struct wal_opts o;
+    char path[4200];
+    int fd, e;
+
+    if (r->imp) {
+        log_warn("wal-replica", "the stream skips records (a gap): the log starts again after it",
+                 "base_lsn=%llu", (unsigned long long)base_lsn);
+        wal_close(r->imp);
+        r->imp = NULL;
+    }
+    if ((fd = imp_dirfd(r, 1)) < 0 || (e = drop_segments(fd)) < 0)
+        return fd < 0 ? fd : e;
+    snprintf(path, sizeof(path), "%s/%s", r->dir, IMPORT_DIR);
+    memset(&o, 0, sizeof(o));
+    o.dir = path;
+    o.segment_bytes = r->wo.segment_bytes;
+    o.no_sync = r->wo.no_sync;
+    o.create_id = wal_id;
+    o.create_base_lsn = base_lsn;
+    r->imp_pending = 0;
+    return wal_open(&r->imp, &o, NULL, NULL);
+}
+
+static int imp_record(void *arg, const struct walrec_hdr *h, const uint8_t *payload)
+{
+    struct wrepl *r = arg;
+    struct walrec_piece pc = {payload, h->len};
+    uint64_t lsn = 0;
+    int e = wal_append(r->imp, h->type, &pc, 1, &lsn, NULL);
+
+    if (e < 0)
+        return e;
+    if (lsn != h->lsn)
+        return WLOG_ECORRUPT;
+    r->imp_pending += WALREC_HDR_SIZE + h->len;
+    if (r->imp_pending >= IMPORT_COMMIT_BYTES) {
+        r->imp_pending = 0;
+        return wal_commit(r->imp);
+    }
+    return 0;
+}
+
+/* Replace the segments of dir by the imported ones (their names do not collide: dir's go first). */
+static int imp_install(struct wrepl *r, int dirfd)
+{
+    uint64_t *nos = NULL;
+    size_t n = 0;
+    int e;
+
+    if ((e = wal_commit(r->imp)) < 0)
+        return e;
+    wal_close(r->imp);
+    r->imp = NULL;
+    if ((e = drop_segments(dirfd)) < 0)
+        return e;
+    if ((e = walscan_list(r->impfd, &nos, &n, NULL, 0)) < 0)
+        return e;
+    for (size_t i = 0; e == 0 && i < n; i++) {
+        char name[WALSCAN_NAME_SIZE];
+        walscan_seg_name(name, nos[i]);
+        if (renameat(r->impfd, name, dirfd, name) < 0)
+            e = -errno;
+    }
+    free(nos);
+    if (e == 0 && fsync(dirfd) < 0)
+        e = -errno;
+    return e;
+}
+
+/* Remove dir/import (what a crashed or unneeded import left). */
+static void imp_remove(struct wrepl *r)
+{
+    char path[4200];
+    int fd = imp_dirfd(r, 0);
+
+    if (r->imp) {
+        wal_close(r->imp);
+        r->imp = NULL;
+    }
+    if (fd >= 0) {
+        drop_segments(fd);
+        unlinkat(fd, "LOCK", 0);
+        close(fd);
+        r->impfd = -1;
+    }
+    snprintf(path, sizeof(path), "%s/%s", r->dir, IMPORT_DIR);
+    rmdir(path);
+}
+
+/*
+ * Holding the lease: fence, read the stream back to the fence, and make the
+ * local log the stream's log. 0, or a negative code (logged).
+ */
+int wrepl_import(struct wrepl *r, int dirfd)
+{
+    amqp_connection_state_t st = r->conn.st;
+    struct replrec_sink sink = {imp_reset, imp_record, r};
+    struct replrec_import im;
+    struct replrec_hdr fh = {REPLREC_FENCE, 0, 0, 0, 0};
+    uint8_t fence[REPLREC_HDR_SIZE];
+    amqp_table_entry_t e[1];
+    amqp_table_t args = {1, e};
+    uint64_t t0 = now_ms(), last = t0, unacked = 0, tag = 0;
+    char why[1024] = "";
+    int res = 0;
+
+    r->token = wrepl_rand64();
+    fh.owner = r->token;
+    replrec_hdr_encode(fence, &fh);
+    if (wrepl_publish(r, r->rc->stream, fence, sizeof(fence), why, sizeof(why)) < 0 ||
+        wrepl_wait_confirm(r, why, sizeof(why)) < 0)
+        goto lost;
+
+    amqp_channel_open(st, CH_READ);
+    if (amqp_conn_check(&r->conn, "channel.open", why, sizeof(why)) < 0)
+        goto lost;
+    amqp_basic_qos(st, CH_READ, 0, IMPORT_PREFETCH, 0);
+    if (amqp_conn_check(&r->conn, "basic.qos", why, sizeof(why)) < 0)
+        goto lost;
+    wrepl_arg_str(&e[0], "x-stream-offset", "first");
+    amqp_basic_consume(st, CH_READ, amqp_cstring_bytes(r->rc->stream),
+                       amqp_cstring_bytes("wal-import"), 0, 0, 0, args);
+    if (amqp_conn_check(&r->conn, "consume the stream", why, sizeof(why)) < 0)
+        goto lost;
+
+    replrec_import_init(&im, r->token);
+    while (res == 0) {
+        struct event ev;
+
+        if (atomic_load(&r->cancel)) {
+            imp_remove(r);
+            return -ECANCELED;
+        }
+        if (wrepl_next_event(r, 500, &ev, why, sizeof(why)) < 0)
+            goto lost;
+        if (ev.kind == EV_NONE && now_ms() - last > IMPORT_IDLE_MS) {
+            snprintf(why, sizeof(why), "the stream sent nothing for %d s before our fence",
+                     IMPORT_IDLE_MS / 1000);
+            goto lost;
+        }
+        if (ev.kind != EV_DELIVER)
+            continue;
+        last = now_ms();
+        if (ev.ch != CH_READ) {
+            amqp_destroy_message(&ev.msg);
+            continue;
+        }
+        res = replrec_import_msg(&im, ev.msg.body.bytes, ev.msg.body.len, &sink, why,
+                                 sizeof(why));
+        amqp_destroy_message(&ev.msg);
+        tag = ev.tag;
+        if (++unacked >= IMPORT_ACK_EVERY) {
+            amqp_basic_ack(st, CH_READ, tag, 1);
+            unacked = 0;
+        }
+        pthread_mutex_lock(&r->mu);
+        r->st.imported_records = im.records;
+        r->st.imported_bytes = im.bytes;
+        pthread_mutex_unlock(&r->mu);
+    }
+    if (unacked)
+        amqp_basic_ack(st, CH_READ, tag, 1);
+    amqp_channel_close(st, CH_READ, AMQP_REPLY_SUCCESS);
+    if (res < 0) {
+        log_error("wal-replica", "cannot read the stream back", "stream=%s error=\"%s\"",
+                  r->rc->stream, res == -1 ? why : wlog_strerror(res));
+        imp_remove(r);
+        return res == -1 ? WLOG_EREPLICA : res;
+    }
+
+    double secs = (double)(now_ms() - t0) / 1000.0;
+    if (im.next_lsn == 0) {
+        imp_remove(r);
+        log_info("wal-replica", "the stream holds no records: the local log is the log",
+                 "stream=%s messages=%llu ms=%llu", r->rc->stream,
+                 (unsigned long long)im.messages, (unsigned long long)(now_ms() - t0));
+        r->need_horizon = -1; /* decided once the local log is open */
+        return 0;
+    }
+    if (!replrec_import_complete(&im)) {
+        log_error("wal-replica",
+                  "the stream no longer holds the whole log: its first records start at an LSN "
+                  "no completed stream checkpoint covers (retention cut too early, or the "
+                  "stream was started for a log that already had records); messages may be "
+                  "lost. The local log is left as it is; to run from it, remove wal.replicate, "
+                  "or delete the stream to start replicating afresh",
+                  "stream=%s first_lsn=%llu next_lsn=%llu gaps=%llu", r->rc->stream,
+                  (unsigned long long)im.first_lsn, (unsigned long long)im.next_lsn,
+                  (unsigned long long)im.gaps);
+        imp_remove(r);
+        return WLOG_EREPLICA;
+    }
+    int ie = imp_install(r, dirfd);
+    imp_remove(r);
+    if (ie < 0) {
+        log_error("wal-replica", "cannot install the log read back from the stream",
+                  "dir=%s error=\"%s\"", r->dir, wlog_strerror(ie));
+        return ie;
+    }
+    log_info("wal-replica", "local log rebuilt from the stream",
+             "stream=%s wal_id=%016llx first_lsn=%llu next_lsn=%llu records=%llu bytes=%llu "
+             "messages=%llu strays=%llu horizons=%llu seconds=%.3f",
+             r->rc->stream, (unsigned long long)im.wal_id, (unsigned long long)im.first_lsn,
+             (unsigned long long)im.next_lsn, (unsigned long long)im.records,
+             (unsigned long long)im.bytes, (unsigned long long)im.messages,
+             (unsigned long long)im.strays, (unsigned long long)im.horizons, secs);
+    return 0;
+
+lost:
+    /* Nothing local changed: let go of the lease and try again (a stream electing a leader). */
+    log_warn("wal-replica", "cannot read the stream back; retrying", "stream=%s error=\"%s\"",
+             r->rc->stream, why);
+    imp_remove(r);
+    amqp_conn_close(&r->conn, 0);
+    return -EAGAIN;
+}
+
+/* ---- writing: the tap, commits, the thread ---------------------------------------- */

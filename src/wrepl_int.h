@@ -1,0 +1,173 @@
+/*
+ * wrepl_int.h -- what the three files of the replicated log share: its
+ * state (struct wrepl), the broker connection's events, and the helpers
+ * each of them calls. Private to src/wrepl*.c; the contract is wrepl.h.
+ *
+ *   wrepl.c         the wlog interface: commits, the tap that turns records
+ *                   into stream messages, the publishing thread, horizons
+ *   wrepl_lease.c   the broker connection: frames, publishes, the lease
+ *                   (take it, stand by, renew it so no broker timer ends it)
+ *   wrepl_import.c  reading the stream back into the local log
+ *
+ * Threads: recover (connect, lease, import) runs on the recovery thread;
+ * once it returns, the connection belongs to the publishing thread
+ * (repl_main) and the loop thread talks to it through mu/cv and efd.
+ */
+#ifndef DB_WREPL_INT_H
+#define DB_WREPL_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <amqp.h>
+#include <amqp_framing.h>
+
+#include "delay-bridge/amqp_conn.h"
+#include "delay-bridge/clock.h"
+#include "delay-bridge/wrepl.h"
+
+#include "delay-bridge/xalloc.h"
+
+#define CH_PUB 1   /* stream and lease-token publishes, with confirms */
+#define CH_LEASE 2 /* the lease consumer */
+#define CH_READ 3  /* the import's stream consumer */
+#define IMPORT_DIR "import"
+#define IMPORT_PREFETCH 1000 /* messages; TCP flow control bounds the bytes */
+#define IMPORT_ACK_EVERY 250
+#define IMPORT_COMMIT_BYTES (64u << 20)
+#define IMPORT_IDLE_MS 60000 /* the stream sends nothing for this long: give up */
+#define RETRY_MS 2000
+
+struct buf {
+    uint8_t *p;
+    size_t len, cap;
+};
+
+struct wrepl {
+    struct wlog base;
+    struct wlog *inner;
+    struct wal_opts wo;
+    const struct config *cfg;
+    const struct config_replicate *rc;
+    char dir[4096];
+
+    /* The broker connection: recover's, then the replication thread's. */
+    struct amqp_conn conn;
+    uint64_t next_tag;  /* delivery tag of the last publish on CH_PUB */
+    int have_lease;
+    uint64_t token;     /* this term's */
+    int efd;            /* wakes the thread */
+
+    /* Loop thread: records being gathered into stream messages. */
+    struct buf build;   /* [u32 body length][body] ... */
+    size_t cur;         /* offset of the open message's length word, or SIZE_MAX */
+    uint32_t cur_count;
+    uint64_t cur_first;
+    uint64_t wal_id;
+    uint64_t tapped;    /* record bytes handed to the stream, ever */
+
+    /* Loop thread: the commit in progress. */
+    int busy, local_pending, stream_pending, local_err, stream_err;
+    wlog_commit_fn *done;
+    void *done_arg;
+
+    /* Loop thread: stream checkpoints (horizons). */
+    uint64_t horizon_target;   /* running: the LSN asked for (0: none) */
+    uint64_t horizon_began_at; /* tapped when it began */
+    uint64_t last_began_at;    /* tapped when the newest completed one began */
+    uint64_t last_ended_at;    /* tapped when it completed: the next one counts from here */
+    uint64_t last_horizon_ms;
+    int need_horizon;
+    uint64_t warned_ms;
+    uint64_t horizon_unsent;   /* reached, its HORIZON message waits in build */
+    uint64_t horizon_in_job;   /* ... in the job out on the thread */
+    uint64_t horizon_copied;   /* bytes copied for it, for the log line */
+
+    /* Shared with the thread, under mu. */
+    pthread_t th;
+    int started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct buf job;
+    int job_posted, job_done, job_err, quit;
+    int failed;
+    void (*notify)(void *arg);
+    void *notify_arg;
+    struct wlog_repl_stats st; /* state and cancel are the atomics below */
+    _Atomic int state;
+    _Atomic int cancel;
+
+    /* The import (recover's thread). */
+    struct wal *imp;
+    int impfd;
+    uint64_t imp_pending;
+};
+
+#define R(l) ((struct wrepl *)(l))
+
+/* ---- shared helpers (wrepl_lease.c) ---------------------------------------------- */
+
+static inline uint64_t now_ms(void)
+{
+    return clock_mono_ns() / 1000000u;
+}
+
+static inline void set_state(struct wrepl *r, int s)
+{
+    atomic_store(&r->state, s);
+}
+
+uint64_t wrepl_rand64(void);
+void wrepl_buf_reserve(struct buf *b, size_t n);
+
+enum { EV_NONE, EV_DELIVER, EV_ACK, EV_NACK, EV_CANCEL };
+
+struct event {
+    int kind;
+    amqp_channel_t ch;
+    uint64_t tag;
+    int multiple;
+    amqp_message_t msg; /* EV_DELIVER: amqp_destroy_message() it */
+};
+
+/*
+ * The next event within timeout_ms (0: only what has arrived); ev->kind is
+ * EV_NONE when there is none. -1 with why set when the connection or a
+ * channel is gone (a broker close is answered).
+ */
+int wrepl_next_event(struct wrepl *r, int timeout_ms, struct event *ev, char *why, size_t n);
+
+/* Publish body to queue through the default exchange on CH_PUB (persistent). 0 or -1 + why. */
+int wrepl_publish(struct wrepl *r, const char *queue, const void *body, size_t n, char *why,
+                  size_t wn);
+
+/* Wait for the confirm of the last publish (recover only; a lease token may arrive meanwhile). */
+int wrepl_wait_confirm(struct wrepl *r, char *why, size_t n);
+
+/* A string / 64-bit integer table entry (arguments). */
+void wrepl_arg_str(amqp_table_entry_t *e, const char *key, const char *v);
+void wrepl_arg_i64(amqp_table_entry_t *e, const char *key, int64_t v);
+
+/*
+ * Connect (trying every broker URI), declare the stream and the lease
+ * queue, consume the lease, put a token in it if it has none. 0; -EAGAIN
+ * when no broker could be reached (worth retrying); WLOG_EREPLICA when the
+ * broker refused a declaration (it will again: the operator must look).
+ */
+int wrepl_connect_lease(struct wrepl *r);
+
+/* 0 once the broker delivered us a lease token; -EAGAIN: connection lost; -ECANCELED. */
+int wrepl_wait_lease(struct wrepl *r);
+
+/* ---- the import (wrepl_import.c) ------------------------------------------------- */
+
+/*
+ * Holding the lease: fence, read the stream back to the fence, and make the
+ * local log the stream's log. 0; -EAGAIN (nothing local changed: retry);
+ * or a negative code (logged).
+ */
+int wrepl_import(struct wrepl *r, int dirfd);
+
+#endif
