@@ -173,7 +173,7 @@ int amqp_conn_open(struct amqp_conn *c, const char *uri, const char *name,
     struct uri u;
     struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
     amqp_socket_t *sock;
-    amqp_table_entry_t props[2], caps[1];
+    amqp_table_entry_t props[2], caps[2];
     amqp_table_t ptable;
     amqp_rpc_reply_t r;
     char text[512];
@@ -226,9 +226,17 @@ int amqp_conn_open(struct amqp_conn *c, const char *uri, const char *name,
     caps[0].key = amqp_cstring_bytes("connection.blocked");
     caps[0].value.kind = AMQP_FIELD_KIND_BOOLEAN;
     caps[0].value.value.boolean = 1;
+    /*
+     * basic.cancel for a consumer the broker ends (queue deleted; from 4.3
+     * also a delivery acknowledgement timeout on a quorum queue, which
+     * otherwise closes the whole channel). Every consumer here handles it.
+     */
+    caps[1].key = amqp_cstring_bytes("consumer_cancel_notify");
+    caps[1].value.kind = AMQP_FIELD_KIND_BOOLEAN;
+    caps[1].value.value.boolean = 1;
     props[1].key = amqp_cstring_bytes("capabilities");
     props[1].value.kind = AMQP_FIELD_KIND_TABLE;
-    props[1].value.value.table.num_entries = 1;
+    props[1].value.value.table.num_entries = 2;
     props[1].value.value.table.entries = caps;
     ptable.num_entries = 2;
     ptable.entries = props;

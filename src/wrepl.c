@@ -177,10 +177,11 @@ static void *repl_main(void *arg)
         }
         if (!dead && !amqp_conn_buffered(&r->conn)) {
             struct pollfd p[2] = {{r->efd, POLLIN, 0}, {r->conn.fd, POLLIN, 0}};
-            int timeout = 1000;
+            int timeout = wrepl_renew_wait_ms(r);
             if (inflight) {
                 uint64_t now = now_ms();
-                timeout = now >= deadline ? 0 : (int)(deadline - now < 1000 ? deadline - now : 1000);
+                int t = now >= deadline ? 0 : (int)(deadline - now < 1000 ? deadline - now : 1000);
+                timeout = t < timeout ? t : timeout;
                 if (r->conn.tls && timeout > 20)
                     timeout = 20; /* TLS may hold a record rabbitmq-c has not seen yet */
             }
@@ -194,12 +195,19 @@ static void *repl_main(void *arg)
             continue;
         if (dead)
             continue;
+        if (wrepl_renew_step(r, why, sizeof(why)) < 0)
+            goto fail;
         for (;;) {
             struct event ev;
+            int mine;
             if (wrepl_next_event(r, 0, &ev, why, sizeof(why)) < 0)
                 goto fail;
             if (ev.kind == EV_NONE)
                 break;
+            if ((mine = wrepl_renew_event(r, &ev, why, sizeof(why))) < 0)
+                goto fail;
+            if (mine)
+                continue;
             if (ev.kind == EV_DELIVER) {
                 amqp_destroy_message(&ev.msg);
             } else if (ev.kind == EV_NACK && ev.ch == CH_PUB) {
@@ -296,7 +304,7 @@ static int wr_recover(struct wlog *l, wlog_replay_fn *fn, void *arg, struct db_p
     uint64_t t0 = now_ms();
     int lockfd = -1, dirfd = -1, e;
 
-    uint64_t t1 = t0;
+    r->recover_t0 = t0;
 
     if ((e = lock_dir(r->dir, &lockfd)) < 0)
         return e;
@@ -311,27 +319,16 @@ static int wr_recover(struct wlog *l, wlog_replay_fn *fn, void *arg, struct db_p
             goto out;
         }
         set_state(r, WLOG_REPL_CONNECTING);
+        r->retry_now = 0;
         e = wrepl_connect_lease(r);
         if (e == 0) {
-            set_state(r, WLOG_REPL_STANDBY);
-            e = wrepl_wait_lease(r);
-        }
-        if (e == 0) {
-            pthread_mutex_lock(&r->mu);
-            r->st.standby_seconds = (double)(now_ms() - t0) / 1000.0;
-            pthread_mutex_unlock(&r->mu);
-            log_info("wal-replica", "lease granted: this bridge owns the log",
-                     "stream=%s waited_ms=%llu", r->rc->stream,
-                     (unsigned long long)(now_ms() - t0));
-            set_state(r, WLOG_REPL_IMPORTING);
-            t1 = now_ms();
             e = wrepl_import(r, dirfd);
             if (e == 0)
                 break;
         }
         if (e != -EAGAIN)
             goto out;
-        for (int i = 0; i < RETRY_MS / 100 && !atomic_load(&r->cancel); i++)
+        for (int i = 0; !r->retry_now && i < RETRY_MS / 100 && !atomic_load(&r->cancel); i++)
             usleep(100000);
     }
     close(lockfd); /* wal_open takes it again */
@@ -350,7 +347,7 @@ static int wr_recover(struct wlog *l, wlog_replay_fn *fn, void *arg, struct db_p
     wal_set_tap(w, tap, r);
     r->last_horizon_ms = now_ms();
     pthread_mutex_lock(&r->mu);
-    r->st.import_seconds = (double)(now_ms() - t1) / 1000.0;
+    r->st.import_seconds = (double)(now_ms() - r->lease_at) / 1000.0;
     r->st.complete = !r->need_horizon;
     pthread_mutex_unlock(&r->mu);
     if ((e = pthread_create(&r->th, NULL, repl_main, r)) != 0) {
@@ -714,6 +711,7 @@ struct wlog *wrepl_log(const struct wal_opts *wo, const struct config *cfg)
     r->wo.dir = r->dir;
     r->cur = SIZE_MAX;
     r->impfd = -1;
+    r->tail_from = -1;
     r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);

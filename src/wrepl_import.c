@@ -42,6 +42,7 @@
 #include "delay-bridge/replrec.h"
 #include "delay-bridge/walckpt.h"
 #include "delay-bridge/walscan.h"
+#include "delay-bridge/xalloc.h"
 
 /* Delete the segments (and checkpoint) in dirfd. 0 or -errno. */
 static int drop_segments(int dirfd)
@@ -169,9 +170,116 @@ static void imp_remove(struct wrepl *r)
     rmdir(path);
 }
 
+/* The stream offset a delivery carries (header x-stream-offset), or -1. */
+static int64_t delivery_offset(const amqp_message_t *m)
+{
+    const amqp_table_t *t = &m->properties.headers;
+
+    if (!(m->properties._flags & AMQP_BASIC_HEADERS_FLAG))
+        return -1;
+    for (int i = 0; i < t->num_entries; i++) {
+        const amqp_table_entry_t *e = &t->entries[i];
+        if (e->key.len == 15 && memcmp(e->key.bytes, "x-stream-offset", 15) == 0) {
+            if (e->value.kind == AMQP_FIELD_KIND_I64)
+                return e->value.value.i64;
+            if (e->value.kind == AMQP_FIELD_KIND_U64)
+                return (int64_t)e->value.value.u64;
+        }
+    }
+    return -1;
+}
+
 /*
- * Holding the lease: fence, read the stream back to the fence, and make the
- * local log the stream's log. 0, or a negative code (logged).
+ * Where each record batch since the last horizon starts in the stream: a
+ * standby that passes a horizon finds the batch holding its LSN here, the
+ * place a later read can start from.
+ */
+struct batch_pos {
+    uint64_t first, count; /* LSNs first .. first + count - 1 */
+    int64_t offset;        /* the stream offset of its message */
+    uint64_t bytes_before; /* record bytes imported before it */
+};
+
+struct batch_index {
+    struct batch_pos *v;
+    size_t n, cap;
+};
+
+static void index_add(struct batch_index *x, const struct batch_pos *p)
+{
+    if (x->n == x->cap) {
+        x->cap = x->cap ? 2 * x->cap : 1024;
+        x->v = xrealloc(x->v, x->cap * sizeof(*x->v));
+    }
+    x->v[x->n++] = *p;
+}
+
+/* The batch that holds lsn, and drop the ones before it; NULL if none does. */
+static const struct batch_pos *index_cut(struct batch_index *x, uint64_t lsn)
+{
+    for (size_t i = 0; i < x->n; i++)
+        if (x->v[i].first <= lsn && lsn < x->v[i].first + x->v[i].count) {
+            memmove(x->v, x->v + i, (x->n - i) * sizeof(*x->v));
+            x->n -= i;
+            return &x->v[0];
+        }
+    return NULL;
+}
+
+static int start_tail(struct wrepl *r, char *why, size_t n)
+{
+    amqp_connection_state_t st = r->conn.st;
+    amqp_table_entry_t e[1];
+    amqp_table_t args = {1, e};
+
+    amqp_channel_open(st, CH_READ);
+    if (amqp_conn_check(&r->conn, "channel.open", why, n) < 0)
+        return -1;
+    amqp_basic_qos(st, CH_READ, 0, IMPORT_PREFETCH, 0);
+    if (amqp_conn_check(&r->conn, "basic.qos", why, n) < 0)
+        return -1;
+    if (r->tail_from < 0)
+        wrepl_arg_str(&e[0], "x-stream-offset", "first");
+    else
+        wrepl_arg_i64(&e[0], "x-stream-offset", r->tail_from);
+    amqp_basic_consume(st, CH_READ, amqp_cstring_bytes(r->rc->stream),
+                       amqp_cstring_bytes("wal-import"), 0, 0, 0, args);
+    return amqp_conn_check(&r->conn, "consume the stream", why, n);
+}
+
+/*
+ * A standby passed a horizon: if what it imported is mostly older than the
+ * horizon (records the owner has since copied forward or finished), it
+ * reads again from the batch that holds the horizon, so its copy follows
+ * the live data, not the stream's whole length. 1: start again from there.
+ */
+static int passed_horizon(struct wrepl *r, const struct replrec_import *im,
+                          struct batch_index *x)
+{
+    const struct batch_pos *p = index_cut(x, im->horizon);
+
+    if (!p || p->offset < 0)
+        return 0;
+    uint64_t since = im->bytes - p->bytes_before;
+    if (im->bytes <= 2 * since + TAIL_SLACK_BYTES)
+        return 0;
+    log_info("wal-replica", "standby: the stream passed a horizon; reading it again from there "
+             "to keep the local copy near the live data", "horizon_lsn=%llu offset=%lld "
+             "imported_bytes=%llu since_horizon_bytes=%llu",
+             (unsigned long long)im->horizon, (long long)p->offset,
+             (unsigned long long)im->bytes, (unsigned long long)since);
+    r->tail_from = p->offset;
+    return 1;
+}
+
+/*
+ * Standing by and taking over, on one connection. The stream is read from
+ * the start (or from where an earlier pass found a horizon) into
+ * dir/import/ while another bridge holds the lease: a hot standby. Once
+ * the lease token comes, a FENCE with this term's token goes out, the read
+ * goes on up to it, and the imported log replaces the local one. 0;
+ * -EAGAIN (nothing local changed: connect again); or a negative code
+ * (logged).
  */
 int wrepl_import(struct wrepl *r, int dirfd)
 {
@@ -179,53 +287,84 @@ int wrepl_import(struct wrepl *r, int dirfd)
     struct replrec_sink sink = {imp_reset, imp_record, r};
     struct replrec_import im;
     struct replrec_hdr fh = {REPLREC_FENCE, 0, 0, 0, 0};
+    struct batch_index index = {0};
     uint8_t fence[REPLREC_HDR_SIZE];
-    amqp_table_entry_t e[1];
-    amqp_table_t args = {1, e};
-    uint64_t t0 = now_ms(), last = t0, unacked = 0, tag = 0;
+    uint64_t t0 = now_ms(), last = t0, unacked = 0, tag = 0, said = 0, seen_horizons = 0;
+    uint64_t t_lease = 0;
     char why[1024] = "";
-    int res = 0;
+    int res = 0, fenced = 0, again = 0;
 
     r->token = wrepl_rand64();
     fh.owner = r->token;
     replrec_hdr_encode(fence, &fh);
-    if (wrepl_publish(r, r->rc->stream, fence, sizeof(fence), why, sizeof(why)) < 0 ||
-        wrepl_wait_confirm(r, why, sizeof(why)) < 0)
-        goto lost;
-
-    amqp_channel_open(st, CH_READ);
-    if (amqp_conn_check(&r->conn, "channel.open", why, sizeof(why)) < 0)
-        goto lost;
-    amqp_basic_qos(st, CH_READ, 0, IMPORT_PREFETCH, 0);
-    if (amqp_conn_check(&r->conn, "basic.qos", why, sizeof(why)) < 0)
-        goto lost;
-    wrepl_arg_str(&e[0], "x-stream-offset", "first");
-    amqp_basic_consume(st, CH_READ, amqp_cstring_bytes(r->rc->stream),
-                       amqp_cstring_bytes("wal-import"), 0, 0, 0, args);
-    if (amqp_conn_check(&r->conn, "consume the stream", why, sizeof(why)) < 0)
-        goto lost;
-
     replrec_import_init(&im, r->token);
+    if (start_tail(r, why, sizeof(why)) < 0)
+        goto lost;
+    set_state(r, WLOG_REPL_STANDBY);
+
     while (res == 0) {
         struct event ev;
 
         if (atomic_load(&r->cancel)) {
             imp_remove(r);
+            free(index.v);
             return -ECANCELED;
         }
-        if (wrepl_next_event(r, 500, &ev, why, sizeof(why)) < 0)
+        if (r->have_lease && !fenced) {
+            /* Its confirm is not waited for: reading it back from the stream says more. */
+            if (wrepl_publish(r, r->rc->stream, fence, sizeof(fence), why, sizeof(why)) < 0)
+                goto lost;
+            fenced = 1;
+            last = t_lease = r->lease_at = now_ms();
+            pthread_mutex_lock(&r->mu);
+            r->st.standby_seconds = (double)(t_lease - r->recover_t0) / 1000.0;
+            pthread_mutex_unlock(&r->mu);
+            log_info("wal-replica", "lease granted: this bridge owns the log",
+                     "stream=%s waited_ms=%llu read_ahead_records=%llu", r->rc->stream,
+                     (unsigned long long)(t_lease - r->recover_t0),
+                     (unsigned long long)im.records);
+            set_state(r, WLOG_REPL_IMPORTING);
+        }
+        if (!fenced && now_ms() - t0 >= 1000 && (said == 0 || now_ms() - said >= 60000)) {
+            said = now_ms();
+            log_info("wal-replica", "standing by: another bridge holds the lease of this log",
+                     "stream=%s lease_queue=%s waited_s=%llu read_ahead_records=%llu",
+                     r->rc->stream, r->rc->lease_queue,
+                     (unsigned long long)((now_ms() - t0) / 1000),
+                     (unsigned long long)im.records);
+        }
+        if (wrepl_renew_step(r, why, sizeof(why)) < 0 ||
+            wrepl_next_event(r, 250, &ev, why, sizeof(why)) < 0)
             goto lost;
-        if (ev.kind == EV_NONE && now_ms() - last > IMPORT_IDLE_MS) {
+        int mine = wrepl_renew_event(r, &ev, why, sizeof(why));
+        if (mine < 0)
+            goto lost;
+        if (mine)
+            continue;
+        if (ev.kind == EV_CANCEL) {
+            snprintf(why, sizeof(why), "the broker cancelled a consumer (lease queue or stream "
+                     "deleted?)");
+            goto lost;
+        }
+        if (fenced && ev.kind == EV_NONE && now_ms() - last > IMPORT_IDLE_MS) {
             snprintf(why, sizeof(why), "the stream sent nothing for %d s before our fence",
                      IMPORT_IDLE_MS / 1000);
             goto lost;
         }
         if (ev.kind != EV_DELIVER)
             continue;
-        last = now_ms();
         if (ev.ch != CH_READ) {
             amqp_destroy_message(&ev.msg);
             continue;
+        }
+        last = now_ms();
+        struct replrec_hdr bh;
+        struct batch_pos pos = {0, 0, delivery_offset(&ev.msg), im.bytes};
+        if (replrec_hdr_decode(ev.msg.body.bytes, ev.msg.body.len, &bh) > 0 &&
+            bh.kind == REPLREC_RECORDS) {
+            pos.first = bh.lsn;
+            pos.count = bh.count;
+            index_add(&index, &pos);
         }
         res = replrec_import_msg(&im, ev.msg.body.bytes, ev.msg.body.len, &sink, why,
                                  sizeof(why));
@@ -239,7 +378,17 @@ int wrepl_import(struct wrepl *r, int dirfd)
         r->st.imported_records = im.records;
         r->st.imported_bytes = im.bytes;
         pthread_mutex_unlock(&r->mu);
+        if (res == 0 && im.horizons != seen_horizons) {
+            seen_horizons = im.horizons;
+            if (!fenced && passed_horizon(r, &im, &index)) {
+                again = 1;
+                snprintf(why, sizeof(why), "reading again from the newest horizon");
+                goto lost;
+            }
+        }
     }
+    free(index.v);
+    index.v = NULL;
     if (unacked)
         amqp_basic_ack(st, CH_READ, tag, 1);
     amqp_channel_close(st, CH_READ, AMQP_REPLY_SUCCESS);
@@ -250,14 +399,25 @@ int wrepl_import(struct wrepl *r, int dirfd)
         return res == -1 ? WLOG_EREPLICA : res;
     }
 
-    double secs = (double)(now_ms() - t0) / 1000.0;
+    double secs = (double)(now_ms() - t_lease) / 1000.0;
     if (im.next_lsn == 0) {
         imp_remove(r);
         log_info("wal-replica", "the stream holds no records: the local log is the log",
                  "stream=%s messages=%llu ms=%llu", r->rc->stream,
-                 (unsigned long long)im.messages, (unsigned long long)(now_ms() - t0));
+                 (unsigned long long)im.messages, (unsigned long long)(now_ms() - t_lease));
         r->need_horizon = -1; /* decided once the local log is open */
         return 0;
+    }
+    if (!replrec_import_complete(&im) && r->tail_from >= 0) {
+        /* Read from a horizon's batch, the run was not whole after all: read everything. */
+        log_warn("wal-replica", "the stream read from the newest horizon is not whole; reading "
+                 "it from the start", "stream=%s first_lsn=%llu next_lsn=%llu", r->rc->stream,
+                 (unsigned long long)im.first_lsn, (unsigned long long)im.next_lsn);
+        r->tail_from = -1;
+        r->retry_now = 1;
+        imp_remove(r);
+        amqp_conn_close(&r->conn, 0);
+        return -EAGAIN;
     }
     if (!replrec_import_complete(&im)) {
         log_error("wal-replica",
@@ -281,20 +441,27 @@ int wrepl_import(struct wrepl *r, int dirfd)
     }
     log_info("wal-replica", "local log rebuilt from the stream",
              "stream=%s wal_id=%016llx first_lsn=%llu next_lsn=%llu records=%llu bytes=%llu "
-             "messages=%llu strays=%llu horizons=%llu seconds=%.3f",
+             "messages=%llu strays=%llu horizons=%llu read_from=%lld seconds_after_lease=%.3f",
              r->rc->stream, (unsigned long long)im.wal_id, (unsigned long long)im.first_lsn,
              (unsigned long long)im.next_lsn, (unsigned long long)im.records,
              (unsigned long long)im.bytes, (unsigned long long)im.messages,
-             (unsigned long long)im.strays, (unsigned long long)im.horizons, secs);
+             (unsigned long long)im.strays, (unsigned long long)im.horizons,
+             (long long)r->tail_from, secs);
     return 0;
 
 lost:
     /* Nothing local changed: let go of the lease and try again (a stream electing a leader). */
-    log_warn("wal-replica", "cannot read the stream back; retrying", "stream=%s error=\"%s\"",
-             r->rc->stream, why);
+    free(index.v);
+    if (again) {
+        log_info("wal-replica", "standby: connecting again", "stream=%s reason=\"%s\"",
+                 r->rc->stream, why);
+        r->retry_now = 1;
+    } else {
+        log_warn("wal-replica", fenced ? "cannot read the stream back; retrying"
+                                       : "lost the broker while standing by; reconnecting",
+                 "stream=%s error=\"%s\"", r->rc->stream, why);
+    }
     imp_remove(r);
     amqp_conn_close(&r->conn, 0);
     return -EAGAIN;
 }
-
-/* ---- writing: the tap, commits, the thread ---------------------------------------- */

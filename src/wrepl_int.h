@@ -33,12 +33,14 @@
 #define CH_PUB 1   /* stream and lease-token publishes, with confirms */
 #define CH_LEASE 2 /* the lease consumer */
 #define CH_READ 3  /* the import's stream consumer */
+#define CH_RENEW 4 /* fresh lease tokens, with confirms (tags of their own) */
 #define IMPORT_DIR "import"
 #define IMPORT_PREFETCH 1000 /* messages; TCP flow control bounds the bytes */
 #define IMPORT_ACK_EVERY 250
 #define IMPORT_COMMIT_BYTES (64u << 20)
 #define IMPORT_IDLE_MS 60000 /* the stream sends nothing for this long: give up */
 #define RETRY_MS 2000
+#define TAIL_SLACK_BYTES (64ull << 20) /* a standby reads again from a horizon past this */
 
 struct buf {
     uint8_t *p;
@@ -58,6 +60,19 @@ struct wrepl {
     uint64_t next_tag;  /* delivery tag of the last publish on CH_PUB */
     int have_lease;
     uint64_t token;     /* this term's */
+    int server_major;   /* the broker's major version (0: unknown) */
+    uint64_t recover_t0;  /* monotonic ms recover began */
+    uint64_t lease_at;    /* ... and the lease came */
+    int64_t tail_from;    /* where a standby's read starts: a stream offset, -1: "first" */
+    int retry_now;        /* the last -EAGAIN wants no pause before connecting again */
+
+    /* The lease token (wrepl_lease.c): recover's thread, then repl_main's. */
+    uint64_t lease_tag;      /* delivery tag of the token we hold on CH_LEASE, 0: none */
+    int renew;               /* RENEW_* */
+    uint64_t renew_at;       /* monotonic ms: the next renewal starts */
+    uint64_t renew_deadline; /* the step under way gives up */
+    uint64_t renew_tag;      /* last publish on CH_RENEW */
+    uint64_t renewals;       /* completed: a fresh token is held */
     int efd;            /* wakes the thread */
 
     /* Loop thread: records being gathered into stream messages. */
@@ -158,15 +173,27 @@ void wrepl_arg_i64(amqp_table_entry_t *e, const char *key, int64_t v);
  */
 int wrepl_connect_lease(struct wrepl *r);
 
-/* 0 once the broker delivered us a lease token; -EAGAIN: connection lost; -ECANCELED. */
-int wrepl_wait_lease(struct wrepl *r);
+
+/*
+ * Keeping the lease (the token held unacked) from being taken back by a
+ * broker timer. wrepl_renew_step() starts a renewal when one is due and
+ * gives up a stuck step; wrepl_renew_event() takes the events that belong
+ * to it (the token's delivery, CH_RENEW's confirms) and returns 1 for
+ * them. Both -1 with why when the lease is lost or cannot be renewed.
+ * wrepl_renew_wait_ms(): how long the caller may sleep before the next step.
+ */
+enum { RENEW_IDLE, RENEW_CONFIRM, RENEW_DELIVER };
+int wrepl_renew_step(struct wrepl *r, char *why, size_t n);
+int wrepl_renew_event(struct wrepl *r, const struct event *ev, char *why, size_t n);
+int wrepl_renew_wait_ms(const struct wrepl *r);
 
 /* ---- the import (wrepl_import.c) ------------------------------------------------- */
 
 /*
- * Holding the lease: fence, read the stream back to the fence, and make the
- * local log the stream's log. 0; -EAGAIN (nothing local changed: retry);
- * or a negative code (logged).
+ * Stand by reading the stream ahead into dir/import/ (a hot standby) until
+ * the lease comes; then fence, read on to the fence, and make the local
+ * log the stream's log. 0; -EAGAIN (nothing local changed: connect again;
+ * r->retry_now: at once); or a negative code (logged).
  */
 int wrepl_import(struct wrepl *r, int dirfd);
 

@@ -151,9 +151,9 @@ int wrepl_wait_confirm(struct wrepl *r, char *why, size_t n)
     while (now_ms() < deadline) {
         if (wrepl_next_event(r, 200, &ev, why, n) < 0)
             return -1;
-        if (ev.kind == EV_DELIVER) {
-            if (ev.ch == CH_LEASE && !r->have_lease)
-                r->have_lease = 1;
+        if (wrepl_renew_event(r, &ev, why, n) != 0) {
+            /* the token, or a renewal's confirm (cannot fail here: none is under way) */
+        } else if (ev.kind == EV_DELIVER) {
             amqp_destroy_message(&ev.msg);
         } else if (ev.kind == EV_ACK && ev.ch == CH_PUB && ev.tag >= tag) {
             return 0;
@@ -182,6 +182,86 @@ void wrepl_arg_i64(amqp_table_entry_t *e, const char *key, int64_t v)
     e->value.value.i64 = v;
 }
 
+/* The broker's major version from connection.start's server properties (0: unknown). */
+static int server_major(amqp_connection_state_t st)
+{
+    const amqp_table_t *t = amqp_get_server_properties(st);
+
+    for (int i = 0; t && i < t->num_entries; i++) {
+        const amqp_table_entry_t *e = &t->entries[i];
+        if (e->key.len == 7 && memcmp(e->key.bytes, "version", 7) == 0 &&
+            e->value.kind == AMQP_FIELD_KIND_UTF8 && e->value.value.bytes.len > 0) {
+            const char *v = e->value.value.bytes.bytes;
+            int major = 0;
+            for (size_t k = 0; k < e->value.value.bytes.len && v[k] >= '0' && v[k] <= '9'; k++)
+                major = major * 10 + (v[k] - '0');
+            return major;
+        }
+    }
+    return 0;
+}
+
+/* Answer the broker's channel.close that ended the last RPC on ch, and open ch again. */
+static int reopen(struct wrepl *r, amqp_channel_t ch, char *err, size_t n)
+{
+    amqp_channel_close_ok_t ok;
+
+    if (amqp_send_method(r->conn.st, ch, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) != AMQP_STATUS_OK) {
+        snprintf(err, n, "channel.close-ok: connection lost");
+        return -1;
+    }
+    amqp_channel_open(r->conn.st, ch);
+    return amqp_conn_check(&r->conn, "channel.open", err, n);
+}
+
+/*
+ * The lease queue: an existing one is used as it is (its arguments cannot
+ * change: a declaration that differs is refused with 406); a new one is a
+ * quorum queue with single active consumer, and on RabbitMQ 4.x no
+ * delivery limit (x-delivery-limit -1; 4.0 made it 20 by default, and the
+ * token, returned at each hand-over, would be dropped after about 20 of
+ * them). 3.x has no default limit and reads -1 differently, so it gets none.
+ * Sets *ready to the tokens waiting. 0, or -1 (refused: err) / -2 (transient).
+ */
+static int declare_lease_queue(struct wrepl *r, uint32_t *ready, char *err, size_t n)
+{
+    amqp_connection_state_t st = r->conn.st;
+    amqp_table_entry_t e[3];
+    amqp_table_t args = {0, e};
+    amqp_queue_declare_ok_t *ok;
+    amqp_rpc_reply_t rr;
+
+    ok = amqp_queue_declare(st, CH_LEASE, amqp_cstring_bytes(r->rc->lease_queue), 1, 0, 0, 0,
+                            amqp_empty_table);
+    if (ok) {
+        *ready = ok->message_count;
+        return 0;
+    }
+    rr = amqp_get_rpc_reply(st);
+    if (!(rr.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
+          rr.reply.id == AMQP_CHANNEL_CLOSE_METHOD &&
+          ((amqp_channel_close_t *)rr.reply.decoded)->reply_code == AMQP_NOT_FOUND)) {
+        amqp_conn_check(&r->conn, "look for the lease queue", err, n);
+        return rr.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION ? -1 : -2;
+    }
+    if (reopen(r, CH_LEASE, err, n) < 0)
+        return -2;
+    wrepl_arg_str(&e[args.num_entries++], "x-queue-type", "quorum");
+    e[args.num_entries].key = amqp_cstring_bytes("x-single-active-consumer");
+    e[args.num_entries].value.kind = AMQP_FIELD_KIND_BOOLEAN;
+    e[args.num_entries++].value.value.boolean = 1;
+    if (r->server_major >= 4)
+        wrepl_arg_i64(&e[args.num_entries++], "x-delivery-limit", -1);
+    ok = amqp_queue_declare(st, CH_LEASE, amqp_cstring_bytes(r->rc->lease_queue), 0, 1, 0, 0,
+                            args);
+    if (amqp_conn_check(&r->conn, "declare the lease queue", err, n) < 0)
+        return -1;
+    *ready = ok->message_count;
+    return 0;
+}
+
+static const char TOKEN[] = "delay-bridge WAL lease token";
+
 int wrepl_connect_lease(struct wrepl *r)
 {
     const struct config *cfg = r->cfg;
@@ -190,7 +270,7 @@ int wrepl_connect_lease(struct wrepl *r)
     amqp_table_entry_t e[4];
     amqp_table_t args = {0, e};
     amqp_connection_state_t st;
-    amqp_queue_declare_ok_t *ok;
+    uint32_t tokens = 0;
     char name[300], err[1024] = "";
     int i;
 
@@ -208,10 +288,20 @@ int wrepl_connect_lease(struct wrepl *r)
     st = r->conn.st;
     r->next_tag = 0;
     r->have_lease = 0;
+    r->lease_tag = 0;
+    r->renew = RENEW_IDLE;
+    r->renew_tag = 0;
+    r->server_major = server_major(st);
     amqp_channel_open(st, CH_PUB);
     if (amqp_conn_check(&r->conn, "channel.open", err, sizeof(err)) < 0)
         goto transient;
     amqp_confirm_select(st, CH_PUB);
+    if (amqp_conn_check(&r->conn, "confirm.select", err, sizeof(err)) < 0)
+        goto transient;
+    amqp_channel_open(st, CH_RENEW);
+    if (amqp_conn_check(&r->conn, "channel.open", err, sizeof(err)) < 0)
+        goto transient;
+    amqp_confirm_select(st, CH_RENEW);
     if (amqp_conn_check(&r->conn, "confirm.select", err, sizeof(err)) < 0)
         goto transient;
 
@@ -226,29 +316,35 @@ int wrepl_connect_lease(struct wrepl *r)
     if (amqp_conn_check(&r->conn, "declare the stream", err, sizeof(err)) < 0)
         goto refused;
 
-    args.num_entries = 0;
     amqp_channel_open(st, CH_LEASE);
     if (amqp_conn_check(&r->conn, "channel.open", err, sizeof(err)) < 0)
         goto transient;
-    wrepl_arg_str(&e[args.num_entries++], "x-queue-type", "quorum");
-    e[args.num_entries].key = amqp_cstring_bytes("x-single-active-consumer");
-    e[args.num_entries].value.kind = AMQP_FIELD_KIND_BOOLEAN;
-    e[args.num_entries++].value.value.boolean = 1;
-    ok = amqp_queue_declare(st, CH_LEASE, amqp_cstring_bytes(r->rc->lease_queue), 0, 1, 0, 0,
-                            args);
-    if (amqp_conn_check(&r->conn, "declare the lease queue", err, sizeof(err)) < 0)
-        goto refused;
-    uint32_t tokens = ok->message_count;
+    if ((i = declare_lease_queue(r, &tokens, err, sizeof(err))) < 0) {
+        if (i == -1)
+            goto refused;
+        goto transient;
+    }
     amqp_basic_qos(st, CH_LEASE, 0, 1, 0);
     if (amqp_conn_check(&r->conn, "basic.qos", err, sizeof(err)) < 0)
         goto transient;
+    /*
+     * x-consumer-timeout: where the broker reads it (a quorum queue's own
+     * timeout, RabbitMQ 4.3) it replaces the broker-wide consumer_timeout
+     * for this consumer, so an operator's short timeout for their workers
+     * cannot end the lease between renewals; older brokers ignore it and
+     * need consumer_timeout above lease_renew_ms (README).
+     */
+    uint64_t timeout = 6ull * r->rc->lease_renew_ms;
+    args.num_entries = 0;
+    wrepl_arg_i64(&e[args.num_entries++], "x-consumer-timeout",
+                  (int64_t)(timeout > 60000 ? timeout : 60000));
     amqp_basic_consume(st, CH_LEASE, amqp_cstring_bytes(r->rc->lease_queue),
-                       amqp_cstring_bytes("wal-lease"), 0, 0, 0, amqp_empty_table);
+                       amqp_cstring_bytes("wal-lease"), 0, 0, 0, args);
     if (amqp_conn_check(&r->conn, "consume the lease queue", err, sizeof(err)) < 0)
         goto refused;
     if (tokens == 0) {
-        static const char token[] = "delay-bridge WAL lease token";
-        if (wrepl_publish(r, r->rc->lease_queue, token, sizeof(token) - 1, err, sizeof(err)) < 0 ||
+        /* While another bridge holds the token this adds a spare; renewals use spares up. */
+        if (wrepl_publish(r, r->rc->lease_queue, TOKEN, sizeof(TOKEN) - 1, err, sizeof(err)) < 0 ||
             wrepl_wait_confirm(r, err, sizeof(err)) < 0)
             goto transient;
     }
@@ -265,39 +361,116 @@ refused:
     return WLOG_EREPLICA;
 }
 
-int wrepl_wait_lease(struct wrepl *r)
+/*
+ * RENEWING THE LEASE
+ *
+ * Holding the lease means being the queue's single active consumer; the
+ * token is how a bridge learns that it became one. Kept unacked forever,
+ * the token would meet two broker timers: the delivery acknowledgement
+ * timeout (consumer_timeout, 30 min by default since 3.8.15; 4.3 enforces
+ * it in the quorum queue itself) closes the channel, or cancels the
+ * consumer, and the lease moves; and the delivery limit (20 by default
+ * since 4.0) drops a token returned too often. So every lease_renew_ms the
+ * owner trades its token for a fresh one:
+ *
+ *     IDLE --due--> passive declare: tokens ready?
+ *        none: publish a fresh token on CH_RENEW --confirm--> ack the held one
+ *        some: ack the held one (a spare comes next: spares are used up)
+ *     DELIVER --the broker delivers the next token to us--> IDLE
+ *
+ * The fresh token is confirmed before the held one is acked, so the queue
+ * never lacks a token for the next owner. While the token is acked and the
+ * next one not yet here the bridge is still the active consumer: no other
+ * consumer gets a delivery. If the next token does not come within
+ * confirm_timeout_ms, another consumer may have it: the lease is lost.
+ */
+int wrepl_renew_wait_ms(const struct wrepl *r)
 {
-    uint64_t since = now_ms(), said = 0;
-    struct event ev;
-    char why[512];
+    uint64_t now = now_ms(), at;
 
-    while (!r->have_lease) {
-        if (atomic_load(&r->cancel))
-            return -ECANCELED;
-        if (wrepl_next_event(r, 250, &ev, why, sizeof(why)) < 0) {
-            log_warn("wal-replica", "lost the broker while standing by; reconnecting",
-                     "error=\"%s\"", why);
-            amqp_conn_close(&r->conn, 0);
-            return -EAGAIN;
-        }
-        if (ev.kind == EV_DELIVER) {
-            if (ev.ch == CH_LEASE)
-                r->have_lease = 1;
-            amqp_destroy_message(&ev.msg);
-        } else if (ev.kind == EV_CANCEL) {
-            log_warn("wal-replica", "the broker cancelled the lease consumer (queue deleted?); "
-                     "reconnecting", "lease_queue=%s", r->rc->lease_queue);
-            amqp_conn_close(&r->conn, 0);
-            return -EAGAIN;
-        }
-        if (!r->have_lease && now_ms() - since >= 1000 && (said == 0 || now_ms() - said >= 60000)) {
-            said = now_ms();
-            log_info("wal-replica", "standing by: another bridge holds the lease of this log",
-                     "stream=%s lease_queue=%s waited_s=%llu", r->rc->stream, r->rc->lease_queue,
-                     (unsigned long long)((now_ms() - since) / 1000));
-        }
+    if (!r->have_lease)
+        return 1000;
+    at = r->renew == RENEW_IDLE ? r->renew_at : r->renew_deadline;
+    return at <= now ? 0 : at - now > 1000 ? 1000 : (int)(at - now);
+}
+
+static int ack_token(struct wrepl *r, char *why, size_t n)
+{
+    if (r->lease_tag && amqp_basic_ack(r->conn.st, CH_LEASE, r->lease_tag, 0) != AMQP_STATUS_OK) {
+        snprintf(why, n, "acking the lease token: connection lost");
+        return -1;
     }
+    r->lease_tag = 0;
+    r->renew = RENEW_DELIVER;
+    r->renew_deadline = now_ms() + r->rc->confirm_timeout_ms;
     return 0;
 }
 
-/* ---- the import ------------------------------------------------------------------ */
+int wrepl_renew_step(struct wrepl *r, char *why, size_t n)
+{
+    uint64_t now = now_ms();
+
+    if (!r->have_lease)
+        return 0;
+    if (r->renew != RENEW_IDLE && now >= r->renew_deadline) {
+        snprintf(why, n, r->renew == RENEW_CONFIRM
+                             ? "no confirm for a fresh lease token within %u ms"
+                             : "the fresh lease token did not come within %u ms (another "
+                               "bridge may hold the lease)",
+                 r->rc->confirm_timeout_ms);
+        return -1;
+    }
+    if (r->renew != RENEW_IDLE || now < r->renew_at)
+        return 0;
+    amqp_queue_declare_ok_t *ok = amqp_queue_declare(
+        r->conn.st, CH_RENEW, amqp_cstring_bytes(r->rc->lease_queue), 1, 0, 0, 0, amqp_empty_table);
+    if (amqp_conn_check(&r->conn, "renewing the lease: look at the lease queue", why, n) < 0)
+        return -1;
+    if (ok->message_count > 0)
+        return ack_token(r, why, n);
+    amqp_basic_properties_t p;
+    memset(&p, 0, sizeof(p));
+    p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG;
+    p.delivery_mode = 2;
+    if (amqp_basic_publish(r->conn.st, CH_RENEW, amqp_empty_bytes,
+                           amqp_cstring_bytes(r->rc->lease_queue), 0, 0, &p,
+                           (amqp_bytes_t){sizeof(TOKEN) - 1, (void *)TOKEN}) != AMQP_STATUS_OK) {
+        snprintf(why, n, "publishing a fresh lease token: connection lost");
+        return -1;
+    }
+    r->renew_tag++;
+    r->renew = RENEW_CONFIRM;
+    r->renew_deadline = now + r->rc->confirm_timeout_ms;
+    return 0;
+}
+
+int wrepl_renew_event(struct wrepl *r, const struct event *ev, char *why, size_t n)
+{
+    if (ev->kind == EV_DELIVER && ev->ch == CH_LEASE) {
+        amqp_destroy_message((amqp_message_t *)&ev->msg);
+        if (r->lease_tag) /* cannot happen with prefetch 1; keep one token, not two */
+            amqp_basic_ack(r->conn.st, CH_LEASE, r->lease_tag, 0);
+        r->lease_tag = ev->tag;
+        if (!r->have_lease)
+            r->renew_at = now_ms(); /* a fresh token at once: this one carries its deliveries */
+        r->have_lease = 1;
+        if (r->renew == RENEW_DELIVER) {
+            r->renew = RENEW_IDLE;
+            r->renewals++;
+            r->renew_at = now_ms() + r->rc->lease_renew_ms;
+        }
+        return 1;
+    }
+    if (ev->ch != CH_RENEW || (ev->kind != EV_ACK && ev->kind != EV_NACK))
+        return 0;
+    if (r->renew != RENEW_CONFIRM || ev->tag < r->renew_tag)
+        return 1;
+    if (ev->kind == EV_NACK) {
+        log_warn("wal-replica", "the broker refused (nack) a fresh lease token; the held one "
+                 "stays, trying again in 1 s", "lease_queue=%s", r->rc->lease_queue);
+        r->renew = RENEW_IDLE;
+        r->renew_at = now_ms() + 1000;
+        return 1;
+    }
+    return ack_token(r, why, n) < 0 ? -1 : 1;
+}

@@ -18,7 +18,9 @@
 # Environment: RABBITMQ_BIN_DIR (default /usr/lib/rabbitmq/bin: the real
 # scripts, not Debian's /usr/sbin wrappers, which switch to the rabbitmq
 # user and its cookie), RABBITMQ_START_TIMEOUT_S (default 120),
-# RABBITMQ_STOP_TIMEOUT_S (default 60).
+# RABBITMQ_STOP_TIMEOUT_S (default 60), DB_RABBITMQ_CONF_EXTRA (lines added
+# to the node's rabbitmq.conf when it starts, e.g. "consumer_timeout = 5000"
+# for a test that shortens a broker timer).
 set -euo pipefail
 
 BIN_DIR=${RABBITMQ_BIN_DIR:-/usr/lib/rabbitmq/bin}
@@ -119,6 +121,7 @@ do_start() {
     node_env
 
     printf 'loopback_users = none\nlisteners.tcp.default = 127.0.0.1:%s\n' "$PORT" >"$DIR/rabbitmq.conf"
+    [ -z "${DB_RABBITMQ_CONF_EXTRA:-}" ] || printf '%s\n' "$DB_RABBITMQ_CONF_EXTRA" >>"$DIR/rabbitmq.conf"
     printf '[].\n' >"$DIR/enabled_plugins"
     : >"$DIR/rabbitmq-env.conf"
     if [ ! -s "$DIR/.erlang.cookie" ]; then
