@@ -257,6 +257,8 @@ fail:
         inflight = 0;
         thread_fail(r, why);
     }
+    if (!dead && !inflight)
+        r->close_from = wrepl_stream_last_offset(r);
     if (!dead)
         amqp_conn_close(&r->conn, 1);
     free(job.p);
@@ -313,6 +315,8 @@ static int wr_recover(struct wlog *l, wlog_replay_fn *fn, void *arg, struct db_p
         e = -errno;
         goto out;
     }
+    if ((e = wrepl_replica_take(r, dirfd)) < 0)
+        goto out;
     for (;;) {
         if (atomic_load(&r->cancel)) {
             e = -ECANCELED;
@@ -334,6 +338,8 @@ static int wr_recover(struct wlog *l, wlog_replay_fn *fn, void *arg, struct db_p
     close(lockfd); /* wal_open takes it again */
     lockfd = -1;
     if ((e = wlog_recover(r->inner, fn, arg, progress)) < 0)
+        goto out;
+    if (r->resume && (e = wrepl_resume_apply(r, fn, arg)) < 0)
         goto out;
     struct wal *w = wal_file_log_wal(r->inner);
     r->wal_id = wal_id(w);
@@ -622,6 +628,10 @@ static void wr_close(struct wlog *l)
             /* the thread polls once a second anyway */
         }
         pthread_join(r->th, NULL);
+        /* Everything appended is durable here and confirmed there: say where it ends. */
+        if (!wr_failed(r) && !r->busy && r->build.len == 0 && r->close_from >= 0 &&
+            wlog_pending(r->inner) == 0)
+            wrepl_replica_write(r, wlog_id(r->inner), wlog_next_lsn(r->inner), r->close_from);
     } else if (r->conn.st) {
         amqp_conn_close(&r->conn, 1);
     }
@@ -633,6 +643,7 @@ static void wr_close(struct wlog *l)
         close(r->impfd);
     free(r->build.p);
     free(r->job.p);
+    free(r->delta.p);
     free(r);
 }
 
@@ -712,6 +723,7 @@ struct wlog *wrepl_log(const struct wal_opts *wo, const struct config *cfg)
     r->cur = SIZE_MAX;
     r->impfd = -1;
     r->tail_from = -1;
+    r->close_from = -1;
     r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);

@@ -123,6 +123,21 @@ static int imp_record(void *arg, const struct walrec_hdr *h, const uint8_t *payl
     return 0;
 }
 
+/* Resuming on an intact local log: keep only what it lacks (wrepl_resume.c). */
+static int res_reset(void *arg, uint64_t wal_id, uint64_t base_lsn)
+{
+    struct wrepl *r = arg;
+
+    if (r->resume_resets++ > 0 || base_lsn > r->resume_next || wal_id != r->resume_wal_id)
+        r->resume_bad = 1; /* a gap, or not this log: no continuation of the local log */
+    return 0;
+}
+
+static int res_record(void *arg, const struct walrec_hdr *h, const uint8_t *payload)
+{
+    return wrepl_resume_record(arg, h, payload);
+}
+
 /* Replace the segments of dir by the imported ones (their names do not collide: dir's go first). */
 static int imp_install(struct wrepl *r, int dirfd)
 {
@@ -171,7 +186,7 @@ static void imp_remove(struct wrepl *r)
 }
 
 /* The stream offset a delivery carries (header x-stream-offset), or -1. */
-static int64_t delivery_offset(const amqp_message_t *m)
+int64_t wrepl_delivery_offset(const amqp_message_t *m)
 {
     const amqp_table_t *t = &m->properties.headers;
 
@@ -272,6 +287,19 @@ static int passed_horizon(struct wrepl *r, const struct replrec_import *im,
     return 1;
 }
 
+/* Give up resuming on the local log: the next pass reads the whole stream. */
+static void resume_off(struct wrepl *r, const char *why)
+{
+    log_warn("wal-replica", "not resuming on the local log; reading the whole stream",
+             "stream=%s reason=\"%s\" next_lsn=%llu", r->rc->stream, why,
+             (unsigned long long)r->resume_next);
+    r->resume = 0;
+    r->tail_from = -1;
+    free(r->delta.p);
+    memset(&r->delta, 0, sizeof(r->delta));
+    r->delta_count = 0;
+}
+
 /*
  * Standing by and taking over, on one connection. The stream is read from
  * the start (or from where an earlier pass found a horizon) into
@@ -285,6 +313,7 @@ int wrepl_import(struct wrepl *r, int dirfd)
 {
     amqp_connection_state_t st = r->conn.st;
     struct replrec_sink sink = {imp_reset, imp_record, r};
+    struct replrec_sink resume_sink = {res_reset, res_record, r};
     struct replrec_import im;
     struct replrec_hdr fh = {REPLREC_FENCE, 0, 0, 0, 0};
     struct batch_index index = {0};
@@ -298,6 +327,10 @@ int wrepl_import(struct wrepl *r, int dirfd)
     fh.owner = r->token;
     replrec_hdr_encode(fence, &fh);
     replrec_import_init(&im, r->token);
+    r->resume_bad = 0;
+    r->resume_resets = 0;
+    r->delta.len = 0;
+    r->delta_count = 0;
     if (start_tail(r, why, sizeof(why)) < 0)
         goto lost;
     set_state(r, WLOG_REPL_STANDBY);
@@ -359,15 +392,18 @@ int wrepl_import(struct wrepl *r, int dirfd)
         }
         last = now_ms();
         struct replrec_hdr bh;
-        struct batch_pos pos = {0, 0, delivery_offset(&ev.msg), im.bytes};
-        if (replrec_hdr_decode(ev.msg.body.bytes, ev.msg.body.len, &bh) > 0 &&
-            bh.kind == REPLREC_RECORDS) {
-            pos.first = bh.lsn;
-            pos.count = bh.count;
-            index_add(&index, &pos);
+        struct batch_pos pos = {0, 0, wrepl_delivery_offset(&ev.msg), im.bytes};
+        if (replrec_hdr_decode(ev.msg.body.bytes, ev.msg.body.len, &bh) > 0) {
+            if (r->resume && bh.owner == r->resume_term)
+                r->resume_seen = 1;
+            if (bh.kind == REPLREC_RECORDS) {
+                pos.first = bh.lsn;
+                pos.count = bh.count;
+                index_add(&index, &pos);
+            }
         }
-        res = replrec_import_msg(&im, ev.msg.body.bytes, ev.msg.body.len, &sink, why,
-                                 sizeof(why));
+        res = replrec_import_msg(&im, ev.msg.body.bytes, ev.msg.body.len,
+                                 r->resume ? &resume_sink : &sink, why, sizeof(why));
         amqp_destroy_message(&ev.msg);
         tag = ev.tag;
         if (++unacked >= IMPORT_ACK_EVERY) {
@@ -378,9 +414,16 @@ int wrepl_import(struct wrepl *r, int dirfd)
         r->st.imported_records = im.records;
         r->st.imported_bytes = im.bytes;
         pthread_mutex_unlock(&r->mu);
+        if (r->resume && r->resume_bad && !fenced) {
+            /* Standing by while another owner writes more than a resume takes: read it all. */
+            resume_off(r, "the stream past the local log is not its continuation, or too long");
+            again = 1;
+            snprintf(why, sizeof(why), "reading the whole stream");
+            goto lost;
+        }
         if (res == 0 && im.horizons != seen_horizons) {
             seen_horizons = im.horizons;
-            if (!fenced && passed_horizon(r, &im, &index)) {
+            if (!fenced && !r->resume && passed_horizon(r, &im, &index)) {
                 again = 1;
                 snprintf(why, sizeof(why), "reading again from the newest horizon");
                 goto lost;
@@ -400,6 +443,26 @@ int wrepl_import(struct wrepl *r, int dirfd)
     }
 
     double secs = (double)(now_ms() - t_lease) / 1000.0;
+    if (r->resume) {
+        /* A message of the stopped term was read: this is still its stream (wrepl_resume.c). */
+        if (r->resume_seen && !r->resume_bad && !im.ambiguous &&
+            (im.next_lsn == 0 || (im.wal_id == r->resume_wal_id &&
+                                  im.first_lsn <= r->resume_next &&
+                                  im.next_lsn >= r->resume_next))) {
+            imp_remove(r);
+            r->need_horizon = 0;
+            log_info("wal-replica", "the stream continues the local log: resuming on it",
+                     "stream=%s read_from=%lld next_lsn=%llu new_records=%llu messages=%llu "
+                     "seconds_after_lease=%.3f", r->rc->stream, (long long)r->tail_from,
+                     (unsigned long long)r->resume_next, (unsigned long long)r->delta_count,
+                     (unsigned long long)im.messages, secs);
+            return 0;
+        }
+        resume_off(r, "the stream read from the clean stop does not continue the local log");
+        r->retry_now = 1;
+        amqp_conn_close(&r->conn, 0);
+        return -EAGAIN;
+    }
     if (im.next_lsn == 0) {
         imp_remove(r);
         log_info("wal-replica", "the stream holds no records: the local log is the log",

@@ -66,6 +66,17 @@ struct wrepl {
     int64_t tail_from;    /* where a standby's read starts: a stream offset, -1: "first" */
     int retry_now;        /* the last -EAGAIN wants no pause before connecting again */
 
+    /* Resuming on an intact local log after a clean stop (wrepl_resume.c). */
+    int resume;             /* dir/REPLICA was taken: read from tail_from, keep the delta */
+    int resume_bad;         /* what the stream holds past it does not continue the log */
+    uint64_t resume_resets;
+    uint64_t resume_wal_id, resume_next;
+    uint64_t resume_term;   /* the owner token of the term that stopped cleanly */
+    int resume_seen;        /* the read met a message of that term */
+    struct buf delta;       /* [type u8][len u32][payload] from resume_next on */
+    uint64_t delta_count;
+    int64_t close_from;     /* at a clean stop: the stream's last chunk (-1: unknown) */
+
     /* The lease token (wrepl_lease.c): recover's thread, then repl_main's. */
     uint64_t lease_tag;      /* delivery tag of the token we hold on CH_LEASE, 0: none */
     int renew;               /* RENEW_* */
@@ -196,5 +207,25 @@ int wrepl_renew_wait_ms(const struct wrepl *r);
  * r->retry_now: at once); or a negative code (logged).
  */
 int wrepl_import(struct wrepl *r, int dirfd);
+
+/* ---- resuming on an intact local log (wrepl_resume.c) ----------------------------- */
+
+/* The stream offset a delivery carries (header x-stream-offset), or -1. */
+int64_t wrepl_delivery_offset(const amqp_message_t *m);
+
+/* At a clean stop: note where the stream stands in dir/REPLICA. 0 or -errno (logged). */
+int wrepl_replica_write(struct wrepl *r, uint64_t wal_id, uint64_t next_lsn, int64_t from);
+
+/* At start: take dir/REPLICA if there is one (and delete it); sets r->resume. 0 or -errno. */
+int wrepl_replica_take(struct wrepl *r, int dirfd);
+
+/* The resume sink's records: keep those from resume_next on. */
+int wrepl_resume_record(struct wrepl *r, const struct walrec_hdr *h, const uint8_t *payload);
+
+/* After the local log's recovery: append the kept records and replay them through fn. */
+int wrepl_resume_apply(struct wrepl *r, wlog_replay_fn *fn, void *arg);
+
+/* On the replication thread at a clean stop: the first offset of the last chunk, or -1. */
+int64_t wrepl_stream_last_offset(struct wrepl *r);
 
 #endif

@@ -1,0 +1,230 @@
+/*
+ * wrepl_resume.c -- a restart on an intact local log reads only the stream
+ * past its own last record.
+ *
+ * The stream is the truth, and a bridge that starts cannot in general tell
+ * whether its local log is the stream's: it may have been killed with a
+ * commit the stream never confirmed, or another bridge may have owned the
+ * log since. After a clean stop it can: every record it appended was
+ * confirmed by the stream before the stop (the bridge flushes before it
+ * closes the log), and nobody but the next owner writes after it. So at a
+ * clean stop the owner writes down what it knows, in dir/REPLICA:
+ *
+ *   +--------+------+-----------------------------------------------------+
+ *   | offset | size | field (integers little-endian)                      |
+ *   +--------+------+-----------------------------------------------------+
+ *   |      0 |    4 | magic "DBRP"                                        |
+ *   |      4 |    4 | version: 1                                          |
+ *   |      8 |    8 | wal_id of the log                                   |
+ *   |     16 |    8 | next_lsn: the LSN its next record would have had    |
+ *   |     24 |    8 | from: a stream offset at or before its last message |
+ *   |     32 |    8 | term: the owner token of its lease term (FENCE and  |
+ *   |        |      | RECORDS headers carry it)                           |
+ *   |     40 |    4 | CRC-32C of bytes 0..39                              |
+ *   +--------+------+-----------------------------------------------------+
+ *
+ * "from" is the first offset of the stream's last chunk, read at the stop
+ * (a consumer at x-stream-offset "last"): the bridge's own last message
+ * is in that chunk or after it.
+ *
+ * The next start takes the file and deletes it at once (a crash after that
+ * point must not find it again: the log goes on changing), then reads the
+ * stream from "from" instead of from the start. The read must meet a
+ * message of the bridge's own last term (the same owner token): that is
+ * what proves the stream is still this log's (not deleted and declared
+ * again, not another log's), and its records must run unbroken from at or
+ * before next_lsn, for the same log id. Records below next_lsn are
+ * the local log's own and are skipped; records from next_lsn on (another
+ * owner's, written while this bridge was down) are kept in memory, and
+ * appended to the local log after its own recovery, before the tap that
+ * would publish them again is set. The read counts only if the stream's
+ * records run unbroken from at or before next_lsn up to the new fence, for
+ * the same log id, and at most RESUME_MAX_BYTES of them are new; otherwise,
+ * and if the local log turns out not to end at next_lsn after all, the
+ * bridge falls back to reading the whole stream (the first case) or stops
+ * with an error that a restart clears (the second: the file is gone).
+ */
+#define _GNU_SOURCE
+#include "wrepl_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "delay-bridge/crc32c.h"
+#include "delay-bridge/log.h"
+#include "delay-bridge/walrec.h"
+#include "delay-bridge/xalloc.h"
+
+#define REPLICA_NAME "REPLICA"
+#define REPLICA_TMP "REPLICA.tmp"
+#define REPLICA_SIZE 44
+#define RESUME_MAX_BYTES (256ull << 20)
+
+static const uint8_t magic[4] = {'D', 'B', 'R', 'P'};
+
+int wrepl_replica_write(struct wrepl *r, uint64_t wal_id, uint64_t next_lsn, int64_t from)
+{
+    uint8_t b[REPLICA_SIZE];
+    int dfd = -1, fd = -1, e = 0;
+
+    memcpy(b, magic, 4);
+    walrec_put32(b + 4, 1);
+    walrec_put64(b + 8, wal_id);
+    walrec_put64(b + 16, next_lsn);
+    walrec_put64(b + 24, (uint64_t)from);
+    walrec_put64(b + 32, r->token);
+    walrec_put32(b + 40, crc32c(0, b, 40));
+    if ((dfd = open(r->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+        (fd = openat(dfd, REPLICA_TMP, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0 ||
+        write(fd, b, sizeof(b)) != (ssize_t)sizeof(b) || fsync(fd) < 0 ||
+        renameat(dfd, REPLICA_TMP, dfd, REPLICA_NAME) < 0 || fsync(dfd) < 0)
+        e = errno ? -errno : -EIO;
+    if (fd >= 0)
+        close(fd);
+    if (e < 0 && dfd >= 0)
+        unlinkat(dfd, REPLICA_TMP, 0);
+    if (dfd >= 0)
+        close(dfd);
+    if (e < 0)
+        log_warn("wal-replica", "cannot note where the stream stands at this clean stop; the "
+                 "next start reads the whole stream", "dir=%s error=\"%s\"", r->dir, strerror(-e));
+    else
+        log_info("wal-replica", "clean stop noted: the next start reads only the stream past "
+                 "this log's end", "next_lsn=%llu from_offset=%lld",
+                 (unsigned long long)next_lsn, (long long)from);
+    return e;
+}
+
+int wrepl_replica_take(struct wrepl *r, int dirfd)
+{
+    uint8_t b[REPLICA_SIZE];
+    int fd = openat(dirfd, REPLICA_NAME, O_RDONLY | O_CLOEXEC);
+    ssize_t n;
+
+    r->resume = 0;
+    if (fd < 0)
+        return errno == ENOENT ? 0 : -errno;
+    n = read(fd, b, sizeof(b));
+    close(fd);
+    /* Gone before anything else happens: from here on the log may change. */
+    if (unlinkat(dirfd, REPLICA_NAME, 0) < 0 || fsync(dirfd) < 0)
+        return -errno;
+    if (n != (ssize_t)sizeof(b) || memcmp(b, magic, 4) != 0 || walrec_get32(b + 4) != 1 ||
+        walrec_get32(b + 40) != crc32c(0, b, 40)) {
+        log_warn("wal-replica", "ignoring a damaged REPLICA note; reading the whole stream",
+                 "dir=%s", r->dir);
+        return 0;
+    }
+    r->resume = 1;
+    r->resume_wal_id = walrec_get64(b + 8);
+    r->resume_next = walrec_get64(b + 16);
+    r->tail_from = (int64_t)walrec_get64(b + 24);
+    r->resume_term = walrec_get64(b + 32);
+    r->resume_seen = 0;
+    return 0;
+}
+
+/* ---- the records the local log lacks ----------------------------------------------- */
+
+int wrepl_resume_record(struct wrepl *r, const struct walrec_hdr *h, const uint8_t *payload)
+{
+    struct buf *d = &r->delta;
+
+    if (h->lsn < r->resume_next)
+        return 0; /* the local log has it */
+    if (h->lsn != r->resume_next + r->delta_count || d->len > RESUME_MAX_BYTES) {
+        r->resume_bad = 1; /* not the continuation (or too much of it): read everything */
+        return 0;
+    }
+    wrepl_buf_reserve(d, 5 + h->len);
+    d->p[d->len] = h->type;
+    walrec_put32(d->p + d->len + 1, h->len);
+    memcpy(d->p + d->len + 5, payload, h->len);
+    d->len += 5 + h->len;
+    r->delta_count++;
+    return 0;
+}
+
+int wrepl_resume_apply(struct wrepl *r, wlog_replay_fn *fn, void *arg)
+{
+    struct buf *d = &r->delta;
+    uint64_t want = r->resume_next, lsn = 0;
+    int e = 0;
+
+    if (wlog_id(r->inner) != r->resume_wal_id || wlog_next_lsn(r->inner) != want) {
+        log_error("wal-replica", "the local log does not end where its clean stop said: it "
+                  "changed since; start again to rebuild it from the stream",
+                  "next_lsn=%llu expected=%llu", (unsigned long long)wlog_next_lsn(r->inner),
+                  (unsigned long long)want);
+        return WLOG_EREPLICA;
+    }
+    for (size_t off = 0; e == 0 && off < d->len;) {
+        uint8_t type = d->p[off];
+        uint32_t len = walrec_get32(d->p + off + 1);
+        const uint8_t *payload = d->p + off + 5;
+        struct walrec_piece pc = {payload, len};
+        struct walrec_hdr h;
+        struct wlog_loc loc;
+
+        if ((e = wlog_append(r->inner, type, &pc, 1, &lsn, &loc)) < 0)
+            break;
+        if (lsn != want++) {
+            e = WLOG_ECORRUPT;
+            break;
+        }
+        memset(&h, 0, sizeof(h));
+        h.type = type;
+        h.len = len;
+        h.lsn = lsn;
+        e = fn(arg, &h, payload, loc);
+        off += 5 + (size_t)len;
+    }
+    if (e == 0)
+        log_info("wal-replica", "resumed on the intact local log: only the stream past it was "
+                 "read", "records_appended=%llu bytes=%zu", (unsigned long long)r->delta_count,
+                 d->len);
+    free(d->p);
+    memset(d, 0, sizeof(*d));
+    r->delta_count = 0;
+    return e;
+}
+
+/*
+ * At a clean stop, on the replication thread: the first offset of the
+ * stream's last chunk (a consumer at "last" gets that chunk first), or -1.
+ */
+int64_t wrepl_stream_last_offset(struct wrepl *r)
+{
+    amqp_connection_state_t st = r->conn.st;
+    amqp_table_entry_t e[1];
+    amqp_table_t args = {1, e};
+    uint64_t deadline = now_ms() + 2000;
+    int64_t off = -1;
+    char why[512];
+
+    amqp_channel_open(st, CH_READ);
+    if (amqp_conn_check(&r->conn, "channel.open", why, sizeof(why)) < 0)
+        return -1;
+    amqp_basic_qos(st, CH_READ, 0, 1, 0);
+    wrepl_arg_str(&e[0], "x-stream-offset", "last");
+    amqp_basic_consume(st, CH_READ, amqp_cstring_bytes(r->rc->stream),
+                       amqp_cstring_bytes("wal-last"), 0, 0, 0, args);
+    if (amqp_conn_check(&r->conn, "consume the stream at its last chunk", why, sizeof(why)) < 0)
+        return -1;
+    while (off < 0 && now_ms() < deadline) {
+        struct event ev;
+        if (wrepl_next_event(r, 200, &ev, why, sizeof(why)) < 0)
+            return -1;
+        if (ev.kind != EV_DELIVER)
+            continue;
+        if (ev.ch == CH_READ)
+            off = wrepl_delivery_offset(&ev.msg);
+        amqp_destroy_message(&ev.msg);
+    }
+    amqp_channel_close(st, CH_READ, AMQP_REPLY_SUCCESS);
+    return off;
+}

@@ -1,0 +1,136 @@
+#!/usr/bin/python3
+"""Restarts of a replicating bridge read only the stream past their own log.
+
+Bridge A replicates its WAL (wal.replicate) and holds 2,000 messages (delays
+20-35 s, a fifth keyed and replaced). Then:
+
+1. A is stopped with SIGTERM: it notes where the stream stands (wal.dir/
+   REPLICA). Started again, it takes the note (the file is gone at once),
+   reads only the stream's last chunk onwards ("resumed on the intact local
+   log", fewer than 100 records read back of the 2,400 written) and holds
+   the same.
+2. A is stopped again; standby B (its own empty disk, already reading the
+   stream ahead while A owned the log) takes the lease, and 500 more
+   messages go to B: records A's log lacks. B is stopped cleanly; A starts
+   on its intact log and the note: it reads from its note on, appends B's
+   500 (and their keys) to its own log, and holds 2,500.
+3. A is killed with SIGKILL: no note. Started again, it reads the whole
+   stream (a kill may have left records the stream never confirmed).
+
+Everything arrives once, replaced versions never, none early.
+"""
+
+import os
+import time
+
+import harness as h
+from harness import check
+
+N1, N2 = 2000, 500
+
+
+def repl(port):
+    try:
+        return h.stats(port)["wal"]["replication"]
+    except OSError:  # not listening yet
+        return {"state": None}
+
+
+def wait_held(port, n, who, timeout=30):
+    deadline = time.monotonic() + timeout
+    while h.stats(port)["held"] < n:
+        check(time.monotonic() < deadline, "%s holds %d of %d" % (who, h.stats(port)["held"], n))
+        time.sleep(0.1)
+
+
+def publish(p, route, sent, replaced, first, n, tag):
+    for i in range(first, first + n):
+        mid = "%s%05d" % (tag, i)
+        ms = 20000 + (i * 7919) % 15000
+        hdrs = {"x-delay": h.i32(ms)}
+        if i % 10 < 2:
+            hdrs["x-delay-key"] = h.lstr("%sk%04d" % (tag, i // 10))
+            if i % 10 == 1:
+                replaced.add("%s%05d" % (tag, i - 1))
+        sent[mid] = (p.publish(route["ingress_exchange"], "rk", b"q" * 200, headers=hdrs,
+                               message_id=mid, delivery_mode=2), ms)
+
+
+def test(ctx):
+    ex, qs = ctx.target("rr", "direct", ["rk"])
+    c = ctx.consumer([qs["rk"]])
+    route = ctx.route("rr", ex)
+    stream = ctx.n("wal")
+    ctx.queues.update([stream, stream + ".lease"])
+    wal = {"replicate": {"stream": stream, "max_mb": 0}}
+    pa, pb = h.free_port(), h.free_port()
+    a = ctx.bridge([route], name="a", instance="a", http={"listen": "127.0.0.1:%d" % pa},
+                   wal=wal, broker={"heartbeat_s": 5})
+    note = os.path.join(a.config["wal"]["dir"], "REPLICA")
+    p = ctx.publisher()
+    sent, replaced = {}, set()
+    publish(p, route, sent, replaced, 0, N1, "a")
+    want1 = len([m for m in sent if m not in replaced])
+    wait_held(pa, want1, "A")
+
+    # 1. A clean restart resumes on the local log.
+    a.stop()
+    check(os.path.exists(note), "no REPLICA note after a clean stop")
+    t0 = time.monotonic()
+    a.start(wait_ready=True)
+    took = time.monotonic() - t0
+    check(not os.path.exists(note), "the REPLICA note was not taken at start")
+    check("resumed on the intact local log" in a.log_text(), "A did not resume on its log")
+    ra = repl(pa)
+    h.log("RESTART: A ready %.2fs after start; imported %d records; holds %d"
+          % (took, ra["imported_records"], h.stats(pa)["held"]))
+    # only the stream's last chunk was read (its records A has: skipped), not the 2,400+
+    check(ra["imported_records"] < 100, "A read %d records back" % ra["imported_records"])
+    check(h.stats(pa)["held"] == want1, "A holds %d of %d" % (h.stats(pa)["held"], want1))
+    check(ra["complete"], "stream not complete after a resume: %s" % ra)
+
+    # 2. B owns the log for a while; A comes back on its note and appends B's records.
+    b = ctx.bridge([route], name="b", instance="b", http={"listen": "127.0.0.1:%d" % pb},
+                   wal=wal, broker={"heartbeat_s": 5}, start=False)
+    b.start(wait_ready=False)
+    deadline = time.monotonic() + 20
+    while repl(pb)["state"] != "standby":
+        check(time.monotonic() < deadline, "B never stood by")
+        time.sleep(0.1)
+    a.stop()
+    check(os.path.exists(note), "no REPLICA note after the second clean stop")
+    b.wait_ready(30)
+    wait_held(pb, want1, "B")
+    publish(p, route, sent, replaced, N1, N2, "b")
+    want = {k: v for k, v in sent.items() if k not in replaced}
+    wait_held(pb, len(want), "B")
+    b.stop()
+    a.start(wait_ready=True)
+    check("resumed on the intact local log" in a.log_text(), "A did not resume on its log")
+    line = [ln for ln in a.log_text().splitlines() if "resumed on the intact" in ln][-1]
+    h.log("A after B's term: %s" % line[line.index("records_appended"):])
+    check("records_appended=0 " not in line, "A appended nothing of B's term")
+    check(h.stats(pa)["held"] == len(want), "A holds %d of %d" % (h.stats(pa)["held"], len(want)))
+
+    # 3. A kill leaves no note: the whole stream is read.
+    a.kill9()
+    check(not os.path.exists(note), "a REPLICA note survived a kill")
+    a.start(wait_ready=True)
+    check("local log rebuilt from the stream" in a.log_text(), "A did not rebuild after a kill")
+    check(h.stats(pa)["held"] == len(want), "A holds %d of %d after the kill"
+          % (h.stats(pa)["held"], len(want)))
+
+    c.wait_ids(want.keys(), 35 + 30)
+    t = h.tally(want, c.quiet(1.5))
+    h.log("RESULT replicate_restart: %s" % h.tally_line(t))
+    check(not t["lost"], "%d lost: %s" % (len(t["lost"]), t["lost"][:10]))
+    back = sorted(set(t["unknown"]) & replaced)
+    check(not back, "%d replaced message(s) arrived: %s" % (len(back), back[:10]))
+    check(not t["unknown"], "unexpected: %s" % t["unknown"][:10])
+    check(t["duplicates"] == 0, "%d duplicates" % t["duplicates"])
+    h.check_none_early(want, t, "replicate_restart")
+    a.stop()
+
+
+if __name__ == "__main__":
+    h.run(test, budget_s=240)
