@@ -425,6 +425,8 @@ static void take_stream_result(struct wrepl *r)
             r->st.horizons++;
             r->st.horizon_lsn = horizon;
             r->st.complete = 1;
+            r->hint_lsn = horizon; /* the next fresh lease token carries it */
+            r->hint_ms = r->horizon_in_job_ms;
         }
         r->horizon_in_job = 0;
     }
@@ -456,6 +458,7 @@ static int wr_commit(struct wlog *l, wlog_commit_fn *done, void *arg)
 
         pthread_mutex_lock(&r->mu);
         r->horizon_in_job = r->horizon_unsent; /* confirmed with this job */
+        r->horizon_in_job_ms = r->horizon_unsent_ms;
         r->horizon_unsent = 0;
         t = r->job; /* empty: the last job was taken and finished */
         r->job = r->build;
@@ -546,6 +549,7 @@ static int wr_reclaim(struct wlog *l, size_t budget, const struct wlog_compact_o
         if (r->need_horizon || since >= r->rc->checkpoint_bytes || by_time) {
             if ((e = wal_force_horizon(w, &r->horizon_target)) < 0)
                 return e;
+            r->horizon_roll_ms = clock_now_ms();
             r->horizon_began_at = r->tapped;
             log_info("wal-replica", "stream checkpoint begins: live records are copied forward",
                      "horizon_lsn=%llu published_since_last=%llu", (unsigned long long)r->horizon_target,
@@ -558,6 +562,7 @@ static int wr_reclaim(struct wlog *l, size_t budget, const struct wlog_compact_o
         /* Published with the next commit; counted once the stream confirms it. */
         add_control(r, REPLREC_HORIZON, r->horizon_target);
         r->horizon_unsent = r->horizon_target;
+        r->horizon_unsent_ms = r->horizon_roll_ms;
         r->horizon_copied = r->tapped - r->horizon_began_at;
         r->last_began_at = r->horizon_began_at;
         r->last_ended_at = r->tapped;

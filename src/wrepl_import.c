@@ -241,23 +241,32 @@ static const struct batch_pos *index_cut(struct batch_index *x, uint64_t lsn)
     return NULL;
 }
 
-static int start_tail(struct wrepl *r, char *why, size_t n)
+/*
+ * Consume the stream on channel ch: from tail_from (a stream offset; -1:
+ * "first"), or, when at_ms is not 0, from that wall-clock time.
+ */
+static int start_tail(struct wrepl *r, amqp_channel_t ch, uint64_t at_ms, char *why, size_t n)
 {
     amqp_connection_state_t st = r->conn.st;
     amqp_table_entry_t e[1];
     amqp_table_t args = {1, e};
 
-    amqp_channel_open(st, CH_READ);
+    amqp_channel_open(st, ch);
     if (amqp_conn_check(&r->conn, "channel.open", why, n) < 0)
         return -1;
-    amqp_basic_qos(st, CH_READ, 0, IMPORT_PREFETCH, 0);
+    amqp_basic_qos(st, ch, 0, IMPORT_PREFETCH, 0);
     if (amqp_conn_check(&r->conn, "basic.qos", why, n) < 0)
         return -1;
-    if (r->tail_from < 0)
+    if (at_ms) {
+        e[0].key = amqp_cstring_bytes("x-stream-offset");
+        e[0].value.kind = AMQP_FIELD_KIND_TIMESTAMP;
+        e[0].value.value.u64 = at_ms / 1000;
+    } else if (r->tail_from < 0) {
         wrepl_arg_str(&e[0], "x-stream-offset", "first");
-    else
+    } else {
         wrepl_arg_i64(&e[0], "x-stream-offset", r->tail_from);
-    amqp_basic_consume(st, CH_READ, amqp_cstring_bytes(r->rc->stream),
+    }
+    amqp_basic_consume(st, ch, amqp_cstring_bytes(r->rc->stream),
                        amqp_cstring_bytes("wal-import"), 0, 0, 0, args);
     return amqp_conn_check(&r->conn, "consume the stream", why, n);
 }
@@ -319,7 +328,8 @@ int wrepl_import(struct wrepl *r, int dirfd)
     struct batch_index index = {0};
     uint8_t fence[REPLREC_HDR_SIZE];
     uint64_t t0 = now_ms(), last = t0, unacked = 0, tag = 0, said = 0, seen_horizons = 0;
-    uint64_t t_lease = 0;
+    uint64_t t_lease = 0, hint_from = 0;
+    amqp_channel_t rch = CH_READ;
     char why[1024] = "";
     int res = 0, fenced = 0, again = 0;
 
@@ -331,7 +341,7 @@ int wrepl_import(struct wrepl *r, int dirfd)
     r->resume_resets = 0;
     r->delta.len = 0;
     r->delta_count = 0;
-    if (start_tail(r, why, sizeof(why)) < 0)
+    if (start_tail(r, rch, 0, why, sizeof(why)) < 0)
         goto lost;
     set_state(r, WLOG_REPL_STANDBY);
 
@@ -342,6 +352,28 @@ int wrepl_import(struct wrepl *r, int dirfd)
             imp_remove(r);
             free(index.v);
             return -ECANCELED;
+        }
+        if (r->have_lease && !fenced && r->grant_ms && !r->no_hint && !r->resume &&
+            r->tail_from < 0 && im.horizons == 0 && r->grant_ms > HINT_MARGIN_MS) {
+            /*
+             * Granted at once on an empty disk, with a horizon named in the
+             * token: read from the horizon's time instead of the stream's
+             * first message. What the first read took so far is dropped.
+             */
+            amqp_channel_close(st, rch, AMQP_REPLY_SUCCESS);
+            if (amqp_conn_check(&r->conn, "close the stream consumer", why, sizeof(why)) < 0)
+                goto lost;
+            imp_remove(r);
+            replrec_import_init(&im, r->token);
+            index.n = 0;
+            unacked = 0;
+            rch = CH_READ_HINT;
+            hint_from = r->grant_ms - HINT_MARGIN_MS;
+            if (start_tail(r, rch, hint_from, why, sizeof(why)) < 0)
+                goto lost;
+            log_info("wal-replica", "reading the stream from its newest horizon",
+                     "horizon_lsn=%llu from_ms=%llu", (unsigned long long)r->grant_lsn,
+                     (unsigned long long)hint_from);
         }
         if (r->have_lease && !fenced) {
             /* Its confirm is not waited for: reading it back from the stream says more. */
@@ -386,7 +418,7 @@ int wrepl_import(struct wrepl *r, int dirfd)
         }
         if (ev.kind != EV_DELIVER)
             continue;
-        if (ev.ch != CH_READ) {
+        if (ev.ch != rch) { /* the lease's, or the first read's after it moved */
             amqp_destroy_message(&ev.msg);
             continue;
         }
@@ -407,7 +439,7 @@ int wrepl_import(struct wrepl *r, int dirfd)
         amqp_destroy_message(&ev.msg);
         tag = ev.tag;
         if (++unacked >= IMPORT_ACK_EVERY) {
-            amqp_basic_ack(st, CH_READ, tag, 1);
+            amqp_basic_ack(st, rch, tag, 1);
             unacked = 0;
         }
         pthread_mutex_lock(&r->mu);
@@ -433,8 +465,8 @@ int wrepl_import(struct wrepl *r, int dirfd)
     free(index.v);
     index.v = NULL;
     if (unacked)
-        amqp_basic_ack(st, CH_READ, tag, 1);
-    amqp_channel_close(st, CH_READ, AMQP_REPLY_SUCCESS);
+        amqp_basic_ack(st, rch, tag, 1);
+    amqp_channel_close(st, rch, AMQP_REPLY_SUCCESS);
     if (res < 0) {
         log_error("wal-replica", "cannot read the stream back", "stream=%s error=\"%s\"",
                   r->rc->stream, res == -1 ? why : wlog_strerror(res));
@@ -471,6 +503,18 @@ int wrepl_import(struct wrepl *r, int dirfd)
         r->need_horizon = -1; /* decided once the local log is open */
         return 0;
     }
+    if (!replrec_import_complete(&im) && hint_from) {
+        log_warn("wal-replica", "the stream read from its newest horizon's time is not whole "
+                 "(clocks apart by more than the margin?); reading it from the start",
+                 "stream=%s first_lsn=%llu next_lsn=%llu margin_ms=%d", r->rc->stream,
+                 (unsigned long long)im.first_lsn, (unsigned long long)im.next_lsn,
+                 HINT_MARGIN_MS);
+        r->no_hint = 1;
+        r->retry_now = 1;
+        imp_remove(r);
+        amqp_conn_close(&r->conn, 0);
+        return -EAGAIN;
+    }
     if (!replrec_import_complete(&im) && r->tail_from >= 0) {
         /* Read from a horizon's batch, the run was not whole after all: read everything. */
         log_warn("wal-replica", "the stream read from the newest horizon is not whole; reading "
@@ -504,12 +548,13 @@ int wrepl_import(struct wrepl *r, int dirfd)
     }
     log_info("wal-replica", "local log rebuilt from the stream",
              "stream=%s wal_id=%016llx first_lsn=%llu next_lsn=%llu records=%llu bytes=%llu "
-             "messages=%llu strays=%llu horizons=%llu read_from=%lld seconds_after_lease=%.3f",
+             "messages=%llu strays=%llu horizons=%llu read_from=%lld from_ms=%llu "
+             "seconds_after_lease=%.3f",
              r->rc->stream, (unsigned long long)im.wal_id, (unsigned long long)im.first_lsn,
              (unsigned long long)im.next_lsn, (unsigned long long)im.records,
              (unsigned long long)im.bytes, (unsigned long long)im.messages,
              (unsigned long long)im.strays, (unsigned long long)im.horizons,
-             (long long)r->tail_from, secs);
+             (long long)r->tail_from, (unsigned long long)hint_from, secs);
     return 0;
 
 lost:

@@ -34,6 +34,8 @@
 #define CH_LEASE 2 /* the lease consumer */
 #define CH_READ 3  /* the import's stream consumer */
 #define CH_RENEW 4 /* fresh lease tokens, with confirms (tags of their own) */
+#define CH_READ_HINT 5 /* the import's stream consumer, started again at a horizon's time */
+#define HINT_MARGIN_MS 10000 /* read from this long before the horizon: clocks differ */
 #define IMPORT_DIR "import"
 #define IMPORT_PREFETCH 1000 /* messages; TCP flow control bounds the bytes */
 #define IMPORT_ACK_EVERY 250
@@ -84,6 +86,9 @@ struct wrepl {
     uint64_t renew_deadline; /* the step under way gives up */
     uint64_t renew_tag;      /* last publish on CH_RENEW */
     uint64_t renewals;       /* completed: a fresh token is held */
+    uint64_t hint_lsn, hint_ms;     /* under mu: newest confirmed horizon, wall ms of its roll */
+    uint64_t grant_lsn, grant_ms;   /* the hint the token we were granted carried (0: none) */
+    int no_hint;                    /* a read from the hint was not whole: read from the start */
     int efd;            /* wakes the thread */
 
     /* Loop thread: records being gathered into stream messages. */
@@ -110,6 +115,8 @@ struct wrepl {
     uint64_t horizon_unsent;   /* reached, its HORIZON message waits in build */
     uint64_t horizon_in_job;   /* ... in the job out on the thread */
     uint64_t horizon_copied;   /* bytes copied for it, for the log line */
+    uint64_t horizon_roll_ms;  /* wall-clock ms the running one rolled the log */
+    uint64_t horizon_unsent_ms, horizon_in_job_ms;
 
     /* Shared with the thread, under mu. */
     pthread_t th;

@@ -262,6 +262,44 @@ static int declare_lease_queue(struct wrepl *r, uint32_t *ready, char *err, size
 
 static const char TOKEN[] = "delay-bridge WAL lease token";
 
+/*
+ * A token's body: TOKEN, then, once the owner completed a stream
+ * checkpoint, "; horizon_lsn=H horizon_ms=T" -- T the wall-clock time the
+ * log rolled at H. A bridge granted the lease on an empty disk reads the
+ * stream from T - HINT_MARGIN_MS (x-stream-offset as a timestamp) instead
+ * of from its first message, so its import follows the live data.
+ */
+static size_t token_body(struct wrepl *r, char *out, size_t n)
+{
+    uint64_t lsn, ms;
+
+    pthread_mutex_lock(&r->mu);
+    lsn = r->hint_lsn;
+    ms = r->hint_ms;
+    pthread_mutex_unlock(&r->mu);
+    if (!lsn)
+        return (size_t)snprintf(out, n, "%s", TOKEN);
+    return (size_t)snprintf(out, n, "%s; horizon_lsn=%llu horizon_ms=%llu", TOKEN,
+                            (unsigned long long)lsn, (unsigned long long)ms);
+}
+
+static void token_hint(struct wrepl *r, const amqp_bytes_t *body)
+{
+    char s[200];
+    unsigned long long lsn, ms;
+    size_t n = body->len < sizeof(s) - 1 ? body->len : sizeof(s) - 1;
+    const char *p;
+
+    memcpy(s, body->bytes, n);
+    s[n] = '\0';
+    r->grant_lsn = r->grant_ms = 0;
+    if ((p = strstr(s, "; horizon_lsn=")) && sscanf(p, "; horizon_lsn=%llu horizon_ms=%llu",
+                                                    &lsn, &ms) == 2) {
+        r->grant_lsn = lsn;
+        r->grant_ms = ms;
+    }
+}
+
 int wrepl_connect_lease(struct wrepl *r)
 {
     const struct config *cfg = r->cfg;
@@ -432,9 +470,11 @@ int wrepl_renew_step(struct wrepl *r, char *why, size_t n)
     memset(&p, 0, sizeof(p));
     p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG;
     p.delivery_mode = 2;
+    char body[200];
+    size_t blen = token_body(r, body, sizeof(body));
     if (amqp_basic_publish(r->conn.st, CH_RENEW, amqp_empty_bytes,
                            amqp_cstring_bytes(r->rc->lease_queue), 0, 0, &p,
-                           (amqp_bytes_t){sizeof(TOKEN) - 1, (void *)TOKEN}) != AMQP_STATUS_OK) {
+                           (amqp_bytes_t){blen, body}) != AMQP_STATUS_OK) {
         snprintf(why, n, "publishing a fresh lease token: connection lost");
         return -1;
     }
@@ -447,6 +487,8 @@ int wrepl_renew_step(struct wrepl *r, char *why, size_t n)
 int wrepl_renew_event(struct wrepl *r, const struct event *ev, char *why, size_t n)
 {
     if (ev->kind == EV_DELIVER && ev->ch == CH_LEASE) {
+        if (!r->have_lease)
+            token_hint(r, &ev->msg.body);
         amqp_destroy_message((amqp_message_t *)&ev->msg);
         if (r->lease_tag) /* cannot happen with prefetch 1; keep one token, not two */
             amqp_basic_ack(r->conn.st, CH_LEASE, r->lease_tag, 0);

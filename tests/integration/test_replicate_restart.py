@@ -16,11 +16,17 @@ Bridge A replicates its WAL (wal.replicate) and holds 2,000 messages (delays
    500 (and their keys) to its own log, and holds 2,500.
 3. A is killed with SIGKILL: no note. Started again, it reads the whole
    stream (a kill may have left records the stream never confirmed).
+4. Once A completed a stream checkpoint (checkpoint_interval_s 1) and
+   renewed its lease token since (lease_renew_ms 500: the token names the
+   horizon and the time of its roll), A is killed and its disk lost. On an
+   empty disk, granted the lease at once, it reads the stream from the
+   horizon's time (less a margin) instead of from its first message.
 
 Everything arrives once, replaced versions never, none early.
 """
 
 import os
+import shutil
 import time
 
 import harness as h
@@ -62,7 +68,8 @@ def test(ctx):
     route = ctx.route("rr", ex)
     stream = ctx.n("wal")
     ctx.queues.update([stream, stream + ".lease"])
-    wal = {"replicate": {"stream": stream, "max_mb": 0}}
+    wal = {"replicate": {"stream": stream, "max_mb": 0, "checkpoint_interval_s": 1,
+                         "lease_renew_ms": 500}}
     pa, pb = h.free_port(), h.free_port()
     a = ctx.bridge([route], name="a", instance="a", http={"listen": "127.0.0.1:%d" % pa},
                    wal=wal, broker={"heartbeat_s": 5})
@@ -119,6 +126,22 @@ def test(ctx):
     check("local log rebuilt from the stream" in a.log_text(), "A did not rebuild after a kill")
     check(h.stats(pa)["held"] == len(want), "A holds %d of %d after the kill"
           % (h.stats(pa)["held"], len(want)))
+
+    # 4. Disk lost once a horizon was noted in the lease token: read from the horizon.
+    deadline = time.monotonic() + 30
+    while repl(pa)["horizons"] < 1:
+        check(time.monotonic() < deadline, "no stream checkpoint completed: %s" % repl(pa))
+        time.sleep(0.1)
+    time.sleep(1.5)  # a renewal or two: the token now names the horizon
+    a.kill9()
+    shutil.rmtree(a.config["wal"]["dir"])
+    a.start(wait_ready=True)
+    check("reading the stream from its newest horizon" in a.log_text(),
+          "A did not read from the horizon the token named")
+    check("local log rebuilt from the stream" in a.log_text(), "A did not rebuild")
+    line = [ln for ln in a.log_text().splitlines() if "rebuilt from the stream" in ln][-1]
+    h.log("A on an empty disk: %s" % line[line.index("first_lsn"):])
+    check("first_lsn=1 " not in line, "A read the stream from its first record")
 
     c.wait_ids(want.keys(), 35 + 30)
     t = h.tally(want, c.quiet(1.5))
