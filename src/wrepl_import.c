@@ -116,7 +116,7 @@ static int imp_record(void *arg, const struct walrec_hdr *h, const uint8_t *payl
     if (lsn != h->lsn)
         return WLOG_ECORRUPT;
     r->imp_pending += WALREC_HDR_SIZE + h->len;
-    if (r->imp_pending >= IMPORT_COMMIT_BYTES) {
+    if (r->imp_pending >= r->imp_commit_bytes) {
         r->imp_pending = 0;
         return wal_commit(r->imp);
     }
@@ -341,6 +341,7 @@ int wrepl_import(struct wrepl *r, int dirfd)
     r->resume_resets = 0;
     r->delta.len = 0;
     r->delta_count = 0;
+    r->imp_commit_bytes = STANDBY_COMMIT_BYTES;
     if (start_tail(r, rch, 0, why, sizeof(why)) < 0)
         goto lost;
     set_state(r, WLOG_REPL_STANDBY);
@@ -380,6 +381,7 @@ int wrepl_import(struct wrepl *r, int dirfd)
             if (wrepl_publish(r, r->rc->stream, fence, sizeof(fence), why, sizeof(why)) < 0)
                 goto lost;
             fenced = 1;
+            r->imp_commit_bytes = IMPORT_COMMIT_BYTES;
             last = t_lease = r->lease_at = now_ms();
             pthread_mutex_lock(&r->mu);
             r->st.standby_seconds = (double)(t_lease - r->recover_t0) / 1000.0;
@@ -410,6 +412,12 @@ int wrepl_import(struct wrepl *r, int dirfd)
             snprintf(why, sizeof(why), "the broker cancelled a consumer (lease queue or stream "
                      "deleted?)");
             goto lost;
+        }
+        if (!fenced && ev.kind == EV_NONE && r->imp && r->imp_pending) {
+            /* The stream is quiet: write what was read ahead, so it is not held in memory. */
+            r->imp_pending = 0;
+            if ((res = wal_commit(r->imp)) < 0)
+                break;
         }
         if (fenced && ev.kind == EV_NONE && now_ms() - last > IMPORT_IDLE_MS) {
             snprintf(why, sizeof(why), "the stream sent nothing for %d s before our fence",

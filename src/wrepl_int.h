@@ -39,7 +39,8 @@
 #define IMPORT_DIR "import"
 #define IMPORT_PREFETCH 1000 /* messages; TCP flow control bounds the bytes */
 #define IMPORT_ACK_EVERY 250
-#define IMPORT_COMMIT_BYTES (64u << 20)
+#define IMPORT_COMMIT_BYTES (64u << 20)  /* taking over: few, large writes */
+#define STANDBY_COMMIT_BYTES (4u << 20)  /* standing by: a small buffer, written when idle too */
 #define IMPORT_IDLE_MS 60000 /* the stream sends nothing for this long: give up */
 #define RETRY_MS 2000
 #define TAIL_SLACK_BYTES (64ull << 20) /* a standby reads again from a horizon past this */
@@ -136,6 +137,7 @@ struct wrepl {
     struct wal *imp;
     int impfd;
     uint64_t imp_pending;
+    uint64_t imp_commit_bytes; /* IMPORT_ or STANDBY_COMMIT_BYTES */
 };
 
 #define R(l) ((struct wrepl *)(l))

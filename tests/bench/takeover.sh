@@ -3,7 +3,7 @@
 # its replicated WAL (wal.replicate), measured on a throwaway RabbitMQ
 # (tests/bench/README.md, "Replicated WAL: takeover and cost").
 #
-#   tests/bench/takeover.sh [--held N[,N...]] [--cluster] [--variants cold,standby,restart]
+#   tests/bench/takeover.sh [--held N[,N...]] [--cluster] [--variants cold,standby,restart,clean]
 #                           [--keep]
 #
 #   --held      messages held when the disk is lost (default 100000); a list
@@ -18,6 +18,9 @@
 #               killed and started again on its intact WAL directory (what a
 #               plain restart costs with wal.replicate: it reads the stream
 #               back too); "B" in the figures is then A's second process.
+#               clean (only when listed): A is stopped with SIGTERM and started
+#               again on its intact WAL directory (it resumes on its log and
+#               reads only the stream past it: wal.dir/REPLICA).
 #   --keep      keep the work directory (configs, logs, WALs) and the broker's
 #               state (its streams)
 #
@@ -68,7 +71,7 @@ while [ $# -gt 0 ]; do
 done
 for n in ${HELD//,/ }; do [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "--held: $n is not a positive number"; done
 for v in ${VARIANTS//,/ }; do
-    case "$v" in cold|standby|restart) ;; *) die "unknown variant $v" ;; esac
+    case "$v" in cold|standby|restart|clean) ;; *) die "unknown variant $v" ;; esac
 done
 
 bench_preflight
@@ -214,7 +217,8 @@ log_ms() {
 
 # from_label VARIANT: where the takeover time starts.
 from_label() {
-    case "$1" in cold) echo "B's start" ;; standby) echo "kill -9 of A" ;; restart) echo "A's restart" ;; esac
+    case "$1" in cold) echo "B's start" ;; standby) echo "kill -9 of A" ;; restart) echo "A's restart" ;;
+    clean) echo "A's start after SIGTERM" ;; esac
 }
 
 # ---------------------------------------------------------------- one case
@@ -229,7 +233,7 @@ takeover() {
     pa=$(free_port) pb=$(free_port)
     config "$dir/a.json" a "$dir/a-wal" "$pa" "$URIS_A" "$stream" "$ingress"
     config "$dir/b.json" b "$dir/b-wal" "$pb" "$URIS_B" "$stream" "$ingress"
-    if [ "$variant" = restart ]; then
+    if [ "$variant" = restart ] || [ "$variant" = clean ]; then
         cp "$dir/a.json" "$dir/b.json"
         pb=$pa
     fi
@@ -275,10 +279,14 @@ takeover() {
     say "A holds $held after $((t1 - t0)) ms; WAL ${R[$k.a_wal_disk]} B on disk (${R[$k.a_wal_live]} live);" \
         "stream: ${R[$k.a_stream_msgs]} messages, ${R[$k.a_published]} B published, ${R[$k.stream_disk]:-?} B on node 1's disk ($sdir)"
 
-    # The disk is lost (but for restart).
+    # The disk is lost (but for restart and clean).
     t_kill=$(now_ms)
-    kill -KILL "$A_PID"; wait "$A_PID" 2>/dev/null || true; A_PID=""
-    [ "$variant" = restart ] || rm -rf "$dir/a-wal"
+    if [ "$variant" = clean ]; then
+        kill -TERM "$A_PID"; wait "$A_PID" 2>/dev/null || true; A_PID=""
+    else
+        kill -KILL "$A_PID"; wait "$A_PID" 2>/dev/null || true; A_PID=""
+    fi
+    [ "$variant" = restart ] || [ "$variant" = clean ] || rm -rf "$dir/a-wal"
     if [ "$variant" != standby ]; then
         t_start=$(now_ms)
         launch "$dir/b.json" "$dir/b.log"; B_PID=$LAUNCHED
