@@ -413,6 +413,11 @@ int wrepl_import(struct wrepl *r, int dirfd)
                      "deleted?)");
             goto lost;
         }
+        if (ev.kind == EV_NONE && unacked) {
+            /* Quiet: settle what was read (a delivery held unacked meets consumer_timeout). */
+            amqp_basic_ack(st, rch, tag, 1);
+            unacked = 0;
+        }
         if (!fenced && ev.kind == EV_NONE && r->imp && r->imp_pending) {
             /* The stream is quiet: write what was read ahead, so it is not held in memory. */
             r->imp_pending = 0;
