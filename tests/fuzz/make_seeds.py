@@ -194,6 +194,18 @@ def main():
     put("fuzz_xdelay", "text-bad", b"\x04" + M + b"12a")
     put("fuzz_xdelay", "other", b"\x05" + M)
     put("fuzz_xdelay", "none", b"\x06" + M)
+    put("fuzz_xdelay", "text-php-float", b"\x04" + M + b"7000.5")
+    put("fuzz_xdelay", "text-exp", b"\x04" + M + b" 2.5e3 ")
+    put("fuzz_xdelay", "text-php-big", b"\x04" + M + b"1.0E+25")
+    put("fuzz_xdelay", "uint-pyamqp-neg", b"\x01" + M + struct.pack("<q", -5000))
+    # fuzz_xdelay, x-delay-until (byte 0 >= 0x80): kind, max, now (u64 LE), value
+    NOW = struct.pack("<Q", 1764000000000)
+    put("fuzz_xdelay", "until-ms", b"\x80" + M + NOW + struct.pack("<q", 1764000001500))
+    put("fuzz_xdelay", "until-seconds", b"\x80" + M + NOW + struct.pack("<q", 1764000060))
+    put("fuzz_xdelay", "until-rfc3339", b"\x84" + M + NOW + b"2025-11-24T17:00:07.250+01:00")
+    put("fuzz_xdelay", "until-rfc3339-frac", b"\x84" + M + NOW + b" 2025-11-24t16:00:07.0001z ")
+    put("fuzz_xdelay", "until-timestamp", b"\x86" + M + NOW + struct.pack("<Q", 1764000030))
+    put("fuzz_xdelay", "delivery-time-ms", b"\xc1" + M + NOW + struct.pack("<Q", 1764000009000))
 
     # fuzz_uri
     for i, u in enumerate(["amqp://guest:guest@127.0.0.1:5672/%2f", "amqps://u@[::1]:5671/vh",
