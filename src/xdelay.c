@@ -38,7 +38,9 @@
  * x-delay-until / x-opt-delivery-time (xdelay_until_eval), a due time:
  *
  *   kind       rule
- *   TIMESTAMP  AMQP timestamp: seconds since the epoch, x 1000
+ *   TIMESTAMP  AMQP timestamp: seconds since the epoch, x 1000 (+ 999 for
+ *              x-opt-delivery-time: RabbitMQ cut an AMQP 1.0 timestamp in ms
+ *              down to seconds, so the last ms of that second, never early)
  *   INT UINT   epoch ms (UINT read as signed, as above); below 10^11
  *              (1973-03-03) invalid: that is epoch seconds sent where
  *              milliseconds were meant, which would otherwise deliver at once
@@ -332,15 +334,20 @@ static int parse_rfc3339(const char *s, size_t len, int64_t *out)
 
 /* ---- due times ----------------------------------------------------------------- */
 
-static int until_ms(const struct xdelay_value *v, int64_t *due)
+static int until_ms(const struct xdelay_value *v, int which, int64_t *due)
 {
     int64_t x;
     int frac;
 
     if (v->kind == XDELAY_TIMESTAMP) {
-        if (v->u > (uint64_t)INT64_MAX / 1000)
+        if (v->u > (uint64_t)INT64_MAX / 1000 - 1)
             return -1;
-        *due = (int64_t)v->u * 1000;
+        /*
+         * x-opt-delivery-time as a timestamp was an AMQP 1.0 timestamp (ms)
+         * that RabbitMQ cut to seconds (mc_amqpl: V div 1000): the sender
+         * meant some ms of that second, so the last one, never early.
+         */
+        *due = (int64_t)v->u * 1000 + (which == XDELAY_H_DELIVERY_TIME ? 999 : 0);
         return 0;
     }
     if (v->kind == XDELAY_TEXT && v->text.p && parse_rfc3339(v->text.p, v->text.len, due) == 0)
@@ -367,7 +374,7 @@ enum xdelay_status xdelay_until_eval(const struct xdelay_value *v, int which, ui
     *delay_ms = 0;
     if (!v)
         return XDELAY_NOW;
-    if (until_ms(v, &due) < 0)
+    if (until_ms(v, which, &due) < 0)
         return dt ? XDELAY_DT_EINVALID : XDELAY_UNTIL_EINVALID;
     if (due <= 0 || (uint64_t)due <= now_ms)
         return XDELAY_NOW;

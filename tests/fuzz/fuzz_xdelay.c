@@ -189,8 +189,8 @@ static int fuzz_until(const uint8_t *data, size_t size)
     case 6:
         v.kind = XDELAY_TIMESTAMP;
         v.u = le64(rest, n);
-        have_ref = v.u <= (uint64_t)INT64_MAX / 1000 ? 1 : 2;
-        due = (int64_t)(v.u <= (uint64_t)INT64_MAX / 1000 ? v.u * 1000 : 0);
+        have_ref = v.u <= (uint64_t)INT64_MAX / 1000 - 1 ? 1 : 2;
+        due = (int64_t)(have_ref == 1 ? v.u * 1000 + (which ? 999 : 0) : 0);
         break;
     default:
         have_ref = 3;

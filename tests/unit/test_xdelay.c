@@ -149,10 +149,13 @@ static void test_until_numbers(void)
     d.kind = XDELAY_DECIMAL; /* |value| < 2^31: never an epoch ms */
     d.dec.value = INT32_MAX;
     UNTIL(d, M, XDELAY_UNTIL_EINVALID, 0);
+    uint64_t ms;
     struct xdelay_value ts = {0};
     ts.kind = XDELAY_TIMESTAMP;
     ts.u = NOW_MS / 1000 + 30;
     UNTIL(ts, M, XDELAY_OK, 30000);
+    CHECK(xdelay_until_eval(&ts, XDELAY_H_DELIVERY_TIME, NOW_MS, M, &ms) == XDELAY_OK &&
+          ms == 30999); /* RabbitMQ cut the AMQP 1.0 ms off: the last ms of that second */
     ts.u = 0;
     UNTIL(ts, M, XDELAY_NOW, 0);
     ts.u = UINT64_MAX;
@@ -161,7 +164,6 @@ static void test_until_numbers(void)
     other.kind = XDELAY_OTHER;
     UNTIL(other, M, XDELAY_UNTIL_EINVALID, 0);
     /* x-opt-delivery-time reports its own name */
-    uint64_t ms;
     struct xdelay_value bad = ival(5);
     CHECK(xdelay_until_eval(&bad, XDELAY_H_DELIVERY_TIME, NOW_MS, M, &ms) == XDELAY_DT_EINVALID);
     struct xdelay_value far = ival((int64_t)NOW_MS + (int64_t)M + 1);
