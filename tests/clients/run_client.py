@@ -59,7 +59,8 @@ def node_cmd():
     if subprocess.run(probe, env=env, capture_output=True).returncode != 0:
         need(have("npm"), "amqplib not installed and npm not found (apt-get install npm)")
         h.log("installing amqplib with npm into %s" % d)
-        r = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", d, "amqplib"],
+        spec = "amqplib@" + os.environ.get("DB_AMQPLIB_VERSION", "2")
+        r = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", d, spec],
                            capture_output=True, text=True, timeout=180)
         need(r.returncode == 0, "npm install amqplib failed (no registry?): %s" % r.stderr[-300:])
     return ["node", os.path.join(HERE, "node", "publish.js")], env
