@@ -1,4 +1,4 @@
-# The client matrix (tests/clients/README.md): one test per client library,
+# The client matrix (README "Clients and frameworks"): one test per client library,
 # labels "clients" and "integration", sharing the integration tests' broker
 # fixture. Each skips (77) with the package to install when its toolchain
 # or library is missing; deploy/packages.sh's "clients" group installs them.
