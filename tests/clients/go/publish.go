@@ -1,6 +1,6 @@
 // publish.go -- amqp091-go as its documentation shows: Dial, Channel,
-// Confirm(false), PublishWithDeferredConfirmWithContext and Wait() on each
-// confirmation. Header values are Go values in an amqp.Table: int and int32
+// Confirm(false), NotifyPublish, PublishWithContext, then one confirmation
+// per publish. Header values are Go values in an amqp.Table: int and int32
 // go out as 'I' (an int through a uint32 cast), int64 as 'l', float64 as
 // 'd', time.Time as a timestamp in seconds. Protocol: see run_client.py.
 package main
@@ -59,23 +59,34 @@ func main() {
 		{"until-ms", amqp.Table{"x-delay-until": now + 2000}, fmt.Sprintf("due:%d", now+2000)}, // 'l'
 		{"bad", amqp.Table{"x-delay": "soon"}, "dlx:invalid x-delay"},
 	}
+	// the documented confirm pattern: NotifyPublish, publish, then one
+	// confirmation per publish, in order
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, len(cases)))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var lines []string
 	for _, k := range cases {
 		k.headers["x-client"] = "amqp091-go"
 		t := nowMs()
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, os.Getenv("DB_EXCHANGE"), os.Getenv("DB_RK"), true, false,
+		err := ch.PublishWithContext(ctx, os.Getenv("DB_EXCHANGE"), os.Getenv("DB_RK"), true, false,
 			amqp.Publishing{MessageId: k.id, Headers: k.headers, Body: []byte(k.id)})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
-		if !dc.Wait() {
-			fmt.Fprintln(os.Stderr, "nacked: "+k.id)
+		lines = append(lines, fmt.Sprintf("SENT %s %d %s", k.id, t, k.expect))
+	}
+	for range cases {
+		select {
+		case c := <-confirms:
+			if !c.Ack {
+				fmt.Fprintf(os.Stderr, "nacked: delivery tag %d\n", c.DeliveryTag)
+				os.Exit(1)
+			}
+		case <-time.After(30 * time.Second):
+			fmt.Fprintln(os.Stderr, "no confirmation within 30 s")
 			os.Exit(1)
 		}
-		lines = append(lines, fmt.Sprintf("SENT %s %d %s", k.id, t, k.expect))
 	}
 	for _, l := range lines {
 		fmt.Println(l)
