@@ -123,6 +123,7 @@ CLIENTS = {
     "java": java_cmd,
     "pika": lambda: python_cmd("pika", "publish_pika.py", "python3-pika"),
     "kombu": lambda: python_cmd("kombu", "publish_kombu.py", "python3-kombu"),
+    "celery": lambda: python_cmd("celery", "publish_celery.py", "python3-celery"),
 }
 
 

@@ -6,7 +6,7 @@
 #   ctest --test-dir build -L clients --output-on-failure
 #   ctest --test-dir build -R clients.kombu -V
 
-set(db_client_names amqplib php-amqplib bunny amqp091-go java pika kombu)
+set(db_client_names amqplib php-amqplib bunny amqp091-go java pika kombu celery)
 foreach(client ${db_client_names})
   add_test(NAME clients.${client}
            COMMAND ${DB_PYTHON3} -u ${CMAKE_CURRENT_SOURCE_DIR}/clients/run_client.py ${client})
