@@ -3,8 +3,9 @@
  *
  * Pure policy, no AMQP types: what the bridge writes for a message it
  * received (due time from x-delay or x-delay-until, the invalid-delay
- * policy of its route) and where and how it republishes it (target or dead-letter exchange, the
- * error text, the delay to rewrite x-delay with, the message id header).
+ * policy of its route) and where and how it republishes it (target or
+ * dead-letter exchange, the error text, the delay to rewrite x-delay with,
+ * the message id header).
  * The AMQP encodings themselves (properties in, properties out) are the
  * consumer's and publisher's business (amqp_msg.h).
  */
