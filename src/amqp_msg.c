@@ -7,7 +7,14 @@
  *
  *   b B s u I i l (I8..I64)  -> INT      L (U64)  -> UINT
  *   f d (F32, F64)           -> FLOAT    D        -> DECIMAL (v read as int32, as RabbitMQ does)
- *   S (UTF8, long string)    -> TEXT     anything else (t T x V F A) -> OTHER
+ *   S (UTF8, long string)    -> TEXT     T        -> TIMESTAMP
+ *   anything else (t x V F A) -> OTHER
+ *
+ * amqp_msg_due() looks first for "x-delay-until", then "x-opt-delivery-time"
+ * (an AMQP 1.0 annotation as RabbitMQ 4.x hands it to 0-9-1 consumers),
+ * judged by xdelay_until_eval(); the first present decides, even when it is
+ * invalid (its error then follows the route's invalid_delay policy). Without
+ * either, x-delay as above.
  *
  * rabbitmq-c has no short-string field kind (0-9-1's 's' is decoded as a
  * short int, as RabbitMQ does), so "short or long string" is 'S' here. A
@@ -33,6 +40,8 @@
 #include "delay-bridge/xalloc.h"
 
 #define H_XDELAY "x-delay"
+#define H_UNTIL "x-delay-until"
+#define H_DELIVERY_TIME "x-opt-delivery-time"
 #define H_ORIG_USER "x-original-user-id"
 #define H_BRIDGE_ID "x-delay-bridge-id"
 #define H_ERROR "x-delay-error"
@@ -77,6 +86,10 @@ static void field_to_value(const amqp_field_value_t *f, struct xdelay_value *v)
         v->text.p = f->value.bytes.bytes;
         v->text.len = f->value.bytes.len;
         break;
+    case AMQP_FIELD_KIND_TIMESTAMP:
+        v->kind = XDELAY_TIMESTAMP;
+        v->u = f->value.u64;
+        break;
     default:
         v->kind = XDELAY_OTHER;
         break;
@@ -97,6 +110,33 @@ enum xdelay_status amqp_msg_xdelay(const amqp_table_t *headers, uint64_t max_del
         }
     }
     return xdelay_eval(NULL, max_delay_ms, delay_ms);
+}
+
+/* The first entry named name, or NULL. */
+static const amqp_field_value_t *lookup(const amqp_table_t *headers, const char *name)
+{
+    if (!headers || headers->num_entries <= 0 || !headers->entries)
+        return NULL;
+    for (int i = 0; i < headers->num_entries; i++)
+        if (key_is(headers->entries[i].key, name))
+            return &headers->entries[i].value;
+    return NULL;
+}
+
+enum xdelay_status amqp_msg_due(const amqp_table_t *headers, uint64_t now_ms,
+                                uint64_t max_delay_ms, uint64_t *delay_ms)
+{
+    static const char *const names[2] = {H_UNTIL, H_DELIVERY_TIME};
+    struct xdelay_value v;
+
+    for (int which = 0; which < 2; which++) {
+        const amqp_field_value_t *f = lookup(headers, names[which]);
+        if (f) {
+            field_to_value(f, &v);
+            return xdelay_until_eval(&v, which, now_ms, max_delay_ms, delay_ms);
+        }
+    }
+    return amqp_msg_xdelay(headers, max_delay_ms, delay_ms);
 }
 
 static void *pool_alloc(amqp_pool_t *pool, size_t n)

@@ -417,7 +417,7 @@ static void on_delivery(void *arg, const struct delivery *d)
         return;
     }
 
-    xs = amqp_msg_xdelay(headers, rc->max_delay_ms, &delay);
+    xs = amqp_msg_due(headers, now, rc->max_delay_ms, &delay);
     /*
      * A quorum queue adds x-delivery-count when it redelivers: not part of
      * the message (it is the ingress queue's bookkeeping), so it is neither

@@ -21,7 +21,7 @@ int msgrec_from_delivery(struct walrec_add *a, const struct config_route *rc,
                          uint64_t delay_ms)
 {
     int bad_key = in->key_invalid || (in->key && in->key_len > MSGREC_KEY_MAX);
-    int invalid = (xs == XDELAY_EINVALID || xs == XDELAY_ETOOBIG ? MSGREC_INVALID_DELAY : 0) |
+    int invalid = (xdelay_invalid(xs) ? MSGREC_INVALID_DELAY : 0) |
                   (bad_key ? MSGREC_INVALID_KEY : 0);
 
     memset(a, 0, sizeof(*a));

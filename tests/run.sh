@@ -11,7 +11,8 @@
 #      deploy/ checks (systemd unit, Kubernetes manifests, example configs),
 #      then the integration tests against a throwaway RabbitMQ on
 #      127.0.0.1:5681 (see tests/integration/tests.cmake; DB_TEST_BROKER_URI
-#      uses your own broker), and with DB_CONTAINER_TESTS=1 the container
+#      uses your own broker), the client matrix (tests/clients: a program
+#      per client library publishes to a bridge), and with DB_CONTAINER_TESTS=1 the container
 #      test (builds docker/ with root podman; changes host settings, so it is
 #      off unless asked for -- .ci/run asks).
 # A build failure stops at once; a failing test stage does not stop the next
@@ -32,9 +33,9 @@ step() { printf '\n==> %s\n' "$*"; }
 # The package list lives in one place: deploy/packages.sh.
 . deploy/packages.sh
 if [ "${DB_CONTAINER_TESTS:-}" = 1 ]; then
-    db_install_missing build test container
+    db_install_missing build test clients container
 else
-    db_install_missing build test
+    db_install_missing build test clients
 fi
 
 step "Building build/ (RelWithDebInfo)"

@@ -21,6 +21,15 @@ enum xdelay_status amqp_msg_xdelay(const amqp_table_t *headers, uint64_t max_del
                                    uint64_t *delay_ms);
 
 /*
+ * The delay a delivery received at wall-clock now_ms asks for: the first
+ * x-delay-until, else the first x-opt-delivery-time, judged as a due time by
+ * xdelay_until_eval() (now_ms + *delay_ms is that due time); without
+ * either, amqp_msg_xdelay(). The bridge stores now_ms + *delay_ms.
+ */
+enum xdelay_status amqp_msg_due(const amqp_table_t *headers, uint64_t now_ms,
+                                uint64_t max_delay_ms, uint64_t *delay_ms);
+
+/*
  * Build the properties to republish a held message with, from in (decoded
  * from the WAL; not modified). Allocations come from pool, so the result
  * lives as long as the pool.

@@ -2,9 +2,10 @@
  * msgrec.h -- a delivery as a log record, and a log record as a publish.
  *
  * Pure policy, no AMQP types: what the bridge writes for a message it
- * received (due time from x-delay, the invalid-delay policy of its route)
- * and where and how it republishes it (target or dead-letter exchange, the
- * error text, the delay to rewrite x-delay with, the message id header).
+ * received (due time from x-delay or x-delay-until, the invalid-delay
+ * policy of its route) and where and how it republishes it (target or
+ * dead-letter exchange, the error text, the delay to rewrite x-delay with,
+ * the message id header).
  * The AMQP encodings themselves (properties in, properties out) are the
  * consumer's and publisher's business (amqp_msg.h).
  */
@@ -39,8 +40,10 @@ struct msgrec_in {
 
 /*
  * Fill *a (pointers into in and rc) for a message of route rc received at
- * now, whose x-delay was judged xs with delay delay_ms. An invalid or too
- * large delay, or an invalid x-delay-key, makes the message due now,
+ * now, whose delay headers were judged xs with delay delay_ms
+ * (amqp_msg_due(): due = now + delay_ms, the absolute time x-delay-until
+ * asked for). An invalid or too large delay (xdelay_invalid(xs)), or an
+ * invalid x-delay-key, makes the message due now,
  * without a key; with invalid_delay "dead-letter" it is also flagged for
  * the dead-letter exchange (x-delay-error says which). A valid key makes
  * the record keyed. Returns 0, or MSGREC_INVALID_DELAY and/or

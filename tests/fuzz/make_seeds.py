@@ -136,6 +136,11 @@ def main():
     put("fuzz_props_roundtrip", "xdelay-u64-dup",
         opt(0) + props(headers=[("x-delay", b"l" + struct.pack(">q", 10)),
                                 ("x-delay", b"t\x01"), ("a", b"V")]))
+    put("fuzz_props_roundtrip", "until-rfc3339",
+        opt(0) + props(headers=[("x-delay", I32(5000)),
+                                ("x-delay-until", b"S" + lstr("2025-11-24T17:00:07.250+01:00"))]))
+    put("fuzz_props_roundtrip", "until-timestamp",
+        opt(0) + props(headers=[("x-opt-delivery-time", b"T" + struct.pack(">Q", 1764000030))]))
     put("fuzz_props_roundtrip", "user-id-foreign",
         opt(0, 1000) + props(user_id="alice", app_id="shop", timestamp=1700000000,
                              headers=[("x-delay", b"s" + struct.pack(">h", -5))]))
@@ -194,6 +199,18 @@ def main():
     put("fuzz_xdelay", "text-bad", b"\x04" + M + b"12a")
     put("fuzz_xdelay", "other", b"\x05" + M)
     put("fuzz_xdelay", "none", b"\x06" + M)
+    put("fuzz_xdelay", "text-php-float", b"\x04" + M + b"7000.5")
+    put("fuzz_xdelay", "text-exp", b"\x04" + M + b" 2.5e3 ")
+    put("fuzz_xdelay", "text-php-big", b"\x04" + M + b"1.0E+25")
+    put("fuzz_xdelay", "uint-pyamqp-neg", b"\x01" + M + struct.pack("<q", -5000))
+    # fuzz_xdelay, x-delay-until (byte 0 >= 0x80): kind, max, now (u64 LE), value
+    NOW = struct.pack("<Q", 1764000000000)
+    put("fuzz_xdelay", "until-ms", b"\x80" + M + NOW + struct.pack("<q", 1764000001500))
+    put("fuzz_xdelay", "until-seconds", b"\x80" + M + NOW + struct.pack("<q", 1764000060))
+    put("fuzz_xdelay", "until-rfc3339", b"\x84" + M + NOW + b"2025-11-24T17:00:07.250+01:00")
+    put("fuzz_xdelay", "until-rfc3339-frac", b"\x84" + M + NOW + b" 2025-11-24t16:00:07.0001z ")
+    put("fuzz_xdelay", "until-timestamp", b"\x86" + M + NOW + struct.pack("<Q", 1764000030))
+    put("fuzz_xdelay", "delivery-time-ms", b"\xc1" + M + NOW + struct.pack("<Q", 1764000009000))
 
     # fuzz_uri
     for i, u in enumerate(["amqp://guest:guest@127.0.0.1:5672/%2f", "amqps://u@[::1]:5671/vh",

@@ -56,7 +56,9 @@ SHAPES = {
     "s-inner-space": (h.lstr("12 00"), ("invalid",)),
     "s-abc": (h.lstr("abc"), ("invalid",)),
     "s-empty": (h.lstr(""), ("invalid",)),
-    "s-point": (h.lstr("1.5"), ("invalid",)),
+    "s-point": (h.lstr("1500.5"), ("ok", 1500)),  # php-amqplib's float (issue 19)
+    "s-exp": (h.lstr(" 1.2e3 "), ("ok", 1200)),
+    "s-inf": (h.lstr("INF"), ("invalid",)),
     "s-hex": (h.lstr("0x10"), ("invalid",)),
     "s-tab": (h.lstr("\t100"), ("invalid",)),
     "s-overflow": (h.lstr("99999999999999999999999"), ("invalid",)),
@@ -86,8 +88,9 @@ SHAPES = {
     "u32-max": (h.u32(2 ** 32 - 1), ("toobig",)),
     "i64-min": (h.i64(-2 ** 63), ("now",)),
     "i64-max": (h.i64(2 ** 63 - 1), ("toobig",)),
-    "u64-max": (h.u64(2 ** 64 - 1), ("invalid",)),
-    "u64-2^63": (h.u64(2 ** 63), ("invalid",)),
+    # py-amqp's 'L' is signed; rabbitmq-c reads it unsigned: read as signed again
+    "u64-max": (h.u64(2 ** 64 - 1), ("now",)),
+    "u64-2^63": (h.u64(2 ** 63), ("now",)),
     "u64-ok": (h.u64(700), ("ok", 700)),
 }
 

@@ -29,6 +29,10 @@ static const char *st_name(enum xdelay_status s)
     case XDELAY_EINVALID: return "EINVALID";
     case XDELAY_ETOOBIG: return "ETOOBIG";
     case XDELAY_EKEY: return "EKEY";
+    case XDELAY_UNTIL_EINVALID: return "UNTIL_EINVALID";
+    case XDELAY_UNTIL_ETOOBIG: return "UNTIL_ETOOBIG";
+    case XDELAY_DT_EINVALID: return "DT_EINVALID";
+    case XDELAY_DT_ETOOBIG: return "DT_ETOOBIG";
     }
     return "?";
 }
@@ -150,8 +154,10 @@ static void test_integers(void)
     EXPECT("u64 1", vu64(1), BIG, XDELAY_OK, 1);
     EXPECT("u64 0", vu64(0), BIG, XDELAY_NOW, 0);
     EXPECT("u64 int64 max", vu64(INT64_MAX), BIG, XDELAY_OK, INT64_MAX);
-    EXPECT("u64 int64 max+1", vu64((uint64_t)INT64_MAX + 1), BIG, XDELAY_EINVALID, 0);
-    EXPECT("u64 max", vu64(UINT64_MAX), BIG, XDELAY_EINVALID, 0);
+    /* py-amqp's 'L' is a signed 64-bit integer: 2^64 - 1 is -1 */
+    EXPECT("u64 int64 max+1", vu64((uint64_t)INT64_MAX + 1), BIG, XDELAY_NOW, 0);
+    EXPECT("u64 max (py-amqp -1)", vu64(UINT64_MAX), BIG, XDELAY_NOW, 0);
+    EXPECT("u64 py-amqp -5000", vu64((uint64_t)-5000), BIG, XDELAY_NOW, 0);
 }
 
 static void test_max_delay(void)
@@ -235,9 +241,20 @@ static void test_strings(void)
     EXPECT("\"5s\"", VS("5s"), M, XDELAY_EINVALID, 0);
     EXPECT("\"\"", VS(""), M, XDELAY_EINVALID, 0);
     EXPECT("\"   \"", VS("   "), M, XDELAY_EINVALID, 0);
-    EXPECT("\"1e3\"", VS("1e3"), M, XDELAY_EINVALID, 0);
+    EXPECT("\"1e3\"", VS("1e3"), M, XDELAY_OK, 1000);
     EXPECT("\"0x10\"", VS("0x10"), M, XDELAY_EINVALID, 0);
-    EXPECT("\"1.5\"", VS("1.5"), M, XDELAY_EINVALID, 0);
+    EXPECT("\"1.5\"", VS("1.5"), M, XDELAY_OK, 1);
+    EXPECT("\"7000.5\" (php-amqplib float)", VS("7000.5"), M, XDELAY_OK, 7000);
+    EXPECT("\" 2.5e3 \"", VS(" 2.5e3 "), M, XDELAY_OK, 2500);
+    EXPECT("\"1.0E+25\" (PHP)", VS("1.0E+25"), M, XDELAY_EINVALID, 0);
+    EXPECT("\"1.0E+4\" (PHP)", VS("1.0E+4"), M, XDELAY_OK, 10000);
+    EXPECT("\"-0.5\"", VS("-0.5"), M, XDELAY_NOW, 0);
+    EXPECT("\"0.9\"", VS("0.9"), M, XDELAY_NOW, 0);
+    EXPECT("\"INF\" (PHP)", VS("INF"), M, XDELAY_EINVALID, 0);
+    EXPECT("\"NAN\" (PHP)", VS("NAN"), M, XDELAY_EINVALID, 0);
+    EXPECT("\"1e\"", VS("1e"), M, XDELAY_EINVALID, 0);
+    EXPECT("\".\"", VS("."), M, XDELAY_EINVALID, 0);
+    EXPECT("\"1,5\"", VS("1,5"), M, XDELAY_EINVALID, 0);
     EXPECT("\"-\"", VS("-"), M, XDELAY_EINVALID, 0);
     EXPECT("\"+-1\"", VS("+-1"), M, XDELAY_EINVALID, 0);
     EXPECT("\"- 1\"", VS("- 1"), M, XDELAY_EINVALID, 0);
@@ -741,8 +758,66 @@ static void test_set_delay(void)
     empty_amqp_pool(&pool);
 }
 
+/* x-delay-until, then x-opt-delivery-time, then x-delay: the first present decides. */
+static void test_due(void)
+{
+    const uint64_t now = 1764000000000ull; /* 2025-11-24T16:00:00Z */
+    const uint64_t M = 4294967295u;
+    uint64_t ms = 99;
+    amqp_table_entry_t e[4];
+    amqp_table_t t = { 0, e };
+    amqp_field_value_t ts;
+
+    CHECK(amqp_msg_due(NULL, now, M, &ms) == XDELAY_NOW && ms == 0);
+    e[0] = entry("x-delay", vi(AMQP_FIELD_KIND_I32, 5000));
+    t.num_entries = 1;
+    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_OK && ms == 5000);
+
+    /* x-delay-until wins over x-delay, wherever it stands */
+    e[1] = entry("x-delay-until", VS("2025-11-24T16:00:07.250Z"));
+    t.num_entries = 2;
+    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_OK && ms == 7250);
+    /* ... and over x-opt-delivery-time */
+    e[2] = entry("x-opt-delivery-time", vi(AMQP_FIELD_KIND_I64, (int64_t)now + 9000));
+    t.num_entries = 3;
+    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_OK && ms == 7250);
+    /* an invalid x-delay-until is an error, not a fall back to x-delay */
+    e[1] = entry("x-delay-until", VS("tomorrow"));
+    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_UNTIL_EINVALID && ms == 0);
+    CHECK(strcmp(xdelay_strerror(XDELAY_UNTIL_EINVALID), "invalid x-delay-until") == 0);
+    /* x-opt-delivery-time alone (with x-delay): epoch ms */
+    e[1] = entry("x-opt-delivery-time", vi(AMQP_FIELD_KIND_I64, (int64_t)now + 9000));
+    t.num_entries = 2;
+    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_OK && ms == 9000);
+    e[1] = entry("x-opt-delivery-time", vi(AMQP_FIELD_KIND_I64, (int64_t)now + M + 1));
+    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_DT_ETOOBIG && ms == 0);
+    CHECK(xdelay_invalid(XDELAY_DT_ETOOBIG) && !xdelay_invalid(XDELAY_NOW));
+    /* an AMQP timestamp is seconds */
+    memset(&ts, 0, sizeof ts);
+    ts.kind = AMQP_FIELD_KIND_TIMESTAMP;
+    ts.value.u64 = now / 1000 + 60;
+    e[1] = entry("x-delay-until", ts);
+    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_OK && ms == 60000);
+    ts.value.u64 = now / 1000 - 60; /* the past: at once */
+    e[1] = entry("x-delay-until", ts);
+    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_NOW && ms == 0);
+    /* epoch ms as the clients send them: I64, U64 (py-amqp), double */
+    e[1] = entry("x-delay-until", vu64(now + 1500));
+    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_OK && ms == 1500);
+    e[1] = entry("x-delay-until", vf64((double)(now + 1500) + 0.25)); /* rounded up */
+    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_OK && ms == 1501);
+    /* seconds where ms were meant: invalid, never "at once" */
+    e[1] = entry("x-delay-until", vi(AMQP_FIELD_KIND_I64, (int64_t)(now / 1000 + 60)));
+    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_UNTIL_EINVALID);
+    e[1] = entry("x-delay-until", vi(AMQP_FIELD_KIND_I8, 1));
+    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_UNTIL_EINVALID);
+    e[1] = entry("x-delay-until", vstr(AMQP_FIELD_KIND_BYTES, "2025-11-24T16:00:07Z", 20));
+    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_UNTIL_EINVALID);
+}
+
 int main(void)
 {
+    test_due();
     test_integers();
     test_max_delay();
     test_floats();

@@ -1,0 +1,44 @@
+// publish.js -- amqplib (Node) as its documentation shows: a confirm channel,
+// publish() with a callback, waitForConfirms(). Header values are plain JS
+// values; amqplib picks the smallest signed integer type for integers and a
+// double for the rest (see run_client.py for the protocol).
+'use strict';
+const amqp = require('amqplib');
+
+const uri = process.env.DB_URI, ex = process.env.DB_EXCHANGE, rk = process.env.DB_RK;
+const path = require('path');
+// the package exports no './package.json': read it beside its entry point
+const version = require(path.join(path.dirname(require.resolve('amqplib')), 'package.json')).version;
+
+async function main() {
+  console.log('VERSION ' + version);
+  const conn = await amqp.connect(uri);
+  const ch = await conn.createConfirmChannel();
+  const now = Date.now();
+  const iso = (ms) => new Date(ms).toISOString(); // 2026-12-01T08:00:00.000Z
+  const cases = [
+    ['int', { 'x-delay': 1500 }, 'delay:1500'],                 // 's' (int16)
+    ['int32', { 'x-delay': 4000000 }, 'dlx:x-delay above max_delay_ms'], // 'I', read as 4000000
+    ['float', { 'x-delay': 1500.7 }, 'delay:1500'],             // 'd', truncated
+    ['string', { 'x-delay': '1500' }, 'delay:1500'],            // 'S'
+    ['negative', { 'x-delay': -1000 }, 'now'],                  // as the plugin: at once
+    ['until-iso', { 'x-delay-until': iso(now + 2500) }, 'due:' + (now + 2500)],
+    ['until-ms', { 'x-delay-until': now + 2000 }, 'due:' + (now + 2000)], // 'l' (above 2^31)
+    ['until-past', { 'x-delay-until': iso(now - 60000), 'x-delay': 50000 }, 'now'],
+    ['bad', { 'x-delay': 'soon' }, 'dlx:invalid x-delay'],
+    ['too-far', { 'x-delay-until': now + 7200000 }, 'dlx:x-delay-until beyond max_delay_ms'],
+  ];
+  for (const [id, headers, expect] of cases) {
+    headers['x-client'] = 'amqplib';
+    const t = Date.now();
+    await new Promise((resolve, reject) => {
+      ch.publish(ex, rk, Buffer.from(id), { messageId: id, headers, mandatory: true },
+                 (err) => (err ? reject(err) : resolve()));
+    });
+    console.log(`SENT ${id} ${t} ${expect}`);
+  }
+  await ch.waitForConfirms();
+  await conn.close();
+}
+
+main().catch((e) => { console.error(e); process.exit(1); });

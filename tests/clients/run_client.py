@@ -1,0 +1,216 @@
+#!/usr/bin/python3
+"""run_client.py CLIENT -- one row of the client matrix (README "Clients").
+
+A small program written with CLIENT's own library (tests/clients/<dir>/),
+the way its documentation shows, publishes delayed messages to a bridge's
+ingress exchange with that client's natural types and its confirm mode.
+This driver starts the bridge (tests/integration/harness.py), runs the
+program, and checks every message on arrival: the right queue (target, or
+the dead-letter exchange with the expected x-delay-error), routing key and
+headers kept, never before its due time, not much later.
+
+The program gets DB_URI, DB_EXCHANGE, DB_RK in its environment and prints
+one line per message it published (and the broker confirmed):
+
+    SENT <message_id> <epoch ms taken just before publishing> <expect>
+    expect: delay:<ms> | due:<epoch ms> | now | dlx:<x-delay-error text>
+
+and, first, `VERSION <client library version>`. Exit 77 (skip) when the
+client's toolchain or library is missing, with the package to install.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+import harness as h  # noqa: E402
+from harness import check  # noqa: E402
+
+MAX_DELAY_MS = 3600000
+
+
+def have(cmd):
+    return shutil.which(cmd) is not None
+
+
+def need(cond, what):
+    if not cond:
+        raise h.Skip(what)
+
+
+def work_dir(name):
+    """A per-client directory for tool caches (node_modules, GOCACHE): the build tree's when known."""
+    base = os.environ.get("DB_CLIENTS_WORK") or os.path.join(
+        os.path.dirname(os.environ.get("DB_BRIDGE_BIN", "/tmp/x")), "clients")
+    d = os.path.join(base, name)
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def node_cmd():
+    need(have("node"), "node not found (apt-get install nodejs npm)")
+    d = work_dir("node")
+    env = dict(os.environ, NODE_PATH=os.path.join(d, "node_modules"))
+    probe = ["node", "-e", "require('amqplib')"]
+    if subprocess.run(probe, env=env, capture_output=True).returncode != 0:
+        need(have("npm"), "amqplib not installed and npm not found (apt-get install npm)")
+        h.log("installing amqplib with npm into %s" % d)
+        spec = "amqplib@" + os.environ.get("DB_AMQPLIB_VERSION", "2")
+        r = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", d, spec],
+                           capture_output=True, text=True, timeout=180)
+        need(r.returncode == 0, "npm install amqplib failed (no registry?): %s" % r.stderr[-300:])
+    return ["node", os.path.join(HERE, "node", "publish.js")], env
+
+
+def php_cmd():
+    need(have("php"), "php not found (apt-get install php-cli php-amqplib)")
+    need(os.path.exists("/usr/share/php/PhpAmqpLib/autoload.php"),
+         "php-amqplib not found (apt-get install php-amqplib)")
+    return ["php", os.path.join(HERE, "php", "publish.php")], None
+
+
+def ruby_cmd():
+    need(have("ruby"), "ruby not found (apt-get install ruby-bunny)")
+    r = subprocess.run(["ruby", "-e", "require 'bunny'"], capture_output=True)
+    need(r.returncode == 0, "ruby cannot load bunny (apt-get install ruby-bunny)")
+    return ["ruby", os.path.join(HERE, "ruby", "publish.rb")], None
+
+
+GOPATH = "/usr/share/gocode"
+
+
+def go_cmd():
+    need(have("go"), "go not found (apt-get install golang-go golang-github-rabbitmq-amqp091-go-dev)")
+    need(os.path.isdir(os.path.join(GOPATH, "src/github.com/rabbitmq/amqp091-go")),
+         "amqp091-go not found (apt-get install golang-github-rabbitmq-amqp091-go-dev)")
+    d = work_dir("go")
+    env = dict(os.environ, GO111MODULE="off", GOPATH=GOPATH, GOCACHE=os.path.join(d, "cache"))
+    exe = os.path.join(d, "publish")
+    r = subprocess.run(["go", "build", "-o", exe, os.path.join(HERE, "go", "publish.go")],
+                       env=env, capture_output=True, text=True, timeout=300)
+    check(r.returncode == 0, "go build failed:\n%s" % r.stderr)
+    return [exe], env
+
+
+JARS = ["/usr/share/java/amqp-client.jar", "/usr/share/java/slf4j-api.jar",
+        "/usr/share/java/slf4j-nop.jar"]
+
+
+def java_cmd():
+    need(have("java"), "java not found (apt-get install default-jdk-headless librabbitmq-client-java)")
+    need(all(os.path.exists(j) for j in JARS),
+         "%s missing (apt-get install librabbitmq-client-java libslf4j-java)" % " or ".join(JARS))
+    # Java 11+ runs a single source file directly
+    return ["java", "-cp", ":".join(JARS), os.path.join(HERE, "java", "Publish.java")], None
+
+
+def python_cmd(module, script, pkg):
+    py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+    r = subprocess.run([py, "-c", "import %s" % module], capture_output=True)
+    need(r.returncode == 0, "%s cannot import %s (apt-get install %s)" % (py, module, pkg))
+    return [py, os.path.join(HERE, "python", script)], None
+
+
+CLIENTS = {
+    "amqplib": node_cmd,
+    "php-amqplib": php_cmd,
+    "bunny": ruby_cmd,
+    "amqp091-go": go_cmd,
+    "java": java_cmd,
+    "pika": lambda: python_cmd("pika", "publish_pika.py", "python3-pika"),
+    "kombu": lambda: python_cmd("kombu", "publish_kombu.py", "python3-kombu"),
+    "celery": lambda: python_cmd("celery", "publish_celery.py", "python3-celery"),
+}
+
+
+def parse(out):
+    version, sent = "?", {}
+    for line in out.splitlines():
+        f = line.split(" ", 3)
+        if f[0] == "VERSION" and len(f) >= 2:
+            version = line.split(" ", 1)[1]
+        elif f[0] == "SENT" and len(f) == 4:
+            sent[f[1]] = (int(f[2]), f[3])
+    return version, sent
+
+
+def test(ctx, client):
+    cmd, env = CLIENTS[client]()
+    target, tq = ctx.target("target", "direct", ["rk"])
+    dlx, dq = ctx.target("dlx", "fanout", [""])
+    c = ctx.consumer([tq["rk"], dq[""]])
+    route = ctx.route(client, target, max_delay_ms=MAX_DELAY_MS, invalid_delay="dead-letter",
+                      dead_letter_exchange=dlx)
+    ctx.bridge([route])
+    wall0 = time.time() - time.monotonic()
+    env = dict(env or os.environ, DB_URI=h.broker_uri(), DB_EXCHANGE=route["ingress_exchange"],
+               DB_RK="rk")
+    h.log("running %s" % " ".join(cmd))
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    sys.stdout.write(r.stdout)
+    sys.stdout.write(r.stderr[-3000:])
+    check(r.returncode == 0, "%s publisher exited %d" % (client, r.returncode))
+    version, sent = parse(r.stdout)
+    check(len(sent) >= 5, "%s publisher reported only %d message(s)" % (client, len(sent)))
+    last_due = max((t + int(e.split(":")[1])) if e.startswith("delay:") else
+                   int(e.split(":")[1]) if e.startswith("due:") else t for t, e in sent.values())
+    wait = max(0.0, last_due / 1000.0 - time.time()) + h.late_tolerance() + 5
+    msgs = c.wait_ids(list(sent), wait)
+    extra = c.quiet(0.5)
+    by_id = {}
+    failures = []
+    for m in extra:
+        if m.message_id in by_id:
+            failures.append("%s delivered twice" % m.message_id)
+        by_id[m.message_id] = m
+    unknown = set(by_id) - set(sent)
+    if unknown:
+        failures.append("unexpected deliveries: %s" % sorted(unknown))
+    rows = []
+    for mid, (t_ms, expect) in sorted(sent.items()):
+        m = by_id[mid]
+        arrived = (m.t + wall0) * 1000.0
+        err = h.header(m.props, "x-delay-error")
+        err = err.value.decode() if err is not None else None
+        app = h.header(m.props, "x-client")
+        where = "dlx" if m.queue == dq[""] else "target"
+        rows.append("%-24s %-40s -> %-6s after %6.0f ms%s" % (
+            mid, expect, where, arrived - t_ms, ", x-delay-error: %s" % err if err else ""))
+        if app is None or app.value.decode() != client:
+            failures.append("%s: header x-client not kept: %r" % (mid, app))
+        if m.routing_key != "rk":
+            failures.append("%s: routing key %r, sent with 'rk'" % (mid, m.routing_key))
+        kind, _, arg = expect.partition(":")
+        if kind == "dlx":
+            if where != "dlx" or err != arg:
+                failures.append("%s: expected the dead-letter exchange with x-delay-error %r; got %s, %r"
+                                % (mid, arg, where, err))
+            continue
+        if where != "target" or err is not None:
+            failures.append("%s: expected the target without x-delay-error; got %s, %r" % (mid, where, err))
+        if kind == "now":
+            due, late = t_ms, 1000.0
+        else:
+            due = t_ms + int(arg) if kind == "delay" else int(arg)
+            late = h.late_tolerance() * 1000.0
+        if arrived < due - h.early_tolerance() * 1000.0:
+            failures.append("%s arrived EARLY: %.0f ms before its due time" % (mid, due - arrived))
+        if arrived > due + late:
+            failures.append("%s arrived LATE: %.0f ms after its due time" % (mid, arrived - due))
+    h.log("%s %s: %d messages\n    %s" % (client, version, len(sent), "\n    ".join(rows)))
+    if failures:
+        h.fail("%d problem(s):\n  " % len(failures) + "\n  ".join(failures))
+    h.log("RESULT %s %s: %d messages, all as expected" % (client, version, len(sent)))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] not in CLIENTS:
+        sys.stderr.write("usage: run_client.py {%s}\n" % ",".join(CLIENTS))
+        sys.exit(2)
+    name = sys.argv[1]
+    sys.argv[0] = "test_client_" + name.replace("-", "_")
+    h.run(lambda ctx: test(ctx, name), budget_s=300)
