@@ -104,6 +104,7 @@ static void tap(void *arg, const struct walrec_hdr *h, const uint8_t *payload)
     r->build.len += need;
     r->cur_count++;
     r->tapped += need;
+    r->tap_next = h->lsn + 1;
 }
 
 static void thread_fail(struct wrepl *r, const char *why)
@@ -197,6 +198,8 @@ static void *repl_main(void *arg)
             continue;
         if (wrepl_renew_step(r, why, sizeof(why)) < 0)
             goto fail;
+        if (!inflight)
+            wrepl_note_step(r, 0);
         for (;;) {
             struct event ev;
             int mine;
@@ -342,6 +345,8 @@ static int wr_recover(struct wlog *l, wlog_replay_fn *fn, void *arg, struct db_p
     if (r->resume && (e = wrepl_resume_apply(r, fn, arg)) < 0)
         goto out;
     struct wal *w = wal_file_log_wal(r->inner);
+    if (r->resume && wal_pending(w) && (e = wal_commit(w)) < 0)
+        goto out; /* what the stream added, durable here too before the note says so */
     r->wal_id = wal_id(w);
     if (r->need_horizon < 0)
         r->need_horizon = wal_next_lsn(w) > wal_first_lsn(w) || wal_first_lsn(w) > 1;
@@ -351,6 +356,12 @@ static int wr_recover(struct wlog *l, wlog_replay_fn *fn, void *arg, struct db_p
                  "hold the whole log", "stream=%s next_lsn=%llu", r->rc->stream,
                  (unsigned long long)wal_next_lsn(w));
     wal_set_tap(w, tap, r);
+    r->tap_next = r->commit_next = r->durable_next = wal_next_lsn(w);
+    /* Everything below next_lsn is the stream's; this term's records follow its fence. */
+    if (r->fence_off >= 0)
+        wrepl_replica_write(r, r->wal_id, wal_next_lsn(w), r->fence_off, 1);
+    r->note_from_prev = r->fence_off;
+    r->note_ms = now_ms();
     r->last_horizon_ms = now_ms();
     pthread_mutex_lock(&r->mu);
     r->st.import_seconds = (double)(now_ms() - r->lease_at) / 1000.0;
@@ -396,6 +407,11 @@ static void finish(struct wrepl *r)
         return;
     r->busy = 0;
     err = r->local_err ? r->local_err : r->stream_err;
+    if (!err) {
+        pthread_mutex_lock(&r->mu);
+        r->durable_next = r->commit_next; /* for the running REPLICA note */
+        pthread_mutex_unlock(&r->mu);
+    }
     done = r->done;
     r->done = NULL;
     if (done)
@@ -448,6 +464,7 @@ static int wr_commit(struct wlog *l, wlog_commit_fn *done, void *arg)
         return e;
     close_msg(r);
     r->busy = 1;
+    r->commit_next = r->tap_next;
     r->done = done;
     r->done_arg = arg;
     r->local_err = r->stream_err = 0;
@@ -636,7 +653,7 @@ static void wr_close(struct wlog *l)
         /* Everything appended is durable here and confirmed there: say where it ends. */
         if (!wr_failed(r) && !r->busy && r->build.len == 0 && r->close_from >= 0 &&
             wlog_pending(r->inner) == 0)
-            wrepl_replica_write(r, wlog_id(r->inner), wlog_next_lsn(r->inner), r->close_from);
+            wrepl_replica_write(r, wlog_id(r->inner), wlog_next_lsn(r->inner), r->close_from, 0);
     } else if (r->conn.st) {
         amqp_conn_close(&r->conn, 1);
     }
@@ -729,6 +746,8 @@ struct wlog *wrepl_log(const struct wal_opts *wo, const struct config *cfg)
     r->impfd = -1;
     r->tail_from = -1;
     r->close_from = -1;
+    r->fence_off = -1;
+    r->note_from_prev = -1;
     r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);

@@ -449,6 +449,10 @@ int wrepl_import(struct wrepl *r, int dirfd)
         }
         res = replrec_import_msg(&im, ev.msg.body.bytes, ev.msg.body.len,
                                  r->resume ? &resume_sink : &sink, why, sizeof(why));
+        if (res == 1)
+            r->fence_off = pos.offset; /* this term's fence: the running note starts there */
+        if (r->resume && im.last_owner == r->resume_term && im.next_lsn)
+            r->term_max = im.next_lsn - 1;
         amqp_destroy_message(&ev.msg);
         tag = ev.tag;
         if (++unacked >= IMPORT_ACK_EVERY) {
@@ -490,20 +494,23 @@ int wrepl_import(struct wrepl *r, int dirfd)
     double secs = (double)(now_ms() - t_lease) / 1000.0;
     if (r->resume) {
         /* A message of the stopped term was read: this is still its stream (wrepl_resume.c). */
-        if (r->resume_seen && !r->resume_bad && !im.ambiguous &&
-            (im.next_lsn == 0 || (im.wal_id == r->resume_wal_id &&
-                                  im.first_lsn <= r->resume_next &&
-                                  im.next_lsn >= r->resume_next))) {
+        uint64_t L = r->resume_next - 1; /* the local log's last durable record */
+        int confirmed = L < r->resume_note_next || L <= r->term_max;
+        if (r->resume_seen && !r->resume_bad && !im.ambiguous && confirmed &&
+            (im.next_lsn == 0 ? L + 1 == r->resume_note_next
+                              : im.wal_id == r->resume_wal_id && im.first_lsn <= L + 1 &&
+                                    im.next_lsn >= L + 1)) {
             imp_remove(r);
             r->need_horizon = 0;
             log_info("wal-replica", "the stream continues the local log: resuming on it",
-                     "stream=%s read_from=%lld next_lsn=%llu new_records=%llu messages=%llu "
+                     "stream=%s read_from=%lld local_next_lsn=%llu new_records=%llu messages=%llu "
                      "seconds_after_lease=%.3f", r->rc->stream, (long long)r->tail_from,
                      (unsigned long long)r->resume_next, (unsigned long long)r->delta_count,
                      (unsigned long long)im.messages, secs);
             return 0;
         }
-        resume_off(r, "the stream read from the clean stop does not continue the local log");
+        resume_off(r, confirmed ? "the stream read from the note does not continue the local log"
+                                : "the local log has records the stream never confirmed");
         r->retry_now = 1;
         amqp_conn_close(&r->conn, 0);
         return -EAGAIN;

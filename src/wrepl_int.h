@@ -41,6 +41,8 @@
 #define IMPORT_ACK_EVERY 250
 #define IMPORT_COMMIT_BYTES (64u << 20)  /* taking over: few, large writes */
 #define STANDBY_COMMIT_BYTES (4u << 20)  /* standing by: a small buffer, written when idle too */
+#define NOTE_BYTES (8ull << 20)   /* the owner moves its REPLICA note on after this much ... */
+#define NOTE_MS 30000             /* ... or this long with anything published */
 #define IMPORT_IDLE_MS 60000 /* the stream sends nothing for this long: give up */
 #define RETRY_MS 2000
 #define TAIL_SLACK_BYTES (64ull << 20) /* a standby reads again from a horizon past this */
@@ -79,6 +81,16 @@ struct wrepl {
     struct buf delta;       /* [type u8][len u32][payload] from resume_next on */
     uint64_t delta_count;
     int64_t close_from;     /* at a clean stop: the stream's last chunk (-1: unknown) */
+    uint64_t resume_note_next;  /* the note's next_lsn: records below it were confirmed */
+    uint64_t term_max;          /* highest LSN the read took from a batch of resume_term */
+    int64_t fence_off;          /* stream offset of this term's fence, once read (-1) */
+
+    /* The running note (loop thread: tap_next, commit_next; under mu: durable_next). */
+    uint64_t tap_next;          /* LSN after the last record tapped */
+    uint64_t commit_next;       /* ... when the commit under way began */
+    uint64_t durable_next;      /* records below it are fsynced here and confirmed there */
+    int64_t note_from_prev;     /* repl thread: the last chunk's offset at the previous step */
+    uint64_t note_ms, note_bytes;
 
     /* The lease token (wrepl_lease.c): recover's thread, then repl_main's. */
     uint64_t lease_tag;      /* delivery tag of the token we hold on CH_LEASE, 0: none */
@@ -222,10 +234,14 @@ int wrepl_import(struct wrepl *r, int dirfd);
 /* The stream offset a delivery carries (header x-stream-offset), or -1. */
 int64_t wrepl_delivery_offset(const amqp_message_t *m);
 
-/* At a clean stop: note where the stream stands in dir/REPLICA. 0 or -errno (logged). */
-int wrepl_replica_write(struct wrepl *r, uint64_t wal_id, uint64_t next_lsn, int64_t from);
+/* Note where the stream stands in dir/REPLICA (quiet: no info line). 0 or -errno (logged). */
+int wrepl_replica_write(struct wrepl *r, uint64_t wal_id, uint64_t next_lsn, int64_t from,
+                        int quiet);
 
-/* At start: take dir/REPLICA if there is one (and delete it); sets r->resume. 0 or -errno. */
+/*
+ * At start: read dir/REPLICA if there is one, and where the local log ends
+ * (its newest segment scanned); sets r->resume when both fit. 0 or -errno.
+ */
 int wrepl_replica_take(struct wrepl *r, int dirfd);
 
 /* The resume sink's records: keep those from resume_next on. */
@@ -236,5 +252,8 @@ int wrepl_resume_apply(struct wrepl *r, wlog_replay_fn *fn, void *arg);
 
 /* On the replication thread at a clean stop: the first offset of the last chunk, or -1. */
 int64_t wrepl_stream_last_offset(struct wrepl *r);
+
+/* On the replication thread: move the note on when NOTE_BYTES or NOTE_MS call for it. */
+void wrepl_note_step(struct wrepl *r, int force);
 
 #endif

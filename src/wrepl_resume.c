@@ -27,22 +27,37 @@
  * (a consumer at x-stream-offset "last"): the bridge's own last message
  * is in that chunk or after it.
  *
- * The next start takes the file and deletes it at once (a crash after that
- * point must not find it again: the log goes on changing), then reads the
- * stream from "from" instead of from the start. The read must meet a
- * message of the bridge's own last term (the same owner token): that is
- * what proves the stream is still this log's (not deleted and declared
- * again, not another log's), and its records must run unbroken from at or
- * before next_lsn, for the same log id. Records below next_lsn are
- * the local log's own and are skipped; records from next_lsn on (another
- * owner's, written while this bridge was down) are kept in memory, and
- * appended to the local log after its own recovery, before the tap that
- * would publish them again is set. The read counts only if the stream's
- * records run unbroken from at or before next_lsn up to the new fence, for
- * the same log id, and at most RESUME_MAX_BYTES of them are new; otherwise,
- * and if the local log turns out not to end at next_lsn after all, the
- * bridge falls back to reading the whole stream (the first case) or stops
- * with an error that a restart clears (the second: the file is gone).
+ * The owner keeps the note true while it runs, not only at a clean stop.
+ * Its claim: records below next_lsn are durable here and confirmed by the
+ * stream, and every record of this log from next_lsn on is in the stream
+ * after offset "from", where a message of the owner's term also is. At the
+ * takeover it writes (next_lsn of the recovered log, the offset of its own
+ * fence); then, every NOTE_BYTES published or NOTE_MS with traffic, the
+ * replication thread asks for the offset of the stream's last chunk and
+ * writes the note with the offset it got at the step before and the
+ * durable next_lsn of now: whatever was published after that earlier
+ * question lies after its offset, and everything below the durable next_lsn
+ * is durable and confirmed. At a clean stop the note is exact (next_lsn is
+ * the log's end, from the last chunk's offset at the stop).
+ *
+ * At start the note is read and the local log's end (its last durable LSN
+ * L, by a scan of the newest segment: the torn tail a crash left does not
+ * count) is found. The stream is read from "from" instead of from the
+ * start, and the read counts only if
+ *
+ *   - it meets a message of the noted term (then this is still the log's
+ *     stream: not deleted and declared again, not another log's);
+ *   - its records run unbroken, for the same log id, through L + 1;
+ *   - every local record the stream may lack was confirmed: L < next_lsn,
+ *     or L <= the highest LSN the read took from a batch of the noted term
+ *     (a crash between the local fsync and the stream's confirm leaves
+ *     local records a new owner may have written differently).
+ *
+ * Records up to L are the local log's own and are skipped; records from
+ * L + 1 on (confirmed but not yet fsynced here, or another owner's since)
+ * are kept in memory (at most RESUME_MAX_BYTES) and appended to the local
+ * log after its own recovery, before the tap that would publish them again
+ * is set. Otherwise the whole stream is read, as without a note.
  */
 #define _GNU_SOURCE
 #include "wrepl_int.h"
@@ -52,11 +67,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "delay-bridge/crc32c.h"
 #include "delay-bridge/log.h"
 #include "delay-bridge/walrec.h"
+#include "delay-bridge/walscan.h"
 #include "delay-bridge/xalloc.h"
 
 #define REPLICA_NAME "REPLICA"
@@ -66,7 +83,8 @@
 
 static const uint8_t magic[4] = {'D', 'B', 'R', 'P'};
 
-int wrepl_replica_write(struct wrepl *r, uint64_t wal_id, uint64_t next_lsn, int64_t from)
+int wrepl_replica_write(struct wrepl *r, uint64_t wal_id, uint64_t next_lsn, int64_t from,
+                        int quiet)
 {
     uint8_t b[REPLICA_SIZE];
     int dfd = -1, fd = -1, e = 0;
@@ -90,18 +108,76 @@ int wrepl_replica_write(struct wrepl *r, uint64_t wal_id, uint64_t next_lsn, int
     if (dfd >= 0)
         close(dfd);
     if (e < 0)
-        log_warn("wal-replica", "cannot note where the stream stands at this clean stop; the "
-                 "next start reads the whole stream", "dir=%s error=\"%s\"", r->dir, strerror(-e));
-    else
+        log_warn("wal-replica", "cannot note where the stream stands; the next start reads the "
+                 "whole stream", "dir=%s error=\"%s\"", r->dir, strerror(-e));
+    else if (!quiet)
         log_info("wal-replica", "clean stop noted: the next start reads only the stream past "
                  "this log's end", "next_lsn=%llu from_offset=%lld",
                  (unsigned long long)next_lsn, (long long)from);
     return e;
 }
 
+/*
+ * Where the log in dirfd ends: its id and the LSN after its last durable
+ * record, from a scan of the newest segment with a valid header (what
+ * recovery will find, less the torn tail it truncates). 0, or -1 when it
+ * cannot tell (no segment, a bad one: then the whole stream is read).
+ */
+static int local_end(int dirfd, uint64_t *wal_id, uint64_t *next)
+{
+    uint64_t *nos = NULL;
+    size_t n = 0;
+    int res = -1;
+
+    if (walscan_list(dirfd, &nos, &n, NULL, 0) < 0 || n == 0) {
+        free(nos);
+        return -1;
+    }
+    for (size_t k = n; k-- > 0 && res < 0;) {
+        char name[WALSCAN_NAME_SIZE];
+        struct walrec_seghdr h;
+        struct walscan sc;
+        struct walscan_rec rec;
+        struct stat st;
+        int fd, e;
+
+        walscan_seg_name(name, nos[k]);
+        if ((fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC)) < 0)
+            break;
+        if (fstat(fd, &st) < 0 ||
+            (e = walscan_seghdr(fd, nos[k], (uint64_t)st.st_size, k == n - 1, &h)) < 0) {
+            close(fd);
+            break;
+        }
+        if (e == WALSCAN_HDR_CREATING) { /* a segment being created: the one before ends it */
+            close(fd);
+            continue;
+        }
+        if (e != WALSCAN_HDR_OK) {
+            close(fd);
+            break;
+        }
+        walscan_init(&sc, 4u << 20, NULL, NULL);
+        walscan_start(&sc, fd, (uint64_t)st.st_size, h.salt, h.base_lsn, k == n - 1);
+        while ((e = walscan_next(&sc, &rec)) > 0)
+            ;
+        if (e == 0 && (sc.end == WALSCAN_CLEAN || sc.end == WALSCAN_TORN)) {
+            *wal_id = h.wal_id;
+            *next = sc.next_lsn;
+            res = 0;
+        }
+        walscan_free(&sc);
+        close(fd);
+        break;
+    }
+    free(nos);
+    return res;
+}
+
 int wrepl_replica_take(struct wrepl *r, int dirfd)
 {
     uint8_t b[REPLICA_SIZE];
+    uint64_t id = 0, next = 0;
     int fd = openat(dirfd, REPLICA_NAME, O_RDONLY | O_CLOEXEC);
     ssize_t n;
 
@@ -110,21 +186,25 @@ int wrepl_replica_take(struct wrepl *r, int dirfd)
         return errno == ENOENT ? 0 : -errno;
     n = read(fd, b, sizeof(b));
     close(fd);
-    /* Gone before anything else happens: from here on the log may change. */
-    if (unlinkat(dirfd, REPLICA_NAME, 0) < 0 || fsync(dirfd) < 0)
-        return -errno;
     if (n != (ssize_t)sizeof(b) || memcmp(b, magic, 4) != 0 || walrec_get32(b + 4) != 1 ||
         walrec_get32(b + 40) != crc32c(0, b, 40)) {
         log_warn("wal-replica", "ignoring a damaged REPLICA note; reading the whole stream",
                  "dir=%s", r->dir);
         return 0;
     }
+    if (local_end(dirfd, &id, &next) < 0 || id != walrec_get64(b + 8) || next < 2) {
+        log_info("wal-replica", "the local log does not match its REPLICA note (or cannot be "
+                 "scanned); reading the whole stream", "dir=%s", r->dir);
+        return 0;
+    }
     r->resume = 1;
-    r->resume_wal_id = walrec_get64(b + 8);
-    r->resume_next = walrec_get64(b + 16);
+    r->resume_wal_id = id;
+    r->resume_next = next; /* L + 1 */
+    r->resume_note_next = walrec_get64(b + 16);
     r->tail_from = (int64_t)walrec_get64(b + 24);
     r->resume_term = walrec_get64(b + 32);
     r->resume_seen = 0;
+    r->term_max = 0;
     return 0;
 }
 
@@ -227,4 +307,23 @@ int64_t wrepl_stream_last_offset(struct wrepl *r)
     }
     amqp_channel_close(st, CH_READ, AMQP_REPLY_SUCCESS);
     return off;
+}
+
+void wrepl_note_step(struct wrepl *r, int force)
+{
+    uint64_t now = now_ms(), published, durable;
+
+    pthread_mutex_lock(&r->mu);
+    published = r->st.published_bytes;
+    durable = r->durable_next;
+    pthread_mutex_unlock(&r->mu);
+    if (published == r->note_bytes ||
+        (!force && published - r->note_bytes < NOTE_BYTES && now - r->note_ms < NOTE_MS))
+        return;
+    /* Published after the previous step's question: after its offset. Durable below durable. */
+    if (r->note_from_prev >= 0)
+        wrepl_replica_write(r, r->wal_id, durable, r->note_from_prev, 1);
+    r->note_from_prev = wrepl_stream_last_offset(r);
+    r->note_bytes = published;
+    r->note_ms = now;
 }

@@ -14,8 +14,10 @@ Bridge A replicates its WAL (wal.replicate) and holds 2,000 messages (delays
    messages go to B: records A's log lacks. B is stopped cleanly; A starts
    on its intact log and the note: it reads from its note on, appends B's
    500 (and their keys) to its own log, and holds 2,500.
-3. A is killed with SIGKILL: no note. Started again, it reads the whole
-   stream (a kill may have left records the stream never confirmed).
+3. A is killed with SIGKILL: its running note (rewritten as it goes)
+   still says where the stream stands. Started again, it scans its newest
+   segment for its end and resumes on it too. With the note deleted, a
+   restart after a kill reads the whole stream.
 4. Once A completed a stream checkpoint (checkpoint_interval_s 1) and
    renewed its lease token since (lease_renew_ms 500: the token names the
    horizon and the time of its roll), A is killed and its disk lost. On an
@@ -86,7 +88,6 @@ def test(ctx):
     t0 = time.monotonic()
     a.start(wait_ready=True)
     took = time.monotonic() - t0
-    check(not os.path.exists(note), "the REPLICA note was not taken at start")
     check("resumed on the intact local log" in a.log_text(), "A did not resume on its log")
     ra = repl(pa)
     h.log("RESTART: A ready %.2fs after start; imported %d records; holds %d"
@@ -119,12 +120,18 @@ def test(ctx):
     check("records_appended=0 " not in line, "A appended nothing of B's term")
     check(h.stats(pa)["held"] == len(want), "A holds %d of %d" % (h.stats(pa)["held"], len(want)))
 
-    # 3. A kill leaves no note: the whole stream is read.
+    # 3. A kill: the running note still holds; without it, the whole stream is read.
     a.kill9()
-    check(not os.path.exists(note), "a REPLICA note survived a kill")
+    check(os.path.exists(note), "no running REPLICA note after a kill")
     a.start(wait_ready=True)
-    check("local log rebuilt from the stream" in a.log_text(), "A did not rebuild after a kill")
+    check("resumed on the intact local log" in a.log_text(), "A did not resume after a kill")
     check(h.stats(pa)["held"] == len(want), "A holds %d of %d after the kill"
+          % (h.stats(pa)["held"], len(want)))
+    a.kill9()
+    os.unlink(note)
+    a.start(wait_ready=True)
+    check("local log rebuilt from the stream" in a.log_text(), "A did not rebuild without a note")
+    check(h.stats(pa)["held"] == len(want), "A holds %d of %d after the rebuild"
           % (h.stats(pa)["held"], len(want)))
 
     # 4. Disk lost once a horizon was noted in the lease token: read from the horizon.
