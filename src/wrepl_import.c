@@ -355,11 +355,12 @@ int wrepl_import(struct wrepl *r, int dirfd)
             return -ECANCELED;
         }
         if (r->have_lease && !fenced && r->grant_ms && !r->no_hint && !r->resume &&
-            r->tail_from < 0 && im.horizons == 0 && r->grant_ms > HINT_MARGIN_MS) {
+            r->tail_from < 0 && r->grant_lsn > im.horizon && r->grant_ms > HINT_MARGIN_MS) {
             /*
-             * Granted at once on an empty disk, with a horizon named in the
-             * token: read from the horizon's time instead of the stream's
-             * first message. What the first read took so far is dropped.
+             * Granted the lease with a horizon named in the token that the
+             * read has not passed yet (an empty disk, little standby time):
+             * read from the horizon's time instead of going on from the
+             * stream's first message. What the first read took is dropped.
              */
             amqp_channel_close(st, rch, AMQP_REPLY_SUCCESS);
             if (amqp_conn_check(&r->conn, "close the stream consumer", why, sizeof(why)) < 0)

@@ -21,6 +21,12 @@
 #               clean (only when listed): A is stopped with SIGTERM and started
 #               again on its intact WAL directory (it resumes on its log and
 #               reads only the stream past it: wal.dir/REPLICA).
+#               churn (only when listed): as cold, but before the N held
+#               messages A takes 3 x N that fall due at once (dead records in
+#               the stream), then completes a stream checkpoint (horizon) and
+#               names it in its lease token: B, on an empty disk, reads the
+#               stream from the horizon, so its import follows the live data,
+#               not the stream's length.
 #   --keep      keep the work directory (configs, logs, WALs) and the broker's
 #               state (its streams)
 #
@@ -71,7 +77,7 @@ while [ $# -gt 0 ]; do
 done
 for n in ${HELD//,/ }; do [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "--held: $n is not a positive number"; done
 for v in ${VARIANTS//,/ }; do
-    case "$v" in cold|standby|restart|clean) ;; *) die "unknown variant $v" ;; esac
+    case "$v" in cold|standby|restart|clean|churn) ;; *) die "unknown variant $v" ;; esac
 done
 
 bench_preflight
@@ -169,7 +175,7 @@ config() {
 {
   "broker": { "uri": $5 },
   "instance": "$2",
-  "wal": { "dir": "$3", "fsync": true, "replicate": { "stream": "$6" } },
+  "wal": { "dir": "$3", "fsync": true, "replicate": { "stream": "$6"${REPL_EXTRA:-} } },
   "http": { "listen": "127.0.0.1:$4" },
   "log": { "level": "info" },
   "routes": [
@@ -218,7 +224,7 @@ log_ms() {
 # from_label VARIANT: where the takeover time starts.
 from_label() {
     case "$1" in cold) echo "B's start" ;; standby) echo "kill -9 of A" ;; restart) echo "A's restart" ;;
-    clean) echo "A's start after SIGTERM" ;; esac
+    clean) echo "A's start after SIGTERM" ;; churn) echo "B's start" ;; esac
 }
 
 # ---------------------------------------------------------------- one case
@@ -231,6 +237,8 @@ takeover() {
     ingress=takeover.in.$RUN_ID.$n.$variant
     mkdir -p "$dir/a-wal" "$dir/b-wal"
     pa=$(free_port) pb=$(free_port)
+    REPL_EXTRA=""
+    [ "$variant" = churn ] && REPL_EXTRA=', "checkpoint_interval_s": 5, "lease_renew_ms": 1000'
     config "$dir/a.json" a "$dir/a-wal" "$pa" "$URIS_A" "$stream" "$ingress"
     config "$dir/b.json" b "$dir/b-wal" "$pb" "$URIS_B" "$stream" "$ingress"
     if [ "$variant" = restart ] || [ "$variant" = clean ]; then
@@ -250,6 +258,18 @@ takeover() {
         say "A (pid $A_PID) owns the log"
     fi
 
+    if [ "$variant" = churn ]; then
+        # 3 x N messages due at once: fired (unroutable: counted, dropped), dead in the stream.
+        "$PUB" --uri "$PUB_URI" --mode xdelay --exchange "$ingress" --routing-key rk \
+            --count $((3 * n)) --delay 0 --size 256 --tag 2 >"$dir/churn" 2>"$dir/churn.err" \
+            || { cat "$dir/churn.err" >&2; die "load_publish (churn) failed"; }
+        deadline=$((SECONDS + 300 + n / 1000))
+        while [ "$(stats "$pa" '.routes[0].published // 0')" -lt $((3 * n)) ]; do
+            [ "$SECONDS" -lt "$deadline" ] || die "A fired $(stats "$pa" '.routes[0].published') of $((3 * n))"
+            sleep 0.2
+        done
+        say "churn: $(cat "$dir/churn"); fired"
+    fi
     t0=$(now_ms)
     "$PUB" --uri "$PUB_URI" --mode xdelay --exchange "$ingress" --routing-key rk --count "$n" \
         --delay "$DELAY_MS" --size 256 --tag 1 >"$dir/publish" 2>"$dir/publish.err" \
@@ -279,6 +299,19 @@ takeover() {
     say "A holds $held after $((t1 - t0)) ms; WAL ${R[$k.a_wal_disk]} B on disk (${R[$k.a_wal_live]} live);" \
         "stream: ${R[$k.a_stream_msgs]} messages, ${R[$k.a_published]} B published, ${R[$k.stream_disk]:-?} B on node 1's disk ($sdir)"
 
+    if [ "$variant" = churn ]; then
+        # A stream checkpoint past the churn, named in a fresh lease token.
+        local h0
+        h0=$(stats "$pa" .wal.replication.horizons)
+        deadline=$((SECONDS + 120 + n / 1000))
+        while [ "$(stats "$pa" .wal.replication.horizons)" -le "$h0" ] ||
+              [ "$(stats "$pa" .wal.replication.horizon_running)" = true ]; do
+            [ "$SECONDS" -lt "$deadline" ] || die "no stream checkpoint after the load"
+            sleep 0.2
+        done
+        sleep 2.5
+        say "A completed stream checkpoint $(stats "$pa" .wal.replication.horizon_lsn); published $(stats "$pa" .wal.replication.published_bytes) B in all"
+    fi
     # The disk is lost (but for restart and clean).
     t_kill=$(now_ms)
     if [ "$variant" = clean ]; then
