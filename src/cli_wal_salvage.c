@@ -66,12 +66,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "delay-bridge/wal.h"
 #include "delay-bridge/walrec.h"
 #include "delay-bridge/xalloc.h"
 
@@ -531,23 +531,9 @@ static int salv_write(struct scan *s, struct repair *rp, const char *stamp)
         what = "sync";
         goto cleanup;
     }
-    /* The damaged file stays, under another name; NAME never goes missing. */
-    if (linkat(s->dirfd, g->name, s->dirfd, rp->aside, 0) < 0) {
-        if (errno == EEXIST || renameat(s->dirfd, g->name, s->dirfd, rp->aside) < 0) {
-            r = -errno;
-            what = "keep aside";
-            goto cleanup;
-        }
-    }
-    if (renameat(s->dirfd, tmp, s->dirfd, g->name) < 0) {
-        r = -errno;
-        what = "rename";
-        goto cleanup;
-    }
-    if (fsync(s->dirfd) < 0) {
-        r = -errno;
-        what = "sync the directory";
-    }
+    /* The damaged file stays, under another name; NAME never goes missing (wal.h). */
+    struct wal_replacement rep = {g->name, s->dirfd, tmp, rp->aside};
+    r = wal_replace_segments(s->dirfd, &rep, 1, 0, &what);
 cleanup:
     if (r < 0)
         fprintf(stderr, "delay-bridge wal salvage: cannot %s %s/%s: %s\n", what, s->dir,
@@ -643,6 +629,7 @@ int cw_salvage(int argc, char **argv)
     char stamp[32];
     uint64_t drop_bytes = 0, drop_recs = 0, pending, finished, survived, maybe;
     int c, rc, r, yes = 0, lockfd = -1, unknown = 0;
+    const char *op = "lock";
     time_t now = time(NULL);
     struct tm tm;
 
@@ -677,24 +664,21 @@ int cw_salvage(int argc, char **argv)
         rc = CLI_EIO;
         goto cleanup;
     }
-    /* The daemon's lock: held until we exit, so no daemon starts meanwhile. */
-    lockfd = openat(s.dirfd, "LOCK", (yes ? O_RDWR | O_CREAT : O_RDONLY) | O_CLOEXEC, 0644);
-    if (lockfd < 0 && errno != ENOENT) {
-        fprintf(stderr, "delay-bridge wal salvage: cannot open %s/LOCK: %s\n", dir,
-                strerror(errno));
-        rc = CLI_EIO;
+    /*
+     * The daemon's lock: held until we exit, so no daemon starts meanwhile.
+     * A dry run creates nothing (no LOCK file: nobody holds it).
+     */
+    r = wal_lock_dir_flags(dir, WAL_LOCK_QUIET | (yes ? 0 : WAL_LOCK_NO_CREATE), &lockfd, &op);
+    if (r == WAL_ELOCKED) {
+        fprintf(stderr, "delay-bridge wal salvage: %s is locked by a running daemon "
+                "(%s/LOCK); stop it first\n", dir, dir);
+        rc = CLI_LOCKED;
         goto cleanup;
     }
-    if (lockfd >= 0 && flock(lockfd, LOCK_EX | LOCK_NB) < 0) {
-        if (errno == EWOULDBLOCK) {
-            fprintf(stderr, "delay-bridge wal salvage: %s is locked by a running daemon "
-                    "(%s/LOCK); stop it first\n", dir, dir);
-            rc = CLI_LOCKED;
-        } else {
-            fprintf(stderr, "delay-bridge wal salvage: cannot lock %s/LOCK: %s\n", dir,
-                    strerror(errno));
-            rc = CLI_EIO;
-        }
+    if (r < 0) {
+        fprintf(stderr, "delay-bridge wal salvage: cannot %s %s/LOCK: %s\n", op, dir,
+                strerror(-r));
+        rc = CLI_EIO;
         goto cleanup;
     }
 

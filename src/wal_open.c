@@ -40,7 +40,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -425,19 +424,8 @@ int wal_open(struct wal **out, const struct wal_opts *o, wal_replay_fn *replay, 
                   strerror(-r));
         goto fail;
     }
-    w->lockfd = openat(w->dirfd, "LOCK", O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (w->lockfd < 0) {
-        r = -errno;
-        log_error("wal", "cannot create the lock file", "file=%s/LOCK err=\"%s\"", o->dir,
-                  strerror(-r));
-        goto fail;
-    }
-    if (flock(w->lockfd, LOCK_EX | LOCK_NB) < 0) {
-        r = errno == EWOULDBLOCK ? WAL_ELOCKED : -errno;
-        log_error("wal", "the log directory is locked by another process (is a daemon already "
-                  "running on it?)", "file=%s/LOCK", o->dir);
-        goto fail;
-    }
+    if ((r = wal_lock_dir(o->dir, &w->lockfd)) < 0)
+        goto fail; /* logged */
 
     if ((r = wal_load_segments(w)) < 0)
         goto fail;

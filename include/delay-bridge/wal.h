@@ -216,6 +216,71 @@ int wal_has_segment(const struct wal *w, uint32_t segno);
 /* Text for a negative code from this module (errno values included). */
 const char *wal_strerror(int err);
 
+/* ---- the directory: one owner of its files (src/wal_dir.c) ----
+ *
+ * Every process or tool that takes a WAL directory, or puts segment files
+ * into one, goes through these two functions: the daemon's log (wal_open),
+ * "delay-bridge wal salvage", and the replicated log's import (wrepl.c).
+ */
+
+/*
+ * Lock the WAL directory dir (it must exist) against every other owner:
+ * dir/LOCK is created if missing (mode 0644) and flock(LOCK_EX|LOCK_NB)'ed.
+ * The lock lasts as long as *lockfd stays open; close it to release.
+ * Returns 0 with *lockfd set, WAL_ELOCKED when another process holds it (a
+ * daemon running on dir), or -errno. Every failure is logged (module "wal",
+ * with file=dir/LOCK), so callers only pass the code on.
+ */
+int wal_lock_dir(const char *dir, int *lockfd);
+
+/*
+ * wal_lock_dir() for a tool that reports by itself and must not create
+ * anything unasked. flags:
+ *   WAL_LOCK_QUIET      log nothing; on failure *op says which step failed,
+ *                       "open" (dir/LOCK) or "lock" (the flock)
+ *   WAL_LOCK_NO_CREATE  open dir/LOCK read-only and never create it; when
+ *                       there is none nobody can hold it: 0, *lockfd = -1
+ * op may be NULL. Same returns as wal_lock_dir().
+ */
+#define WAL_LOCK_QUIET 1
+#define WAL_LOCK_NO_CREATE 2
+int wal_lock_dir_flags(const char *dir, int flags, int *lockfd, const char **op);
+
+/* One file wal_replace_segments() puts into the directory. */
+struct wal_replacement {
+    const char *name;     /* its segment name in the WAL directory (walscan_seg_name) */
+    int srcfd;            /* the directory the new file is in (may be the WAL directory) */
+    const char *src_name; /* its name there: a complete segment, already fdatasync'ed */
+    const char *aside;    /* non-NULL: first keep the file now called name as this name */
+};
+
+/*
+ * Swap segment files into a WAL directory from outside the struct wal that
+ * owns it. The caller holds the directory's lock (wal_lock_dir) and has no
+ * struct wal open on it; it wrote and synced every new file beforehand.
+ *
+ * dirfd: the WAL directory. For each of the n replacements, in order:
+ *   1. with aside set, the file now called name is kept as aside: a hard
+ *      link, or a rename where links are not possible (it must not exist
+ *      yet): the old bytes are never deleted;
+ *   2. src_name in srcfd is renamed to name, atomically replacing the file
+ *      of that name if there is one (so at every moment name is either the
+ *      old or the new file).
+ * flags WAL_REPLACE_ALL: before any of that, every segment file in dirfd
+ * and the CHECKPOINT file are deleted and the deletion synced: the
+ * directory then holds the new segments only (a whole log imported).
+ * Finally the directory is fsync'ed, so the swap is durable on return.
+ *
+ * Returns 0, or -errno of the first failure; then nothing after it was
+ * done, and *failed (when not NULL) names the step for the caller's
+ * message: "delete", "keep aside", "rename" or "sync the directory".
+ * Nothing is logged. Segment names are not checked against the contents:
+ * wal_open() checks every header at the next start.
+ */
+#define WAL_REPLACE_ALL 1
+int wal_replace_segments(int dirfd, const struct wal_replacement *v, size_t n, int flags,
+                         const char **failed);
+
 /*
  * The segment-file log behind the engine's interface (wlog.h). Nothing is
  * opened until wlog_recover(), which runs wal_open() with its replay; commit
