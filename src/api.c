@@ -79,8 +79,8 @@
 #include <json-c/json.h>
 
 #include "delay-bridge/clock.h"
-#include "delay-bridge/metrics.h"
 #include "delay-bridge/walrec.h"
+#include "metrics.h"
 
 #define API_TEXT "text/plain; charset=utf-8"
 #define API_JSON "application/json"

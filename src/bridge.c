@@ -68,13 +68,13 @@
 #include "delay-bridge/clock.h"
 #include "delay-bridge/consumer.h"
 #include "delay-bridge/engine.h"
-#include "delay-bridge/failpoint.h"
 #include "delay-bridge/http.h"
 #include "delay-bridge/log.h"
 #include "delay-bridge/msgrec.h"
 #include "delay-bridge/publisher.h"
 #include "delay-bridge/wlog.h"
 #include "delay-bridge/xalloc.h"
+#include "failpoint.h"
 
 
 void bridge_fatal(struct bridge *b, const char *what, int err)

@@ -31,8 +31,8 @@
 #include <string.h>
 
 #include "delay-bridge/cli.h"
-#include "delay-bridge/walckpt.h"
 #include "delay-bridge/walrec.h"
+#include "walckpt.h"
 
 /* ---- wal check --------------------------------------------------------- */
 

@@ -22,9 +22,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "delay-bridge/idmap.h"
-#include "delay-bridge/pool.h"
-#include "delay-bridge/walscan.h"
+#include "idmap.h"
+#include "pool.h"
+#include "walscan.h"
 
 #define CLI_OK 0
 #define CLI_EIO 1

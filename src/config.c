@@ -71,9 +71,9 @@
 #include <unistd.h>
 
 #include "delay-bridge/log.h"
-#include "delay-bridge/uri.h"
 #include "delay-bridge/wal.h"
 #include "delay-bridge/xalloc.h"
+#include "uri.h"
 
 #define CONFIG_FILE_MAX (16u << 20)
 

@@ -20,9 +20,9 @@
 #include <unistd.h>
 
 #include "delay-bridge/log.h"
-#include "delay-bridge/uri.h"
 #include "delay-bridge/wal.h"
 #include "delay-bridge/xalloc.h"
+#include "uri.h"
 
 /* One broker URI: amqp:// or amqps://, parsed by uri.c (as the connection will be). */
 int cfg_check_uri(struct ctx *x, const char *path, const char *uri)

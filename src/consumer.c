@@ -27,11 +27,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "delay-bridge/amqp_conn.h"
-#include "delay-bridge/backoff.h"
 #include "delay-bridge/clock.h"
 #include "delay-bridge/log.h"
 #include "delay-bridge/xalloc.h"
+#include "amqp_conn.h"
+#include "backoff.h"
 
 #define CONSUMER_CHANNEL 1
 #define FRAMES_PER_TURN 4096 /* frames read per wakeup before yielding */

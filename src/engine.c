@@ -58,14 +58,14 @@
 #include <string.h>
 
 #include "delay-bridge/clock.h"
-#include "delay-bridge/idmap.h"
-#include "delay-bridge/keymap.h"
 #include "delay-bridge/log.h"
-#include "delay-bridge/pool.h"
 #include "delay-bridge/walrec.h"
-#include "delay-bridge/wheel.h"
 #include "delay-bridge/wlog.h"
 #include "delay-bridge/xalloc.h"
+#include "idmap.h"
+#include "keymap.h"
+#include "pool.h"
+#include "wheel.h"
 
 #include "engine_int.h"
 

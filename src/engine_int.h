@@ -18,13 +18,13 @@
 #define DELAY_BRIDGE_ENGINE_INT_H
 
 #include "delay-bridge/engine.h"
-#include "delay-bridge/idmap.h"
-#include "delay-bridge/keymap.h"
-#include "delay-bridge/pool.h"
 #include "delay-bridge/walrec.h"
-#include "delay-bridge/wheel.h"
 #include "delay-bridge/wlog.h"
 #include "delay-bridge/xalloc.h"
+#include "idmap.h"
+#include "keymap.h"
+#include "pool.h"
+#include "wheel.h"
 
 #define CK_STEP 65536 /* checkpoint: handles walked per eng_maintain() */
 

@@ -95,12 +95,12 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "delay-bridge/amqp_conn.h"
 #include "delay-bridge/amqp_msg.h"
-#include "delay-bridge/backoff.h"
 #include "delay-bridge/clock.h"
 #include "delay-bridge/log.h"
 #include "delay-bridge/xalloc.h"
+#include "amqp_conn.h"
+#include "backoff.h"
 
 #define FRAMES_PER_TURN 4096
 #define HEARTBEAT_POLL_MS 500

@@ -41,8 +41,8 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include "delay-bridge/walckpt.h"
-#include "delay-bridge/walscan.h"
+#include "walckpt.h"
+#include "walscan.h"
 
 #define LOCK_NAME "LOCK"
 

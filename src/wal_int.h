@@ -22,8 +22,8 @@
 
 #include "delay-bridge/log.h"
 #include "delay-bridge/wal.h"
-#include "delay-bridge/walckpt.h"
 #include "delay-bridge/walrec.h"
+#include "walckpt.h"
 
 #define SEGHDR WALREC_SEGHDR_SIZE
 #define RECHDR WALREC_HDR_SIZE

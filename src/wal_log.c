@@ -25,10 +25,10 @@
 #include <unistd.h>
 
 #include "delay-bridge/clock.h"
-#include "delay-bridge/failpoint.h"
-#include "delay-bridge/xalloc.h"
-#include "delay-bridge/walscan.h"
 #include "delay-bridge/wlog.h"
+#include "delay-bridge/xalloc.h"
+#include "failpoint.h"
+#include "walscan.h"
 
 /* ---- the wlog interface ------------------------------------------------ */
 

@@ -45,9 +45,9 @@
 #include <unistd.h>
 
 #include "delay-bridge/clock.h"
-#include "delay-bridge/failpoint.h"
 #include "delay-bridge/xalloc.h"
-#include "delay-bridge/walscan.h"
+#include "failpoint.h"
+#include "walscan.h"
 
 
 /* ---- open and replay --------------------------------------------------- */

@@ -2,9 +2,9 @@
  * walscan.c -- read-only walk over WAL segment files: the one reader that
  * the daemon's recovery (src/wal.c) and "delay-bridge wal check|dump"
  * (src/cli_wal.c) share. The design and the contract are in
- * include/delay-bridge/walscan.h; the byte format in src/walrec.c.
+ * src/walscan.h; the byte format in src/walrec.c.
  */
-#include "delay-bridge/walscan.h"
+#include "walscan.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -101,13 +101,13 @@
 #include <amqp.h>
 #include <amqp_framing.h>
 
-#include "delay-bridge/amqp_conn.h"
 #include "delay-bridge/clock.h"
 #include "delay-bridge/log.h"
-#include "delay-bridge/replrec.h"
-#include "delay-bridge/walckpt.h"
-#include "delay-bridge/walscan.h"
 #include "delay-bridge/xalloc.h"
+#include "amqp_conn.h"
+#include "replrec.h"
+#include "walckpt.h"
+#include "walscan.h"
 
 #define CH_PUB 1   /* stream and lease-token publishes, with confirms */
 #define CH_LEASE 2 /* the lease consumer */
