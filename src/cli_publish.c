@@ -42,6 +42,7 @@
 #include <amqp_framing.h>
 
 #include "delay-bridge/cli.h"
+#include "delay-bridge/clock.h"
 #include "delay-bridge/config.h"
 #include "delay-bridge/xalloc.h"
 #include "amqp_conn.h"
@@ -134,9 +135,7 @@ static int read_stdin(char **out, size_t *n)
 
 static uint64_t mono_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    return clock_mono_ns() / 1000000u;
 }
 
 /*

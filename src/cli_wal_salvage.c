@@ -71,6 +71,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "delay-bridge/clock.h"
 #include "delay-bridge/wal.h"
 #include "delay-bridge/walrec.h"
 #include "delay-bridge/xalloc.h"
@@ -630,7 +631,7 @@ int cw_salvage(int argc, char **argv)
     uint64_t drop_bytes = 0, drop_recs = 0, pending, finished, survived, maybe;
     int c, rc, r, yes = 0, lockfd = -1, unknown = 0;
     const char *op = "lock";
-    time_t now = time(NULL);
+    time_t now = (time_t)(clock_now_ms() / 1000);
     struct tm tm;
 
     optind = 1;

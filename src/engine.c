@@ -70,11 +70,6 @@
 #include "engine_int.h"
 
 
-const char *eng_strerror(int err)
-{
-    return wlog_strerror(err);
-}
-
 /* ---- the route lists ----------------------------------------------------- */
 
 /* (due, id) order: does a come before b? */

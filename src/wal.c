@@ -66,7 +66,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
@@ -82,28 +81,6 @@
 uint64_t wal_mono_ms(void)
 {
     return clock_mono_ns() / 1000000u;
-}
-
-uint64_t wal_rand64(void)
-{
-    static uint64_t fallback;
-    uint64_t v = 0;
-    ssize_t n;
-
-    do
-        n = getrandom(&v, sizeof(v), 0);
-    while (n < 0 && errno == EINTR);
-    if (n != (ssize_t)sizeof(v)) {
-        /* No getrandom (old kernel): splitmix64 over time, pid and a counter. */
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t z = (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uint64_t)getpid() << 48;
-        z += (fallback += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        v = z ^ (z >> 31);
-    }
-    return v;
 }
 
 static int wal_pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
@@ -277,7 +254,7 @@ void wal_roll(struct wal *w)
 
     s->segno = segno;
     do
-        s->salt = (uint32_t)wal_rand64();
+        s->salt = (uint32_t)clock_rand64();
     while (s->salt == prev_salt);
     s->base_lsn = w->next_lsn;
     s->last_lsn = w->next_lsn - 1;
@@ -685,9 +662,27 @@ int wal_has_segment(const struct wal *w, uint32_t segno)
     return wal_seg_find((struct wal *)w, segno) != NULL;
 }
 
-const char *wal_strerror(int err)
+/* The log interface's codes (wlog.h): wal_strerror and eng_strerror are this one table. */
+const char *wlog_strerror(int err)
 {
-    return wlog_strerror(err);
+    switch (err) {
+    case 0:
+        return "success";
+    case WLOG_ECORRUPT:
+        return "corrupt log record";
+    case WLOG_ELOCKED:
+        return "log directory locked by another process";
+    case WLOG_EFORMAT:
+        return "bad segment file (name, header or version)";
+    case WLOG_ETOOBIG:
+        return "record too large";
+    case WLOG_EBUSY:
+        return "a commit is still in progress";
+    case WLOG_EREPLICA:
+        return "the WAL replica (stream) is lost, incomplete or refused the records";
+    default:
+        return err < 0 && err > -4096 ? strerror(-err) : "unknown error";
+    }
 }
 
 

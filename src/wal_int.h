@@ -115,7 +115,6 @@ struct wal_batch {
 /* ---- wal.c ---- */
 
 uint64_t wal_mono_ms(void); /* the monotonic clock in ms */
-uint64_t wal_rand64(void);  /* salts and wal_ids */
 int wal_sync_dir(struct wal *w);
 int wal_mkdir_p(const char *dir);
 struct seg *wal_seg_find(struct wal *w, uint64_t segno);

@@ -8,8 +8,6 @@
  * commit completes on the loop thread (wal_batch_durable). Only the sync
  * before a roll stays inline. One batch is out at a time, and reclamation
  * waits while one is, so no file the thread syncs is closed under it.
- *
- * wlog_strerror() lives here too: the codes are the log interface's.
  */
 #define _GNU_SOURCE
 #include "wal_int.h"
@@ -407,26 +405,4 @@ struct wlog *wal_file_log(const struct wal_opts *o)
     wl->opts = *o;
     wl->opts.dir = xstrdup(o->dir);
     return &wl->base;
-}
-
-const char *wlog_strerror(int err)
-{
-    switch (err) {
-    case 0:
-        return "success";
-    case WLOG_ECORRUPT:
-        return "corrupt log record";
-    case WLOG_ELOCKED:
-        return "log directory locked by another process";
-    case WLOG_EFORMAT:
-        return "bad segment file (name, header or version)";
-    case WLOG_ETOOBIG:
-        return "record too large";
-    case WLOG_EBUSY:
-        return "a commit is still in progress";
-    case WLOG_EREPLICA:
-        return "the WAL replica (stream) is lost, incomplete or refused the records";
-    default:
-        return err < 0 && err > -4096 ? strerror(-err) : "unknown error";
-    }
 }

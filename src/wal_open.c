@@ -431,11 +431,11 @@ int wal_open(struct wal **out, const struct wal_opts *o, wal_replay_fn *replay, 
         goto fail;
     if (w->nsegs == 0) {
         struct seg *s = wal_seg_push(w);
-        w->id = o->create_id ? o->create_id : wal_rand64();
+        w->id = o->create_id ? o->create_id : clock_rand64();
         if (!w->id)
             w->id = 1;
         s->segno = 1;
-        s->salt = (uint32_t)wal_rand64();
+        s->salt = (uint32_t)clock_rand64();
         s->base_lsn = o->create_base_lsn ? o->create_base_lsn : 1;
         s->last_lsn = s->base_lsn - 1;
         s->disk = s->size = SEGHDR;

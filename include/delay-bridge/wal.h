@@ -213,8 +213,8 @@ int wal_horizon_reached(const struct wal *w, uint64_t lsn);
 /* Does the log still have segment loc.seg? */
 int wal_has_segment(const struct wal *w, uint32_t segno);
 
-/* Text for a negative code from this module (errno values included). */
-const char *wal_strerror(int err);
+/* Text for a negative code from this module (errno values included): the log's one table. */
+#define wal_strerror wlog_strerror
 
 /* ---- the directory: one owner of its files (src/wal_dir.c) ----
  *
