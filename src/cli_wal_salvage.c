@@ -208,20 +208,11 @@ static uint64_t resync(const uint8_t *b, uint64_t n, uint64_t from, uint32_t sal
         const uint8_t *q = b + p;
         struct walrec_hdr h;
         const uint8_t *pl;
-        uint64_t l;
-        uint32_t len;
 
-        if (q[4] < WALREC_ADD || q[4] > WALREC_CANCEL || q[6] || q[7] ||
-            walrec_get32(q + 20) != 0)
-            continue;
-        len = walrec_get32(q);
-        if (len > WALREC_MAX_PAYLOAD || len > n - p - WALREC_HDR_SIZE)
-            continue;
-        l = walrec_get64(q + 8);
-        if (l < expect || (limit && l >= limit))
+        if (!walscan_plausible(q, n - p, expect, limit)) /* the daemon's search, bounded */
             continue;
         if (walrec_decode(q, (size_t)(n - p), salt, &h, &pl) > 0) {
-            *lsn = l;
+            *lsn = h.lsn;
             return p;
         }
     }
