@@ -14,7 +14,9 @@
  *   a delivery  oversized: rejected at once (before any later ack could
  *               cover it); otherwise x-delay judged (xdelay.c), turned into
  *               a log record (msgrec.c) and appended (engine: PENDING).
- *               Nothing is acked yet.
+ *               Nothing is acked yet. It arrives as a plain struct
+ *               delivery: the consumer has read its headers and encoded
+ *               its properties, so no rabbitmq-c type reaches this file.
  *   a commit    commit_and_ack() is the one place the log commits: once per
  *               loop turn, before the loop sleeps (ev_prepare, like Redis's
  *               beforeSleep), it covers every delivery appended so far and
@@ -63,7 +65,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "delay-bridge/amqp_msg.h"
 #include "delay-bridge/api.h"
 #include "delay-bridge/clock.h"
 #include "delay-bridge/consumer.h"
@@ -171,12 +172,10 @@ static void on_delivery(void *arg, const struct delivery *d)
     struct bridge *b = arg;
     const struct config_route *rc = &b->cfg->routes[d->route];
     struct route_counts *n = &b->counts[d->route];
-    const amqp_table_t *headers = NULL;
     struct msgrec_in in;
     struct walrec_add a;
-    uint64_t now = clock_now_ms(), delay = 0, ev;
-    enum xdelay_status xs;
-    int len, r;
+    uint64_t now = clock_now_ms(), ev;
+    int r;
 
     if (b->exit_code)
         return;
@@ -190,20 +189,16 @@ static void on_delivery(void *arg, const struct delivery *d)
         consumer_reject(b->cons, d->gen, d->tag);
         return;
     }
-    if (d->props->_flags & AMQP_BASIC_HEADERS_FLAG)
-        headers = &d->props->headers;
-
     if (d->key_event) {
-        bridge_key_event_in(b, d, headers);
+        bridge_key_event_in(b, d);
         return;
     }
 
     /* x-delay-cancel: remove the pending message with that key; not forwarded. */
-    const char *key = NULL;
-    size_t key_len = 0;
-    int kind = amqp_msg_header_str(headers, H_CANCEL, &key, &key_len);
-    if (kind != 0) {
-        if (kind < 0 || key_len > MSGREC_KEY_MAX) {
+    const char *key = d->cancel_key;
+    size_t key_len = d->cancel_key_len;
+    if (d->cancel != 0) {
+        if (d->cancel < 0 || key_len > MSGREC_KEY_MAX) {
             n->invalid_key++;
             if ((ev = log_ratelimit(&n->rl_delay, now, 10000)))
                 log_warn("consume", "invalid x-delay-cancel (not a string of at most 255 bytes): "
@@ -219,40 +214,15 @@ static void on_delivery(void *arg, const struct delivery *d)
         return;
     }
 
-    xs = amqp_msg_xdelay(headers, rc->max_delay_ms, &delay);
-    /*
-     * A quorum queue adds x-delivery-count when it redelivers: not part of
-     * the message (it is the ingress queue's bookkeeping), so it is neither
-     * stored nor forwarded, and a redelivery looks like the original.
-     */
-    amqp_basic_properties_t props = *d->props;
-    if (headers) {
-        int k = 0;
-        if ((size_t)headers->num_entries > b->hdr_cap) {
-            b->hdr_cap = (size_t)headers->num_entries;
-            b->hdr_scratch = xrealloc(b->hdr_scratch, b->hdr_cap * sizeof(*b->hdr_scratch));
-        }
-        for (int i = 0; i < headers->num_entries; i++)
-            if (!(headers->entries[i].key.len == 16 &&
-                  memcmp(headers->entries[i].key.bytes, "x-delivery-count", 16) == 0))
-                b->hdr_scratch[k++] = headers->entries[i];
-        props.headers.entries = b->hdr_scratch;
-        props.headers.num_entries = k;
-    }
-    len = amqp_msg_encode_props(&props, &b->props_buf, &b->props_cap);
-    if (len < 0) {
-        bridge_fatal(b, "encode message properties", len);
+    /* The properties were encoded by the consumer, without x-delivery-count (consumer.c). */
+    if (d->props_len < 0) {
+        bridge_fatal(b, "encode message properties", d->props_len);
         return;
     }
     in = (struct msgrec_in){d->exchange, d->exchange_len, d->routing_key, d->routing_key_len,
-                            b->props_buf, (uint32_t)len, d->body, (uint32_t)d->body_size,
-                            NULL, 0, 0};
-    kind = amqp_msg_header_str(headers, H_KEY, &in.key, &in.key_len);
-    if (kind <= 0) {
-        in.key = NULL;
-        in.key_invalid = kind < 0;
-    }
-    r = msgrec_from_delivery(&a, rc, &in, now, xs, delay);
+                            d->props, (uint32_t)d->props_len, d->body, (uint32_t)d->body_size,
+                            d->key_str, d->key_str ? d->key_len : 0, d->key < 0};
+    r = msgrec_from_delivery(&a, rc, &in, now, d->xdelay, d->delay_ms);
     if (d->redelivered && eng_seen(b->eng, (uint16_t)d->route, msgrec_fingerprint(&a))) {
         /* Logged before a crash or a lost connection, its ack lost with it: ack, store nothing. */
         n->deduplicated++;
@@ -271,7 +241,7 @@ static void on_delivery(void *arg, const struct delivery *d)
             n->dead_lettered++;
         if ((ev = log_ratelimit(&n->rl_delay, now, 10000)))
             log_warn("consume",
-                     r & MSGREC_INVALID_DELAY ? xdelay_strerror(xs)
+                     r & MSGREC_INVALID_DELAY ? xdelay_strerror(d->xdelay)
                                               : "invalid x-delay-key (not a string of at most 255 "
                                                 "bytes)",
                      "route=%s action=%s events=%" PRIu64, rc->name,
@@ -744,8 +714,6 @@ void bridge_free(struct bridge *b)
     ev_signal_stop(b->loop, &b->sigint);
     free(b->counts);
     free(b->snap);
-    free(b->props_buf);
-    free(b->hdr_scratch);
     eng_close(b->eng);
     free(b);
 }

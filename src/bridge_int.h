@@ -18,8 +18,6 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include <amqp.h>
-
 #include "delay-bridge/bridge.h"
 #include "delay-bridge/consumer.h"
 #include "delay-bridge/engine.h"
@@ -38,12 +36,6 @@
 #define DISK_RETRY_MS 1000
 #define MAX_SLEEP_MS 1000
 #define PUBLISH_BURST 1024 /* per route per round, so routes take turns */
-
-#define H_KEY "x-delay-key"
-#define H_CANCEL "x-delay-cancel"
-#define H_EVENT "x-delay-key-event" /* share_keys: "replace" or "cancel" */
-#define H_ORIGIN "x-delay-key-origin"
-#define H_AT "x-delay-key-at"
 
 /* What the bridge itself counts per route (the parts count the rest). */
 struct route_counts {
@@ -66,10 +58,6 @@ struct bridge {
     uint32_t logged_gen, commit_gen;
     uint64_t logged_tag, commit_tag;
 
-    uint8_t *props_buf; /* the current delivery's properties, AMQP-encoded */
-    size_t props_cap;
-    amqp_table_entry_t *hdr_scratch; /* headers without the broker's x-delivery-count */
-    size_t hdr_cap;
 
     ev_prepare prepare;
     ev_timer wake;
@@ -128,7 +116,7 @@ int bridge_route_index(void *arg, const char *name, size_t len);
 void bridge_key_event_out(struct bridge *b, int route, const char *kind, const char *key,
                           size_t key_len, uint64_t at);
 /* Another bridge's key event: cancel our older version of the key, if we hold one. */
-void bridge_key_event_in(struct bridge *b, const struct delivery *d, const amqp_table_t *h);
+void bridge_key_event_in(struct bridge *b, const struct delivery *d);
 
 /* bridge_http.c */
 /* Start the HTTP endpoint if http.listen is set. 0, or -1 (logged). */

@@ -34,66 +34,31 @@
 
 #include <string.h>
 
-#include "delay-bridge/amqp_msg.h"
 #include "delay-bridge/msgrec.h"
 
 void bridge_key_event_out(struct bridge *b, int route, const char *kind, const char *key,
                           size_t key_len, uint64_t at)
 {
-    amqp_table_entry_t e[4];
-    amqp_table_t t = {4, e};
-
     if (!b->cfg->routes[route].share_keys)
         return;
-    e[0].key = amqp_cstring_bytes(H_EVENT);
-    e[0].value.kind = AMQP_FIELD_KIND_UTF8;
-    e[0].value.value.bytes = amqp_cstring_bytes(kind);
-    e[1].key = amqp_cstring_bytes(H_KEY);
-    e[1].value.kind = AMQP_FIELD_KIND_UTF8;
-    e[1].value.value.bytes = (amqp_bytes_t){key_len, (void *)key};
-    e[2].key = amqp_cstring_bytes(H_ORIGIN);
-    e[2].value.kind = AMQP_FIELD_KIND_UTF8;
-    e[2].value.value.bytes = amqp_cstring_bytes(b->cfg->instance);
-    e[3].key = amqp_cstring_bytes(H_AT);
-    e[3].value.kind = AMQP_FIELD_KIND_I64;
-    e[3].value.value.i64 = (int64_t)at;
-    if (consumer_publish_key_event(b->cons, route, &t) == 0)
+    if (consumer_publish_key_event(b->cons, route, kind, key, key_len, b->cfg->instance, at) == 0)
         b->counts[route].key_events_sent++;
 }
 
-static int header_i64(const amqp_table_t *h, const char *name, int64_t *v)
-{
-    for (int i = 0; h && i < h->num_entries; i++) {
-        const amqp_table_entry_t *e = &h->entries[i];
-        if (e->key.len != strlen(name) || memcmp(e->key.bytes, name, e->key.len) != 0)
-            continue;
-        switch (e->value.kind) {
-        case AMQP_FIELD_KIND_I64: *v = e->value.value.i64; return 1;
-        case AMQP_FIELD_KIND_U64: *v = (int64_t)e->value.value.u64; return 1;
-        case AMQP_FIELD_KIND_I32: *v = e->value.value.i32; return 1;
-        case AMQP_FIELD_KIND_TIMESTAMP: *v = (int64_t)e->value.value.u64; return 1;
-        default: return 0;
-        }
-    }
-    return 0;
-}
-
 /* Another bridge's key event: cancel our older version of the key, if we hold one. */
-void bridge_key_event_in(struct bridge *b, const struct delivery *d, const amqp_table_t *h)
+void bridge_key_event_in(struct bridge *b, const struct delivery *d)
 {
     struct route_counts *n = &b->counts[d->route];
-    const char *kind = NULL, *key = NULL, *origin = NULL;
-    size_t kind_len = 0, key_len = 0, origin_len = 0;
-    int64_t at = 0;
+    const char *key = d->ev.key, *origin = d->ev.origin;
+    size_t key_len = d->ev.key_len, origin_len = d->ev.origin_len;
+    int64_t at = d->ev.at;
     eng_msg m;
     int r;
 
     b->logged_gen = d->gen; /* acked with the next commit, after the CANCEL it may cause */
     b->logged_tag = d->tag;
     n->key_events_received++;
-    if (amqp_msg_header_str(h, H_EVENT, &kind, &kind_len) <= 0 ||
-        amqp_msg_header_str(h, H_KEY, &key, &key_len) <= 0 || key_len > MSGREC_KEY_MAX ||
-        amqp_msg_header_str(h, H_ORIGIN, &origin, &origin_len) <= 0 || !header_i64(h, H_AT, &at)) {
+    if (!d->ev.ok || key_len > MSGREC_KEY_MAX) {
         log_warn("keys", "malformed key event dropped", "route=%s", b->cfg->routes[d->route].name);
         return;
     }
