@@ -269,7 +269,7 @@ void wal_roll(struct wal *w)
 /* ---- append and commit ------------------------------------------------- */
 
 int wal_append(struct wal *w, uint8_t type, const struct walrec_piece *pieces, int npieces,
-               uint64_t *lsn, struct wal_loc *loc)
+               uint64_t *lsn, struct wlog_loc *loc)
 {
     struct walrec_hdr h;
     struct walrec_piece one;
@@ -500,7 +500,7 @@ static int wal_ra_read(struct wal *w, struct seg *s, uint64_t off, uint8_t *dst,
     return 0;
 }
 
-int wal_read(struct wal *w, struct wal_loc loc, struct wal_buf *b, struct walrec_hdr *h,
+int wal_read(struct wal *w, struct wlog_loc loc, struct wlog_buf *b, struct walrec_hdr *h,
              const uint8_t **payload)
 {
     struct seg *s;

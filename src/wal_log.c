@@ -31,17 +31,14 @@
 /* ---- the wlog interface ------------------------------------------------ */
 
 /*
- * struct wal as a struct wlog: a thin shell that converts the location and
- * buffer types (same layout, kept separate so this file's own API and tests
- * stay as they are) and turns the synchronous wal_commit() into a commit
- * with a completion.
+ * struct wal as a struct wlog: a thin shell (wal.h speaks the interface's
+ * own location, buffer and callback types, so nothing is converted) that
+ * turns the synchronous wal_commit() into a commit with a completion.
  */
 struct wal_log {
     struct wlog base;
     struct wal_opts opts;
     struct wal *w;
-    wlog_replay_fn *replay;
-    void *replay_arg;
 
     /*
      * The sync thread (opts.sync_thread): the loop thread writes a batch
@@ -67,16 +64,6 @@ struct wal_log {
 };
 
 #define WAL_LOG(l) ((struct wal_log *)(l))
-#define TO_WLOG_LOC(x) ((struct wlog_loc){(x).seg, (x).off, (x).len})
-#define TO_WAL_LOC(x) ((struct wal_loc){(x).seg, (x).off, (x).len})
-
-static int wl_replay(void *arg, const struct walrec_hdr *h, const uint8_t *payload,
-                     struct wal_loc loc)
-{
-    struct wal_log *wl = arg;
-
-    return wl->replay(wl->replay_arg, h, payload, TO_WLOG_LOC(loc));
-}
 
 static void wl_set_ckpt_fn(struct wlog *l, wlog_ckpt_fn *fn, void *arg)
 {
@@ -120,21 +107,19 @@ static int wl_recover(struct wlog *l, wlog_replay_fn *fn, void *arg, struct db_p
 
     if (wl->w)
         return -EALREADY;
-    wl->replay = fn;
-    wl->replay_arg = arg;
     if (progress)
         wl->opts.progress = progress;
-    return wal_open(&wl->w, &wl->opts, wl_replay, wl);
+    return wal_open(&wl->w, &wl->opts, fn, arg);
 }
 
 static int wl_append(struct wlog *l, uint8_t type, const struct walrec_piece *pieces, int npieces,
                      uint64_t *lsn, struct wlog_loc *loc)
 {
-    struct wal_loc wloc;
+    struct wlog_loc wloc;
     int r = wal_append(WAL_LOG(l)->w, type, pieces, npieces, lsn, &wloc);
 
     if (r == 0 && loc)
-        *loc = TO_WLOG_LOC(wloc);
+        *loc = wloc; /* only on success, as the interface promises */
     return r;
 }
 
@@ -278,48 +263,22 @@ static void wl_set_notify(struct wlog *l, void (*fn)(void *arg), void *arg)
 static int wl_read(struct wlog *l, struct wlog_loc loc, struct wlog_buf *b, struct walrec_hdr *h,
                    const uint8_t **payload)
 {
-    struct wal_buf wb = {b->p, b->cap};
-    int r = wal_read(WAL_LOG(l)->w, TO_WAL_LOC(loc), &wb, h, payload);
-
-    b->p = wb.p;
-    b->cap = wb.cap;
-    return r;
+    return wal_read(WAL_LOG(l)->w, loc, b, h, payload);
 }
 
 static void wl_live(struct wlog *l, struct wlog_loc loc, int live)
 {
     if (live)
-        wal_live_add(WAL_LOG(l)->w, TO_WAL_LOC(loc));
+        wal_live_add(WAL_LOG(l)->w, loc);
     else
-        wal_live_del(WAL_LOG(l)->w, TO_WAL_LOC(loc));
-}
-
-struct wl_compact {
-    const struct wlog_compact_ops *ops;
-};
-
-static int wl_is_live(void *arg, uint64_t msg_id, struct wal_loc loc)
-{
-    const struct wlog_compact_ops *ops = ((struct wl_compact *)arg)->ops;
-
-    return ops->is_live(ops->arg, msg_id, TO_WLOG_LOC(loc));
-}
-
-static void wl_moved(void *arg, uint64_t msg_id, struct wal_loc to)
-{
-    const struct wlog_compact_ops *ops = ((struct wl_compact *)arg)->ops;
-
-    ops->moved(ops->arg, msg_id, TO_WLOG_LOC(to));
+        wal_live_del(WAL_LOG(l)->w, loc);
 }
 
 static int wl_reclaim(struct wlog *l, size_t budget, const struct wlog_compact_ops *ops)
 {
-    struct wl_compact c = {ops};
-    struct wal_compact_ops wops = {wl_is_live, wl_moved, &c};
-
     if (WAL_LOG(l)->busy)
         return 1; /* not while the sync thread holds files: it could close one under it */
-    return wal_maintain(WAL_LOG(l)->w, budget, ops ? &wops : NULL);
+    return wal_maintain(WAL_LOG(l)->w, budget, ops);
 }
 
 static void wl_stats(const struct wlog *l, struct wlog_stats *s)

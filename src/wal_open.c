@@ -197,7 +197,7 @@ static int corrupt(struct wal *w, const struct seg *s, const struct walscan *sc)
 }
 
 struct replay_state {
-    wal_replay_fn *fn;
+    wlog_replay_fn *fn;
     void *arg;
     uint64_t from_lsn;   /* records before it are checked, not handed out (checkpoint) */
     struct walscan scan;
@@ -242,7 +242,7 @@ static int replay_segment(struct wal *w, size_t idx, struct replay_state *st, ui
     st->segno = s->segno;
     walscan_start(&st->scan, s->fd, s->disk, s->salt, *expect, idx == w->nsegs - 1);
     while ((r = walscan_next(&st->scan, &rec)) > 0) {
-        struct wal_loc loc = {(uint32_t)s->segno, (uint32_t)rec.off, rec.len};
+        struct wlog_loc loc = {(uint32_t)s->segno, (uint32_t)rec.off, rec.len};
 
         if (st->fn && rec.hdr.lsn >= st->from_lsn &&
             (r = st->fn(st->arg, &rec.hdr, rec.payload, loc)) != 0)
@@ -278,7 +278,7 @@ static int replay_segment(struct wal *w, size_t idx, struct replay_state *st, ui
  * successor starts at or before from_lsn) is not read at all; base: bytes
  * already counted as done in the progress (a checkpoint's).
  */
-static int wal_replay_all(struct wal *w, wal_replay_fn *fn, void *arg, uint64_t from_lsn,
+static int wal_replay_all(struct wal *w, wlog_replay_fn *fn, void *arg, uint64_t from_lsn,
                       uint64_t base)
 {
     struct replay_state st;
@@ -392,7 +392,7 @@ static int wal_load_ckpt(struct wal *w, const struct wal_opts *o, uint64_t *from
     return 0;
 }
 
-int wal_open(struct wal **out, const struct wal_opts *o, wal_replay_fn *replay, void *arg)
+int wal_open(struct wal **out, const struct wal_opts *o, wlog_replay_fn *replay, void *arg)
 {
     struct wal *w;
     int r;

@@ -42,7 +42,7 @@
 
 /* ---- space ------------------------------------------------------------- */
 
-void wal_live_add(struct wal *w, struct wal_loc loc)
+void wal_live_add(struct wal *w, struct wlog_loc loc)
 {
     struct seg *s = wal_seg_find(w, loc.seg);
 
@@ -54,7 +54,7 @@ void wal_live_add(struct wal *w, struct wal_loc loc)
     w->live_bytes += loc.len;
 }
 
-void wal_live_del(struct wal *w, struct wal_loc loc)
+void wal_live_del(struct wal *w, struct wlog_loc loc)
 {
     struct seg *s = wal_seg_find(w, loc.seg);
 
@@ -123,7 +123,7 @@ static int below_horizon(const struct wal *w)
 }
 
 /* Copy the live ADDs of the oldest segment forward, up to budget bytes walked. */
-static int compact_head(struct wal *w, size_t budget, const struct wal_compact_ops *ops)
+static int compact_head(struct wal *w, size_t budget, const struct wlog_compact_ops *ops)
 {
     size_t scanned = 0;
     char name[WALSCAN_NAME_SIZE];
@@ -165,10 +165,10 @@ static int compact_head(struct wal *w, size_t budget, const struct wal_compact_o
                 goto bad;
             }
             if (h.type == WALREC_ADD && walrec_add_peek(payload, h.len, &a) > 0) {
-                struct wal_loc from = {(uint32_t)w->cpt_segno, (uint32_t)(w->cpt_off), (uint32_t)r};
+                struct wlog_loc from = {(uint32_t)w->cpt_segno, (uint32_t)(w->cpt_off), (uint32_t)r};
                 if (ops->is_live(ops->arg, a.msg_id, from)) {
                     struct walrec_piece pc = {payload, h.len};
-                    struct wal_loc to = {0, 0, 0};
+                    struct wlog_loc to = {0, 0, 0};
                     uint64_t lsn = 0;
                     int e = wal_append(w, WALREC_ADD, &pc, 1, &lsn, &to);
                     if (e < 0)
@@ -199,7 +199,7 @@ bad:
     return r;
 }
 
-int wal_maintain(struct wal *w, size_t budget, const struct wal_compact_ops *ops)
+int wal_maintain(struct wal *w, size_t budget, const struct wlog_compact_ops *ops)
 {
     int r;
 

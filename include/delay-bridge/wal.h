@@ -52,12 +52,13 @@
 
 struct wal;
 
-/* Where a record lives: segment number, byte offset, total bytes (header + payload). */
-struct wal_loc {
-    uint32_t seg;
-    uint32_t off;
-    uint32_t len;
-};
+/*
+ * The log's own API speaks the log interface's types (wlog.h): a record's
+ * place is a struct wlog_loc (segment number, byte offset, total bytes,
+ * header + payload), reads go into a caller-owned struct wlog_buf, replay
+ * calls a wlog_replay_fn and compaction asks a struct wlog_compact_ops.
+ * wal_file_log() is then a thin shell with no conversions.
+ */
 
 struct wal_opts {
     const char *dir;        /* created if missing */
@@ -83,15 +84,13 @@ struct wal_opts {
 };
 
 /*
- * Called for each valid record in LSN order. Non-zero return aborts wal_open
- * with it. payload is valid during the call only. *out of wal_open() is
- * already set while replay runs, so the callback may call wal_live_add() and
- * wal_live_del() through it (it is reset to NULL if wal_open() fails).
+ * replay is called for each valid record in LSN order. Non-zero return
+ * aborts wal_open with it. payload is valid during the call only. *out of
+ * wal_open() is already set while replay runs, so the callback may call
+ * wal_live_add() and wal_live_del() through it (it is reset to NULL if
+ * wal_open() fails).
  */
-typedef int wal_replay_fn(void *arg, const struct walrec_hdr *h, const uint8_t *payload,
-                          struct wal_loc loc);
-
-int wal_open(struct wal **out, const struct wal_opts *o, wal_replay_fn *replay, void *arg);
+int wal_open(struct wal **out, const struct wal_opts *o, wlog_replay_fn *replay, void *arg);
 
 /* Release fds and the lock. Does not commit: call wal_commit() first. */
 void wal_close(struct wal *w);
@@ -108,7 +107,7 @@ uint64_t wal_id(const struct wal *w);
  * wal_commit(). Returns 0 or a negative code.
  */
 int wal_append(struct wal *w, uint8_t type, const struct walrec_piece *pieces, int npieces,
-               uint64_t *lsn, struct wal_loc *loc);
+               uint64_t *lsn, struct wlog_loc *loc);
 
 /* Bytes appended and not yet committed. */
 size_t wal_pending(const struct wal *w);
@@ -116,32 +115,17 @@ size_t wal_pending(const struct wal *w);
 /* Write and fdatasync everything appended (group commit). 0 or negative. */
 int wal_commit(struct wal *w);
 
-/* A caller-owned buffer that wal_read() grows as needed; free(b->p) when done. */
-struct wal_buf {
-    uint8_t *p;
-    size_t cap;
-};
-
 /*
  * Read and verify the record at loc (committed or still buffered). On
- * success *h is filled and *payload points into b. Returns 0, WAL_ECORRUPT
- * or -errno.
+ * success *h is filled and *payload points into b (caller-owned; grown as
+ * needed; free(b->p) when done). Returns 0, WAL_ECORRUPT or -errno.
  */
-int wal_read(struct wal *w, struct wal_loc loc, struct wal_buf *b, struct walrec_hdr *h,
+int wal_read(struct wal *w, struct wlog_loc loc, struct wlog_buf *b, struct walrec_hdr *h,
              const uint8_t **payload);
 
 /* Live-data accounting: the caller marks ADD records live and dead. */
-void wal_live_add(struct wal *w, struct wal_loc loc);
-void wal_live_del(struct wal *w, struct wal_loc loc);
-
-/* How compaction asks the owner about records it moves. */
-struct wal_compact_ops {
-    /* Is msg_id held, with its current copy at loc? */
-    int (*is_live)(void *arg, uint64_t msg_id, struct wal_loc loc);
-    /* msg_id's live copy now lives at to (wal_live_* already adjusted). */
-    void (*moved)(void *arg, uint64_t msg_id, struct wal_loc to);
-    void *arg;
-};
+void wal_live_add(struct wal *w, struct wlog_loc loc);
+void wal_live_del(struct wal *w, struct wlog_loc loc);
 
 /*
  * Reclaim space: delete dead segments at the head of the log, then, if the
@@ -151,7 +135,7 @@ struct wal_compact_ops {
  * from the event loop when idle; it returns 1 if more work remains, 0 if
  * none, negative on error.
  */
-int wal_maintain(struct wal *w, size_t budget, const struct wal_compact_ops *ops);
+int wal_maintain(struct wal *w, size_t budget, const struct wlog_compact_ops *ops);
 
 struct wal_stats {
     uint64_t segments;       /* segment files on disk */
