@@ -662,31 +662,6 @@ int wal_has_segment(const struct wal *w, uint32_t segno)
     return wal_seg_find((struct wal *)w, segno) != NULL;
 }
 
-/* The log interface's codes (wlog.h): wal_strerror and eng_strerror are this one table. */
-const char *wlog_strerror(int err)
-{
-    switch (err) {
-    case 0:
-        return "success";
-    case WLOG_ECORRUPT:
-        return "corrupt log record";
-    case WLOG_ELOCKED:
-        return "log directory locked by another process";
-    case WLOG_EFORMAT:
-        return "bad segment file (name, header or version)";
-    case WLOG_ETOOBIG:
-        return "record too large";
-    case WLOG_EBUSY:
-        return "a commit is still in progress";
-    case WLOG_EREPLICA:
-        return "the WAL replica (stream) is lost, incomplete or refused the records";
-    default:
-        return err < 0 && err > -4096 ? strerror(-err) : "unknown error";
-    }
-}
-
-
-
 /*
  * Test hook, declared by tests only: forget the read-ahead window, so the
  * next read goes to the file (a test that damages bytes under an open log).
