@@ -10,7 +10,7 @@
  * against the directory of a live daemon; what it sees is then a prefix of
  * the log as of the moment the segment files were opened.
  *
- * The files of the command (cli_wal.h says what they share):
+ * The files of the command (cli_wal_int.h says what they share):
  *
  *   cli_wal.c          this: the entry point and "wal check"
  *   cli_wal_scan.c     THE SCAN and LIVE MESSAGES: read-only, the daemon's
@@ -22,7 +22,7 @@
  * corrupt (also: a file name or segment header the daemon would refuse).
  */
 #define _GNU_SOURCE
-#include "cli_wal.h"
+#include "cli_wal_int.h"
 
 #include <getopt.h>
 #include <inttypes.h>

@@ -10,7 +10,7 @@
  * api.h's field names with the HTTP endpoint's GET /pending.
  */
 #define _GNU_SOURCE
-#include "cli_wal.h"
+#include "cli_wal_int.h"
 
 #include <errno.h>
 #include <getopt.h>

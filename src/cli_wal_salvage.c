@@ -57,7 +57,7 @@
  * daemon's lock): a running daemon makes it exit 5 before anything is read.
  */
 #define _GNU_SOURCE
-#include "cli_wal.h"
+#include "cli_wal_int.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -45,7 +45,7 @@
  */
 #define _GNU_SOURCE
 #define _GNU_SOURCE
-#include "cli_wal.h"
+#include "cli_wal_int.h"
 
 #include <ctype.h>
 #include <errno.h>

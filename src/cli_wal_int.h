@@ -1,5 +1,5 @@
 /*
- * cli_wal.h -- what the files of "delay-bridge wal" share (internal to
+ * cli_wal_int.h -- what the files of "delay-bridge wal" share (internal to
  * cli_wal*.c, not a contract of the daemon).
  *
  *   cli_wal.c          the entry point and "wal check" (summary of a scan)
@@ -16,8 +16,8 @@
  * CLI_* values below (the command's exit status); functions that return
  * "0, CLI_CORRUPT or -errno" say so.
  */
-#ifndef DELAY_BRIDGE_CLI_WAL_H
-#define DELAY_BRIDGE_CLI_WAL_H
+#ifndef DELAY_BRIDGE_CLI_WAL_INT_H
+#define DELAY_BRIDGE_CLI_WAL_INT_H
 
 #include <stdint.h>
 #include <stdio.h>
