@@ -43,10 +43,10 @@
 #include <amqp_ssl_socket.h>
 #include <amqp_tcp_socket.h>
 
-#include "delay-bridge/amqp_conn.h"
 #include "delay-bridge/config.h"
 #include "delay-bridge/log.h"
-#include "delay-bridge/uri.h"
+#include "amqp_conn.h"
+#include "uri.h"
 
 const char *amqp_conn_reply_text(amqp_rpc_reply_t r, char *buf, size_t len)
 {

@@ -79,7 +79,8 @@
 #include <json-c/json.h>
 
 #include "delay-bridge/clock.h"
-#include "delay-bridge/metrics.h"
+#include "delay-bridge/walrec.h"
+#include "metrics.h"
 
 #define API_TEXT "text/plain; charset=utf-8"
 #define API_JSON "application/json"
@@ -504,5 +505,35 @@ struct json_object *api_json_str(const void *p, size_t n)
     strbuf_append_utf8(&b, p ? p : "", p ? n : 0);
     o = json_object_new_string_len(b.p ? b.p : "", (int)b.len);
     strbuf_free(&b);
+    return o;
+}
+
+struct json_object *api_message_json(uint64_t log_id, uint64_t id, uint64_t due_ms, int due,
+                                     const struct walrec_add *a, struct json_object *props,
+                                     int full)
+{
+    struct json_object *o = json_object_new_object();
+    char iso[CLOCK_ISO_LEN], sid[40];
+
+    snprintf(sid, sizeof(sid), "%016" PRIx64 "-%" PRIu64, log_id, id);
+    json_object_object_add(o, "id", json_object_new_string(sid));
+    json_object_object_add(o, "due_ms", json_object_new_uint64(due_ms));
+    json_object_object_add(o, "due", json_object_new_string(clock_iso8601(due_ms, iso)));
+    json_object_object_add(o, "state", json_object_new_string(due ? "due" : "waiting"));
+    json_object_object_add(o, "key", a->key ? api_json_str(a->key, a->key_len) : NULL);
+    json_object_object_add(o, "routing_key", api_json_str(a->routing_key, a->routing_key_len));
+    json_object_object_add(o, "size", json_object_new_uint64(a->body_len));
+    json_object_object_add(o, "enqueued_ms", json_object_new_uint64(a->enqueue_ms));
+    struct json_object *mid = NULL;
+    if (props && json_object_object_get_ex(props, "message_id", &mid))
+        json_object_object_add(o, "message_id", json_object_get(mid));
+    else
+        json_object_object_add(o, "message_id", NULL);
+    if (full) {
+        json_object_object_add(o, "exchange", api_json_str(a->exchange, a->exchange_len));
+        json_object_object_add(o, "properties", props);
+        props = NULL;
+    }
+    json_object_put(props);
     return o;
 }

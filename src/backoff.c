@@ -1,7 +1,7 @@
 /*
  * backoff.c -- exponential backoff with jitter and a rate-limited log.
  */
-#include "delay-bridge/backoff.h"
+#include "backoff.h"
 
 static uint64_t next_rand(struct backoff *b)
 {

@@ -14,7 +14,9 @@
  *   a delivery  oversized: rejected at once (before any later ack could
  *               cover it); otherwise x-delay judged (xdelay.c), turned into
  *               a log record (msgrec.c) and appended (engine: PENDING).
- *               Nothing is acked yet.
+ *               Nothing is acked yet. It arrives as a plain struct
+ *               delivery: the consumer has read its headers and encoded
+ *               its properties, so no rabbitmq-c type reaches this file.
  *   a commit    commit_and_ack() is the one place the log commits: once per
  *               loop turn, before the loop sleeps (ev_prepare, like Redis's
  *               beforeSleep), it covers every delivery appended so far and
@@ -46,9 +48,12 @@
  * buffered frames, commit and ack, advance the wheel, publish, reclaim log
  * space (at most every 100 ms, a bounded amount), then arm one timer for
  * the earliest of: next wheel event, a reconnect or retry, a heartbeat
- * poll, one second.
+ *
+ * The key-event protocol is in bridge_keys.c, the HTTP handlers in
+ * bridge_http.c, the /stats snapshot in bridge_stats.c; bridge_int.h holds
+ * what they share.
  */
-#include "delay-bridge/bridge.h"
+#include "bridge_int.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -60,108 +65,20 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "delay-bridge/amqp_msg.h"
 #include "delay-bridge/api.h"
 #include "delay-bridge/clock.h"
 #include "delay-bridge/consumer.h"
 #include "delay-bridge/engine.h"
-#include "delay-bridge/failpoint.h"
 #include "delay-bridge/http.h"
 #include "delay-bridge/log.h"
 #include "delay-bridge/msgrec.h"
 #include "delay-bridge/publisher.h"
 #include "delay-bridge/wlog.h"
 #include "delay-bridge/xalloc.h"
+#include "failpoint.h"
 
-#include <json-c/json.h>
 
-#define PURGE_STEP 65536            /* message-table entries a purge looks at per turn */
-#define PURGE_AT_ONCE (1u << 20)    /* ... and in the request itself, before answering 202 */
-#define MAINTAIN_BUDGET (8u << 20)
-#define MAINTAIN_EVERY_MS 100
-/* Draining: the engine's clock jumps here, so every held message is due. */
-#define DRAIN_HORIZON_MS (UINT64_MAX / 4)
-#define DRAIN_LINGER_MS 1000 /* after the drain, /stats reports it this long before the exit */
-#define DISK_RETRY_MS 1000
-#define MAX_SLEEP_MS 1000
-#define PUBLISH_BURST 1024 /* per route per round, so routes take turns */
-
-#define H_KEY "x-delay-key"
-#define H_CANCEL "x-delay-cancel"
-#define H_EVENT "x-delay-key-event" /* share_keys: "replace" or "cancel" */
-#define H_ORIGIN "x-delay-key-origin"
-#define H_AT "x-delay-key-at"
-
-/* What the bridge itself counts per route (the parts count the rest). */
-struct route_counts {
-    uint64_t received, rejected, invalid_delay, invalid_key, dead_lettered, deduplicated;
-    uint64_t key_events_sent, key_events_received, key_events_applied;
-    struct log_ratelimit rl_delay, rl_return;
-};
-
-struct bridge {
-    struct ev_loop *loop;
-    const struct config *cfg;
-    struct engine *eng;
-    struct consumer *cons;
-    struct publisher *pub;
-    struct http_server *http;
-    struct route_counts *counts;
-    uint64_t log_id;
-
-    /* The last delivery appended, and the last one the running commit covers. */
-    uint32_t logged_gen, commit_gen;
-    uint64_t logged_tag, commit_tag;
-
-    uint8_t *props_buf; /* the current delivery's properties, AMQP-encoded */
-    size_t props_cap;
-    amqp_table_entry_t *hdr_scratch; /* headers without the broker's x-delivery-count */
-    size_t hdr_cap;
-
-    ev_prepare prepare;
-    ev_timer wake;
-    ev_signal sigterm, sigint;
-    uint64_t start_ms, turn_ms, last_maintain;
-    int ready_logged;
-    int disk_full;          /* the last commit found no space: consuming paused */
-    uint64_t disk_retry_at; /* when to try the commit again */
-    int stopping;
-    uint64_t stop_deadline;
-    int exit_code, done;
-
-    struct db_route_stats *snap; /* bridge_stats() output */
-
-    /* The purge job (POST /purge), a bounded step per loop turn. */
-    struct {
-        int started, active;
-        struct eng_purge job;
-    } purge;
-
-    /*
-     * The drain (POST /drain): every held message handed back, then exit 0.
-     * Once done it lingers DRAIN_LINGER_MS with /stats saying so, so that
-     * `delay-bridge drain` (polling every 200 ms) can tell a finished drain
-     * from a daemon that died.
-     */
-    struct {
-        int active, done;
-        uint64_t handed_back, started_ms, done_ms;
-    } drain;
-
-    /* Recovery on a thread: the loop learns it is over through `recovered`. */
-    struct {
-        pthread_t thread;
-        int running;
-        ev_async recovered;
-        ev_async log_ready; /* the log's sync thread finished a commit */
-        struct eng_opts opts;
-        struct db_progress progress;
-        struct engine *eng;
-        int result;
-    } rec;
-};
-
-static void fatal(struct bridge *b, const char *what, int err)
+void bridge_fatal(struct bridge *b, const char *what, int err)
 {
     if (b->exit_code)
         return;
@@ -181,7 +98,7 @@ static void on_committed(void *arg, int err)
     struct bridge *b = arg;
 
     if (err < 0) {
-        fatal(b, "WAL commit", err);
+        bridge_fatal(b, "WAL commit", err);
         return;
     }
     if (b->disk_full) {
@@ -234,132 +151,18 @@ static void commit_and_ack(struct bridge *b)
         return;
     }
     if (r < 0 && r != ENG_EBUSY)
-        fatal(b, "WAL commit", r);
+        bridge_fatal(b, "WAL commit", r);
 }
 
 /*
  * Commit now and wait for it: for an operator's request that answers
  * "durable" (DELETE /pending, POST /purge). The loop waits one fsync.
  */
-static void commit_and_wait(struct bridge *b)
+void bridge_commit_and_wait(struct bridge *b)
 {
     eng_flush(b->eng);  /* the commit already out, if any */
     commit_and_ack(b);  /* one with everything so far */
     eng_flush(b->eng);
-}
-
-/* ---- keys across bridges (routes[].share_keys) ----------------------------------- */
-
-/*
- * Bridges that share a route are competing consumers, so a replacement or a
- * cancel for a key may reach a bridge that does not hold the key's message.
- * With share_keys, each bridge tells the others: for every keyed message
- * and every x-delay-cancel it takes from the ingress, it publishes a key
- * event (an empty message with the headers below) to the route's fanout
- * INGRESS_EXCHANGE.keys, where every bridge of the route has its own
- * durable queue INGRESS_QUEUE.keys.INSTANCE.
- *
- *   x-delay-key-event   "replace" (a newer message with this key arrived)
- *                       or "cancel"
- *   x-delay-key         the key
- *   x-delay-key-origin  the sending bridge's instance name
- *   x-delay-key-at      when it took the message, ms since the epoch
- *
- * A bridge that holds the key's message (pending, waiting or due) and
- * took it before `at` (or at the same ms, with an instance name that sorts
- * before the origin's) cancels it: of the versions held across the
- * bridges, the one that arrived last survives, and a cancel removes what
- * arrived before it. "Last" is by the bridges' clocks (keep them in NTP
- * sync) and by arrival at a bridge, not by publication.
- *
- * Reliability: the event goes out on the consumer's channel before the
- * ack of the delivery that caused it, so an acked delivery's event reached
- * the broker; a delivery whose ack was lost comes back, is recognised as
- * logged, and its event is sent again. A bridge acks an event like a
- * delivery: once the CANCEL it caused is durable. An event the broker
- * loses in a crash before it stored it lets both versions fire.
- */
-static void key_event_out(struct bridge *b, int route, const char *kind, const char *key,
-                          size_t key_len, uint64_t at)
-{
-    amqp_table_entry_t e[4];
-    amqp_table_t t = {4, e};
-
-    if (!b->cfg->routes[route].share_keys)
-        return;
-    e[0].key = amqp_cstring_bytes(H_EVENT);
-    e[0].value.kind = AMQP_FIELD_KIND_UTF8;
-    e[0].value.value.bytes = amqp_cstring_bytes(kind);
-    e[1].key = amqp_cstring_bytes(H_KEY);
-    e[1].value.kind = AMQP_FIELD_KIND_UTF8;
-    e[1].value.value.bytes = (amqp_bytes_t){key_len, (void *)key};
-    e[2].key = amqp_cstring_bytes(H_ORIGIN);
-    e[2].value.kind = AMQP_FIELD_KIND_UTF8;
-    e[2].value.value.bytes = amqp_cstring_bytes(b->cfg->instance);
-    e[3].key = amqp_cstring_bytes(H_AT);
-    e[3].value.kind = AMQP_FIELD_KIND_I64;
-    e[3].value.value.i64 = (int64_t)at;
-    if (consumer_publish_key_event(b->cons, route, &t) == 0)
-        b->counts[route].key_events_sent++;
-}
-
-static int header_i64(const amqp_table_t *h, const char *name, int64_t *v)
-{
-    for (int i = 0; h && i < h->num_entries; i++) {
-        const amqp_table_entry_t *e = &h->entries[i];
-        if (e->key.len != strlen(name) || memcmp(e->key.bytes, name, e->key.len) != 0)
-            continue;
-        switch (e->value.kind) {
-        case AMQP_FIELD_KIND_I64: *v = e->value.value.i64; return 1;
-        case AMQP_FIELD_KIND_U64: *v = (int64_t)e->value.value.u64; return 1;
-        case AMQP_FIELD_KIND_I32: *v = e->value.value.i32; return 1;
-        case AMQP_FIELD_KIND_TIMESTAMP: *v = (int64_t)e->value.value.u64; return 1;
-        default: return 0;
-        }
-    }
-    return 0;
-}
-
-/* Another bridge's key event: cancel our older version of the key, if we hold one. */
-static void key_event_in(struct bridge *b, const struct delivery *d, const amqp_table_t *h)
-{
-    struct route_counts *n = &b->counts[d->route];
-    const char *kind = NULL, *key = NULL, *origin = NULL;
-    size_t kind_len = 0, key_len = 0, origin_len = 0;
-    int64_t at = 0;
-    eng_msg m;
-    int r;
-
-    b->logged_gen = d->gen; /* acked with the next commit, after the CANCEL it may cause */
-    b->logged_tag = d->tag;
-    n->key_events_received++;
-    if (amqp_msg_header_str(h, H_EVENT, &kind, &kind_len) <= 0 ||
-        amqp_msg_header_str(h, H_KEY, &key, &key_len) <= 0 || key_len > MSGREC_KEY_MAX ||
-        amqp_msg_header_str(h, H_ORIGIN, &origin, &origin_len) <= 0 || !header_i64(h, H_AT, &at)) {
-        log_warn("keys", "malformed key event dropped", "route=%s", b->cfg->routes[d->route].name);
-        return;
-    }
-    size_t mine = strlen(b->cfg->instance);
-    if (origin_len == mine && memcmp(origin, b->cfg->instance, mine) == 0)
-        return; /* our own */
-    if (!(m = eng_find(b->eng, (uint16_t)d->route, key, key_len)))
-        return;
-    struct walrec_add a;
-    if ((r = eng_read(b->eng, m, &a)) < 0) {
-        fatal(b, "WAL read (key event)", r);
-        return;
-    }
-    int cmp = strncmp(b->cfg->instance, origin, origin_len);
-    if (cmp == 0 && mine != origin_len)
-        cmp = mine < origin_len ? -1 : 1;
-    if (a.enqueue_ms > (uint64_t)at || (a.enqueue_ms == (uint64_t)at && cmp > 0))
-        return; /* ours is the newer one: the other bridge cancels its copy */
-    if ((r = eng_cancel(b->eng, (uint16_t)d->route, key, key_len)) < 0) {
-        fatal(b, "WAL read (cancel)", r);
-        return;
-    }
-    if (r > 0)
-        n->key_events_applied++;
 }
 
 /* ---- deliveries in ------------------------------------------------------------- */
@@ -369,12 +172,10 @@ static void on_delivery(void *arg, const struct delivery *d)
     struct bridge *b = arg;
     const struct config_route *rc = &b->cfg->routes[d->route];
     struct route_counts *n = &b->counts[d->route];
-    const amqp_table_t *headers = NULL;
     struct msgrec_in in;
     struct walrec_add a;
-    uint64_t now = clock_now_ms(), delay = 0, ev;
-    enum xdelay_status xs;
-    int len, r;
+    uint64_t now = clock_now_ms(), ev;
+    int r;
 
     if (b->exit_code)
         return;
@@ -388,74 +189,45 @@ static void on_delivery(void *arg, const struct delivery *d)
         consumer_reject(b->cons, d->gen, d->tag);
         return;
     }
-    if (d->props->_flags & AMQP_BASIC_HEADERS_FLAG)
-        headers = &d->props->headers;
-
     if (d->key_event) {
-        key_event_in(b, d, headers);
+        bridge_key_event_in(b, d);
         return;
     }
 
     /* x-delay-cancel: remove the pending message with that key; not forwarded. */
-    const char *key = NULL;
-    size_t key_len = 0;
-    int kind = amqp_msg_header_str(headers, H_CANCEL, &key, &key_len);
-    if (kind != 0) {
-        if (kind < 0 || key_len > MSGREC_KEY_MAX) {
+    const char *key = d->cancel_key;
+    size_t key_len = d->cancel_key_len;
+    if (d->cancel != 0) {
+        if (d->cancel < 0 || key_len > MSGREC_KEY_MAX) {
             n->invalid_key++;
             if ((ev = log_ratelimit(&n->rl_delay, now, 10000)))
                 log_warn("consume", "invalid x-delay-cancel (not a string of at most 255 bytes): "
                          "dropped", "route=%s events=%" PRIu64, rc->name, ev);
         } else if ((r = eng_cancel(b->eng, (uint16_t)d->route, key, key_len)) < 0) {
-            fatal(b, "WAL read (cancel)", r);
+            bridge_fatal(b, "WAL read (cancel)", r);
             return;
         } else {
-            key_event_out(b, d->route, "cancel", key, key_len, now);
+            bridge_key_event_out(b, d->route, "cancel", key, key_len, now);
         }
         b->logged_gen = d->gen; /* acked once the CANCEL record is durable */
         b->logged_tag = d->tag;
         return;
     }
 
-    xs = amqp_msg_due(headers, now, rc->max_delay_ms, &delay);
-    /*
-     * A quorum queue adds x-delivery-count when it redelivers: not part of
-     * the message (it is the ingress queue's bookkeeping), so it is neither
-     * stored nor forwarded, and a redelivery looks like the original.
-     */
-    amqp_basic_properties_t props = *d->props;
-    if (headers) {
-        int k = 0;
-        if ((size_t)headers->num_entries > b->hdr_cap) {
-            b->hdr_cap = (size_t)headers->num_entries;
-            b->hdr_scratch = xrealloc(b->hdr_scratch, b->hdr_cap * sizeof(*b->hdr_scratch));
-        }
-        for (int i = 0; i < headers->num_entries; i++)
-            if (!(headers->entries[i].key.len == 16 &&
-                  memcmp(headers->entries[i].key.bytes, "x-delivery-count", 16) == 0))
-                b->hdr_scratch[k++] = headers->entries[i];
-        props.headers.entries = b->hdr_scratch;
-        props.headers.num_entries = k;
-    }
-    len = amqp_msg_encode_props(&props, &b->props_buf, &b->props_cap);
-    if (len < 0) {
-        fatal(b, "encode message properties", len);
+    /* The properties were encoded by the consumer, without x-delivery-count (consumer.c). */
+    if (d->props_len < 0) {
+        bridge_fatal(b, "encode message properties", d->props_len);
         return;
     }
     in = (struct msgrec_in){d->exchange, d->exchange_len, d->routing_key, d->routing_key_len,
-                            b->props_buf, (uint32_t)len, d->body, (uint32_t)d->body_size,
-                            NULL, 0, 0};
-    kind = amqp_msg_header_str(headers, H_KEY, &in.key, &in.key_len);
-    if (kind <= 0) {
-        in.key = NULL;
-        in.key_invalid = kind < 0;
-    }
-    r = msgrec_from_delivery(&a, rc, &in, now, xs, delay);
+                            d->props, (uint32_t)d->props_len, d->body, (uint32_t)d->body_size,
+                            d->key_str, d->key_str ? d->key_len : 0, d->key < 0};
+    r = msgrec_from_delivery(&a, rc, &in, now, d->xdelay, d->delay_ms);
     if (d->redelivered && eng_seen(b->eng, (uint16_t)d->route, msgrec_fingerprint(&a))) {
         /* Logged before a crash or a lost connection, its ack lost with it: ack, store nothing. */
         n->deduplicated++;
         if (a.flags & WALREC_ADD_KEYED) /* its event may be what the crash lost */
-            key_event_out(b, d->route, "replace", a.key, a.key_len, a.enqueue_ms);
+            bridge_key_event_out(b, d->route, "replace", a.key, a.key_len, a.enqueue_ms);
         b->logged_gen = d->gen;
         b->logged_tag = d->tag;
         return;
@@ -469,7 +241,7 @@ static void on_delivery(void *arg, const struct delivery *d)
             n->dead_lettered++;
         if ((ev = log_ratelimit(&n->rl_delay, now, 10000)))
             log_warn("consume",
-                     r & MSGREC_INVALID_DELAY ? xdelay_strerror(xs)
+                     r & MSGREC_INVALID_DELAY ? xdelay_strerror(d->xdelay)
                                               : "invalid x-delay-key (not a string of at most 255 "
                                                 "bytes)",
                      "route=%s action=%s events=%" PRIu64, rc->name,
@@ -478,11 +250,11 @@ static void on_delivery(void *arg, const struct delivery *d)
     }
     r = eng_add(b->eng, (uint16_t)d->route, &a, NULL);
     if (r < 0) {
-        fatal(b, "WAL append", r);
+        bridge_fatal(b, "WAL append", r);
         return;
     }
     if (a.flags & WALREC_ADD_KEYED)
-        key_event_out(b, d->route, "replace", a.key, a.key_len, a.enqueue_ms);
+        bridge_key_event_out(b, d->route, "replace", a.key, a.key_len, a.enqueue_ms);
     n->received++;
     b->logged_gen = d->gen;
     b->logged_tag = d->tag;
@@ -565,7 +337,7 @@ static void pump(struct bridge *b)
                 eng_msg m;
                 int r = eng_take(b->eng, (uint16_t)i, &m, &a);
                 if (r < 0) {
-                    fatal(b, "read a held message back from the WAL", r);
+                    bridge_fatal(b, "read a held message back from the WAL", r);
                     return;
                 }
                 if (r == 0)
@@ -651,7 +423,7 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
         return;
     if (b->purge.active && (r = eng_purge_step(b->eng, &b->purge.job, PURGE_STEP)) <= 0) {
         if (r < 0) {
-            fatal(b, "WAL read (purge)", r);
+            bridge_fatal(b, "WAL read (purge)", r);
             return;
         }
         b->purge.active = 0;
@@ -662,7 +434,7 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
         b->last_maintain = now;
         r = eng_maintain(b->eng, MAINTAIN_BUDGET);
         if (r < 0) {
-            fatal(b, "WAL maintenance", r);
+            bridge_fatal(b, "WAL maintenance", r);
             return;
         }
     }
@@ -747,276 +519,10 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
     consumer_stop(b->cons);
 }
 
-/* ---- the HTTP endpoint ------------------------------------------------------------ */
-
-static void api_stats(void *arg, struct db_stats *s)
-{
-    bridge_stats(arg, s);
-}
-
-static int route_index(void *arg, const char *name, size_t len);
-
-static int route_by_name(const struct bridge *b, const char *name)
-{
-    return route_index((void *)b->cfg, name, strlen(name));
-}
-
-static int api_fail(struct json_object *out, int status, const char *why)
-{
-    json_object_object_add(out, "error", json_object_new_string(why));
-    return status;
-}
-
-/* A held message as JSON: what browsing shows, and with its properties for one message. */
-static struct json_object *message_json(struct bridge *b, const struct eng_item *it,
-                                        const struct walrec_add *a, int full)
-{
-    struct json_object *o = json_object_new_object(), *props;
-    char iso[CLOCK_ISO_LEN], id[40];
-
-    snprintf(id, sizeof(id), "%016" PRIx64 "-%" PRIu64, b->log_id, it->id);
-    json_object_object_add(o, "id", json_object_new_string(id));
-    json_object_object_add(o, "due_ms", json_object_new_uint64(it->due_ms));
-    json_object_object_add(o, "due", json_object_new_string(clock_iso8601(it->due_ms, iso)));
-    json_object_object_add(o, "state", json_object_new_string(it->state == ENG_DUE ? "due" : "waiting"));
-    json_object_object_add(o, "key", a->key ? api_json_str(a->key, a->key_len) : NULL);
-    json_object_object_add(o, "routing_key", api_json_str(a->routing_key, a->routing_key_len));
-    json_object_object_add(o, "size", json_object_new_uint64(a->body_len));
-    json_object_object_add(o, "enqueued_ms", json_object_new_uint64(a->enqueue_ms));
-    props = amqp_msg_props_json(a->props, a->props_len);
-    struct json_object *mid = NULL;
-    if (props && json_object_object_get_ex(props, "message_id", &mid))
-        json_object_object_add(o, "message_id", json_object_get(mid));
-    else
-        json_object_object_add(o, "message_id", NULL);
-    if (full) {
-        json_object_object_add(o, "exchange", api_json_str(a->exchange, a->exchange_len));
-        json_object_object_add(o, "properties", props);
-        props = NULL;
-    }
-    json_object_put(props);
-    return o;
-}
-
-static int api_pending_list(void *arg, const char *route, const char *after, unsigned limit,
-                            struct json_object *out)
-{
-    struct bridge *b = arg;
-    int ri = route_by_name(b, route), more, r;
-    uint64_t after_due = 0, after_id = 0, next_due, next_id;
-    struct eng_item *items;
-    size_t n, i;
-
-    if (!b->eng)
-        return api_fail(out, 503, "recovering");
-    if (ri < 0)
-        return api_fail(out, 404, "no such route");
-    if (after && *after) {
-        char *end;
-        after_due = strtoull(after, &end, 10);
-        if (*end != '-' || !end[1])
-            return api_fail(out, 400, "after: expected the cursor of a previous page");
-        after_id = strtoull(end + 1, &end, 10);
-        if (*end)
-            return api_fail(out, 400, "after: expected the cursor of a previous page");
-    }
-    items = xmalloc(limit * sizeof(*items));
-    n = eng_list(b->eng, (uint16_t)ri, after_due, after_id, items, limit, &more, &next_due,
-                 &next_id);
-    struct json_object *arr = json_object_new_array();
-    for (i = 0; i < n; i++) {
-        struct walrec_add a;
-        if ((r = eng_read(b->eng, items[i].m, &a)) < 0) {
-            free(items);
-            json_object_put(arr);
-            return api_fail(out, 500, eng_strerror(r));
-        }
-        json_object_array_add(arr, message_json(b, &items[i], &a, 0));
-    }
-    json_object_object_add(out, "route", json_object_new_string(route));
-    json_object_object_add(out, "count", json_object_new_uint64(n));
-    json_object_object_add(out, "messages", arr);
-    if (more) {
-        char cursor[48];
-        snprintf(cursor, sizeof(cursor), "%" PRIu64 "-%" PRIu64, next_due, next_id);
-        json_object_object_add(out, "next", json_object_new_string(cursor));
-    } else {
-        json_object_object_add(out, "next", NULL);
-    }
-    free(items);
-    return 200;
-}
-
-static int api_pending_get(void *arg, const char *route, const char *key, struct json_object *out)
-{
-    struct bridge *b = arg;
-    int ri = route_by_name(b, route), r;
-    struct walrec_add a;
-    eng_msg m;
-
-    if (!b->eng)
-        return api_fail(out, 503, "recovering");
-    if (ri < 0)
-        return api_fail(out, 404, "no such route");
-    if (!(m = eng_find(b->eng, (uint16_t)ri, key, strlen(key))))
-        return api_fail(out, 404, "no message with this key is pending");
-    if ((r = eng_read(b->eng, m, &a)) < 0)
-        return api_fail(out, 500, eng_strerror(r));
-    struct eng_item it = {m, a.msg_id, a.due_ms, eng_state(b->eng, m)};
-    struct json_object *msg = message_json(b, &it, &a, 1);
-    json_object_object_foreach(msg, k, v) json_object_object_add(out, k, json_object_get(v));
-    json_object_put(msg);
-    return 200;
-}
-
-static int api_pending_cancel(void *arg, const char *route, const char *key,
-                              struct json_object *out)
-{
-    struct bridge *b = arg;
-    int ri = route_by_name(b, route), r;
-
-    if (!b->eng)
-        return api_fail(out, 503, "recovering");
-    if (ri < 0)
-        return api_fail(out, 404, "no such route");
-    r = eng_cancel(b->eng, (uint16_t)ri, key, strlen(key));
-    if (r < 0) {
-        fatal(b, "WAL read (cancel)", r);
-        return api_fail(out, 500, eng_strerror(r));
-    }
-    json_object_object_add(out, "route", api_json_str(route, strlen(route)));
-    json_object_object_add(out, "key", api_json_str(key, strlen(key)));
-    json_object_object_add(out, "cancelled", json_object_new_boolean(r == 1));
-    if (r == 0)
-        return 404; /* unknown, already published, or in flight */
-    /* Durable before answering. */
-    commit_and_wait(b);
-    if (b->exit_code)
-        return api_fail(out, 500, "WAL commit failed");
-    json_object_object_add(out, "durable", json_object_new_boolean(!eng_dirty(b->eng)));
-    return eng_dirty(b->eng) ? 202 : 200;
-}
-
-/*
- * POST /drain: make what was received durable and ack it, stop consuming
- * (unacked deliveries go back to the queue, to the other bridges), and from
- * the next turn on publish every held message: back to its ingress exchange
- * with what remains of its delay, or to its target if it is due.
- */
-static int api_drain(void *arg, struct json_object *out)
-{
-    struct bridge *b = arg;
-    struct eng_stats es;
-
-    if (!b->eng)
-        return api_fail(out, 503, "recovering");
-    if (b->stopping)
-        return api_fail(out, 409, "stopping");
-    eng_stats(b->eng, &es);
-    if (!b->drain.active) {
-        commit_and_wait(b);
-        if (b->exit_code)
-            return api_fail(out, 500, "WAL commit failed");
-        consumer_pause(b->cons);
-        b->drain.active = 1;
-        b->drain.started_ms = clock_now_ms();
-        log_info("bridge", "drain started: consuming stopped, handing every held message back "
-                 "to its ingress exchange", "held=%" PRIu64 " orphaned=%" PRIu64, es.held,
-                 es.orphaned);
-    }
-    json_object_object_add(out, "draining", json_object_new_boolean(1));
-    json_object_object_add(out, "held", json_object_new_uint64(es.held));
-    json_object_object_add(out, "handed_back", json_object_new_uint64(b->drain.handed_back));
-    return 202;
-}
-
-static int api_purge(void *arg, const char *route, const char *due_before,
-                     struct json_object *out)
-{
-    struct bridge *b = arg;
-    int ri = route_by_name(b, route), r;
-    uint64_t before = UINT64_MAX;
-
-    if (!b->eng)
-        return api_fail(out, 503, "recovering");
-    if (ri < 0)
-        return api_fail(out, 404, "no such route");
-    if (due_before && *due_before && clock_parse(due_before, &before) < 0)
-        return api_fail(out, 400, "due_before: expected ms since the epoch or ISO 8601 UTC");
-    if (b->purge.active)
-        return api_fail(out, 409, "a purge is already running (see /stats)");
-    eng_purge_begin(b->eng, &b->purge.job, (uint16_t)ri, before);
-    b->purge.started = 1;
-    b->purge.active = 1;
-    log_info("bridge", "purge started", "route=%s due_before_ms=%" PRIu64, route,
-             before == UINT64_MAX ? 0 : before);
-    r = eng_purge_step(b->eng, &b->purge.job, PURGE_AT_ONCE);
-    if (r < 0) {
-        fatal(b, "WAL read (purge)", r);
-        return api_fail(out, 500, eng_strerror(r));
-    }
-    if (r == 0) {
-        b->purge.active = 0;
-        commit_and_wait(b);
-        log_info("bridge", "purge done", "route=%s removed=%" PRIu64, route,
-                 b->purge.job.removed);
-    }
-    json_object_object_add(out, "route", json_object_new_string(route));
-    json_object_object_add(out, "removed", json_object_new_uint64(b->purge.job.removed));
-    json_object_object_add(out, "done", json_object_new_boolean(r == 0));
-    return r == 0 ? 200 : 202;
-}
-
-static void on_http(void *arg, const struct api_request *req, struct api_response *resp)
-{
-    struct api_ops ops = {api_stats, api_pending_list, api_pending_get, api_pending_cancel,
-                          api_purge, api_drain, arg};
-
-    api_handle(&ops, req, resp);
-}
-
-#define HTTP_TOKEN_ENV "DELAY_BRIDGE_HTTP_TOKEN"
-
-static int start_http(struct bridge *b)
-{
-    const struct config *cfg = b->cfg;
-    const char *token = getenv(HTTP_TOKEN_ENV);
-    struct http_opts o = {cfg->http_host, cfg->http_port, token, 0, 0};
-    char err[512];
-
-    if (!cfg->http_listen[0])
-        return 0;
-    if (http_start(&b->http, b->loop, &o, on_http, b, err, sizeof(err)) < 0) {
-        log_error("http", "cannot start the HTTP endpoint", "listen=\"%s\" error=\"%s\"",
-                  cfg->http_listen, err);
-        return -1;
-    }
-    log_info("http", "serving", "listen=\"%s\" port=%u auth=%s", cfg->http_listen,
-             (unsigned)http_port(b->http), token && *token ? "bearer" : "none");
-    if (cfg->http_allow_remote && !(token && *token))
-        log_warn("http", "the endpoint is reachable beyond this host without a token",
-                 "hint=\"set " HTTP_TOKEN_ENV "\"");
-    return 0;
-}
-
-/* Resident set size from /proc (one small read), 0 if unknown. */
-static uint64_t rss_bytes(void)
-{
-    unsigned long size = 0, resident = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-
-    if (!f)
-        return 0;
-    if (fscanf(f, "%lu %lu", &size, &resident) != 2)
-        resident = 0;
-    fclose(f);
-    return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
-}
-
 /* ---- recovery ---------------------------------------------------------------------- */
 
 /* Route names found in the log -> route index. */
-static int route_index(void *arg, const char *name, size_t len)
+int bridge_route_index(void *arg, const char *name, size_t len)
 {
     const struct config *cfg = arg;
     int i;
@@ -1114,7 +620,7 @@ static int start_recovery(struct bridge *b, struct wlog *log)
             recent = b->cfg->routes[i].prefetch;
     b->rec.opts = (struct eng_opts){.log = log,
                                     .nroutes = b->cfg->nroutes,
-                                    .route_index = route_index,
+                                    .route_index = bridge_route_index,
                                     .route_name = route_name,
                                     .route_arg = (void *)b->cfg,
                                     .progress = &b->rec.progress,
@@ -1165,7 +671,7 @@ struct bridge *bridge_new(struct ev_loop *loop, const struct config *cfg, struct
     ev_signal_init(&b->sigint, on_signal, SIGINT);
     b->sigint.data = b;
     ev_signal_start(loop, &b->sigint);
-    if (start_http(b) < 0 || start_recovery(b, log) < 0) {
+    if (bridge_start_http(b) < 0 || start_recovery(b, log) < 0) {
         if (!b->rec.running && !b->rec.opts.log)
             wlog_close(log);
         *exit_code = EXIT_FATAL;
@@ -1181,157 +687,6 @@ int bridge_exit_code(const struct bridge *b)
     return b->exit_code;
 }
 
-void bridge_stats(struct bridge *b, struct db_stats *s)
-{
-    struct eng_stats es;
-    int i;
-
-    memset(s, 0, sizeof(*s));
-    memset(&es, 0, sizeof(es));
-    if (b->eng)
-        eng_stats(b->eng, &es);
-    s->version = DB_VERSION;
-    s->instance = b->cfg->instance;
-    s->now_ms = clock_now_ms();
-    s->start_ms = b->start_ms;
-    s->loop_turn_ms = b->turn_ms;
-    s->recovered = b->eng != NULL;
-    if (b->eng) {
-        s->recovery_seconds = es.recovery_seconds;
-        s->recovery_progress = 1.0;
-    } else {
-        uint64_t done = atomic_load(&b->rec.progress.done);
-        uint64_t total = atomic_load(&b->rec.progress.total);
-        s->recovery_seconds = (double)(s->now_ms - b->start_ms) / 1000.0;
-        s->recovery_progress = total ? (double)done / (double)total : 0.0;
-    }
-    s->consumer = b->cons && consumer_up(b->cons) ? DB_CONN_UP : DB_CONN_DOWN;
-    s->publisher = !b->pub || !publisher_up(b->pub) ? DB_CONN_DOWN
-                   : publisher_blocked(b->pub)      ? DB_CONN_BLOCKED
-                                                    : DB_CONN_UP;
-    s->stopping = b->stopping;
-    s->held = es.held;
-    s->orphaned = es.orphaned;
-    s->drain.active = b->drain.active;
-    s->drain.done = b->drain.done;
-    s->drain.handed_back = b->drain.handed_back;
-    s->drain.remaining = es.held - es.orphaned;
-    s->next_due_ms = es.next_due_ms;
-    s->ram_bytes = es.ram_bytes;
-    s->rss_bytes = rss_bytes();
-    s->wal.segments = es.log_segments;
-    s->wal.disk_bytes = es.log_disk_bytes;
-    s->wal.live_bytes = es.log_live_bytes;
-    s->wal.live_records = es.log_live_records;
-    s->wal.commits = es.log_commits;
-    s->wal.appended_bytes = es.log_appended_bytes;
-    s->wal.compacted_bytes = es.log_compacted_bytes;
-    s->wal.failed = es.log_failed != 0;
-    s->wal.no_space = b->disk_full || es.log_no_space;
-    s->wal.writable = !s->wal.failed && !s->wal.no_space;
-    s->wal.fsync = es.fsync;
-    s->wal.compact_segment = es.compact_segment;
-    s->wal.compact_progress =
-        es.compact_total ? (double)es.compact_done / (double)es.compact_total : 0.0;
-    s->wal.ckpt_state = es.ckpt_state == WLOG_CKPT_WRITING   ? "writing"
-                        : es.ckpt_state == WLOG_CKPT_SEALING ? "sealing"
-                                                             : "idle";
-    s->wal.ckpt_progress =
-        es.ckpt_total ? (double)es.ckpt_walked / (double)es.ckpt_total : 0.0;
-    s->wal.ckpt_installed = es.ckpt_installed;
-    s->wal.ckpt_failed = es.ckpt_failed;
-    s->wal.ckpt_lsn = es.ckpt_lsn;
-    s->wal.ckpt_bytes = es.ckpt_bytes;
-    s->wal.ckpt_age_seconds = (double)es.ckpt_age_ms / 1000.0;
-    s->wal.ckpt_seconds = es.ckpt_seconds;
-    s->wal.ckpt_used_at_start = es.ckpt_loaded_lsn != 0;
-    struct wlog_repl_stats rs;
-    memset(&rs, 0, sizeof(rs));
-    if (b->rec.opts.log && wlog_repl_stats(b->rec.opts.log, &rs)) {
-        static const char *const names[] = {"off", "connecting", "standby", "importing",
-                                            "owner", "failed"};
-        s->wal.repl = 1;
-        s->wal.repl_state = rs.state >= 0 && rs.state <= WLOG_REPL_FAILED ? names[rs.state] : "?";
-        s->wal.repl_stream = rs.stream;
-        s->wal.repl_complete = rs.complete;
-        s->wal.repl_imported_records = rs.imported_records;
-        s->wal.repl_imported_bytes = rs.imported_bytes;
-        s->wal.repl_import_seconds = rs.import_seconds;
-        s->wal.repl_standby_seconds = rs.standby_seconds;
-        s->wal.repl_published_messages = rs.published_messages;
-        s->wal.repl_published_bytes = rs.published_bytes;
-        s->wal.repl_horizons = rs.horizons;
-        s->wal.repl_horizon_lsn = rs.horizon_lsn;
-        s->wal.repl_horizon_running = rs.horizon_running;
-        s->wal.repl_needed_bytes = rs.needed_bytes;
-        s->wal.repl_confirm = rs.confirm;
-        if (rs.state == WLOG_REPL_FAILED)
-            s->wal.writable = 0;
-    }
-    if (b->purge.started) {
-        const struct eng_purge *j = &b->purge.job;
-        s->purge.started = 1;
-        s->purge.done = !b->purge.active;
-        s->purge.route = b->cfg->routes[j->route].name;
-        s->purge.due_before = j->due_before;
-        s->purge.removed = j->removed;
-        s->purge.progress = j->end > 1 ? (double)(j->cursor - 1) / (double)(j->end - 1) : 1.0;
-    }
-    for (i = 0; i < b->cfg->nroutes; i++) {
-        struct db_route_stats *r = &b->snap[i];
-        const struct route_counts *n = &b->counts[i];
-        struct eng_route_stats ers;
-
-        memset(r, 0, sizeof(*r));
-        r->name = b->cfg->routes[i].name;
-        r->target_exchange = b->cfg->routes[i].target_exchange;
-        r->received = n->received;
-        r->rejected = n->rejected;
-        r->invalid_delay = n->invalid_delay;
-        r->invalid_key = n->invalid_key;
-        r->deduplicated = n->deduplicated;
-        r->key_events_sent = n->key_events_sent;
-        r->key_events_received = n->key_events_received;
-        r->key_events_applied = n->key_events_applied;
-        r->dead_lettered = n->dead_lettered;
-        if (b->pub)
-            publisher_route_stats(b->pub, i, r);
-        memset(&ers, 0, sizeof(ers));
-        if (b->eng)
-            eng_route_stats(b->eng, (uint16_t)i, &ers);
-        r->confirmed = ers.confirmed;
-        r->cancelled = ers.cancelled + ers.replaced;
-        r->cancel_missed = ers.cancel_missed;
-        r->waiting = ers.waiting;
-        r->due = ers.due;
-        r->inflight = ers.inflight;
-        r->pending = ers.held;
-        r->oldest_due_ms = ers.oldest_due_ms;
-        r->lateness = ers.lateness;
-    }
-    s->nroutes = b->cfg->nroutes;
-    s->routes = b->snap;
-}
-
-static void log_summary(struct bridge *b)
-{
-    struct db_stats s;
-    int i;
-
-    bridge_stats(b, &s);
-    for (i = 0; i < s.nroutes; i++) {
-        const struct db_route_stats *r = &s.routes[i];
-        log_info("bridge", "route totals",
-                 "route=%s received=%" PRIu64 " published=%" PRIu64 " confirmed=%" PRIu64
-                 " nacked=%" PRIu64 " invalid_delay=%" PRIu64 " dead_lettered=%" PRIu64
-                 " rejected=%" PRIu64 " held=%" PRIu64,
-                 r->name, r->received, r->published, r->confirmed, r->nacked, r->invalid_delay,
-                 r->dead_lettered, r->rejected, r->pending);
-    }
-    log_info("bridge", "stopped",
-             "held=%" PRIu64 " orphaned=%" PRIu64 " wal_segments=%" PRIu64 " wal_bytes=%" PRIu64,
-             s.held, s.orphaned, s.wal.segments, s.wal.disk_bytes);
-}
 
 void bridge_free(struct bridge *b)
 {
@@ -1346,7 +701,7 @@ void bridge_free(struct bridge *b)
             b->eng = b->rec.eng;
     }
     if (!b->exit_code && b->eng)
-        log_summary(b);
+        bridge_log_summary(b);
     http_stop(b->http);
     consumer_free(b->cons);
     publisher_free(b->pub);
@@ -1359,8 +714,6 @@ void bridge_free(struct bridge *b)
     ev_signal_stop(b->loop, &b->sigint);
     free(b->counts);
     free(b->snap);
-    free(b->props_buf);
-    free(b->hdr_scratch);
     eng_close(b->eng);
     free(b);
 }

@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "delay-bridge/cli.h"
-#include "delay-bridge/cli_http.h"
 #include "delay-bridge/strbuf.h"
+#include "cli_http.h"
 
 enum { CANCEL_OK = 0, CANCEL_MISSED = 1, CANCEL_USAGE = 2, CANCEL_ERROR = 3 };
 

@@ -22,9 +22,9 @@
 #include <json-c/json.h>
 
 #include "delay-bridge/cli.h"
-#include "delay-bridge/cli_http.h"
 #include "delay-bridge/clock.h"
 #include "delay-bridge/strbuf.h"
+#include "cli_http.h"
 
 #define PROG "delay-bridge drain"
 

@@ -6,7 +6,7 @@
  * bound every step, the answer is read to EOF (the daemon closes after
  * answering a Connection: close request).
  */
-#include "delay-bridge/cli_http.h"
+#include "cli_http.h"
 
 #include <errno.h>
 #include <netdb.h>

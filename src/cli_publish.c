@@ -41,10 +41,11 @@
 #include <amqp.h>
 #include <amqp_framing.h>
 
-#include "delay-bridge/amqp_conn.h"
 #include "delay-bridge/cli.h"
+#include "delay-bridge/clock.h"
 #include "delay-bridge/config.h"
 #include "delay-bridge/xalloc.h"
+#include "amqp_conn.h"
 
 #define PUB_OK 0
 #define PUB_FAIL 1
@@ -134,9 +135,7 @@ static int read_stdin(char **out, size_t *n)
 
 static uint64_t mono_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    return clock_mono_ns() / 1000000u;
 }
 
 /*

@@ -1,12 +1,17 @@
 /*
- * clock.c -- wall and monotonic time, ISO 8601 in and out.
+ * clock.c -- wall and monotonic time, ISO 8601 in and out, and the one
+ * source of random numbers.
  */
+#define _GNU_SOURCE
 #include "delay-bridge/clock.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 uint64_t clock_now_ms(void)
 {
@@ -81,4 +86,26 @@ int clock_parse(const char *s, uint64_t *ms)
         return -1;
     *ms = (uint64_t)t * 1000u + frac;
     return 0;
+}
+
+uint64_t clock_rand64(void)
+{
+    static uint64_t fallback;
+    uint64_t v = 0;
+    ssize_t n;
+
+    do
+        n = getrandom(&v, sizeof(v), 0);
+    while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)sizeof(v)) {
+        /* No getrandom (old kernel): splitmix64 over time, pid and a counter. */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t z = (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uint64_t)getpid() << 48;
+        z += (fallback += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        v = z ^ (z >> 31);
+    }
+    return v;
 }

@@ -19,6 +19,14 @@
  * with too_big set, for the owner to reject.
  *
  * The consumer tag is "delay-bridge:<route>", so a delivery names its route.
+ *
+ * The owner never sees an AMQP type: before the hand-over the headers it
+ * acts on are read (x-delay judged, x-delay-key, x-delay-cancel, a key
+ * event's four headers) and the properties are encoded for the log without
+ * the x-delivery-count a quorum queue adds when it redelivers (the ingress
+ * queue's bookkeeping, not part of the message: neither stored nor
+ * forwarded, so a redelivery looks like the original). The key events the
+ * owner sends (routes[].share_keys, bridge_keys.c) are encoded here too.
  */
 #include "delay-bridge/consumer.h"
 
@@ -27,17 +35,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "delay-bridge/amqp_conn.h"
-#include "delay-bridge/backoff.h"
+#include <amqp.h>
+
+#include "delay-bridge/amqp_msg.h"
 #include "delay-bridge/clock.h"
 #include "delay-bridge/log.h"
 #include "delay-bridge/xalloc.h"
+#include "amqp_conn.h"
+#include "backoff.h"
 
 #define CONSUMER_CHANNEL 1
 #define FRAMES_PER_TURN 4096 /* frames read per wakeup before yielding */
 #define HEARTBEAT_POLL_MS 500
 #define TAG_PREFIX "delay-bridge:"
 #define KEYS_TAG_PREFIX "delay-bridge-keys:"
+
+#define H_KEY "x-delay-key"
+#define H_CANCEL "x-delay-cancel"
+#define H_EVENT "x-delay-key-event" /* share_keys: "replace" or "cancel" */
+#define H_ORIGIN "x-delay-key-origin"
+#define H_AT "x-delay-key-at"
 
 /* A delivery being assembled from its frames. */
 struct assembly {
@@ -64,6 +81,10 @@ struct consumer {
     uint64_t last_poll_ms;
     struct assembly as;
     amqp_basic_properties_t no_props;
+    uint8_t *props_buf; /* the current delivery's properties, AMQP-encoded */
+    size_t props_cap;
+    amqp_table_entry_t *hdr_scratch; /* headers without the broker's x-delivery-count */
+    size_t hdr_cap;
 };
 
 static void on_io(struct ev_loop *loop, ev_io *w, int revents);
@@ -167,19 +188,34 @@ void consumer_key_names(const struct config_route *rc, const char *instance, cha
     snprintf(q, qlen, "%s.keys.%s", rc->ingress_queue, instance);
 }
 
-int consumer_publish_key_event(struct consumer *c, int route, const amqp_table_t *headers)
+int consumer_publish_key_event(struct consumer *c, int route, const char *kind, const char *key,
+                               size_t key_len, const char *origin, uint64_t at)
 {
     const struct config_route *rc = &c->cfg->routes[route];
     char ex[CONFIG_NAME_MAX + 8];
     amqp_basic_properties_t p;
+    amqp_table_entry_t e[4];
+    amqp_table_t headers = {4, e};
 
     if (!c->up)
         return -1;
+    e[0].key = amqp_cstring_bytes(H_EVENT);
+    e[0].value.kind = AMQP_FIELD_KIND_UTF8;
+    e[0].value.value.bytes = amqp_cstring_bytes(kind);
+    e[1].key = amqp_cstring_bytes(H_KEY);
+    e[1].value.kind = AMQP_FIELD_KIND_UTF8;
+    e[1].value.value.bytes = (amqp_bytes_t){key_len, (void *)key};
+    e[2].key = amqp_cstring_bytes(H_ORIGIN);
+    e[2].value.kind = AMQP_FIELD_KIND_UTF8;
+    e[2].value.value.bytes = amqp_cstring_bytes(origin);
+    e[3].key = amqp_cstring_bytes(H_AT);
+    e[3].value.kind = AMQP_FIELD_KIND_I64;
+    e[3].value.value.i64 = (int64_t)at;
     snprintf(ex, sizeof(ex), "%s.keys", rc->ingress_exchange);
     memset(&p, 0, sizeof(p));
     p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_HEADERS_FLAG;
     p.delivery_mode = 2;
-    p.headers = *headers;
+    p.headers = headers;
     return amqp_basic_publish(c->conn.st, CONSUMER_CHANNEL, amqp_cstring_bytes(ex),
                               amqp_empty_bytes, 0, 0, &p, amqp_empty_bytes) == AMQP_STATUS_OK
                ? 0
@@ -279,13 +315,70 @@ static void begin(struct consumer *c, const amqp_basic_deliver_t *m, int route, 
     a->active = 1;
 }
 
+static int header_i64(const amqp_table_t *h, const char *name, int64_t *v)
+{
+    for (int i = 0; h && i < h->num_entries; i++) {
+        const amqp_table_entry_t *e = &h->entries[i];
+        if (e->key.len != strlen(name) || memcmp(e->key.bytes, name, e->key.len) != 0)
+            continue;
+        switch (e->value.kind) {
+        case AMQP_FIELD_KIND_I64: *v = e->value.value.i64; return 1;
+        case AMQP_FIELD_KIND_U64: *v = (int64_t)e->value.value.u64; return 1;
+        case AMQP_FIELD_KIND_I32: *v = e->value.value.i32; return 1;
+        case AMQP_FIELD_KIND_TIMESTAMP: *v = (int64_t)e->value.value.u64; return 1;
+        default: return 0;
+        }
+    }
+    return 0;
+}
+
+/* What the owner needs of d's headers and properties (see the top of the file). */
+static void read_headers(struct consumer *c, struct delivery *d,
+                         const amqp_basic_properties_t *props)
+{
+    const amqp_table_t *h = props->_flags & AMQP_BASIC_HEADERS_FLAG ? &props->headers : NULL;
+
+    if (d->key_event) {
+        d->ev.ok = amqp_msg_header_str(h, H_EVENT, &d->ev.kind, &d->ev.kind_len) > 0 &&
+                   amqp_msg_header_str(h, H_KEY, &d->ev.key, &d->ev.key_len) > 0 &&
+                   amqp_msg_header_str(h, H_ORIGIN, &d->ev.origin, &d->ev.origin_len) > 0 &&
+                   header_i64(h, H_AT, &d->ev.at);
+        return;
+    }
+    d->cancel = amqp_msg_header_str(h, H_CANCEL, &d->cancel_key, &d->cancel_key_len);
+    d->key = amqp_msg_header_str(h, H_KEY, &d->key_str, &d->key_len);
+    if (d->key <= 0)
+        d->key_str = NULL;
+    /* x-delay-until, x-opt-delivery-time or x-delay (amqp_msg_due): the delay from now */
+    d->xdelay = amqp_msg_due(h, clock_now_ms(), c->cfg->routes[d->route].max_delay_ms,
+                             &d->delay_ms);
+
+    amqp_basic_properties_t out = *props;
+    if (h) {
+        int k = 0;
+        if ((size_t)h->num_entries > c->hdr_cap) {
+            c->hdr_cap = (size_t)h->num_entries;
+            c->hdr_scratch = xrealloc(c->hdr_scratch, c->hdr_cap * sizeof(*c->hdr_scratch));
+        }
+        for (int i = 0; i < h->num_entries; i++)
+            if (!(h->entries[i].key.len == 16 &&
+                  memcmp(h->entries[i].key.bytes, "x-delivery-count", 16) == 0))
+                c->hdr_scratch[k++] = h->entries[i];
+        out.headers.entries = c->hdr_scratch;
+        out.headers.num_entries = k;
+    }
+    d->props_len = amqp_msg_encode_props(&out, &c->props_buf, &c->props_cap);
+    d->props = c->props_buf;
+}
+
 static void finish(struct consumer *c)
 {
     struct assembly *a = &c->as;
 
     a->active = 0;
-    a->d.props = a->props ? a->props : &c->no_props;
     a->d.body = a->d.too_big ? NULL : a->body;
+    if (!a->d.too_big)
+        read_headers(c, &a->d, a->props ? a->props : &c->no_props);
     c->ops.delivery(c->ops.arg, &a->d);
 }
 
@@ -392,6 +485,8 @@ void consumer_free(struct consumer *c)
         return;
     consumer_abort(c);
     free(c->as.body);
+    free(c->props_buf);
+    free(c->hdr_scratch);
     free(c);
 }
 

@@ -26,7 +26,7 @@
  * so crc32c() is safe to call from any thread without locking (a call from
  * another constructor that runs earlier sets them up itself).
  */
-#include "delay-bridge/crc32c.h"
+#include "crc32c.h"
 
 #include <stdint.h>
 

@@ -2,7 +2,7 @@
  * failpoint.c -- the armed failpoint (see failpoint.h); empty without
  * DB_FAILPOINTS.
  */
-#include "delay-bridge/failpoint.h"
+#include "failpoint.h"
 
 #ifdef DB_FAILPOINTS
 
@@ -43,7 +43,7 @@ __attribute__((constructor)) static void failpoint_init(void)
     if (i == sizeof(known) / sizeof(known[0]) ||
         (colon && ((target = strtoull(colon + 1, &end, 10)) == 0 || *end))) {
         log_error("failpoint", "bad " FAILPOINT_ENV ": expected NAME or NAME:N (N >= 1) with a "
-                  "known NAME (include/delay-bridge/failpoint.h)", "value=\"%s\"", v);
+                  "known NAME (src/failpoint.h)", "value=\"%s\"", v);
         _exit(2);
     }
     memcpy(armed, v, len);

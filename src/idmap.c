@@ -23,7 +23,7 @@
  * table never holds tombstones, so an unsuccessful lookup stops at the first
  * empty slot, however many deletions happened.
  */
-#include "delay-bridge/idmap.h"
+#include "idmap.h"
 
 #include <assert.h>
 #include <stdio.h>

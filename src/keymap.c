@@ -11,7 +11,7 @@
  * short and no tombstones pile up under put/del churn. The table doubles at
  * load 0.75 and halves below 0.125 (not below 1024 slots).
  */
-#include "delay-bridge/keymap.h"
+#include "keymap.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -37,7 +37,7 @@
  *
  * Pure: reads the snapshot, appends to a strbuf; no clock, no I/O.
  */
-#include "delay-bridge/metrics.h"
+#include "metrics.h"
 
 
 #include <inttypes.h>

@@ -23,69 +23,12 @@
  * The stored properties are decoded into a pool that is recycled per
  * publish and rewritten (amqp_msg_outgoing).
  *
- * Writing: one buffer, one send per turn, never a blocking write
- * ----------------------------------------------------------------
- * On a plain TCP connection the publisher writes the socket itself.
- * publisher_send() encodes the publish -- basic.publish method frame,
- * content-header frame, body frames (amqp_conn_encode_publish, the layout
- * is drawn in amqp_conn.h) -- at the end of an output buffer, and nothing
- * more. publisher_flush(), which the owner calls after a burst of sends,
- * hands the whole buffer to the kernel in one send(MSG_DONTWAIT); what the
- * kernel does not take stays buffered, and an EV_WRITE watcher writes the
- * rest when the socket has room. A burst of a thousand publishes is one
- * system call instead of three per publish, and the broker reads whole
- * batches. publisher_ready() says no while more than OUT_HIGH_WATER bytes
- * are unwritten, so a broker that stops reading (a full socket, a resource
- * alarm it has not announced) stops the taking of due messages, never the
- * loop: consuming, acks, timers and the HTTP endpoint go on. A failed write
- * is a lost connection (conn_down), as it always was.
- *
- * Delivery tags are still counted at send time: the broker numbers a
- * channel's publishes in the order it reads them, which is the buffer's.
- *
- * rabbitmq-c must then never write on this socket while part of a frame of
- * ours is unwritten, nor block the loop in a write. Everything it can write
- * after login, and why none of it can interleave or block:
- *
- *   heartbeats   amqp_simple_wait_frame_noblock() sends one when rabbitmq-c
- *                has written nothing for half the interval, and it writes
- *                nothing of ours. After login the publisher takes them over
- *                (amqp_conn_own_heartbeats: rabbitmq-c's interval is set to
- *                0 locally, the broker keeps the negotiated one): it puts a
- *                heartbeat frame in its own buffer when it has written
- *                nothing for half the interval, and drops the connection
- *                ("missed heartbeats") when nothing came from the broker for
- *                twice the interval. Reads that rabbitmq-c swallows
- *                (heartbeat frames) are seen by a one-byte MSG_PEEK before
- *                each read once the connection has been quiet for half the
- *                interval, so a quiet broker is never mistaken for a dead
- *                one.
- *   close-ok     the answer to a channel.close or connection.close is
- *                encoded into the output buffer, behind whatever is there:
- *                the broker discards what comes on a closing channel until
- *                close-ok, so the publishes ahead of it are harmless.
- *   set-up       channel.open, confirm.select and the passive declares are
- *                not RPCs here: they are requests in the same buffer, and
- *                handle_frame() takes each answer as it comes and sends the
- *                next request (setup_next). Nothing waits for the broker.
- *   close        the only synchronous rabbitmq-c calls after login are the
- *                polite connection.close at shutdown (publisher_close) and,
- *                on TLS, every write. The close runs only when the output
- *                buffer is empty and poll() says the socket is writable --
- *                for TCP: the send queue is below its limit, so one small
- *                frame goes out at once -- and is abrupt otherwise; its wait
- *                for close-ok is bounded by connect_timeout_ms. Connecting
- *                and logging in (amqp_conn_open) block too, bounded by
- *                connect_timeout_ms, once per (re)connection.
- *
- * TLS (amqps://): the socket carries TLS records that only rabbitmq-c's
- * OpenSSL layer may write, so there the publisher keeps amqp_basic_publish()
- * (three blocking writes per publish) and amqp_send_method(), and
- * rabbitmq-c keeps its heartbeats; connection.blocked still stops
- * publishing on a resource alarm, but a broker that stops reading without
- * it stalls the loop in a write.
+ * Writing (publisher_out.c): publishes are encoded into one output buffer
+ * and written once per burst without blocking; after login rabbitmq-c
+ * writes on the socket only for the polite close, and on TLS. The why is
+ * at the top of that file.
  */
-#include "delay-bridge/publisher.h"
+#include "publisher_int.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -95,222 +38,19 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "delay-bridge/amqp_conn.h"
 #include "delay-bridge/amqp_msg.h"
-#include "delay-bridge/backoff.h"
 #include "delay-bridge/clock.h"
 #include "delay-bridge/log.h"
 #include "delay-bridge/xalloc.h"
 
-#define FRAMES_PER_TURN 4096
-#define HEARTBEAT_POLL_MS 500
-#define OUT_HIGH_WATER (1u << 20) /* unwritten bytes above which publisher_ready() says no */
-#define OUT_KEEP_CAP (8u << 20)   /* a buffer grown past this (large bodies) is freed when empty */
-
-enum settle { UNSETTLED = 0, ACKED = 1, NACKED = 2 };
-
-struct unconfirmed {
-    uint64_t tag;
-    uint64_t msg_id; /* to match a basic.return by its x-delay-bridge-id */
-    uint32_t ref;
-    uint8_t settle;   /* enum settle */
-    uint8_t returned; /* basic.return came for it */
-};
-
-struct route_pub {
-    const struct config_route *cfg;
-    amqp_channel_t ch;
-    int open;
-    int opening;                 /* set-up requests under way */
-    amqp_method_number_t await;  /* ... the answer expected next */
-    int ex_next;                 /* ... the next exchange to check (setup_exchange) */
-    int unchecked;               /* a passive declare got 403: exchanges are no longer checked */
-    uint64_t setup_deadline;     /* ... monotonic ms */
-    uint64_t next_tag;
-    struct unconfirmed *win; /* ring in tag order */
-    size_t head, n, cap;
-    struct backoff bo;       /* reopening the channel after an error */
-    uint64_t published, nacked, retries, returned;
-};
-
-/* A basic.return being read: its properties name the publish; the body is skipped. */
-struct returning {
-    int active;
-    struct route_pub *r;
-    uint64_t body_size, got;
-};
-
-/* What is encoded and not yet written: b[off, len). */
-struct outbuf {
-    uint8_t *b;
-    size_t off, len, cap;
-};
-
-struct publisher {
-    struct ev_loop *loop;
-    const struct config *cfg;
-    struct publisher_ops ops;
-    struct amqp_conn conn;
-    ev_io io;  /* readable */
-    ev_io wio; /* writable: only while the kernel left part of out unwritten */
-    struct outbuf out;
-    uint32_t frame_max;
-    uint64_t hb_ms;                    /* heartbeats we keep (plain TCP); 0: none */
-    uint64_t last_read_ms, last_write_ms; /* monotonic */
-    int up, blocked;
-    int uri_next;
-    struct backoff bo;
-    uint64_t last_poll_ms;
-    struct route_pub *routes;
-    int nroutes;
-    struct returning ret;
-    amqp_pool_t pool; /* per publish: decoded and rewritten properties */
-};
-
 static void on_io(struct ev_loop *loop, ev_io *w, int revents);
 static void on_wio(struct ev_loop *loop, ev_io *w, int revents);
-static void conn_down(struct publisher *p, const char *why);
 
 static const uint8_t heartbeat_frame[8] = {AMQP_FRAME_HEARTBEAT, 0, 0, 0, 0, 0, 0, AMQP_FRAME_END};
 
-static uint64_t mono_ms(void)
+uint64_t pub_mono_ms(void)
 {
     return clock_mono_ns() / 1000000;
-}
-
-/* ---- the output buffer (plain TCP) --------------------------------------------- */
-
-/* The publisher writes the socket itself (not TLS). */
-static int own_writes(const struct publisher *p)
-{
-    return p->conn.st && !p->conn.tls;
-}
-
-static size_t out_pending(const struct publisher *p)
-{
-    return p->out.len - p->out.off;
-}
-
-/* Room for need more bytes at the end of out; returns where they go. */
-static uint8_t *out_reserve(struct publisher *p, size_t need)
-{
-    struct outbuf *o = &p->out;
-
-    if (o->cap - o->len < need && o->off) {
-        memmove(o->b, o->b + o->off, o->len - o->off);
-        o->len -= o->off;
-        o->off = 0;
-    }
-    if (o->cap - o->len < need) {
-        size_t ncap = o->cap ? o->cap : 256 * 1024;
-        while (ncap - o->len < need)
-            ncap *= 2;
-        o->b = xrealloc(o->b, ncap);
-        o->cap = ncap;
-    }
-    return o->b + o->len;
-}
-
-static void out_reset(struct publisher *p)
-{
-    if (p->out.cap > OUT_KEEP_CAP) {
-        free(p->out.b);
-        p->out.b = NULL;
-        p->out.cap = 0;
-    }
-    p->out.off = p->out.len = 0;
-}
-
-/*
- * One send of everything unwritten. What the kernel leaves waits for the
- * EV_WRITE watcher. Returns 0, or -1 when the connection went down.
- */
-static int out_write(struct publisher *p)
-{
-    ssize_t n = 0;
-
-    if (out_pending(p)) {
-        do
-            n = send(p->conn.fd, p->out.b + p->out.off, out_pending(p),
-                     MSG_NOSIGNAL | MSG_DONTWAIT);
-        while (n < 0 && errno == EINTR);
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-            char why[128];
-            snprintf(why, sizeof(why), "write to broker: %s", strerror(errno));
-            conn_down(p, why);
-            return -1;
-        }
-    }
-    if (n > 0) {
-        p->out.off += (size_t)n;
-        p->last_write_ms = mono_ms();
-    }
-    if (out_pending(p)) {
-        ev_io_start(p->loop, &p->wio); /* the kernel is full: the rest when it has room */
-    } else {
-        out_reset(p);
-        ev_io_stop(p->loop, &p->wio);
-    }
-    return 0;
-}
-
-/* Write what is unwritten, unless the EV_WRITE watcher is already waiting for room. */
-static int out_kick(struct publisher *p)
-{
-    if (!own_writes(p) || !out_pending(p) || ev_is_active(&p->wio))
-        return 0;
-    return out_write(p);
-}
-
-/*
- * Send one method (set-up requests, close-ok): behind our unwritten frames
- * on plain TCP, through rabbitmq-c on TLS. Returns 0, or -1 when the
- * connection went down.
- */
-static int send_method(struct publisher *p, amqp_channel_t ch, amqp_method_number_t id,
-                       void *decoded)
-{
-    enum { MAX_METHOD = 1024 }; /* exchange.declare: two short strings, an empty table */
-    long n;
-
-    if (own_writes(p)) {
-        n = amqp_conn_encode_method(out_reserve(p, MAX_METHOD), MAX_METHOD, ch, id, decoded);
-        if (n >= 0) {
-            p->out.len += (size_t)n;
-            return out_kick(p);
-        }
-    } else {
-        n = amqp_send_method(p->conn.st, ch, id, decoded);
-        if (n >= 0)
-            return 0;
-    }
-    conn_down(p, amqp_error_string2((int)n));
-    return -1;
-}
-
-/*
- * May rabbitmq-c write on the socket now (the polite connection.close)?
- * Only when none of our bytes are unwritten and the kernel has room (see
- * the top of the file).
- */
-static int sync_write_ok(struct publisher *p)
-{
-    struct pollfd pf = {p->conn.fd, POLLOUT, 0};
-
-    if (!own_writes(p))
-        return p->conn.st != NULL;
-    if (out_kick(p) < 0 || out_pending(p))
-        return 0;
-    return poll(&pf, 1, 0) == 1 && (pf.revents & POLLOUT);
-}
-
-/* Bytes from the broker wait on the socket (or it was closed: drain() will tell). */
-static int broker_spoke(const struct publisher *p)
-{
-    char c;
-    ssize_t n = recv(p->conn.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-
-    return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 /* ---- the in-flight window ---------------------------------------------------- */
@@ -347,7 +87,7 @@ static void route_lost(struct publisher *p, struct route_pub *r)
 
 /* ---- connection and channels -------------------------------------------------- */
 
-static void conn_down(struct publisher *p, const char *why)
+void pub_conn_down(struct publisher *p, const char *why)
 {
     int i;
 
@@ -356,7 +96,7 @@ static void conn_down(struct publisher *p, const char *why)
     log_warn("publish", "publisher connection lost", "reason=\"%s\"", why);
     ev_io_stop(p->loop, &p->io);
     ev_io_stop(p->loop, &p->wio);
-    out_reset(p);
+    pub_out_reset(p);
     amqp_conn_close(&p->conn, 0);
     p->up = 0;
     p->blocked = 0;
@@ -429,8 +169,8 @@ static void setup_send(struct publisher *p, struct route_pub *r, amqp_method_num
                        void *decoded, amqp_method_number_t await)
 {
     r->await = await;
-    r->setup_deadline = mono_ms() + p->cfg->connect_timeout_ms;
-    send_method(p, r->ch, id, decoded);
+    r->setup_deadline = pub_mono_ms() + p->cfg->connect_timeout_ms;
+    pub_send_method(p, r->ch, id, decoded);
 }
 
 /* The answer route r waited for came: send the next request, or the channel is open. */
@@ -477,7 +217,7 @@ static void channel_open(struct publisher *p, struct route_pub *r)
  */
 static void setup_timeouts(struct publisher *p)
 {
-    uint64_t now = mono_ms();
+    uint64_t now = pub_mono_ms();
     char what[300], why[400];
     int i;
 
@@ -485,12 +225,12 @@ static void setup_timeouts(struct publisher *p)
         struct route_pub *r = &p->routes[i];
         if (!r->opening)
             continue;
-        if (p->blocked || out_pending(p)) {
+        if (p->blocked || pub_out_pending(p)) {
             r->setup_deadline = now + p->cfg->connect_timeout_ms;
         } else if (now > r->setup_deadline) {
             snprintf(why, sizeof(why), "%s: no answer within connect_timeout_ms (route %s)",
                      setup_what(r, what, sizeof(what)), r->cfg->name);
-            conn_down(p, why);
+            pub_conn_down(p, why);
         }
     }
 }
@@ -531,7 +271,7 @@ static void open_connection(struct publisher *p)
         }
         p->hb_ms = (uint64_t)hb * 1000;
     }
-    p->last_read_ms = p->last_write_ms = mono_ms();
+    p->last_read_ms = p->last_write_ms = pub_mono_ms();
     p->up = 1;
     ev_io_init(&p->io, on_io, p->conn.fd, EV_READ);
     p->io.data = p;
@@ -609,7 +349,7 @@ static void answer_close(struct publisher *p, const amqp_frame_t *f, char *why, 
 {
     amqp_channel_close_ok_t ok; /* both close-ok methods have no arguments */
 
-    send_method(p, f->channel, amqp_conn_describe_close(f, why, len), &ok);
+    pub_send_method(p, f->channel, amqp_conn_describe_close(f, why, len), &ok);
 }
 
 static void handle_frame(struct publisher *p, amqp_frame_t *f)
@@ -685,7 +425,7 @@ static void handle_frame(struct publisher *p, amqp_frame_t *f)
     }
     case AMQP_CONNECTION_CLOSE_METHOD:
         answer_close(p, f, why, sizeof(why));
-        conn_down(p, why);
+        pub_conn_down(p, why);
         break;
     case AMQP_CONNECTION_BLOCKED_METHOD:
         p->blocked = 1;
@@ -712,8 +452,8 @@ static void drain(struct publisher *p)
      * broker has been quiet for half the interval, look before it reads.
      */
     if (p->hb_ms) {
-        uint64_t now = mono_ms();
-        if (now - p->last_read_ms >= p->hb_ms / 2 && broker_spoke(p))
+        uint64_t now = pub_mono_ms();
+        if (now - p->last_read_ms >= p->hb_ms / 2 && pub_broker_spoke(p))
             p->last_read_ms = now;
     }
     for (i = 0; i < FRAMES_PER_TURN && p->up; i++) {
@@ -721,13 +461,13 @@ static void drain(struct publisher *p)
         if (r == AMQP_STATUS_TIMEOUT)
             break;
         if (r != AMQP_STATUS_OK) {
-            conn_down(p, amqp_error_string2(r));
+            pub_conn_down(p, amqp_error_string2(r));
             return;
         }
         handle_frame(p, &f);
     }
     if (i && p->hb_ms)
-        p->last_read_ms = mono_ms();
+        p->last_read_ms = pub_mono_ms();
     if (p->up)
         amqp_maybe_release_buffers(p->conn.st);
 }
@@ -739,7 +479,7 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents)
 
 static void on_wio(struct ev_loop *loop, ev_io *w, int revents)
 {
-    out_write(w->data);
+    pub_out_write(w->data);
 }
 
 /*
@@ -749,24 +489,24 @@ static void on_wio(struct ev_loop *loop, ev_io *w, int revents)
  */
 static void heartbeats(struct publisher *p)
 {
-    uint64_t now = mono_ms();
+    uint64_t now = pub_mono_ms();
 
     if (!p->hb_ms || !p->up)
         return;
     if (now - p->last_read_ms > 2 * p->hb_ms) {
-        if (!broker_spoke(p)) {
+        if (!pub_broker_spoke(p)) {
             char why[128];
             snprintf(why, sizeof(why), "missed heartbeats: nothing from the broker for %" PRIu64
                      " ms (heartbeat_s %" PRIu64 ")", now - p->last_read_ms, p->hb_ms / 1000);
-            conn_down(p, why);
+            pub_conn_down(p, why);
             return;
         }
         p->last_read_ms = now;
     }
-    if (!out_pending(p) && now - p->last_write_ms >= p->hb_ms / 2) {
-        memcpy(out_reserve(p, sizeof(heartbeat_frame)), heartbeat_frame, sizeof(heartbeat_frame));
+    if (!pub_out_pending(p) && now - p->last_write_ms >= p->hb_ms / 2) {
+        memcpy(pub_out_reserve(p, sizeof(heartbeat_frame)), heartbeat_frame, sizeof(heartbeat_frame));
         p->out.len += sizeof(heartbeat_frame);
-        out_write(p);
+        pub_out_write(p);
     }
 }
 
@@ -826,7 +566,7 @@ void publisher_turn(struct publisher *p, uint64_t now)
     }
     heartbeats(p);
     setup_timeouts(p);
-    if (out_kick(p) < 0)
+    if (pub_out_kick(p) < 0)
         return;
     for (i = 0; i < p->nroutes && p->up; i++) {
         struct route_pub *r = &p->routes[i];
@@ -846,7 +586,7 @@ int publisher_ready(const struct publisher *p, int route)
     const struct route_pub *r = &p->routes[route];
 
     return p->up && !p->blocked && r->open && r->n < r->cfg->max_inflight &&
-           out_pending(p) < OUT_HIGH_WATER;
+           pub_out_pending(p) < OUT_HIGH_WATER;
 }
 
 int publisher_send(struct publisher *p, int route, uint32_t ref, const struct walrec_add *a,
@@ -881,10 +621,10 @@ int publisher_send(struct publisher *p, int route, uint32_t ref, const struct wa
     amqp_basic_publish_t m = {.exchange = amqp_cstring_bytes(o->exchange),
                               .routing_key = {a->routing_key_len, (void *)a->routing_key},
                               .mandatory = 1};
-    if (own_writes(p)) {
+    if (pub_own_writes(p)) {
         size_t need = amqp_conn_publish_bound(m.exchange.len, m.routing_key.len, body.len,
                                               p->frame_max);
-        long n = amqp_conn_encode_publish(out_reserve(p, need), need, r->ch, &m, &out, body,
+        long n = amqp_conn_encode_publish(pub_out_reserve(p, need), need, r->ch, &m, &out, body,
                                           p->frame_max);
         res = n < 0 ? (int)n : AMQP_STATUS_OK;
         if (n > 0)
@@ -894,7 +634,7 @@ int publisher_send(struct publisher *p, int route, uint32_t ref, const struct wa
     }
     win_push(r, r->next_tag++, a->msg_id, ref);
     if (res != AMQP_STATUS_OK) {
-        conn_down(p, amqp_error_string2(res));
+        pub_conn_down(p, amqp_error_string2(res));
         return -1;
     }
     r->published++;
@@ -903,7 +643,7 @@ int publisher_send(struct publisher *p, int route, uint32_t ref, const struct wa
 
 void publisher_flush(struct publisher *p)
 {
-    if (p->up && out_kick(p) == 0 && p->up)
+    if (p->up && pub_out_kick(p) == 0 && p->up)
         drain(p);
 }
 
@@ -923,12 +663,12 @@ void publisher_close(struct publisher *p)
 
     if (!p->conn.st)
         return;
-    graceful = p->up && sync_write_ok(p); /* may find the connection down */
+    graceful = p->up && pub_sync_write_ok(p); /* may find the connection down */
     if (!p->conn.st)
         return;
     ev_io_stop(p->loop, &p->io);
     ev_io_stop(p->loop, &p->wio);
-    out_reset(p);
+    pub_out_reset(p);
     amqp_conn_close(&p->conn, graceful);
     p->up = 0;
 }

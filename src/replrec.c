@@ -63,12 +63,12 @@
  * fence. Otherwise the import says the stream is not whole, rather than
  * hand over a log that may be the wrong owner's.
  */
-#include "delay-bridge/replrec.h"
+#include "replrec.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "delay-bridge/crc32c.h"
+#include "crc32c.h"
 
 static const uint8_t magic[4] = {'D', 'B', 'R', 'S'};
 

@@ -7,7 +7,7 @@
  * total; one byte beyond len is always reserved for the NUL, so p is a C
  * string after every append. printf formats straight into the spare room
  * and only formats a second time when the text did not fit. Out of memory
- * aborts in xrealloc (STYLE.md): no function here can fail.
+ * aborts in xrealloc (src/STYLE.md): no function here can fail.
  */
 #include "delay-bridge/strbuf.h"
 

@@ -47,7 +47,7 @@
  * megabytes takes long enough to hold up the event loop.
  */
 #define _GNU_SOURCE
-#include "delay-bridge/walckpt.h"
+#include "walckpt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -61,9 +61,9 @@
 #include <unistd.h>
 
 #include "delay-bridge/clock.h"
-#include "delay-bridge/crc32c.h"
 #include "delay-bridge/walrec.h"
 #include "delay-bridge/xalloc.h"
+#include "crc32c.h"
 
 #define MAGIC "DBCKPT\r\n"
 #define VERSION 1

@@ -118,7 +118,7 @@
 #include <assert.h>
 #include <string.h>
 
-#include "delay-bridge/crc32c.h"
+#include "crc32c.h"
 
 static const uint8_t seg_magic[8] = {'D', 'L', 'Y', 'B', 'R', 'W', 'A', 'L'};
 

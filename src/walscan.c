@@ -2,9 +2,9 @@
  * walscan.c -- read-only walk over WAL segment files: the one reader that
  * the daemon's recovery (src/wal.c) and "delay-bridge wal check|dump"
  * (src/cli_wal.c) share. The design and the contract are in
- * include/delay-bridge/walscan.h; the byte format in src/walrec.c.
+ * src/walscan.h; the byte format in src/walrec.c.
  */
-#include "delay-bridge/walscan.h"
+#include "walscan.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -298,6 +298,16 @@ static int window(struct walscan *sc, uint64_t off, size_t need, size_t *wlen)
     return 0;
 }
 
+int walscan_plausible(const uint8_t *p, uint64_t avail, uint64_t lsn_min, uint64_t lsn_end)
+{
+    uint32_t len = walrec_get32(p);
+    uint64_t lsn = walrec_get64(p + 8);
+
+    return p[4] >= WALREC_ADD && p[4] <= WALREC_CANCEL && (p[6] | p[7]) == 0 &&
+           walrec_get32(p + 20) == 0 && len <= WALREC_MAX_PAYLOAD && len <= avail - RECHDR &&
+           lsn >= lsn_min && (!lsn_end || lsn < lsn_end);
+}
+
 /*
  * The record at off is not valid: the offset of a valid record after it
  * (CRC good under the salt, LSN beyond the last good one), 0 if there is
@@ -323,9 +333,7 @@ static int64_t valid_after(struct walscan *sc, uint64_t off)
                 break;
         }
         p = sc->buf + (pos - wbase);
-        if (p[4] < WALREC_ADD || p[4] > WALREC_CANCEL || (p[6] | p[7]) != 0 ||
-            walrec_get32(p + 20) != 0 || walrec_get32(p) > sc->size - pos - RECHDR ||
-            walrec_get64(p + 8) <= last_good)
+        if (!walscan_plausible(p, sc->size - pos, last_good + 1, 0))
             continue;
         need = RECHDR + (size_t)walrec_get32(p);
         if (pos + need > wbase + wlen) {

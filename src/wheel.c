@@ -82,7 +82,7 @@
  * the bitmaps, fixed; per entry only the links inside the item, struct
  * wheel_node.
  */
-#include "delay-bridge/wheel.h"
+#include "wheel.h"
 
 #include <assert.h>
 #include <stdio.h>

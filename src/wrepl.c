@@ -58,7 +58,7 @@
 #include <unistd.h>
 
 #include "delay-bridge/log.h"
-#include "delay-bridge/replrec.h"
+#include "replrec.h"
 
 static void close_msg(struct wrepl *r)
 {
@@ -281,26 +281,12 @@ static int wr_failed(struct wrepl *r)
     return f;
 }
 
+/* The directory must exist for the log layer's lock (a new bridge's first start). */
 static int lock_dir(const char *dir, int *lockfd)
 {
-    char path[4200];
-    int fd;
-
     if (mkdir(dir, 0700) < 0 && errno != EEXIST)
         return -errno;
-    snprintf(path, sizeof(path), "%s/LOCK", dir);
-    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return -errno;
-    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-        int e = errno == EWOULDBLOCK ? WLOG_ELOCKED : -errno;
-        log_error("wal", "the log directory is locked by another process (is a daemon already "
-                  "running on it?)", "file=%s", path);
-        close(fd);
-        return e;
-    }
-    *lockfd = fd;
-    return 0;
+    return wal_lock_dir(dir, lockfd);
 }
 
 static int wr_recover(struct wlog *l, wlog_replay_fn *fn, void *arg, struct db_progress *progress)

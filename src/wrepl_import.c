@@ -39,30 +39,15 @@
 #include <unistd.h>
 
 #include "delay-bridge/log.h"
-#include "delay-bridge/replrec.h"
-#include "delay-bridge/walckpt.h"
-#include "delay-bridge/walscan.h"
+#include "replrec.h"
+#include "walckpt.h"
+#include "walscan.h"
 #include "delay-bridge/xalloc.h"
 
-/* Delete the segments (and checkpoint) in dirfd. 0 or -errno. */
+/* Delete the segments (and checkpoint) in dirfd (the log layer's rule for its files). */
 static int drop_segments(int dirfd)
 {
-    uint64_t *nos = NULL;
-    size_t n = 0;
-    int r = walscan_list(dirfd, &nos, &n, NULL, 0);
-
-    for (size_t i = 0; r == 0 && i < n; i++) {
-        char name[WALSCAN_NAME_SIZE];
-        walscan_seg_name(name, nos[i]);
-        if (unlinkat(dirfd, name, 0) < 0)
-            r = -errno;
-    }
-    free(nos);
-    if (r == 0 && unlinkat(dirfd, WALCKPT_NAME, 0) < 0 && errno != ENOENT)
-        r = -errno;
-    if (r == 0 && fsync(dirfd) < 0)
-        r = -errno;
-    return r;
+    return wal_replace_segments(dirfd, NULL, 0, WAL_REPLACE_ALL, NULL);
 }
 
 static int imp_dirfd(struct wrepl *r, int create)
@@ -141,6 +126,9 @@ static int res_record(void *arg, const struct walrec_hdr *h, const uint8_t *payl
 /* Replace the segments of dir by the imported ones (their names do not collide: dir's go first). */
 static int imp_install(struct wrepl *r, int dirfd)
 {
+    struct wal_replacement *v;
+    char (*names)[WALSCAN_NAME_SIZE];
+    const char *step = NULL;
     uint64_t *nos = NULL;
     size_t n = 0;
     int e;
@@ -149,19 +137,22 @@ static int imp_install(struct wrepl *r, int dirfd)
         return e;
     wal_close(r->imp);
     r->imp = NULL;
-    if ((e = drop_segments(dirfd)) < 0)
-        return e;
     if ((e = walscan_list(r->impfd, &nos, &n, NULL, 0)) < 0)
         return e;
-    for (size_t i = 0; e == 0 && i < n; i++) {
-        char name[WALSCAN_NAME_SIZE];
-        walscan_seg_name(name, nos[i]);
-        if (renameat(r->impfd, name, dirfd, name) < 0)
-            e = -errno;
+    v = xcalloc(n ? n : 1, sizeof(*v));
+    names = xcalloc(n ? n : 1, sizeof(*names));
+    for (size_t i = 0; i < n; i++) {
+        walscan_seg_name(names[i], nos[i]);
+        v[i] = (struct wal_replacement){names[i], r->impfd, names[i], NULL};
     }
+    /* The log layer owns the directory's files: every old segment out, the imported in. */
+    e = wal_replace_segments(dirfd, v, n, WAL_REPLACE_ALL, &step);
+    if (e < 0)
+        log_error("wal-replica", "cannot swap the imported log in", "dir=%s step=\"%s\"",
+                  r->dir, step ? step : "?");
     free(nos);
-    if (e == 0 && fsync(dirfd) < 0)
-        e = -errno;
+    free(v);
+    free(names);
     return e;
 }
 
@@ -333,7 +324,7 @@ int wrepl_import(struct wrepl *r, int dirfd)
     char why[1024] = "";
     int res = 0, fenced = 0, again = 0;
 
-    r->token = wrepl_rand64();
+    r->token = clock_rand64();
     fh.owner = r->token;
     replrec_hdr_encode(fence, &fh);
     replrec_import_init(&im, r->token);

@@ -24,7 +24,7 @@
 #include <amqp.h>
 #include <amqp_framing.h>
 
-#include "delay-bridge/amqp_conn.h"
+#include "amqp_conn.h"
 #include "delay-bridge/clock.h"
 #include "delay-bridge/wrepl.h"
 
@@ -166,7 +166,6 @@ static inline void set_state(struct wrepl *r, int s)
     atomic_store(&r->state, s);
 }
 
-uint64_t wrepl_rand64(void);
 void wrepl_buf_reserve(struct buf *b, size_t n);
 
 enum { EV_NONE, EV_DELIVER, EV_ACK, EV_NACK, EV_CANCEL };

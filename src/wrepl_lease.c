@@ -31,15 +31,6 @@
 #include "delay-bridge/log.h"
 #include "delay-bridge/xalloc.h"
 
-uint64_t wrepl_rand64(void)
-{
-    uint64_t v = 0;
-
-    while (v == 0)
-        if (getrandom(&v, sizeof(v), 0) != sizeof(v))
-            v = clock_mono_ns() ^ ((uint64_t)getpid() << 32);
-    return v;
-}
 
 void wrepl_buf_reserve(struct buf *b, size_t n)
 {

@@ -70,10 +70,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "delay-bridge/crc32c.h"
+#include "crc32c.h"
 #include "delay-bridge/log.h"
 #include "delay-bridge/walrec.h"
-#include "delay-bridge/walscan.h"
+#include "walscan.h"
 #include "delay-bridge/xalloc.h"
 
 #define REPLICA_NAME "REPLICA"

@@ -18,6 +18,14 @@
 # A build failure stops at once; a failing test stage does not stop the next
 # one (so one run shows everything), and the script exits non-zero at the end.
 #
+# With --quick, the loop for an edit (about 2 minutes on 2 cores once
+# build/ exists): build build/, the unit tests and the purity check in
+# parallel, then a representative handful of integration tests on one
+# broker -- a crash test (integration.crash), keys (integration.keys), a
+# replicated log (integration.replicate) and the WAL tools
+# (integration.cli_wal). No ASan build, no fuzzers, no deploy checks, no
+# apt-get. Run the whole script (or .ci/run) before a merge.
+#
 # Environment: JOBS (parallel build jobs, default: CPU count),
 # DB_SKIP_INSTALL=1 (never run apt-get), DB_SKIP_ASAN=1 (skip step 2),
 # DB_CONTAINER_TESTS=1 (also the container test), DB_SKIP_FUZZ=1 (skip the
@@ -29,6 +37,26 @@ ROOT=$(pwd)
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 
 step() { printf '\n==> %s\n' "$*"; }
+
+# The quick loop's integration tests: one of each kind the suite has.
+QUICK_TESTS="integration\.(crash|keys|replicate|cli_wal)$"
+
+if [ "${1:-}" = "--quick" ]; then
+    start=$(date +%s)
+    step "Building build/ (RelWithDebInfo)"
+    cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    cmake --build build -j "$JOBS"
+    step "Unit tests and the purity check (in parallel)"
+    rc=0
+    ctest --test-dir build -L unit -j "$JOBS" --output-on-failure || rc=1
+    step "Integration tests: crash, keys, replicate, cli_wal (one broker)"
+    ctest --test-dir build -R "$QUICK_TESTS" --output-on-failure || rc=1
+    step "$([ $rc = 0 ] && echo "Quick tests passed" || echo "Quick tests FAILED") in $(( $(date +%s) - start )) s ($ROOT)"
+    exit $rc
+elif [ $# -gt 0 ]; then
+    echo "usage: tests/run.sh [--quick]" >&2
+    exit 2
+fi
 
 # The package list lives in one place: deploy/packages.sh.
 . deploy/packages.sh
@@ -55,7 +83,7 @@ if [ "${DB_SKIP_ASAN:-}" != 1 ]; then
     step "Unit tests under ASan/UBSan (build-asan/)"
     ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:strict_string_checks=1} \
     UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-        ctest --test-dir build-asan -L unit --output-on-failure || failed+=("unit tests under ASan/UBSan")
+        ctest --test-dir build-asan -L unit -j "$JOBS" --output-on-failure || failed+=("unit tests under ASan/UBSan")
 
     step "Integration tests with the daemon built with ASan/UBSan (build-asan/, broker on :5683)"
     # The slowest fault, volume and multi-node tests run once, in build/ below
@@ -76,7 +104,9 @@ if [ "${DB_SKIP_FUZZ:-}" != 1 ]; then
 fi
 
 step "All tests in build/ (unit + integration against a real RabbitMQ)"
-ctest --test-dir build --output-on-failure || failed+=("ctest in build/")
+# -j: unit and deploy tests run side by side; integration tests marked
+# RUN_SERIAL (tests/integration/tests.cmake) still run alone.
+ctest --test-dir build -j "$JOBS" --output-on-failure || failed+=("ctest in build/")
 
 if [ ${#failed[@]} -gt 0 ]; then
     msg=$(printf '%s; ' "${failed[@]}")

@@ -40,6 +40,7 @@
 #define DB_API_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "delay-bridge/stats.h"
 #include "delay-bridge/strbuf.h"
@@ -92,6 +93,20 @@ void api_handle(const struct api_ops *ops, const struct api_request *req,
  */
 struct json_object *api_json_str(const void *p, size_t n);
 
+struct walrec_add;
+
+/*
+ * A held message as the JSON of GET /pending (full = 0) and GET
+ * /pending/R/KEY (full = 1): "id" ("<log_id, 16 hex>-<msg id>"), "due_ms",
+ * "due", "state" ("due" when due, else "waiting"), "key", "routing_key",
+ * "size", "enqueued_ms", "message_id"; full adds "exchange" and
+ * "properties". props: the message's AMQP properties as JSON
+ * (amqp_msg_props_json), or NULL; taken over. a's strings are borrowed.
+ * Returns a new reference.
+ */
+struct json_object *api_message_json(uint64_t log_id, uint64_t id, uint64_t due_ms, int due,
+                                     const struct walrec_add *a, struct json_object *props,
+                                     int full);
 
 
 #endif

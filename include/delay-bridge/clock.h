@@ -5,6 +5,9 @@
  * the WAL and must mean the same after a restart); durations that must not
  * jump with the wall clock (fsync time, timeouts) use the monotonic clock.
  * Everything that needs "now" asks here, so tests and tools agree on units.
+ *
+ * The other thing the outside world supplies, randomness, comes from here
+ * too: clock_rand64() (segment salts, log ids, lease tokens).
  */
 #ifndef DB_CLOCK_H
 #define DB_CLOCK_H
@@ -17,6 +20,12 @@ uint64_t clock_now_ms(void);
 
 /* Monotonic clock, ns (CLOCK_MONOTONIC): for measuring durations only. */
 uint64_t clock_mono_ns(void);
+
+/*
+ * 64 random bits from the kernel (getrandom); without it (an old kernel),
+ * splitmix64 over the time, the pid and a counter. Not for secrets.
+ */
+uint64_t clock_rand64(void);
 
 /*
  * ms since the epoch as ISO 8601 UTC with milliseconds,

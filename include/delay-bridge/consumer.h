@@ -20,10 +20,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <amqp.h>
 #include <ev.h>
 
 #include "delay-bridge/config.h"
+#include "delay-bridge/xdelay.h"
 
 struct consumer;
 
@@ -38,10 +38,32 @@ struct delivery {
     size_t exchange_len;
     const char *routing_key;
     size_t routing_key_len;
-    const amqp_basic_properties_t *props; /* never NULL */
     const uint8_t *body;                  /* NULL when too_big */
     uint64_t body_size;
     int too_big;                          /* body_size > wal.max_message_bytes: not kept */
+
+    /*
+     * What the AMQP headers say, read here so that the owner sees no
+     * rabbitmq-c type (not filled when too_big). A header is 0 when absent,
+     * 1 when a string (pointer and length set), -1 when of another type.
+     */
+    int cancel;                           /* x-delay-cancel */
+    const char *cancel_key;
+    size_t cancel_key_len;
+    int key;                              /* x-delay-key */
+    const char *key_str;
+    size_t key_len;
+    enum xdelay_status xdelay;            /* x-delay, judged against the route's max_delay_ms */
+    uint64_t delay_ms;
+    const uint8_t *props;                 /* the properties AMQP-encoded, without the */
+    int props_len;                        /* broker's x-delivery-count; < 0: cannot encode */
+    /* key_event: the event's headers (bridge_keys.c); ok 0 when one is missing or mistyped */
+    struct {
+        int ok;
+        const char *kind, *key, *origin;
+        size_t kind_len, key_len, origin_len;
+        int64_t at;
+    } ev;
 };
 
 struct consumer_ops {
@@ -80,13 +102,16 @@ void consumer_resume(struct consumer *c);
  * routes[].share_keys: the route's key-event exchange (INGRESS_EXCHANGE.keys,
  * fanout) and this bridge's queue on it (INGRESS_QUEUE.keys.INSTANCE),
  * declared with the route. consumer_publish_key_event() publishes an empty
- * persistent message with these headers to the exchange, on the consumer's
- * channel: ahead of any ack the caller sends after it, so a delivery that
- * was acked had its event reach the broker. -1 when not connected.
+ * persistent message to the exchange whose headers say kind ("replace" or
+ * "cancel"), key, origin (the sending instance) and at (ms since the
+ * epoch), on the consumer's channel: ahead of any ack the caller sends
+ * after it, so a delivery that was acked had its event reach the broker.
+ * -1 when not connected.
  */
 void consumer_key_names(const struct config_route *rc, const char *instance, char *ex,
                         size_t exlen, char *q, size_t qlen);
-int consumer_publish_key_event(struct consumer *c, int route, const amqp_table_t *headers);
+int consumer_publish_key_event(struct consumer *c, int route, const char *kind, const char *key,
+                               size_t key_len, const char *origin, uint64_t at);
 
 /* Stop consuming for good: close the connection politely (shutdown). */
 void consumer_stop(struct consumer *c);

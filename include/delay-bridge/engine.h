@@ -69,20 +69,23 @@
 
 #include "delay-bridge/stats.h"
 #include "delay-bridge/walrec.h"
+#include "delay-bridge/wlog.h"
 
-struct wlog;
 struct engine;
 
 /* A held message. 0 is never a message. */
 typedef uint32_t eng_msg;
 
-/* Errors: 0, -errno, or one of these (the same values as the log's own). */
-#define ENG_ECORRUPT (-10001) /* a log record fails its checks */
-#define ENG_ELOCKED (-10002)  /* another process holds the log */
-#define ENG_EFORMAT (-10003)  /* unreadable log files (version, header, name) */
-#define ENG_ETOOBIG (-10004)  /* message larger than a record may be */
-#define ENG_EBUSY (-10005)    /* a commit is still in progress */
-const char *eng_strerror(int err);
+/*
+ * Errors: 0, -errno, or one of these: the log's own codes (wlog.h), passed
+ * through unchanged, with the log's one string function.
+ */
+#define ENG_ECORRUPT WLOG_ECORRUPT /* a log record fails its checks */
+#define ENG_ELOCKED WLOG_ELOCKED   /* another process holds the log */
+#define ENG_EFORMAT WLOG_EFORMAT   /* unreadable log files (version, header, name) */
+#define ENG_ETOOBIG WLOG_ETOOBIG   /* message larger than a record may be */
+#define ENG_EBUSY WLOG_EBUSY       /* a commit is still in progress */
+#define eng_strerror wlog_strerror
 
 #define ENG_ROUTE_UNKNOWN 0xFFFFu
 

@@ -52,12 +52,13 @@
 
 struct wal;
 
-/* Where a record lives: segment number, byte offset, total bytes (header + payload). */
-struct wal_loc {
-    uint32_t seg;
-    uint32_t off;
-    uint32_t len;
-};
+/*
+ * The log's own API speaks the log interface's types (wlog.h): a record's
+ * place is a struct wlog_loc (segment number, byte offset, total bytes,
+ * header + payload), reads go into a caller-owned struct wlog_buf, replay
+ * calls a wlog_replay_fn and compaction asks a struct wlog_compact_ops.
+ * wal_file_log() is then a thin shell with no conversions.
+ */
 
 struct wal_opts {
     const char *dir;        /* created if missing */
@@ -83,15 +84,13 @@ struct wal_opts {
 };
 
 /*
- * Called for each valid record in LSN order. Non-zero return aborts wal_open
- * with it. payload is valid during the call only. *out of wal_open() is
- * already set while replay runs, so the callback may call wal_live_add() and
- * wal_live_del() through it (it is reset to NULL if wal_open() fails).
+ * replay is called for each valid record in LSN order. Non-zero return
+ * aborts wal_open with it. payload is valid during the call only. *out of
+ * wal_open() is already set while replay runs, so the callback may call
+ * wal_live_add() and wal_live_del() through it (it is reset to NULL if
+ * wal_open() fails).
  */
-typedef int wal_replay_fn(void *arg, const struct walrec_hdr *h, const uint8_t *payload,
-                          struct wal_loc loc);
-
-int wal_open(struct wal **out, const struct wal_opts *o, wal_replay_fn *replay, void *arg);
+int wal_open(struct wal **out, const struct wal_opts *o, wlog_replay_fn *replay, void *arg);
 
 /* Release fds and the lock. Does not commit: call wal_commit() first. */
 void wal_close(struct wal *w);
@@ -108,7 +107,7 @@ uint64_t wal_id(const struct wal *w);
  * wal_commit(). Returns 0 or a negative code.
  */
 int wal_append(struct wal *w, uint8_t type, const struct walrec_piece *pieces, int npieces,
-               uint64_t *lsn, struct wal_loc *loc);
+               uint64_t *lsn, struct wlog_loc *loc);
 
 /* Bytes appended and not yet committed. */
 size_t wal_pending(const struct wal *w);
@@ -116,32 +115,17 @@ size_t wal_pending(const struct wal *w);
 /* Write and fdatasync everything appended (group commit). 0 or negative. */
 int wal_commit(struct wal *w);
 
-/* A caller-owned buffer that wal_read() grows as needed; free(b->p) when done. */
-struct wal_buf {
-    uint8_t *p;
-    size_t cap;
-};
-
 /*
  * Read and verify the record at loc (committed or still buffered). On
- * success *h is filled and *payload points into b. Returns 0, WAL_ECORRUPT
- * or -errno.
+ * success *h is filled and *payload points into b (caller-owned; grown as
+ * needed; free(b->p) when done). Returns 0, WAL_ECORRUPT or -errno.
  */
-int wal_read(struct wal *w, struct wal_loc loc, struct wal_buf *b, struct walrec_hdr *h,
+int wal_read(struct wal *w, struct wlog_loc loc, struct wlog_buf *b, struct walrec_hdr *h,
              const uint8_t **payload);
 
 /* Live-data accounting: the caller marks ADD records live and dead. */
-void wal_live_add(struct wal *w, struct wal_loc loc);
-void wal_live_del(struct wal *w, struct wal_loc loc);
-
-/* How compaction asks the owner about records it moves. */
-struct wal_compact_ops {
-    /* Is msg_id held, with its current copy at loc? */
-    int (*is_live)(void *arg, uint64_t msg_id, struct wal_loc loc);
-    /* msg_id's live copy now lives at to (wal_live_* already adjusted). */
-    void (*moved)(void *arg, uint64_t msg_id, struct wal_loc to);
-    void *arg;
-};
+void wal_live_add(struct wal *w, struct wlog_loc loc);
+void wal_live_del(struct wal *w, struct wlog_loc loc);
 
 /*
  * Reclaim space: delete dead segments at the head of the log, then, if the
@@ -151,7 +135,7 @@ struct wal_compact_ops {
  * from the event loop when idle; it returns 1 if more work remains, 0 if
  * none, negative on error.
  */
-int wal_maintain(struct wal *w, size_t budget, const struct wal_compact_ops *ops);
+int wal_maintain(struct wal *w, size_t budget, const struct wlog_compact_ops *ops);
 
 struct wal_stats {
     uint64_t segments;       /* segment files on disk */
@@ -213,8 +197,73 @@ int wal_horizon_reached(const struct wal *w, uint64_t lsn);
 /* Does the log still have segment loc.seg? */
 int wal_has_segment(const struct wal *w, uint32_t segno);
 
-/* Text for a negative code from this module (errno values included). */
-const char *wal_strerror(int err);
+/* Text for a negative code from this module (errno values included): the log's one table. */
+#define wal_strerror wlog_strerror
+
+/* ---- the directory: one owner of its files (src/wal_dir.c) ----
+ *
+ * Every process or tool that takes a WAL directory, or puts segment files
+ * into one, goes through these two functions: the daemon's log (wal_open),
+ * "delay-bridge wal salvage", and the replicated log's import (wrepl.c).
+ */
+
+/*
+ * Lock the WAL directory dir (it must exist) against every other owner:
+ * dir/LOCK is created if missing (mode 0644) and flock(LOCK_EX|LOCK_NB)'ed.
+ * The lock lasts as long as *lockfd stays open; close it to release.
+ * Returns 0 with *lockfd set, WAL_ELOCKED when another process holds it (a
+ * daemon running on dir), or -errno. Every failure is logged (module "wal",
+ * with file=dir/LOCK), so callers only pass the code on.
+ */
+int wal_lock_dir(const char *dir, int *lockfd);
+
+/*
+ * wal_lock_dir() for a tool that reports by itself and must not create
+ * anything unasked. flags:
+ *   WAL_LOCK_QUIET      log nothing; on failure *op says which step failed,
+ *                       "open" (dir/LOCK) or "lock" (the flock)
+ *   WAL_LOCK_NO_CREATE  open dir/LOCK read-only and never create it; when
+ *                       there is none nobody can hold it: 0, *lockfd = -1
+ * op may be NULL. Same returns as wal_lock_dir().
+ */
+#define WAL_LOCK_QUIET 1
+#define WAL_LOCK_NO_CREATE 2
+int wal_lock_dir_flags(const char *dir, int flags, int *lockfd, const char **op);
+
+/* One file wal_replace_segments() puts into the directory. */
+struct wal_replacement {
+    const char *name;     /* its segment name in the WAL directory (walscan_seg_name) */
+    int srcfd;            /* the directory the new file is in (may be the WAL directory) */
+    const char *src_name; /* its name there: a complete segment, already fdatasync'ed */
+    const char *aside;    /* non-NULL: first keep the file now called name as this name */
+};
+
+/*
+ * Swap segment files into a WAL directory from outside the struct wal that
+ * owns it. The caller holds the directory's lock (wal_lock_dir) and has no
+ * struct wal open on it; it wrote and synced every new file beforehand.
+ *
+ * dirfd: the WAL directory. For each of the n replacements, in order:
+ *   1. with aside set, the file now called name is kept as aside: a hard
+ *      link, or a rename where links are not possible (it must not exist
+ *      yet): the old bytes are never deleted;
+ *   2. src_name in srcfd is renamed to name, atomically replacing the file
+ *      of that name if there is one (so at every moment name is either the
+ *      old or the new file).
+ * flags WAL_REPLACE_ALL: before any of that, every segment file in dirfd
+ * and the CHECKPOINT file are deleted and the deletion synced: the
+ * directory then holds the new segments only (a whole log imported).
+ * Finally the directory is fsync'ed, so the swap is durable on return.
+ *
+ * Returns 0, or -errno of the first failure; then nothing after it was
+ * done, and *failed (when not NULL) names the step for the caller's
+ * message: "delete", "keep aside", "rename" or "sync the directory".
+ * Nothing is logged. Segment names are not checked against the contents:
+ * wal_open() checks every header at the next start.
+ */
+#define WAL_REPLACE_ALL 1
+int wal_replace_segments(int dirfd, const struct wal_replacement *v, size_t n, int flags,
+                         const char **failed);
 
 /*
  * The segment-file log behind the engine's interface (wlog.h). Nothing is

@@ -34,6 +34,30 @@
  * retry of a write or an fsync): every later call returns the first error.
  * One exception: a commit that fails with -ENOSPC or -EDQUOT left nothing
  * of the batch on disk and may be tried again (the batch stays appended).
+ *
+ * Who calls what. The ops table is one struct, but each caller uses a
+ * group of it:
+ *
+ *   the engine's six needs (engine.c, engine_recover.c)
+ *     recover      recover, set_ckpt_fn (before recover)
+ *     append       append, pending
+ *     commit       commit, and for a log that completes later: set_notify
+ *                  (woken from its thread), poll (completes on the loop),
+ *                  flush (waits for the commit out)
+ *     read         read
+ *     live         live
+ *     reclaim      reclaim
+ *   the engine's checkpoint (engine_ckpt.c; optional, NULL without)
+ *                  ckpt_begin, ckpt_write, ckpt_end, ckpt_abort, ckpt_poll,
+ *                  has (and wlog_has_ckpt())
+ *   the engine's figures and ids (engine_admin.c, engine_ckpt.c)
+ *                  stats, id, next_lsn
+ *   the daemon (bridge.c, bridge_stats.c): repl_stats and cancel
+ *                  (replicated logs only), close (the owner's, once)
+ *
+ * A new log implements the first group and stats, id, next_lsn, close;
+ * everything else may be NULL (the inline wrappers below say what NULL
+ * means).
  */
 #ifndef DB_WLOG_H
 #define DB_WLOG_H

@@ -1,6 +1,6 @@
 /*
  * xalloc.h -- allocation that aborts with a message on out of memory
- * (STYLE.md: callers do not check every malloc). The one copy in the tree.
+ * (src/STYLE.md: callers do not check every malloc). The one copy in the tree.
  */
 #ifndef DB_XALLOC_H
 #define DB_XALLOC_H

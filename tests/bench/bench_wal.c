@@ -117,7 +117,7 @@ static int append_one(struct wal *w, struct msg *m)
     return wal_append(w, WALREC_ADD, pc, 2, NULL, NULL);
 }
 
-static int no_replay(void *arg, const struct walrec_hdr *h, const uint8_t *p, struct wal_loc l)
+static int no_replay(void *arg, const struct walrec_hdr *h, const uint8_t *p, struct wlog_loc l)
 {
     (void)arg;
     (void)h;
@@ -132,7 +132,7 @@ struct rstate {
 };
 
 /* What recovery does per record, short of the engine's own index. */
-static int recover_cb(void *arg, const struct walrec_hdr *h, const uint8_t *p, struct wal_loc l)
+static int recover_cb(void *arg, const struct walrec_hdr *h, const uint8_t *p, struct wlog_loc l)
 {
     struct rstate *st = arg;
     struct walrec_add a;

@@ -23,8 +23,8 @@
  * Prints one line per figure.
  */
 #define _GNU_SOURCE
-#include "delay-bridge/pool.h"
-#include "delay-bridge/wheel.h"
+#include "pool.h"
+#include "wheel.h"
 
 #include <stdio.h>
 #include <stdlib.h>

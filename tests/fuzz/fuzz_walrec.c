@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "delay-bridge/crc32c.h"
+#include "crc32c.h"
 
 #define CHECK(c)                                                                             \
     do {                                                                                     \

@@ -3,7 +3,17 @@
 # One ctest test per tests/integration/test_*.py (label "integration"), all
 # sharing one throwaway broker that a fixture starts with rabbitmq.sh under
 # ${CMAKE_BINARY_DIR}/rabbitmq on 127.0.0.1:${DB_TEST_BROKER_PORT} and stops
-# at the end. They run one at a time (RUN_SERIAL): some restart the broker.
+# at the end. Most run alone (RUN_SERIAL): some restart the broker or change
+# it for everyone (alarm, broker_restart), start brokers or clusters of their
+# own (tls, cluster, scale_out, replicate_cluster), or measure under load and
+# kill at chosen moments (crash, kill_loop, failpoints, stalled_broker, ...).
+# The ones in db_it_parallel below may run beside each other under
+# "ctest -j" (tests/run.sh passes it): each names its exchanges and
+# queues with a random suffix (harness.py: dbt.<test>.<6 random chars>),
+# keeps its files in its own temporary directory, takes its HTTP ports from
+# the kernel, touches no broker-wide setting (secrets adds and deletes a
+# user of a random name, bad_messages a policy on its own queue), and
+# asserts no timing tighter than seconds.
 #
 # To use a broker of your own instead, set DB_TEST_BROKER_URI in the
 # environment when configuring (cmake -S . -B build): the fixture then
@@ -68,13 +78,22 @@ set_tests_properties(integration.broker.start PROPERTIES
 set_tests_properties(integration.broker.stop PROPERTIES
   FIXTURES_CLEANUP rabbitmq LABELS integration RUN_SERIAL TRUE TIMEOUT 120)
 
+set(db_it_parallel bad_config config harness cli_publish cli_wal wal_lock wal_corruption
+    http immediate properties routes target_missing unroutable xdelay_types browse_purge
+    bad_messages secrets)
+
 foreach(script ${db_it_tests})
   get_filename_component(name ${script} NAME_WE)
   string(REGEX REPLACE "^test_" "" name ${name})
   add_test(NAME integration.${name} COMMAND ${DB_PYTHON3} -u ${script})
+  if(name IN_LIST db_it_parallel)
+    set(db_serial FALSE)
+  else()
+    set(db_serial TRUE)
+  endif()
   set_tests_properties(integration.${name} PROPERTIES
     FIXTURES_REQUIRED rabbitmq
-    RUN_SERIAL TRUE
+    RUN_SERIAL ${db_serial}
     LABELS integration
     SKIP_RETURN_CODE 77
     TIMEOUT 300

@@ -17,7 +17,7 @@
 #include <json-c/json.h>
 
 #include "check.h"
-#include "delay-bridge/metrics.h"
+#include "metrics.h"
 
 /* ---- the fake daemon ---- */
 

@@ -1,8 +1,8 @@
 /*
  * test_clock.c -- ISO 8601 out and in, ms since the epoch in.
  */
-#include "check.h"
 #include "delay-bridge/clock.h"
+#include "check.h"
 
 static void test_iso_out(void)
 {

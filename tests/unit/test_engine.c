@@ -14,11 +14,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "check.h"
 #include "delay-bridge/engine.h"
 #include "delay-bridge/log.h"
 #include "delay-bridge/wal.h"
 #include "delay-bridge/wlog.h"
+#include "check.h"
 
 static char dir[256];
 /* The key hash the engine is opened with (NULL: its own); a test forces collisions. */

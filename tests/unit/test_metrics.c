@@ -8,7 +8,7 @@
  *
  * Usage: test_metrics [case...]   (--list names the cases)
  */
-#include "delay-bridge/metrics.h"
+#include "metrics.h"
 
 #include <inttypes.h>
 #include <math.h>

@@ -2,8 +2,8 @@
  * test_msgrec.c -- a delivery as a log record (due time, invalid-delay
  * policy) and a record as a publish (exchange, error, delay, id).
  */
-#include "check.h"
 #include "delay-bridge/msgrec.h"
+#include "check.h"
 
 static struct config_route route(enum invalid_delay_policy p)
 {

@@ -23,9 +23,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "delay-bridge/crc32c.h"
-#include "delay-bridge/replrec.h"
 #include "delay-bridge/walrec.h"
+#include "crc32c.h"
+#include "replrec.h"
 
 #include "check.h"
 #include "guard.h"

@@ -3,7 +3,7 @@
  * never echo a password.
  */
 #include "check.h"
-#include "delay-bridge/uri.h"
+#include "uri.h"
 
 static void test_full(void)
 {

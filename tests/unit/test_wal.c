@@ -200,7 +200,7 @@ static int add_ok(const uint8_t *p, uint32_t len, uint64_t *msg_id)
     return a.route_len == 6 && memcmp(a.route, "orders", 6) == 0;
 }
 
-static int append_add(struct wal *w, uint32_t body_len, uint64_t *lsn, struct wal_loc *loc)
+static int append_add(struct wal *w, uint32_t body_len, uint64_t *lsn, struct wlog_loc *loc)
 {
     uint8_t *p;
     uint64_t id = wal_next_lsn(w);
@@ -212,7 +212,7 @@ static int append_add(struct wal *w, uint32_t body_len, uint64_t *lsn, struct wa
     return r;
 }
 
-static int append_done(struct wal *w, const uint64_t *ids, uint32_t n, struct wal_loc *loc)
+static int append_done(struct wal *w, const uint64_t *ids, uint32_t n, struct wlog_loc *loc)
 {
     uint8_t buf[4 + 8 * 64];
     struct walrec_piece pc = {buf, walrec_done_encode(buf, ids, n)};
@@ -227,7 +227,7 @@ struct rec {
     uint64_t msg_id;   /* ADD */
     uint32_t ndone;    /* DONE */
     uint64_t done0;
-    struct wal_loc loc;
+    struct wlog_loc loc;
 };
 
 struct coll {
@@ -240,7 +240,7 @@ struct coll {
 };
 
 static int collect(void *arg, const struct walrec_hdr *h, const uint8_t *payload,
-                   struct wal_loc loc)
+                   struct wlog_loc loc)
 {
     struct coll *c = arg;
     struct rec r;
@@ -312,7 +312,7 @@ static void test_basic(void)
     const char *dir = tdir("basic");
     struct wal *w;
     struct coll c = {0};
-    struct wal_loc locs[200];
+    struct wlog_loc locs[200];
     uint64_t lsn, id1;
     uint64_t ids[3] = {2, 4, 6};
 
@@ -408,7 +408,7 @@ static void test_roll(void)
     const char *dir = tdir("roll");
     struct wal *w;
     struct coll c = {0};
-    struct wal_loc loc, big_loc, after_big;
+    struct wlog_loc loc, big_loc, after_big;
     const uint64_t segb = 4096;
 
     CHECK_RC(wopen(&w, dir, segb, &c), 0);
@@ -443,7 +443,7 @@ static void test_roll(void)
     CHECK(coll_is_prefix(&c, 362), "replayed %zu bad %d", c.n, c.bad_payloads);
 
     /* A big record when the empty active segment is the only one also stays whole. */
-    struct wal_buf b = {0};
+    struct wlog_buf b = {0};
     struct walrec_hdr h;
     const uint8_t *p;
     CHECK_RC(wal_read(w, big_loc, &b, &h, &p), 0);
@@ -454,7 +454,7 @@ static void test_roll(void)
 }
 
 /* Build a log of n ADD records in one segment; return the locs. */
-static void build(const char *dir, int n, uint64_t segb, struct wal_loc *locs, int commit_every)
+static void build(const char *dir, int n, uint64_t segb, struct wlog_loc *locs, int commit_every)
 {
     struct wal *w;
     CHECK_RC(wopen_quiet_coll(&w, dir, segb), 0);
@@ -484,7 +484,7 @@ static void test_torn_tail(void)
 {
     const char *dir = tdir("torn");
     char work[300];
-    struct wal_loc locs[40];
+    struct wlog_loc locs[40];
     struct coll c = {0};
     struct wal *w;
     const int n = 40;
@@ -571,7 +571,7 @@ static void test_corrupt(void)
 {
     const char *dir = tdir("corrupt");
     char work[300];
-    struct wal_loc locs[400];
+    struct wlog_loc locs[400];
     struct coll c = {0};
     struct wal *w;
     const uint64_t segb = 4096;
@@ -667,7 +667,7 @@ static void test_corrupt(void)
     FRESH();
     {
         char other[300];
-        struct wal_loc ol[2];
+        struct wlog_loc ol[2];
         snprintf(other, sizeof(other), "%s/other", base);
         build(other, 2, segb, ol, 0);
         copy_file(seg_path(other, 1), seg_path(work, (uint64_t)nseg + 1));
@@ -724,7 +724,7 @@ static void test_corrupt(void)
 static void test_stale_salt(void)
 {
     const char *dir = tdir("salt");
-    struct wal_loc locs[200];
+    struct wlog_loc locs[200];
     struct coll c = {0};
     struct wal *w;
     const uint64_t segb = 4096;
@@ -785,10 +785,10 @@ static void test_read(void)
 {
     const char *dir = tdir("read");
     struct wal *w;
-    struct wal_buf b = {0};
+    struct wlog_buf b = {0};
     struct walrec_hdr h;
     const uint8_t *p;
-    struct wal_loc l1, l2, l3, ld;
+    struct wlog_loc l1, l2, l3, ld;
     uint64_t lsn1, id;
     uint64_t ids[2] = {1, 2};
     expect_error_lines();
@@ -818,7 +818,7 @@ static void test_read(void)
     CHECK_RC(wal_read(w, l2, &b, &h, &p), 0);
     CHECK(add_ok(p, h.len, NULL), "read after commit");
     /* Bad locations. */
-    struct wal_loc bad = l1;
+    struct wlog_loc bad = l1;
     bad.off += 1;
     CHECK_RC(wal_read(w, bad, &b, &h, &p), WAL_ECORRUPT);
     bad = l1;
@@ -847,20 +847,20 @@ static void test_read(void)
 /* A model of the owner: msg_id -> current loc, live or not. */
 struct model {
     struct wal **wp;
-    struct wal_loc *loc; /* by msg_id */
+    struct wlog_loc *loc; /* by msg_id */
     uint8_t *live;
     size_t cap;
     size_t moved_calls, is_live_calls;
 };
 
-static int m_is_live(void *arg, uint64_t id, struct wal_loc loc)
+static int m_is_live(void *arg, uint64_t id, struct wlog_loc loc)
 {
     struct model *m = arg;
     m->is_live_calls++;
     return id < m->cap && m->live[id] && m->loc[id].seg == loc.seg && m->loc[id].off == loc.off;
 }
 
-static void m_moved(void *arg, uint64_t id, struct wal_loc to)
+static void m_moved(void *arg, uint64_t id, struct wlog_loc to)
 {
     struct model *m = arg;
     m->moved_calls++;
@@ -870,7 +870,7 @@ static void m_moved(void *arg, uint64_t id, struct wal_loc to)
 
 /* Replay into a model the way the engine does it. */
 static int m_replay(void *arg, const struct walrec_hdr *h, const uint8_t *payload,
-                    struct wal_loc loc)
+                    struct wlog_loc loc)
 {
     struct model *m = arg;
     struct walrec_add a;
@@ -916,7 +916,7 @@ static void model_free(struct model *m)
 static void add_live(struct wal *w, struct model *m, uint32_t body_len)
 {
     uint64_t lsn;
-    struct wal_loc loc;
+    struct wlog_loc loc;
     CHECK_RC(append_add(w, body_len, &lsn, &loc), 0);
     m->live[lsn] = 1;
     m->loc[lsn] = loc;
@@ -1097,11 +1097,11 @@ static void test_compaction(void)
     uint64_t live_bytes0 = st.live_bytes;
 
     /* One small step: copies are made, but segment 1 stays until they are committed. */
-    int r = wal_maintain(w, 4096, &(struct wal_compact_ops){m_is_live, m_moved, &m});
+    int r = wal_maintain(w, 4096, &(struct wlog_compact_ops){m_is_live, m_moved, &m});
     CHECK(r == 1, "more work: %d", r);
     CHECK(m.moved_calls > 0, "some live records moved");
     CHECK(exists(seg_path(dir, 1)), "segment 1 kept");
-    r = wal_maintain(w, 1 << 20, &(struct wal_compact_ops){m_is_live, m_moved, &m});
+    r = wal_maintain(w, 1 << 20, &(struct wlog_compact_ops){m_is_live, m_moved, &m});
     CHECK(exists(seg_path(dir, 1)), "segment 1 kept until the copies are committed");
     CHECK(wal_pending(w) > 0, "copies are buffered");
     CHECK_RC(wal_commit(w), 0);
@@ -1109,7 +1109,7 @@ static void test_compaction(void)
     /* Run it like the event loop would. */
     int rounds = 0;
     do {
-        r = wal_maintain(w, 8192, &(struct wal_compact_ops){m_is_live, m_moved, &m});
+        r = wal_maintain(w, 8192, &(struct wlog_compact_ops){m_is_live, m_moved, &m});
         CHECK(r >= 0, "maintain -> %d", r);
         CHECK_RC(wal_commit(w), 0);
     } while (r == 1 && ++rounds < 10000);
@@ -1130,7 +1130,7 @@ static void test_compaction(void)
           (unsigned long long)st.disk_bytes);
 
     /* Every live message reads back at its new location with its payload. */
-    struct wal_buf b = {0};
+    struct wlog_buf b = {0};
     struct walrec_hdr h;
     const uint8_t *p;
     uint64_t id;
@@ -1141,7 +1141,7 @@ static void test_compaction(void)
         CHECK(add_ok(p, h.len, &id) && id == i, "message %llu after compaction",
               (unsigned long long)i);
     }
-    struct wal_loc saved[1501];
+    struct wlog_loc saved[1501];
     memcpy(saved, m.loc, sizeof(saved));
     wal_close(w);
 
@@ -1204,7 +1204,7 @@ static void test_horizon(void)
     CHECK_RC(wal_commit(w), 0);
     CHECK(t.n == wal_next_lsn(w) - 1 && !t.out_of_order, "tap saw %llu of %llu records",
           (unsigned long long)t.n, (unsigned long long)(wal_next_lsn(w) - 1));
-    struct wal_compact_ops ops = {m_is_live, m_moved, &m};
+    struct wlog_compact_ops ops = {m_is_live, m_moved, &m};
     /*
      * Append without committing, then force: the roll lands behind buffered
      * bytes, and the next commit must still write them (and create the new,
@@ -1271,7 +1271,7 @@ static void test_big_records(void)
     struct wal *w = NULL;
     struct model m;
     struct wal_opts o = {.dir = dir, .segment_bytes = 4096, .no_sync = 1};
-    struct wal_buf b = {0};
+    struct wlog_buf b = {0};
     struct walrec_hdr h;
     const uint8_t *p;
     uint64_t id, ids[16];
@@ -1301,10 +1301,10 @@ static void test_big_records(void)
         ids[k++] = i;
     kill_ids(w, &m, ids, k);
     CHECK_RC(wal_commit(w), 0);
-    struct wal_loc old = m.loc[1];
+    struct wlog_loc old = m.loc[1];
     int r, rounds = 0;
     do {
-        r = wal_maintain(w, 1 << 20, &(struct wal_compact_ops){m_is_live, m_moved, &m});
+        r = wal_maintain(w, 1 << 20, &(struct wlog_compact_ops){m_is_live, m_moved, &m});
         CHECK(r >= 0, "maintain -> %d", r);
         CHECK_RC(wal_commit(w), 0);
     } while (r == 1 && ++rounds < 100);
@@ -1338,7 +1338,7 @@ static void test_random_sessions(void)
     struct wal *w = NULL;
     struct model m;
     struct wal_opts o = {.dir = dir, .segment_bytes = 16384, .no_sync = 1};
-    struct wal_buf b = {0};
+    struct wlog_buf b = {0};
     struct walrec_hdr h;
     const uint8_t *p;
     uint8_t *committed_live;
@@ -1389,7 +1389,7 @@ static void test_random_sessions(void)
                 memcpy(committed_live, m.live, cap);
             } else {
                 int mr = wal_maintain(w, (size_t)(RND() % 20000),
-                                      &(struct wal_compact_ops){m_is_live, m_moved, &m});
+                                      &(struct wlog_compact_ops){m_is_live, m_moved, &m});
                 CHECK(mr >= 0, "maintain -> %d", mr);
             }
         }
@@ -1446,10 +1446,10 @@ static void test_failed_commit(void)
     const char *dir = tdir("failed");
     struct wal *w;
     struct coll c = {0};
-    struct wal_buf b = {0};
+    struct wlog_buf b = {0};
     struct walrec_hdr h;
     const uint8_t *p;
-    struct wal_loc loc;
+    struct wlog_loc loc;
     int err;
     expect_error_lines();
 

@@ -13,8 +13,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "delay-bridge/crc32c.h"
 #include "delay-bridge/walrec.h"
+#include "crc32c.h"
 
 #include "check.h"
 #include "guard.h"

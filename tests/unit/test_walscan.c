@@ -24,8 +24,8 @@
 #include <unistd.h>
 
 #include "delay-bridge/walrec.h"
-#include "delay-bridge/walscan.h"
 #include "delay-bridge/wlog.h"
+#include "walscan.h"
 
 #include "check.h"
 

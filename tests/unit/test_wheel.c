@@ -18,7 +18,7 @@
  * random test checks every firing against the model at the moment it
  * happens, so callbacks can mutate both the wheel and the model in step.
  */
-#include "delay-bridge/wheel.h"
+#include "wheel.h"
 
 #include <errno.h>
 #include <inttypes.h>

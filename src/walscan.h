@@ -206,4 +206,14 @@ void walscan_start(struct walscan *sc, int fd, uint64_t size, uint32_t salt, uin
  */
 int walscan_next(struct walscan *sc, struct walscan_rec *rec);
 
+/*
+ * The torn-tail search's cheap test of a candidate record at p (at least a
+ * record header; avail bytes from p to the end of the file), made before
+ * the CRC: a known type, zero reserved fields, a length that fits in avail
+ * and in WALREC_MAX_PAYLOAD, and an LSN >= lsn_min and, when lsn_end is
+ * not 0, < lsn_end. 1 if it may be a record, else 0. The one rule the
+ * daemon's scan and "wal salvage" (its resync) both search with.
+ */
+int walscan_plausible(const uint8_t *p, uint64_t avail, uint64_t lsn_min, uint64_t lsn_end);
+
 #endif

@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "delay-bridge/pool.h"
+#include "pool.h"
 
 struct wheel_node {
     pool_handle next, prev; /* slot list links, POOL_NIL terminated */

@@ -1,0 +1,147 @@
+/*
+ * config_int.h -- what the files of config share (internal: only config*.c
+ * include it; config.h is the contract).
+ *
+ *   config.c        the sections: one walk per section copies each key
+ *                   into struct config (parse_broker, parse_wal, ...), then
+ *                   config_parse / config_load / config_free
+ *   config_json.c   access to the JSON: typed, range-checked getters, the
+ *                   unknown-key check, values quoted back into messages
+ *   config_check.c  the checks beyond type and range (the list in config.c's
+ *                   essay): names, URIs, readable files, loops, the
+ *                   replication and share_keys rules, the WAL directory
+ *
+ * json-c lookups return borrowed references: nothing here keeps one past
+ * config_parse(). Every function that can fail returns 0 or -1 with the
+ * one message of the parse in x->err (cfg_fail).
+ */
+#ifndef DELAY_BRIDGE_CONFIG_INT_H
+#define DELAY_BRIDGE_CONFIG_INT_H
+
+#include <json-c/json.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "delay-bridge/config.h"
+
+#define ENV_URI "DELAY_BRIDGE_BROKER_URI" /* broker URIs from the environment */
+
+/* One parse: the config's name for messages, and where its one error goes. */
+struct ctx {
+    const char *name;
+    char *err;
+    size_t errlen;
+};
+
+
+/* ---- config_json.c ---- */
+
+/* The one error of a parse: "<name>: <path>: <message>" into x->err. Returns -1. */
+int cfg_fail(struct ctx *x, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* s (n bytes) as a JSON string literal, cut with "..." to fit out. */
+const char *cfg_quote(const char *s, size_t n, char *out, size_t outlen);
+
+/* A JSON value as a person would write it, for "got ..." in messages. */
+const char *cfg_show(json_object *v, char *out, size_t outlen);
+
+/* Refuse keys of obj not in allowed (NULL-terminated). */
+int cfg_check_keys(struct ctx *x, json_object *obj, const char *prefix,
+                      const char *const *allowed);
+
+/* prefix.key (or key alone) into out: the key path of messages. */
+void cfg_join(char *out, size_t outlen, const char *prefix, const char *key);
+
+/* Optional integer key in lo..hi (hi <= INT64_MAX). Absent: *out untouched. */
+int cfg_get_int(struct ctx *x, json_object *obj, const char *prefix, const char *key,
+                   int64_t lo, int64_t hi, uint64_t *out);
+
+/* cfg_get_int() for a uint32_t field that already holds its default. */
+int cfg_get_u32(struct ctx *x, json_object *obj, const char *prefix, const char *key,
+                   int64_t lo, uint32_t *field);
+
+int cfg_get_bool(struct ctx *x, json_object *obj, const char *prefix, const char *key,
+                    int *out);
+
+enum { OPTIONAL = 0, REQUIRED = 1, NONEMPTY = 2 };
+
+/*
+ * String key into buf (at most max bytes). REQUIRED: must be present;
+ * NONEMPTY: must not be "". Returns 1 if present, 0 if absent, -1 on error.
+ */
+int cfg_get_str(struct ctx *x, json_object *obj, const char *prefix, const char *key,
+                   int flags, char *buf, size_t max);
+
+/*
+ * An optional string key of o that must be one of choices (NULL-terminated):
+ * *idx is its index when present. expect lists them for the error message.
+ */
+int cfg_get_choice(struct ctx *x, json_object *o, const char *prefix, const char *key,
+                      const char *const *choices, const char *expect, int *idx);
+
+/* The optional section key of root: an object whose keys are all in keys, or absent (*out NULL). */
+int cfg_section(struct ctx *x, json_object *root, const char *key, const char *const *keys,
+                   json_object **out);
+
+/* 1-based line and column of byte offset off in s. */
+void cfg_line_col(const char *s, size_t off, int *line, int *col);
+
+/* ---- config_check.c ---- */
+
+/* One broker URI: amqp:// or amqps://, parsed by uri.c (as the connection will be). */
+int cfg_check_uri(struct ctx *x, const char *path, const char *uri);
+
+/* The file named by key (a path) opens for reading and is not a directory. */
+int cfg_check_readable(struct ctx *x, const char *path, const char *file);
+
+/* A stream or queue name of wal.replicate: [A-Za-z0-9._:-], not "amq.". */
+int cfg_check_repl_name(struct ctx *x, const char *path, const char *s);
+
+/*
+ * wal.replicate.max_age: "" or RabbitMQ's x-max-age syntax, 1..9 digits
+ * and a unit (Y 365 days, M 30 days, D, h, m, s). Seconds in *secs.
+ */
+int cfg_parse_max_age(const char *s, uint64_t *secs);
+
+/* wal.replicate's stream and lease queue are not any route's ingress queue. */
+int cfg_check_repl_routes(struct ctx *x, const struct config *c);
+
+/*
+ * http.listen: "" (off), "PORT" (loopback), "IPv4:PORT" or "[IPv6]:PORT",
+ * numeric addresses only (no name lookup at start). Fills host and port.
+ */
+int cfg_parse_listen(const char *s, char *host, size_t hostlen, uint16_t *port);
+
+/* host (as parse_listen gave it) is 127.0.0.0/8 or ::1. */
+int cfg_is_loopback(const char *host);
+
+/* A route name: [A-Za-z0-9._-], 1..64 bytes. */
+int cfg_valid_name(const char *s);
+
+/* "" or the "amq." prefix RabbitMQ reserves. */
+int cfg_reserved(const char *s);
+
+/* Route whose ingress_exchange is ex, or -1. */
+int cfg_route_by_ingress(const struct config *c, const char *ex);
+
+/*
+ * Follow next[] (one out-edge per route, -1 for none) from every route; a
+ * walk longer than nroutes steps is on a cycle. Reports the cycle once.
+ */
+int cfg_check_loops(struct ctx *x, const struct config *c, const int *next, int invalid);
+
+/*
+ * routes[].share_keys: each bridge consumes its own key-event queue,
+ * INGRESS_QUEUE.keys.INSTANCE, bound to INGRESS_EXCHANGE.keys: an instance
+ * name is required, and both names must still be AMQP short strings.
+ */
+int cfg_check_share_keys(struct ctx *x, const struct config *c);
+
+/* uri carries a password of its own: amqp[s]://user:PASSWORD@host... */
+int cfg_uri_has_password(const char *uri);
+
+/* One-line warnings about a loaded configuration (f: the open file). */
+void cfg_warn_loaded(const struct config *c, const char *path, FILE *f);
+
+#endif
