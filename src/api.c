@@ -54,7 +54,7 @@
  *              "replication": { "state": "connecting"|"standby"|"importing"|"owner"|
  *                               "failed", "stream", "complete": bool,
  *                               "imported_records", "imported_bytes",
- *                               "import_seconds", "standby_seconds",
+ *                               "import_seconds", "standby_seconds", "lease_renewals", "resumed",
  *                               "published_messages", "published_bytes",
  *                               "horizons", "horizon_lsn", "horizon_running": bool,
  *                               "needed_bytes", "confirm": { "count", "sum_seconds" } }
@@ -251,6 +251,8 @@ static void render_stats(const struct db_stats *s, struct strbuf *out)
         add(rj, "horizon_running", json_object_new_boolean(w->repl_horizon_running != 0));
         add_u64(rj, "needed_bytes", w->repl_needed_bytes);
         add(rj, "confirm", hist_summary(&w->repl_confirm));
+        add_u64(rj, "lease_renewals", w->repl_lease_renewals);
+        add(rj, "resumed", json_object_new_boolean(w->repl_resumed != 0));
         add(wal, "replication", rj);
     }
     add(root, "wal", wal);

@@ -315,6 +315,10 @@ static void render_wal(const struct db_wal_stats *w, struct strbuf *out)
     scalar_u64(out, "wal_replication_checkpoints_total", "counter",
                "Stream checkpoints completed (horizons published) since start.",
                w->repl_horizons);
+    scalar_u64(out, "wal_replication_lease_renewals_total", "counter",
+               "Lease tokens the owner traded for fresh ones (every wal.replicate.lease_renew_ms): "
+               "flat while it owns the log means the lease is not being renewed.",
+               w->repl_lease_renewals);
     scalar_u64(out, "wal_replication_needed_bytes", "gauge",
                "Stream bytes a rebuild needs (published since the newest stream checkpoint "
                "began): keep it below wal.replicate.max_mb.", w->repl_needed_bytes);

@@ -494,6 +494,9 @@ int wrepl_import(struct wrepl *r, int dirfd)
                                     im.next_lsn >= L + 1)) {
             imp_remove(r);
             r->need_horizon = 0;
+            pthread_mutex_lock(&r->mu);
+            r->st.resumed = 1;
+            pthread_mutex_unlock(&r->mu);
             log_info("wal-replica", "the stream continues the local log: resuming on it",
                      "stream=%s read_from=%lld local_next_lsn=%llu new_records=%llu messages=%llu "
                      "seconds_after_lease=%.3f", r->rc->stream, (long long)r->tail_from,

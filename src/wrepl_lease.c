@@ -490,6 +490,9 @@ int wrepl_renew_event(struct wrepl *r, const struct event *ev, char *why, size_t
         if (r->renew == RENEW_DELIVER) {
             r->renew = RENEW_IDLE;
             r->renewals++;
+            pthread_mutex_lock(&r->mu);
+            r->st.lease_renewals = r->renewals;
+            pthread_mutex_unlock(&r->mu);
             r->renew_at = now_ms() + r->rc->lease_renew_ms;
         }
         return 1;

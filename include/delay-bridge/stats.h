@@ -133,6 +133,8 @@ struct db_wal_stats {
     uint64_t repl_horizons, repl_horizon_lsn, repl_needed_bytes;
     int repl_horizon_running;
     struct db_hist repl_confirm; /* stream confirm latency per commit, seconds */
+    uint64_t repl_lease_renewals;
+    int repl_resumed;
 };
 
 struct db_stats {

@@ -174,6 +174,8 @@ struct wlog_repl_stats {
                                    stream must retain */
     int complete;               /* the stream holds the whole log */
     struct db_hist confirm;     /* stream confirm latency per commit, seconds */
+    uint64_t lease_renewals;    /* lease tokens traded for fresh ones (wrepl_lease.c) */
+    int resumed;                /* the start resumed on the local log (wrepl_resume.c) */
 };
 
 struct wlog;
