@@ -35,6 +35,11 @@
  *   bridge.after_publish  pump: basic.publish sent, its confirm not processed
  *   bridge.after_confirm  on_confirmed: eng_confirm done, its DONE record
  *                         not yet committed
+ *   publish.passive_403   (ERR) a route's passive exchange.declare is answered
+ *                         as RabbitMQ 4.2.6/4.3.0 answer a user without
+ *                         configure permission (403); simulated by declaring
+ *                         an exchange that does not exist, whose 404 the
+ *                         route then reads as that 403
  * Pure: no broker, no event loop; thread-safe (the count is atomic).
  */
 #ifndef DB_FAILPOINT_H

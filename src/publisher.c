@@ -42,6 +42,7 @@
 #include "delay-bridge/clock.h"
 #include "delay-bridge/log.h"
 #include "delay-bridge/xalloc.h"
+#include "failpoint.h"
 
 static void on_io(struct ev_loop *loop, ev_io *w, int revents);
 static void on_wio(struct ev_loop *loop, ev_io *w, int revents);
@@ -188,6 +189,10 @@ static void setup_next(struct publisher *p, struct route_pub *r)
                                      .type = amqp_cstring_bytes(r->cfg->target_type),
                                      .passive = 1,
                                      .arguments = amqp_empty_table};
+        if (FAILPOINT_ERR("publish.passive_403")) { /* the 404 that follows reads as a 403 */
+            d.exchange = amqp_cstring_bytes("delay-bridge.failpoint.no-such-exchange");
+            r->fp_403 = 1;
+        }
         r->ex_next++;
         setup_send(p, r, AMQP_EXCHANGE_DECLARE_METHOD, &d, AMQP_EXCHANGE_DECLARE_OK_METHOD);
         return;
@@ -399,7 +404,8 @@ static void handle_frame(struct publisher *p, amqp_frame_t *f)
     case AMQP_CHANNEL_CLOSE_METHOD: {
         const amqp_channel_close_t *cm = f->payload.method.decoded;
         int unknown = r && r->opening && r->await == AMQP_EXCHANGE_DECLARE_OK_METHOD &&
-                      cm->reply_code == AMQP_ACCESS_REFUSED && !r->unchecked;
+                      (cm->reply_code == AMQP_ACCESS_REFUSED ||
+                       (r->fp_403 && cm->reply_code == AMQP_NOT_FOUND)) && !r->unchecked;
         answer_close(p, f, why, sizeof(why));
         if (unknown && p->up) {
             char what[300];

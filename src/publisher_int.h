@@ -47,6 +47,7 @@ struct route_pub {
     amqp_method_number_t await;  /* ... the answer expected next */
     int ex_next;                 /* ... the next exchange to check (setup_exchange) */
     int unchecked;               /* a passive declare got 403: exchanges are no longer checked */
+    int fp_403;                  /* failpoint publish.passive_403 armed this route's 404 */
     uint64_t setup_deadline;     /* ... monotonic ms */
     uint64_t next_tag;
     struct unconfirmed *win; /* ring in tag order */
