@@ -79,7 +79,7 @@
 #define REPLICA_NAME "REPLICA"
 #define REPLICA_TMP "REPLICA.tmp"
 #define REPLICA_SIZE 44
-#define RESUME_MAX_BYTES (256ull << 20)
+#define RESUME_MAX_BYTES (32ull << 20) /* held in memory: a standby reads the rest to disk */
 
 static const uint8_t magic[4] = {'D', 'B', 'R', 'P'};
 
