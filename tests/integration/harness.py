@@ -905,6 +905,21 @@ class Ctx(object):
                      "unacked message(s)" % (timeout, what, queue, ready, unacked))
             time.sleep(0.1)
 
+    def replicated(self, name, **replicate):
+        """What a replicated-WAL test starts from: a target exchange with one
+        queue (routing key "rk") and its consumer, a route to it, and a
+        wal.replicate object (replicate's keys over a stream new to this test,
+        whose stream and lease queue are deleted at the end).
+        Returns (route, consumer, {"replicate": {...}})."""
+        ex, qs = self.target(name, "direct", ["rk"])
+        c = self.consumer([qs["rk"]])
+        route = self.route(name, ex)
+        stream = self.n("wal")
+        self.queues.update([stream, stream + ".lease"])
+        r = {"stream": stream}
+        r.update(replicate)
+        return route, c, {"replicate": r}
+
     # bridge ------------------------------------------------------------------
     def route(self, name, target_exchange, **kw):
         """A route dict with unique ingress names; kw overrides any key."""

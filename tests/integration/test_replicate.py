@@ -54,12 +54,7 @@ def repl(port):
 
 
 def test(ctx):
-    ex, qs = ctx.target("repl", "direct", ["rk"])
-    c = ctx.consumer([qs["rk"]])
-    route = ctx.route("repl", ex)
-    stream = ctx.n("wal")
-    ctx.queues.update([stream, stream + ".lease"])
-    wal = {"replicate": {"stream": stream, "checkpoint_mb": 1, "max_mb": 0}}
+    route, c, wal = ctx.replicated("repl", checkpoint_mb=1, max_mb=0)
     pa, pb = h.free_port(), h.free_port()
     a = ctx.bridge([route], name="a", instance="a", http={"listen": "127.0.0.1:%d" % pa},
                    wal=wal, broker={"heartbeat_s": 5})

@@ -29,12 +29,7 @@ KILLS = 8
 
 def test(ctx):
     rng = random.Random()
-    ex, qs = ctx.target("rc", "direct", ["rk"])
-    c = ctx.consumer([qs["rk"]])
-    route = ctx.route("rc", ex)
-    stream = ctx.n("wal")
-    ctx.queues.update([stream, stream + ".lease"])
-    wal = {"replicate": {"stream": stream, "max_mb": 0, "checkpoint_mb": 1}}
+    route, c, wal = ctx.replicated("rc", max_mb=0, checkpoint_mb=1)
     a = ctx.bridge([route], name="a", instance="a", wal=wal, broker={"heartbeat_s": 5})
 
     sent, replaced, stop = {}, set(), threading.Event()

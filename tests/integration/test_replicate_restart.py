@@ -65,13 +65,7 @@ def publish(p, route, sent, replaced, first, n, tag):
 
 
 def test(ctx):
-    ex, qs = ctx.target("rr", "direct", ["rk"])
-    c = ctx.consumer([qs["rk"]])
-    route = ctx.route("rr", ex)
-    stream = ctx.n("wal")
-    ctx.queues.update([stream, stream + ".lease"])
-    wal = {"replicate": {"stream": stream, "max_mb": 0, "checkpoint_interval_s": 1,
-                         "lease_renew_ms": 500}}
+    route, c, wal = ctx.replicated("rr", max_mb=0, checkpoint_interval_s=1, lease_renew_ms=500)
     pa, pb = h.free_port(), h.free_port()
     a = ctx.bridge([route], name="a", instance="a", http={"listen": "127.0.0.1:%d" % pa},
                    wal=wal, broker={"heartbeat_s": 5})

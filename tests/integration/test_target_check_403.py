@@ -16,7 +16,6 @@ delayed message arrives on time; none early.
 """
 
 import os
-import time
 
 import harness as h
 from harness import check

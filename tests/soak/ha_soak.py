@@ -149,13 +149,8 @@ class Proc(object):
 
 def soak(ctx, args):
     rng = random.Random(args.seed)
-    ex, qs = ctx.target("soak", "direct", ["rk"])
-    c = ctx.consumer([qs["rk"]])
-    route = ctx.route("soak", ex)
-    stream = ctx.n("wal")
-    ctx.queues.update([stream, stream + ".lease"])
-    wal = {"replicate": {"stream": stream, "checkpoint_mb": 2, "max_mb": 0,
-                         "lease_renew_ms": args.renew_ms}}
+    route, c, wal = ctx.replicated("soak", checkpoint_mb=2, max_mb=0,
+                                   lease_renew_ms=args.renew_ms)
     ports = {"a": h.free_port(), "b": h.free_port()}
     br = {}
     for who in ("a", "b"):
