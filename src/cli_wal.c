@@ -1627,7 +1627,7 @@ static int salv_write(struct scan *s, struct repair *rp, const char *stamp)
     struct seg *g = &s->segs[rp->idx];
     struct outf o = {-1, 0, NULL, 0};
     char tmp[WALSCAN_NAME_SIZE + 16];
-    const char *what = "write";
+    const char *what = "write", *file = g->name; /* what failed, on which file */
     uint8_t zero4[4] = {0, 0, 0, 0};
     struct stat st;
     void *map = MAP_FAILED;
@@ -1646,6 +1646,7 @@ static int salv_write(struct scan *s, struct repair *rp, const char *stamp)
         goto cleanup;
     }
     o.buf = xrealloc(NULL, OUTBUF);
+    file = tmp;
     o.fd = openat(s->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, st.st_mode & 0777);
     if (o.fd < 0) {
         r = -errno;
@@ -1682,6 +1683,7 @@ static int salv_write(struct scan *s, struct repair *rp, const char *stamp)
         what = "sync";
         goto cleanup;
     }
+    file = g->name;
     /* The damaged file stays, under another name; NAME never goes missing. */
     if (linkat(s->dirfd, g->name, s->dirfd, rp->aside, 0) < 0) {
         if (errno == EEXIST || renameat(s->dirfd, g->name, s->dirfd, rp->aside) < 0) {
@@ -1701,8 +1703,7 @@ static int salv_write(struct scan *s, struct repair *rp, const char *stamp)
     }
 cleanup:
     if (r < 0)
-        fprintf(stderr, "delay-bridge wal salvage: cannot %s %s/%s: %s\n", what, s->dir,
-                strcmp(what, "create") == 0 || strcmp(what, "write") == 0 ? tmp : g->name,
+        fprintf(stderr, "delay-bridge wal salvage: cannot %s %s/%s: %s\n", what, s->dir, file,
                 strerror(-r));
     if (o.fd >= 0)
         close(o.fd);
