@@ -249,6 +249,7 @@ static void render_stats(const struct db_stats *s, struct strbuf *out)
         add_u64(rj, "horizon_lsn", w->repl_horizon_lsn);
         add(rj, "horizon_running", json_object_new_boolean(w->repl_horizon_running != 0));
         add_u64(rj, "needed_bytes", w->repl_needed_bytes);
+        add_u64(rj, "max_bytes", w->repl_max_bytes);
         add(rj, "confirm", hist_summary(&w->repl_confirm));
         add(wal, "replication", rj);
     }
