@@ -70,6 +70,7 @@
 #include "delay-bridge/log.h"
 #include "delay-bridge/msgrec.h"
 #include "delay-bridge/publisher.h"
+#include "delay-bridge/ui.h"
 #include "delay-bridge/wlog.h"
 #include "delay-bridge/xalloc.h"
 
@@ -967,10 +968,24 @@ static int api_purge(void *arg, const char *route, const char *due_before,
     return r == 0 ? 200 : 202;
 }
 
+/* GET /due: what falls due ahead, from the wheel's counters (no WAL read). */
+static int api_due(void *arg, struct json_object *out)
+{
+    struct bridge *b = arg;
+    struct duecount_view v;
+
+    if (!b->eng)
+        return api_fail(out, 503, "recovering");
+    uint64_t now = clock_now_ms();
+    eng_due_view(b->eng, now, &v);
+    ui_due_json(&v, now, out);
+    return 200;
+}
+
 static void on_http(void *arg, const struct api_request *req, struct api_response *resp)
 {
     struct api_ops ops = {api_stats, api_pending_list, api_pending_get, api_pending_cancel,
-                          api_purge, api_drain, arg};
+                          api_purge, api_drain, arg, api_due};
 
     api_handle(&ops, req, resp);
 }
