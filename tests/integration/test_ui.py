@@ -16,6 +16,8 @@ loads /ui and:
   size; headers on demand);
 - a key cancelled through the page (button, then the confirmation) is gone
   from /pending and never arrives, while its twin with the same delay does;
+- drain behind its confirmation: "No, keep it" leaves the bridge running,
+  "Yes" drains it and the bridge exits 0;
 - the page made no request to any other origin (works offline), and at a
   phone's width (390 px) nothing but the tables' own scroll boxes overflows;
 - a screenshot is kept: $DB_UI_SCREENSHOT (default: the test's temporary
@@ -374,6 +376,32 @@ def run_page(ctx, b, port, ra, rb, cons, cdp):
     bodies = [x.body for x in cons.snapshot()]
     check(b"ui-2" not in bodies, "the key cancelled through the page arrived: %r" % bodies)
     h.log("k-1 arrived, k-2 (cancelled through the page) did not: %r" % bodies)
+
+    # Drain through the page: "No" keeps the bridge running; "Yes" drains it,
+    # and the bridge exits 0 once every held message is handed back.
+    cdp.call("Emulation.setDeviceMetricsOverride", width=1280, height=1500, deviceScaleFactor=1,
+             mobile=False)
+    cdp.js("document.getElementById('drain').click()")
+    cdp.wait("!document.getElementById('modal').hidden", 5, "the drain confirmation")
+    cdp.js("document.getElementById('modal-no').click()")
+    time.sleep(1)
+    st, s = get(port, "/stats")
+    check(st == 200 and not s.get("drain"), "'No, keep it' drained the bridge: %r" % s.get("drain"))
+    cdp.js("document.getElementById('drain').click()")
+    text = cdp.wait("(function(){var m=document.getElementById('modal');"
+                    "return !m.hidden && document.getElementById('modal-text').textContent;})()",
+                    5, "the drain confirmation")
+    check("Drain" in text, "drain confirmation: %r" % text)
+    cdp.js("document.getElementById('modal-yes').click()")
+    res = cdp.wait("(function(){var t=document.getElementById('action-result').textContent;"
+                   "return /draining/.test(t) && t;})()", 10, "the drain result")
+    check(res.startswith("draining"), "drain result on the page: %r" % res)
+    try:
+        rc = b.proc.wait(60)
+    except Exception:
+        h.fail("the bridge did not exit within 60 s of a drain started from the page")
+    check(rc == 0, "the bridge exited %d after a drain started from the page" % rc)
+    h.log("drained through the page: %r; the bridge exited 0" % res)
 
 
 if __name__ == "__main__":
