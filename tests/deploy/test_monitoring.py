@@ -1,7 +1,10 @@
 #!/usr/bin/python3
 """deploy/monitoring/: the Prometheus rules and the Grafana dashboard.
 
-- `promtool check rules` accepts deploy/monitoring/delay-bridge.rules.yml;
+- `promtool check rules` accepts deploy/monitoring/delay-bridge.rules.yml,
+  and `promtool test rules` runs its unit tests (delay-bridge.rules.test.yml:
+  a log whose owner failed, needed bytes near max_mb, a consumer connection
+  down, a full disk, lateness p99 above 5 s);
 - the dashboard is valid JSON, every panel has a query, and its template
   variables are the ones its queries use;
 - every delay_bridge_* metric named in the rules and the dashboard is one a
@@ -30,6 +33,7 @@ from harness import check  # noqa: E402
 
 MON = os.path.join(ROOT, "deploy", "monitoring")
 RULES = os.path.join(MON, "delay-bridge.rules.yml")
+RULES_TEST = os.path.join(MON, "delay-bridge.rules.test.yml")
 DASHBOARD = os.path.join(MON, "grafana-dashboard.json")
 NAME = re.compile(r"\bdelay_bridge_[a-z0-9_]+")
 
@@ -43,6 +47,12 @@ def promtool():
     out = r.stdout.decode("utf-8", "replace")
     h.log("promtool check rules: " + " ".join(out.split()))
     check(r.returncode == 0, "promtool check rules failed:\n%s" % out)
+    # The rules' own unit tests: the alerts fire on the series they are for.
+    r = subprocess.run([tool, "test", "rules", RULES_TEST], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=60)
+    out = r.stdout.decode("utf-8", "replace")
+    h.log("promtool test rules: " + " ".join(out.split()))
+    check(r.returncode == 0, "promtool test rules failed:\n%s" % out)
 
 
 def dashboard_names():
