@@ -96,11 +96,26 @@ static int reach(struct duecount *d, uint64_t dn)
     return 0;
 }
 
+static void day_emptied(struct duecount *d, struct dc_day *day)
+{
+    free(day->minute);
+    day->minute = NULL;
+    d->blocks--;
+}
+
 void duecount_add(struct duecount *d, uint64_t due_ms, int delta)
 {
-    uint64_t dn = due_ms / MS_DAY;
+    uint64_t m = due_ms / MS_MINUTE, dn = m / DAY_MINUTES, i = dn - d->base;
 
     d->total += (uint64_t)(int64_t)delta;
+    /* Fast path (every call but a day's first and last): the day has its block. */
+    if (__builtin_expect(i < d->n && d->day[i].minute != NULL, 1)) {
+        struct dc_day *day = &d->day[i];
+        day->minute[m - dn * DAY_MINUTES] += (uint32_t)delta;
+        if ((day->total += (uint64_t)(int64_t)delta) == 0)
+            day_emptied(d, day);
+        return;
+    }
     if (reach(d, dn) < 0) {
         d->far += (uint64_t)(int64_t)delta;
         return;
@@ -111,13 +126,9 @@ void duecount_add(struct duecount *d, uint64_t due_ms, int delta)
         memset(day->minute, 0, DAY_MINUTES * sizeof(uint32_t));
         d->blocks++;
     }
-    day->minute[(due_ms % MS_DAY) / MS_MINUTE] += (uint32_t)delta;
-    day->total += (uint64_t)(int64_t)delta;
-    if (day->total == 0) {
-        free(day->minute);
-        day->minute = NULL;
-        d->blocks--;
-    }
+    day->minute[m - dn * DAY_MINUTES] += (uint32_t)delta;
+    if ((day->total += (uint64_t)(int64_t)delta) == 0)
+        day_emptied(d, day);
 }
 
 static uint64_t day_total(const struct duecount *d, uint64_t dn)
