@@ -355,6 +355,9 @@ def run_page(ctx, b, port, ra, rb, cons, cdp):
     foreign = [u for u in urls if not u.startswith("http://127.0.0.1:%d/" % port)]
     check(urls and not foreign, "requests to other origins: %r" % foreign)
     h.log("%d requests, all to the bridge" % len(urls))
+    errors = [e["params"]["exceptionDetails"].get("text") for e in cdp.events
+              if e.get("method") == "Runtime.exceptionThrown"]
+    check(not errors, "the page's script threw: %r" % errors)
 
     # The screenshot (desktop), then the phone width.
     shot = os.environ.get("DB_UI_SCREENSHOT") or os.path.join(ctx.tmp, "status-page.png")
