@@ -81,6 +81,7 @@
 #include "delay-bridge/clock.h"
 #include "delay-bridge/walrec.h"
 #include "metrics.h"
+#include "ui.h"
 
 #define API_TEXT "text/plain; charset=utf-8"
 #define API_JSON "application/json"
@@ -132,11 +133,28 @@ static void add_u64(json_object *o, const char *k, uint64_t v)
     add(o, k, json_object_new_uint64(v));
 }
 
+/* The upper bound of the bucket holding quantile q (null: no observation, or +Inf). */
+static json_object *hist_quantile_le(const struct db_hist *h, double q)
+{
+    uint64_t cum = 0;
+    if (!h->n)
+        return NULL;
+    for (int i = 0; i < DB_HIST_BUCKETS; i++) {
+        cum += h->count[i];
+        if ((double)cum >= q * (double)h->n)
+            return jdouble(db_hist_le[i]);
+    }
+    return NULL;
+}
+
 static json_object *hist_summary(const struct db_hist *h)
 {
     json_object *o = json_object_new_object();
     add_u64(o, "count", h->n);
     add(o, "sum_seconds", jdouble(h->sum));
+    /* since start: at most this many seconds for half of them, for 99 % of them */
+    add(o, "p50_le_seconds", hist_quantile_le(h, 0.50));
+    add(o, "p99_le_seconds", hist_quantile_le(h, 0.99));
     return o;
 }
 
@@ -250,6 +268,7 @@ static void render_stats(const struct db_stats *s, struct strbuf *out)
         add_u64(rj, "horizon_lsn", w->repl_horizon_lsn);
         add(rj, "horizon_running", json_object_new_boolean(w->repl_horizon_running != 0));
         add_u64(rj, "needed_bytes", w->repl_needed_bytes);
+        add_u64(rj, "max_bytes", w->repl_max_bytes);
         add(rj, "confirm", hist_summary(&w->repl_confirm));
         add_u64(rj, "lease_renewals", w->repl_lease_renewals);
         add(rj, "resumed", json_object_new_boolean(w->repl_resumed != 0));
@@ -290,7 +309,8 @@ static void render_stats(const struct db_stats *s, struct strbuf *out)
 /* ---- routing ---- */
 
 enum api_route {
-    R_NONE, R_HEALTHZ, R_READYZ, R_METRICS, R_STATS, R_PENDING, R_MESSAGE, R_PURGE, R_DRAIN
+    R_NONE, R_HEALTHZ, R_READYZ, R_METRICS, R_STATS, R_PENDING, R_MESSAGE, R_PURGE, R_DRAIN,
+    R_DUE, R_UI
 };
 
 static enum api_route route_of(const char *path)
@@ -313,6 +333,10 @@ static enum api_route route_of(const char *path)
         return R_METRICS;
     if (!strcmp(path, "/stats"))
         return R_STATS;
+    if (!strcmp(path, "/due"))
+        return R_DUE;
+    if (!strcmp(path, "/ui"))
+        return R_UI;
     return R_NONE;
 }
 
@@ -458,6 +482,22 @@ void api_handle(const struct api_ops *ops, const struct api_request *req,
     if (strcmp(m, "GET") && strcmp(m, "HEAD")) {
         text(resp, 405, "method not allowed\n");
         resp->allow = API_ALLOW;
+        return;
+    }
+    if (r == R_UI) {
+        size_t n;
+        const char *page = ui_page(&n);
+        resp->status = 200;
+        resp->content_type = UI_CONTENT_TYPE;
+        strbuf_append(&resp->body, page, n);
+        return;
+    }
+    if (r == R_DUE) {
+        if (refused(resp, 1, API_ALLOW, ops->due != NULL))
+            return;
+        struct json_object *o = json_object_new_object();
+        int status = ops->due(ops->arg, o);
+        json_answer(resp, status, o);
         return;
     }
 

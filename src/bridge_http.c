@@ -22,6 +22,8 @@
 #include "delay-bridge/api.h"
 #include "delay-bridge/clock.h"
 #include "delay-bridge/xalloc.h"
+#include "duecount.h"
+#include "ui.h"
 
 static void api_stats(void *arg, struct db_stats *s)
 {
@@ -218,10 +220,24 @@ static int api_purge(void *arg, const char *route, const char *due_before,
     return r == 0 ? 200 : 202;
 }
 
+/* GET /due: what falls due ahead, from the wheel's counters (no WAL read). */
+static int api_due(void *arg, struct json_object *out)
+{
+    struct bridge *b = arg;
+    struct duecount_view v;
+
+    if (!b->eng)
+        return api_fail(out, 503, "recovering");
+    uint64_t now = clock_now_ms();
+    eng_due_view(b->eng, now, &v);
+    ui_due_json(&v, now, out);
+    return 200;
+}
+
 static void on_http(void *arg, const struct api_request *req, struct api_response *resp)
 {
     struct api_ops ops = {api_stats, api_pending_list, api_pending_get, api_pending_cancel,
-                          api_purge, api_drain, arg};
+                          api_purge, api_drain, arg, api_due};
 
     api_handle(&ops, req, resp);
 }

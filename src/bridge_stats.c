@@ -116,6 +116,7 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
         s->wal.repl_horizon_lsn = rs.horizon_lsn;
         s->wal.repl_horizon_running = rs.horizon_running;
         s->wal.repl_needed_bytes = rs.needed_bytes;
+        s->wal.repl_max_bytes = b->cfg->repl.max_bytes;
         s->wal.repl_confirm = rs.confirm;
         s->wal.repl_lease_renewals = rs.lease_renewals;
         s->wal.repl_resumed = rs.resumed;

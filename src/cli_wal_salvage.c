@@ -468,7 +468,7 @@ static int salv_write(struct scan *s, struct repair *rp, const char *stamp)
     struct seg *g = &s->segs[rp->idx];
     struct outf o = {-1, 0, NULL, 0};
     char tmp[WALSCAN_NAME_SIZE + 16];
-    const char *what = "write";
+    const char *what = "write", *file = g->name; /* what failed, on which file */
     uint8_t zero4[4] = {0, 0, 0, 0};
     struct stat st;
     void *map = MAP_FAILED;
@@ -487,6 +487,7 @@ static int salv_write(struct scan *s, struct repair *rp, const char *stamp)
         goto cleanup;
     }
     o.buf = xrealloc(NULL, OUTBUF);
+    file = tmp;
     o.fd = openat(s->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, st.st_mode & 0777);
     if (o.fd < 0) {
         r = -errno;
@@ -525,11 +526,11 @@ static int salv_write(struct scan *s, struct repair *rp, const char *stamp)
     }
     /* The damaged file stays, under another name; NAME never goes missing (wal.h). */
     struct wal_replacement rep = {g->name, s->dirfd, tmp, rp->aside};
+    file = g->name;
     r = wal_replace_segments(s->dirfd, &rep, 1, 0, &what);
 cleanup:
     if (r < 0)
-        fprintf(stderr, "delay-bridge wal salvage: cannot %s %s/%s: %s\n", what, s->dir,
-                strcmp(what, "create") == 0 || strcmp(what, "write") == 0 ? tmp : g->name,
+        fprintf(stderr, "delay-bridge wal salvage: cannot %s %s/%s: %s\n", what, s->dir, file,
                 strerror(-r));
     if (o.fd >= 0)
         close(o.fd);

@@ -577,6 +577,11 @@ int eng_commit(struct engine *e, eng_commit_fn *done, void *arg)
 
 /* ---- firing and publishing --------------------------------------------------- */
 
+void eng_due_view(const struct engine *e, uint64_t now, struct duecount_view *out)
+{
+    wheel_due_view(e->wheel, now, out);
+}
+
 uint64_t eng_next_event(const struct engine *e)
 {
     return wheel_next_event(e->wheel);

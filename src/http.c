@@ -46,7 +46,9 @@
  * that does not depend on where the first wrong byte is; otherwise 401 with
  * WWW-Authenticate. /healthz and /readyz stay open: a Kubernetes httpGet
  * probe cannot send a header from a Secret, and they tell no more than
- * "up" or "not ready: why".
+ * "up" or "not ready: why". /ui (the status page) is open too: it is a
+ * static page with no data in it; its scripts send the token the person
+ * types in with every request they make.
  *
  * MHD's own messages go to log_warn (rate limited: a client can trigger
  * them); while MHD_start_daemon() runs, the first one is kept as the reason
@@ -199,7 +201,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
 
     /* complete */
-    if (s->token && strcmp(url, "/healthz") != 0 && strcmp(url, "/readyz") != 0) {
+    if (s->token && strcmp(url, "/healthz") != 0 && strcmp(url, "/readyz") != 0 &&
+        strcmp(url, "/ui") != 0) {
         const char *auth =
             MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
         if (!token_ok(s, auth))

@@ -288,6 +288,9 @@ static void render_wal(const struct db_wal_stats *w, struct strbuf *out)
     scalar_u64(out, "wal_writable", "gauge",
                "1 while the WAL accepts writes, 0 after a failed write or fsync or when out of space.",
                w->writable ? 1 : 0);
+    scalar_u64(out, "wal_disk_full", "gauge",
+               "1 while the WAL's disk is full: consuming paused, publishing goes on, the write "
+               "is tried again every second.", w->no_space ? 1 : 0);
     family(out, "wal_fsync_seconds", "histogram", "Duration of WAL fdatasync calls, seconds.");
     hist_samples(out, "wal_fsync_seconds", NULL, NULL, &w->fsync);
     scalar_u64(out, "wal_checkpoints_total", "counter",
@@ -302,6 +305,12 @@ static void render_wal(const struct db_wal_stats *w, struct strbuf *out)
                   "written since.", w->ckpt_age_seconds);
     if (!w->repl)
         return;
+    family(out, "wal_replication_info", "gauge",
+           "Always 1: the stream this bridge's log replicates to and its state (connecting, "
+           "standby, importing, owner, failed); count by stream to find a log with no owner.");
+    sample_head(out, "wal_replication_info", NULL, "stream", w->repl_stream, "state",
+                w->repl_state);
+    strbuf_puts(out, "1\n");
     scalar_u64(out, "wal_replication_owner", "gauge",
                "1 while this bridge holds the lease of its log and replicates every commit to "
                "the stream; 0 while standing by, importing or failed.",
@@ -322,6 +331,9 @@ static void render_wal(const struct db_wal_stats *w, struct strbuf *out)
     scalar_u64(out, "wal_replication_needed_bytes", "gauge",
                "Stream bytes a rebuild needs (published since the newest stream checkpoint "
                "began): keep it below wal.replicate.max_mb.", w->repl_needed_bytes);
+    scalar_u64(out, "wal_replication_max_bytes", "gauge",
+               "wal.replicate.max_mb in bytes (0 = no size limit): needed_bytes must stay below.",
+               w->repl_max_bytes);
     scalar_double(out, "wal_replication_import_seconds", "gauge",
                   "Lease granted to local log rebuilt from the stream, at start.",
                   w->repl_import_seconds);

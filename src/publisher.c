@@ -223,7 +223,8 @@ static void channel_open(struct publisher *p, struct route_pub *r)
 static void setup_timeouts(struct publisher *p)
 {
     uint64_t now = pub_mono_ms();
-    char what[300], why[400];
+    /* why holds what (300) and a route name (up to 255) with the words around them */
+    char what[300], why[300 + 256 + 64];
     int i;
 
     for (i = 0; i < p->nroutes && p->up; i++) {

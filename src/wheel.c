@@ -88,6 +88,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "duecount.h"
 #include "delay-bridge/xalloc.h"
 
 #define WHEEL_LEVELS 8
@@ -112,6 +113,7 @@ struct wheel {
     uint64_t occupied[WHEEL_LEVELS][WHEEL_SLOTS / 64]; /* slot has entries */
     uint16_t lanes[WHEEL_LEVELS][WHEEL_SLOTS];         /* bit i: lane i has entries */
     struct wheel_slot slots[WHEEL_LEVELS][WHEEL_SLOTS];
+    struct duecount *due;         /* entries per UTC minute and day ahead (duecount.h) */
 };
 
 static inline struct wheel_node *node(const struct wheel *w, pool_handle h)
@@ -203,11 +205,14 @@ struct wheel *wheel_new(struct pool *p, uint64_t now)
     struct wheel *w = xcalloc(1, sizeof(*w)); /* all lists POOL_NIL, bitmaps 0 */
     w->pool = p;
     w->now = now;
+    w->due = duecount_new();
     return w;
 }
 
 void wheel_free(struct wheel *w)
 {
+    if (w)
+        duecount_free(w->due);
     free(w);
 }
 
@@ -223,7 +228,12 @@ size_t wheel_count(const struct wheel *w)
 
 size_t wheel_memory(const struct wheel *w)
 {
-    return sizeof(*w);
+    return sizeof(*w) + duecount_memory(w->due);
+}
+
+void wheel_due_view(const struct wheel *w, uint64_t now, struct duecount_view *out)
+{
+    duecount_view(w->due, now, out);
 }
 
 void wheel_add(struct wheel *w, pool_handle h, uint64_t due, uint64_t seq)
@@ -237,6 +247,7 @@ void wheel_add(struct wheel *w, pool_handle h, uint64_t due, uint64_t seq)
     else
         place(w, h, n);
     w->count++;
+    duecount_add(w->due, due, +1);
 }
 
 void wheel_del(struct wheel *w, pool_handle h)
@@ -259,6 +270,7 @@ void wheel_del(struct wheel *w, pool_handle h)
         }
     }
     w->count--;
+    duecount_add(w->due, n->due, -1);
 }
 
 /* Time of the next cascade or level-0 firing, UINT64_MAX if no slot is used. */
@@ -621,6 +633,7 @@ size_t wheel_advance(struct wheel *w, uint64_t now, wheel_fire_fn *fire, void *a
             pool_handle h = w->pending.head;
             list_unlink(w, &w->pending, node(w, h));
             w->count--;
+            duecount_add(w->due, node(w, h)->due, -1);
             fired++;
             fire(arg, h);
         }

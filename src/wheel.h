@@ -100,7 +100,16 @@ typedef void wheel_fire_fn(void *arg, pool_handle h);
  */
 size_t wheel_advance(struct wheel *w, uint64_t now, wheel_fire_fn *fire, void *arg);
 
-/* Bytes of RAM held by the wheel itself (slots and bitmaps, not items). */
+/*
+ * How many entries fall due in each UTC minute of the next hour, hour of the
+ * next day and day of the next year from now (ms): counters the wheel keeps
+ * on every add, delete and firing (duecount.h), so this reads no entry and
+ * costs the same few microseconds however many are held.
+ */
+struct duecount_view;
+void wheel_due_view(const struct wheel *w, uint64_t now, struct duecount_view *out);
+
+/* Bytes of RAM held by the wheel itself (slots, bitmaps, due counters; not items). */
 size_t wheel_memory(const struct wheel *w);
 
 #endif

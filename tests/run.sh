@@ -4,6 +4,9 @@
 # On a fresh Debian 12 machine (root, or sudo available) it first installs
 # what is missing with apt-get. Then:
 #   1. build/       RelWithDebInfo build of the daemon, unit tests and benchmarks;
+#      build-release/ the Release build (-O3) users and packagers make, compiled
+#                  only (its warnings are not those of -O2: GCC's format
+#                  checks see more once inlined);
 #   2. build-asan/  the same with clang + ASan/UBSan; runs the unit tests and
 #                   the integration tests (but the slowest fault and volume
 #                   ones) against the sanitized daemon, on a broker of its own;
@@ -69,15 +72,20 @@ fi
 step "Building build/ (RelWithDebInfo)"
 CONTAINER=OFF
 [ "${DB_CONTAINER_TESTS:-}" = 1 ] && CONTAINER=ON
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDB_CONTAINER_TESTS=$CONTAINER
+# -Werror here, in the project's own run only (the default is off, for users).
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDB_WERROR=ON -DDB_CONTAINER_TESTS=$CONTAINER
 cmake --build build -j "$JOBS"
+
+step "Building build-release/ (Release, -O3: what users and packagers build; compile only)"
+cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DDB_WERROR=ON -DDB_INTEGRATION=OFF
+cmake --build build-release -j "$JOBS" --target delay-bridge
 
 failed=()
 if [ "${DB_SKIP_ASAN:-}" != 1 ]; then
     step "Building build-asan/ (clang, ASan + UBSan)"
     # -O1: what the sanitizers' authors recommend (usable speed, exact reports).
     CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" \
-        -DDB_SANITIZE=ON -DDB_INTEGRATION=ON -DDB_TEST_BROKER_PORT=5683 -DDB_TEST_BROKER_DIST_PORT=25683
+        -DDB_WERROR=ON -DDB_SANITIZE=ON -DDB_INTEGRATION=ON -DDB_TEST_BROKER_PORT=5683 -DDB_TEST_BROKER_DIST_PORT=25683
     cmake --build build-asan -j "$JOBS"
 
     step "Unit tests under ASan/UBSan (build-asan/)"
@@ -97,7 +105,7 @@ fi
 
 if [ "${DB_SKIP_FUZZ:-}" != 1 ]; then
     step "Fuzzers, briefly (build-fuzz/: clang + libFuzzer; tests/fuzz/run.sh for the long run)"
-    CC=clang cmake -S . -B build-fuzz -DDB_FUZZ=ON -DDB_INTEGRATION=OFF -DDB_FUZZ_SECONDS=15
+    CC=clang cmake -S . -B build-fuzz -DDB_WERROR=ON -DDB_FUZZ=ON -DDB_INTEGRATION=OFF -DDB_FUZZ_SECONDS=15
     cmake --build build-fuzz -j "$JOBS" --target fuzz_walrec fuzz_props_roundtrip fuzz_config \
         fuzz_xdelay fuzz_uri fuzz_replrec
     ctest --test-dir build-fuzz -L fuzz --output-on-failure || failed+=("fuzzers")

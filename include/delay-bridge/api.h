@@ -33,6 +33,10 @@
  *                  route's ingress exchange (x-delay = what remains of its
  *                  delay), then exit 0: 202 {"draining": true, "held": N};
  *                  /readyz says "draining", /stats "drain" the progress
+ *   GET    /due    how many held messages fall due in each minute of the next
+ *                  hour, hour of the next day, day of the next year (from
+ *                  the wheel's counters: no WAL read; ui.h)
+ *   GET    /ui     the status page (ui.h): one self-contained HTML page
  * Anything else: 404; a known path with another method: 405 with Allow.
  * HEAD is answered like GET (the transport drops the body).
  */
@@ -80,6 +84,8 @@ struct api_ops {
     int (*purge)(void *arg, const char *route, const char *due_before, struct json_object *out);
     int (*drain)(void *arg, struct json_object *out);
     void *arg;
+    /* GET /due: what falls due ahead (ui.h's ui_due_json); NULL: 404. */
+    int (*due)(void *arg, struct json_object *out);
 };
 
 /* Answer req into *resp (initialised here). Never fails: errors are HTTP statuses. */

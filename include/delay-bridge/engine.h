@@ -182,6 +182,10 @@ void eng_flush(struct engine *e);
 /* Earliest time the wheel may have something to do (ms), UINT64_MAX if nothing waits. */
 uint64_t eng_next_event(const struct engine *e);
 
+/* What falls due ahead of now (ms), from the wheel's counters (wheel_due_view). */
+struct duecount_view;
+void eng_due_view(const struct engine *e, uint64_t now, struct duecount_view *out);
+
 /* WAITING -> DUE for everything due at or before now. Returns how many. */
 size_t eng_advance(struct engine *e, uint64_t now);
 

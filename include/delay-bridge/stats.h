@@ -131,6 +131,7 @@ struct db_wal_stats {
     double repl_import_seconds, repl_standby_seconds;
     uint64_t repl_published_messages, repl_published_bytes;
     uint64_t repl_horizons, repl_horizon_lsn, repl_needed_bytes;
+    uint64_t repl_max_bytes;  /* wal.replicate.max_mb in bytes, 0 = no limit */
     int repl_horizon_running;
     struct db_hist repl_confirm; /* stream confirm latency per commit, seconds */
     uint64_t repl_lease_renewals;

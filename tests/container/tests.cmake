@@ -25,3 +25,14 @@ set_tests_properties(container.images PROPERTIES
   RUN_SERIAL TRUE
   TIMEOUT 900
   ENVIRONMENT "DB_CONTAINER_WORK=${CMAKE_BINARY_DIR}/container")
+
+# The Debian package (deploy/debian/): cpack -G DEB, then installed in a clean
+# Debian 12 container; see test_deb.sh.
+add_test(NAME container.deb
+         COMMAND ${DB_BASH} ${CMAKE_CURRENT_LIST_DIR}/test_deb.sh)
+set_tests_properties(container.deb PROPERTIES
+  LABELS container
+  SKIP_RETURN_CODE 77
+  RUN_SERIAL TRUE
+  TIMEOUT 600
+  ENVIRONMENT "DB_DEB_BUILD=${CMAKE_BINARY_DIR};DB_CONTAINER_WORK=${CMAKE_BINARY_DIR}/container-deb")

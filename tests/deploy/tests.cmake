@@ -37,3 +37,12 @@ else()
            COMMAND ${CMAKE_COMMAND} -E echo "deploy.manifests needs python3 with yaml (apt-get install python3-yaml)")
   set_tests_properties(deploy.manifests PROPERTIES LABELS deploy WILL_FAIL TRUE)
 endif()
+
+# The unit the Debian package installs (deploy/debian/package.cmake writes it).
+if(EXISTS ${CMAKE_BINARY_DIR}/deb/delay-bridge.service)
+  add_test(NAME deploy.systemd_package
+           COMMAND bash ${db_deploy_dir}/test_systemd_package.sh
+                   ${CMAKE_BINARY_DIR}/deb/delay-bridge.service $<TARGET_FILE:delay-bridge>)
+  set_tests_properties(deploy.systemd_package PROPERTIES
+    LABELS deploy SKIP_RETURN_CODE 77 TIMEOUT 120)
+endif()

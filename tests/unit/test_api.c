@@ -17,7 +17,9 @@
 #include <json-c/json.h>
 
 #include "check.h"
+#include "duecount.h"
 #include "metrics.h"
+#include "ui.h"
 
 /* ---- the fake daemon ---- */
 
@@ -386,7 +388,61 @@ static void test_head(void)
     }
 }
 
+/* GET /ui: the page; GET /due: 404 until the daemon offers it, then its JSON. */
+static int fake_due(void *arg, struct json_object *out)
+{
+    struct duecount *d = duecount_new();
+    struct duecount_view v;
+
+    duecount_add(d, NOW + 90000, +1);        /* the minute after next */
+    duecount_add(d, NOW + 2 * 86400000ull, +1); /* the day after tomorrow */
+    duecount_view(d, NOW, &v);
+    ui_due_json(&v, NOW, out);
+    duecount_free(d);
+    return 200;
+}
+
+static void test_ui_and_due(void)
+{
+    struct api_response r;
+    fake_init(&fake);
+    call("GET", "/ui", &r);
+    CHECK(r.status == 200 && !strcmp(r.content_type, UI_CONTENT_TYPE));
+    CHECK(r.body.p && strstr(r.body.p, "<title>delay-bridge</title>") && !strstr(r.body.p, "http"
+                                                                                 "s://"),
+          "the page loads nothing from elsewhere");
+    strbuf_free(&r.body);
+    call("POST", "/ui", &r);
+    CHECK(r.status == 405);
+    strbuf_free(&r.body);
+    call("GET", "/due", &r);
+    CHECK(r.status == 404, "no due op: 404, got %d", r.status);
+    strbuf_free(&r.body);
+
+    ops.due = fake_due;
+    call("GET", "/due", &r);
+    ops.due = NULL;
+    CHECK(r.status == 200 && !strcmp(r.content_type, "application/json"));
+    json_object *o = json_tokener_parse(r.body.p), *m, *c, *dd;
+    CHECK(o != NULL);
+    if (o) {
+        CHECK(json_object_object_get_ex(o, "minutes", &m) && json_object_object_get_ex(m, "counts", &c));
+        CHECK(json_object_array_length(c) == DUECOUNT_MINUTES);
+        uint64_t in_minutes = 0;
+        for (size_t i = 0; i < json_object_array_length(c); i++)
+            in_minutes += (uint64_t)json_object_get_int64(json_object_array_get_idx(c, i));
+        CHECK(in_minutes == 1);
+        CHECK(json_object_object_get_ex(o, "days", &dd) && json_object_object_get_ex(dd, "counts", &c));
+        CHECK(json_object_array_length(c) == DUECOUNT_DAYS);
+        CHECK(json_object_get_int64(json_object_array_get_idx(c, 2)) == 1);
+        CHECK(json_object_object_get_ex(o, "total", &m) && json_object_get_int64(m) == 2);
+        json_object_put(o);
+    }
+    strbuf_free(&r.body);
+}
+
 static const struct check_case cases[] = {
+    { "ui_and_due", test_ui_and_due },
     { "healthz", test_healthz },
     { "readyz", test_readyz },
     { "metrics", test_metrics },

@@ -300,6 +300,14 @@ static void case_token(void)
     get("GET", "/readyz", 0, &r);
     CHECK(r.status == 200 || r.status == 503);
     free(r.body);
+    /* The status page is open too (a static page, no data); /due is not. */
+    get("GET", "/ui", 0, &r);
+    CHECK(r.status == 200 && strstr(r.body, "<title>delay-bridge</title>") != NULL);
+    CHECK(!strncmp(header(&r, "Content-Type", h, sizeof h), "text/html", 9));
+    free(r.body);
+    get("GET", "/due", 0, &r);
+    CHECK(r.status == 401);
+    free(r.body);
 
     static const char *const bad[] = {
         "Authorization: Bearer s3cret-toke\r\n",    /* prefix */
