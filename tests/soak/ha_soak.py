@@ -33,7 +33,7 @@ new owner (README "Delivery guarantees", case 1/2).
   tests/soak/ha_soak.py --minutes 3 --kill-every 50    # the suite's (ctest -L soak)
 
 Environment: DB_BRIDGE_BIN (the daemon), DB_SOAK_PORT (AMQP port of the
-soak's own broker, default 5695; the distribution port is +20000).
+soak's own broker, default 5697; the distribution port is +20000).
 """
 
 import argparse
@@ -263,7 +263,7 @@ def main():
     args = ap.parse_args()
     if args.seed is None:
         args.seed = random.randrange(1 << 30)
-    port = int(os.environ.get("DB_SOAK_PORT", "5695"))
+    port = int(os.environ.get("DB_SOAK_PORT", "5697"))
     bdir = os.path.join(os.environ.get("TMPDIR", "/tmp"), "db-soak-broker-%d" % port)
     uri = "amqp://guest:guest@127.0.0.1:%d/%%2f" % port
     os.environ["DB_TEST_BROKER_URI"] = uri
