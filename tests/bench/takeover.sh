@@ -264,7 +264,7 @@ takeover() {
             --count $((3 * n)) --delay 0 --size 256 --tag 2 >"$dir/churn" 2>"$dir/churn.err" \
             || { cat "$dir/churn.err" >&2; die "load_publish (churn) failed"; }
         deadline=$((SECONDS + 300 + n / 1000))
-        while [ "$(stats "$pa" '.routes[0].published // 0')" -lt $((3 * n)) ]; do
+        while [ "$(stats "$pa" '.routes[0].published // 0' || echo 0)" -lt $((3 * n)) ]; do
             [ "$SECONDS" -lt "$deadline" ] || die "A fired $(stats "$pa" '.routes[0].published') of $((3 * n))"
             sleep 0.2
         done
@@ -304,7 +304,7 @@ takeover() {
         local h0
         h0=$(stats "$pa" .wal.replication.horizons)
         deadline=$((SECONDS + 120 + n / 1000))
-        while [ "$(stats "$pa" .wal.replication.horizons)" -le "$h0" ] ||
+        while [ "$(stats "$pa" .wal.replication.horizons || echo 0)" -le "$h0" ] ||
               [ "$(stats "$pa" .wal.replication.horizon_running)" = true ]; do
             [ "$SECONDS" -lt "$deadline" ] || die "no stream checkpoint after the load"
             sleep 0.2
