@@ -93,13 +93,10 @@ static int add_uri(struct ctx *x, struct config *c, const char *path, const char
 /* A JSON value that must be one URI string. */
 static int add_uri_json(struct ctx *x, struct config *c, const char *path, json_object *v)
 {
-    char got[96];
-    if (json_object_get_type(v) != json_type_string)
-        return cfg_fail(x, path, "expected a string, got %s", cfg_show(v, got, sizeof got));
-    const char *s = json_object_get_string(v);
-    size_t n = (size_t)json_object_get_string_len(v);
-    if (strlen(s) != n)
-        return cfg_fail(x, path, "must not contain a NUL character (\\u0000)");
+    const char *s;
+    size_t n;
+    if (cfg_string(x, path, v, &s, &n) < 0)
+        return -1;
     return add_uri(x, c, path, s, n);
 }
 

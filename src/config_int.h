@@ -45,6 +45,8 @@ const char *cfg_quote(const char *s, size_t n, char *out, size_t outlen);
 
 /* A JSON value as a person would write it, for "got ..." in messages. */
 const char *cfg_show(json_object *v, char *out, size_t outlen);
+/* v as a JSON string without NUL characters: *s (borrowed) and *n. 0, or -1 (reported). */
+int cfg_string(struct ctx *x, const char *path, json_object *v, const char **s, size_t *n);
 
 /* Refuse keys of obj not in allowed (NULL-terminated). */
 int cfg_check_keys(struct ctx *x, json_object *obj, const char *prefix,

@@ -179,6 +179,20 @@ int cfg_get_bool(struct ctx *x, json_object *obj, const char *prefix, const char
 }
 
 
+/* v as a JSON string without NUL characters: *s (borrowed) and *n. 0, or -1 (reported). */
+int cfg_string(struct ctx *x, const char *path, json_object *v, const char **s, size_t *n)
+{
+    char got[96];
+
+    if (json_object_get_type(v) != json_type_string)
+        return cfg_fail(x, path, "expected a string, got %s", cfg_show(v, got, sizeof got));
+    *s = json_object_get_string(v);
+    *n = (size_t)json_object_get_string_len(v);
+    if (strlen(*s) != *n)
+        return cfg_fail(x, path, "must not contain a NUL character (\\u0000)");
+    return 0;
+}
+
 /*
  * String key into buf (at most max bytes). REQUIRED: must be present;
  * NONEMPTY: must not be "". Returns 1 if present, 0 if absent, -1 on error.
@@ -187,19 +201,17 @@ int cfg_get_str(struct ctx *x, json_object *obj, const char *prefix, const char 
                    int flags, char *buf, size_t max)
 {
     json_object *v;
-    char path[320], got[96];
+    const char *s;
+    size_t n;
+    char path[320];
     cfg_join(path, sizeof path, prefix, key);
     if (!json_object_object_get_ex(obj, key, &v)) {
         if (flags & REQUIRED)
             return cfg_fail(x, path, "missing; expected a string");
         return 0;
     }
-    if (json_object_get_type(v) != json_type_string)
-        return cfg_fail(x, path, "expected a string, got %s", cfg_show(v, got, sizeof got));
-    const char *s = json_object_get_string(v);
-    size_t n = (size_t)json_object_get_string_len(v);
-    if (strlen(s) != n)
-        return cfg_fail(x, path, "must not contain a NUL character (\\u0000)");
+    if (cfg_string(x, path, v, &s, &n) < 0)
+        return -1;
     if (n == 0 && (flags & NONEMPTY))
         return cfg_fail(x, path, "must not be empty");
     if (n > max)

@@ -98,7 +98,6 @@ struct wrepl {
     uint64_t renew_at;       /* monotonic ms: the next renewal starts */
     uint64_t renew_deadline; /* the step under way gives up */
     uint64_t renew_tag;      /* last publish on CH_RENEW */
-    uint64_t renewals;       /* completed: a fresh token is held */
     uint64_t hint_lsn, hint_ms;     /* under mu: newest confirmed horizon, wall ms of its roll */
     uint64_t grant_lsn, grant_ms;   /* the hint the token we were granted carried (0: none) */
     int no_hint;                    /* a read from the hint was not whole: read from the start */

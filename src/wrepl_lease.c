@@ -45,6 +45,16 @@ void wrepl_buf_reserve(struct buf *b, size_t n)
 
 /* ---- frames ------------------------------------------------------------------------ */
 
+/* A publisher confirm (basic.ack or basic.nack) as an event. */
+static void confirm_event(struct event *ev, int kind, amqp_channel_t ch, uint64_t tag,
+                          int multiple)
+{
+    ev->kind = kind;
+    ev->ch = ch;
+    ev->tag = tag;
+    ev->multiple = multiple;
+}
+
 int wrepl_next_event(struct wrepl *r, int timeout_ms, struct event *ev, char *why, size_t n)
 {
     amqp_connection_state_t st = r->conn.st;
@@ -66,19 +76,13 @@ int wrepl_next_event(struct wrepl *r, int timeout_ms, struct event *ev, char *wh
         switch (f.payload.method.id) {
         case AMQP_BASIC_ACK_METHOD: {
             amqp_basic_ack_t *a = f.payload.method.decoded;
-            ev->kind = EV_ACK;
-            ev->ch = f.channel;
-            ev->tag = a->delivery_tag;
-            ev->multiple = a->multiple;
+            confirm_event(ev, EV_ACK, f.channel, a->delivery_tag, a->multiple);
             amqp_maybe_release_buffers(st);
             return 0;
         }
         case AMQP_BASIC_NACK_METHOD: {
             amqp_basic_nack_t *a = f.payload.method.decoded;
-            ev->kind = EV_NACK;
-            ev->ch = f.channel;
-            ev->tag = a->delivery_tag;
-            ev->multiple = a->multiple;
+            confirm_event(ev, EV_NACK, f.channel, a->delivery_tag, a->multiple);
             amqp_maybe_release_buffers(st);
             return 0;
         }
@@ -489,9 +493,8 @@ int wrepl_renew_event(struct wrepl *r, const struct event *ev, char *why, size_t
         r->have_lease = 1;
         if (r->renew == RENEW_DELIVER) {
             r->renew = RENEW_IDLE;
-            r->renewals++;
             pthread_mutex_lock(&r->mu);
-            r->st.lease_renewals = r->renewals;
+            r->st.lease_renewals++; /* completed: a fresh token is held */
             pthread_mutex_unlock(&r->mu);
             r->renew_at = now_ms() + r->rc->lease_renew_ms;
         }

@@ -1,7 +1,6 @@
-# tests/container/podman_base.sh -- sourced by container tests that need root
-# podman and a debian:bookworm-slim image on a machine with no registry
-# (see /work/shared/CONTAINERS-NOTES.md). The same steps as
-# test_container.sh's sections "Host settings" and "1. Base image".
+# tests/container/podman_base.sh -- sourced by the container tests
+# (test_container.sh, test_deb.sh): root podman and a debian:bookworm-slim
+# image on a machine with no registry (see /work/shared/CONTAINERS-NOTES.md).
 #
 # Needs from the caller: $WORK (logs), $CACHE (the rootfs tarball cache),
 # functions step, info, skip, fail, logged (as in test_container.sh).

@@ -137,72 +137,14 @@ trap 'exit 130' INT TERM
 
 step "Host settings for root podman"
 # crun refuses cgroups in "hybrid mode" while a controller is attached to the
-# v2 hierarchy of a v1 host: attach each one to its own v1 hierarchy instead.
-# (cgroupfs files report size 0: read them, do not test -s.)
-unified_ctls=$(cat /sys/fs/cgroup/unified/cgroup.controllers 2>/dev/null || true)
-if [ -n "$unified_ctls" ] && [ "$(stat -f -c %T /sys/fs/cgroup)" != cgroup2fs ]; then
-    for ctl in $unified_ctls; do
-        mkdir -p "/sys/fs/cgroup/$ctl" 2>/dev/null || true
-        if ! mountpoint -q "/sys/fs/cgroup/$ctl"; then
-            mount -t cgroup -o "$ctl" cgroup "/sys/fs/cgroup/$ctl" \
-                || skip "cannot mount cgroup controller $ctl on v1 (crun: cgroups in hybrid mode not supported)"
-            info "mounted cgroup v1 controller $ctl"
-        fi
-    done
-fi
-# Root podman asks for more open files than the hard limit of some VMs.
-conf=/etc/containers/containers.conf
-hard_n=$(ulimit -Hn)
-hard_u=$(ulimit -Hu)
-if [ "$hard_u" = unlimited ] || [ "$hard_u" -gt 32768 ]; then hard_u=32768; fi
-if [ "$hard_n" != unlimited ] && ! grep -qs '^[[:space:]]*default_ulimits' "$conf"; then
-    line="default_ulimits = [\"nofile=$hard_n:$hard_n\", \"nproc=$hard_u:$hard_u\"]"
-    mkdir -p "$(dirname "$conf")"
-    if grep -qs '^\[containers\]' "$conf"; then
-        sed -i "/^\[containers\]/a $line" "$conf"
-    else
-        printf '[containers]\n%s\n' "$line" >>"$conf"
-    fi
-    info "$conf: $line"
-fi
+# v2 hierarchy of a v1 host, and podman needs default ulimits it may raise:
+# both, and the base image, are tests/container/podman_base.sh's (test_deb.sh
+# uses the same steps).
+. tests/container/podman_base.sh
+db_podman_host_settings
 
 # 1. Base image ------------------------------------------------------------------
-if podman image exists "$BASE_IMAGE"; then
-    step "Base image $BASE_IMAGE: present"
-else
-    tarball=$CACHE/debian-bookworm-minbase.tar
-    if [ ! -s "$tarball" ]; then
-        command -v debootstrap >/dev/null || skip "no $BASE_IMAGE and no debootstrap to make it (apt-get install debootstrap)"
-        sources=/etc/apt/sources.list.d/debian.sources
-        if [ -f "$sources" ]; then
-            mirror=$(awk '$1 == "URIs:" { print $2; exit }' "$sources")
-        else
-            sources=/etc/apt/sources.list
-            mirror=$(awk '$1 == "deb" && $2 !~ /^\[/ { print $2; exit }' "$sources" 2>/dev/null || true)
-        fi
-        [ -n "$mirror" ] || fail "no Debian mirror found in $sources"
-        step "Base image: debootstrap bookworm from $mirror (cached in $tarball)"
-        mkdir -p "$CACHE"
-        rootfs=$(mktemp -d "$CACHE/rootfs.XXXXXX")
-        logged debootstrap.log debootstrap --variant=minbase bookworm "$rootfs" "$mirror"
-        # apt inside containers uses the host's sources, like the official image.
-        rm -f "$rootfs/etc/apt/sources.list"
-        cp "$sources" "$rootfs/etc/apt/sources.list.d/"
-        rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
-        tar --numeric-owner -C "$rootfs" -cf "$tarball.tmp" .
-        mv "$tarball.tmp" "$tarball"
-        rm -rf "$rootfs"
-    else
-        step "Base image: importing $tarball"
-    fi
-    logged import.log podman import --change 'CMD ["bash"]' "$tarball" localhost/debian:bookworm-slim
-    podman tag localhost/debian:bookworm-slim "$BASE_IMAGE"
-fi
-
-if ! podman run --rm --network none "$BASE_IMAGE" true >"$WORK/run-check.log" 2>&1; then
-    sed 's/^/    | /' "$WORK/run-check.log" | tail -n 5
-    skip "podman cannot run a container on this machine (output above; see $WORK/run-check.log)"
-fi
+db_podman_base_image "$BASE_IMAGE"
 
 # 2. Images ------------------------------------------------------------------------
 build() { # build LOGNAME IMAGE ARGS...: docker format keeps HEALTHCHECK and STOPSIGNAL
