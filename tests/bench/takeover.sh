@@ -238,7 +238,7 @@ takeover() {
     mkdir -p "$dir/a-wal" "$dir/b-wal"
     pa=$(free_port) pb=$(free_port)
     REPL_EXTRA=""
-    [ "$variant" = churn ] && REPL_EXTRA=', "checkpoint_interval_s": 5, "lease_renew_ms": 1000'
+    [ "$variant" = churn ] && REPL_EXTRA=", \"checkpoint_interval_s\": ${CHURN_CHECKPOINT_S:-5}, \"lease_renew_ms\": 1000"
     config "$dir/a.json" a "$dir/a-wal" "$pa" "$URIS_A" "$stream" "$ingress"
     config "$dir/b.json" b "$dir/b-wal" "$pb" "$URIS_B" "$stream" "$ingress"
     if [ "$variant" = restart ] || [ "$variant" = clean ]; then
