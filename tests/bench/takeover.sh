@@ -26,7 +26,9 @@
 #               the stream), then completes a stream checkpoint (horizon) and
 #               names it in its lease token: B, on an empty disk, reads the
 #               stream from the horizon, so its import follows the live data,
-#               not the stream's length.
+#               not the stream's length. CHURN_CHECKPOINT_S sets its stream
+#               checkpoint interval (default 5 s; each copies every live
+#               record forward: at 1M held give it 30).
 #   --keep      keep the work directory (configs, logs, WALs) and the broker's
 #               state (its streams)
 #
