@@ -4,6 +4,7 @@
 #
 #   . deploy/packages.sh
 #   db_packages build test           # print the packages of these groups
+#   db_apt_packages build test       # the same, less what apt must not install here
 #   db_install_missing build test    # apt-get install those not installed yet
 #
 # Groups:
@@ -35,12 +36,23 @@ db_packages() {
     done | awk '!seen[$0]++'
 }
 
-db_install_missing() {
-    local missing=() p sudo=() list
+# db_apt_packages: db_packages, less Debian's npm when an npm is already on
+# the PATH. A nodejs from NodeSource bundles its own npm and declares
+# "Conflicts: npm", so asking apt for npm there fails the whole install
+# ("held broken packages"), even though npm is present.
+db_apt_packages() {
+    local list p
     list=$(db_packages "$@") || return 2
     for p in $list; do
-        # an npm that came with another nodejs build (NodeSource bundles it) conflicts with Debian's
         [ "$p" = npm ] && command -v npm >/dev/null && continue
+        printf '%s\n' "$p"
+    done
+}
+
+db_install_missing() {
+    local missing=() p sudo=() list
+    list=$(db_apt_packages "$@") || return 2
+    for p in $list; do
         dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
     done
     [ ${#missing[@]} -eq 0 ] && return 0
