@@ -62,7 +62,7 @@
 #include <unistd.h>
 
 #include "delay-bridge/walrec.h"
-#include "delay-bridge/xalloc.h"
+#include "xalloc.h"
 
 #define LIST_RETRIES 20
 #define MAX_ROUTES 65535

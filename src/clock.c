@@ -3,7 +3,7 @@
  * source of random numbers.
  */
 #define _GNU_SOURCE
-#include "delay-bridge/clock.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <stdio.h>

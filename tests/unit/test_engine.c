@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "delay-bridge/engine.h"
-#include "delay-bridge/log.h"
+#include "log.h"
 #include "delay-bridge/wal.h"
 #include "delay-bridge/wlog.h"
 #include "check.h"
