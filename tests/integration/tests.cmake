@@ -1,19 +1,31 @@
 # Integration tests against a real RabbitMQ (included from tests/CMakeLists.txt).
 #
-# One ctest test per tests/integration/test_*.py (label "integration"), all
-# sharing one throwaway broker that a fixture starts with rabbitmq.sh under
-# ${CMAKE_BINARY_DIR}/rabbitmq on 127.0.0.1:${DB_TEST_BROKER_PORT} and stops
-# at the end. Most run alone (RUN_SERIAL): some restart the broker or change
-# it for everyone (alarm, broker_restart), start brokers or clusters of their
-# own (tls, cluster, scale_out, replicate_cluster), or measure under load and
-# kill at chosen moments (crash, kill_loop, failpoints, stalled_broker, ...).
-# The ones in db_it_parallel below may run beside each other under
-# "ctest -j" (tests/run.sh passes it): each names its exchanges and
-# queues with a random suffix (harness.py: dbt.<test>.<6 random chars>),
-# keeps its files in its own temporary directory, takes its HTTP ports from
-# the kernel, touches no broker-wide setting (secrets adds and deletes a
-# user of a random name, bad_messages a policy on its own queue), and
-# asserts no timing tighter than seconds.
+# One ctest test per tests/integration/test_*.py (label "integration").
+# They are mostly waiting (for due times, restarts, takeovers): on 2 cores
+# the machine sits 70-90 % idle under one test at a time, so they run side
+# by side under "ctest -j" (tests/run.sh passes -j 4), in three lanes:
+#
+#   shared   most tests share one throwaway broker that a fixture starts
+#            with rabbitmq.sh under ${CMAKE_BINARY_DIR}/rabbitmq on
+#            127.0.0.1:${DB_TEST_BROKER_PORT} and stops at the end. Each names
+#            its exchanges and queues with a random suffix (harness.py:
+#            dbt.<test>.<6 random chars>), keeps its files in its own
+#            temporary directory, takes its HTTP ports from the kernel, and
+#            touches no broker-wide setting (secrets adds and deletes a user
+#            of a random name, bad_messages a policy on its own queue).
+#   owned    the tests that stop, restart or alarm their broker (alarm,
+#            broker_restart, http) get a second node of their own
+#            (${CMAKE_BINARY_DIR}/rabbitmq-owned, port DB_TEST_BROKER_PORT+1),
+#            one at a time (RESOURCE_LOCK broker_owned): they can no longer
+#            pull the broker from under the others.
+#   cluster  the three-node cluster (tests/integration/cluster/, ports
+#            DB_TEST_CLUSTER_PORT..+2) is formed by one test at a time
+#            (RESOURCE_LOCK cluster): cluster, scale_out, replicate_cluster.
+#
+# tls starts a TLS node of its own on free ports. Tests whose figures need a
+# quiet machine never run beside a heavy one (db_it_sensitive below, and
+# DB_HEAVY_LOCKS in tests/CMakeLists.txt). COST puts the long tests first,
+# so the short ones fill the gaps around them.
 #
 # To use a broker of your own instead, set DB_TEST_BROKER_URI in the
 # environment when configuring (cmake -S . -B build): the fixture then
@@ -74,31 +86,93 @@ else()
            COMMAND bash ${db_it_dir}/rabbitmq.sh stop ${db_broker_dir})
 endif()
 set_tests_properties(integration.broker.start PROPERTIES
-  FIXTURES_SETUP rabbitmq LABELS integration RUN_SERIAL TRUE TIMEOUT 180)
+  FIXTURES_SETUP rabbitmq LABELS integration TIMEOUT 180)
 set_tests_properties(integration.broker.stop PROPERTIES
-  FIXTURES_CLEANUP rabbitmq LABELS integration RUN_SERIAL TRUE TIMEOUT 120)
+  FIXTURES_CLEANUP rabbitmq LABELS integration TIMEOUT 120)
 
-set(db_it_parallel bad_config config harness cli_publish cli_wal wal_lock wal_corruption
-    immediate properties routes target_missing unroutable xdelay_types
-    bad_messages secrets)
-# Not among them: browse_purge (it bounds lateness to 3 s, which a busy machine
-# breaks) and http (it stops and starts the broker: properties, beside it, found
-# the node gone twice).
+# The owned lane: a second broker for the tests that stop, restart or alarm it.
+math(EXPR db_owned_port "${DB_TEST_BROKER_PORT} + 1")
+math(EXPR db_owned_dist_port "${DB_TEST_BROKER_DIST_PORT} + 1")
+set(db_it_owned alarm broker_restart http)
+if(db_broker_dir)
+  set(db_owned_uri "amqp://guest:guest@127.0.0.1:${db_owned_port}/%2f")
+  set(db_owned_dir "${CMAKE_BINARY_DIR}/rabbitmq-owned")
+  add_test(NAME integration.broker_owned.start
+           COMMAND bash -c "set -e; bash \"$0\" stop \"$1\"; rm -rf \"$1/mnesia\"; bash \"$0\" start \"$1\" \"$2\" \"$3\""
+                   ${db_it_dir}/rabbitmq.sh ${db_owned_dir} ${db_owned_port} ${db_owned_dist_port})
+  add_test(NAME integration.broker_owned.stop
+           COMMAND bash ${db_it_dir}/rabbitmq.sh stop ${db_owned_dir})
+  set_tests_properties(integration.broker_owned.start PROPERTIES
+    FIXTURES_SETUP rabbitmq_owned LABELS integration RESOURCE_LOCK broker_owned TIMEOUT 180)
+  set_tests_properties(integration.broker_owned.stop PROPERTIES
+    FIXTURES_CLEANUP rabbitmq_owned LABELS integration RESOURCE_LOCK broker_owned TIMEOUT 120)
+else()
+  # Your own broker (DB_TEST_BROKER_URI): these tests skip, as they need to restart it.
+  set(db_owned_uri "${db_broker_uri}")
+  set(db_owned_dir "")
+  add_test(NAME integration.broker_owned.start COMMAND ${CMAKE_COMMAND} -E true)
+  add_test(NAME integration.broker_owned.stop COMMAND ${CMAKE_COMMAND} -E true)
+  set_tests_properties(integration.broker_owned.start PROPERTIES FIXTURES_SETUP rabbitmq_owned LABELS integration)
+  set_tests_properties(integration.broker_owned.stop PROPERTIES FIXTURES_CLEANUP rabbitmq_owned LABELS integration)
+endif()
+
+set(db_it_cluster cluster scale_out replicate_cluster)
+
+# Heavy: 10^5-message volumes, 50 kill -9 in a row, every failpoint in turn
+# (lock "heavy", one at a time). Sensitive: browse_purge bounds lateness to
+# 3 s and stalled_broker wants /healthz answered within 1 s, which the heavy
+# ones can break on 2 cores: they take every heavy lock (DB_HEAVY_LOCKS,
+# tests/CMakeLists.txt) and so never run beside one.
+set(db_it_heavy failpoints kill_loop recovery_progress)
+set(db_it_sensitive browse_purge stalled_broker)
+
+# Seconds each took alone on 2 cores: ctest starts the long ones first.
+set(db_it_cost_failpoints 90)
+set(db_it_cost_replicate_cluster 70)
+set(db_it_cost_cluster 65)
+set(db_it_cost_drain 60)
+set(db_it_cost_scale_out 45)
+set(db_it_cost_browse_purge 30)
+set(db_it_cost_recovery_progress 25)
+set(db_it_cost_replicate_enable 25)
+set(db_it_cost_keys 20)
+set(db_it_cost_kill_loop 20)
 
 foreach(script ${db_it_tests})
   get_filename_component(name ${script} NAME_WE)
   string(REGEX REPLACE "^test_" "" name ${name})
   add_test(NAME integration.${name} COMMAND ${DB_PYTHON3} -u ${script})
-  if(name IN_LIST db_it_parallel)
-    set(db_serial FALSE)
-  else()
-    set(db_serial TRUE)
+  set(db_fixture rabbitmq)
+  set(db_uri ${db_broker_uri})
+  set(db_dir ${db_broker_dir})
+  set(db_locks "")
+  if(name IN_LIST db_it_owned)
+    set(db_fixture rabbitmq_owned)
+    set(db_uri ${db_owned_uri})
+    set(db_dir ${db_owned_dir})
+    list(APPEND db_locks broker_owned)
+  endif()
+  if(name IN_LIST db_it_cluster)
+    list(APPEND db_locks cluster)
+  endif()
+  if(name IN_LIST db_it_heavy)
+    list(APPEND db_locks heavy)
+  endif()
+  if(name IN_LIST db_it_sensitive)
+    list(APPEND db_locks sensitive ${DB_HEAVY_LOCKS})
+  endif()
+  set(db_cost 5)
+  if(DEFINED db_it_cost_${name})
+    set(db_cost ${db_it_cost_${name}})
   endif()
   set_tests_properties(integration.${name} PROPERTIES
-    FIXTURES_REQUIRED rabbitmq
-    RUN_SERIAL ${db_serial}
+    FIXTURES_REQUIRED "${db_fixture}"
     LABELS integration
     SKIP_RETURN_CODE 77
     TIMEOUT 300
-    ENVIRONMENT "DB_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;DB_BRIDGE_FP_BIN=$<TARGET_FILE:delay-bridge-fp>;DB_WAL_FILL_BIN=$<TARGET_FILE:wal_fill>;DB_TEST_BROKER_URI=${db_broker_uri};DB_TEST_BROKER_DIR=${db_broker_dir};PYTHONDONTWRITEBYTECODE=1")
+    COST ${db_cost}
+    ENVIRONMENT "DB_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;DB_BRIDGE_FP_BIN=$<TARGET_FILE:delay-bridge-fp>;DB_WAL_FILL_BIN=$<TARGET_FILE:wal_fill>;DB_TEST_BROKER_URI=${db_uri};DB_TEST_BROKER_DIR=${db_dir};PYTHONDONTWRITEBYTECODE=1")
+  if(db_locks)
+    set_tests_properties(integration.${name} PROPERTIES RESOURCE_LOCK "${db_locks}")
+  endif()
 endforeach()
