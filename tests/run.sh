@@ -8,19 +8,21 @@
 #   build-fuzz/     clang + libFuzzer: the fuzz harnesses;
 # and runs four stages side by side (the tests mostly wait: for due times,
 # restarts, takeovers), each line prefixed with its stage's name:
-#   [build]   the whole ctest suite in build/, -j 4: unit tests, the purity
-#             check, deploy/ checks (systemd unit, Kubernetes manifests,
-#             example configs, monitoring rules), the integration tests
-#             against throwaway RabbitMQ nodes on 127.0.0.1:5681-5682 (see
+#   [build]   the whole ctest suite in build/, -j 4, one scheduler for
+#             every test (tests/CMakeLists.txt says how they share the
+#             machine): unit tests, the purity check, deploy/ checks
+#             (systemd unit, Kubernetes manifests, example configs,
+#             monitoring rules), the integration tests against throwaway
+#             RabbitMQ nodes on 127.0.0.1:5681-5682 -- most of them against
+#             build-asan/'s daemon (ASan + UBSan), the volume, fault and
+#             multi-node ones against build/'s, each test once (see
 #             tests/integration/tests.cmake; DB_TEST_BROKER_URI uses your
-#             own broker), the client matrix (tests/clients), the 3-minute
+#             own broker) --, the client matrix (tests/clients), the 3-minute
 #             HA soak (tests/soak, its own node on :5697), the benchmark's
 #             smoke run (:5695), and with DB_CONTAINER_TESTS=1 the container
 #             tests (root podman; they change host settings, so they are off
 #             unless asked for -- .ci/run asks);
-#   [asan]    the unit tests, then the integration tests but the slowest
-#             fault, volume and multi-node ones, against the sanitized
-#             daemon on a broker of its own (:5683-5684);
+#   [asan]    the unit tests under ASan + UBSan;
 #   [fuzz]    every fuzzer for 15 s (tests/fuzz/run.sh for the long run);
 #   [release] the Release build (-O3) users and packagers make, compiled
 #             only (its warnings are not those of -O2).
@@ -56,7 +58,7 @@ QUICK_TESTS="integration\.(crash|keys|replicate|cli_wal)$"
 if [ "${1:-}" = "--quick" ]; then
     start=$(date +%s)
     step "Building build/ (RelWithDebInfo)"
-    cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDB_WERROR=ON >/dev/null
+    cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDB_WERROR=ON -DDB_IT_SANITIZED_DIR= >/dev/null
     cmake --build build -j "$JOBS"
     step "Unit tests and the purity check (in parallel)"
     rc=0
@@ -80,18 +82,22 @@ fi
 
 CONTAINER=OFF
 [ "${DB_CONTAINER_TESTS:-}" = 1 ] && CONTAINER=ON
-ASAN_EXCLUDE="kill_loop|failpoints|tls|recovery_progress|browse_purge|cluster|scale_out|drain|stalled_broker|replicate_enable|replicate_crash|clients\.|integration\.ui$"
+SANITIZED=$ROOT/build-asan
+[ "${DB_SKIP_ASAN:-}" = 1 ] && SANITIZED=
 
 step "Building build/ (RelWithDebInfo)"
 # -Werror here, in the project's own run only (the default is off, for users).
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDB_WERROR=ON -DDB_CONTAINER_TESTS=$CONTAINER
+# The integration tests but the heavy ones run build-asan/'s daemon (see
+# DB_IT_SANITIZED_DIR in tests/integration/tests.cmake): each test runs once.
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDB_WERROR=ON -DDB_CONTAINER_TESTS=$CONTAINER \
+    -DDB_IT_SANITIZED_DIR="$SANITIZED"
 cmake --build build -j "$JOBS"
 
 if [ "${DB_SKIP_ASAN:-}" != 1 ]; then
     step "Building build-asan/ (clang, ASan + UBSan)"
     # -O1: what the sanitizers' authors recommend (usable speed, exact reports).
     CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" \
-        -DDB_WERROR=ON -DDB_SANITIZE=ON -DDB_INTEGRATION=ON -DDB_TEST_BROKER_PORT=5683 -DDB_TEST_BROKER_DIST_PORT=25683
+        -DDB_WERROR=ON -DDB_SANITIZE=ON -DDB_INTEGRATION=OFF
     cmake --build build-asan -j "$JOBS"
 fi
 if [ "${DB_SKIP_FUZZ:-}" != 1 ]; then
@@ -123,32 +129,24 @@ lane_release() {
     nice cmake --build build-release -j "$JOBS" --target delay-bridge
 }
 lane_asan() {
-    local rc=0
+    # The unit tests under the sanitizers (the integration tests that run
+    # the sanitized daemon are in [build]: one scheduler for every broker test).
     ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:strict_string_checks=1} \
     UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-        ctest --test-dir build-asan -L unit -j "$JOBS" --output-on-failure || rc=1
-    # The slowest fault, volume and multi-node tests run once, in build/ (the
-    # code paths they reach are covered here by the shorter ones); so do the
-    # client matrix (other people's programs: the header rules they reach are
-    # unit-tested and fuzzed under the sanitizers) and the status page in a
-    # browser.
-    ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
-    UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-        ctest --test-dir build-asan -L integration -j 3 --output-on-failure -E "$ASAN_EXCLUDE" || rc=1
-    return $rc
+        nice ctest --test-dir build-asan -L unit -j "$JOBS" --output-on-failure
 }
 lane_fuzz() {
     # CPU-bound, one core: beside the waiting integration tests.
     nice ctest --test-dir build-fuzz -L fuzz --output-on-failure
 }
 lane_build() {
-    # Unit, purity, deploy, integration, clients, soak, bench smoke and
-    # (with DB_CONTAINER_TESTS=1) container tests, -j 4 with the locks of
-    # tests/CMakeLists.txt.
+    # Unit, purity, deploy, integration (most of them against the sanitized
+    # daemon), clients, soak, bench smoke and (with DB_CONTAINER_TESTS=1)
+    # container tests, -j 4 with the locks of tests/CMakeLists.txt.
     ctest --test-dir build -j "${DB_TEST_JOBS:-4}" --output-on-failure
 }
 
-step "Tests: build/ (all), build-asan/ (unit + integration under ASan/UBSan), build-fuzz/ (fuzzers), build-release/ (compile) side by side"
+step "Tests side by side: [build] build/'s ctest, [asan] unit tests under ASan/UBSan, [fuzz] fuzzers, [release] the -O3 build"
 lane build lane_build
 [ "${DB_SKIP_ASAN:-}" != 1 ] && lane asan lane_asan
 [ "${DB_SKIP_FUZZ:-}" != 1 ] && lane fuzz lane_fuzz

@@ -118,13 +118,27 @@ endif()
 
 set(db_it_cluster cluster scale_out replicate_cluster)
 
+# The sanitized daemon. With -DDB_IT_SANITIZED_DIR=<a build configured with
+# -DDB_SANITIZE=ON> (tests/run.sh passes build-asan), every integration test
+# but the heavy ones below runs that build's daemon (ASan + UBSan, leaks
+# checked at exit), once: the suite runs each test one time, the broad
+# functional set under the sanitizers, the volume, fault, multi-node and
+# browser tests (and the client matrix, the soak, the benchmark smoke and
+# the containers) against this build's optimized daemon. Empty (the
+# default): all run this build's daemon.
+set(DB_IT_SANITIZED_DIR "" CACHE PATH
+    "Build dir with -DDB_SANITIZE=ON whose daemon most integration tests run (tests/run.sh: build-asan)")
+set(db_it_plain_only kill_loop failpoints tls recovery_progress browse_purge cluster scale_out
+    drain stalled_broker replicate_enable replicate_crash ui)
+
 # Heavy: 10^5-message volumes, 50 kill -9 in a row, every failpoint in turn
 # (lock "heavy", one at a time). Sensitive: browse_purge bounds lateness to
-# 3 s and stalled_broker wants /healthz answered within 1 s, which the heavy
-# ones can break on 2 cores: they take every heavy lock (DB_HEAVY_LOCKS,
-# tests/CMakeLists.txt) and so never run beside one.
+# 3 s, stalled_broker wants /healthz answered within 1 s, alarm and
+# broker_restart hold their messages only while a burst is being published:
+# on 2 cores the heavy ones can break those figures, so they take every
+# heavy lock (DB_HEAVY_LOCKS, tests/CMakeLists.txt) and never run beside one.
 set(db_it_heavy failpoints kill_loop recovery_progress)
-set(db_it_sensitive browse_purge stalled_broker)
+set(db_it_sensitive browse_purge stalled_broker alarm broker_restart)
 
 # Seconds each took alone on 2 cores: ctest starts the long ones first.
 set(db_it_cost_failpoints 90)
@@ -161,17 +175,23 @@ foreach(script ${db_it_tests})
   if(name IN_LIST db_it_sensitive)
     list(APPEND db_locks sensitive ${DB_HEAVY_LOCKS})
   endif()
+  set(db_bins "DB_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;DB_BRIDGE_FP_BIN=$<TARGET_FILE:delay-bridge-fp>;DB_WAL_FILL_BIN=$<TARGET_FILE:wal_fill>")
+  set(db_labels integration)
+  if(DB_IT_SANITIZED_DIR AND NOT name IN_LIST db_it_plain_only)
+    set(db_bins "DB_BRIDGE_BIN=${DB_IT_SANITIZED_DIR}/delay-bridge;DB_BRIDGE_FP_BIN=${DB_IT_SANITIZED_DIR}/delay-bridge-fp;DB_WAL_FILL_BIN=${DB_IT_SANITIZED_DIR}/tests/wal_fill;ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+    set(db_labels "integration;sanitized")
+  endif()
   set(db_cost 5)
   if(DEFINED db_it_cost_${name})
     set(db_cost ${db_it_cost_${name}})
   endif()
   set_tests_properties(integration.${name} PROPERTIES
     FIXTURES_REQUIRED "${db_fixture}"
-    LABELS integration
+    LABELS "${db_labels}"
     SKIP_RETURN_CODE 77
     TIMEOUT 300
     COST ${db_cost}
-    ENVIRONMENT "DB_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;DB_BRIDGE_FP_BIN=$<TARGET_FILE:delay-bridge-fp>;DB_WAL_FILL_BIN=$<TARGET_FILE:wal_fill>;DB_TEST_BROKER_URI=${db_uri};DB_TEST_BROKER_DIR=${db_dir};PYTHONDONTWRITEBYTECODE=1")
+    ENVIRONMENT "${db_bins};DB_TEST_BROKER_URI=${db_uri};DB_TEST_BROKER_DIR=${db_dir};PYTHONDONTWRITEBYTECODE=1")
   if(db_locks)
     set_tests_properties(integration.${name} PROPERTIES RESOURCE_LOCK "${db_locks}")
   endif()
