@@ -137,7 +137,7 @@ set(db_it_plain_only kill_loop failpoints tls recovery_progress browse_purge clu
 # broker_restart hold their messages only while a burst is being published:
 # on 2 cores the heavy ones can break those figures, so they take every
 # heavy lock (DB_HEAVY_LOCKS, tests/CMakeLists.txt) and never run beside one.
-set(db_it_heavy failpoints kill_loop recovery_progress)
+set(db_it_heavy failpoints kill_loop recovery_progress drain)
 set(db_it_sensitive browse_purge stalled_broker alarm broker_restart)
 
 # Seconds each took alone on 2 cores: ctest starts the long ones first.
