@@ -46,11 +46,8 @@ def test(ctx):
         sent[mid] = (p.publish(route["ingress_exchange"], "rk", mid.encode(), headers=hdrs,
                                message_id=mid, delivery_mode=2), ms)
     h.log("published %d in %.1f s" % (N, time.monotonic() - t0))
-    deadline = time.monotonic() + 30
-    while held(pa) + held(pb) < N:
-        check(time.monotonic() < deadline, "the bridges hold %d + %d of %d" % (
-            held(pa), held(pb), N))
-        time.sleep(0.2)
+    h.wait_progress(lambda: held(pa) + held(pb), N, 20,
+                    lambda n: "the bridges hold %d + %d of %d" % (held(pa), held(pb), N))
     ha, hb = held(pa), held(pb)
     h.log("before the drain: A holds %d, B holds %d" % (ha, hb))
     check(ha > N // 10 and hb > N // 10, "the two bridges did not share the queue: %d / %d" % (
