@@ -44,11 +44,9 @@ def repl(port):
         return {"state": None}
 
 
-def wait_held(port, n, who, timeout=30):
-    deadline = time.monotonic() + timeout
-    while h.stats(port)["held"] < n:
-        check(time.monotonic() < deadline, "%s holds %d of %d" % (who, h.stats(port)["held"], n))
-        time.sleep(0.1)
+def wait_held(port, n, who, stall_s=30):
+    h.wait_progress(lambda: h.stats(port)["held"], n, stall_s,
+                    lambda k: "%s holds %d of %d" % (who, k, n))
 
 
 def publish(p, route, sent, replaced, first, n, tag):

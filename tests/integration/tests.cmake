@@ -137,11 +137,12 @@ set(db_it_plain_only kill_loop failpoints tls recovery_progress browse_purge clu
 # Heavy: 10^5-message volumes, 50 kill -9 in a row, every failpoint in turn
 # (lock "heavy", one at a time). Sensitive: browse_purge bounds lateness to
 # 3 s, stalled_broker wants /healthz answered within 1 s, alarm and
-# broker_restart hold their messages only while a burst is being published:
+# broker_restart hold their messages only while a burst is being published,
+# keys reads /pending through two restarts before a 5 s message falls due:
 # on 2 cores the heavy ones can break those figures, so they take every
 # heavy lock (DB_HEAVY_LOCKS, tests/CMakeLists.txt) and never run beside one.
 set(db_it_heavy failpoints kill_loop recovery_progress drain)
-set(db_it_sensitive browse_purge stalled_broker alarm broker_restart)
+set(db_it_sensitive browse_purge stalled_broker alarm broker_restart keys)
 
 # Seconds each took alone on 2 cores: ctest starts the long ones first.
 set(db_it_cost_failpoints 90)
