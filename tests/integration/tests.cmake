@@ -67,6 +67,15 @@ if(db_integration_problem)
   return()
 endif()
 
+# integration.NAME.start and .stop: a throwaway node in DIR, fresh each run
+# (stop whatever a previous run left, wipe its state, start).
+function(db_broker_node name dir port dist_port)
+  add_test(NAME integration.${name}.start
+           COMMAND bash -c "set -e; bash \"$0\" stop \"$1\"; rm -rf \"$1/mnesia\"; bash \"$0\" start \"$1\" \"$2\" \"$3\""
+                   ${db_it_dir}/rabbitmq.sh ${dir} ${port} ${dist_port})
+  add_test(NAME integration.${name}.stop COMMAND bash ${db_it_dir}/rabbitmq.sh stop ${dir})
+endfunction()
+
 if(DEFINED ENV{DB_TEST_BROKER_URI} AND NOT "$ENV{DB_TEST_BROKER_URI}" STREQUAL "")
   set(db_broker_uri "$ENV{DB_TEST_BROKER_URI}")
   set(db_broker_dir "")
@@ -78,12 +87,7 @@ if(DEFINED ENV{DB_TEST_BROKER_URI} AND NOT "$ENV{DB_TEST_BROKER_URI}" STREQUAL "
 else()
   set(db_broker_uri "amqp://guest:guest@127.0.0.1:${DB_TEST_BROKER_PORT}/%2f")
   set(db_broker_dir "${CMAKE_BINARY_DIR}/rabbitmq")
-  # A fresh node each run: stop whatever a previous run left, wipe its state.
-  add_test(NAME integration.broker.start
-           COMMAND bash -c "set -e; bash \"$0\" stop \"$1\"; rm -rf \"$1/mnesia\"; bash \"$0\" start \"$1\" \"$2\" \"$3\""
-                   ${db_it_dir}/rabbitmq.sh ${db_broker_dir} ${DB_TEST_BROKER_PORT} ${DB_TEST_BROKER_DIST_PORT})
-  add_test(NAME integration.broker.stop
-           COMMAND bash ${db_it_dir}/rabbitmq.sh stop ${db_broker_dir})
+  db_broker_node(broker ${db_broker_dir} ${DB_TEST_BROKER_PORT} ${DB_TEST_BROKER_DIST_PORT})
 endif()
 set_tests_properties(integration.broker.start PROPERTIES
   FIXTURES_SETUP rabbitmq LABELS integration TIMEOUT 180)
@@ -97,11 +101,7 @@ set(db_it_owned alarm broker_restart http)
 if(db_broker_dir)
   set(db_owned_uri "amqp://guest:guest@127.0.0.1:${db_owned_port}/%2f")
   set(db_owned_dir "${CMAKE_BINARY_DIR}/rabbitmq-owned")
-  add_test(NAME integration.broker_owned.start
-           COMMAND bash -c "set -e; bash \"$0\" stop \"$1\"; rm -rf \"$1/mnesia\"; bash \"$0\" start \"$1\" \"$2\" \"$3\""
-                   ${db_it_dir}/rabbitmq.sh ${db_owned_dir} ${db_owned_port} ${db_owned_dist_port})
-  add_test(NAME integration.broker_owned.stop
-           COMMAND bash ${db_it_dir}/rabbitmq.sh stop ${db_owned_dir})
+  db_broker_node(broker_owned ${db_owned_dir} ${db_owned_port} ${db_owned_dist_port})
   set_tests_properties(integration.broker_owned.start PROPERTIES
     FIXTURES_SETUP rabbitmq_owned LABELS integration RESOURCE_LOCK broker_owned TIMEOUT 180)
   set_tests_properties(integration.broker_owned.stop PROPERTIES
