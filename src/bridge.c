@@ -105,7 +105,7 @@ static void on_committed(void *arg, int err)
         b->disk_full = 0;
         log_info("bridge", "WAL has space again: consuming resumes", NULL);
         if (!b->stopping && !b->drain.active)
-            consumer_resume(b->cons);
+            consumer_release_ingress(b->cons);
     }
     FAILPOINT("bridge.before_ack");
     consumer_ack(b->cons, b->commit_gen, b->commit_tag);
@@ -134,11 +134,14 @@ static void commit_and_ack(struct bridge *b)
     r = eng_commit(b->eng, on_committed, b);
     if (r == -ENOSPC || r == -EDQUOT) {
         /*
-         * Disk full: what was received stays unacked (it goes back to the
-         * broker with the consumer connection, and redeliveries of what is
-         * already logged are recognised); held messages keep firing, and
-         * their segments are deleted as they are confirmed, which is how
-         * space usually comes back. Try again every second.
+         * Disk full: the ingress consumers stop (consumer_hold_ingress());
+         * what was received stays unacked on the open channel, in the
+         * log's batch, until a commit gets space; key events from the other
+         * bridges are still taken and applied (a CANCEL waits in the same
+         * batch, the message it cancels no longer fires). Held messages
+         * keep firing, and their segments are deleted as they are
+         * confirmed, which is how space usually comes back. Try again
+         * every second.
          */
         b->disk_retry_at = clock_now_ms() + DISK_RETRY_MS;
         if (!b->disk_full) {
@@ -146,7 +149,7 @@ static void commit_and_ack(struct bridge *b)
             log_error("bridge", "WAL disk full: consuming paused, messages stay in the broker; "
                       "held messages keep firing; resumes by itself when space returns",
                       "wal_dir=\"%s\"", b->cfg->wal_dir);
-            consumer_pause(b->cons);
+            consumer_hold_ingress(b->cons);
         }
         return;
     }

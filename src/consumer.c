@@ -74,6 +74,7 @@ struct consumer {
     struct amqp_conn conn;
     ev_io io;
     int up, stopped, paused;
+    int ingress_held; /* consumer_hold_ingress(): the routes' ingress consumers cancelled */
     uint32_t gen;            /* bumped at every connect */
     uint64_t acked_tag;      /* highest tag acked on this connection */
     int uri_next;
@@ -104,6 +105,18 @@ static void conn_down(struct consumer *c, const char *why)
         c->up = 0;
         c->ops.state(c->ops.arg, 0);
     }
+}
+
+/* basic.consume of the route's ingress queue, tagged "delay-bridge:<route>". */
+static int consume_ingress(struct consumer *c, const struct config_route *rc, char *err,
+                           size_t len)
+{
+    char tag[300];
+
+    snprintf(tag, sizeof(tag), TAG_PREFIX "%s", rc->name);
+    amqp_basic_consume(c->conn.st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_queue),
+                       amqp_cstring_bytes(tag), 0, 0, 0, amqp_empty_table);
+    return amqp_conn_check(&c->conn, "basic.consume", err, len);
 }
 
 static int declare_route(struct consumer *c, const struct config_route *rc, char *err, size_t len)
@@ -145,10 +158,7 @@ static int declare_route(struct consumer *c, const struct config_route *rc, char
     amqp_basic_qos(st, CONSUMER_CHANNEL, 0, rc->prefetch, 0);
     if (amqp_conn_check(&c->conn, "basic.qos", err, len) < 0)
         return -1;
-    snprintf(tag, sizeof(tag), TAG_PREFIX "%s", rc->name);
-    amqp_basic_consume(st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_queue),
-                       amqp_cstring_bytes(tag), 0, 0, 0, amqp_empty_table);
-    if (amqp_conn_check(&c->conn, "basic.consume", err, len) < 0)
+    if (!c->ingress_held && consume_ingress(c, rc, err, len) < 0)
         return -1;
     if (rc->share_keys) {
         /* Key events of the other bridges on this route (bridge.c, "Keys across bridges"). */
@@ -566,6 +576,53 @@ void consumer_resume(struct consumer *c)
         return;
     c->paused = 0;
     backoff_reset(&c->bo);
+}
+
+/*
+ * The disk-full pause. basic.cancel of each route's ingress consumer, on
+ * the open connection: the key-event consumers go on (a replacement or a
+ * cancel another bridge takes meanwhile is applied here at once, and acked
+ * with the next commit that gets space), and the deliveries already taken
+ * stay unacked on this channel, waiting in the log's batch -- they are not
+ * handed back to the broker, so no other bridge logs them a second time.
+ * Deliveries the broker sent before its cancel-ok are taken like any other.
+ * A connection lost meanwhile reconnects without the ingress consumers.
+ * On a failed cancel the connection is closed: the old pause.
+ */
+void consumer_hold_ingress(struct consumer *c)
+{
+    char err[512], tag[300];
+
+    if (c->ingress_held || c->stopped)
+        return;
+    c->ingress_held = 1;
+    if (!c->up)
+        return;
+    for (int i = 0; i < c->cfg->nroutes; i++) {
+        snprintf(tag, sizeof(tag), TAG_PREFIX "%s", c->cfg->routes[i].name);
+        amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL, amqp_cstring_bytes(tag));
+        if (amqp_conn_check(&c->conn, "basic.cancel", err, sizeof(err)) < 0) {
+            conn_down(c, err);
+            return;
+        }
+    }
+}
+
+/* Space again: consume the ingress queues again (on reconnect, if down). */
+void consumer_release_ingress(struct consumer *c)
+{
+    char err[512];
+
+    if (!c->ingress_held)
+        return;
+    c->ingress_held = 0;
+    if (!c->up || c->stopped || c->paused)
+        return;
+    for (int i = 0; i < c->cfg->nroutes; i++)
+        if (consume_ingress(c, &c->cfg->routes[i], err, sizeof(err)) < 0) {
+            conn_down(c, err);
+            return;
+        }
 }
 
 void consumer_stop(struct consumer *c)

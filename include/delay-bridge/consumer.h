@@ -91,12 +91,22 @@ void consumer_ack(struct consumer *c, uint32_t gen, uint64_t tag);
 void consumer_reject(struct consumer *c, uint32_t gen, uint64_t tag);
 
 /*
- * Stop consuming for a while (the log's disk is full): close the connection
- * politely -- unacked deliveries go back to their queues, safe in the
- * broker -- and do not reconnect until consumer_resume().
+ * Stop consuming (a drain): close the connection politely -- unacked
+ * deliveries go back to their queues, safe in the broker, for the other
+ * bridges -- and do not reconnect until consumer_resume().
  */
 void consumer_pause(struct consumer *c);
 void consumer_resume(struct consumer *c);
+
+/*
+ * Stop taking new messages for a while (the log's disk is full): cancel
+ * the routes' ingress consumers but keep the connection, the deliveries
+ * already taken (unacked, until a commit gets space) and the key-event
+ * consumers (share_keys: other bridges' replacements and cancels are still
+ * applied). consumer_release_ingress() consumes again.
+ */
+void consumer_hold_ingress(struct consumer *c);
+void consumer_release_ingress(struct consumer *c);
 
 /*
  * routes[].share_keys: the route's key-event exchange (INGRESS_EXCHANGE.keys,
