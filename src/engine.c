@@ -521,6 +521,17 @@ static int append_ids(struct engine *e, struct idvec *v, uint8_t type)
     return 0;
 }
 
+int engine_append_ends(struct engine *e)
+{
+    int r;
+
+    if (e->done.n && (r = append_ids(e, &e->done, WALREC_DONE)) < 0)
+        return r;
+    if (e->cancel.n && (r = append_ids(e, &e->cancel, WALREC_CANCEL)) < 0)
+        return r;
+    return 0;
+}
+
 static void on_log_committed(void *arg, int err)
 {
     struct engine *e = arg;
@@ -555,9 +566,7 @@ int eng_commit(struct engine *e, eng_commit_fn *done, void *arg)
         return e->failed;
     if (e->commit_busy)
         return ENG_EBUSY;
-    if (e->done.n && (r = append_ids(e, &e->done, WALREC_DONE)) < 0)
-        return e->failed = r;
-    if (e->cancel.n && (r = append_ids(e, &e->cancel, WALREC_CANCEL)) < 0)
+    if ((r = engine_append_ends(e)) < 0)
         return e->failed = r;
     e->commit_busy = 1;
     e->committing = e->pending.n;

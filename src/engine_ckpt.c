@@ -299,6 +299,18 @@ void engine_ck_step(struct engine *e)
     }
     if ((r = ck_flush(e, CK_KEYS)) < 0)
         goto failed;
+    /*
+     * The walk skipped every message that died before it got there, but
+     * their DONE and CANCEL records wait for the next commit. Appended now,
+     * they come before the end LSN, so the log installs the checkpoint only
+     * once they are durable: otherwise a crash before that commit would
+     * recover from a checkpoint without a message whose end the log never
+     * got (found by the simulator, tests/sim).
+     */
+    if ((r = engine_append_ends(e)) < 0) {
+        e->failed = r;
+        goto failed;
+    }
     walrec_put64(ck_room(e, 8), wlog_next_lsn(e->log));
     if ((r = ck_flush(e, CK_END)) < 0 || (r = wlog_ckpt_end(e->log)) < 0)
         goto failed;

@@ -161,6 +161,12 @@ void engine_list_unlink(struct engine *e, struct hlist *l, pool_handle h);
 void engine_set_state(struct engine *e, struct held *m, enum eng_state s);
 /* Release h: out of the pool, the counters and the log's live set. */
 void engine_forget(struct engine *e, pool_handle h);
+/*
+ * Append the DONE and CANCEL records of the messages confirmed or cancelled
+ * since the last commit (eng_commit does, first; so does a checkpoint before
+ * it is sealed). 0 or the log's error.
+ */
+int engine_append_ends(struct engine *e);
 /* Read m's record into b and decode it. 0 or a negative code. */
 int engine_read_record(struct engine *e, const struct held *m, struct wlog_buf *b,
                        struct walrec_add *a);
