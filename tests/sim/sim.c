@@ -468,7 +468,7 @@ static int recover(void)
         return -1;
     }
     reconcile();
-    if (FAILED())
+    if (FAILED() || G.refused)
         return -1;
     eng_advance(G.e, G.now);
     return 0;
@@ -871,7 +871,7 @@ static int run_seed(uint64_t seed)
     } else if (recover() < 0) {
         goto end;
     }
-    while (G.ops < (uint64_t)G.nops && !FAILED()) {
+    while (G.ops < (uint64_t)G.nops && !FAILED() && !G.refused) {
         if (setjmp(G.jb)) {
             /* a crash inside the file layer: the process is gone */
             if (opt.verbose)
