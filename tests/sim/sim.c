@@ -88,6 +88,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -101,7 +102,7 @@
 #define NROUTES 3
 #define NKEYS 8
 #define T0 1700000000000ull
-#define MAXMSG 4096
+#define MAXMSG 1024
 #define YEAR_MS (365ull * 24 * 3600 * 1000)
 
 enum { A_NEW = 0, A_TRIED, A_ACKED };                    /* the ADD record */
@@ -832,7 +833,7 @@ static void configure(uint64_t seed)
     G.ck_min = sim_below(g, 4096);
     G.ck_step = 1 + (uint32_t)sim_below(g, 40);
     G.collide = sim_chance(g, 1, 8);
-    G.nops = 200 + (int)sim_below(g, 400);
+    G.nops = 100 + (int)sim_below(g, 250);
     G.crash_every = 20 + (int)sim_below(g, 400);
     G.faults.fsync_fail_ppm = sim_chance(g, 1, 4) ? (uint32_t)sim_below(g, 20000) : 0;
     G.faults.enospc_ppm = sim_chance(g, 1, 4) ? (uint32_t)sim_below(g, 30000) : 0;
@@ -1076,12 +1077,21 @@ int main(int argc, char **argv)
             passed++;
         }
     }
-    double secs = now_s() - t0;
+    double secs = now_s() - t0, cpu = 0;
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        cpu += (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+               ru.ru_stime.tv_usec / 1e6;
+    if (getrusage(RUSAGE_CHILDREN, &ru) == 0)
+        cpu += (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+               ru.ru_stime.tv_usec / 1e6;
     printf("%" PRIu64 " passed, %" PRIu64 " failed\n", passed, failed);
-    printf("seeds %" PRIu64 "..%" PRIu64 " in %.1f s: %" PRIu64 " operations (%.0f/s), %" PRIu64
-           " file-layer calls (%.0f/s), %" PRIu64 " crashes, %" PRIu64 " recoveries, %" PRIu64
-           " takes; ended by a refused corruption %" PRIu64 ", by a flip read as a torn tail %" PRIu64 "\n",
-           from, from + nseeds - 1, secs, ops, secs > 0 ? (double)ops / secs : 0, calls,
-           secs > 0 ? (double)calls / secs : 0, crashes, recoveries, takes, refused, flip_torn);
+    printf("seeds %" PRIu64 "..%" PRIu64 " in %.1f s (cpu %.1f s): %" PRIu64 " operations (%.0f/s, "
+           "%.0f per cpu s), %" PRIu64 " file-layer calls (%.0f/s), %" PRIu64 " crashes, %" PRIu64
+           " recoveries, %" PRIu64 " takes; ended by a refused corruption %" PRIu64
+           ", by a flip read as a torn tail %" PRIu64 "\n",
+           from, from + nseeds - 1, secs, cpu, ops, secs > 0 ? (double)ops / secs : 0,
+           cpu > 0 ? (double)ops / cpu : 0, calls, secs > 0 ? (double)calls / secs : 0, crashes,
+           recoveries, takes, refused, flip_torn);
     return failed ? 1 : 0;
 }

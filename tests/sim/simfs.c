@@ -78,8 +78,8 @@
 #include "walfs.h" /* the prototypes the log layer calls, under DB_SIM */
 
 #define NAME_MAX_SIM 64
-#define MAX_NAMES 4096
-#define MAX_FDS 4096
+#define MAX_NAMES 1024
+#define MAX_FDS 512
 #define FD_BASE 1000
 
 /* ---- randomness ---------------------------------------------------------------- */

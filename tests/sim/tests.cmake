@@ -3,7 +3,7 @@
 # and file layer (src/walfs.h under -DDB_SIM), one seed per run.
 #
 #   sim.seeds   a few thousand seeds (label "sim" and "unit": under 60 s on one core)
-#   sim.fixed   the seeds that found bugs, replayed (regressions)
+#   sim.seed.N  the seeds that found bugs, replayed (regressions)
 #   sim.plant   planted bugs the checker must catch (proves it can fail)
 #   sim.long    10^6 seeds (label "sim-long"; by hand: ctest -L sim-long)
 set(DB_SIM_SOURCES
@@ -22,6 +22,11 @@ set_target_properties(db_sim PROPERTIES OUTPUT_NAME sim RUNTIME_OUTPUT_DIRECTORY
 
 add_test(NAME sim.seeds COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/sim/run.sh --bin $<TARGET_FILE:db_sim> --seeds 3000)
 set_tests_properties(sim.seeds PROPERTIES LABELS "sim;unit" TIMEOUT 300)
+# Seeds that found bugs (tests/sim/README.md, "Bugs found"): each fails without its fix.
+foreach(seed 466 1503 317 426 2 7 43 44)
+  add_test(NAME sim.seed.${seed} COMMAND $<TARGET_FILE:db_sim> --seed ${seed})
+  set_tests_properties(sim.seed.${seed} PROPERTIES LABELS "sim;unit" TIMEOUT 60)
+endforeach()
 add_test(NAME sim.plant COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/sim/plant.sh $<TARGET_FILE:db_sim>)
 set_tests_properties(sim.plant PROPERTIES LABELS "sim;unit" TIMEOUT 300)
 add_test(NAME sim.long COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/sim/run.sh --bin $<TARGET_FILE:db_sim> --seeds 1000000)
