@@ -54,17 +54,27 @@ void wal_live_add(struct wal *w, struct wlog_loc loc)
     w->live_bytes += loc.len;
 }
 
-void wal_live_del(struct wal *w, struct wlog_loc loc)
+/* One live ADD less in loc's segment; returns the segment (NULL if none or nothing live). */
+static struct seg *live_del(struct wal *w, struct wlog_loc loc)
 {
     struct seg *s = wal_seg_find(w, loc.seg);
 
     if (!s || s->live_count == 0 || s->live_bytes < loc.len)
-        return;
+        return NULL;
     s->live_count--;
     s->live_bytes -= loc.len;
-    s->dead_lsn = w->next_lsn;
     w->live_records--;
     w->live_bytes -= loc.len;
+    return s;
+}
+
+/* The owner's: a message died; its DONE or CANCEL comes with the next commit. */
+void wal_live_del(struct wal *w, struct wlog_loc loc)
+{
+    struct seg *s = live_del(w, loc);
+
+    if (s)
+        s->dead_lsn = w->next_lsn;
 }
 
 /*
@@ -184,7 +194,7 @@ static int compact_head(struct wal *w, size_t budget, const struct wlog_compact_
                     int e = wal_append(w, WALREC_ADD, &pc, 1, &lsn, &to);
                     if (e < 0)
                         return e;
-                    wal_live_del(w, from);
+                    live_del(w, from); /* moved, not dead: the copy's durability is copy_lsn */
                     wal_live_add(w, to);
                     w->segs[0].copy_lsn = lsn; /* wal_append may have moved segs */
                     w->compacted_bytes += (uint64_t)r;

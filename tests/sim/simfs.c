@@ -372,6 +372,12 @@ void simfs_reset(uint64_t seed, uint64_t now_ms, const struct simfs_faults *f)
         S.f = *f;
 }
 
+void simfs_reset_faults(const struct simfs_faults *f)
+{
+    S.f = *f;
+    S.full_left = 0;
+}
+
 void simfs_arm_crash(uint64_t n, jmp_buf *jb)
 {
     S.crash_at = n ? S.mutations + n : 0;
