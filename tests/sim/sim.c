@@ -73,11 +73,20 @@
  * wal_file_log() with synchronous commits, so the completion of a commit on
  * another thread, and eng_poll/notify, are not exercised here (test_engine's
  * sync_thread and async cases cover them). The checkpoint install thread
- * runs inline (walfs.h). The replicated log (wrepl*.c: the stream, its
- * import, lost or duplicated stream batches) is not simulated: it lives on
- * the broker side (rabbitmq-c) and needs a simulated stream. Neither is the
- * bridge (consumer, publisher, redelivery detection by fingerprint, x-delay
- * parsing), salvage, or anything in another directory than the WAL's.
+ * runs inline (walfs.h). The replicated log is simulated in part only
+ * (simrepl.c): one seed in six publishes every commit's records to a
+ * simulated stream and, at its end, loses the disk and rebuilds the log
+ * from the stream (replrec.c's import, a batch lost or duplicated), without
+ * crashes; the lease, horizons, retention and resuming are not. Neither is
+ * the bridge (consumer, publisher, redelivery detection by fingerprint,
+ * x-delay parsing), salvage, or anything in another directory than the WAL's.
+ *
+ * REPLICATED SEEDS
+ *
+ * After the import: a stream that lost a batch in the middle must be
+ * reported as not whole (the bridge refuses, WLOG_EREPLICA: counted as
+ * "stream holes refused"); a whole one (maybe with a duplicated batch) must
+ * give back a log that passes every check of a recovery above.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -98,6 +107,7 @@
 #include "delay-bridge/log.h"
 #include "delay-bridge/wal.h"
 #include "simfs.h"
+#include "simrepl.h"
 
 #define NROUTES 3
 #define NKEYS 8
@@ -153,6 +163,8 @@ static struct {
     int reordered;        /* the last crash kept unsynced writes out of order */
     int refused, flip_torn;
     int exit_now;         /* the daemon would exit here: power loss, then recovery */
+    int repl;             /* a replicated seed: a stream beside the log, no crashes (simrepl.c) */
+    uint64_t repl_refused, repl_imported;
     char fail[512];
     uint64_t ops, crashes, recoveries, takes, confirms, commits;
     /* log capture */
@@ -318,6 +330,7 @@ static void lose_power_model(void)
 {
     G.e = NULL; /* abandoned mid-call: never touched again (its memory is the process's) */
     G.crashes++;
+    simrepl_drop_pending();
     G.reordered = simfs_last_crash_reordered();
     for (int i = 0; i < G.n; i++) {
         struct mmsg *m = &G.m[i];
@@ -448,8 +461,11 @@ static int recover(void)
         o.now_ms = G.now;
         r = eng_open(&G.e, &o);
         G.recoveries++;
-        if (r == 0)
+        if (r == 0) {
+            if (G.repl)
+                wal_set_tap(wal_file_log_wal(o.log), simrepl_tap, NULL);
             break;
+        }
         G.e = NULL;
         if (r == WLOG_ECORRUPT || r == WLOG_EFORMAT) {
             refuse("recovery", r);
@@ -669,6 +685,8 @@ static int op_commit(void)
         failf("eng_commit returned 0 but its completion was %s", called ? "an error" : "not called");
         return -1;
     }
+    if (G.repl)
+        simrepl_commit(eng_log_id(G.e));
     for (int i = 0; i < G.n; i++) {
         struct mmsg *m = &G.m[i];
         if (m->add == A_TRIED) {
@@ -840,6 +858,12 @@ static void configure(uint64_t seed)
     G.faults.enospc_calls = 1 + (uint32_t)sim_below(g, 20);
     G.faults.reorder = sim_chance(g, 1, 4);
     G.now = T0 + sim_below(g, YEAR_MS);
+    /* replicated seeds: from the seed alone, so the other seeds' draws stay as they were */
+    struct simrng h = {seed ^ 0x5EED5EED5EEDull};
+    G.repl = sim_below(&h, 6) == 0;
+    if (G.repl) /* a failed commit then a stop leaves the local log ahead of the stream: not here */
+        G.faults.fsync_fail_ppm = G.faults.enospc_ppm = 0;
+    simrepl_reset(sim_rand(&h), G.seg_bytes);
     simfs_reset(seed, G.now, &G.faults);
     simfs_set_plant_nosync(opt.plant_nosync);
 }
@@ -888,8 +912,57 @@ static int after_crash(void)
 
 static void arm(void)
 {
-    simfs_arm_crash(sim_chance(&G.rng, 1, 3) ? 1 + sim_below(&G.rng, (uint64_t)G.crash_every) : 0,
-                    &G.jb);
+    uint64_t n = sim_chance(&G.rng, 1, 3) ? 1 + sim_below(&G.rng, (uint64_t)G.crash_every) : 0;
+    simfs_arm_crash(G.repl ? 0 : n, &G.jb);
+}
+
+/*
+ * A replicated seed's end: the disk is lost and the log rebuilt from the
+ * stream, perhaps with a batch lost or duplicated; then the usual checks.
+ */
+static void repl_phase(void)
+{
+    char why[256];
+    int complete = 0, lost = 0, r;
+    size_t n = simrepl_messages();
+
+    eng_close(G.e);
+    G.e = NULL;
+    switch (sim_below(&G.rng, 3)) {
+    case 1:
+        if (n >= 2) {
+            size_t i = (size_t)sim_below(&G.rng, n - 1); /* not the last: a hole */
+            simrepl_lose(i);
+            lost = 1;
+            TRACE("stream: message %zu of %zu lost", i, n);
+        }
+        break;
+    case 2:
+        if (n >= 1) {
+            size_t i = (size_t)sim_below(&G.rng, n), at = i + 1 + (size_t)sim_below(&G.rng, n - i);
+            simrepl_duplicate(i, at);
+            TRACE("stream: message %zu of %zu again at %zu", i, n, at);
+        }
+        break;
+    }
+    r = simrepl_import(sim_rand(&G.rng) | 1, &complete, why, sizeof(why));
+    if (r < 0) {
+        failf("the import from the stream failed: %s (%s)", why, wlog_strerror(r));
+        return;
+    }
+    if (lost) {
+        if (complete)
+            failf("the import took a stream with a batch lost in the middle for the whole log");
+        G.repl_refused++;
+        return;
+    }
+    if (!complete) {
+        failf("the import says the stream is not whole, though nothing was lost");
+        return;
+    }
+    G.repl_imported++;
+    lose_power_model();
+    recover();
 }
 
 /* Run one seed; 0 passed, 1 failed (G.fail says why). */
@@ -950,11 +1023,12 @@ static int run_seed(uint64_t seed)
             }
             eng_close(G.e);
             G.e = NULL;
-            simfs_crash_state(); /* a stop is a power loss too: only what was synced counts */
+            if (!G.repl)
+                simfs_crash_state(); /* a stop is a power loss too: only what was synced counts */
             lose_power_model();
             if (recover() < 0)
                 break;
-        } else {
+        } else if (!G.repl) {
             simfs_crash_state(); /* power lost between two calls */
             if (after_crash() < 0)
                 break;
@@ -973,6 +1047,8 @@ static int run_seed(uint64_t seed)
     }
     if (!FAILED() && !G.refused && G.e)
         check_space();
+    if (!FAILED() && !G.refused && G.e && G.repl)
+        repl_phase();
 end:
     /* the engines of crashed lives are abandoned; the last one is closed */
     if (G.e && !FAILED())
@@ -999,7 +1075,7 @@ static void usage(void)
 
 struct result {
     int failed;
-    uint64_t ops, calls, crashes, recoveries, takes, refused, flip_torn;
+    uint64_t ops, calls, crashes, recoveries, takes, refused, flip_torn, repl_imported, repl_refused;
     char why[512];
 };
 
@@ -1014,6 +1090,8 @@ static void one(uint64_t seed, struct result *res)
     res->takes = G.takes;
     res->refused = G.refused;
     res->flip_torn = G.flip_torn;
+    res->repl_imported = G.repl_imported;
+    res->repl_refused = G.repl_refused;
     snprintf(res->why, sizeof(res->why), "%s", G.fail);
 }
 
@@ -1051,6 +1129,7 @@ int main(int argc, char **argv)
 {
     uint64_t nseeds = 100, from = 1, passed = 0, failed = 0;
     uint64_t ops = 0, calls = 0, crashes = 0, recoveries = 0, takes = 0, refused = 0, flip_torn = 0;
+    uint64_t repl_imported = 0, repl_refused = 0;
     int single = 0;
     const char *self = argv[0];
     double t0;
@@ -1099,6 +1178,8 @@ int main(int argc, char **argv)
         takes += res.takes;
         refused += res.refused;
         flip_torn += res.flip_torn;
+        repl_imported += res.repl_imported;
+        repl_refused += res.repl_refused;
         if (res.failed) {
             failed++;
             printf("FAIL seed %" PRIu64 ": %s\n  replay: %s --seed %" PRIu64 "%s%s\n", s, res.why,
@@ -1121,10 +1202,11 @@ int main(int argc, char **argv)
     printf("seeds %" PRIu64 "..%" PRIu64 " in %.1f s (cpu %.1f s): %" PRIu64 " operations (%.0f/s, "
            "%.0f per cpu s), %" PRIu64 " file-layer calls (%.0f/s), %" PRIu64 " crashes, %" PRIu64
            " recoveries, %" PRIu64 " takes; ended by a refused corruption %" PRIu64
-           ", by a flip read as a torn tail %" PRIu64 "\n",
+           ", by a flip read as a torn tail %" PRIu64 "; logs rebuilt from the stream %" PRIu64
+           ", stream holes refused %" PRIu64 "\n",
            from, from + nseeds - 1, secs, cpu, ops, secs > 0 ? (double)ops / secs : 0,
            cpu > 0 ? (double)ops / cpu : 0, calls, secs > 0 ? (double)calls / secs : 0, crashes,
-           recoveries, takes, refused, flip_torn);
+           recoveries, takes, refused, flip_torn, repl_imported, repl_refused);
     /*
      * _exit: the engines of crashed lives were abandoned mid-call on purpose
      * (a dead process frees nothing); a leak checker at exit would report them.

@@ -372,6 +372,14 @@ void simfs_reset(uint64_t seed, uint64_t now_ms, const struct simfs_faults *f)
         S.f = *f;
 }
 
+void simfs_wipe(void)
+{
+    S.cur.n = 0;
+    S.dur.n = 0;
+    S.ndops = 0;
+    memset(S.fds, 0, sizeof(S.fds));
+}
+
 void simfs_reset_faults(const struct simfs_faults *f)
 {
     S.f = *f;

@@ -33,6 +33,8 @@ struct simfs_faults {
 
 /* Reset everything: an empty directory, the clock at now_ms, the generator at seed. */
 void simfs_reset(uint64_t seed, uint64_t now_ms, const struct simfs_faults *f);
+/* The disk is lost: every name gone, every descriptor closed. */
+void simfs_wipe(void);
 /* Change the faults from now on (and end a full-disk episode). */
 void simfs_reset_faults(const struct simfs_faults *f);
 /* The generator the file layer draws from (also the clock's clock_rand64()). */
