@@ -39,8 +39,15 @@ done
 wait || true
 cat "$tmp"/*.out | grep -v ' passed, \|^seeds ' || true
 awk '/ passed, / { p += $1; f += $3 }
-     /^seeds / { for (i = 1; i <= NF; i++) { if ($i == "operations") o += $(i-1); if ($i == "file-layer") c += $(i-1) }
-                 sub(/ s:.*/, "", $0); t = $NF > t ? $NF : t }
+     /^seeds / { for (i = 1; i <= NF; i++) {
+                     if ($i == "operations") o += $(i-1)
+                     if ($i == "file-layer") c += $(i-1)
+                     if ($i == "in") w = $(i+1) > w ? $(i+1) : w
+                     if ($i == "(cpu") cpu += $(i+1)
+                     if ($i == "crashes,") cr += $(i-1)
+                     if ($i == "takes;") tk += $(i-1)
+                 } }
      END { printf "%d passed, %d failed\n", p, f;
-           printf "%d operations, %d file-layer calls; the slowest slice took %s s\n", o, c, t;
+           printf "%d operations, %d file-layer calls, %d crashes, %d takes; wall %.0f s (slowest slice), cpu %.0f s: %.0f operations and %.0f file-layer calls per cpu second\n",
+                  o, c, cr, tk, w, cpu, cpu > 0 ? o / cpu : 0, cpu > 0 ? c / cpu : 0;
            exit f > 0 }' "$tmp"/*.out

@@ -139,6 +139,7 @@ static struct {
     int verbose;
     int plant_early;  /* --plant early-fire: the driver lets the engine fire 1 s early */
     int plant_nosync; /* --plant fsync-lie: fdatasync of segments reports success, syncs nothing */
+    int plant_hole;   /* --plant stream-hole: the import's "not whole" is ignored */
     int no_fork;
 } opt;
 
@@ -950,6 +951,8 @@ static void repl_phase(void)
         failf("the import from the stream failed: %s (%s)", why, wlog_strerror(r));
         return;
     }
+    if (lost && opt.plant_hole)
+        complete = 1, lost = 0; /* the planted bug: a stream with a hole taken for the log */
     if (lost) {
         if (complete)
             failf("the import took a stream with a batch lost in the middle for the whole log");
@@ -1069,7 +1072,7 @@ static double now_s(void)
 static void usage(void)
 {
     fprintf(stderr, "usage: sim [--seeds N] [--from S] [--seed S] [--verbose] [--no-fork]\n"
-                    "           [--plant early-fire|fsync-lie]\n");
+                    "           [--plant early-fire|fsync-lie|stream-hole]\n");
     exit(2);
 }
 
@@ -1153,6 +1156,8 @@ int main(int argc, char **argv)
                 opt.plant_early = 1;
             else if (strcmp(argv[i], "fsync-lie") == 0)
                 opt.plant_nosync = 1;
+            else if (strcmp(argv[i], "stream-hole") == 0)
+                opt.plant_hole = 1;
             else
                 usage();
         } else
@@ -1184,7 +1189,7 @@ int main(int argc, char **argv)
             failed++;
             printf("FAIL seed %" PRIu64 ": %s\n  replay: %s --seed %" PRIu64 "%s%s\n", s, res.why,
                    self, s, opt.plant_early ? " --plant early-fire" : "",
-                   opt.plant_nosync ? " --plant fsync-lie" : "");
+                   opt.plant_nosync ? " --plant fsync-lie" : opt.plant_hole ? " --plant stream-hole" : "");
             fflush(stdout);
         } else {
             passed++;
