@@ -231,6 +231,8 @@ static void buf_apply(struct buf *b, const struct op *o, size_t n)
         buf_size(b, o->off);
         return;
     }
+    if (n == 0)
+        return; /* an empty write (or a torn one that kept nothing) changes nothing */
     if (o->off + n > b->len)
         buf_size(b, o->off + n);
     memcpy(b->p + o->off, o->p, n);
