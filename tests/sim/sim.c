@@ -1187,7 +1187,7 @@ int main(int argc, char **argv)
         repl_refused += res.repl_refused;
         if (res.failed) {
             failed++;
-            printf("FAIL seed %" PRIu64 ": %s\n  replay: %s --seed %" PRIu64 "%s%s\n", s, res.why,
+            printf("FAIL seed %" PRIu64 ": %s -- replay: %s --seed %" PRIu64 "%s%s\n", s, res.why,
                    self, s, opt.plant_early ? " --plant early-fire" : "",
                    opt.plant_nosync ? " --plant fsync-lie" : opt.plant_hole ? " --plant stream-hole" : "");
             fflush(stdout);
