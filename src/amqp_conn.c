@@ -44,7 +44,7 @@
 #include <amqp_tcp_socket.h>
 
 #include "delay-bridge/config.h"
-#include "delay-bridge/log.h"
+#include "log.h"
 #include "amqp_conn.h"
 #include "uri.h"
 

@@ -26,7 +26,7 @@
  * replaced in place or appended. Strings the bridge adds (id, error, the
  * moved user-id) are copied into the pool. The input is never written.
  */
-#include "delay-bridge/amqp_msg.h"
+#include "amqp_msg.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -37,7 +37,7 @@
 
 #include "delay-bridge/api.h"
 #include "delay-bridge/strbuf.h"
-#include "delay-bridge/xalloc.h"
+#include "xalloc.h"
 
 #define H_XDELAY "x-delay"
 #define H_UNTIL "x-delay-until"

@@ -78,7 +78,7 @@
 
 #include <json-c/json.h>
 
-#include "delay-bridge/clock.h"
+#include "clock.h"
 #include "delay-bridge/walrec.h"
 #include "metrics.h"
 #include "ui.h"

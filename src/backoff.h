@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#include "delay-bridge/log.h"
+#include "log.h"
 
 struct backoff {
     uint32_t min_ms, max_ms;

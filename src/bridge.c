@@ -66,15 +66,15 @@
 #include <unistd.h>
 
 #include "delay-bridge/api.h"
-#include "delay-bridge/clock.h"
+#include "clock.h"
 #include "delay-bridge/consumer.h"
 #include "delay-bridge/engine.h"
-#include "delay-bridge/http.h"
-#include "delay-bridge/log.h"
+#include "http.h"
+#include "log.h"
 #include "delay-bridge/msgrec.h"
 #include "delay-bridge/publisher.h"
 #include "delay-bridge/wlog.h"
-#include "delay-bridge/xalloc.h"
+#include "xalloc.h"
 #include "failpoint.h"
 
 

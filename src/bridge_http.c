@@ -18,10 +18,10 @@
 
 #include <json-c/json.h>
 
-#include "delay-bridge/amqp_msg.h"
+#include "amqp_msg.h"
 #include "delay-bridge/api.h"
-#include "delay-bridge/clock.h"
-#include "delay-bridge/xalloc.h"
+#include "clock.h"
+#include "xalloc.h"
 #include "duecount.h"
 #include "ui.h"
 

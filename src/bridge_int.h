@@ -21,8 +21,8 @@
 #include "delay-bridge/bridge.h"
 #include "delay-bridge/consumer.h"
 #include "delay-bridge/engine.h"
-#include "delay-bridge/http.h"
-#include "delay-bridge/log.h"
+#include "http.h"
+#include "log.h"
 #include "delay-bridge/publisher.h"
 
 

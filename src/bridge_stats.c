@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "delay-bridge/clock.h"
+#include "clock.h"
 #include "delay-bridge/wlog.h"
 
 /* Resident set size from /proc (one small read), 0 if unknown. */

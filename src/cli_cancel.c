@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "delay-bridge/cli.h"
+#include "cli.h"
 #include "delay-bridge/strbuf.h"
 #include "cli_http.h"
 

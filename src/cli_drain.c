@@ -21,8 +21,8 @@
 
 #include <json-c/json.h>
 
-#include "delay-bridge/cli.h"
-#include "delay-bridge/clock.h"
+#include "cli.h"
+#include "clock.h"
 #include "delay-bridge/strbuf.h"
 #include "cli_http.h"
 

@@ -41,10 +41,10 @@
 #include <amqp.h>
 #include <amqp_framing.h>
 
-#include "delay-bridge/cli.h"
-#include "delay-bridge/clock.h"
+#include "cli.h"
+#include "clock.h"
 #include "delay-bridge/config.h"
-#include "delay-bridge/xalloc.h"
+#include "xalloc.h"
 #include "amqp_conn.h"
 
 #define PUB_OK 0

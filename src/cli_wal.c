@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "delay-bridge/cli.h"
+#include "cli.h"
 #include "delay-bridge/walrec.h"
 #include "walckpt.h"
 

@@ -24,10 +24,10 @@
 #include <amqp_framing.h>
 #include <json-c/json.h>
 
-#include "delay-bridge/amqp_msg.h"
+#include "amqp_msg.h"
 #include "delay-bridge/api.h"
 #include "delay-bridge/walrec.h"
-#include "delay-bridge/xalloc.h"
+#include "xalloc.h"
 
 /* ---- wal dump ---------------------------------------------------------- */
 

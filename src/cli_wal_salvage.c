@@ -71,10 +71,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "delay-bridge/clock.h"
+#include "clock.h"
 #include "delay-bridge/wal.h"
 #include "delay-bridge/walrec.h"
-#include "delay-bridge/xalloc.h"
+#include "xalloc.h"
 
 
 #define FILLER_SIZE (WALREC_HDR_SIZE + 4)

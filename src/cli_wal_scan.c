@@ -30,8 +30,8 @@
  *
  * LIVE MESSAGES
  *
- * Replayed like the engine does: an ADD whose msg_id is new creates a
- * pending message; an ADD whose msg_id is already pending is a compaction
+ * Replayed by the rules recovery applies (walreplay.h, one copy): an ADD
+ * whose msg_id is new creates a pending message; an ADD whose msg_id is already pending is a compaction
  * copy and supersedes the earlier one; a DONE (published) or a CANCEL
  * (x-delay-cancel, replaced by a newer message with the same x-delay-key,
  * purged) forgets its ids. Ids that a DONE or CANCEL names whose ADD is in a
@@ -62,7 +62,8 @@
 #include <unistd.h>
 
 #include "delay-bridge/walrec.h"
-#include "delay-bridge/xalloc.h"
+#include "walreplay.h"
+#include "xalloc.h"
 
 #define LIST_RETRIES 20
 #define MAX_ROUTES 65535
@@ -285,7 +286,7 @@ static void on_add(struct scan *s, size_t idx, const struct walscan_rec *rec)
     walrec_add_decode(rec->payload, rec->hdr.len, &a); /* walrec_decode() checked the layout */
     s->n_add++;
     s->b_add += rec->len;
-    ph = idmap_get(&s->ids, a.msg_id);
+    ph = walreplay_add(&s->ids, a.msg_id, 0);
     if (ph != POOL_NIL) {
         s->n_copy++; /* a compaction copy: the newer record is the live one */
         m = pool_at(&s->pool, ph);
@@ -309,22 +310,23 @@ static void on_add(struct scan *s, size_t idx, const struct walscan_rec *rec)
                    memcmp(s->key, a.key, a.key_len) == 0;
 }
 
+/* walreplay_forget()'s callback: out of the index and the pool. */
+static void forget_live(void *arg, pool_handle ph)
+{
+    struct scan *s = arg;
+
+    idmap_del(&s->ids, ((struct live *)pool_at(&s->pool, ph))->msg_id);
+    pool_release(&s->pool, ph);
+}
+
 /* DONE or CANCEL: the messages named are gone. Returns the ids named whose ADD was not seen. */
 static uint64_t forget_ids(struct scan *s, const struct walscan_rec *rec, uint64_t *ids)
 {
-    uint64_t unknown = 0;
-    uint32_t count;
+    uint32_t named = 0;
+    int64_t unknown = walreplay_forget(&s->ids, rec->payload, rec->hdr.len, &named, forget_live, s);
 
-    walrec_done_decode(rec->payload, rec->hdr.len, &count); /* layout checked */
-    *ids += count;
-    for (uint32_t i = 0; i < count; i++) {
-        pool_handle ph = idmap_del(&s->ids, walrec_done_id(rec->payload, i));
-        if (ph != POOL_NIL)
-            pool_release(&s->pool, ph);
-        else
-            unknown++;
-    }
-    return unknown;
+    *ids += named;
+    return unknown < 0 ? 0 : (uint64_t)unknown; /* walrec_decode() checked the layout */
 }
 
 void cw_on_record(struct scan *s, size_t idx, const struct walscan_rec *rec)

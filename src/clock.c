@@ -8,7 +8,7 @@
  * build compiles the three below.
  */
 #define _GNU_SOURCE
-#include "delay-bridge/clock.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -70,9 +70,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "delay-bridge/log.h"
+#include "log.h"
 #include "delay-bridge/wal.h"
-#include "delay-bridge/xalloc.h"
+#include "xalloc.h"
 #include "uri.h"
 
 #define CONFIG_FILE_MAX (16u << 20)

@@ -19,9 +19,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "delay-bridge/log.h"
+#include "log.h"
 #include "delay-bridge/wal.h"
-#include "delay-bridge/xalloc.h"
+#include "xalloc.h"
 #include "uri.h"
 
 /* One broker URI: amqp:// or amqps://, parsed by uri.c (as the connection will be). */

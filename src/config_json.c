@@ -178,7 +178,6 @@ int cfg_get_bool(struct ctx *x, json_object *obj, const char *prefix, const char
     return cfg_fail(x, path, "expected true or false, got %s", cfg_show(v, got, sizeof got));
 }
 
-
 /* v as a JSON string without NUL characters: *s (borrowed) and *n. 0, or -1 (reported). */
 int cfg_string(struct ctx *x, const char *path, json_object *v, const char **s, size_t *n)
 {
@@ -201,9 +200,10 @@ int cfg_get_str(struct ctx *x, json_object *obj, const char *prefix, const char 
                    int flags, char *buf, size_t max)
 {
     json_object *v;
-    const char *s;
-    size_t n;
+    const char *s = NULL; /* -O3 cannot see that cfg_string() fails or sets both */
+    size_t n = 0;
     char path[320];
+
     cfg_join(path, sizeof path, prefix, key);
     if (!json_object_object_get_ex(obj, key, &v)) {
         if (flags & REQUIRED)

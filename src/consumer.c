@@ -37,10 +37,10 @@
 
 #include <amqp.h>
 
-#include "delay-bridge/amqp_msg.h"
-#include "delay-bridge/clock.h"
-#include "delay-bridge/log.h"
-#include "delay-bridge/xalloc.h"
+#include "amqp_msg.h"
+#include "clock.h"
+#include "log.h"
+#include "xalloc.h"
 #include "amqp_conn.h"
 #include "backoff.h"
 

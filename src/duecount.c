@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "delay-bridge/xalloc.h"
+#include "xalloc.h"
 
 #define MS_MINUTE 60000ull
 #define MS_HOUR 3600000ull

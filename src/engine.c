@@ -57,11 +57,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "delay-bridge/clock.h"
-#include "delay-bridge/log.h"
+#include "clock.h"
+#include "log.h"
 #include "delay-bridge/walrec.h"
 #include "delay-bridge/wlog.h"
-#include "delay-bridge/xalloc.h"
+#include "xalloc.h"
 #include "idmap.h"
 #include "keymap.h"
 #include "pool.h"

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "delay-bridge/clock.h"
+#include "clock.h"
 
 /* ---- browse and purge ---------------------------------------------------------- */
 

@@ -63,8 +63,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "delay-bridge/clock.h"
-#include "delay-bridge/log.h"
+#include "clock.h"
+#include "log.h"
 
 #define CK_META 1
 #define CK_HELD 2

@@ -20,7 +20,7 @@
 #include "delay-bridge/engine.h"
 #include "delay-bridge/walrec.h"
 #include "delay-bridge/wlog.h"
-#include "delay-bridge/xalloc.h"
+#include "xalloc.h"
 #include "idmap.h"
 #include "keymap.h"
 #include "pool.h"

@@ -2,7 +2,8 @@
  * engine_recover.c -- recovery: the log's records replayed into the held set,
  * then every recovered message put into a new wheel.
  *
- * An ADD creates a held message, or, when its id is already known, is a
+ * The rules are walreplay.h's (the WAL tools apply the same): an ADD
+ * creates a held message, or, when its id is already known, is a
  * compaction copy that supersedes the older one; a DONE or CANCEL forgets
  * its ids. Only recovery looks messages up by id (a DONE names ids): the
  * idmap it fills is freed by eng_open() once the wheel is built. A keyed
@@ -15,6 +16,7 @@
  * eng_advance() to the present fires the overdue messages in due order.
  */
 #include "engine_int.h"
+#include "walreplay.h"
 
 static int replay_add(struct engine *e, const uint8_t *payload, uint32_t len, uint64_t lsn,
                       struct wlog_loc loc)
@@ -38,7 +40,7 @@ static int replay_add(struct engine *e, const uint8_t *payload, uint32_t len, ui
      * checkpoint taken after it was loaded: skip the lookup, a cache miss
      * per record at 10^7 records.
      */
-    h = lsn == a.msg_id && lsn >= e->ck_end_lsn ? POOL_NIL : idmap_get(&e->ids, a.msg_id);
+    h = walreplay_add(&e->ids, a.msg_id, lsn == a.msg_id && lsn >= e->ck_end_lsn);
     if (h != POOL_NIL) {
         /* A compaction copy: the newer record is the live one. */
         m = H(e, h);
@@ -79,21 +81,14 @@ static uint64_t replay_key_hash(const struct held *m)
     return (uint64_t)m->node.next | (uint64_t)m->node.prev << 32;
 }
 
-static int replay_done(struct engine *e, const uint8_t *payload, uint32_t len)
+/* walreplay_forget()'s callback: out of the key map, the index and the pool. */
+static void replay_forget(void *arg, pool_handle h)
 {
-    uint32_t count, i;
+    struct engine *e = arg;
 
-    if (walrec_done_decode(payload, len, &count) < 0)
-        return ENG_ECORRUPT;
-    for (i = 0; i < count; i++) {
-        pool_handle h = idmap_get(&e->ids, walrec_done_id(payload, i));
-        if (h == POOL_NIL)
-            continue;
-        if (H(e, h)->flags & HELD_KEYED)
-            keymap_del(&e->keys, replay_key_hash(H(e, h)), h);
-        engine_forget(e, h);
-    }
-    return 0;
+    if (H(e, h)->flags & HELD_KEYED)
+        keymap_del(&e->keys, replay_key_hash(H(e, h)), h);
+    engine_forget(e, h); /* takes it out of e->ids too, while recovering */
 }
 
 int engine_replay(void *arg, const struct walrec_hdr *hdr, const uint8_t *payload,
@@ -105,8 +100,12 @@ int engine_replay(void *arg, const struct walrec_hdr *hdr, const uint8_t *payloa
     case WALREC_ADD:
         return replay_add(e, payload, hdr->len, hdr->lsn, loc);
     case WALREC_DONE:
-    case WALREC_CANCEL: /* the same layout; a cancelled message is gone like a done one */
-        return replay_done(e, payload, hdr->len);
+    case WALREC_CANCEL: { /* the same layout; a cancelled message is gone like a done one */
+        uint32_t named;
+
+        return walreplay_forget(&e->ids, payload, hdr->len, &named, replay_forget, e) < 0
+                   ? ENG_ECORRUPT : 0;
+    }
     default:
         return 0;
     }

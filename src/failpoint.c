@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "delay-bridge/log.h"
+#include "log.h"
 
 #define FAILPOINT_ENV "DELAY_BRIDGE_FAILPOINT"
 

@@ -55,7 +55,7 @@
  * http_start() reports (e.g. "Failed to bind to port 8080: Address already
  * in use").
  */
-#include "delay-bridge/http.h"
+#include "http.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -69,10 +69,10 @@
 
 #include <microhttpd.h>
 
-#include "delay-bridge/clock.h"
-#include "delay-bridge/log.h"
+#include "clock.h"
+#include "log.h"
 #include "delay-bridge/strbuf.h"
-#include "delay-bridge/xalloc.h"
+#include "xalloc.h"
 
 #define HTTP_MAX_BODY (64 * 1024)         /* request body cap: 413 above */
 #define HTTP_CONN_MEMORY ((size_t)32 * 1024) /* per-connection header memory */

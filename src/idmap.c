@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "delay-bridge/xalloc.h"
+#include "xalloc.h"
 
 #define IDMAP_MIN_CAP 16
 

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "delay-bridge/xalloc.h"
+#include "xalloc.h"
 
 #define MIN_CAP 1024
 

@@ -21,9 +21,9 @@
  * The level is a process-wide atomic; log_ratelimit state belongs to the
  * caller and is not locked.
  */
-#include "delay-bridge/log.h"
+#include "log.h"
 
-#include "delay-bridge/clock.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <limits.h>

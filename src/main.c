@@ -24,9 +24,9 @@
 #include <string.h>
 
 #include "delay-bridge/bridge.h"
-#include "delay-bridge/cli.h"
+#include "cli.h"
 #include "delay-bridge/config.h"
-#include "delay-bridge/log.h"
+#include "log.h"
 #include "delay-bridge/wal.h"
 #include "delay-bridge/wrepl.h"
 

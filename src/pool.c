@@ -34,7 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "delay-bridge/xalloc.h"
+#include "xalloc.h"
 
 #define POOL_MAX_HANDLE 0xFFFFFFFEu /* last handle ever handed out */
 

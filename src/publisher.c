@@ -38,10 +38,10 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "delay-bridge/amqp_msg.h"
-#include "delay-bridge/clock.h"
-#include "delay-bridge/log.h"
-#include "delay-bridge/xalloc.h"
+#include "amqp_msg.h"
+#include "clock.h"
+#include "log.h"
+#include "xalloc.h"
 #include "failpoint.h"
 
 static void on_io(struct ev_loop *loop, ev_io *w, int revents);

@@ -71,8 +71,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "delay-bridge/log.h"
-#include "delay-bridge/xalloc.h"
+#include "log.h"
+#include "xalloc.h"
 
 /* ---- the output buffer (plain TCP) --------------------------------------------- */
 

@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "delay-bridge/xalloc.h"
+#include "xalloc.h"
 
 #define STRBUF_MIN_CAP 256
 

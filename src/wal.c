@@ -71,8 +71,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "delay-bridge/clock.h"
-#include "delay-bridge/xalloc.h"
+#include "clock.h"
+#include "xalloc.h"
 #include "failpoint.h"
 #include "walscan.h"
 

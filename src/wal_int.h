@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "delay-bridge/log.h"
+#include "log.h"
 #include "delay-bridge/wal.h"
 #include "delay-bridge/walrec.h"
 #include "walckpt.h"

@@ -22,9 +22,9 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "delay-bridge/clock.h"
+#include "clock.h"
 #include "delay-bridge/wlog.h"
-#include "delay-bridge/xalloc.h"
+#include "xalloc.h"
 #include "failpoint.h"
 #include "walscan.h"
 

@@ -34,8 +34,8 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "delay-bridge/clock.h"
-#include "delay-bridge/xalloc.h"
+#include "clock.h"
+#include "xalloc.h"
 #include "failpoint.h"
 #include "walscan.h"
 

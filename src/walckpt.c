@@ -60,9 +60,9 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "delay-bridge/clock.h"
+#include "clock.h"
 #include "delay-bridge/walrec.h"
-#include "delay-bridge/xalloc.h"
+#include "xalloc.h"
 #include "crc32c.h"
 #include "walfs.h"
 

@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "delay-bridge/wlog.h"
-#include "delay-bridge/xalloc.h"
 #include "walfs.h"
+#include "xalloc.h"
 
 #define SEGHDR WALREC_SEGHDR_SIZE
 #define RECHDR WALREC_HDR_SIZE

@@ -89,7 +89,7 @@
 #include <stdlib.h>
 
 #include "duecount.h"
-#include "delay-bridge/xalloc.h"
+#include "xalloc.h"
 
 #define WHEEL_LEVELS 8
 #define WHEEL_BITS 8

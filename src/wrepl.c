@@ -57,7 +57,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "delay-bridge/log.h"
+#include "log.h"
 #include "replrec.h"
 
 static void close_msg(struct wrepl *r)

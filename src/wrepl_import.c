@@ -38,11 +38,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "delay-bridge/log.h"
+#include "log.h"
 #include "replrec.h"
 #include "walckpt.h"
 #include "walscan.h"
-#include "delay-bridge/xalloc.h"
+#include "xalloc.h"
 
 /* Delete the segments (and checkpoint) in dirfd (the log layer's rule for its files). */
 static int drop_segments(int dirfd)

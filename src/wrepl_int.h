@@ -25,10 +25,10 @@
 #include <amqp_framing.h>
 
 #include "amqp_conn.h"
-#include "delay-bridge/clock.h"
+#include "clock.h"
 #include "delay-bridge/wrepl.h"
 
-#include "delay-bridge/xalloc.h"
+#include "xalloc.h"
 
 #define CH_PUB 1   /* stream and lease-token publishes, with confirms */
 #define CH_LEASE 2 /* the lease consumer */

@@ -28,8 +28,8 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include "delay-bridge/log.h"
-#include "delay-bridge/xalloc.h"
+#include "log.h"
+#include "xalloc.h"
 
 
 void wrepl_buf_reserve(struct buf *b, size_t n)

@@ -71,10 +71,10 @@
 #include <unistd.h>
 
 #include "crc32c.h"
-#include "delay-bridge/log.h"
+#include "log.h"
 #include "delay-bridge/walrec.h"
 #include "walscan.h"
-#include "delay-bridge/xalloc.h"
+#include "xalloc.h"
 
 #define REPLICA_NAME "REPLICA"
 #define REPLICA_TMP "REPLICA.tmp"

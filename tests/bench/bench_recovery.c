@@ -23,7 +23,7 @@
 
 #include "delay-bridge/engine.h"
 #include "delay-bridge/wal.h"
-#include "delay-bridge/log.h"
+#include "log.h"
 
 static double now_s(void)
 {

@@ -21,7 +21,8 @@ endforeach()
 add_test(NAME bench.smoke COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/run.sh --smoke)
 set_tests_properties(bench.smoke PROPERTIES
   LABELS bench-smoke
-  RUN_SERIAL TRUE
+  RESOURCE_LOCK bench
+  COST 60
   SKIP_RETURN_CODE 77
   TIMEOUT 300
   ENVIRONMENT "BUILD_DIR=${CMAKE_BINARY_DIR};BENCH_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;BENCH_TOOLS_DIR=$<TARGET_FILE_DIR:load_publish>")

@@ -12,7 +12,7 @@ foreach(client ${db_client_names})
            COMMAND ${DB_PYTHON3} -u ${CMAKE_CURRENT_SOURCE_DIR}/clients/run_client.py ${client})
   set_tests_properties(clients.${client} PROPERTIES
     FIXTURES_REQUIRED rabbitmq
-    RUN_SERIAL TRUE
+    RESOURCE_LOCK clients
     LABELS "clients;integration"
     SKIP_RETURN_CODE 77
     TIMEOUT 400

@@ -22,7 +22,8 @@ add_test(NAME container.images
 set_tests_properties(container.images PROPERTIES
   LABELS container
   SKIP_RETURN_CODE 77
-  RUN_SERIAL TRUE
+  RESOURCE_LOCK podman
+  COST 70
   TIMEOUT 900
   ENVIRONMENT "DB_CONTAINER_WORK=${CMAKE_BINARY_DIR}/container")
 
@@ -33,6 +34,7 @@ add_test(NAME container.deb
 set_tests_properties(container.deb PROPERTIES
   LABELS container
   SKIP_RETURN_CODE 77
-  RUN_SERIAL TRUE
+  RESOURCE_LOCK podman
+  COST 40
   TIMEOUT 600
   ENVIRONMENT "DB_DEB_BUILD=${CMAKE_BINARY_DIR};DB_CONTAINER_WORK=${CMAKE_BINARY_DIR}/container-deb")

@@ -10,7 +10,6 @@ endif()
 add_test(NAME deploy.monitoring COMMAND ${DB_PYTHON3} -u ${CMAKE_CURRENT_LIST_DIR}/test_monitoring.py)
 set_tests_properties(deploy.monitoring PROPERTIES
   FIXTURES_REQUIRED rabbitmq
-  RUN_SERIAL TRUE
   LABELS deploy
   SKIP_RETURN_CODE 77
   TIMEOUT 180

@@ -1055,6 +1055,25 @@ def early_tolerance():
     return float(os.environ.get("DB_TEST_EARLY_MS", "50")) / 1000.0
 
 
+def wait_progress(count, want, stall_s, what, cap_s=300):
+    """Wait until count() >= want. On a loaded machine a broker takes its
+    time, so give up only when count() has not grown for stall_s seconds
+    (or after cap_s in all): progress, not a fixed budget, is what a slow
+    machine keeps and a stuck bridge does not. what(n) names the shortfall."""
+    t_end = time.monotonic() + cap_s
+    best, t_best = -1, time.monotonic()
+    while True:
+        n = count()
+        if n >= want:
+            return n
+        now = time.monotonic()
+        if n > best:
+            best, t_best = n, now
+        check(now - t_best < stall_s and now < t_end,
+              "%s (no progress for %.0f s)" % (what(n), now - t_best))
+        time.sleep(0.2)
+
+
 def late_tolerance():
     return float(os.environ.get("DB_TEST_LATE_S", "2.0"))
 

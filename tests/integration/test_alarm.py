@@ -196,7 +196,16 @@ def test(ctx):
     h.log("published %d x %d KiB (delays 4-14 s) in %.1fs, and %d to the staging queue "
           "(TTL %d ms, delays 1-4 s)" % (N_A, BODY // 1024, time.monotonic() - t_a, N_B, TTL_MS))
     ctx.wait_drained(route["ingress_queue"], 20, "the bridge to take batch A")
-    check(c.count() == 0, "messages arrived before their 4 s delay: %s" % h.summarize(c.snapshot()))
+    # Publishing 12.8 MB normally takes a second or two; on a loaded machine
+    # (or under ASan) the first of batch A can fall due before the alarm.
+    # That is fine as long as none came before its own due time (and most of
+    # batch A is still held: the alarm's checks below need timers to run).
+    early = [m for m in c.snapshot() if m.t < sent[m.message_id][0] - h.early_tolerance()]
+    check(not early, "messages arrived before their due time: %s" % h.summarize(early))
+    check(c.count() < N_A // 2, "half of batch A fell due before the alarm (%d): the machine "
+          "is too slow for this test's timing" % c.count())
+    if c.count():
+        h.log("%d message(s) of batch A fell due before the alarm, none early" % c.count())
 
     prober = Prober(port, "alarm", b.proc.pid)
     problems = []

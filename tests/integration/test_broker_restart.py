@@ -31,7 +31,13 @@ def test(ctx):
                                message_id=mid, delivery_mode=2), ms)
     p.close()
     ctx.wait_drained(route["ingress_queue"], 10)
-    check(c.count() == 0, "messages arrived before their 3 s delay: %s" % h.summarize(c.snapshot()))
+    # On a loaded machine (or under ASan) the first can fall due before the
+    # restart; they must not come before their due time (checked for all below).
+    early = [m for m in c.snapshot()
+             if m.t - sent[m.message_id][0] < sent[m.message_id][1] / 1000.0 - h.early_tolerance()]
+    check(not early, "messages arrived before their due time: %s" % h.summarize(early))
+    check(c.count() < N // 2, "half the messages fell due before the restart (%d): the machine "
+          "is too slow for this test's timing" % c.count())
     h.log("all %d messages held by the bridge; restarting the broker" % N)
     t0 = time.monotonic()
     try:

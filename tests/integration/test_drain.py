@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Drain: two bridges share one route (one ingress queue, competing
-consumers), 10,000 messages with delays of 10-60 s are spread over them,
+consumers), 10,000 messages with delays of 20-70 s are spread over them,
 200 of them with an x-delay-key. `delay-bridge drain` against bridge A:
 A stops consuming, hands every held message back to the ingress exchange
 with what remains of its delay, and exits 0; the tool exits 0 once it has.
@@ -25,6 +25,10 @@ def held(port):
     return h.stats(port)["held"]
 
 
+def received(port):
+    return sum(r["received"] for r in h.stats(port)["routes"])
+
+
 def test(ctx):
     ex, qs = ctx.target("drain", "direct", ["rk"])
     c = ctx.consumer([qs["rk"]])
@@ -34,10 +38,15 @@ def test(ctx):
     b = ctx.bridge([route], name="b", instance="b", http={"listen": "127.0.0.1:%d" % pb})
     p = ctx.publisher()
 
+    # The bridges declared the route; with them stopped, the burst waits in
+    # the ingress queue, so however slowly a loaded broker takes it, no
+    # delay starts before the bridges read it (a due time counts from then).
+    a.stop()
+    b.stop()
     sent, keys = {}, []
     t0 = time.monotonic()
     for i in range(N):
-        ms = 10000 + (i * 7919) % 50000
+        ms = 20000 + (i * 7919) % 50000
         mid = "d%05d" % i
         hdrs = {"x-delay": h.i32(ms)}
         if i % (N // KEYED) == 0:
@@ -46,11 +55,12 @@ def test(ctx):
         sent[mid] = (p.publish(route["ingress_exchange"], "rk", mid.encode(), headers=hdrs,
                                message_id=mid, delivery_mode=2), ms)
     h.log("published %d in %.1f s" % (N, time.monotonic() - t0))
-    deadline = time.monotonic() + 30
-    while held(pa) + held(pb) < N:
-        check(time.monotonic() < deadline, "the bridges hold %d + %d of %d" % (
-            held(pa), held(pb), N))
-        time.sleep(0.2)
+    a.start(wait_ready=False)
+    b.start(wait_ready=False)
+    a.wait_ready()
+    b.wait_ready()
+    h.wait_progress(lambda: received(pa) + received(pb), N, 20,
+                    lambda n: "the bridges took %d + %d of %d" % (received(pa), received(pb), N))
     ha, hb = held(pa), held(pb)
     h.log("before the drain: A holds %d, B holds %d" % (ha, hb))
     check(ha > N // 10 and hb > N // 10, "the two bridges did not share the queue: %d / %d" % (
@@ -72,13 +82,19 @@ def test(ctx):
 
     # Keys survived the hand-back: cancel half of them through B.
     cancelled = set()
+    late = []
     for mid, key in keys[: KEYED // 2]:
         st, body = h.http_get(pb, "/pending/drain/%s" % key, method="DELETE", timeout=10)
+        if st == 404 and time.monotonic() > sent[mid][0] + sent[mid][1] / 1000.0:
+            late.append(mid)  # fell due before the cancel (a slow machine): it must arrive
+            continue
         check(st in (200, 202), "cancel %s on B: %d %s" % (key, st, body))
         cancelled.add(mid)
+    if late:
+        h.log("%d keyed message(s) fell due before their cancel; they count as sent" % len(late))
 
     want = {k: v for k, v in sent.items() if k not in cancelled}
-    c.wait_ids(want.keys(), 60 + 60)
+    c.wait_ids(want.keys(), 70 + 60)
     t = h.tally(want, c.quiet(2.0))
     h.log("RESULT drain: %s" % h.tally_line(t))
     check(not t["lost"], "%d lost: %s" % (len(t["lost"]), t["lost"][:10]))

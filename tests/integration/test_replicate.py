@@ -79,10 +79,8 @@ def test(ctx):
         sent[mid] = (p.publish(route["ingress_exchange"], "rk", body, headers=hdrs,
                                message_id=mid, delivery_mode=2), ms)
     want = {k: v for k, v in sent.items() if k not in replaced}
-    deadline = time.monotonic() + 20
-    while h.stats(pa)["held"] < len(want):
-        check(time.monotonic() < deadline, "A holds %d of %d" % (h.stats(pa)["held"], len(want)))
-        time.sleep(0.1)
+    h.wait_progress(lambda: h.stats(pa)["held"], len(want), 20,
+                    lambda n: "A holds %d of %d" % (n, len(want)))
     ra = repl(pa)
     h.log("A holds %d; replication: published %d messages / %d bytes, %d horizons, confirm "
           "%.2f ms avg" % (h.stats(pa)["held"], ra["published_messages"], ra["published_bytes"],

@@ -57,10 +57,7 @@ def run(ctx, cdir):
         ch.basic_publish(route["ingress_exchange"], "rk", mid.encode(),
                          pika.BasicProperties(message_id=mid, delivery_mode=2,
                                               headers={"x-delay": ms}))
-    deadline = time.monotonic() + 30
-    while h.stats(pa)["held"] < N:
-        check(time.monotonic() < deadline, "A holds %d of %d" % (h.stats(pa)["held"], N))
-        time.sleep(0.1)
+    h.wait_progress(lambda: h.stats(pa)["held"], N, 30, lambda n: "A holds %d of %d" % (n, N))
     r = h.stats(pa)["wal"]["replication"]
     h.log("A holds %d: %d stream messages, %d bytes published; confirm %.2f ms avg"
           % (N, r["published_messages"], r["published_bytes"],

@@ -44,11 +44,9 @@ def repl(port):
         return {"state": None}
 
 
-def wait_held(port, n, who, timeout=30):
-    deadline = time.monotonic() + timeout
-    while h.stats(port)["held"] < n:
-        check(time.monotonic() < deadline, "%s holds %d of %d" % (who, h.stats(port)["held"], n))
-        time.sleep(0.1)
+def wait_held(port, n, who, stall_s=30):
+    h.wait_progress(lambda: h.stats(port)["held"], n, stall_s,
+                    lambda k: "%s holds %d of %d" % (who, k, n))
 
 
 def publish(p, route, sent, replaced, first, n, tag):
@@ -134,6 +132,7 @@ def test(ctx):
         check(time.monotonic() < deadline, "no stream checkpoint completed: %s" % repl(pa))
         time.sleep(0.1)
     time.sleep(1.5)  # a renewal or two: the token now names the horizon
+    t_last_kill = time.monotonic()
     a.kill9()
     shutil.rmtree(a.config["wal"]["dir"])
     a.start(wait_ready=True)
@@ -151,7 +150,16 @@ def test(ctx):
     back = sorted(set(t["unknown"]) & replaced)
     check(not back, "%d replaced message(s) arrived: %s" % (len(back), back[:10]))
     check(not t["unknown"], "unexpected: %s" % t["unknown"][:10])
-    check(t["duplicates"] == 0, "%d duplicates" % t["duplicates"])
+    # A kill -9 between a publish and its DONE republishes it (README "Delivery
+    # guarantees", case 1): none can happen while every kill comes before the
+    # first due time, which a loaded machine can push the last kill past.
+    first_due = min(t0 + ms / 1000.0 for t0, ms in want.values())
+    if t_last_kill < first_due - 0.5:
+        check(t["duplicates"] == 0, "%d duplicates" % t["duplicates"])
+    else:
+        h.log("the last kill came %.1f s after the first due time: case 1 duplicates "
+              "allowed" % (t_last_kill - first_due))
+        check(t["case2"] == 0, "%d duplicates of case 2 (stored twice)" % t["case2"])
     h.check_none_early(want, t, "replicate_restart")
     a.stop()
 

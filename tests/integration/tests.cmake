@@ -1,19 +1,31 @@
 # Integration tests against a real RabbitMQ (included from tests/CMakeLists.txt).
 #
-# One ctest test per tests/integration/test_*.py (label "integration"), all
-# sharing one throwaway broker that a fixture starts with rabbitmq.sh under
-# ${CMAKE_BINARY_DIR}/rabbitmq on 127.0.0.1:${DB_TEST_BROKER_PORT} and stops
-# at the end. Most run alone (RUN_SERIAL): some restart the broker or change
-# it for everyone (alarm, broker_restart), start brokers or clusters of their
-# own (tls, cluster, scale_out, replicate_cluster), or measure under load and
-# kill at chosen moments (crash, kill_loop, failpoints, stalled_broker, ...).
-# The ones in db_it_parallel below may run beside each other under
-# "ctest -j" (tests/run.sh passes it): each names its exchanges and
-# queues with a random suffix (harness.py: dbt.<test>.<6 random chars>),
-# keeps its files in its own temporary directory, takes its HTTP ports from
-# the kernel, touches no broker-wide setting (secrets adds and deletes a
-# user of a random name, bad_messages a policy on its own queue), and
-# asserts no timing tighter than seconds.
+# One ctest test per tests/integration/test_*.py (label "integration").
+# They are mostly waiting (for due times, restarts, takeovers): on 2 cores
+# the machine sits 70-90 % idle under one test at a time, so they run side
+# by side under "ctest -j" (tests/run.sh passes -j 4), in three lanes:
+#
+#   shared   most tests share one throwaway broker that a fixture starts
+#            with rabbitmq.sh under ${CMAKE_BINARY_DIR}/rabbitmq on
+#            127.0.0.1:${DB_TEST_BROKER_PORT} and stops at the end. Each names
+#            its exchanges and queues with a random suffix (harness.py:
+#            dbt.<test>.<6 random chars>), keeps its files in its own
+#            temporary directory, takes its HTTP ports from the kernel, and
+#            touches no broker-wide setting (secrets adds and deletes a user
+#            of a random name, bad_messages a policy on its own queue).
+#   owned    the tests that stop, restart or alarm their broker (alarm,
+#            broker_restart, http) get a second node of their own
+#            (${CMAKE_BINARY_DIR}/rabbitmq-owned, port DB_TEST_BROKER_PORT+1),
+#            one at a time (RESOURCE_LOCK broker_owned): they can no longer
+#            pull the broker from under the others.
+#   cluster  the three-node cluster (tests/integration/cluster/, ports
+#            DB_TEST_CLUSTER_PORT..+2) is formed by one test at a time
+#            (RESOURCE_LOCK cluster): cluster, scale_out, replicate_cluster.
+#
+# tls starts a TLS node of its own on free ports. Tests whose figures need a
+# quiet machine never run beside a heavy one (db_it_sensitive below, and
+# DB_HEAVY_LOCKS in tests/CMakeLists.txt). COST puts the long tests first,
+# so the short ones fill the gaps around them.
 #
 # To use a broker of your own instead, set DB_TEST_BROKER_URI in the
 # environment when configuring (cmake -S . -B build): the fixture then
@@ -55,6 +67,15 @@ if(db_integration_problem)
   return()
 endif()
 
+# integration.NAME.start and .stop: a throwaway node in DIR, fresh each run
+# (stop whatever a previous run left, wipe its state, start).
+function(db_broker_node name dir port dist_port)
+  add_test(NAME integration.${name}.start
+           COMMAND bash -c "set -e; bash \"$0\" stop \"$1\"; rm -rf \"$1/mnesia\"; bash \"$0\" start \"$1\" \"$2\" \"$3\""
+                   ${db_it_dir}/rabbitmq.sh ${dir} ${port} ${dist_port})
+  add_test(NAME integration.${name}.stop COMMAND bash ${db_it_dir}/rabbitmq.sh stop ${dir})
+endfunction()
+
 if(DEFINED ENV{DB_TEST_BROKER_URI} AND NOT "$ENV{DB_TEST_BROKER_URI}" STREQUAL "")
   set(db_broker_uri "$ENV{DB_TEST_BROKER_URI}")
   set(db_broker_dir "")
@@ -66,39 +87,116 @@ if(DEFINED ENV{DB_TEST_BROKER_URI} AND NOT "$ENV{DB_TEST_BROKER_URI}" STREQUAL "
 else()
   set(db_broker_uri "amqp://guest:guest@127.0.0.1:${DB_TEST_BROKER_PORT}/%2f")
   set(db_broker_dir "${CMAKE_BINARY_DIR}/rabbitmq")
-  # A fresh node each run: stop whatever a previous run left, wipe its state.
-  add_test(NAME integration.broker.start
-           COMMAND bash -c "set -e; bash \"$0\" stop \"$1\"; rm -rf \"$1/mnesia\"; bash \"$0\" start \"$1\" \"$2\" \"$3\""
-                   ${db_it_dir}/rabbitmq.sh ${db_broker_dir} ${DB_TEST_BROKER_PORT} ${DB_TEST_BROKER_DIST_PORT})
-  add_test(NAME integration.broker.stop
-           COMMAND bash ${db_it_dir}/rabbitmq.sh stop ${db_broker_dir})
+  db_broker_node(broker ${db_broker_dir} ${DB_TEST_BROKER_PORT} ${DB_TEST_BROKER_DIST_PORT})
 endif()
 set_tests_properties(integration.broker.start PROPERTIES
-  FIXTURES_SETUP rabbitmq LABELS integration RUN_SERIAL TRUE TIMEOUT 180)
+  FIXTURES_SETUP rabbitmq LABELS integration TIMEOUT 180)
 set_tests_properties(integration.broker.stop PROPERTIES
-  FIXTURES_CLEANUP rabbitmq LABELS integration RUN_SERIAL TRUE TIMEOUT 120)
+  FIXTURES_CLEANUP rabbitmq LABELS integration TIMEOUT 120)
 
-set(db_it_parallel bad_config config harness cli_publish cli_wal wal_lock wal_corruption
-    immediate properties routes target_missing unroutable xdelay_types
-    bad_messages secrets)
-# Not among them: browse_purge (it bounds lateness to 3 s, which a busy machine
-# breaks) and http (it stops and starts the broker: properties, beside it, found
-# the node gone twice).
+# The owned lane: a second broker for the tests that stop, restart or alarm it.
+math(EXPR db_owned_port "${DB_TEST_BROKER_PORT} + 1")
+math(EXPR db_owned_dist_port "${DB_TEST_BROKER_DIST_PORT} + 1")
+set(db_it_owned alarm broker_restart http)
+if(db_broker_dir)
+  set(db_owned_uri "amqp://guest:guest@127.0.0.1:${db_owned_port}/%2f")
+  set(db_owned_dir "${CMAKE_BINARY_DIR}/rabbitmq-owned")
+  db_broker_node(broker_owned ${db_owned_dir} ${db_owned_port} ${db_owned_dist_port})
+  set_tests_properties(integration.broker_owned.start PROPERTIES
+    FIXTURES_SETUP rabbitmq_owned LABELS integration RESOURCE_LOCK broker_owned TIMEOUT 180)
+  set_tests_properties(integration.broker_owned.stop PROPERTIES
+    FIXTURES_CLEANUP rabbitmq_owned LABELS integration RESOURCE_LOCK broker_owned TIMEOUT 120)
+else()
+  # Your own broker (DB_TEST_BROKER_URI): these tests skip, as they need to restart it.
+  set(db_owned_uri "${db_broker_uri}")
+  set(db_owned_dir "")
+  add_test(NAME integration.broker_owned.start COMMAND ${CMAKE_COMMAND} -E true)
+  add_test(NAME integration.broker_owned.stop COMMAND ${CMAKE_COMMAND} -E true)
+  set_tests_properties(integration.broker_owned.start PROPERTIES FIXTURES_SETUP rabbitmq_owned LABELS integration)
+  set_tests_properties(integration.broker_owned.stop PROPERTIES FIXTURES_CLEANUP rabbitmq_owned LABELS integration)
+endif()
+
+set(db_it_cluster cluster scale_out replicate_cluster)
+
+# The sanitized daemon. With -DDB_IT_SANITIZED_DIR=<a build configured with
+# -DDB_SANITIZE=ON> (tests/run.sh passes build-asan), every integration test
+# but the heavy ones below runs that build's daemon (ASan + UBSan, leaks
+# checked at exit), once: the suite runs each test one time, the broad
+# functional set under the sanitizers, the volume, fault, multi-node and
+# browser tests (and the client matrix, the soak, the benchmark smoke and
+# the containers) against this build's optimized daemon. Empty (the
+# default): all run this build's daemon. The sanitized daemon is 2-3x
+# slower, so its tests allow 5 s of lateness instead of 2 (DB_TEST_LATE_S:
+# a bound on gross misbehaviour, not a figure -- the benchmarks measure
+# lateness; "never early" keeps its 50 ms).
+set(DB_IT_SANITIZED_DIR "" CACHE PATH
+    "Build dir with -DDB_SANITIZE=ON whose daemon most integration tests run (tests/run.sh: build-asan)")
+set(db_it_plain_only kill_loop failpoints tls recovery_progress browse_purge cluster scale_out
+    drain stalled_broker replicate_enable replicate_crash ui)
+
+# Heavy: 10^5-message volumes, 50 kill -9 in a row, every failpoint in turn
+# (lock "heavy", one at a time). Sensitive: browse_purge bounds lateness to
+# 3 s, stalled_broker wants /healthz answered within 1 s, alarm and
+# broker_restart hold their messages only while a burst is being published,
+# keys reads /pending through two restarts before a 5 s message falls due:
+# on 2 cores the heavy ones can break those figures, so they take every
+# heavy lock (DB_HEAVY_LOCKS, tests/CMakeLists.txt) and never run beside one.
+set(db_it_heavy failpoints kill_loop recovery_progress drain)
+set(db_it_sensitive browse_purge stalled_broker alarm broker_restart keys)
+
+# Seconds each took alone on 2 cores: ctest starts the long ones first.
+set(db_it_cost_failpoints 90)
+set(db_it_cost_replicate_cluster 70)
+set(db_it_cost_cluster 65)
+set(db_it_cost_drain 60)
+set(db_it_cost_scale_out 45)
+set(db_it_cost_browse_purge 30)
+set(db_it_cost_recovery_progress 25)
+set(db_it_cost_replicate_enable 25)
+set(db_it_cost_keys 20)
+set(db_it_cost_kill_loop 20)
 
 foreach(script ${db_it_tests})
   get_filename_component(name ${script} NAME_WE)
   string(REGEX REPLACE "^test_" "" name ${name})
   add_test(NAME integration.${name} COMMAND ${DB_PYTHON3} -u ${script})
-  if(name IN_LIST db_it_parallel)
-    set(db_serial FALSE)
-  else()
-    set(db_serial TRUE)
+  set(db_fixture rabbitmq)
+  set(db_uri ${db_broker_uri})
+  set(db_dir ${db_broker_dir})
+  set(db_locks "")
+  if(name IN_LIST db_it_owned)
+    set(db_fixture rabbitmq_owned)
+    set(db_uri ${db_owned_uri})
+    set(db_dir ${db_owned_dir})
+    list(APPEND db_locks broker_owned)
+  endif()
+  if(name IN_LIST db_it_cluster)
+    list(APPEND db_locks cluster)
+  endif()
+  if(name IN_LIST db_it_heavy)
+    list(APPEND db_locks heavy)
+  endif()
+  if(name IN_LIST db_it_sensitive)
+    list(APPEND db_locks sensitive ${DB_HEAVY_LOCKS})
+  endif()
+  set(db_bins "DB_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;DB_BRIDGE_FP_BIN=$<TARGET_FILE:delay-bridge-fp>;DB_WAL_FILL_BIN=$<TARGET_FILE:wal_fill>")
+  set(db_labels integration)
+  if(DB_IT_SANITIZED_DIR AND NOT name IN_LIST db_it_plain_only)
+    set(db_bins "DB_BRIDGE_BIN=${DB_IT_SANITIZED_DIR}/delay-bridge;DB_BRIDGE_FP_BIN=${DB_IT_SANITIZED_DIR}/delay-bridge-fp;DB_WAL_FILL_BIN=${DB_IT_SANITIZED_DIR}/tests/wal_fill;ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1;DB_TEST_LATE_S=5")
+    set(db_labels "integration;sanitized")
+  endif()
+  set(db_cost 5)
+  if(DEFINED db_it_cost_${name})
+    set(db_cost ${db_it_cost_${name}})
   endif()
   set_tests_properties(integration.${name} PROPERTIES
-    FIXTURES_REQUIRED rabbitmq
-    RUN_SERIAL ${db_serial}
-    LABELS integration
+    FIXTURES_REQUIRED "${db_fixture}"
+    LABELS "${db_labels}"
     SKIP_RETURN_CODE 77
     TIMEOUT 300
-    ENVIRONMENT "DB_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;DB_BRIDGE_FP_BIN=$<TARGET_FILE:delay-bridge-fp>;DB_WAL_FILL_BIN=$<TARGET_FILE:wal_fill>;DB_TEST_BROKER_URI=${db_broker_uri};DB_TEST_BROKER_DIR=${db_broker_dir};PYTHONDONTWRITEBYTECODE=1")
+    COST ${db_cost}
+    ENVIRONMENT "${db_bins};DB_TEST_BROKER_URI=${db_uri};DB_TEST_BROKER_DIR=${db_dir};PYTHONDONTWRITEBYTECODE=1")
+  if(db_locks)
+    set_tests_properties(integration.${name} PROPERTIES RESOURCE_LOCK "${db_locks}")
+  endif()
 endforeach()

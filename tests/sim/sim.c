@@ -104,8 +104,8 @@
 #include <unistd.h>
 
 #include "delay-bridge/engine.h"
-#include "delay-bridge/log.h"
 #include "delay-bridge/wal.h"
+#include "log.h"
 #include "simfs.h"
 #include "simrepl.h"
 

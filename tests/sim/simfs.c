@@ -74,7 +74,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "delay-bridge/clock.h"
+#include "clock.h"
 #include "walfs.h" /* the prototypes the log layer calls, under DB_SIM */
 
 #define NAME_MAX_SIM 64

@@ -13,6 +13,7 @@ if(DB_PYTHON3)
   set_tests_properties(soak.ha PROPERTIES
     LABELS soak
     RESOURCE_LOCK soak_broker
+    COST 300
     TIMEOUT 480
     ENVIRONMENT "DB_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;DB_SOAK_PORT=5697;PYTHONDONTWRITEBYTECODE=1")
 endif()

@@ -15,9 +15,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "delay-bridge/clock.h"
+#include "clock.h"
 #include "delay-bridge/engine.h"
-#include "delay-bridge/log.h"
+#include "log.h"
 #include "delay-bridge/wal.h"
 
 static int route_index(void *arg, const char *name, size_t len)

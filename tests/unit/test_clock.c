@@ -1,7 +1,7 @@
 /*
  * test_clock.c -- ISO 8601 out and in, ms since the epoch in.
  */
-#include "delay-bridge/clock.h"
+#include "clock.h"
 #include "check.h"
 
 static void test_iso_out(void)

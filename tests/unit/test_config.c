@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "delay-bridge/log.h"
+#include "log.h"
 
 #include "check.h"
 

@@ -21,7 +21,7 @@
  *                               slowloris)
  */
 #define _GNU_SOURCE /* strcasestr */
-#include "delay-bridge/http.h"
+#include "http.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
