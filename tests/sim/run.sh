@@ -49,10 +49,14 @@ main() {
                          if ($i == "(cpu") cpu += $(i+1)
                          if ($i == "crashes,") cr += $(i-1)
                          if ($i == "takes;") tk += $(i-1)
+                        if ($i == "corruption") rf += $(i+1)
+                        if ($i == "stream") rb += $(i+1)
+                        if ($i == "refused" && $(i-1) == "holes") rh += $(i+1)
                      } }
          END { printf "%d passed, %d failed\n", p, f;
                printf "%d operations, %d file-layer calls, %d crashes, %d takes; wall %.0f s (slowest slice), cpu %.0f s: %.0f operations and %.0f file-layer calls per cpu second\n",
                       o, c, cr, tk, w, cpu, (cpu > 0 ? o / cpu : 0), (cpu > 0 ? c / cpu : 0);
+              printf "ended by a refused corruption %d; logs rebuilt from the stream %d, stream holes refused %d\n", rf, rb, rh;
                exit (f > 0) }' "$tmp"/*.out
 }
 main "$@"
