@@ -5,7 +5,8 @@
 #   sim.seeds   a few thousand seeds (label "sim" and "unit": under 60 s on one core)
 #   sim.seed.N  the seeds that found bugs, replayed (regressions)
 #   sim.plant   planted bugs the checker must catch (proves it can fail)
-#   sim.long    10^6 seeds (label "sim-long"; by hand: ctest -L sim-long)
+#   sim.long    10^6 seeds (label "sim-long"; by hand: ctest -L sim-long; note that -L is a
+#               regex, so run the short ones with -L '^sim$', not -L sim)
 set(DB_SIM_SOURCES
   src/clock.c src/crc32c.c src/failpoint.c src/pool.c src/idmap.c src/keymap.c src/wheel.c
   src/duecount.c src/walrec.c src/walscan.c src/wal.c src/wal_open.c src/wal_space.c
