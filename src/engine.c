@@ -278,6 +278,7 @@ void eng_close(struct engine *e)
     free(e->done_buf);
     free(e->add_buf);
     free(e->ck_buf);
+    free(e->ck_tk);
     free(e);
 }
 
@@ -302,7 +303,10 @@ int engine_read_record(struct engine *e, const struct held *m, struct wlog_buf *
 /*
  * The route's keyed pending message with this key: every handle stored
  * under the hash is a candidate, confirmed against the key in its record.
- * POOL_NIL if none; a log read error in *err.
+ * Two can hold one key after a restart (one was in flight when the other
+ * came, so it was not replaced; the restart keyed both again): the newest
+ * (highest id) answers, as it did before the restart (found by the
+ * simulator, tests/sim). POOL_NIL if none; a log read error in *err.
  */
 static pool_handle key_lookup(struct engine *e, uint16_t route, const char *key, size_t len,
                               uint64_t kh, int *err)
@@ -316,10 +320,10 @@ static pool_handle key_lookup(struct engine *e, uint16_t route, const char *key,
         cand = xmalloc(n * sizeof(*cand));
         keymap_find(&e->keys, kh, cand, n);
     }
-    for (i = 0; i < n && found == POOL_NIL; i++) {
+    for (i = 0; i < n; i++) {
         struct held *m = H(e, cand[i]);
         struct walrec_add a;
-        if (m->route != route)
+        if (m->route != route || (found != POOL_NIL && m->node.seq < H(e, found)->node.seq))
             continue;
         if ((*err = engine_read_record(e, m, &e->kbuf, &a)) < 0)
             break;
@@ -521,6 +525,17 @@ static int append_ids(struct engine *e, struct idvec *v, uint8_t type)
     return 0;
 }
 
+int engine_append_ends(struct engine *e)
+{
+    int r;
+
+    if (e->done.n && (r = append_ids(e, &e->done, WALREC_DONE)) < 0)
+        return r;
+    if (e->cancel.n && (r = append_ids(e, &e->cancel, WALREC_CANCEL)) < 0)
+        return r;
+    return 0;
+}
+
 static void on_log_committed(void *arg, int err)
 {
     struct engine *e = arg;
@@ -555,9 +570,7 @@ int eng_commit(struct engine *e, eng_commit_fn *done, void *arg)
         return e->failed;
     if (e->commit_busy)
         return ENG_EBUSY;
-    if (e->done.n && (r = append_ids(e, &e->done, WALREC_DONE)) < 0)
-        return e->failed = r;
-    if (e->cancel.n && (r = append_ids(e, &e->cancel, WALREC_CANCEL)) < 0)
+    if ((r = engine_append_ends(e)) < 0)
         return e->failed = r;
     e->commit_busy = 1;
     e->committing = e->pending.n;
@@ -624,9 +637,12 @@ int eng_take(struct engine *e, uint16_t route, eng_msg *mp, struct walrec_add *a
         return res;
     if (m->flags & HELD_KEYED) {
         /* From now on a cancel of its key is missed: it is on its way. */
-        keymap_del(&e->keys, e->key_hash(route, a->key, a->key_len), h);
-        m->flags &= (uint8_t)~HELD_KEYED;
+        uint64_t kh = e->key_hash(route, a->key, a->key_len);
+        keymap_del(&e->keys, kh, h);
+        m->flags = (uint8_t)((m->flags & ~HELD_KEYED) | HELD_TAKEN_KEYED);
         r->keyed--;
+        if (e->ck_active && h < e->ck_cursor)
+            engine_ck_key(e, m->node.seq, kh); /* the checkpoint's walk passed it keyed */
     }
     engine_list_unlink(e, &r->due, h);
     engine_list_link(e, &r->inflight, r->inflight.tail, h);

@@ -39,7 +39,9 @@
  *    30   2  zero
  *
  *   kind 3  KEYS, any number, each a whole number of 12-byte entries,
- *           written after every HELD chunk (the key map as it is then):
+ *           written after every HELD chunk (the key map as it is then,
+ *           and every keyed message taken out of it but still held, in
+ *           flight or nacked: a restart keys those again, as a replay does):
  *     0   8  msg id of a keyed message
  *     8   4  its key fingerprint (the key map's 32 bits; stands in for
  *            the key hash until the wheel is built)
@@ -228,6 +230,7 @@ int eng_checkpoint(struct engine *e)
     wlog_stats(e->log, &ls);
     e->ck_active = 1;
     e->ck_cursor = 1;
+    e->ck_tk_n = 0;
     e->ck_end = e->pool.next_fresh; /* later handles hold ADDs the replay will see */
     e->ck_last_begin_ms = clock_mono_ns() / 1000000;
     e->ck_appended_at_begin = ls.appended_bytes;
@@ -272,6 +275,13 @@ void engine_ck_step(struct engine *e)
         const struct held *m = H(e, h);
         if (!m->state)
             continue;
+        if (m->flags & HELD_TAKEN_KEYED) {
+            /* taken since it was keyed: its key entry needs its record (rare: in flight or nacked) */
+            struct walrec_add a;
+            if ((r = engine_read_record(e, m, &e->kbuf, &a)) < 0)
+                goto failed;
+            engine_ck_key(e, m->node.seq, e->key_hash(m->route, a.key, a.key_len));
+        }
         if (e->ck_n + CK_HELD_SIZE > CK_CHUNK && (r = ck_flush(e, CK_HELD)) < 0)
             goto failed;
         uint8_t *q = ck_room(e, CK_HELD_SIZE);
@@ -297,8 +307,26 @@ void engine_ck_step(struct engine *e)
         walrec_put64(q, H(e, e->keys.handle[i])->node.seq);
         walrec_put32(q + 8, e->keys.fp[i]);
     }
+    for (size_t i = 0; i < e->ck_tk_n; i += CK_KEY_SIZE) {
+        if (e->ck_n + CK_KEY_SIZE > CK_CHUNK && (r = ck_flush(e, CK_KEYS)) < 0)
+            goto failed;
+        memcpy(ck_room(e, CK_KEY_SIZE), e->ck_tk + i, CK_KEY_SIZE);
+    }
+    e->ck_tk_n = 0;
     if ((r = ck_flush(e, CK_KEYS)) < 0)
         goto failed;
+    /*
+     * The walk skipped every message that died before it got there, but
+     * their DONE and CANCEL records wait for the next commit. Appended now,
+     * they come before the end LSN, so the log installs the checkpoint only
+     * once they are durable: otherwise a crash before that commit would
+     * recover from a checkpoint without a message whose end the log never
+     * got (found by the simulator, tests/sim).
+     */
+    if ((r = engine_append_ends(e)) < 0) {
+        e->failed = r;
+        goto failed;
+    }
     walrec_put64(ck_room(e, 8), wlog_next_lsn(e->log));
     if ((r = ck_flush(e, CK_END)) < 0 || (r = wlog_ckpt_end(e->log)) < 0)
         goto failed;
@@ -312,6 +340,18 @@ void engine_ck_step(struct engine *e)
 failed:
     e->ck_active = 0; /* the log dropped the checkpoint and logged why; next interval retries */
     e->ck_n = 0;
+    e->ck_tk_n = 0;
+}
+
+void engine_ck_key(struct engine *e, uint64_t id, uint64_t kh)
+{
+    if (e->ck_tk_n + CK_KEY_SIZE > e->ck_tk_cap) {
+        e->ck_tk_cap = e->ck_tk_cap ? 2 * e->ck_tk_cap : 64 * CK_KEY_SIZE;
+        e->ck_tk = xrealloc(e->ck_tk, e->ck_tk_cap);
+    }
+    walrec_put64(e->ck_tk + e->ck_tk_n, id);
+    walrec_put32(e->ck_tk + e->ck_tk_n + 8, keymap_fingerprint(kh));
+    e->ck_tk_n += CK_KEY_SIZE;
 }
 
 void engine_ck_policy(struct engine *e)

@@ -44,6 +44,7 @@ struct held {
 #define HELD_KEYED 0x01    /* in the key map while PENDING, WAITING or DUE */
 #define HELD_DIVERTED 0x02 /* its publish was returned: next one to the unroutable exchange */
 #define HELD_RECOVERED 0x04 /* recovery created it; build_wheel() places it */
+#define HELD_TAKEN_KEYED 0x08 /* keyed, out of the key map since eng_take (until a restart) */
 
 _Static_assert(sizeof(struct held) == 40, "a held message is 40 bytes of RAM");
 
@@ -127,6 +128,13 @@ struct engine {
     uint32_t ck_cursor, ck_end;   /* handles still to walk: [cursor, end) */
     uint8_t *ck_buf;              /* a chunk being filled */
     size_t ck_n, ck_cap;
+    /*
+     * Key entries (msg id, fingerprint) of keyed messages taken out of the
+     * key map (eng_take) while they are still held: a restart keys them
+     * again (a replayed ADD is keyed), so the checkpoint must too.
+     */
+    uint8_t *ck_tk;
+    size_t ck_tk_n, ck_tk_cap;
     uint64_t ck_last_begin_ms, ck_appended_at_begin;
     uint64_t ck_ring_lsn;         /* recovery: fresh ADDs from here on go on the rings */
     uint64_t ck_end_lsn;          /* recovery: an ADD below it may be held already */
@@ -161,6 +169,14 @@ void engine_list_unlink(struct engine *e, struct hlist *l, pool_handle h);
 void engine_set_state(struct engine *e, struct held *m, enum eng_state s);
 /* Release h: out of the pool, the counters and the log's live set. */
 void engine_forget(struct engine *e, pool_handle h);
+/*
+ * Append the DONE and CANCEL records of the messages confirmed or cancelled
+ * since the last commit (eng_commit does, first; so does a checkpoint before
+ * it is sealed). 0 or the log's error.
+ */
+int engine_append_ends(struct engine *e);
+/* A checkpoint in progress gets a key entry for taken keyed message id with key hash kh. */
+void engine_ck_key(struct engine *e, uint64_t id, uint64_t kh);
 /* Read m's record into b and decode it. 0 or a negative code. */
 int engine_read_record(struct engine *e, const struct held *m, struct wlog_buf *b,
                        struct walrec_add *a);

@@ -22,7 +22,7 @@
 
 static uint32_t fingerprint(uint64_t hash)
 {
-    return (uint32_t)(hash ^ (hash >> 32));
+    return keymap_fingerprint(hash);
 }
 
 static size_t home(const struct keymap *m, uint32_t fp)

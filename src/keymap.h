@@ -41,6 +41,12 @@ int keymap_del(struct keymap *m, uint64_t hash, uint32_t handle);
 
 size_t keymap_memory(const struct keymap *m);
 
+/* The 32-bit fingerprint the table keeps of a 64-bit hash. */
+static inline uint32_t keymap_fingerprint(uint64_t hash)
+{
+    return (uint32_t)(hash ^ (hash >> 32));
+}
+
 /* FNV-1a 64 of (route, key): the hash the engine uses unless told otherwise. */
 uint64_t keymap_hash(uint16_t route, const char *key, size_t len);
 

@@ -86,7 +86,7 @@ uint64_t wal_mono_ms(void)
 static int wal_pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
 {
     while (n) {
-        ssize_t r = pwrite(fd, p, n, (off_t)off);
+        ssize_t r = walfs_pwrite(fd, p, n, (off_t)off);
         if (r < 0) {
             if (errno == EINTR)
                 continue;
@@ -109,7 +109,7 @@ static int wal_sync_fd(struct wal *w, int fd)
     if (w->no_sync)
         return 0;
     t0 = clock_mono_ns();
-    if (fdatasync(fd) < 0)
+    if (walfs_fdatasync(fd) < 0)
         r = -errno;
     db_hist_observe(&w->fsync, (double)(clock_mono_ns() - t0) / 1e9);
     return r;
@@ -119,7 +119,7 @@ int wal_sync_dir(struct wal *w)
 {
     if (w->no_sync)
         return 0;
-    if (fsync(w->dirfd) < 0)
+    if (walfs_fsync(w->dirfd) < 0)
         return -errno;
     return 0;
 }
@@ -133,13 +133,13 @@ int wal_mkdir_p(const char *dir)
         if (*s != '/')
             continue;
         *s = 0;
-        if (mkdir(p, 0755) < 0 && errno != EEXIST) {
+        if (walfs_mkdir(p, 0755) < 0 && errno != EEXIST) {
             r = -errno;
             goto cleanup;
         }
         *s = '/';
     }
-    if (mkdir(p, 0755) < 0 && errno != EEXIST)
+    if (walfs_mkdir(p, 0755) < 0 && errno != EEXIST)
         r = -errno;
 cleanup:
     free(p);
@@ -230,15 +230,15 @@ int wal_seg_create(struct wal *w, struct seg *s)
     int fd, r;
 
     walscan_seg_name(name, s->segno);
-    fd = openat(w->dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    fd = walfs_openat(w->dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0)
         return -errno;
     FAILPOINT("wal.mid_roll"); /* an empty newest segment: recovery must delete it */
     walrec_seghdr_encode(buf, &h);
     if ((r = wal_pwrite_all(fd, buf, SEGHDR, 0)) < 0 || (r = wal_sync_fd(w, fd)) < 0 ||
         (r = wal_sync_dir(w)) < 0) {
-        close(fd);
-        unlinkat(w->dirfd, name, 0); /* a later commit creates it again (disk full) */
+        walfs_close(fd);
+        walfs_unlinkat(w->dirfd, name, 0); /* a later commit creates it again (disk full) */
         return r;
     }
     s->fd = fd;
@@ -379,7 +379,7 @@ int wal_write_batch(struct wal *w, struct wal_batch *b)
         if ((r = wal_pwrite_all(s->fd, w->wbuf + s->pend_off, (size_t)(s->size - s->disk), s->disk)) < 0) {
             if (!wal_is_no_space(r))
                 return wal_fail(w, r, "write", s->segno);
-            if (ftruncate(s->fd, (off_t)s->disk) < 0)
+            if (walfs_ftruncate(s->fd, (off_t)s->disk) < 0)
                 return wal_fail(w, -errno, "truncate after a full disk", s->segno);
             return wal_out_of_space(w, r, "write", s->segno);
         }
@@ -684,11 +684,11 @@ int wal_test_break_fd(struct wal *w)
 
     if (s->fd < 0)
         return -EBADF;
-    fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    fd = walfs_open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
     if (dup2(fd, s->fd) < 0)
         r = -errno;
-    close(fd);
+    walfs_close(fd);
     return r;
 }

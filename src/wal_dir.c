@@ -53,7 +53,7 @@ int wal_lock_dir_flags(const char *dir, int flags, int *lockfd, const char **op)
 
     *lockfd = -1;
     snprintf(path, sizeof(path), "%s/%s", dir, LOCK_NAME);
-    fd = open(path, (flags & WAL_LOCK_NO_CREATE ? O_RDONLY : O_RDWR | O_CREAT) | O_CLOEXEC, 0644);
+    fd = walfs_open(path, (flags & WAL_LOCK_NO_CREATE ? O_RDONLY : O_RDWR | O_CREAT) | O_CLOEXEC, 0644);
     if (fd < 0) {
         e = -errno;
         if ((flags & WAL_LOCK_NO_CREATE) && e == -ENOENT)
@@ -65,14 +65,14 @@ int wal_lock_dir_flags(const char *dir, int flags, int *lockfd, const char **op)
                       strerror(-e));
         return e;
     }
-    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+    if (walfs_flock(fd, LOCK_EX | LOCK_NB) < 0) {
         e = errno == EWOULDBLOCK ? WAL_ELOCKED : -errno;
         if (op)
             *op = "lock";
         if (!(flags & WAL_LOCK_QUIET))
             log_error("wal", "the log directory is locked by another process (is a daemon "
                       "already running on it?)", "file=%s", path);
-        close(fd);
+        walfs_close(fd);
         return e;
     }
     *lockfd = fd;
@@ -94,13 +94,13 @@ static int drop_all(int dirfd)
     for (size_t i = 0; r == 0 && i < n; i++) {
         char name[WALSCAN_NAME_SIZE];
         walscan_seg_name(name, nos[i]);
-        if (unlinkat(dirfd, name, 0) < 0)
+        if (walfs_unlinkat(dirfd, name, 0) < 0)
             r = -errno;
     }
     free(nos);
-    if (r == 0 && unlinkat(dirfd, WALCKPT_NAME, 0) < 0 && errno != ENOENT)
+    if (r == 0 && walfs_unlinkat(dirfd, WALCKPT_NAME, 0) < 0 && errno != ENOENT)
         r = -errno;
-    if (r == 0 && fsync(dirfd) < 0)
+    if (r == 0 && walfs_fsync(dirfd) < 0)
         r = -errno;
     return r;
 }
@@ -117,19 +117,19 @@ int wal_replace_segments(int dirfd, const struct wal_replacement *v, size_t n, i
         const struct wal_replacement *p = &v[i];
 
         /* The old file stays, under another name; name never goes missing. */
-        if (p->aside && linkat(dirfd, p->name, dirfd, p->aside, 0) < 0 &&
-            (errno == EEXIST || renameat(dirfd, p->name, dirfd, p->aside) < 0)) {
+        if (p->aside && walfs_linkat(dirfd, p->name, dirfd, p->aside, 0) < 0 &&
+            (errno == EEXIST || walfs_renameat(dirfd, p->name, dirfd, p->aside) < 0)) {
             r = -errno;
             step = "keep aside";
             goto out;
         }
-        if (renameat(p->srcfd, p->src_name, dirfd, p->name) < 0) {
+        if (walfs_renameat(p->srcfd, p->src_name, dirfd, p->name) < 0) {
             r = -errno;
             step = "rename";
             goto out;
         }
     }
-    if (fsync(dirfd) < 0) {
+    if (walfs_fsync(dirfd) < 0) {
         r = -errno;
         step = "sync the directory";
     }

@@ -12,7 +12,9 @@
  *
  * struct wal owns every fd, buffer and segment entry in it; wal_close()
  * releases them. Functions that fail return 0 or a negative code (-errno or
- * WAL_E*); a write or fsync error goes through wal_fail() and sticks.
+ * WAL_E*); a write or fsync error goes through wal_fail() and sticks. Every
+ * system call on the directory is spelled walfs_NAME (walfs.h: the plain
+ * call, or the simulator's file layer under -DDB_SIM).
  */
 #ifndef DELAY_BRIDGE_WAL_INT_H
 #define DELAY_BRIDGE_WAL_INT_H
@@ -24,6 +26,7 @@
 #include "delay-bridge/wal.h"
 #include "delay-bridge/walrec.h"
 #include "walckpt.h"
+#include "walfs.h"
 
 #define SEGHDR WALREC_SEGHDR_SIZE
 #define RECHDR WALREC_HDR_SIZE
@@ -46,6 +49,8 @@ struct seg {
     uint64_t live_count;
     uint64_t live_bytes;
     uint64_t copy_lsn;   /* LSN of the last compaction copy taken from it */
+    uint64_t dead_lsn;   /* next LSN when an ADD in it last died: the DONE or CANCEL
+                            that ended it is appended at or after it */
     int scanned;         /* compaction walked all of it */
 };
 

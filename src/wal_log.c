@@ -146,7 +146,7 @@ static void *sync_main(void *arg)
         for (int i = 0; i < wl->batch.n && r == 0; i++) {
             if (FAILPOINT_ERR("wal.fsync_error"))
                 r = -EIO;
-            else if (fdatasync(wl->batch.fds[i]) < 0)
+            else if (walfs_fdatasync(wl->batch.fds[i]) < 0)
                 r = -errno;
         }
         double secs = (double)(clock_mono_ns() - t0) / 1e9;

@@ -78,27 +78,27 @@ static int wal_load_segments(struct wal *w)
         int fd;
 
         walscan_seg_name(name, nos[i]);
-        fd = openat(w->dirfd, name, (newest ? O_RDWR : O_RDONLY) | O_CLOEXEC);
-        if (fd < 0 || fstat(fd, &st) < 0) {
+        fd = walfs_openat(w->dirfd, name, (newest ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+        if (fd < 0 || walfs_fstat(fd, &st) < 0) {
             r = -errno;
             log_error("wal", "cannot open segment", "file=%s/%s err=\"%s\"", w->dir, name,
                       strerror(-r));
             if (fd >= 0)
-                close(fd);
+                walfs_close(fd);
             goto cleanup;
         }
         r = walscan_seghdr(fd, nos[i], (uint64_t)st.st_size, newest, &h);
         if (r < 0) {
-            close(fd);
+            walfs_close(fd);
             log_error("wal", "cannot read segment header", "file=%s/%s err=\"%s\"", w->dir,
                       name, strerror(-r));
             goto cleanup;
         }
         if (r == WALSCAN_HDR_CREATING) {
-            close(fd);
+            walfs_close(fd);
             log_warn("wal", "deleting newest segment with a torn header (crash while creating it)",
                      "file=%s/%s bytes=%lld", w->dir, name, (long long)st.st_size);
-            if (unlinkat(w->dirfd, name, 0) < 0 || fsync(w->dirfd) < 0) {
+            if (walfs_unlinkat(w->dirfd, name, 0) < 0 || walfs_fsync(w->dirfd) < 0) {
                 r = -errno;
                 goto cleanup;
             }
@@ -106,8 +106,8 @@ static int wal_load_segments(struct wal *w)
             if (w->nsegs) {
                 struct seg *s = wal_active(w);
                 walscan_seg_name(name, s->segno);
-                close(s->fd);
-                s->fd = openat(w->dirfd, name, O_RDWR | O_CLOEXEC);
+                walfs_close(s->fd);
+                s->fd = walfs_openat(w->dirfd, name, O_RDWR | O_CLOEXEC);
                 if (s->fd < 0) {
                     r = -errno;
                     goto cleanup;
@@ -117,7 +117,7 @@ static int wal_load_segments(struct wal *w)
             break;
         }
         if (r != WALSCAN_HDR_OK || (w->nsegs && h.wal_id != w->id)) {
-            close(fd);
+            walfs_close(fd);
             log_error("wal",
                       "bad segment header (not a segment of this log, or damaged); the log "
                       "needs operator attention",
@@ -149,7 +149,7 @@ static int cut_torn_tail(struct wal *w, struct seg *s, uint64_t off, uint64_t la
     int r;
 
     walscan_seg_name(name, s->segno);
-    if (ftruncate(s->fd, (off_t)off) < 0 || (!w->no_sync && fsync(s->fd) < 0)) {
+    if (walfs_ftruncate(s->fd, (off_t)off) < 0 || (!w->no_sync && walfs_fsync(s->fd) < 0)) {
         r = -errno;
         log_error("wal", "cannot truncate torn tail", "file=%s/%s err=\"%s\"", w->dir, name,
                   strerror(-r));
@@ -233,11 +233,11 @@ static int replay_segment(struct wal *w, size_t idx, struct replay_state *st, ui
     struct walscan_rec rec;
     int r;
 
-    posix_fadvise(s->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    walfs_posix_fadvise(s->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     if (idx == 0)
-        posix_fadvise(s->fd, 0, 0, POSIX_FADV_WILLNEED);
+        walfs_posix_fadvise(s->fd, 0, 0, POSIX_FADV_WILLNEED);
     for (size_t k = idx + 1; k < w->nsegs && k <= idx + READAHEAD_SEGS; k++)
-        posix_fadvise(w->segs[k].fd, 0, 0, POSIX_FADV_WILLNEED);
+        walfs_posix_fadvise(w->segs[k].fd, 0, 0, POSIX_FADV_WILLNEED);
 
     st->segno = s->segno;
     walscan_start(&st->scan, s->fd, s->disk, s->salt, *expect, idx == w->nsegs - 1);
@@ -353,7 +353,7 @@ static int wal_load_ckpt(struct wal *w, const struct wal_opts *o, uint64_t *from
     char why[256];
     int r;
 
-    if (fstatat(w->dirfd, WALCKPT_NAME, &st, 0) < 0)
+    if (walfs_fstatat(w->dirfd, WALCKPT_NAME, &st, 0) < 0)
         return 0;
     if (w->progress) {
         atomic_store_explicit(&w->progress->total, 2 * (uint64_t)st.st_size + w->total_size,
@@ -417,7 +417,7 @@ int wal_open(struct wal **out, const struct wal_opts *o, wlog_replay_fn *replay,
                   strerror(-r));
         goto fail;
     }
-    w->dirfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    w->dirfd = walfs_open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (w->dirfd < 0) {
         r = -errno;
         log_error("wal", "cannot open the log directory", "dir=%s err=\"%s\"", o->dir,
@@ -487,11 +487,11 @@ void wal_close(struct wal *w)
     walckpt_free(w->ck);
     for (size_t i = 0; i < w->nsegs; i++)
         if (w->segs[i].fd >= 0)
-            close(w->segs[i].fd);
+            walfs_close(w->segs[i].fd);
     if (w->lockfd >= 0)
-        close(w->lockfd); /* releases the flock */
+        walfs_close(w->lockfd); /* releases the flock */
     if (w->dirfd >= 0)
-        close(w->dirfd);
+        walfs_close(w->dirfd);
     free(w->segs);
     free(w->wbuf);
     free(w->cbuf);

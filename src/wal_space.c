@@ -54,19 +54,39 @@ void wal_live_add(struct wal *w, struct wlog_loc loc)
     w->live_bytes += loc.len;
 }
 
-void wal_live_del(struct wal *w, struct wlog_loc loc)
+/* One live ADD less in loc's segment; returns the segment (NULL if none or nothing live). */
+static struct seg *live_del(struct wal *w, struct wlog_loc loc)
 {
     struct seg *s = wal_seg_find(w, loc.seg);
 
     if (!s || s->live_count == 0 || s->live_bytes < loc.len)
-        return;
+        return NULL;
     s->live_count--;
     s->live_bytes -= loc.len;
     w->live_records--;
     w->live_bytes -= loc.len;
+    return s;
 }
 
-/* Nothing live, compaction copies durable: what blocks deleting the head. */
+/* The owner's: a message died; its DONE or CANCEL comes with the next commit. */
+void wal_live_del(struct wal *w, struct wlog_loc loc)
+{
+    struct seg *s = live_del(w, loc);
+
+    if (s)
+        s->dead_lsn = w->next_lsn;
+}
+
+/*
+ * Nothing live, compaction copies durable, and the records that ended its
+ * ADDs durable too: what blocks deleting the head. A message dies in memory
+ * (a confirm, a cancel) before its DONE or CANCEL record is committed; were
+ * its segment deleted in between, a crash would lose the ADD while the
+ * record ending it was lost too -- an acknowledged message gone without a
+ * durable end (found by the simulator, tests/sim). The ending record is
+ * appended by the commit that follows the death, so "durable_lsn has
+ * reached the LSN that was next at the death" means it is on disk.
+ */
 static int head_dead(const struct wal *w)
 {
     const struct seg *s = &w->segs[0];
@@ -76,7 +96,8 @@ static int head_dead(const struct wal *w)
 static int head_deletable(const struct wal *w)
 {
     const struct seg *s = &w->segs[0];
-    return head_dead(w) && s->copy_lsn <= w->durable_lsn && s->size == s->disk && s->fd >= 0 &&
+    return head_dead(w) && s->copy_lsn <= w->durable_lsn && s->dead_lsn <= w->durable_lsn &&
+           s->size == s->disk && s->fd >= 0 &&
            w->segs[1].fd >= 0;
 }
 
@@ -92,13 +113,13 @@ static int delete_head(struct wal *w)
             log_warn("wal", "compaction found no live record where the live count says some remain; "
                      "deleting the segment", "file=%s/%s live_count=%llu", w->dir, name,
                      (unsigned long long)s->live_count);
-        r = unlinkat(w->dirfd, name, 0) < 0 ? -errno : wal_sync_dir(w);
+        r = walfs_unlinkat(w->dirfd, name, 0) < 0 ? -errno : wal_sync_dir(w);
         if (r < 0) {
             log_error("wal", "cannot delete segment", "file=%s/%s err=\"%s\"", w->dir, name,
                       strerror(-r));
             return r;
         }
-        close(s->fd);
+        walfs_close(s->fd);
         w->live_records -= s->live_count;
         w->live_bytes -= s->live_bytes;
         w->total_size -= s->size;
@@ -173,7 +194,7 @@ static int compact_head(struct wal *w, size_t budget, const struct wlog_compact_
                     int e = wal_append(w, WALREC_ADD, &pc, 1, &lsn, &to);
                     if (e < 0)
                         return e;
-                    wal_live_del(w, from);
+                    live_del(w, from); /* moved, not dead: the copy's durability is copy_lsn */
                     wal_live_add(w, to);
                     w->segs[0].copy_lsn = lsn; /* wal_append may have moved segs */
                     w->compacted_bytes += (uint64_t)r;

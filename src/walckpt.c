@@ -64,6 +64,7 @@
 #include "delay-bridge/walrec.h"
 #include "xalloc.h"
 #include "crc32c.h"
+#include "walfs.h"
 
 #define MAGIC "DBCKPT\r\n"
 #define VERSION 1
@@ -97,7 +98,7 @@ static int write_all(int fd, const struct iovec *iov, int n)
         left += iov[i].iov_len;
     }
     while (left) {
-        ssize_t w = writev(fd, v, n);
+        ssize_t w = walfs_writev(fd, v, n);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
@@ -126,7 +127,7 @@ int walckpt_create(struct walckpt **out, int dirfd, const char *dir, uint64_t wa
     c = xcalloc(1, sizeof(*c));
     c->dirfd = dirfd;
     c->dir = dir;
-    c->fd = openat(dirfd, WALCKPT_TMP_NAME, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    c->fd = walfs_openat(dirfd, WALCKPT_TMP_NAME, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (c->fd < 0) {
         r = -errno;
         free(c);
@@ -193,11 +194,11 @@ static void *install_main(void *arg)
     struct walckpt *c = arg;
     int r = 0;
 
-    if (!c->no_sync && fdatasync(c->fd) < 0)
+    if (!c->no_sync && walfs_fdatasync(c->fd) < 0)
         r = -errno;
-    if (r == 0 && renameat(c->dirfd, WALCKPT_TMP_NAME, c->dirfd, WALCKPT_NAME) < 0)
+    if (r == 0 && walfs_renameat(c->dirfd, WALCKPT_TMP_NAME, c->dirfd, WALCKPT_NAME) < 0)
         r = -errno;
-    if (r == 0 && !c->no_sync && fsync(c->dirfd) < 0)
+    if (r == 0 && !c->no_sync && walfs_fsync(c->dirfd) < 0)
         r = -errno;
     atomic_store(&c->result, r == 0 ? 1 : r);
     return NULL;
@@ -209,7 +210,7 @@ int walckpt_install(struct walckpt *c, int no_sync)
 
     c->no_sync = no_sync;
     atomic_store(&c->result, 0);
-    r = pthread_create(&c->thread, NULL, install_main, c);
+    r = walfs_thread_create(&c->thread, NULL, install_main, c);
     if (r != 0)
         return -r;
     c->started = 1;
@@ -221,7 +222,7 @@ int walckpt_installed(struct walckpt *c)
     int r = atomic_load(&c->result);
 
     if (r != 0 && c->started) {
-        pthread_join(c->thread, NULL);
+        walfs_thread_join(c->thread, NULL);
         c->started = 0;
     }
     if (r == 1)
@@ -239,15 +240,15 @@ void walckpt_free(struct walckpt *c)
     if (!c)
         return;
     if (c->started) {
-        pthread_join(c->thread, NULL);
+        walfs_thread_join(c->thread, NULL);
         c->started = 0;
         if (atomic_load(&c->result) == 1)
             c->installed = 1;
     }
     if (c->fd >= 0)
-        close(c->fd);
+        walfs_close(c->fd);
     if (!c->installed)
-        unlinkat(c->dirfd, WALCKPT_TMP_NAME, 0); /* best effort; a leftover is replaced next time */
+        walfs_unlinkat(c->dirfd, WALCKPT_TMP_NAME, 0); /* best effort; a leftover is replaced next time */
     free(c);
 }
 
@@ -277,7 +278,7 @@ static int need(struct reader *r, size_t n)
         r->buf = xrealloc(r->buf, r->cap);
     }
     while (r->len < n) {
-        ssize_t k = pread(r->fd, r->buf + r->len, r->cap - r->len, (off_t)r->off);
+        ssize_t k = walfs_pread(r->fd, r->buf + r->len, r->cap - r->len, (off_t)r->off);
         if (k < 0) {
             if (errno == EINTR)
                 continue;
@@ -411,15 +412,15 @@ int walckpt_read(int dirfd, uint64_t wal_id, wlog_ckpt_fn *fn, void *arg,
     memset(info, 0, sizeof(*info));
     if (whylen)
         why[0] = 0;
-    fd = openat(dirfd, WALCKPT_NAME, O_RDONLY | O_CLOEXEC);
+    fd = walfs_openat(dirfd, WALCKPT_NAME, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return errno == ENOENT ? 1 : -errno;
-    if (fstat(fd, &st) < 0) {
+    if (walfs_fstat(fd, &st) < 0) {
         r = -errno;
-        close(fd);
+        walfs_close(fd);
         return r;
     }
-    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    walfs_posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     r = pass(fd, NULL, NULL, info, why, whylen, progress, 0);
     if (r == 0 && wal_id && info->wal_id != wal_id) {
         snprintf(why, whylen, "belongs to log %016llx, not %016llx",
@@ -428,6 +429,6 @@ int walckpt_read(int dirfd, uint64_t wal_id, wlog_ckpt_fn *fn, void *arg,
     }
     if (r == 0 && fn)
         r = pass(fd, fn, arg, info, why, whylen, progress, (uint64_t)st.st_size);
-    close(fd);
+    walfs_close(fd);
     return r;
 }

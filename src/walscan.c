@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "delay-bridge/wlog.h"
+#include "walfs.h"
 #include "xalloc.h"
 
 #define SEGHDR WALREC_SEGHDR_SIZE
@@ -58,7 +59,7 @@ static int cmp_u64(const void *a, const void *b)
 
 int walscan_list(int dirfd, uint64_t **segnos, size_t *n, char *bad, size_t bad_size)
 {
-    DIR *d;
+    walfs_dir *d;
     struct dirent *e;
     uint64_t *v = NULL;
     size_t k = 0, cap = 0;
@@ -66,16 +67,16 @@ int walscan_list(int dirfd, uint64_t **segnos, size_t *n, char *bad, size_t bad_
 
     *segnos = NULL;
     *n = 0;
-    fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    fd = walfs_openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
-    d = fdopendir(fd);
+    d = walfs_fdopendir(fd);
     if (!d) {
         r = -errno;
-        close(fd);
+        walfs_close(fd);
         return r;
     }
-    while ((e = readdir(d)) != NULL) {
+    while ((e = walfs_readdir(d)) != NULL) {
         uint64_t segno = 0;
         int p = parse_name(e->d_name, &segno);
 
@@ -96,7 +97,7 @@ int walscan_list(int dirfd, uint64_t **segnos, size_t *n, char *bad, size_t bad_
     if (k)
         qsort(v, k, sizeof(*v), cmp_u64);
 cleanup:
-    closedir(d);
+    walfs_closedir(d);
     if (r < 0) {
         free(v);
         return r;
@@ -111,7 +112,7 @@ ssize_t walscan_pread(int fd, void *p, size_t n, uint64_t off)
     size_t got = 0;
 
     while (got < n) {
-        ssize_t r = pread(fd, (uint8_t *)p + got, n - got, (off_t)(off + got));
+        ssize_t r = walfs_pread(fd, (uint8_t *)p + got, n - got, (off_t)(off + got));
         if (r < 0) {
             if (errno == EINTR)
                 continue;

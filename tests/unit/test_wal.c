@@ -1069,6 +1069,45 @@ static void test_maintain_waits_for_successor(void)
     model_free(&m);
 }
 
+/*
+ * A message dies in memory before the record that ends it (DONE, CANCEL)
+ * is committed: its segment must outlive that commit, or a crash between
+ * the deletion and the commit loses an ADD whose end the log never got.
+ * Found by the simulator (tests/sim, seed 118).
+ */
+static void test_maintain_waits_for_end_records(void)
+{
+    const char *dir = tdir("ends");
+    struct wal *w = NULL;
+    struct model m;
+    struct wal_opts o = {.dir = dir, .segment_bytes = 4096, .no_sync = 1};
+    uint64_t ids[16];
+    uint32_t k = 0;
+
+    model_init(&m, &w, 4096);
+    CHECK_RC(wal_open(&w, &o, m_replay, &m), 0);
+    for (int i = 0; i < 15; i++) /* segment 1, full */
+        add_live(w, &m, 150);
+    add_live(w, &m, 150); /* segment 2 */
+    CHECK_RC(wal_commit(w), 0);
+    CHECK(exists(seg_path(dir, 2)), "segment 2 on disk");
+    for (uint64_t id = 1; id <= 15; id++) {
+        ids[k++] = id;
+        m.live[id] = 0;
+        wal_live_del(w, m.loc[id]); /* dead in memory; no DONE appended yet */
+    }
+    wal_maintain(w, 1 << 20, NULL);
+    CHECK(exists(seg_path(dir, 1)), "segment 1 kept while the records ending its ADDs are not durable");
+    CHECK_RC(append_done(w, ids, k, NULL), 0);
+    wal_maintain(w, 1 << 20, NULL);
+    CHECK(exists(seg_path(dir, 1)), "segment 1 kept while the DONE is only appended");
+    CHECK_RC(wal_commit(w), 0);
+    CHECK_RC(wal_maintain(w, 1 << 20, NULL), 0);
+    CHECK(!exists(seg_path(dir, 1)), "deleted once the DONE is durable");
+    wal_close(w);
+    model_free(&m);
+}
+
 static void test_compaction(void)
 {
     const char *dir = tdir("compact");
@@ -1487,6 +1526,7 @@ static const struct check_case cases[] = {
     {"read", test_read},
     {"maintain_delete", test_maintain_delete},
     {"maintain_waits_for_successor", test_maintain_waits_for_successor},
+    {"maintain_waits_for_end_records", test_maintain_waits_for_end_records},
     {"compaction", test_compaction},
     {"horizon", test_horizon},
     {"big_records", test_big_records},

@@ -1,0 +1,63 @@
+#!/bin/sh
+# tests/sim/run.sh -- run the deterministic simulator over a range of seeds.
+#
+#   tests/sim/run.sh --seeds N [--from S] [-j J] [--bin PATH] [--plant early-fire|fsync-lie]
+#
+# Prints one line per failing seed with the command that replays it
+# exactly, then "N passed, N failed" and the figures (simulated operations
+# and file-layer calls per second). With -j J the range is cut into J
+# slices run side by side (each its own process). Exit 0 when every seed
+# passed. The binary is build/tests/sim/sim unless --bin says otherwise
+# (it is built by cmake --build build --target db_sim).
+set -eu
+# All of it in one function, read whole before it runs: editing this file
+# while a long run is under way cannot change what that run does.
+main() {
+    here=$(cd "$(dirname "$0")" && pwd)
+    bin="$here/../../build/tests/sim/sim"
+    seeds=1000 from=1 jobs=1 extra=""
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --seeds) seeds=$2; shift 2 ;;
+            --from) from=$2; shift 2 ;;
+            -j) jobs=$2; shift 2 ;;
+            --bin) bin=$2; shift 2 ;;
+            --plant) extra="$extra --plant $2"; shift 2 ;;
+            *) echo "usage: $0 --seeds N [--from S] [-j J] [--bin PATH] [--plant NAME]" >&2; exit 2 ;;
+        esac
+    done
+    [ -x "$bin" ] || { echo "$0: no simulator at $bin (cmake --build build --target db_sim)" >&2; exit 2; }
+    if [ "$jobs" -le 1 ]; then
+        exec "$bin" --seeds "$seeds" --from "$from" $extra
+    fi
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    per=$(( (seeds + jobs - 1) / jobs ))
+    i=0 s=$from left=$seeds
+    while [ "$left" -gt 0 ]; do
+        n=$per; [ "$n" -gt "$left" ] && n=$left
+        "$bin" --seeds "$n" --from "$s" $extra > "$tmp/$i.out" 2>&1 &
+        i=$((i + 1)); s=$((s + n)); left=$((left - n))
+    done
+    wait || true
+    cat "$tmp"/*.out | grep -v ' passed, \|^seeds ' || true
+    awk '/ passed, / { p += $1; f += $3 }
+         /^seeds / { for (i = 1; i <= NF; i++) {
+                         if ($i == "operations") o += $(i-1)
+                         if ($i == "file-layer") c += $(i-1)
+                         if ($i == "in") w = $(i+1) > w ? $(i+1) : w
+                         if ($i == "(cpu") cpu += $(i+1)
+                         if ($i == "crashes,") cr += $(i-1)
+                         if ($i == "takes;") tk += $(i-1)
+                        if ($i == "corruption") rf += $(i+1)
+                        if ($i == "stream") rb += $(i+1)
+                        if ($i == "refused" && $(i-1) == "holes") rh += $(i+1)
+                     } }
+         END { printf "%d passed, %d failed\n", p, f;
+               printf "%d operations, %d file-layer calls, %d crashes, %d takes; wall %.0f s (slowest slice), cpu %.0f s: %.0f operations and %.0f file-layer calls per cpu second\n",
+                      o, c, cr, tk, w, cpu, (cpu > 0 ? o / cpu : 0), (cpu > 0 ? c / cpu : 0);
+              printf "ended by a refused corruption %d; logs rebuilt from the stream %d, stream holes refused %d\n", rf, rb, rh;
+               exit (f > 0) }' "$tmp"/*.out
+}
+main "$@"
+exit $?
