@@ -5,8 +5,9 @@
 #   sim.seeds   a few thousand seeds (label "sim" and "unit": under 60 s on one core)
 #   sim.seed.N  the seeds that found bugs, replayed (regressions)
 #   sim.plant   planted bugs the checker must catch (proves it can fail)
-#   sim.long    10^6 seeds (label "sim-long"; by hand: ctest -L sim-long; note that -L is a
-#               regex, so run the short ones with -L '^sim$', not -L sim)
+#   sim.long    10^6 seeds, about 30 min on 2 cores (label "sim-long"; only with
+#               -C long, so the suite never starts it: ctest -C long -L sim-long;
+#               -L is a regex, so run the short ones with -L '^sim$', not -L sim)
 set(DB_SIM_SOURCES
   src/clock.c src/crc32c.c src/failpoint.c src/pool.c src/idmap.c src/keymap.c src/wheel.c
   src/duecount.c src/walrec.c src/walscan.c src/wal.c src/wal_open.c src/wal_space.c
@@ -31,5 +32,5 @@ foreach(seed 1503 1686 426 641 7 14 44 48)
 endforeach()
 add_test(NAME sim.plant COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/sim/plant.sh $<TARGET_FILE:db_sim>)
 set_tests_properties(sim.plant PROPERTIES LABELS "sim;unit" TIMEOUT 300)
-add_test(NAME sim.long COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/sim/run.sh --bin $<TARGET_FILE:db_sim> --seeds 1000000)
+add_test(NAME sim.long CONFIGURATIONS long COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/sim/run.sh --bin $<TARGET_FILE:db_sim> --seeds 1000000)
 set_tests_properties(sim.long PROPERTIES LABELS sim-long TIMEOUT 7200)
