@@ -8,7 +8,13 @@
  * and every x-delay-cancel it takes from the ingress, it publishes a key
  * event (an empty message with the headers below) to the route's fanout
  * INGRESS_EXCHANGE.keys, where every bridge of the route has its own
- * durable queue INGRESS_QUEUE.keys.INSTANCE.
+ * durable queue INGRESS_QUEUE.keys.HOLDER. HOLDER is the instance, or with
+ * a replicated WAL the log's stream (config_key_holder()): an owner and
+ * its standbys share one queue and one origin. Before, each had its own:
+ * an event sent while one owned the log waited in that one's queue, never
+ * seen by the standby that took over (a replaced or cancelled version
+ * fired), and an owner applied its own log's events sent by the previous
+ * owner (the newer version it held was cancelled: lost).
  *
  *   x-delay-key-event   "replace" (a newer message with this key arrived)
  *                       or "cancel"
@@ -41,7 +47,8 @@ void bridge_key_event_out(struct bridge *b, int route, const char *kind, const c
 {
     if (!b->cfg->routes[route].share_keys)
         return;
-    if (consumer_publish_key_event(b->cons, route, kind, key, key_len, b->cfg->instance, at) == 0)
+    if (consumer_publish_key_event(b->cons, route, kind, key, key_len, config_key_holder(b->cfg),
+                                   at) == 0)
         b->counts[route].key_events_sent++;
 }
 
@@ -62,9 +69,10 @@ void bridge_key_event_in(struct bridge *b, const struct delivery *d)
         log_warn("keys", "malformed key event dropped", "route=%s", b->cfg->routes[d->route].name);
         return;
     }
-    size_t mine = strlen(b->cfg->instance);
-    if (origin_len == mine && memcmp(origin, b->cfg->instance, mine) == 0)
-        return; /* our own */
+    const char *holder = config_key_holder(b->cfg);
+    size_t mine = strlen(holder);
+    if (origin_len == mine && memcmp(origin, holder, mine) == 0)
+        return; /* our own (or our log's, sent by an earlier owner of it) */
     if (!(m = eng_find(b->eng, (uint16_t)d->route, key, key_len)))
         return;
     struct walrec_add a;
@@ -72,7 +80,7 @@ void bridge_key_event_in(struct bridge *b, const struct delivery *d)
         bridge_fatal(b, "WAL read (key event)", r);
         return;
     }
-    int cmp = strncmp(b->cfg->instance, origin, origin_len);
+    int cmp = strncmp(holder, origin, origin_len);
     if (cmp == 0 && mine != origin_len)
         cmp = mine < origin_len ? -1 : 1;
     if (a.enqueue_ms > (uint64_t)at || (a.enqueue_ms == (uint64_t)at && cmp > 0))

@@ -14,8 +14,8 @@ Now the standby drops its partial copy (which frees the space it took),
 says so, and reads the stream again every few seconds, as after a lost
 broker; when space returns it is a standby again.
 
-The test: a broker of its own (tests/integration/rabbitmq.sh on
-DB_CHAOS_PORT, default 5751, distribution port +20000). Owner A; standby B
+The test: a broker of its own (own_broker.py: DB_CHAOS_PORT, default
+5751). Owner A; standby B
 with wal.dir on a 4 MiB tmpfs of which a filler leaves almost nothing. A
 takes 300 messages of 2 KiB (600 KB of stream, more than B's free space)
 with delays of 15..25 s. Checked: B is still running 8 s later and has said
@@ -37,8 +37,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import harness as h  # noqa: E402
 from harness import check  # noqa: E402
 from ha_soak import repl_state, wait_state  # noqa: E402
-
-RABBITMQ_SH = os.path.join(HERE, "..", "integration", "rabbitmq.sh")
+import own_broker  # noqa: E402
 N = 300
 
 
@@ -109,31 +108,8 @@ def run(ctx, fs):
     b.stop()
 
 
-def main():
-    port = int(os.environ.get("DB_CHAOS_PORT", "5751"))
-    bdir = os.path.join(os.environ.get("TMPDIR", "/tmp"), "db-chaos-broker-%d" % port)
-    os.environ["DB_TEST_BROKER_URI"] = "amqp://guest:guest@127.0.0.1:%d/%%2f" % port
-    os.environ["DB_TEST_BROKER_DIR"] = bdir
+if __name__ == "__main__":
     if os.geteuid() != 0:
         h.log("SKIP: the tmpfs mount needs root")
         sys.exit(h.SKIP)
-    subprocess.run(["bash", RABBITMQ_SH, "stop", bdir], check=False)
-    subprocess.run(["rm", "-rf", os.path.join(bdir, "mnesia")], check=False)
-    subprocess.run(["bash", RABBITMQ_SH, "start", bdir, str(port), str(port + 20000)], check=True)
-    try:
-        h.run(test, budget_s=180)
-    finally:
-        pass
-
-
-if __name__ == "__main__":
-    # h.run() exits the process; the broker is stopped by an atexit-free wrapper below
-    pid = os.fork()
-    if pid == 0:
-        main()
-    _, status = os.waitpid(pid, 0)
-    port = int(os.environ.get("DB_CHAOS_PORT", "5751"))
-    subprocess.run(["bash", RABBITMQ_SH, "stop",
-                    os.path.join(os.environ.get("TMPDIR", "/tmp"), "db-chaos-broker-%d" % port)],
-                   check=False)
-    sys.exit(os.waitstatus_to_exitcode(status))
+    own_broker.run(test, budget_s=180)
