@@ -52,6 +52,35 @@ void bridge_key_event_out(struct bridge *b, int route, const char *kind, const c
         b->counts[route].key_events_sent++;
 }
 
+/*
+ * The event of a logged keyed message whose ack was lost (a crash, a dropped
+ * connection), recognised when the broker redelivered it: sent again, since
+ * the first may have been lost with the ack. It carries the time the held
+ * version was first taken, read from its ADD record -- not the time of the
+ * redelivery, which is later than a version another bridge took meanwhile
+ * and would make that bridge cancel a newer version than ours (the key then
+ * lost everywhere: ours is cancelled by that bridge's event). Nothing is
+ * sent when the key's held version here is another message (a newer one,
+ * which sent its own event) or none (published or cancelled since).
+ */
+void bridge_key_event_again(struct bridge *b, int route, const struct walrec_add *a)
+{
+    struct walrec_add held;
+    eng_msg m;
+    int r;
+
+    if (!b->cfg->routes[route].share_keys ||
+        !(m = eng_find(b->eng, (uint16_t)route, a->key, a->key_len)))
+        return;
+    if ((r = eng_read(b->eng, m, &held)) < 0) {
+        bridge_fatal(b, "WAL read (key event)", r);
+        return;
+    }
+    if (msgrec_fingerprint(&held) != msgrec_fingerprint(a))
+        return;
+    bridge_key_event_out(b, route, "replace", a->key, a->key_len, held.enqueue_ms);
+}
+
 /* Another bridge's key event: cancel our older version of the key, if we hold one. */
 void bridge_key_event_in(struct bridge *b, const struct delivery *d)
 {

@@ -51,8 +51,9 @@ if(DB_PYTHON3)
   # Regression tests of the bugs chaos_soak found, each on a node of its own
   # (own_broker.py, port DB_CHAOS_PORT): a standby on a full disk exited 1
   # (standby_disk_full); shared keys with a replicated WAL split between the
-  # owner's and the standby's key-event queues (replicated_keys).
-  foreach(t standby_disk_full replicated_keys)
+  # owner's and the standby's key-event queues (replicated_keys); a
+  # recognised redelivery re-sent its key event dated now (redelivered_key).
+  foreach(t standby_disk_full replicated_keys redelivered_key)
     add_test(NAME soak.${t}
              COMMAND ${DB_PYTHON3} -u ${CMAKE_CURRENT_SOURCE_DIR}/soak/test_${t}.py)
     set_tests_properties(soak.${t} PROPERTIES
