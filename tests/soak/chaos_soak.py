@@ -112,6 +112,7 @@ default 5770..5772). Root is needed for the tmpfs mounts (exit 77 otherwise).
 
 import argparse
 import errno
+import json
 import os
 import random
 import shutil
@@ -491,7 +492,9 @@ def plant(kind, msgs, deliveries, rng):
 
 class _Method(object):
     def __init__(self, m):
-        self.exchange, self.routing_key, self.redelivered = m.exchange, m.routing_key, False
+        self.exchange = m.exchange if m else "target"
+        self.routing_key = m.routing_key if m else "rk"
+        self.redelivered = False
 
 
 def _props(src, mid, bid=None):
@@ -909,7 +912,7 @@ def run(ctx, cdir, args):
     if args.plant:
         plant(args.plant, msgs, deliveries, random.Random(args.seed))
     rep, fails = check_run(msgs, deliveries)
-    dump_record(ctx, msgs, deliveries)
+    dump_record(args.record or os.path.join(ctx.tmp, "record.json"), msgs, deliveries)
     report(ch, load, sink, rep, args)
     unexplained_exits = [e for e in ch.exits if not e[4]]
     if unexplained_exits:
@@ -928,18 +931,47 @@ def run(ctx, cdir, args):
             ch.br[bname].stop(expect=None)
     ch.proxies.close()
     for fs in ch.mounts:
+        if fails:  # the logs, for `delay-bridge wal dump` in the post-mortem
+            shutil.copytree(fs, fs + ".copy", ignore=shutil.ignore_patterns("filler"),
+                            dirs_exist_ok=True)
         subprocess.run(["umount", "-l", fs])
     if fails:
         h.fail("; ".join(fails))
 
 
-def dump_record(ctx, msgs, deliveries):
-    """Everything sent and received, for a post-mortem (kept with the files)."""
-    import json
-    with open(os.path.join(ctx.tmp, "record.json"), "w") as f:
+def dump_record(path, msgs, deliveries):
+    """Everything sent and received (--record, or record.json with the kept
+    files), for a post-mortem or a --recheck."""
+    with open(path, "w") as f:
         json.dump({"sent": msgs,
                    "delivered": [{"id": m.message_id, "t": m.t, "bid": m.bridge_id,
                                   "redelivered": m.redelivered} for m in deliveries]}, f)
+
+
+def recheck(args):
+    """--recheck FILE: the checker over a recorded run (with --plant: doctored)."""
+    with open(args.recheck) as f:
+        r = json.load(f)
+    msgs = r["sent"]
+    deliveries = []
+    for d in r["delivered"]:
+        props = pika.BasicProperties(message_id=d["id"],
+                                     headers={"x-delay-bridge-id": h.lstr(d["bid"])})
+        m = h.Msg("target", d["t"], _Method(None), props, b"")
+        m.redelivered = d["redelivered"]
+        deliveries.append(m)
+    if args.plant:
+        plant(args.plant, msgs, deliveries, random.Random(args.seed))
+    rep, fails = check_run(msgs, deliveries)
+    h.log("CHAOS RECHECK %s: sent=%d expected=%d delivered=%d lost=%d early=%d "
+          "replaced_delivered=%d cancelled_delivered=%d unknown=%d duplicates %s"
+          % (args.recheck, rep["sent"], rep["expected"], rep["delivered"], len(rep["lost"]),
+             len(rep["early"]), len(rep["replaced_delivered"]), len(rep["cancelled_delivered"]),
+             len(rep["unknown"]), rep["dups"]))
+    for f in fails:
+        h.log("CHAOS RECHECK FAIL: %s" % f)
+    h.log("chaos_soak: recheck %s" % ("FAIL" if fails else "PASS"))
+    sys.exit(1 if fails else 0)
 
 
 def report(ch, load, sink, rep, args):
@@ -982,9 +1014,14 @@ def main():
     ap.add_argument("--tmpfs-mb", type=int, default=48, help="size of each bridge's WAL tmpfs")
     ap.add_argument("--plant", choices=("lost", "early", "replaced", "dup"), default=None,
                     help="doctor the record so that the checker must fail")
+    ap.add_argument("--record", default=None, help="write everything sent and received here")
+    ap.add_argument("--recheck", default=None, metavar="FILE",
+                    help="run no system: only the checker, over a --record file")
     args = ap.parse_args()
     if args.seed is None:
         args.seed = random.randrange(1 << 30)
+    if args.recheck:
+        recheck(args)
     if os.geteuid() != 0:
         h.log("chaos_soak: SKIP: the WAL tmpfs mounts need root")
         sys.exit(h.SKIP)
