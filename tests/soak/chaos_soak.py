@@ -347,9 +347,11 @@ DUP_REASONS = {
                  "zombie owner (SIGSTOP'd past its lease) firing before it learnt it had lost "
                  "the lease; the same x-delay-bridge-id (at least once, case 1)",
     "cross-log-redelivery": "a delivery logged by one group (a1/a2 or b) whose ingress ack was "
-                            "lost (kill -9, a dropped connection) went back to the queue and "
-                            "reached the other group, which cannot recognise it (case 2 across "
-                            "bridges)",
+                            "lost (kill -9, a dropped connection, or read from the socket buffer "
+                            "of a connection the broker had already closed, after a SIGSTOP "
+                            "past the heartbeat) went back to the queue and reached the other "
+                            "group, which cannot recognise it: up to prefetch copies per lost "
+                            "connection (case 2 across bridges, README failure table)",
     "same-log-twice": "one log stored one delivery twice: NOT explained, a failure",
 }
 
