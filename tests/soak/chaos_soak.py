@@ -91,8 +91,8 @@ happen:
 Keys whose operations were not all confirmed (the publisher's connection
 died before a confirm) are ambiguous and are only counted. Fails on: lost,
 early, replaced- or cancelled-delivered, unknown, same-log-twice, a bridge
-that died of a signal we did not send or exited for a reason not known to
-be by design, RSS of a bridge process growing past 2x + 16 MiB. RSS of
+exit not by design (see EXPECTED below), a bridge not running at the end,
+RSS of a bridge process growing past 2x + 16 MiB. RSS of
 every bridge process at its start and at its end is reported.
 
 --plant KIND proves the checker fails: it doctors the record before the
@@ -100,8 +100,14 @@ check ("lost": forgets one delivery of a sent message; "early": moves one
 delivery 5 s earlier; "replaced": adds a delivery of a replaced version;
 "dup": adds a copy under another message id of the same log).
 
+--record FILE writes everything sent and received; --recheck FILE runs no
+system, only the checker over such a file (with --plant, doctored). A
+failed run keeps its directory: bridge logs, record.json, copies of the WAL
+disks.
+
   tests/soak/chaos_soak.py --minutes 10 --seed 1   # the README's table
-  tests/soak/chaos_soak.py --minutes 3             # the suite's (soak.chaos)
+  tests/soak/chaos_soak.py --minutes 3             # a new seed, printed
+  tests/soak/chaos_soak.py --recheck REC.json --plant lost
 
 Environment: DB_BRIDGE_BIN (the daemon); ports, each overridable:
 DB_CHAOS_PORT (AMQP of nodes 1..3, default 5751..5753), DB_CHAOS_DIST_PORT
@@ -827,7 +833,7 @@ class Chaos(object):
         self.say("healed everything")
 
 
-# Exits that are the bridge's design, not a failure (Chaos.supervise):
+# EXPECTED: exits that are the bridge's design, not a failure (Chaos.supervise):
 #  - "replication failed": an owner that lost its lease (its connection died,
 #    its token was taken back, a confirm did not come in time) stops rather
 #    than fire what a new owner holds (README, replicated WAL);
