@@ -26,7 +26,12 @@ endif()
 # long form is the README's table:
 #
 #   DB_BRIDGE_BIN=build/delay-bridge tests/soak/chaos_soak.py --minutes 10 --seed 1
-#   ctest --test-dir build -L soak-long --output-on-failure   # the same, by hand
+#   ctest --test-dir build -C long -L soak-long --output-on-failure   # the same
+#
+# soak.chaos.long has CONFIGURATIONS long, so the suite (tests/run.sh: all
+# of build/'s ctest) never runs it: only "ctest -C long" does. soak.chaos
+# runs three Erlang nodes, so it takes the "cluster" lock as well
+# (DB_HEAVY_LOCKS, tests/CMakeLists.txt).
 #
 # Root is needed (tmpfs mounts for the WAL disks): exit 77 otherwise.
 if(DB_PYTHON3)
@@ -39,16 +44,17 @@ if(DB_PYTHON3)
                    --minutes 3 --seed 11)
   set_tests_properties(soak.chaos PROPERTIES
     LABELS soak
-    RESOURCE_LOCK chaos_cluster
+    RESOURCE_LOCK "chaos_cluster;cluster"
+    COST 300
     SKIP_RETURN_CODE 77
     TIMEOUT 900
     ENVIRONMENT "${db_chaos_env}")
-  add_test(NAME soak.chaos.long
+  add_test(NAME soak.chaos.long CONFIGURATIONS long
            COMMAND ${DB_PYTHON3} -u ${CMAKE_CURRENT_SOURCE_DIR}/soak/chaos_soak.py
                    --minutes 10 --seed 1)
   set_tests_properties(soak.chaos.long PROPERTIES
     LABELS soak-long
-    RESOURCE_LOCK chaos_cluster
+    RESOURCE_LOCK "chaos_cluster;cluster"
     SKIP_RETURN_CODE 77
     TIMEOUT 1800
     ENVIRONMENT "${db_chaos_env}")
