@@ -230,7 +230,7 @@ static void on_delivery(void *arg, const struct delivery *d)
         /* Logged before a crash or a lost connection, its ack lost with it: ack, store nothing. */
         n->deduplicated++;
         if (a.flags & WALREC_ADD_KEYED) /* its event may be what the crash lost */
-            bridge_key_event_out(b, d->route, "replace", a.key, a.key_len, a.enqueue_ms);
+            bridge_key_event_again(b, d->route, &a);
         b->logged_gen = d->gen;
         b->logged_tag = d->tag;
         return;

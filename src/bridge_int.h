@@ -117,6 +117,9 @@ void bridge_key_event_out(struct bridge *b, int route, const char *kind, const c
                           size_t key_len, uint64_t at);
 /* Another bridge's key event: cancel our older version of the key, if we hold one. */
 void bridge_key_event_in(struct bridge *b, const struct delivery *d);
+/* A keyed delivery recognised as a redelivery of a logged message: its event again, dated
+ * when the held version was first taken. */
+void bridge_key_event_again(struct bridge *b, int route, const struct walrec_add *a);
 
 /* bridge_http.c */
 /* Start the HTTP endpoint if http.listen is set. 0, or -1 (logged). */

@@ -8,7 +8,13 @@
  * and every x-delay-cancel it takes from the ingress, it publishes a key
  * event (an empty message with the headers below) to the route's fanout
  * INGRESS_EXCHANGE.keys, where every bridge of the route has its own
- * durable queue INGRESS_QUEUE.keys.INSTANCE.
+ * durable queue INGRESS_QUEUE.keys.HOLDER. HOLDER is the instance, or with
+ * a replicated WAL the log's stream (config_key_holder()): an owner and
+ * its standbys share one queue and one origin. Before, each had its own:
+ * an event sent while one owned the log waited in that one's queue, never
+ * seen by the standby that took over (a replaced or cancelled version
+ * fired), and an owner applied its own log's events sent by the previous
+ * owner (the newer version it held was cancelled: lost).
  *
  *   x-delay-key-event   "replace" (a newer message with this key arrived)
  *                       or "cancel"
@@ -41,8 +47,38 @@ void bridge_key_event_out(struct bridge *b, int route, const char *kind, const c
 {
     if (!b->cfg->routes[route].share_keys)
         return;
-    if (consumer_publish_key_event(b->cons, route, kind, key, key_len, b->cfg->instance, at) == 0)
+    if (consumer_publish_key_event(b->cons, route, kind, key, key_len, config_key_holder(b->cfg),
+                                   at) == 0)
         b->counts[route].key_events_sent++;
+}
+
+/*
+ * The event of a logged keyed message whose ack was lost (a crash, a dropped
+ * connection), recognised when the broker redelivered it: sent again, since
+ * the first may have been lost with the ack. It carries the time the held
+ * version was first taken, read from its ADD record -- not the time of the
+ * redelivery, which is later than a version another bridge took meanwhile
+ * and would make that bridge cancel a newer version than ours (the key then
+ * lost everywhere: ours is cancelled by that bridge's event). Nothing is
+ * sent when the key's held version here is another message (a newer one,
+ * which sent its own event) or none (published or cancelled since).
+ */
+void bridge_key_event_again(struct bridge *b, int route, const struct walrec_add *a)
+{
+    struct walrec_add held;
+    eng_msg m;
+    int r;
+
+    if (!b->cfg->routes[route].share_keys ||
+        !(m = eng_find(b->eng, (uint16_t)route, a->key, a->key_len)))
+        return;
+    if ((r = eng_read(b->eng, m, &held)) < 0) {
+        bridge_fatal(b, "WAL read (key event)", r);
+        return;
+    }
+    if (msgrec_fingerprint(&held) != msgrec_fingerprint(a))
+        return;
+    bridge_key_event_out(b, route, "replace", a->key, a->key_len, held.enqueue_ms);
 }
 
 /* Another bridge's key event: cancel our older version of the key, if we hold one. */
@@ -62,9 +98,10 @@ void bridge_key_event_in(struct bridge *b, const struct delivery *d)
         log_warn("keys", "malformed key event dropped", "route=%s", b->cfg->routes[d->route].name);
         return;
     }
-    size_t mine = strlen(b->cfg->instance);
-    if (origin_len == mine && memcmp(origin, b->cfg->instance, mine) == 0)
-        return; /* our own */
+    const char *holder = config_key_holder(b->cfg);
+    size_t mine = strlen(holder);
+    if (origin_len == mine && memcmp(origin, holder, mine) == 0)
+        return; /* our own (or our log's, sent by an earlier owner of it) */
     if (!(m = eng_find(b->eng, (uint16_t)d->route, key, key_len)))
         return;
     struct walrec_add a;
@@ -72,7 +109,7 @@ void bridge_key_event_in(struct bridge *b, const struct delivery *d)
         bridge_fatal(b, "WAL read (key event)", r);
         return;
     }
-    int cmp = strncmp(b->cfg->instance, origin, origin_len);
+    int cmp = strncmp(holder, origin, origin_len);
     if (cmp == 0 && mine != origin_len)
         cmp = mine < origin_len ? -1 : 1;
     if (a.enqueue_ms > (uint64_t)at || (a.enqueue_ms == (uint64_t)at && cmp > 0))

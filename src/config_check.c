@@ -256,9 +256,11 @@ int cfg_check_share_keys(struct ctx *x, const struct config *c)
         if (!c->instance[0])
             return cfg_fail(x, path, "needs \"instance\" set: each bridge's key-event queue is "
                         "named after it");
-        if (strlen(r->ingress_queue) + strlen(".keys.") + strlen(c->instance) > CONFIG_NAME_MAX ||
+        if (strlen(r->ingress_queue) + strlen(".keys.") + strlen(config_key_holder(c)) >
+                CONFIG_NAME_MAX ||
             strlen(r->ingress_exchange) + strlen(".keys") > CONFIG_NAME_MAX)
-            return cfg_fail(x, path, "the key-event names (ingress_queue + \".keys.\" + instance, "
+            return cfg_fail(x, path, "the key-event names (ingress_queue + \".keys.\" + instance, or + "
+                        "wal.replicate.stream when replicated, "
                         "ingress_exchange + \".keys\") must fit in %d bytes", CONFIG_NAME_MAX);
     }
     return 0;

@@ -162,8 +162,8 @@ static int declare_route(struct consumer *c, const struct config_route *rc, char
         return -1;
     if (rc->share_keys) {
         /* Key events of the other bridges on this route (bridge.c, "Keys across bridges"). */
-        char ex[CONFIG_NAME_MAX + 8], q[2 * CONFIG_NAME_MAX];
-        consumer_key_names(rc, c->cfg->instance, ex, sizeof(ex), q, sizeof(q));
+        char ex[CONFIG_NAME_MAX + 8], q[2 * CONFIG_NAME_MAX + 8];
+        consumer_key_names(rc, config_key_holder(c->cfg), ex, sizeof(ex), q, sizeof(q));
         amqp_exchange_declare(st, CONSUMER_CHANNEL, amqp_cstring_bytes(ex),
                               amqp_cstring_bytes("fanout"), 0, 1, 0, 0, amqp_empty_table);
         if (amqp_conn_check(&c->conn, "declare the key-event exchange", err, len) < 0)
@@ -191,11 +191,11 @@ static int declare_route(struct consumer *c, const struct config_route *rc, char
     return 0;
 }
 
-void consumer_key_names(const struct config_route *rc, const char *instance, char *ex,
+void consumer_key_names(const struct config_route *rc, const char *holder, char *ex,
                         size_t exlen, char *q, size_t qlen)
 {
     snprintf(ex, exlen, "%s.keys", rc->ingress_exchange);
-    snprintf(q, qlen, "%s.keys.%s", rc->ingress_queue, instance);
+    snprintf(q, qlen, "%s.keys.%s", rc->ingress_queue, holder);
 }
 
 int consumer_publish_key_event(struct consumer *c, int route, const char *kind, const char *key,

@@ -476,6 +476,21 @@ int wrepl_import(struct wrepl *r, int dirfd)
     if (unacked)
         amqp_basic_ack(st, rch, tag, 1);
     amqp_channel_close(st, rch, AMQP_REPLY_SUCCESS);
+    if (res == -ENOSPC || res == -EDQUOT) {
+        /*
+         * dir/import/ filled the disk: nothing local changed (the import
+         * is a copy beside the log), so this is not a reason to stop. Drop
+         * the copy, which frees its space, let go of the lease if we had
+         * it, and read again after RETRY_MS, as after a lost broker; a
+         * standby that exited instead restarted into the same full disk.
+         */
+        log_warn("wal-replica", "the log's disk is full: the copy read from the stream is "
+                 "dropped and read again in a while", "stream=%s dir=%s fenced=%d",
+                 r->rc->stream, r->dir, fenced);
+        imp_remove(r);
+        amqp_conn_close(&r->conn, 0);
+        return -EAGAIN;
+    }
     if (res < 0) {
         log_error("wal-replica", "cannot read the stream back", "stream=%s error=\"%s\"",
                   r->rc->stream, res == -1 ? why : wlog_strerror(res));

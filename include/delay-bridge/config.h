@@ -139,6 +139,19 @@ struct config {
 };
 
 /*
+ * routes[].share_keys: whom key events speak for -- the origin they carry
+ * and the name of the key-event queue (INGRESS_QUEUE.keys.HOLDER). With a
+ * replicated WAL it is the log's stream: the owner and its standbys are one
+ * holder of the keys, taking turns, so they share one queue (events wait
+ * in it for whoever owns the log next) and ignore the events their own log
+ * sent, whichever of them sent it. Without, it is the instance.
+ */
+static inline const char *config_key_holder(const struct config *c)
+{
+    return c->repl.enabled ? c->repl.stream : c->instance;
+}
+
+/*
  * Load path into *c. Returns 0, or -1 with a one-line message (file, key
  * path, problem) in err. On error *c holds nothing to free.
  * On success it warns (log_warn, one line each) when the file is readable by

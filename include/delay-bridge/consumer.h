@@ -110,15 +110,16 @@ void consumer_release_ingress(struct consumer *c);
 
 /*
  * routes[].share_keys: the route's key-event exchange (INGRESS_EXCHANGE.keys,
- * fanout) and this bridge's queue on it (INGRESS_QUEUE.keys.INSTANCE),
+ * fanout) and this bridge's queue on it (INGRESS_QUEUE.keys.HOLDER, HOLDER
+ * being config_key_holder(): the instance, or a replicated log's stream),
  * declared with the route. consumer_publish_key_event() publishes an empty
  * persistent message to the exchange whose headers say kind ("replace" or
- * "cancel"), key, origin (the sending instance) and at (ms since the
+ * "cancel"), key, origin (the sender's holder name) and at (ms since the
  * epoch), on the consumer's channel: ahead of any ack the caller sends
  * after it, so a delivery that was acked had its event reach the broker.
  * -1 when not connected.
  */
-void consumer_key_names(const struct config_route *rc, const char *instance, char *ex,
+void consumer_key_names(const struct config_route *rc, const char *holder, char *ex,
                         size_t exlen, char *q, size_t qlen);
 int consumer_publish_key_event(struct consumer *c, int route, const char *kind, const char *key,
                                size_t key_len, const char *origin, uint64_t at);
