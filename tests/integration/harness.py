@@ -1109,6 +1109,32 @@ def check_immediate(msg, published_at, what, bound=1.0):
 # Entry point
 # --------------------------------------------------------------------------
 
+def report(ctx, e):
+    """Say why a test (or a soak) failed: the message, the traceback, and the
+    logs of its bridges."""
+    log("%s: %s" % ("FAIL", e) if isinstance(e, TestFailure) else "ERROR: %r" % e)
+    traceback.print_exc(file=sys.stdout)
+    ctx.dump_logs()
+
+
+def on_tmpfs(ctx, size_mb, fn):
+    """fn(path) with path a tmpfs of size_mb MiB mounted for it, unmounted
+    after whatever happened (a WAL disk that can fill). Root only: Skip
+    otherwise, or when no tmpfs can be mounted here."""
+    if os.geteuid() != 0:
+        raise Skip("mounting a small tmpfs for the WAL needs root")
+    fs = os.path.join(ctx.tmp, "walfs")
+    os.makedirs(fs)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%dm" % size_mb, "tmpfs", fs],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if r.returncode != 0:
+        raise Skip("cannot mount a tmpfs here: %s" % r.stdout.decode(errors="replace").strip())
+    try:
+        return fn(fs)
+    finally:
+        subprocess.run(["umount", "-l", fs])
+
+
 def run(test_fn, budget_s=120):
     """Run test_fn(ctx) as a standalone test script and exit 0 / 1 / 77.
 
@@ -1135,14 +1161,8 @@ def run(test_fn, budget_s=120):
     except Skip as e:
         log("SKIP: %s" % e)
         rc = SKIP
-    except TestFailure as e:
-        log("FAIL: %s" % e)
-        traceback.print_exc(file=sys.stdout)
-        ctx.dump_logs()
-    except BaseException as e:
-        log("ERROR: %r" % e)
-        traceback.print_exc(file=sys.stdout)
-        ctx.dump_logs()
+    except BaseException as e:  # noqa: B902
+        report(ctx, e)
     finally:
         signal.alarm(0)
         try:

@@ -11,7 +11,6 @@ paused state, then deletes the filler."""
 import http.client
 import json
 import os
-import subprocess
 import time
 
 import harness as h
@@ -45,18 +44,7 @@ def wait_for(what, fn, timeout):
 
 
 def test(ctx):
-    if os.geteuid() != 0:
-        raise h.Skip("mounting a small tmpfs for the WAL needs root")
-    fs = os.path.join(ctx.tmp, "walfs")
-    os.makedirs(fs)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", fs],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    if r.returncode != 0:
-        raise h.Skip("cannot mount a tmpfs here: %s" % r.stdout.decode(errors="replace").strip())
-    try:
-        run(ctx, fs)
-    finally:
-        subprocess.run(["umount", "-l", fs])
+    h.on_tmpfs(ctx, 6, lambda fs: run(ctx, fs))
 
 
 def run(ctx, fs):

@@ -20,9 +20,7 @@ version 2 arrives once and not early, the fill messages all arrive, B
 logged the disk full and the space again, and applied A's event.
 """
 
-import json
 import os
-import subprocess
 import time
 
 import harness as h
@@ -32,18 +30,7 @@ BODY = 150 * 1024
 
 
 def test(ctx):
-    if os.geteuid() != 0:
-        raise h.Skip("mounting a small tmpfs for the WAL needs root")
-    fs = os.path.join(ctx.tmp, "walfs")
-    os.makedirs(fs)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", fs],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    if r.returncode != 0:
-        raise h.Skip("cannot mount a tmpfs here: %s" % r.stdout.decode(errors="replace").strip())
-    try:
-        run(ctx, fs)
-    finally:
-        subprocess.run(["umount", "-l", fs])
+    h.on_tmpfs(ctx, 6, lambda fs: run(ctx, fs))
 
 
 def run(ctx, fs):

@@ -1074,13 +1074,8 @@ def main():
             os.environ.pop("DB_TEST_BROKER_DIR", None)
             run(ctx, cdir, args)
             rc = 0
-    except h.TestFailure as e:
-        h.log("FAIL: %s" % e)
-        ctx.dump_logs()
     except BaseException as e:  # noqa: B902
-        h.log("ERROR: %r" % e)
-        traceback.print_exc(file=sys.stdout)
-        ctx.dump_logs()
+        h.report(ctx, e)
     finally:
         for b in ctx.bridges:
             b.cleanup()

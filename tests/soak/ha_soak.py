@@ -280,14 +280,8 @@ def main():
     try:
         soak(ctx, args)
         rc = 0
-    except h.TestFailure as e:
-        h.log("FAIL: %s" % e)
-        ctx.dump_logs()
     except BaseException as e:  # noqa: B902
-        h.log("ERROR: %r" % e)
-        import traceback
-        traceback.print_exc(file=sys.stdout)
-        ctx.dump_logs()
+        h.report(ctx, e)
     finally:
         try:
             ctx.cleanup(rc == 0)
