@@ -1117,10 +1117,12 @@ def report(ctx, e):
     ctx.dump_logs()
 
 
-def on_tmpfs(ctx, size_mb, fn):
-    """fn(path) with path a tmpfs of size_mb MiB mounted for it, unmounted
-    after whatever happened (a WAL disk that can fill). Root only: Skip
-    otherwise, or when no tmpfs can be mounted here."""
+def on_tmpfs(ctx, size_mb, fn, filler_mb=0):
+    """fn(path, filler) with path a tmpfs of size_mb MiB mounted for it,
+    unmounted after whatever happened (a WAL disk that can fill), and
+    filler the path of a file of filler_mb MiB already taking part of it
+    (delete it to give the space back). Root only: Skip otherwise, or when
+    no tmpfs can be mounted here."""
     if os.geteuid() != 0:
         raise Skip("mounting a small tmpfs for the WAL needs root")
     fs = os.path.join(ctx.tmp, "walfs")
@@ -1130,7 +1132,10 @@ def on_tmpfs(ctx, size_mb, fn):
     if r.returncode != 0:
         raise Skip("cannot mount a tmpfs here: %s" % r.stdout.decode(errors="replace").strip())
     try:
-        return fn(fs)
+        filler = os.path.join(fs, "filler")
+        with open(filler, "wb") as f:
+            f.write(b"\0" * (filler_mb * 1024 * 1024))
+        return fn(fs, filler)
     finally:
         subprocess.run(["umount", "-l", fs])
 

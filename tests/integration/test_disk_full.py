@@ -44,13 +44,10 @@ def wait_for(what, fn, timeout):
 
 
 def test(ctx):
-    h.on_tmpfs(ctx, 6, lambda fs: run(ctx, fs))
+    h.on_tmpfs(ctx, 6, lambda fs, filler: run(ctx, fs, filler), filler_mb=3)
 
 
-def run(ctx, fs):
-    filler = os.path.join(fs, "filler")
-    with open(filler, "wb") as f:
-        f.write(b"\0" * (3 * 1024 * 1024))
+def run(ctx, fs, filler):
     ex, qs = ctx.target("target", "direct", ["rk"])
     c = ctx.consumer([qs["rk"]])
     route = ctx.route("full", ex)

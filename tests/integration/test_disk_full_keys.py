@@ -30,13 +30,10 @@ BODY = 150 * 1024
 
 
 def test(ctx):
-    h.on_tmpfs(ctx, 6, lambda fs: run(ctx, fs))
+    h.on_tmpfs(ctx, 6, lambda fs, filler: run(ctx, fs, filler), filler_mb=3)
 
 
-def run(ctx, fs):
-    filler = os.path.join(fs, "filler")
-    with open(filler, "wb") as f:
-        f.write(b"\0" * (3 * 1024 * 1024))
+def run(ctx, fs, filler):
     ex, qs = ctx.target("dfk", "direct", ["rk"])
     c = ctx.consumer([qs["rk"]])
     route = ctx.route("dfk", ex, share_keys=True, prefetch=20)
