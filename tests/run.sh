@@ -31,7 +31,7 @@
 # the run, and the script exits non-zero if any failed. About 10 minutes
 # on 2 cores.
 #
-# With --quick, the loop for an edit (about 2 minutes on 2 cores once
+# With --quick, the loop for an edit (about 1.5 minutes on 2 cores once
 # build/ exists): build build/, the unit tests and the purity check in
 # parallel, then a representative handful of integration tests on one
 # broker -- a crash test (integration.crash), keys (integration.keys), a
