@@ -107,15 +107,21 @@ static void conn_down(struct consumer *c, const char *why)
     }
 }
 
-/* basic.consume of the route's ingress queue, tagged "delay-bridge:<route>". */
+/* The consumer tag of the route's ingress consumer: "delay-bridge:<route>". */
+static amqp_bytes_t ingress_tag(const struct config_route *rc, char *buf, size_t n)
+{
+    snprintf(buf, n, TAG_PREFIX "%s", rc->name);
+    return amqp_cstring_bytes(buf);
+}
+
+/* basic.consume of the route's ingress queue. */
 static int consume_ingress(struct consumer *c, const struct config_route *rc, char *err,
                            size_t len)
 {
     char tag[300];
 
-    snprintf(tag, sizeof(tag), TAG_PREFIX "%s", rc->name);
     amqp_basic_consume(c->conn.st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_queue),
-                       amqp_cstring_bytes(tag), 0, 0, 0, amqp_empty_table);
+                       ingress_tag(rc, tag, sizeof(tag)), 0, 0, 0, amqp_empty_table);
     return amqp_conn_check(&c->conn, "basic.consume", err, len);
 }
 
@@ -599,8 +605,8 @@ void consumer_hold_ingress(struct consumer *c)
     if (!c->up)
         return;
     for (int i = 0; i < c->cfg->nroutes; i++) {
-        snprintf(tag, sizeof(tag), TAG_PREFIX "%s", c->cfg->routes[i].name);
-        amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL, amqp_cstring_bytes(tag));
+        amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL,
+                          ingress_tag(&c->cfg->routes[i], tag, sizeof(tag)));
         if (amqp_conn_check(&c->conn, "basic.cancel", err, sizeof(err)) < 0) {
             conn_down(c, err);
             return;

@@ -63,8 +63,7 @@ def run(ctx, fs, filler):
         mid = "fill-%02d" % i
         sent[mid] = (p.publish(ing, "rk", b"f" * BODY, headers={"x-delay": h.i32(30000)},
                                message_id=mid, delivery_mode=2), 30000)
-    h.wait_progress(lambda: "WAL disk full" in b.log_text(), True, 20,
-                    lambda n: "B never logged a full disk")
+    b.wait_log("WAL disk full", 20, "a full disk")
     h.log("B's disk is full; A starts and takes version 2")
 
     # A takes version 2 of K (B takes nothing new) and tells B.
@@ -87,8 +86,7 @@ def run(ctx, fs, filler):
     h.log("version 1 did not fire past its due time; freeing B's disk")
 
     os.unlink(filler)
-    h.wait_progress(lambda: "space again" in b.log_text(), True, 30,
-                    lambda n: "B never logged space again")
+    b.wait_log("space again", 30, "space again")
     want = {k: v for k, v in sent.items() if k != "k.v1"}
     c.wait_ids(want.keys(), 60)
     t = h.tally(want, c.quiet(1.5))
