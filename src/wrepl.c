@@ -57,6 +57,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "failpoint.h"
 #include "log.h"
 #include "replrec.h"
 
@@ -163,7 +164,8 @@ static void *repl_main(void *arg)
             first_tag = r->next_tag + 1;
             for (size_t off = 0; off < job.len;) {
                 uint32_t n = walrec_get32(job.p + off);
-                if (wrepl_publish(r, r->rc->stream, job.p + off + 4, n, why, sizeof(why)) < 0)
+                r->fp_lose = FAILPOINT_ERR("repl.lose_message");
+                if (wrepl_publish(r, job.p + off + 4, n, why, sizeof(why)) < 0)
                     goto fail;
                 off += 4 + (size_t)n;
                 nmsg++;

@@ -113,8 +113,21 @@ static int res_reset(void *arg, uint64_t wal_id, uint64_t base_lsn)
 {
     struct wrepl *r = arg;
 
-    if (r->resume_resets++ > 0 || base_lsn > r->resume_next || wal_id != r->resume_wal_id)
-        r->resume_bad = 1; /* a gap, or not this log: no continuation of the local log */
+    /* From the note's next_lsn on, every record must be there: the first run starts by it. */
+    uint64_t from = r->resume_resets++ == 0 ? r->resume_note_next : r->resume_read_next;
+
+    if (from > r->resume_next)
+        from = r->resume_next;
+    if (base_lsn > r->resume_next || wal_id != r->resume_wal_id) {
+        r->resume_bad = 1; /* records past the local log are missing, or not this log */
+    } else if (base_lsn > from) {
+        /* A hole the local log fills: its records are here, durable (wrepl_resume.c). */
+        if (!r->resume_hole_to)
+            r->resume_hole_from = from;
+        r->resume_hole_to = base_lsn;
+        r->resume_hole_records += base_lsn - from;
+    }
+    r->resume_read_next = base_lsn;
     return 0;
 }
 
@@ -319,7 +332,7 @@ int wrepl_import(struct wrepl *r, int dirfd)
     struct batch_index index = {0};
     uint8_t fence[REPLREC_HDR_SIZE];
     uint64_t t0 = now_ms(), last = t0, unacked = 0, tag = 0, said = 0, seen_horizons = 0;
-    uint64_t t_lease = 0, hint_from = 0;
+    uint64_t t_lease = 0, hint_from = 0, fence_tag = 0, fence_acked = 0, read_any = 0;
     amqp_channel_t rch = CH_READ;
     char why[1024] = "";
     int res = 0, fenced = 0, again = 0;
@@ -330,6 +343,8 @@ int wrepl_import(struct wrepl *r, int dirfd)
     replrec_import_init(&im, r->token);
     r->resume_bad = 0;
     r->resume_resets = 0;
+    r->resume_read_next = 0;
+    r->resume_hole_from = r->resume_hole_to = r->resume_hole_records = 0;
     r->delta.len = 0;
     r->delta_count = 0;
     r->imp_commit_bytes = STANDBY_COMMIT_BYTES;
@@ -370,8 +385,9 @@ int wrepl_import(struct wrepl *r, int dirfd)
         }
         if (r->have_lease && !fenced) {
             /* Its confirm is not waited for: reading it back from the stream says more. */
-            if (wrepl_publish(r, r->rc->stream, fence, sizeof(fence), why, sizeof(why)) < 0)
+            if (wrepl_publish(r, fence, sizeof(fence), why, sizeof(why)) < 0)
                 goto lost;
+            fence_tag = r->next_tag;
             fenced = 1;
             r->imp_commit_bytes = IMPORT_COMMIT_BYTES;
             last = t_lease = r->lease_at = now_ms();
@@ -400,6 +416,23 @@ int wrepl_import(struct wrepl *r, int dirfd)
             goto lost;
         if (mine)
             continue;
+        if (ev.kind == EV_ACK && ev.ch == CH_PUB && fence_tag && ev.tag >= fence_tag &&
+            !fence_acked)
+            fence_acked = now_ms();
+        if (r->resume && fence_acked && !read_any && now_ms() - fence_acked > RESUME_QUIET_MS) {
+            /*
+             * The fence is in the stream, yet a read from the note's offset
+             * delivers nothing: the stream ends before that offset (deleted
+             * and declared again) and the reader, put at its end, may have
+             * started after the fence. Not the note's stream: read it all.
+             */
+            resume_off(r, "the stream holds nothing from the note's offset on: it is not the "
+                       "stream the note speaks of (deleted and declared again?)");
+            r->retry_now = 1;
+            imp_remove(r);
+            amqp_conn_close(&r->conn, 0);
+            return -EAGAIN;
+        }
         if (ev.kind == EV_CANCEL) {
             snprintf(why, sizeof(why), "the broker cancelled a consumer (lease queue or stream "
                      "deleted?)");
@@ -428,6 +461,7 @@ int wrepl_import(struct wrepl *r, int dirfd)
             continue;
         }
         last = now_ms();
+        read_any = 1;
         struct replrec_hdr bh;
         struct batch_pos pos = {0, 0, wrepl_delivery_offset(&ev.msg), im.bytes};
         if (replrec_hdr_decode(ev.msg.body.bytes, ev.msg.body.len, &bh) > 0) {
@@ -508,10 +542,20 @@ int wrepl_import(struct wrepl *r, int dirfd)
                               : im.wal_id == r->resume_wal_id && im.first_lsn <= L + 1 &&
                                     im.next_lsn >= L + 1)) {
             imp_remove(r);
-            r->need_horizon = 0;
+            r->need_horizon = r->resume_hole_to != 0;
             pthread_mutex_lock(&r->mu);
             r->st.resumed = 1;
             pthread_mutex_unlock(&r->mu);
+            if (r->resume_hole_to)
+                log_warn("wal-replica", "the stream lacks records of this log that the local log "
+                         "holds (confirmed by the broker, yet not in the stream: a broker "
+                         "before 4.0.x can do so across a stream leader change); resuming on "
+                         "the local log, and a stream checkpoint starts at once to make the "
+                         "stream whole again",
+                         "stream=%s first_missing_lsn=%llu missing_records=%llu local_next_lsn=%llu",
+                         r->rc->stream, (unsigned long long)r->resume_hole_from,
+                         (unsigned long long)r->resume_hole_records,
+                         (unsigned long long)r->resume_next);
             log_info("wal-replica", "the stream continues the local log: resuming on it",
                      "stream=%s read_from=%lld local_next_lsn=%llu new_records=%llu messages=%llu "
                      "seconds_after_lease=%.3f", r->rc->stream, (long long)r->tail_from,

@@ -30,10 +30,22 @@
 
 #include "xalloc.h"
 
-#define CH_PUB 1   /* stream and lease-token publishes, with confirms */
+/*
+ * CH_PUB carries the stream's messages and nothing else. RabbitMQ before
+ * 4.0.x (rabbitmq-server#12236; 3.10.8's rabbit_stream_queue:resend_all/1
+ * read back from its beam) resends a stream's unconfirmed messages after a
+ * leader change under the channel's publish sequence number instead of the
+ * stream writer's own: when the two differ, the resend makes osiris take
+ * the next real message for a duplicate, which it confirms and never
+ * stores (found by the fault schedule: tests/soak/README.md). Both numbers
+ * count from 1 on a fresh channel, so on a channel that publishes only to
+ * the stream -- every publish routed to it, mandatory, a return failing
+ * the log -- they stay equal and the resend is right.
+ */
+#define CH_PUB 1   /* stream publishes only, with confirms (see above) */
 #define CH_LEASE 2 /* the lease consumer */
 #define CH_READ 3  /* the import's stream consumer */
-#define CH_RENEW 4 /* fresh lease tokens, with confirms (tags of their own) */
+#define CH_RENEW 4 /* lease tokens, with confirms (tags of their own) */
 #define CH_READ_HINT 5 /* the import's stream consumer, started again at a horizon's time */
 #define HINT_MARGIN_MS 10000 /* read from this long before the horizon: clocks differ */
 #define IMPORT_DIR "import"
@@ -45,6 +57,7 @@
 #define NOTE_MS 30000             /* ... or this long with anything published */
 #define IMPORT_IDLE_MS 60000 /* the stream sends nothing for this long: give up */
 #define RETRY_MS 2000
+#define RESUME_QUIET_MS 3000 /* resuming: the fence confirmed, nothing read this long */
 #define TAIL_SLACK_BYTES (64ull << 20) /* a standby reads again from a horizon past this */
 
 struct buf {
@@ -63,6 +76,7 @@ struct wrepl {
     /* The broker connection: recover's, then the replication thread's. */
     struct amqp_conn conn;
     uint64_t next_tag;  /* delivery tag of the last publish on CH_PUB */
+    int fp_lose;        /* the failpoint repl.lose_message hit: the next publish is lost */
     int have_lease;
     uint64_t token;     /* this term's */
     int server_major;   /* the broker's major version (0: unknown) */
@@ -83,6 +97,9 @@ struct wrepl {
     int64_t close_from;     /* at a clean stop: the stream's last chunk (-1: unknown) */
     uint64_t resume_note_next;  /* the note's next_lsn: records below it were confirmed */
     uint64_t term_max;          /* highest LSN the read took from a batch of resume_term */
+    uint64_t resume_read_next;  /* LSN after the last record the read took */
+    uint64_t resume_hole_from, resume_hole_to;  /* the first hole the local log fills (0, 0) */
+    uint64_t resume_hole_records;               /* records in all such holes */
     int64_t fence_off;          /* stream offset of this term's fence, once read (-1) */
 
     /* The running note (loop thread: tap_next, commit_next; under mu: durable_next). */
@@ -184,12 +201,12 @@ struct event {
  */
 int wrepl_next_event(struct wrepl *r, int timeout_ms, struct event *ev, char *why, size_t n);
 
-/* Publish body to queue through the default exchange on CH_PUB (persistent). 0 or -1 + why. */
-int wrepl_publish(struct wrepl *r, const char *queue, const void *body, size_t n, char *why,
-                  size_t wn);
-
-/* Wait for the confirm of the last publish (recover only; a lease token may arrive meanwhile). */
-int wrepl_wait_confirm(struct wrepl *r, char *why, size_t n);
+/*
+ * Publish body to the stream through the default exchange on CH_PUB
+ * (persistent, mandatory: wrepl_next_event() fails on its return, a stream
+ * deleted under the bridge). 0 or -1 + why.
+ */
+int wrepl_publish(struct wrepl *r, const void *body, size_t n, char *why, size_t wn);
 
 /* A string / 64-bit integer table entry (arguments). */
 void wrepl_arg_str(amqp_table_entry_t *e, const char *key, const char *v);

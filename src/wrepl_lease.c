@@ -103,6 +103,17 @@ int wrepl_next_event(struct wrepl *r, int timeout_ms, struct event *ev, char *wh
             amqp_maybe_release_buffers(st);
             return 0;
         }
+        case AMQP_BASIC_RETURN_METHOD: {
+            /* Only CH_PUB publishes mandatory: the stream is gone. */
+            amqp_message_t m;
+            amqp_rpc_reply_t rr = amqp_read_message(st, f.channel, &m, 0);
+
+            if (rr.reply_type == AMQP_RESPONSE_NORMAL)
+                amqp_destroy_message(&m);
+            snprintf(why, n, "a publish to the stream %s came back unroutable: the stream was "
+                     "deleted while in use", r->rc->stream);
+            return -1;
+        }
         case AMQP_BASIC_CANCEL_METHOD:
             ev->kind = EV_CANCEL;
             ev->ch = f.channel;
@@ -119,17 +130,27 @@ int wrepl_next_event(struct wrepl *r, int timeout_ms, struct event *ev, char *wh
     }
 }
 
-int wrepl_publish(struct wrepl *r, const char *queue, const void *body, size_t n, char *why,
-                   size_t wn)
+int wrepl_publish(struct wrepl *r, const void *body, size_t n, char *why, size_t wn)
 {
     amqp_basic_properties_t p;
-    int s;
+    const char *queue = r->rc->stream;
+    int s, mandatory = 1;
 
+    if (r->fp_lose) {
+        /*
+         * The failpoint repl.lose_message (wrepl.c): to no queue, unroutable
+         * and not mandatory, so the broker confirms a message it never
+         * stores, as rabbitmq-server#12236 does (see CH_PUB).
+         */
+        r->fp_lose = 0;
+        queue = "delay-bridge.failpoint.nowhere";
+        mandatory = 0;
+    }
     memset(&p, 0, sizeof(p));
     p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG;
     p.delivery_mode = 2;
-    s = amqp_basic_publish(r->conn.st, CH_PUB, amqp_empty_bytes, amqp_cstring_bytes(queue), 0, 0,
-                           &p, (amqp_bytes_t){n, (void *)body});
+    s = amqp_basic_publish(r->conn.st, CH_PUB, amqp_empty_bytes, amqp_cstring_bytes(queue),
+                           mandatory, 0, &p, (amqp_bytes_t){n, (void *)body});
     if (s != AMQP_STATUS_OK) {
         snprintf(why, wn, "publish to %s: %s", queue, amqp_error_string2(s));
         return -1;
@@ -138,26 +159,44 @@ int wrepl_publish(struct wrepl *r, const char *queue, const void *body, size_t n
     return 0;
 }
 
-int wrepl_wait_confirm(struct wrepl *r, char *why, size_t n)
+static const char TOKEN[] = "delay-bridge WAL lease token";
+
+/*
+ * A spare token, for a lease queue that has none: on CH_RENEW (CH_PUB is
+ * the stream's alone), confirmed before going on. The token itself may
+ * arrive meanwhile (this bridge the only consumer): wrepl_renew_event()
+ * takes it.
+ */
+static int publish_spare(struct wrepl *r, char *why, size_t n)
 {
-    uint64_t tag = r->next_tag, deadline = now_ms() + r->rc->confirm_timeout_ms;
+    uint64_t deadline = now_ms() + r->rc->confirm_timeout_ms;
+    amqp_basic_properties_t p;
     struct event ev;
 
+    memset(&p, 0, sizeof(p));
+    p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG;
+    p.delivery_mode = 2;
+    if (amqp_basic_publish(r->conn.st, CH_RENEW, amqp_empty_bytes,
+                           amqp_cstring_bytes(r->rc->lease_queue), 0, 0, &p,
+                           (amqp_bytes_t){sizeof(TOKEN) - 1, (void *)TOKEN}) != AMQP_STATUS_OK) {
+        snprintf(why, n, "publishing a lease token: connection lost");
+        return -1;
+    }
+    r->renew_tag++;
     while (now_ms() < deadline) {
         if (wrepl_next_event(r, 200, &ev, why, n) < 0)
             return -1;
-        if (wrepl_renew_event(r, &ev, why, n) != 0) {
-            /* the token, or a renewal's confirm (cannot fail here: none is under way) */
-        } else if (ev.kind == EV_DELIVER) {
-            amqp_destroy_message(&ev.msg);
-        } else if (ev.kind == EV_ACK && ev.ch == CH_PUB && ev.tag >= tag) {
+        if (ev.ch == CH_RENEW && ev.kind == EV_ACK && ev.tag >= r->renew_tag)
             return 0;
-        } else if (ev.kind == EV_NACK && ev.ch == CH_PUB) {
-            snprintf(why, n, "the broker refused (nack) a publish");
+        if (ev.ch == CH_RENEW && ev.kind == EV_NACK) {
+            snprintf(why, n, "the broker refused (nack) a lease token");
             return -1;
         }
+        if (wrepl_renew_event(r, &ev, why, n) == 0 && ev.kind == EV_DELIVER)
+            amqp_destroy_message(&ev.msg);
     }
-    snprintf(why, n, "no publisher confirm within %u ms", r->rc->confirm_timeout_ms);
+    snprintf(why, n, "no publisher confirm for a lease token within %u ms",
+             r->rc->confirm_timeout_ms);
     return -1;
 }
 
@@ -255,7 +294,6 @@ static int declare_lease_queue(struct wrepl *r, uint32_t *ready, char *err, size
     return 0;
 }
 
-static const char TOKEN[] = "delay-bridge WAL lease token";
 
 /*
  * A token's body: TOKEN, then, once the owner completed a stream
@@ -377,8 +415,7 @@ int wrepl_connect_lease(struct wrepl *r)
         goto refused;
     if (tokens == 0) {
         /* While another bridge holds the token this adds a spare; renewals use spares up. */
-        if (wrepl_publish(r, r->rc->lease_queue, TOKEN, sizeof(TOKEN) - 1, err, sizeof(err)) < 0 ||
-            wrepl_wait_confirm(r, err, sizeof(err)) < 0)
+        if (publish_spare(r, err, sizeof(err)) < 0)
             goto transient;
     }
     return 0;

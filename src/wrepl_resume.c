@@ -47,11 +47,25 @@
  *
  *   - it meets a message of the noted term (then this is still the log's
  *     stream: not deleted and declared again, not another log's);
- *   - its records run unbroken, for the same log id, through L + 1;
+ *   - its records, for the same log id, run from the note's next_lsn (or
+ *     before) through L + 1, with no hole past L (records neither here nor
+ *     there);
  *   - every local record the stream may lack was confirmed: L < next_lsn,
  *     or L <= the highest LSN the read took from a batch of the noted term
  *     (a crash between the local fsync and the stream's confirm leaves
  *     local records a new owner may have written differently).
+ *
+ * A hole at or below L -- records from the note's next_lsn on that the
+ * stream lacks although a later batch of the same term is there -- is
+ * the broker's: it confirmed a batch it did not store (wrepl_int.h, CH_PUB,
+ * on the resend bug of RabbitMQ before 4.0.x). Nobody else can have
+ * written those LSNs (a later owner reads through L first, the third
+ * rule), and the local log holds them durably, so the bridge resumes on
+ * it -- a rebuild from the stream would refuse the hole -- and starts a
+ * stream checkpoint at once: the live records are copied forward, and
+ * the stream is whole again from its horizon on (need_horizon). Until
+ * then the replication stats say complete=false, and a standby granted the
+ * lease refuses to build its log from the stream rather than lose them.
  *
  * Records up to L are the local log's own and are skipped; records from
  * L + 1 on (confirmed but not yet fsynced here, or another owner's since)
@@ -214,6 +228,7 @@ int wrepl_resume_record(struct wrepl *r, const struct walrec_hdr *h, const uint8
 {
     struct buf *d = &r->delta;
 
+    r->resume_read_next = h->lsn + 1;
     if (h->lsn < r->resume_next)
         return 0; /* the local log has it */
     if (h->lsn != r->resume_next + r->delta_count || d->len > RESUME_MAX_BYTES) {
