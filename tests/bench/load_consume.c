@@ -4,12 +4,17 @@
  *
  *   load_consume --uri URI --queue Q --count N [--exchange X --routing-key K]
  *                [--purge] [--tag T] [--ready-file F] [--first-wait S] [--idle S]
- *                [--dump FILE]
+ *                [--dump FILE] [--manual-ack N [--prefetch P]] [--queue-type T]
+ *                [--queue-version V]
  *
- * With --exchange, declares X (direct, durable) and Q (durable), binds Q to
- * X with K; --purge empties Q before consuming. Then consumes with automatic
- * acks (the broker's fastest path, so the consumer is never the bottleneck
- * of a figure), touches --ready-file once basic.consume-ok arrived, and
+ * With --exchange, declares X (direct, durable) and Q (durable; with
+ * x-queue-type T and x-queue-version V when given), binds Q to X with K;
+ * --purge empties Q before consuming. Then consumes with automatic acks
+ * (the broker's fastest path, so the consumer is never the bottleneck of a
+ * figure) -- or, with --manual-ack N, the way delay-bridge takes its
+ * ingress: basic.qos prefetch P (default 1000) and one multiple ack every
+ * N messages and when the queue goes quiet (tests/bench/hops.sh compares
+ * the two) -- touches --ready-file once basic.consume-ok arrived, and
  * stops when N distinct messages of --tag arrived, or when nothing arrived
  * for --idle seconds (default 30) once the first message came, or for
  * --first-wait seconds (default 600) before it.
@@ -35,8 +40,8 @@
 static const char *prog = "load_consume";
 
 struct opts {
-    const char *uri, *queue, *exchange, *routing_key, *ready_file, *dump;
-    uint64_t count, tag, first_wait, idle;
+    const char *uri, *queue, *exchange, *routing_key, *ready_file, *dump, *queue_type;
+    uint64_t count, tag, first_wait, idle, manual_ack, prefetch, queue_version;
     bool purge;
 };
 
@@ -44,7 +49,8 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: %s --uri URI --queue Q --count N [--exchange X --routing-key K] [--purge]\n"
-            "       [--tag T] [--ready-file F] [--first-wait S] [--idle S] [--dump FILE]\n",
+            "       [--tag T] [--ready-file F] [--first-wait S] [--idle S] [--dump FILE]\n"
+            "       [--manual-ack N [--prefetch P]] [--queue-type T] [--queue-version V]\n",
             prog);
     exit(2);
 }
@@ -52,7 +58,8 @@ static void usage(void)
 static void parse(int argc, char **argv, struct opts *o)
 {
     *o = (struct opts){ .uri = "amqp://guest:guest@127.0.0.1:5672/%2f", .queue = "bench.out",
-                        .routing_key = "bench", .first_wait = 600, .idle = 30 };
+                        .routing_key = "bench", .first_wait = 600, .idle = 30,
+                        .prefetch = 1000 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--purge")) {
@@ -82,6 +89,14 @@ static void parse(int argc, char **argv, struct opts *o)
             o->first_wait = load_parse_u64(prog, a, v);
         else if (!strcmp(a, "--idle"))
             o->idle = load_parse_u64(prog, a, v);
+        else if (!strcmp(a, "--manual-ack"))
+            o->manual_ack = load_parse_u64(prog, a, v);
+        else if (!strcmp(a, "--prefetch"))
+            o->prefetch = load_parse_u64(prog, a, v);
+        else if (!strcmp(a, "--queue-type"))
+            o->queue_type = v;
+        else if (!strcmp(a, "--queue-version"))
+            o->queue_version = load_parse_u64(prog, a, v);
         else
             usage();
     }
@@ -119,7 +134,19 @@ int main(int argc, char **argv)
         amqp_exchange_declare(c, 1, amqp_cstring_bytes(o.exchange), amqp_cstring_bytes("direct"),
                               0, 1, 0, 0, amqp_empty_table);
         load_check_reply(prog, amqp_get_rpc_reply(c), "exchange.declare");
-        amqp_queue_declare(c, 1, q, 0, 1, 0, 0, amqp_empty_table);
+        amqp_table_entry_t qa[2];
+        amqp_table_t qargs = {0, qa};
+        if (o.queue_type) {
+            qa[qargs.num_entries].key = amqp_cstring_bytes("x-queue-type");
+            qa[qargs.num_entries].value.kind = AMQP_FIELD_KIND_UTF8;
+            qa[qargs.num_entries++].value.value.bytes = amqp_cstring_bytes(o.queue_type);
+        }
+        if (o.queue_version) {
+            qa[qargs.num_entries].key = amqp_cstring_bytes("x-queue-version");
+            qa[qargs.num_entries].value.kind = AMQP_FIELD_KIND_I64;
+            qa[qargs.num_entries++].value.value.i64 = (int64_t)o.queue_version;
+        }
+        amqp_queue_declare(c, 1, q, 0, 1, 0, 0, qargs);
         load_check_reply(prog, amqp_get_rpc_reply(c), "queue.declare");
         amqp_queue_bind(c, 1, q, amqp_cstring_bytes(o.exchange),
                         amqp_cstring_bytes(o.routing_key), amqp_empty_table);
@@ -129,7 +156,12 @@ int main(int argc, char **argv)
         amqp_queue_purge(c, 1, q);
         load_check_reply(prog, amqp_get_rpc_reply(c), "queue.purge");
     }
-    amqp_basic_consume(c, 1, q, amqp_empty_bytes, 0, 1 /* no_ack */, 0, amqp_empty_table);
+    if (o.manual_ack) {
+        amqp_basic_qos(c, 1, 0, (uint16_t)(o.prefetch > 65535 ? 65535 : o.prefetch), 0);
+        load_check_reply(prog, amqp_get_rpc_reply(c), "basic.qos");
+    }
+    amqp_basic_consume(c, 1, q, amqp_empty_bytes, 0, o.manual_ack ? 0 : 1 /* no_ack */, 0,
+                       amqp_empty_table);
     load_check_reply(prog, amqp_get_rpc_reply(c), "basic.consume");
     if (o.ready_file) {
         FILE *f = fopen(o.ready_file, "w");
@@ -144,13 +176,20 @@ int main(int argc, char **argv)
         load_die(prog, "out of memory");
     uint64_t received = 0, unique = 0, dup = 0, foreign = 0, early = 0;
     uint64_t first_us = 0, last_us = 0, min_due = UINT64_MAX, max_due = 0;
-    uint64_t last_activity = load_mono_us();
+    uint64_t last_activity = load_mono_us(), unacked = 0, last_tag = 0;
 
     while (unique < o.count) {
         amqp_envelope_t env;
-        struct timeval tv = { .tv_sec = 1 };
+        struct timeval tv = { .tv_sec = 1 }, quick = { .tv_usec = 0 };
         amqp_maybe_release_buffers(c);
-        amqp_rpc_reply_t r = amqp_consume_message(c, &env, &tv, 0);
+        amqp_rpc_reply_t r = amqp_consume_message(c, &env, unacked ? &quick : &tv, 0);
+        if (unacked && r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
+            r.library_error == AMQP_STATUS_TIMEOUT) {
+            /* nothing more buffered: settle what was taken, as the bridge does per commit */
+            amqp_basic_ack(c, 1, last_tag, 1);
+            unacked = 0;
+            continue;
+        }
         if (r.reply_type == AMQP_RESPONSE_NORMAL) {
             uint64_t now = load_now_us();
             struct load_stamp s;
@@ -173,6 +212,13 @@ int main(int argc, char **argv)
                     min_due = s.due_ms;
                 if (s.due_ms > max_due)
                     max_due = s.due_ms;
+            }
+            if (o.manual_ack) {
+                last_tag = env.delivery_tag;
+                if (++unacked >= o.manual_ack) {
+                    amqp_basic_ack(c, 1, last_tag, 1);
+                    unacked = 0;
+                }
             }
             amqp_destroy_envelope(&env);
             last_activity = load_mono_us();
@@ -233,6 +279,8 @@ int main(int argc, char **argv)
            unique ? lat[0] : 0.0, pct(lat, unique, 50), pct(lat, unique, 90),
            pct(lat, unique, 99), pct(lat, unique, 99.9), unique ? lat[unique - 1] : 0.0, mean);
     fflush(stdout);
+    if (unacked)
+        amqp_basic_ack(c, 1, last_tag, 1);
     load_close(c);
     free(lat);
     free(seen);

@@ -26,3 +26,15 @@ set_tests_properties(bench.smoke PROPERTIES
   SKIP_RETURN_CODE 77
   TIMEOUT 300
   ENVIRONMENT "BUILD_DIR=${CMAKE_BINARY_DIR};BENCH_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;BENCH_TOOLS_DIR=$<TARGET_FILE_DIR:load_publish>")
+
+# bench.hops.smoke: `hops.sh --smoke`, the broker's CPU per hop (2k messages
+# per phase, its own RabbitMQ on 127.0.0.1:5696): checks only that every
+# message of every phase arrived.
+add_test(NAME bench.hops.smoke COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/hops.sh --smoke)
+set_tests_properties(bench.hops.smoke PROPERTIES
+  LABELS bench-smoke
+  RESOURCE_LOCK bench
+  COST 40
+  SKIP_RETURN_CODE 77
+  TIMEOUT 300
+  ENVIRONMENT "BUILD_DIR=${CMAKE_BINARY_DIR};BENCH_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;BENCH_TOOLS_DIR=$<TARGET_FILE_DIR:load_publish>")

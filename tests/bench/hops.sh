@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# hops.sh -- what a delayed message costs the broker, hop by hop.
+#
+#   tests/bench/hops.sh [--count N] [--variants base,cqv2,quorum,...] [--smoke] [--keep]
+#
+# A delayed message crosses the broker twice; an undelayed one once. This
+# takes the two paths apart into phases that run one at a time, on a
+# broker of their own, and charges each phase the broker's CPU (user +
+# system of every process in its session, /proc) less what the broker burns
+# idle over the same time (measured first, a few seconds of nothing):
+#
+#   plain hop (load_publish -> bench.target -> bench.out -> load_consume)
+#     P1 accept         publish N to bench.target, nobody consuming
+#     P2 deliver        one consumer drains bench.out, automatic acks
+#     P2m deliver, acked  N more, drained by a consumer that acks the way
+#                       delay-bridge acks its ingress (prefetch 1000, one
+#                       multiple ack per 50 or when quiet)
+#   delayed message (load_publish -> bench.delayed -> delay-bridge -> bench.target -> bench.out)
+#     D1 ingress accept publish N with x-delay to the ingress exchange, the
+#                       bridge stopped (its queue declared by an earlier start)
+#     D2 ingress deliver + ack   the bridge starts and takes all N (logged,
+#                       fsynced, acked): until /stats received = N
+#     D3 target publish + confirm + route   the N fall due together (all
+#                       held long before); nobody consumes bench.out: until
+#                       /stats confirmed = N
+#     D4 target deliver the consumer drains bench.out, automatic acks
+#
+# and prints, per variant, µs of broker CPU per message for each phase, the
+# two totals and their ratio (delayed / plain: the issue's "≤ 2.3×"), and
+# the bridge's own CPU per message over D2 and D3. The variants are the
+# levers of the performance issue, each alone, on a fresh broker:
+#
+#   base       defaults: classic queues (version 1 on RabbitMQ 3.10-3.12)
+#   cqv2       the broker's classic_queue.default_version = 2: every classic
+#              queue, ingress, target and the plain hop's, is version 2 (the
+#              default from RabbitMQ 3.13; the only kind from 4.0)
+#   quorum     the route's ingress queue is a quorum queue (one node)
+#   prefetch   the route's prefetch 5000 instead of 1000
+#   window     the route's max_inflight 5000 instead of 1000
+#   ROUTE=JSON any other route keys, e.g. 'x={"prefetch": 200}' (named x)
+#
+# BUILD_DIR, BENCH_PORT (default 5696), BENCH_DIST_PORT, BENCH_TMP as in
+# run.sh. Exit 0 when every message arrived in every variant, 1 when not,
+# 77 without rabbitmq-server. It asserts on no time or ratio.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+
+N=100000 VARIANTS=base KEEP=0 MIN_MARGIN_MS=20000
+say() { printf '[hops %s] %s\n' "$(date +%T)" "$*" >&2; }
+die() { say "error: $*"; exit 2; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --count) N=$2; shift 2 ;;
+    --variants) VARIANTS=$2; shift 2 ;;
+    --smoke) N=2000 MIN_MARGIN_MS=8000; shift ;;
+    --keep) KEEP=1; shift ;;
+    -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument $1 (--help)" ;;
+    esac
+done
+
+. "$HERE/common.sh"
+bench_preflight load_consume
+CONS=$TOOLS/load_consume
+PORT=${BENCH_PORT:-5696}
+DIST=${BENCH_DIST_PORT:-25696}
+URI="amqp://guest:guest@127.0.0.1:$PORT/%2f"
+RABBITMQ_SH=$ROOT/tests/integration/rabbitmq.sh
+WORK=$(mktemp -d "${BENCH_TMP:-/var/tmp}/delay-bridge-hops.XXXXXX")
+BROKER_DIR=$WORK/rabbitmq
+cp "$BRIDGE" "$WORK/delay-bridge"
+BRIDGE=$WORK/delay-bridge
+BRIDGE_PID="" HTTP_PORT="" BROKER_SID="" FAILED=()
+declare -A R
+
+cleanup() {
+    local rc=$?
+    set +e
+    [ -n "$BRIDGE_PID" ] && kill -TERM "$BRIDGE_PID" 2>/dev/null && wait "$BRIDGE_PID" 2>/dev/null
+    bash "$RABBITMQ_SH" stop "$BROKER_DIR" >/dev/null 2>&1
+    if [ "$KEEP" = 1 ]; then say "work directory kept: $WORK"; else rm -rf "$WORK"; fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+stats() { curl -sf "http://127.0.0.1:$HTTP_PORT/stats" | jq -r "$1"; }
+
+# Idle CPU of the broker, ms per s (measured per variant, subtracted per phase).
+IDLE=0
+idle_rate() {
+    local c0 t0
+    c0=$(session_cpu_ms "$BROKER_SID") t0=$(now_ms)
+    sleep 4
+    IDLE=$(calc "($(session_cpu_ms "$BROKER_SID") - $c0) / (($(now_ms) - $t0) / 1000.0)")
+}
+# phase_begin; ... ; phase_end KEY: broker µs per message (idle removed) into R[KEY].
+phase_begin() { P_CPU=$(session_cpu_ms "$BROKER_SID") P_T=$(now_ms) P_BR=$([ -n "$BRIDGE_PID" ] && proc_cpu_ms "$BRIDGE_PID" || echo 0); }
+phase_end() {
+    local dt=$(( $(now_ms) - P_T ))
+    R[$1]=$(fmt 1 "(($(session_cpu_ms "$BROKER_SID") - $P_CPU) - $IDLE * $dt / 1000.0) * 1000.0 / $N")
+    R[$1.s]=$(fmt 2 "$dt / 1000.0")
+    [ -z "$BRIDGE_PID" ] || R[$1.bridge]=$(fmt 1 "($(proc_cpu_ms "$BRIDGE_PID") - $P_BR) * 1000.0 / $N")
+}
+wait_stat() { # wait_stat JQ N TIMEOUT_S
+    local deadline=$((SECONDS + $3)) v=0
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        v=$(stats "$1" 2>/dev/null || echo 0)
+        [ "${v:-0}" -ge "$2" ] && return 0
+        sleep 0.05
+    done
+    FAILED+=("$VAR: $1 = $v of $2 within $3 s"); return 1
+}
+drain() { # drain NAME TAG [consumer options]
+    "$CONS" --uri "$URI" --queue bench.out --count "$N" --tag "$2" --idle 20 "${@:3}" \
+        >"$WORK/$1.consume" 2>>"$WORK/$1.err" || FAILED+=("$VAR $1: $(get "$WORK/$1.consume" unique) of $N arrived")
+}
+pub() { # pub NAME [publisher options]
+    "$PUB" --uri "$URI" --count "$N" "$@" >"$WORK/$1.publish" 2>>"$WORK/$1.err" || die "publisher $1 failed"
+}
+
+run_variant() {
+    local name=$1 route_extra="" conf="" wal
+    case "$name" in
+    base) ;;
+    cqv2) conf="classic_queue.default_version = 2" ;;
+    quorum) route_extra=', "queue_type": "quorum"' ;;
+    prefetch) route_extra=', "prefetch": 5000' ;;
+    window) route_extra=', "max_inflight": 5000' ;;
+    *=*) route_extra=", $(jq -c . <<<"${name#*=}" | sed 's/^{//; s/}$//')"; name=${name%%=*} ;;
+    *) die "unknown variant $name" ;;
+    esac
+    VAR=$name
+    bash "$RABBITMQ_SH" stop "$BROKER_DIR" >/dev/null 2>&1 || true
+    rm -rf "$BROKER_DIR"
+    DB_RABBITMQ_CONF_EXTRA=$conf bash "$RABBITMQ_SH" start "$BROKER_DIR" "$PORT" "$DIST" >&2
+    BROKER_SID=$(cat "$BROKER_DIR/node.pid")
+    # bench.target -> bench.out, declared (and emptied) by the consumer once.
+    "$CONS" --uri "$URI" --queue bench.out --exchange bench.target --routing-key bench --count 1 \
+        --purge --first-wait 1 >/dev/null 2>&1 || true
+    wal=$WORK/wal-$name
+    mkdir -p "$wal"
+    HTTP_PORT=$(free_port)
+    cat >"$WORK/$name.json" <<EOF
+{ "broker": { "uri": "$URI" }, "wal": { "dir": "$wal", "fsync": true },
+  "http": { "listen": "127.0.0.1:$HTTP_PORT" }, "log": { "level": "info" },
+  "routes": [ { "name": "bench", "ingress_exchange": "bench.delayed", "ingress_queue": "bench.delayed.q",
+                "target_exchange": "bench.target"$route_extra } ] }
+EOF
+    start_bridge() {
+        "$BRIDGE" --config "$WORK/$name.json" >>"$WORK/$name.bridge.log" 2>&1 &
+        BRIDGE_PID=$!
+        local deadline=$((SECONDS + 60))
+        until curl -sf -o /dev/null "http://127.0.0.1:$HTTP_PORT/readyz"; do
+            kill -0 "$BRIDGE_PID" 2>/dev/null || { tail -5 "$WORK/$name.bridge.log" >&2; die "delay-bridge exited"; }
+            [ "$SECONDS" -lt "$deadline" ] || die "delay-bridge not ready"
+            sleep 0.05
+        done
+    }
+    start_bridge # declares the ingress exchange and queue
+    kill -TERM "$BRIDGE_PID"; wait "$BRIDGE_PID" || true; BRIDGE_PID=""
+    sleep 2
+    idle_rate
+    say "$name: broker idle ${IDLE} ms CPU/s; $N x 256 B per phase"
+
+    phase_begin; pub p1 --mode plain --exchange bench.target --routing-key bench --tag 1; phase_end "$name.P1"
+    phase_begin; drain p2 1; phase_end "$name.P2"
+    pub p2m --mode plain --exchange bench.target --routing-key bench --tag 2
+    phase_begin; drain p2m 2 --manual-ack 50 --prefetch 1000; phase_end "$name.P2m"
+
+    # Due together, well after D1 and D2 (margin: 40 s per 100k, at least 20 s; 8 s in --smoke).
+    local margin due
+    margin=$(( N * 40 / 100000 * 1000 )); [ "$margin" -ge "$MIN_MARGIN_MS" ] || margin=$MIN_MARGIN_MS
+    due=$(( $(now_ms) + margin ))
+    phase_begin; pub d1 --mode xdelay --exchange bench.delayed --routing-key bench --tag 3 \
+        --due-at "$due" --spread 100; phase_end "$name.D1"
+    phase_begin; start_bridge; wait_stat '.routes[0].received' "$N" 300 || true; phase_end "$name.D2"
+    [ "$(now_ms)" -lt "$due" ] || FAILED+=("$name: the bridge took them after the due time: raise the margin")
+    while [ "$(now_ms)" -lt "$due" ]; do sleep 0.01; done
+    phase_begin; wait_stat '.routes[0].confirmed' "$N" 300 || true; phase_end "$name.D3"
+    kill -TERM "$BRIDGE_PID"; wait "$BRIDGE_PID" || true; BRIDGE_PID=""
+    phase_begin; drain d4 3; phase_end "$name.D4"
+    R[$name.plain]=$(fmt 1 "${R[$name.P1]} + ${R[$name.P2]}")
+    R[$name.delayed]=$(fmt 1 "${R[$name.D1]} + ${R[$name.D2]} + ${R[$name.D3]} + ${R[$name.D4]}")
+    R[$name.idle]=$IDLE
+    say "$name: P1 ${R[$name.P1]} P2 ${R[$name.P2]} P2m ${R[$name.P2m]} | D1 ${R[$name.D1]} D2 ${R[$name.D2]} D3 ${R[$name.D3]} D4 ${R[$name.D4]} us/msg"
+}
+
+say "machine: $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadavg); delay-bridge $(date -u -r "$BRIDGE" +%FT%TZ)"
+names=()
+IFS=, read -ra vs <<<"$VARIANTS"
+for v in "${vs[@]}"; do run_variant "$v"; names+=("${v%%=*}"); done
+
+echo
+echo "Broker CPU per message, µs (idle removed), $N x 256 B per phase; bridge CPU in brackets"
+printf '| %-34s |' "phase"; for n in "${names[@]}"; do printf ' %14s |' "$n"; done; echo
+printf '|%s|' "$(printf -- '-%.0s' $(seq 36))"; for _ in "${names[@]}"; do printf -- '%s|' "$(printf -- '-%.0s' $(seq 15)):"; done; echo
+row() { printf '| %-34s |' "$1"; for n in "${names[@]}"; do
+        local v=${R[$n.$2]:--} b=${R[$n.$2.bridge]:-}
+        [ -z "$b" ] || v="$v [$b]"; printf ' %14s |' "$v"; done; echo; }
+row "P1 plain: accept" P1
+row "P2 plain: deliver (auto ack)" P2
+row "P2m plain: deliver (acked as the bridge)" P2m
+row "D1 ingress: accept" D1
+row "D2 ingress: deliver + ack (bridge)" D2
+row "D3 target: publish + confirm + route" D3
+row "D4 target: deliver (auto ack)" D4
+row "plain hop (P1 + P2)" plain
+row "delayed message (D1 + .. + D4)" delayed
+printf '| %-34s |' "delayed / plain"; for n in "${names[@]}"; do printf ' %14s |' "$(ratio "${R[$n.delayed]}" "${R[$n.plain]}")"; done; echo
+row "broker idle, ms of CPU per s" idle
+if [ ${#FAILED[@]} -gt 0 ]; then
+    printf 'FAILED: %s\n' "${FAILED[@]}" >&2
+    exit 1
+fi
