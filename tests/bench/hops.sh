@@ -7,28 +7,32 @@
 # takes the two paths apart into phases that run one at a time, on a
 # broker of their own, and charges each phase the broker's CPU (user +
 # system of every process in its session, /proc) less what the broker burns
-# idle over the same time (measured first, a few seconds of nothing):
+# idle over the same time (measured first, a few seconds of nothing).
 #
-#   plain hop (load_publish -> bench.target -> bench.out -> load_consume)
-#     P1 accept         publish N to bench.target, nobody consuming
-#     P2 deliver        one consumer drains bench.out, automatic acks
-#     P2m deliver, acked  N more, drained by a consumer that acks the way
-#                       delay-bridge acks its ingress (prefetch 1000, one
-#                       multiple ack per 50 or when quiet)
-#   delayed message (load_publish -> bench.delayed -> delay-bridge -> bench.target -> bench.out)
-#     D1 ingress accept publish N with x-delay to the ingress exchange, the
-#                       bridge stopped (its queue declared by an earlier start)
-#     D2 ingress deliver + ack   the bridge starts and takes all N (logged,
-#                       fsynced, acked): until /stats received = N
-#     D3 target publish + confirm + route   the N fall due together (all
-#                       held long before); nobody consumes bench.out: until
-#                       /stats confirmed = N
-#     D4 target deliver the consumer drains bench.out, automatic acks
+# Streaming -- each hop's consumer attached, as under the steady load (the
+# figures the performance goals are about):
+#     S0   plain hop: publish N to bench.target, a consumer with automatic
+#          acks on bench.out takes them as they come (run.sh's ceiling)
+#     S0m  the same, the consumer acking the way delay-bridge acks its
+#          ingress (prefetch 1000, one multiple ack per 50 or when quiet)
+#     SI   ingress hop: publish N with x-delay to the ingress exchange while
+#          the bridge runs; until it logged, fsynced and acked all N
+#     ST   target hop: the N fall due together (all held well before); the
+#          bridge publishes them, a consumer takes them: until it has all
+#   delayed / plain = (SI + ST) / S0, the issue's "<= 2.3x".
 #
-# and prints, per variant, µs of broker CPU per message for each phase, the
-# two totals and their ratio (delayed / plain: the issue's "≤ 2.3×"), and
-# the bridge's own CPU per message over D2 and D3. The variants are the
-# levers of the performance issue, each alone, on a fresh broker:
+# Backlog -- each hop alone, the next one not running (what a queue that
+# fills costs; a classic queue then writes every message to disk):
+#     P1 accept, nobody consuming; P1b the same with the headers and the
+#     mandatory flag of the bridge's republish (load_publish --like-bridge);
+#     P2 a consumer drains it, automatic acks; P2m the same, acked as the
+#     bridge acks; D1 publish with x-delay, the bridge stopped; D2 the
+#     bridge starts and takes all N; D3 they fall due, nobody consumes the
+#     target: until /stats confirmed = N; D4 a consumer drains bench.out.
+#
+# It prints, per variant, µs of broker CPU per message for each phase (the
+# bridge's own CPU in brackets where it runs) and the ratios. The variants
+# are the levers of the performance issue, each alone, on a fresh broker:
 #
 #   base       defaults: classic queues (version 1 on RabbitMQ 3.10-3.12)
 #   cqv2       the broker's classic_queue.default_version = 2: every classic
@@ -37,7 +41,7 @@
 #   quorum     the route's ingress queue is a quorum queue (one node)
 #   prefetch   the route's prefetch 5000 instead of 1000
 #   window     the route's max_inflight 5000 instead of 1000
-#   ROUTE=JSON any other route keys, e.g. 'x={"prefetch": 200}' (named x)
+#   NAME=JSON  any other route keys, e.g. 'p200={"prefetch": 200}'
 #
 # BUILD_DIR, BENCH_PORT (default 5696), BENCH_DIST_PORT, BENCH_TMP as in
 # run.sh. Exit 0 when every message arrived in every variant, 1 when not,
@@ -71,12 +75,13 @@ WORK=$(mktemp -d "${BENCH_TMP:-/var/tmp}/delay-bridge-hops.XXXXXX")
 BROKER_DIR=$WORK/rabbitmq
 cp "$BRIDGE" "$WORK/delay-bridge"
 BRIDGE=$WORK/delay-bridge
-BRIDGE_PID="" HTTP_PORT="" BROKER_SID="" FAILED=()
+BRIDGE_PID="" CONS_PID="" HTTP_PORT="" BROKER_SID="" FAILED=()
 declare -A R
 
 cleanup() {
     local rc=$?
     set +e
+    [ -n "$CONS_PID" ] && kill "$CONS_PID" 2>/dev/null
     [ -n "$BRIDGE_PID" ] && kill -TERM "$BRIDGE_PID" 2>/dev/null && wait "$BRIDGE_PID" 2>/dev/null
     bash "$RABBITMQ_SH" stop "$BROKER_DIR" >/dev/null 2>&1
     if [ "$KEEP" = 1 ]; then say "work directory kept: $WORK"; else rm -rf "$WORK"; fi
@@ -116,8 +121,25 @@ drain() { # drain NAME TAG [consumer options]
     "$CONS" --uri "$URI" --queue bench.out --count "$N" --tag "$2" --idle 20 "${@:3}" \
         >"$WORK/$1.consume" 2>>"$WORK/$1.err" || FAILED+=("$VAR $1: $(get "$WORK/$1.consume" unique) of $N arrived")
 }
+drain_bg() { # drain_bg NAME TAG [consumer options]: a consumer in the background, ready
+    local name=$1 tag=$2
+    shift 2
+    rm -f "$WORK/$name.ready"
+    "$CONS" --uri "$URI" --queue bench.out --count "$N" --tag "$tag" --idle 20 \
+        --ready-file "$WORK/$name.ready" "$@" >"$WORK/$name.consume" 2>>"$WORK/$name.err" &
+    CONS_PID=$!
+    for _ in $(seq 300); do [ -e "$WORK/$name.ready" ] && return 0; sleep 0.05; done
+    die "consumer $name did not start"
+}
+drain_wait() { # drain_wait NAME
+    wait "$CONS_PID" || FAILED+=("$VAR $1: $(get "$WORK/$1.consume" unique) of $N arrived")
+    CONS_PID=""
+}
 pub() { # pub NAME [publisher options]
-    "$PUB" --uri "$URI" --count "$N" "$@" >"$WORK/$1.publish" 2>>"$WORK/$1.err" || die "publisher $1 failed"
+    local name=$1
+    shift
+    "$PUB" --uri "$URI" --count "$N" "$@" >"$WORK/$name.publish" 2>>"$WORK/$name.err" ||
+        { cat "$WORK/$name.err" >&2; die "publisher $name failed"; }
 }
 
 run_variant() {
@@ -164,27 +186,52 @@ EOF
     idle_rate
     say "$name: broker idle ${IDLE} ms CPU/s; $N x 256 B per phase"
 
+    # Backlog: each hop alone, the next one not running.
     phase_begin; pub p1 --mode plain --exchange bench.target --routing-key bench --tag 1; phase_end "$name.P1"
     phase_begin; drain p2 1; phase_end "$name.P2"
-    pub p2m --mode plain --exchange bench.target --routing-key bench --tag 2
-    phase_begin; drain p2m 2 --manual-ack 50 --prefetch 1000; phase_end "$name.P2m"
+    phase_begin; pub p1b --mode plain --exchange bench.target --routing-key bench --tag 2 --like-bridge
+    phase_end "$name.P1b"
+    drain p1b 2
+    pub p2m --mode plain --exchange bench.target --routing-key bench --tag 3
+    phase_begin; drain p2m 3 --manual-ack 50 --prefetch 1000; phase_end "$name.P2m"
 
     # Due together, well after D1 and D2 (margin: 40 s per 100k, at least 20 s; 8 s in --smoke).
     local margin due
     margin=$(( N * 40 / 100000 * 1000 )); [ "$margin" -ge "$MIN_MARGIN_MS" ] || margin=$MIN_MARGIN_MS
     due=$(( $(now_ms) + margin ))
-    phase_begin; pub d1 --mode xdelay --exchange bench.delayed --routing-key bench --tag 3 \
+    phase_begin; pub d1 --mode xdelay --exchange bench.delayed --routing-key bench --tag 4 \
         --due-at "$due" --spread 100; phase_end "$name.D1"
     phase_begin; start_bridge; wait_stat '.routes[0].received' "$N" 300 || true; phase_end "$name.D2"
     [ "$(now_ms)" -lt "$due" ] || FAILED+=("$name: the bridge took them after the due time: raise the margin")
     while [ "$(now_ms)" -lt "$due" ]; do sleep 0.01; done
     phase_begin; wait_stat '.routes[0].confirmed' "$N" 300 || true; phase_end "$name.D3"
+    phase_begin; drain d4 4; phase_end "$name.D4"
+
+    # Streaming: the next hop takes each message as it comes (the steady load).
+    drain_bg s0 5
+    phase_begin; pub s0 --mode plain --exchange bench.target --routing-key bench --tag 5
+    drain_wait s0; phase_end "$name.S0"
+    drain_bg s0m 6 --manual-ack 50 --prefetch 1000
+    phase_begin; pub s0m --mode plain --exchange bench.target --routing-key bench --tag 6
+    drain_wait s0m; phase_end "$name.S0m"
+    margin=$(( N * 15 / 100000 * 1000 )); [ "$margin" -ge "$MIN_MARGIN_MS" ] || margin=$MIN_MARGIN_MS
+    due=$(( $(now_ms) + margin ))
+    local r0 c0
+    r0=$(stats '.routes[0].received') c0=$(stats '.routes[0].confirmed')
+    drain_bg st 7
+    phase_begin; pub si --mode xdelay --exchange bench.delayed --routing-key bench --tag 7 \
+        --due-at "$due" --spread 100
+    wait_stat '.routes[0].received' $((r0 + N)) 300 || true; phase_end "$name.SI"
+    [ "$(now_ms)" -lt "$due" ] || FAILED+=("$name: streaming: the bridge took them after the due time")
+    while [ "$(now_ms)" -lt "$due" ]; do sleep 0.01; done
+    phase_begin; drain_wait st; phase_end "$name.ST"
     kill -TERM "$BRIDGE_PID"; wait "$BRIDGE_PID" || true; BRIDGE_PID=""
-    phase_begin; drain d4 3; phase_end "$name.D4"
-    R[$name.plain]=$(fmt 1 "${R[$name.P1]} + ${R[$name.P2]}")
-    R[$name.delayed]=$(fmt 1 "${R[$name.D1]} + ${R[$name.D2]} + ${R[$name.D3]} + ${R[$name.D4]}")
+    R[$name.bplain]=$(fmt 1 "${R[$name.P1]} + ${R[$name.P2]}")
+    R[$name.bdelayed]=$(fmt 1 "${R[$name.D1]} + ${R[$name.D2]} + ${R[$name.D3]} + ${R[$name.D4]}")
+    R[$name.delayed]=$(fmt 1 "${R[$name.SI]} + ${R[$name.ST]}")
+    R[$name.plain]=${R[$name.S0]}
     R[$name.idle]=$IDLE
-    say "$name: P1 ${R[$name.P1]} P2 ${R[$name.P2]} P2m ${R[$name.P2m]} | D1 ${R[$name.D1]} D2 ${R[$name.D2]} D3 ${R[$name.D3]} D4 ${R[$name.D4]} us/msg"
+    say "$name: backlog P1 ${R[$name.P1]} P1b ${R[$name.P1b]} P2 ${R[$name.P2]} P2m ${R[$name.P2m]} | D1 ${R[$name.D1]} D2 ${R[$name.D2]} D3 ${R[$name.D3]} D4 ${R[$name.D4]}; streaming S0 ${R[$name.S0]} S0m ${R[$name.S0m]} SI ${R[$name.SI]} ST ${R[$name.ST]} us/msg"
 }
 
 say "machine: $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadavg); delay-bridge $(date -u -r "$BRIDGE" +%FT%TZ)"
@@ -194,21 +241,30 @@ for v in "${vs[@]}"; do run_variant "$v"; names+=("${v%%=*}"); done
 
 echo
 echo "Broker CPU per message, µs (idle removed), $N x 256 B per phase; bridge CPU in brackets"
-printf '| %-34s |' "phase"; for n in "${names[@]}"; do printf ' %14s |' "$n"; done; echo
-printf '|%s|' "$(printf -- '-%.0s' $(seq 36))"; for _ in "${names[@]}"; do printf -- '%s|' "$(printf -- '-%.0s' $(seq 15)):"; done; echo
-row() { printf '| %-34s |' "$1"; for n in "${names[@]}"; do
+printf '| %-42s |' "phase"; for n in "${names[@]}"; do printf ' %14s |' "$n"; done; echo
+printf '|%s|' "$(printf -- '-%.0s' $(seq 44))"; for _ in "${names[@]}"; do printf -- '%s|' "$(printf -- '-%.0s' $(seq 15)):"; done; echo
+row() { printf '| %-42s |' "$1"; for n in "${names[@]}"; do
         local v=${R[$n.$2]:--} b=${R[$n.$2.bridge]:-}
         [ -z "$b" ] || v="$v [$b]"; printf ' %14s |' "$v"; done; echo; }
+echo "| **streaming** (each hop's consumer attached: the steady load) |"
+row "S0 plain hop (the ceiling: publish -> auto-ack consumer)" S0
+row "S0m plain hop, consumer acks as the bridge" S0m
+row "SI ingress hop: publish -> bridge logs, fsyncs, acks" SI
+row "ST target hop: bridge publishes -> consumer" ST
+row "delayed message (SI + ST)" delayed
+printf '| %-42s |' "**delayed / plain (goal <= 2.3x)**"; for n in "${names[@]}"; do printf ' %14s |' "$(ratio "${R[$n.delayed]}" "${R[$n.plain]}")"; done; echo
+echo "| **backlog** (each hop alone, its consumer not running) |"
 row "P1 plain: accept" P1
+row "P1b plain: accept, bridge's headers + mandatory" P1b
 row "P2 plain: deliver (auto ack)" P2
 row "P2m plain: deliver (acked as the bridge)" P2m
 row "D1 ingress: accept" D1
 row "D2 ingress: deliver + ack (bridge)" D2
 row "D3 target: publish + confirm + route" D3
 row "D4 target: deliver (auto ack)" D4
-row "plain hop (P1 + P2)" plain
-row "delayed message (D1 + .. + D4)" delayed
-printf '| %-34s |' "delayed / plain"; for n in "${names[@]}"; do printf ' %14s |' "$(ratio "${R[$n.delayed]}" "${R[$n.plain]}")"; done; echo
+row "plain hop (P1 + P2)" bplain
+row "delayed message (D1 + .. + D4)" bdelayed
+printf '| %-42s |' "delayed / plain"; for n in "${names[@]}"; do printf ' %14s |' "$(ratio "${R[$n.bdelayed]}" "${R[$n.bplain]}")"; done; echo
 row "broker idle, ms of CPU per s" idle
 if [ ${#FAILED[@]} -gt 0 ]; then
     printf 'FAILED: %s\n' "${FAILED[@]}" >&2

@@ -20,6 +20,11 @@
  * delay computed from the clock at publish (used to make a burst fall due
  * together however long publishing takes).
  *
+ * --like-bridge: the headers and flags of delay-bridge's republish (x-delay
+ * = -delay as a 32-bit integer, x-delay-bridge-id, mandatory), to tell the
+ * broker's cost of those from that of the bridge's way of publishing
+ * (tests/bench/hops.sh).
+ *
  * Body: the stamp of load_common.h (seq, intended due time, publish time),
  * then filler to --size bytes (default 256); --mix draws 256 B or 4 KiB
  * with equal odds. Messages are persistent unless --transient.
@@ -60,6 +65,7 @@ struct opts {
     uint64_t tag;
     uint64_t seed;
     bool transient;
+    bool like_bridge;
 };
 
 /* Confirm window: tags (floor, next] are outstanding; done[] marks acked ones. */
@@ -147,7 +153,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: %s --uri URI --count N [--mode plain|xdelay|ttl] [--exchange X]\n"
             "       [--routing-key K] [--ttl-queue Q] [--delay MIN[-MAX]] [--due-at MS --spread MS]\n"
-            "       [--size B | --mix] [--window W] [--tag T] [--seed S] [--transient]\n",
+            "       [--size B | --mix] [--window W] [--tag T] [--seed S] [--transient] [--like-bridge]\n",
             prog);
     exit(2);
 }
@@ -165,6 +171,10 @@ static void parse(int argc, char **argv, struct opts *o)
         }
         if (!strcmp(a, "--transient")) {
             o->transient = true;
+            continue;
+        }
+        if (!strcmp(a, "--like-bridge")) {
+            o->like_bridge = true;
             continue;
         }
         if (i + 1 >= argc)
@@ -254,6 +264,8 @@ int main(int argc, char **argv)
     amqp_table_entry_t hdr;
     hdr.key = amqp_cstring_bytes("x-delay");
     hdr.value.kind = AMQP_FIELD_KIND_I64;
+    amqp_table_entry_t bh[2];
+    int rc_like;
     char expiration[32];
 
     uint64_t rng = o.seed * 0x9E3779B97F4A7C15ULL | 1;
@@ -304,6 +316,27 @@ int main(int argc, char **argv)
             snprintf(expiration, sizeof expiration, "%lld", (long long)delay);
             p._flags |= AMQP_BASIC_EXPIRATION_FLAG;
             p.expiration = amqp_cstring_bytes(expiration);
+        }
+        if (o.like_bridge) {
+            /* what delay-bridge's republish carries: x-delay = -delay, its id, mandatory */
+            char id[48];
+            snprintf(id, sizeof id, "6f1c2a9e0b7d4e35-%llu", (unsigned long long)seq + 1);
+            bh[0].key = amqp_cstring_bytes("x-delay");
+            bh[0].value.kind = AMQP_FIELD_KIND_I32;
+            bh[0].value.value.i32 = -(int32_t)(delay ? delay : 4000);
+            bh[1].key = amqp_cstring_bytes("x-delay-bridge-id");
+            bh[1].value.kind = AMQP_FIELD_KIND_UTF8;
+            bh[1].value.value.bytes = amqp_cstring_bytes(id);
+            p._flags |= AMQP_BASIC_HEADERS_FLAG;
+            p.headers.num_entries = 2;
+            p.headers.entries = bh;
+            rc_like = amqp_basic_publish(c, 1, exchange, rkey, 1, 0, &p,
+                                         (amqp_bytes_t){ .len = len, .bytes = body });
+            if (rc_like != AMQP_STATUS_OK)
+                load_die(prog, "basic.publish: %s", amqp_error_string2(rc_like));
+            w.next++;
+            bytes += len;
+            continue;
         }
         int rc = amqp_basic_publish(c, 1, exchange, rkey, 0, 0, &p,
                                     (amqp_bytes_t){ .len = len, .bytes = body });
