@@ -14,7 +14,9 @@
 #     S0   plain hop: publish N to bench.target, a consumer with automatic
 #          acks on bench.out takes them as they come (run.sh's ceiling)
 #     S0m  the same, the consumer acking the way delay-bridge acks its
-#          ingress (prefetch 1000, one multiple ack per 50 or when quiet)
+#          ingress (prefetch 1000, one multiple ack per 50 or when quiet);
+#          then the same through a quorum queue and through a stream: what
+#          the bridge's ingress hop would cost the broker on each
 #     SI   ingress hop: publish N with x-delay to the ingress exchange while
 #          the bridge runs; until it logged, fsynced and acked all N
 #     ST   target hop: the N fall due together (all held well before); the
@@ -214,6 +216,13 @@ EOF
     drain_bg s0m 6 --manual-ack 50 --prefetch 1000
     phase_begin; pub s0m --mode plain --exchange bench.target --routing-key bench --tag 6
     drain_wait s0m; phase_end "$name.S0m"
+    # The same through a quorum queue and a stream (what such an ingress would cost).
+    for qt in quorum stream; do
+        drain_bg "s0$qt" 6 --queue "bench.$qt" --exchange "bench.$qt.x" --routing-key bench \
+            --queue-type "$qt" --manual-ack 50 --prefetch 1000
+        phase_begin; pub "s0$qt" --mode plain --exchange "bench.$qt.x" --routing-key bench --tag 6
+        drain_wait "s0$qt"; phase_end "$name.S0$qt"
+    done
     margin=$(( N * 15 / 100000 * 1000 )); [ "$margin" -ge "$MIN_MARGIN_MS" ] || margin=$MIN_MARGIN_MS
     due=$(( $(now_ms) + margin ))
     local r0 c0
@@ -249,6 +258,8 @@ row() { printf '| %-42s |' "$1"; for n in "${names[@]}"; do
 echo "| **streaming** (each hop's consumer attached: the steady load) |"
 row "S0 plain hop (the ceiling: publish -> auto-ack consumer)" S0
 row "S0m plain hop, consumer acks as the bridge" S0m
+row "  the same through a quorum queue" S0quorum
+row "  the same through a stream" S0stream
 row "SI ingress hop: publish -> bridge logs, fsyncs, acks" SI
 row "ST target hop: bridge publishes -> consumer" ST
 row "delayed message (SI + ST)" delayed

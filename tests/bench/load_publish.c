@@ -23,7 +23,7 @@
  * --like-bridge: the headers and flags of delay-bridge's republish (x-delay
  * = -delay as a 32-bit integer, x-delay-bridge-id, mandatory), to tell the
  * broker's cost of those from that of the bridge's way of publishing
- * (tests/bench/hops.sh).
+ * (tests/bench/hops.sh); --bridge-headers or --mandatory: one of the two.
  *
  * Body: the stamp of load_common.h (seq, intended due time, publish time),
  * then filler to --size bytes (default 256); --mix draws 256 B or 4 KiB
@@ -65,7 +65,7 @@ struct opts {
     uint64_t tag;
     uint64_t seed;
     bool transient;
-    bool like_bridge;
+    bool like_bridge, bridge_headers, mandatory;
 };
 
 /* Confirm window: tags (floor, next] are outstanding; done[] marks acked ones. */
@@ -153,7 +153,8 @@ static void usage(void)
     fprintf(stderr,
             "usage: %s --uri URI --count N [--mode plain|xdelay|ttl] [--exchange X]\n"
             "       [--routing-key K] [--ttl-queue Q] [--delay MIN[-MAX]] [--due-at MS --spread MS]\n"
-            "       [--size B | --mix] [--window W] [--tag T] [--seed S] [--transient] [--like-bridge]\n",
+            "       [--size B | --mix] [--window W] [--tag T] [--seed S] [--transient]\n"
+            "       [--like-bridge | --bridge-headers | --mandatory]\n",
             prog);
     exit(2);
 }
@@ -174,7 +175,15 @@ static void parse(int argc, char **argv, struct opts *o)
             continue;
         }
         if (!strcmp(a, "--like-bridge")) {
-            o->like_bridge = true;
+            o->like_bridge = o->bridge_headers = o->mandatory = true;
+            continue;
+        }
+        if (!strcmp(a, "--bridge-headers")) {
+            o->like_bridge = o->bridge_headers = true;
+            continue;
+        }
+        if (!strcmp(a, "--mandatory")) {
+            o->like_bridge = o->mandatory = true;
             continue;
         }
         if (i + 1 >= argc)
@@ -327,10 +336,12 @@ int main(int argc, char **argv)
             bh[1].key = amqp_cstring_bytes("x-delay-bridge-id");
             bh[1].value.kind = AMQP_FIELD_KIND_UTF8;
             bh[1].value.value.bytes = amqp_cstring_bytes(id);
-            p._flags |= AMQP_BASIC_HEADERS_FLAG;
-            p.headers.num_entries = 2;
-            p.headers.entries = bh;
-            rc_like = amqp_basic_publish(c, 1, exchange, rkey, 1, 0, &p,
+            if (o.bridge_headers) {
+                p._flags |= AMQP_BASIC_HEADERS_FLAG;
+                p.headers.num_entries = 2;
+                p.headers.entries = bh;
+            }
+            rc_like = amqp_basic_publish(c, 1, exchange, rkey, o.mandatory, 0, &p,
                                          (amqp_bytes_t){ .len = len, .bytes = body });
             if (rc_like != AMQP_STATUS_OK)
                 load_die(prog, "basic.publish: %s", amqp_error_string2(rc_like));
