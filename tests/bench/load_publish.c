@@ -23,7 +23,9 @@
  * --like-bridge: the headers and flags of delay-bridge's republish (x-delay
  * = -delay as a 32-bit integer, x-delay-bridge-id, mandatory), to tell the
  * broker's cost of those from that of the bridge's way of publishing
- * (tests/bench/hops.sh); --bridge-headers or --mandatory: one of the two.
+ * (tests/bench/hops.sh); --bridge-headers or --mandatory: one of the two;
+ * --bridge-id u64|none: the id header as a 64-bit integer, or left out
+ * (what a string header value costs the broker: tests/bench/README.md).
  *
  * Body: the stamp of load_common.h (seq, intended due time, publish time),
  * then filler to --size bytes (default 256); --mix draws 256 B or 4 KiB
@@ -66,6 +68,7 @@ struct opts {
     uint64_t seed;
     bool transient;
     bool like_bridge, bridge_headers, mandatory;
+    const char *bridge_id; /* "string" (default), "u64", "none" */
 };
 
 /* Confirm window: tags (floor, next] are outstanding; done[] marks acked ones. */
@@ -154,7 +157,7 @@ static void usage(void)
             "usage: %s --uri URI --count N [--mode plain|xdelay|ttl] [--exchange X]\n"
             "       [--routing-key K] [--ttl-queue Q] [--delay MIN[-MAX]] [--due-at MS --spread MS]\n"
             "       [--size B | --mix] [--window W] [--tag T] [--seed S] [--transient]\n"
-            "       [--like-bridge | --bridge-headers | --mandatory]\n",
+            "       [--like-bridge | --bridge-headers | --mandatory] [--bridge-id string|u64|none]\n",
             prog);
     exit(2);
 }
@@ -221,7 +224,11 @@ static void parse(int argc, char **argv, struct opts *o)
             o->window = load_parse_u64(prog, a, v);
         else if (!strcmp(a, "--tag"))
             o->tag = load_parse_u64(prog, a, v);
-        else if (!strcmp(a, "--seed"))
+        else if (!strcmp(a, "--bridge-id")) {
+            if (strcmp(v, "string") && strcmp(v, "u64") && strcmp(v, "none"))
+                load_die(prog, "--bridge-id %s: expected string, u64 or none", v);
+            o->bridge_id = v;
+        } else if (!strcmp(a, "--seed"))
             o->seed = load_parse_u64(prog, a, v) | 1;
         else
             usage();
@@ -340,6 +347,12 @@ int main(int argc, char **argv)
                 p._flags |= AMQP_BASIC_HEADERS_FLAG;
                 p.headers.num_entries = 2;
                 p.headers.entries = bh;
+                if (o.bridge_id && !strcmp(o.bridge_id, "u64")) {
+                    bh[1].value.kind = AMQP_FIELD_KIND_U64;
+                    bh[1].value.value.u64 = seq + 1;
+                } else if (o.bridge_id && !strcmp(o.bridge_id, "none")) {
+                    p.headers.num_entries = 1;
+                }
             }
             rc_like = amqp_basic_publish(c, 1, exchange, rkey, o.mandatory, 0, &p,
                                          (amqp_bytes_t){ .len = len, .bytes = body });
