@@ -130,12 +130,31 @@ static void thread_fail(struct wrepl *r, const char *why)
         fn(arg);
 }
 
+/* Publish every message of a job (CH_PUB); their tags follow r->next_tag. 0 or -1 + why. */
+static int publish_job(struct wrepl *r, const struct buf *job, size_t *nmsg, uint64_t *bytes,
+                       char *why, size_t wn)
+{
+    *nmsg = 0;
+    *bytes = 0;
+    for (size_t off = 0; off < job->len;) {
+        uint32_t n = walrec_get32(job->p + off);
+        r->fp_lose = FAILPOINT_ERR("repl.lose_message");
+        if (wrepl_publish(r, job->p + off + 4, n, why, wn) < 0)
+            return -1;
+        off += 4 + (size_t)n;
+        (*nmsg)++;
+        *bytes += n;
+    }
+    return 0;
+}
+
 static void *repl_main(void *arg)
 {
     struct wrepl *r = arg;
     struct buf job = {0};
     uint8_t *acked = NULL;
     size_t nmsg = 0, nacked = 0;
+    int returned = 0, redeclared = 0;
     uint64_t first_tag = 0, deadline = 0, t0 = 0, bytes = 0;
     int inflight = 0, dead = 0;
     char why[1024];
@@ -159,21 +178,14 @@ static void *repl_main(void *arg)
         pthread_mutex_unlock(&r->mu);
 
         if (take) {
-            nmsg = 0;
-            bytes = 0;
+            redeclared = 0;
             first_tag = r->next_tag + 1;
-            for (size_t off = 0; off < job.len;) {
-                uint32_t n = walrec_get32(job.p + off);
-                r->fp_lose = FAILPOINT_ERR("repl.lose_message");
-                if (wrepl_publish(r, job.p + off + 4, n, why, sizeof(why)) < 0)
-                    goto fail;
-                off += 4 + (size_t)n;
-                nmsg++;
-                bytes += n;
-            }
+            if (publish_job(r, &job, &nmsg, &bytes, why, sizeof(why)) < 0)
+                goto fail;
             acked = xrealloc(acked, nmsg ? nmsg : 1);
             memset(acked, 0, nmsg ? nmsg : 1);
             nacked = 0;
+            returned = 0;
             inflight = 1;
             t0 = clock_mono_ns();
             deadline = now_ms() + r->rc->confirm_timeout_ms;
@@ -221,6 +233,8 @@ static void *repl_main(void *arg)
             } else if (ev.kind == EV_CANCEL) {
                 snprintf(why, sizeof(why), "the broker cancelled the lease consumer");
                 goto fail;
+            } else if (ev.kind == EV_RETURN && ev.ch == CH_PUB) {
+                returned = 1; /* the stream is gone; the confirm of the message follows */
             } else if (ev.kind == EV_ACK && ev.ch == CH_PUB && inflight) {
                 uint64_t lo = ev.multiple ? first_tag : ev.tag;
                 for (uint64_t t = lo; t <= ev.tag; t++)
@@ -229,6 +243,39 @@ static void *repl_main(void *arg)
                         nacked++;
                     }
             }
+        }
+        if (inflight && nacked == nmsg && returned) {
+            /*
+             * The stream was deleted under us, and the broker confirmed the
+             * publishes it could not route. Declare it again and publish the
+             * whole batch again (an importer skips what overlaps); the loop
+             * then starts a stream checkpoint at once, since the new stream
+             * starts in the middle of the log. Stopping instead would hand
+             * the lease to a standby, which would take its own local log
+             * for the log on the new, empty stream.
+             */
+            if (++redeclared > 3) {
+                snprintf(why, sizeof(why), "the stream %s keeps vanishing: deleted again each "
+                         "time it is declared", r->rc->stream);
+                goto fail;
+            }
+            log_warn("wal-replica", "the stream was deleted while in use: declaring it again and "
+                     "publishing the batch again; a stream checkpoint follows at once",
+                     "stream=%s messages=%zu", r->rc->stream, nmsg);
+            if (wrepl_reopen_stream(r, why, sizeof(why)) < 0)
+                goto fail;
+            pthread_mutex_lock(&r->mu);
+            r->stream_recreated = 1;
+            pthread_mutex_unlock(&r->mu);
+            r->note_from_prev = -1; /* the old stream's offsets mean nothing now */
+            first_tag = r->next_tag + 1;
+            if (publish_job(r, &job, &nmsg, &bytes, why, sizeof(why)) < 0)
+                goto fail;
+            memset(acked, 0, nmsg ? nmsg : 1);
+            nacked = 0;
+            returned = 0;
+            deadline = now_ms() + r->rc->confirm_timeout_ms;
+            continue;
         }
         if (inflight && nacked == nmsg) {
             void (*fn)(void *);
@@ -433,6 +480,15 @@ static void take_stream_result(struct wrepl *r)
             r->hint_ms = r->horizon_in_job_ms;
         }
         r->horizon_in_job = 0;
+    }
+    if (r->stream_recreated) {
+        /* The new stream starts mid-log: a fresh checkpoint makes it whole (see repl_main). */
+        r->stream_recreated = 0;
+        r->st.complete = 0;
+        r->need_horizon = 1;
+        r->horizon_target = 0; /* begun before: its copies partly went to the old stream */
+        r->horizon_unsent = 0;
+        horizon = 0;
     }
     pthread_mutex_unlock(&r->mu);
     if (horizon)

@@ -438,6 +438,10 @@ int wrepl_import(struct wrepl *r, int dirfd)
                      "deleted?)");
             goto lost;
         }
+        if (ev.kind == EV_RETURN) {
+            snprintf(why, sizeof(why), "the fence came back unroutable: the stream was deleted");
+            goto lost;
+        }
         if (ev.kind == EV_NONE && unacked) {
             /* Quiet: settle what was read (a delivery held unacked meets consumer_timeout). */
             amqp_basic_ack(st, rch, tag, 1);

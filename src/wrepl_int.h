@@ -39,8 +39,9 @@
  * the next real message for a duplicate, which it confirms and never
  * stores (found by the fault schedule: tests/soak/README.md). Both numbers
  * count from 1 on a fresh channel, so on a channel that publishes only to
- * the stream -- every publish routed to it, mandatory, a return failing
- * the log -- they stay equal and the resend is right.
+ * the stream -- every publish routed to it, mandatory; after a return
+ * (the stream deleted) a fresh channel for the stream declared again --
+ * they stay equal and the resend is right.
  */
 #define CH_PUB 1   /* stream publishes only, with confirms (see above) */
 #define CH_LEASE 2 /* the lease consumer */
@@ -77,6 +78,7 @@ struct wrepl {
     struct amqp_conn conn;
     uint64_t next_tag;  /* delivery tag of the last publish on CH_PUB */
     int fp_lose;        /* the failpoint repl.lose_message hit: the next publish is lost */
+    int stream_recreated; /* under mu: the thread declared the stream again (the loop checkpoints) */
     int have_lease;
     uint64_t token;     /* this term's */
     int server_major;   /* the broker's major version (0: unknown) */
@@ -184,7 +186,7 @@ static inline void set_state(struct wrepl *r, int s)
 
 void wrepl_buf_reserve(struct buf *b, size_t n);
 
-enum { EV_NONE, EV_DELIVER, EV_ACK, EV_NACK, EV_CANCEL };
+enum { EV_NONE, EV_DELIVER, EV_ACK, EV_NACK, EV_CANCEL, EV_RETURN };
 
 struct event {
     int kind;
@@ -203,10 +205,20 @@ int wrepl_next_event(struct wrepl *r, int timeout_ms, struct event *ev, char *wh
 
 /*
  * Publish body to the stream through the default exchange on CH_PUB
- * (persistent, mandatory: wrepl_next_event() fails on its return, a stream
- * deleted under the bridge). 0 or -1 + why.
+ * (persistent, mandatory: a stream deleted under the bridge makes it come
+ * back, EV_RETURN). 0 or -1 + why.
  */
 int wrepl_publish(struct wrepl *r, const void *body, size_t n, char *why, size_t wn);
+
+/* Declare the stream (queue.declare on CH_PUB, its arguments from wal.replicate). 0 or -1 + why. */
+int wrepl_declare_stream(struct wrepl *r, char *why, size_t n);
+
+/*
+ * The stream was deleted under us: a fresh CH_PUB (its publish numbers
+ * start at 1 again, as the new stream's writer does: see CH_PUB), then
+ * declare the stream again. Nothing may be unconfirmed on CH_PUB. 0 or -1.
+ */
+int wrepl_reopen_stream(struct wrepl *r, char *why, size_t n);
 
 /* A string / 64-bit integer table entry (arguments). */
 void wrepl_arg_str(amqp_table_entry_t *e, const char *key, const char *v);

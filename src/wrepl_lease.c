@@ -104,15 +104,19 @@ int wrepl_next_event(struct wrepl *r, int timeout_ms, struct event *ev, char *wh
             return 0;
         }
         case AMQP_BASIC_RETURN_METHOD: {
-            /* Only CH_PUB publishes mandatory: the stream is gone. */
+            /* Only CH_PUB publishes mandatory: the stream is gone (its confirm follows). */
             amqp_message_t m;
             amqp_rpc_reply_t rr = amqp_read_message(st, f.channel, &m, 0);
 
-            if (rr.reply_type == AMQP_RESPONSE_NORMAL)
-                amqp_destroy_message(&m);
-            snprintf(why, n, "a publish to the stream %s came back unroutable: the stream was "
-                     "deleted while in use", r->rc->stream);
-            return -1;
+            if (rr.reply_type != AMQP_RESPONSE_NORMAL) {
+                snprintf(why, n, "reading a returned message: connection lost");
+                return -1;
+            }
+            amqp_destroy_message(&m);
+            ev->kind = EV_RETURN;
+            ev->ch = f.channel;
+            amqp_maybe_release_buffers(st);
+            return 0;
         }
         case AMQP_BASIC_CANCEL_METHOD:
             ev->kind = EV_CANCEL;
@@ -157,6 +161,39 @@ int wrepl_publish(struct wrepl *r, const void *body, size_t n, char *why, size_t
     }
     r->next_tag++;
     return 0;
+}
+
+int wrepl_declare_stream(struct wrepl *r, char *why, size_t n)
+{
+    amqp_table_entry_t e[4];
+    amqp_table_t args = {0, e};
+
+    wrepl_arg_str(&e[args.num_entries++], "x-queue-type", "stream");
+    if (r->rc->max_bytes)
+        wrepl_arg_i64(&e[args.num_entries++], "x-max-length-bytes", (int64_t)r->rc->max_bytes);
+    if (r->rc->max_age[0])
+        wrepl_arg_str(&e[args.num_entries++], "x-max-age", r->rc->max_age);
+    wrepl_arg_i64(&e[args.num_entries++], "x-stream-max-segment-size-bytes",
+                  (int64_t)r->rc->segment_bytes);
+    amqp_queue_declare(r->conn.st, CH_PUB, amqp_cstring_bytes(r->rc->stream), 0, 1, 0, 0, args);
+    return amqp_conn_check(&r->conn, "declare the stream", why, n);
+}
+
+int wrepl_reopen_stream(struct wrepl *r, char *why, size_t n)
+{
+    amqp_connection_state_t st = r->conn.st;
+
+    amqp_channel_close(st, CH_PUB, AMQP_REPLY_SUCCESS);
+    if (amqp_conn_check(&r->conn, "close the stream's channel", why, n) < 0)
+        return -1;
+    amqp_channel_open(st, CH_PUB);
+    if (amqp_conn_check(&r->conn, "channel.open", why, n) < 0)
+        return -1;
+    amqp_confirm_select(st, CH_PUB);
+    if (amqp_conn_check(&r->conn, "confirm.select", why, n) < 0)
+        return -1;
+    r->next_tag = 0;
+    return wrepl_declare_stream(r, why, n);
 }
 
 static const char TOKEN[] = "delay-bridge WAL lease token";
@@ -294,7 +331,6 @@ static int declare_lease_queue(struct wrepl *r, uint32_t *ready, char *err, size
     return 0;
 }
 
-
 /*
  * A token's body: TOKEN, then, once the owner completed a stream
  * checkpoint, "; horizon_lsn=H horizon_ms=T" -- T the wall-clock time the
@@ -376,15 +412,7 @@ int wrepl_connect_lease(struct wrepl *r)
     if (amqp_conn_check(&r->conn, "confirm.select", err, sizeof(err)) < 0)
         goto transient;
 
-    wrepl_arg_str(&e[args.num_entries++], "x-queue-type", "stream");
-    if (r->rc->max_bytes)
-        wrepl_arg_i64(&e[args.num_entries++], "x-max-length-bytes", (int64_t)r->rc->max_bytes);
-    if (r->rc->max_age[0])
-        wrepl_arg_str(&e[args.num_entries++], "x-max-age", r->rc->max_age);
-    wrepl_arg_i64(&e[args.num_entries++], "x-stream-max-segment-size-bytes",
-            (int64_t)r->rc->segment_bytes);
-    amqp_queue_declare(st, CH_PUB, amqp_cstring_bytes(r->rc->stream), 0, 1, 0, 0, args);
-    if (amqp_conn_check(&r->conn, "declare the stream", err, sizeof(err)) < 0)
+    if (wrepl_declare_stream(r, err, sizeof(err)) < 0)
         goto refused;
 
     amqp_channel_open(st, CH_LEASE);
