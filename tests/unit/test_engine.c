@@ -1034,6 +1034,12 @@ static void seg_range(uint64_t *lo, uint64_t *hi)
         closedir(d);
 }
 
+/*
+ * Maintain until the checkpoint is installed. Its file is written by a
+ * thread of its own, which a loaded machine (ASan, the suite's lanes side
+ * by side) can keep off the CPU for a while: wait up to 60 s of wall
+ * time, pausing 1 ms between turns, not a number of turns.
+ */
 static void ck_run_until_installed(struct engine *e, uint64_t installed)
 {
     struct eng_stats s;
@@ -1041,11 +1047,16 @@ static void ck_run_until_installed(struct engine *e, uint64_t installed)
 
     eng_stats(e, &s);
     uint64_t failed0 = s.ckpt_failed;
-    do {
+    for (;;) {
         ck_maintain(e);
         eng_stats(e, &s);
-    } while (s.ckpt_installed < installed && ++guard < 100000);
-    CHECK(s.ckpt_installed == installed && s.ckpt_failed == failed0);
+        if (s.ckpt_installed >= installed || s.ckpt_failed != failed0 || ++guard >= 60000)
+            break;
+        usleep(1000);
+    }
+    CHECK(s.ckpt_installed == installed && s.ckpt_failed == failed0, "installed %llu of %llu, "
+          "failed %llu more, after %d ms", (unsigned long long)s.ckpt_installed,
+          (unsigned long long)installed, (unsigned long long)(s.ckpt_failed - failed0), guard);
 }
 
 static void checkpoint_fuzzy_case(void)
