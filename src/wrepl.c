@@ -154,7 +154,7 @@ static void *repl_main(void *arg)
     struct buf job = {0};
     uint8_t *acked = NULL;
     size_t nmsg = 0, nacked = 0;
-    int returned = 0, redeclared = 0;
+    int returned = 0, redeclared = 0, resend = 0;
     uint64_t first_tag = 0, deadline = 0, t0 = 0, bytes = 0;
     int inflight = 0, dead = 0;
     char why[1024];
@@ -177,8 +177,12 @@ static void *repl_main(void *arg)
         }
         pthread_mutex_unlock(&r->mu);
 
-        if (take) {
-            redeclared = 0;
+        if (take || resend) { /* a job taken, or taken again for a stream declared again */
+            if (take) {
+                redeclared = 0;
+                t0 = clock_mono_ns();
+            }
+            resend = 0;
             first_tag = r->next_tag + 1;
             if (publish_job(r, &job, &nmsg, &bytes, why, sizeof(why)) < 0)
                 goto fail;
@@ -187,7 +191,6 @@ static void *repl_main(void *arg)
             nacked = 0;
             returned = 0;
             inflight = 1;
-            t0 = clock_mono_ns();
             deadline = now_ms() + r->rc->confirm_timeout_ms;
         }
         if (!dead && !amqp_conn_buffered(&r->conn)) {
@@ -268,13 +271,7 @@ static void *repl_main(void *arg)
             r->stream_recreated = 1;
             pthread_mutex_unlock(&r->mu);
             r->note_from_prev = -1; /* the old stream's offsets mean nothing now */
-            first_tag = r->next_tag + 1;
-            if (publish_job(r, &job, &nmsg, &bytes, why, sizeof(why)) < 0)
-                goto fail;
-            memset(acked, 0, nmsg ? nmsg : 1);
-            nacked = 0;
-            returned = 0;
-            deadline = now_ms() + r->rc->confirm_timeout_ms;
+            resend = 1;
             continue;
         }
         if (inflight && nacked == nmsg) {

@@ -198,6 +198,24 @@ int wrepl_reopen_stream(struct wrepl *r, char *why, size_t n)
 
 static const char TOKEN[] = "delay-bridge WAL lease token";
 
+/* Publish a lease token (persistent) on CH_RENEW; r->renew_tag is its tag. 0 or -1 + why. */
+static int publish_token(struct wrepl *r, const char *body, size_t len, char *why, size_t n)
+{
+    amqp_basic_properties_t p;
+
+    memset(&p, 0, sizeof(p));
+    p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG;
+    p.delivery_mode = 2;
+    if (amqp_basic_publish(r->conn.st, CH_RENEW, amqp_empty_bytes,
+                           amqp_cstring_bytes(r->rc->lease_queue), 0, 0, &p,
+                           (amqp_bytes_t){len, (void *)body}) != AMQP_STATUS_OK) {
+        snprintf(why, n, "publishing a lease token: connection lost");
+        return -1;
+    }
+    r->renew_tag++;
+    return 0;
+}
+
 /*
  * A spare token, for a lease queue that has none: on CH_RENEW (CH_PUB is
  * the stream's alone), confirmed before going on. The token itself may
@@ -207,19 +225,10 @@ static const char TOKEN[] = "delay-bridge WAL lease token";
 static int publish_spare(struct wrepl *r, char *why, size_t n)
 {
     uint64_t deadline = now_ms() + r->rc->confirm_timeout_ms;
-    amqp_basic_properties_t p;
     struct event ev;
 
-    memset(&p, 0, sizeof(p));
-    p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG;
-    p.delivery_mode = 2;
-    if (amqp_basic_publish(r->conn.st, CH_RENEW, amqp_empty_bytes,
-                           amqp_cstring_bytes(r->rc->lease_queue), 0, 0, &p,
-                           (amqp_bytes_t){sizeof(TOKEN) - 1, (void *)TOKEN}) != AMQP_STATUS_OK) {
-        snprintf(why, n, "publishing a lease token: connection lost");
+    if (publish_token(r, TOKEN, sizeof(TOKEN) - 1, why, n) < 0)
         return -1;
-    }
-    r->renew_tag++;
     while (now_ms() < deadline) {
         if (wrepl_next_event(r, 200, &ev, why, n) < 0)
             return -1;
@@ -526,19 +535,9 @@ int wrepl_renew_step(struct wrepl *r, char *why, size_t n)
         return -1;
     if (ok->message_count > 0)
         return ack_token(r, why, n);
-    amqp_basic_properties_t p;
-    memset(&p, 0, sizeof(p));
-    p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG;
-    p.delivery_mode = 2;
     char body[200];
-    size_t blen = token_body(r, body, sizeof(body));
-    if (amqp_basic_publish(r->conn.st, CH_RENEW, amqp_empty_bytes,
-                           amqp_cstring_bytes(r->rc->lease_queue), 0, 0, &p,
-                           (amqp_bytes_t){blen, body}) != AMQP_STATUS_OK) {
-        snprintf(why, n, "publishing a fresh lease token: connection lost");
+    if (publish_token(r, body, token_body(r, body, sizeof(body)), why, n) < 0)
         return -1;
-    }
-    r->renew_tag++;
     r->renew = RENEW_CONFIRM;
     r->renew_deadline = now + r->rc->confirm_timeout_ms;
     return 0;

@@ -120,10 +120,6 @@ wait_stat() { # wait_stat JQ N TIMEOUT_S
     done
     FAILED+=("$VAR: $1 = $v of $2 within $3 s"); return 1
 }
-drain() { # drain NAME TAG [consumer options]
-    "$CONS" --uri "$URI" --queue bench.out --count "$N" --tag "$2" --idle 20 "${@:3}" \
-        >"$WORK/$1.consume" 2>>"$WORK/$1.err" || FAILED+=("$VAR $1: $(get "$WORK/$1.consume" unique) of $N arrived")
-}
 drain_bg() { # drain_bg NAME TAG [consumer options]: a consumer in the background, ready
     local name=$1 tag=$2
     shift 2
@@ -138,6 +134,7 @@ drain_wait() { # drain_wait NAME
     wait "$CONS_PID" || FAILED+=("$VAR $1: $(get "$WORK/$1.consume" unique) of $N arrived")
     CONS_PID=""
 }
+drain() { drain_bg "$@"; drain_wait "$1"; } # drain NAME TAG [consumer options]: in the foreground
 pub() { # pub NAME [publisher options]
     local name=$1
     shift

@@ -67,7 +67,7 @@ struct opts {
     uint64_t tag;
     uint64_t seed;
     bool transient;
-    bool like_bridge, bridge_headers, mandatory;
+    bool bridge_headers, mandatory;
     const char *bridge_id; /* "string" (default), "u64", "none" */
 };
 
@@ -178,15 +178,15 @@ static void parse(int argc, char **argv, struct opts *o)
             continue;
         }
         if (!strcmp(a, "--like-bridge")) {
-            o->like_bridge = o->bridge_headers = o->mandatory = true;
+            o->bridge_headers = o->mandatory = true;
             continue;
         }
         if (!strcmp(a, "--bridge-headers")) {
-            o->like_bridge = o->bridge_headers = true;
+            o->bridge_headers = true;
             continue;
         }
         if (!strcmp(a, "--mandatory")) {
-            o->like_bridge = o->mandatory = true;
+            o->mandatory = true;
             continue;
         }
         if (i + 1 >= argc)
@@ -281,7 +281,6 @@ int main(int argc, char **argv)
     hdr.key = amqp_cstring_bytes("x-delay");
     hdr.value.kind = AMQP_FIELD_KIND_I64;
     amqp_table_entry_t bh[2];
-    int rc_like;
     char expiration[32];
 
     uint64_t rng = o.seed * 0x9E3779B97F4A7C15ULL | 1;
@@ -333,9 +332,9 @@ int main(int argc, char **argv)
             p._flags |= AMQP_BASIC_EXPIRATION_FLAG;
             p.expiration = amqp_cstring_bytes(expiration);
         }
-        if (o.like_bridge) {
-            /* what delay-bridge's republish carries: x-delay = -delay, its id, mandatory */
-            char id[48];
+        char id[48];
+        if (o.bridge_headers) {
+            /* what delay-bridge's republish carries: x-delay = -delay, its id */
             snprintf(id, sizeof id, "6f1c2a9e0b7d4e35-%llu", (unsigned long long)seq + 1);
             bh[0].key = amqp_cstring_bytes("x-delay");
             bh[0].value.kind = AMQP_FIELD_KIND_I32;
@@ -343,26 +342,17 @@ int main(int argc, char **argv)
             bh[1].key = amqp_cstring_bytes("x-delay-bridge-id");
             bh[1].value.kind = AMQP_FIELD_KIND_UTF8;
             bh[1].value.value.bytes = amqp_cstring_bytes(id);
-            if (o.bridge_headers) {
-                p._flags |= AMQP_BASIC_HEADERS_FLAG;
-                p.headers.num_entries = 2;
-                p.headers.entries = bh;
-                if (o.bridge_id && !strcmp(o.bridge_id, "u64")) {
-                    bh[1].value.kind = AMQP_FIELD_KIND_U64;
-                    bh[1].value.value.u64 = seq + 1;
-                } else if (o.bridge_id && !strcmp(o.bridge_id, "none")) {
-                    p.headers.num_entries = 1;
-                }
+            p._flags |= AMQP_BASIC_HEADERS_FLAG;
+            p.headers.num_entries = 2;
+            p.headers.entries = bh;
+            if (o.bridge_id && !strcmp(o.bridge_id, "u64")) {
+                bh[1].value.kind = AMQP_FIELD_KIND_U64;
+                bh[1].value.value.u64 = seq + 1;
+            } else if (o.bridge_id && !strcmp(o.bridge_id, "none")) {
+                p.headers.num_entries = 1;
             }
-            rc_like = amqp_basic_publish(c, 1, exchange, rkey, o.mandatory, 0, &p,
-                                         (amqp_bytes_t){ .len = len, .bytes = body });
-            if (rc_like != AMQP_STATUS_OK)
-                load_die(prog, "basic.publish: %s", amqp_error_string2(rc_like));
-            w.next++;
-            bytes += len;
-            continue;
         }
-        int rc = amqp_basic_publish(c, 1, exchange, rkey, 0, 0, &p,
+        int rc = amqp_basic_publish(c, 1, exchange, rkey, o.mandatory, 0, &p,
                                     (amqp_bytes_t){ .len = len, .bytes = body });
         if (rc != AMQP_STATUS_OK)
             load_die(prog, "basic.publish: %s", amqp_error_string2(rc));
