@@ -78,11 +78,19 @@
  * already due when wheel_advance() was called). wheel_advance() must not be
  * called from a callback.
  *
- * Memory is 8 x 256 slots x 16 lanes of two 32-bit handles (256 KiB) plus
- * the bitmaps, fixed; per entry only the links inside the item, struct
- * wheel_node.
+ * Split slots. A slot holding more than split_at entries (32768) becomes a
+ * radix tree over (due, seq), so that a browse page never has to sort a
+ * whole slot (wheel_tree.c says how, and what it costs). Firing is the
+ * same: a split slot's children are in key order, a cascade hands each
+ * child down whole as the lower slot it names, and a split level-0 slot is
+ * taken leaf by leaf in seq order. Every other function sees a slot through
+ * the same few calls (tree_add, tree_del, tree_cascade, tree_take).
+ *
+ * Memory is 8 x 256 slots of 16 lanes of two 32-bit handles plus a count
+ * and a child pointer (288 KiB), plus the bitmaps, fixed; per entry only the
+ * links inside the item, struct wheel_node; split slots' children on top.
  */
-#include "wheel.h"
+#include "wheel_int.h"
 
 #include <assert.h>
 #include <stdio.h>
@@ -91,113 +99,22 @@
 #include "duecount.h"
 #include "xalloc.h"
 
-#define WHEEL_LEVELS 8
-#define WHEEL_BITS 8
-#define WHEEL_SLOTS (1u << WHEEL_BITS)
-#define WHEEL_MASK (WHEEL_SLOTS - 1)
-#define WHEEL_LANES 16 /* lists per slot; entry h is in lane h % WHEEL_LANES */
-
-struct wheel_list {
-    pool_handle head, tail;
-};
-
-struct wheel_slot {
-    struct wheel_list lane[WHEEL_LANES];
-};
-
-struct wheel {
-    struct pool *pool;
-    uint64_t now;
-    size_t count;                 /* entries in slots and on pending */
-    struct wheel_list pending;    /* due <= now, FIFO */
-    uint64_t occupied[WHEEL_LEVELS][WHEEL_SLOTS / 64]; /* slot has entries */
-    uint16_t lanes[WHEEL_LEVELS][WHEEL_SLOTS];         /* bit i: lane i has entries */
-    struct wheel_slot slots[WHEEL_LEVELS][WHEEL_SLOTS];
-    struct duecount *due;         /* entries per UTC minute and day ahead (duecount.h) */
-};
-
-static inline struct wheel_node *node(const struct wheel *w, pool_handle h)
-{
-    return pool_at(w->pool, h);
-}
-
-/*
- * Start loading node h; a node may straddle two cache lines. A macro: gcc
- * finds a function holding only prefetches side-effect free and drops calls.
- */
-#define PREFETCH_NODE(w, h)                                                     \
-    do {                                                                        \
-        const char *p_ = pool_at((w)->pool, (h));                               \
-        __builtin_prefetch(p_);                                                 \
-        __builtin_prefetch(p_ + sizeof(struct wheel_node) - 1);                 \
-    } while (0)
-
-static inline void list_append(struct wheel *w, struct wheel_list *l, pool_handle h,
-                               struct wheel_node *n)
-{
-    n->next = POOL_NIL;
-    n->prev = l->tail;
-    if (l->tail != POOL_NIL)
-        node(w, l->tail)->next = h;
-    else
-        l->head = h;
-    l->tail = h;
-}
-
-static inline void list_unlink(struct wheel *w, struct wheel_list *l, struct wheel_node *n)
-{
-    if (n->prev != POOL_NIL)
-        node(w, n->prev)->next = n->next;
-    else
-        l->head = n->next;
-    if (n->next != POOL_NIL)
-        node(w, n->next)->prev = n->prev;
-    else
-        l->tail = n->prev;
-    n->next = n->prev = POOL_NIL;
-}
-
-/* Level of an entry due at due > now (or due == now, level 0, mid-step). */
-static inline unsigned level_of(uint64_t due, uint64_t now)
-{
-    uint64_t diff = due ^ now;
-    return diff ? (unsigned)(63 - __builtin_clzll(diff)) / WHEEL_BITS : 0;
-}
-
-static inline unsigned slot_of(uint64_t due, unsigned level)
-{
-    return (unsigned)(due >> (WHEEL_BITS * level)) & WHEEL_MASK;
-}
-
-static inline void bit_set(struct wheel *w, unsigned level, unsigned idx)
-{
-    w->occupied[level][idx >> 6] |= UINT64_C(1) << (idx & 63);
-}
-
-static inline void bit_clear(struct wheel *w, unsigned level, unsigned idx)
-{
-    w->occupied[level][idx >> 6] &= ~(UINT64_C(1) << (idx & 63));
-}
-
-static inline int bit_test(const struct wheel *w, unsigned level, unsigned idx)
-{
-    return (w->occupied[level][idx >> 6] >> (idx & 63)) & 1;
-}
-
-static inline unsigned lane_of(pool_handle h)
-{
-    return h & (WHEEL_LANES - 1);
-}
-
-/* Put entry h (due >= now) into its slot. */
+/* Put entry h (due > now) into its slot, or the slot's split tree. */
 static inline void place(struct wheel *w, pool_handle h, struct wheel_node *n)
 {
     unsigned level = level_of(n->due, w->now);
     unsigned idx = slot_of(n->due, level);
-    unsigned lane = lane_of(h);
-    list_append(w, &w->slots[level][idx].lane[lane], h, n);
-    w->lanes[level][idx] |= (uint16_t)(1u << lane);
-    bit_set(w, level, idx);
+    struct bucket *b = &w->slots[level][idx];
+
+    if (b->count++ == 0)
+        bit_set(w, level, idx);
+    if (b->child) {
+        tree_add(w, b, h, n);
+        return;
+    }
+    bucket_append(w, b, h, n);
+    if (b->count > w->split_at)
+        tree_split(w, b, WHEEL_BITS + level);
 }
 
 struct wheel *wheel_new(struct pool *p, uint64_t now)
@@ -206,13 +123,24 @@ struct wheel *wheel_new(struct pool *p, uint64_t now)
     w->pool = p;
     w->now = now;
     w->due = duecount_new();
+    w->split_at = WHEEL_SPLIT_AT;
     return w;
+}
+
+void wheel_set_split(struct wheel *w, uint32_t split_at)
+{
+    assert(w->count == 0 && split_at >= 1);
+    w->split_at = split_at;
 }
 
 void wheel_free(struct wheel *w)
 {
-    if (w)
-        duecount_free(w->due);
+    if (!w)
+        return;
+    for (unsigned level = 0; level < WHEEL_LEVELS; level++)
+        for (unsigned idx = 0; idx < WHEEL_SLOTS; idx++)
+            tree_free(w, &w->slots[level][idx]);
+    duecount_free(w->due);
     free(w);
 }
 
@@ -228,7 +156,7 @@ size_t wheel_count(const struct wheel *w)
 
 size_t wheel_memory(const struct wheel *w)
 {
-    return sizeof(*w) + duecount_memory(w->due);
+    return sizeof(*w) + w->tree_bytes + duecount_memory(w->due);
 }
 
 void wheel_due_view(const struct wheel *w, uint64_t now, struct duecount_view *out)
@@ -259,15 +187,14 @@ void wheel_del(struct wheel *w, pool_handle h)
     } else {
         unsigned level = level_of(n->due, w->now);
         unsigned idx = slot_of(n->due, level);
-        unsigned lane = lane_of(h);
-        struct wheel_list *l = &w->slots[level][idx].lane[lane];
-        assert(bit_test(w, level, idx) && (w->lanes[level][idx] >> lane & 1));
-        list_unlink(w, l, n);
-        if (l->head == POOL_NIL) {
-            w->lanes[level][idx] &= (uint16_t)~(1u << lane);
-            if (w->lanes[level][idx] == 0)
-                bit_clear(w, level, idx);
-        }
+        struct bucket *b = &w->slots[level][idx];
+        assert(bit_test(w, level, idx) && b->count > 0);
+        if (b->child)
+            tree_del(w, b, h, n);
+        else
+            bucket_unlink(w, b, h, n);
+        if (b->count == 0)
+            bit_clear(w, level, idx);
     }
     w->count--;
     duecount_add(w->due, n->due, -1);
@@ -311,12 +238,15 @@ static uint64_t slots_next_event(const struct wheel *w)
  * minimum. Otherwise it is the minimum of the one slot slots_next_event()
  * names: an entry of a lower level would be an earlier event, an entry of a
  * later slot or a higher level a later one, so no other slot needs a look.
+ * Of a split slot, only its first leaf in key order: one due time if it sits
+ * at due's last digit or below, at most split_at entries otherwise.
  */
 uint64_t wheel_min_due(const struct wheel *w, size_t budget, int *exact)
 {
     uint64_t min = UINT64_MAX, t;
     size_t seen = 0;
-    unsigned level, idx, lane;
+    unsigned level, idx, lane, pos;
+    const struct bucket *leaf;
     pool_handle h;
 
     *exact = 1;
@@ -332,8 +262,15 @@ uint64_t wheel_min_due(const struct wheel *w, size_t budget, int *exact)
     t = slots_next_event_at(w, &level, &idx);
     if (t == UINT64_MAX)
         return UINT64_MAX;
+    leaf = &w->slots[level][idx];
+    pos = WHEEL_BITS + level;
+    if (leaf->child)
+        leaf = tree_first_leaf(leaf, &pos);
     for (lane = 0; lane < WHEEL_LANES; lane++) {
-        for (h = w->slots[level][idx].lane[lane].head; h != POOL_NIL; h = node(w, h)->next) {
+        h = leaf->lane[lane].head;
+        if (h != POOL_NIL && pos <= WHEEL_BITS)
+            return node(w, h)->due; /* the leaf holds one due time */
+        for (; h != POOL_NIL; h = node(w, h)->next) {
             if (++seen > budget) {
                 *exact = 0;
                 return t; /* a lower bound: nothing is due before the slot's time */
@@ -343,98 +280,6 @@ uint64_t wheel_min_due(const struct wheel *w, size_t budget, int *exact)
         }
     }
     return min;
-}
-
-/* ---- ordered walk (browsing) --------------------------------------------- */
-
-struct walk_item {
-    uint64_t due, seq;
-    pool_handle h;
-};
-
-static int walk_cmp(const void *a, const void *b)
-{
-    const struct walk_item *x = a, *y = b;
-
-    if (x->due != y->due)
-        return x->due < y->due ? -1 : 1;
-    return x->seq < y->seq ? -1 : x->seq > y->seq;
-}
-
-/*
- * Sort the entries of one list set (a slot's lanes, or pending) that come
- * after the cursor, and visit them. Returns non-zero when visit said stop.
- */
-static int walk_lists(const struct wheel *w, const struct wheel_list *lists, int n,
-                      uint64_t after_due, uint64_t after_seq, wheel_keep_fn *keep,
-                      wheel_visit_fn *visit, void *arg, size_t *budget)
-{
-    struct walk_item *v = NULL;
-    size_t cnt = 0, cap = 0, i;
-    int stop = 0;
-
-    for (int l = 0; l < n; l++)
-        for (pool_handle h = lists[l].head; h != POOL_NIL; h = node(w, h)->next) {
-            const struct wheel_node *nd = node(w, h);
-            if (*budget)
-                (*budget)--;
-            if (nd->due < after_due || (nd->due == after_due && nd->seq <= after_seq))
-                continue;
-            if (keep && !keep(arg, h))
-                continue;
-            if (cnt == cap) {
-                cap = cap ? cap * 2 : 64;
-                v = xrealloc(v, cap * sizeof(*v));
-            }
-            v[cnt++] = (struct walk_item){nd->due, nd->seq, h};
-        }
-    if (cnt > 1)
-        qsort(v, cnt, sizeof(*v), walk_cmp);
-    for (i = 0; i < cnt && !stop; i++)
-        stop = visit(arg, v[i].h);
-    free(v);
-    return stop;
-}
-
-/*
- * Time order of the slots: pending (due <= now) first; then level 0 slots
- * above now's digit 0, then level 1 slots above now's digit 1, and so on:
- * any entry of level L is due before any entry of level L+1 (it keeps now's
- * digit L+1, which the other raises). Slot idx of level L holds exactly the
- * dues in [base + idx * 256^L, base + (idx + 1) * 256^L).
- */
-int wheel_walk(const struct wheel *w, uint64_t after_due, uint64_t after_seq,
-               wheel_keep_fn *keep, wheel_visit_fn *visit, void *arg, size_t *budget,
-               uint64_t *stop_due, uint64_t *stop_seq)
-{
-    if (walk_lists(w, &w->pending, 1, after_due, after_seq, keep, visit, arg, budget))
-        return 0;
-    for (unsigned level = 0; level < WHEEL_LEVELS; level++) {
-        unsigned shift = WHEEL_BITS * level;
-        uint64_t base = level < WHEEL_LEVELS - 1 ? w->now & (~UINT64_C(0) << (shift + WHEEL_BITS))
-                                                 : 0;
-        for (unsigned idx = slot_of(w->now, level) + 1; idx < WHEEL_SLOTS; idx++) {
-            if (!bit_test(w, level, idx))
-                continue;
-            uint64_t end = base + ((uint64_t)(idx + 1) << shift) - 1; /* last due in the slot */
-            if (level < WHEEL_LEVELS - 1 || idx + 1 < WHEEL_SLOTS)
-                if (end < after_due)
-                    continue; /* wholly before the cursor */
-            if (*budget == 0) {
-                /* everything before this slot was looked at */
-                uint64_t start = base + ((uint64_t)idx << shift);
-                if (start - 1 > after_due || (start - 1 == after_due && after_seq != UINT64_MAX)) {
-                    *stop_due = start - 1;
-                    *stop_seq = UINT64_MAX;
-                    return 1;
-                }
-            }
-            if (walk_lists(w, w->slots[level][idx].lane, WHEEL_LANES, after_due, after_seq,
-                           keep, visit, arg, budget))
-                return 0;
-        }
-    }
-    return 0;
 }
 
 uint64_t wheel_next_event(const struct wheel *w)
@@ -515,22 +360,20 @@ static pool_handle merge_by_seq(struct wheel *w, pool_handle a, pool_handle b)
 }
 
 /*
- * Take level-0 slot idx, whose entries are all due == now, and append it to
- * pending in seq order. Each lane is usually in seq order already (one path,
+ * Append leaf b, whose entries are all due == now, to pending in seq order,
+ * emptying it. Each lane is usually in seq order already (one path,
  * increasing seq); a lane that is not gets sorted, then the lanes are merged
  * pairwise.
  */
-static void take_slot0(struct wheel *w, unsigned idx)
+static void take_leaf(struct wheel *w, struct bucket *b)
 {
-    struct wheel_slot *s = &w->slots[0][idx];
     pool_handle run[WHEEL_LANES];
     unsigned nrun = 0;
 
-    bit_clear(w, 0, idx);
-    for (unsigned used = w->lanes[0][idx]; used != 0; used &= used - 1) {
+    for (unsigned used = b->lanes; used != 0; used &= used - 1) {
         unsigned i = (unsigned)__builtin_ctz(used);
-        pool_handle h = s->lane[i].head;
-        s->lane[i].head = s->lane[i].tail = POOL_NIL;
+        pool_handle h = b->lane[i].head;
+        b->lane[i].head = b->lane[i].tail = POOL_NIL;
         struct wheel_node *n = node(w, h);
         for (pool_handle next = n->next; next != POOL_NIL; next = n->next) {
             struct wheel_node *nn = node(w, next);
@@ -542,7 +385,10 @@ static void take_slot0(struct wheel *w, unsigned idx)
         }
         run[nrun++] = h;
     }
-    w->lanes[0][idx] = 0;
+    b->lanes = 0;
+    b->count = 0;
+    if (nrun == 0)
+        return;
     while (nrun > 1) {
         unsigned k = 0;
         for (unsigned i = 0; i + 1 < nrun; i += 2)
@@ -574,38 +420,40 @@ static void take_slot0(struct wheel *w, unsigned idx)
 }
 
 /*
+ * Take level-0 slot idx: its entries are all due == now. A split one is
+ * split by seq, and its leaves come in seq order, each taken as a leaf.
+ */
+static void take_slot0(struct wheel *w, unsigned idx)
+{
+    struct bucket *b = &w->slots[0][idx];
+
+    bit_clear(w, 0, idx);
+    if (b->child)
+        tree_take(w, b, take_leaf);
+    else
+        take_leaf(w, b);
+}
+
+static void place_again(struct wheel *w, void *arg, pool_handle h, struct wheel_node *n)
+{
+    (void)arg;
+    place(w, h, n); /* lands below the level: n->due agrees with now above */
+}
+
+/*
  * Place again every entry of slot idx at level (now's digit there is idx).
- * The lanes are walked in step, so that up to WHEEL_LANES cache misses are
- * in flight instead of one. An entry stays in its lane at the new level, so
- * each lane keeps its order.
+ * An entry stays in its lane at the new level, so each lane keeps its
+ * order. A split slot hands its children down whole instead.
  */
 static void cascade(struct wheel *w, unsigned level, unsigned idx)
 {
-    struct wheel_slot *s = &w->slots[level][idx];
-    pool_handle cur[WHEEL_LANES];
-    unsigned live = w->lanes[level][idx]; /* lanes still being walked */
+    struct bucket *b = &w->slots[level][idx];
 
     bit_clear(w, level, idx);
-    w->lanes[level][idx] = 0;
-    for (unsigned used = live; used != 0; used &= used - 1) {
-        unsigned i = (unsigned)__builtin_ctz(used);
-        cur[i] = s->lane[i].head;
-        s->lane[i].head = s->lane[i].tail = POOL_NIL;
-        PREFETCH_NODE(w, cur[i]);
-    }
-    while (live != 0) {
-        for (unsigned used = live; used != 0; used &= used - 1) {
-            unsigned i = (unsigned)__builtin_ctz(used);
-            pool_handle h = cur[i];
-            struct wheel_node *n = node(w, h);
-            cur[i] = n->next;
-            if (cur[i] != POOL_NIL)
-                PREFETCH_NODE(w, cur[i]);
-            else
-                live &= ~(1u << i);
-            place(w, h, n); /* lands below level: n->due agrees with now above */
-        }
-    }
+    if (b->child)
+        tree_cascade(w, level, idx);
+    else
+        bucket_drain(w, b, place_again, NULL);
 }
 
 /* Move the clock to event time t: cascade, then take the level-0 slot. */

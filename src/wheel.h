@@ -45,6 +45,14 @@ struct wheel;
 struct wheel *wheel_new(struct pool *p, uint64_t now);
 void wheel_free(struct wheel *w);
 
+/*
+ * Split a slot (or part of one) once it holds more than split_at entries
+ * (default 32768; see wheel_tree.c). Only for an empty wheel; tests use a
+ * small value to split often. Firing order and every other contract are
+ * the same whatever the value.
+ */
+void wheel_set_split(struct wheel *w, uint32_t split_at);
+
 /* Add item h (not in any wheel) due at due ms (due < UINT64_MAX). */
 void wheel_add(struct wheel *w, pool_handle h, uint64_t due, uint64_t seq);
 
@@ -72,15 +80,18 @@ uint64_t wheel_min_due(const struct wheel *w, size_t budget, int *exact);
 /*
  * Visit entries in (due, seq) order, starting after (after_due, after_seq),
  * until visit returns non-zero, every entry was seen, or the budget ran out.
- * Slots are taken in time order (see wheel.c); a slot that ends before the
- * cursor is skipped without a look; of each slot reached, the entries keep
+ * The walk descends to the cursor: slots, and parts of split slots, wholly
+ * at or before it are skipped without a look. Of each leaf reached (at most
+ * the split size of entries, 32768 unless wheel_set_split() said otherwise,
+ * whatever the slot holds; the pending list is one leaf), the entries keep
  * says yes to (keep may be NULL: all) are gathered and sorted, then
- * visited. Every entry of a slot reached counts against *budget; when it is
- * spent before the next slot, the walk stops there and returns 1 with
+ * visited. Every entry of a leaf reached counts against *budget; when it is
+ * spent before the next leaf, the walk stops there and returns 1 with
  * (*stop_due, *stop_seq) a cursor from which a later walk continues
- * (everything up to it was looked at). Returns 0 otherwise. Cost: O(k + m
- * log m) for the k entries of the slots reached and the m kept. Nothing is
- * changed; no callback may change the wheel.
+ * (everything up to it was looked at). Returns 0 otherwise. Cost: O(depth +
+ * k + m log m) for the k entries of the leaves reached and the m kept, so a
+ * budget of B bounds a call at B + one leaf. Nothing is changed; no callback
+ * may change the wheel.
  */
 typedef int wheel_visit_fn(void *arg, pool_handle h);
 typedef int wheel_keep_fn(void *arg, pool_handle h);

@@ -9,7 +9,7 @@
 #               -C long, so the suite never starts it: ctest -C long -L sim-long;
 #               -L is a regex, so run the short ones with -L '^sim$', not -L sim)
 set(DB_SIM_SOURCES
-  src/clock.c src/crc32c.c src/failpoint.c src/pool.c src/idmap.c src/keymap.c src/wheel.c
+  src/clock.c src/crc32c.c src/failpoint.c src/pool.c src/idmap.c src/keymap.c src/wheel.c src/wheel_tree.c
   src/duecount.c src/walrec.c src/walscan.c src/wal.c src/wal_open.c src/wal_space.c
   src/wal_log.c src/wal_dir.c src/wlog.c src/walckpt.c src/engine.c src/engine_recover.c
   src/engine_ckpt.c src/engine_admin.c src/stats.c src/replrec.c)

@@ -5,8 +5,10 @@
  * Usage: test_wheel [case...]       (--list names the cases)
  *
  * Environment: TEST_SEED (default 0x5eed2024) seeds the generator, TEST_OPS
- * (default 12000000) is the number of operations of the "random" case; both
- * decimal or 0x hex. Every case restarts the generator from the seed, so a
+ * (default 12000000) is the number of operations of the "random" case;
+ * TEST_SPLIT (default: the wheel's own, 32768) is the split size of every
+ * wheel a case makes, so that a small one runs every case on split slots
+ * (ctest unit.test_wheel_split); all decimal or 0x hex. Every case restarts the generator from the seed, so a
  * failing case reruns the same alone: TEST_SEED=n TEST_OPS=m test_wheel random.
  * Both values are printed before the first case runs.
  *
@@ -40,6 +42,16 @@ static struct pool pool;
 static struct item *item(pool_handle h)
 {
     return pool_at(&pool, h);
+}
+
+static uint32_t test_split; /* TEST_SPLIT, 0 = the wheel's default */
+
+static struct wheel *new_wheel(uint64_t now)
+{
+    struct wheel *w = wheel_new(&pool, now);
+    if (test_split)
+        wheel_set_split(w, test_split);
+    return w;
 }
 
 static pool_handle new_item(uint32_t tag)
@@ -101,7 +113,7 @@ static size_t advance(struct rec *r, uint64_t now)
 static void rec_init(struct rec *r, uint64_t now)
 {
     memset(r, 0, sizeof(*r));
-    r->w = wheel_new(&pool, now);
+    r->w = new_wheel(now);
 }
 
 static void rec_done(struct rec *r)
@@ -849,7 +861,7 @@ static void random_round(uint64_t start, uint64_t limit, long ops)
     round_limit = limit;
     for (int i = 0; i < 16; i++)
         recent_due[i] = start + rnd() % 100000;
-    W = wheel_new(&pool, start);
+    W = new_wheel(start);
     size_t max_live = 0;
 
     for (long op = 0; op < ops; op++) {
@@ -954,7 +966,9 @@ static void run_case(void (*fn)(void))
     if (!printed) {
         test_seed = env_u64("TEST_SEED", 0x5eed2024);
         test_ops = (long)env_u64("TEST_OPS", 12000000);
-        printf("test_wheel: TEST_SEED=%" PRIu64 " TEST_OPS=%ld\n", test_seed, test_ops);
+        test_split = (uint32_t)env_u64("TEST_SPLIT", 0);
+        printf("test_wheel: TEST_SEED=%" PRIu64 " TEST_OPS=%ld TEST_SPLIT=%u\n", test_seed,
+               test_ops, test_split);
         fflush(stdout);
         printed = 1;
     }
@@ -975,7 +989,7 @@ static void test_min_due(void)
     static pool_handle hs[N];
     static int in[N];
     uint64_t now = 1700000000000ull;
-    struct wheel *w = wheel_new(&pool, now);
+    struct wheel *w = new_wheel(now);
     int exact, i, round;
 
     CHECK(wheel_min_due(w, 100, &exact) == UINT64_MAX && exact);
@@ -1043,7 +1057,7 @@ static void test_walk(void)
     static pool_handle hs[N];
     struct { pool_handle v[4096]; size_t n, stop_at; } c;
     uint64_t now = 1700000000000ull;
-    struct wheel *w = wheel_new(&pool, now);
+    struct wheel *w = new_wheel(now);
     size_t i;
 
     memset(walk_in, 0, sizeof(walk_in));
@@ -1095,6 +1109,145 @@ static void test_walk(void)
     wheel_free(w);
 }
 
+/*
+ * wheel_walk's bound: paging through big slots -- one due time shared by a
+ * run of entries, and one level-2 slot of spread ones -- looks at no more
+ * than budget + split size entries per call, whatever the cursor, and the
+ * pages together are every entry once, in (due, seq) order.
+ */
+struct bound_walk {
+    pool_handle v[64];
+    size_t n, looked;
+    uint32_t mod; /* keep the entries whose tag is a multiple */
+};
+
+static int bound_keep(void *arg, pool_handle h)
+{
+    struct bound_walk *c = arg;
+    c->looked++;
+    return item(h)->tag % c->mod == 0;
+}
+
+static int bound_visit(void *arg, pool_handle h)
+{
+    struct bound_walk *c = arg;
+    c->v[c->n++] = h;
+    return c->n == 64;
+}
+
+static int by_key(const void *a, const void *b)
+{
+    const struct wheel_node *x = &item(*(const pool_handle *)a)->node;
+    const struct wheel_node *y = &item(*(const pool_handle *)b)->node;
+    if (x->due != y->due)
+        return x->due < y->due ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+struct bound_fire {
+    const pool_handle *order;
+    size_t n, bad;
+};
+
+static void bound_fired(void *arg, pool_handle h)
+{
+    struct bound_fire *f = arg;
+    f->bad += f->order[f->n++] != h;
+}
+
+static void test_walk_bound(void)
+{
+    enum { RUN = 30000, SPREAD = 30000, OTHER = 3000, N = RUN + SPREAD + OTHER, SPLIT = 256 };
+    static pool_handle all[N], seen[N];
+    const uint64_t now = 1700000000000ull, budget0 = 2000;
+    struct wheel *w = wheel_new(&pool, now);
+    uint64_t slot2 = (now | 0xffffu) + 1 + (UINT64_C(5) << 16); /* a later level-2 slot */
+    size_t i, nseen = 0, calls = 0, most = 0;
+
+    wheel_set_split(w, SPLIT);
+    for (i = 0; i < N; i++) {
+        uint64_t due = i < RUN ? now + 777777
+                     : i < RUN + SPREAD ? slot2 + rnd() % 65536
+                                        : now + 1 + rnd() % (UINT64_C(1) << 36);
+        all[i] = new_item((uint32_t)i);
+        /* seqs: unique, not in insertion order, sharing high digits */
+        wheel_add(w, all[i], due, (UINT64_C(7) << 40) + (uint64_t)(i * 7919 % N) * 3);
+    }
+    for (i = 0; i < N / 10; i++) { /* deletions make holes and merges */
+        size_t k = (size_t)(rnd() % N);
+        if (item(all[k])->tag != UINT32_MAX) {
+            wheel_del(w, all[k]);
+            item(all[k])->tag = UINT32_MAX;
+        }
+    }
+    size_t live = 0;
+    for (i = 0; i < N; i++)
+        if (item(all[i])->tag != UINT32_MAX)
+            all[live++] = all[i];
+    CHECK(wheel_count(w) == live);
+    qsort(all, live, sizeof(all[0]), by_key);
+
+    for (uint32_t mod = 1; mod <= 97; mod += 96) { /* every entry; then a few, so budgets run out */
+        size_t want = 0, stops = 0;
+        uint64_t ad = 0, as = 0;
+        nseen = calls = most = 0;
+        for (;;) {
+            struct bound_walk c = {.n = 0, .looked = 0, .mod = mod};
+            size_t budget = budget0;
+            uint64_t sd = 0, ss = 0;
+            int stopped = wheel_walk(w, ad, as, bound_keep, bound_visit, &c, &budget, &sd, &ss);
+            calls++;
+            CHECK(c.looked <= budget0 + SPLIT, "call %zu looked at %zu", calls, c.looked);
+            if (c.looked > most)
+                most = c.looked;
+            for (i = 0; i < c.n && nseen < live; i++)
+                seen[nseen++] = c.v[i];
+            if (c.n == 64) {
+                ad = item(c.v[63])->node.due;
+                as = item(c.v[63])->node.seq;
+            } else if (stopped) {
+                CHECK(sd > ad || (sd == ad && ss > as), "call %zu: the cursor went back", calls);
+                ad = sd;
+                as = ss;
+                stops++;
+            } else {
+                break;
+            }
+            CHECK(calls < 100000);
+            if (calls >= 100000)
+                break;
+        }
+        for (i = 0; i < live; i++)
+            if (item(all[i])->tag % mod == 0) {
+                CHECK(want < nseen && seen[want] == all[i], "mod %u: entry %zu out of place",
+                      mod, want);
+                want++;
+            }
+        CHECK(nseen == want, "mod %u: saw %zu of %zu", mod, nseen, want);
+        CHECK(mod == 1 || stops > 0, "the budget never ran out");
+        printf("  walk_bound: 1 in %u of %zu entries in %zu calls (%zu budget stops), at most "
+               "%zu looked at per call\n", mod, live, calls, stops, most);
+    }
+
+    /* and they fire in the same order, the split trees given back */
+    struct bound_fire f = {all, 0, 0};
+    for (i = 0; i < live; i += 4000)
+        wheel_advance(w, item(all[(i + 4000 < live ? i + 4000 : live) - 1])->node.due,
+                      bound_fired, &f);
+    CHECK(f.n == live && f.bad == 0, "fired %zu of %zu, %zu out of order", f.n, live, f.bad);
+    /* same as a wheel that never split (below 32768 a slot), with the same due counters */
+    struct wheel *w0 = wheel_new(&pool, now);
+    for (i = 0; i < live; i++)
+        wheel_add(w0, all[i], item(all[i])->node.due, item(all[i])->node.seq);
+    f.n = 0;
+    wheel_advance(w0, item(all[live - 1])->node.due, bound_fired, &f);
+    CHECK(f.n == live && f.bad == 0);
+    CHECK(wheel_count(w) == 0 && wheel_memory(w) == wheel_memory(w0), "%zu left, %zd bytes over",
+          wheel_count(w), (ssize_t)(wheel_memory(w) - wheel_memory(w0)));
+    wheel_free(w0);
+    wheel_free(w);
+}
+
 #define CASE(name)                                                                         \
     static void case_##name(void)                                                          \
     {                                                                                      \
@@ -1109,6 +1262,7 @@ CASE(clock_jump)
 CASE(random)
 CASE(min_due)
 CASE(walk)
+CASE(walk_bound)
 
 static const struct check_case cases[] = {
     {"boundaries", case_boundaries},
@@ -1120,6 +1274,7 @@ static const struct check_case cases[] = {
     {"random", case_random},
     {"min_due", case_min_due},
     {"walk", case_walk},
+    {"walk_bound", case_walk_bound},
 };
 
 int main(int argc, char **argv)
