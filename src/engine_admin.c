@@ -46,6 +46,32 @@ static int item_before(const struct eng_item *a, const struct eng_item *b)
     return a->due_ms < b->due_ms || (a->due_ms == b->due_ms && a->id < b->id);
 }
 
+/* The DUE message of route a page with this cursor resumes after, or POOL_NIL. */
+static pool_handle due_hint_find(const struct engine *e, uint16_t route, uint64_t after_due,
+                                 uint64_t after_id)
+{
+    for (int i = 0; i < ENG_DUE_HINTS; i++) {
+        const struct due_hint *t = &e->due_hint[i];
+        const struct held *m;
+        if (t->h == POOL_NIL || t->route != route || t->after_due != after_due ||
+            t->after_id != after_id)
+            continue;
+        m = H(e, t->h);
+        if (m->state == ENG_DUE && m->route == route && m->node.due == t->due &&
+            m->node.seq == t->id)
+            return t->h; /* still in the list, where it was in (due, id) order */
+    }
+    return POOL_NIL;
+}
+
+static void due_hint_keep(struct engine *e, uint16_t route, uint64_t after_due,
+                          uint64_t after_id, pool_handle h)
+{
+    struct due_hint *t = &e->due_hint[e->due_hint_next++ % ENG_DUE_HINTS];
+
+    *t = (struct due_hint){after_due, after_id, H(e, h)->node.due, H(e, h)->node.seq, h, route};
+}
+
 size_t eng_list(struct engine *e, uint16_t route, uint64_t after_due, uint64_t after_id,
                 struct eng_item *out, size_t limit, int *more, uint64_t *next_due,
                 uint64_t *next_id)
@@ -55,18 +81,22 @@ size_t eng_list(struct engine *e, uint16_t route, uint64_t after_due, uint64_t a
     size_t nd = 0, i = 0, j = 0, n = 0, budget = ENG_LIST_BUDGET;
     uint64_t stop_due = 0, stop_id = 0;
     int stopped;
-    pool_handle h;
+    pool_handle h, before; /* before: the last DUE message at or before the cursor */
 
     *more = 0;
     *next_due = *next_id = 0;
     if (route >= e->nroutes || limit == 0)
         return 0;
-    /* The DUE list is in (due, id) order: from its head, past the cursor. */
+    /* The DUE list is in (due, id) order: past the cursor, from a hint or its head. */
     due = xmalloc((limit + 1) * sizeof(*due));
-    for (h = e->routes[route].due.head; h && nd <= limit; h = H(e, h)->node.next) {
+    before = due_hint_find(e, route, after_due, after_id);
+    for (h = before ? H(e, before)->node.next : e->routes[route].due.head; h && nd <= limit;
+         h = H(e, h)->node.next) {
         struct held *m = H(e, h);
-        if (m->node.due < after_due || (m->node.due == after_due && m->node.seq <= after_id))
+        if (m->node.due < after_due || (m->node.due == after_due && m->node.seq <= after_id)) {
+            before = h;
             continue;
+        }
         due[nd++] = (struct eng_item){h, m->node.seq, m->node.due, m->state};
     }
     /* The wheel, in time order, until limit + 1 of this route. */
@@ -88,6 +118,10 @@ size_t eng_list(struct engine *e, uint16_t route, uint64_t after_due, uint64_t a
         *next_due = stop_due;
         *next_id = stop_id;
     }
+    if (i > 0)
+        before = due[i - 1].m;
+    if (*more && before)
+        due_hint_keep(e, route, *next_due, *next_id, before);
     free(due);
     free(w.v);
     return n;

@@ -27,6 +27,7 @@
 #include "wheel.h"
 
 #define CK_STEP 65536 /* checkpoint: handles walked per eng_maintain() */
+#define ENG_DUE_HINTS 8 /* browsers whose place in a DUE list is kept */
 
 _Static_assert(ENG_ECORRUPT == WLOG_ECORRUPT && ENG_ELOCKED == WLOG_ELOCKED &&
                    ENG_EFORMAT == WLOG_EFORMAT && ENG_ETOOBIG == WLOG_ETOOBIG &&
@@ -120,6 +121,19 @@ struct engine {
     void *route_arg;
     uint64_t orphaned, added, confirmed;
     double recovery_seconds;
+    /*
+     * Browse: where recent pages stopped in routes' DUE lists, so that the
+     * next page of a browser resumes there instead of skipping the list
+     * from its head (eng_list); a hint is good while its message is still
+     * DUE with the same id. A few browsers at once; the oldest is replaced.
+     */
+    struct due_hint {
+        uint64_t after_due, after_id; /* the cursor the next page will bring */
+        uint64_t due, id;             /* h's own key */
+        pool_handle h;                /* the last DUE message at or before the cursor */
+        uint16_t route;
+    } due_hint[ENG_DUE_HINTS];
+    unsigned due_hint_next;
 
     /* checkpoints: the walk in progress, the policy, and what recovery took from one */
     uint64_t ck_interval_ms, ck_min_bytes;

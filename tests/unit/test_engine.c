@@ -762,6 +762,101 @@ static void browse_purge_case(void)
     rm_dir();
 }
 
+/*
+ * Paging through a long DUE list (target down) resumes where the last page
+ * stopped (eng_list's hints), and stays right while messages leave the
+ * list between pages (published from the head, or the very message a hint
+ * names), come back to it (returned unsent), and two browsers page at once:
+ * pages in (due, id) order after their cursor, and every message that was
+ * DUE throughout is seen exactly once by each browser.
+ */
+/* Take DUE messages up to target; publish target (or not), return the rest unsent. */
+static void take_through(struct engine *e, eng_msg target, int publish, int *gone,
+                         const eng_msg *msg, int nmsg)
+{
+    static eng_msg taken[4096];
+    struct walrec_add a;
+    size_t nt = 0;
+    eng_msg m;
+
+    while (nt < 4096 && eng_take(e, 0, &m, &a) == 1) {
+        taken[nt++] = m;
+        if (m == target)
+            break;
+    }
+    while (nt > 0) { /* newest first: each goes back to the head, in order */
+        m = taken[--nt];
+        if (m == target && publish) {
+            eng_confirm(e, m, T0 + 1);
+            for (int i = 0; i < nmsg; i++)
+                gone[i] |= msg[i] == m;
+        } else {
+            eng_unsent(e, m);
+        }
+    }
+}
+
+static void due_hint_case(void)
+{
+    enum { N = 3000 };
+    struct engine *e = open_engine(T0, NULL, 0);
+    static eng_msg msg[N];
+    static int seen[2][N], gone[N];
+    uint64_t cd[2] = {0, 0}, ci[2] = {0, 0}, pd[2] = {0, 0}, pi[2] = {0, 0};
+    int more[2] = {1, 1}, i, b, turn = 0;
+    char body[16];
+
+    for (i = 0; i < N; i++) {
+        snprintf(body, sizeof(body), "m%d", i);
+        msg[i] = add(e, 0, T0, (uint64_t)(i / 3), body); /* three per due time */
+    }
+    commit(e);
+    CHECK(eng_advance(e, T0 + N) == N);
+    while (more[0] || more[1]) {
+        struct eng_item page[10];
+        b = turn++ % 2;
+        if (!more[b])
+            continue;
+        size_t n = eng_list(e, 0, cd[b], ci[b], page, 10, &more[b], &cd[b], &ci[b]);
+        for (size_t k = 0; k < n; k++) {
+            CHECK(page[k].due_ms > pd[b] || (page[k].due_ms == pd[b] && page[k].id > pi[b]),
+                  "browser %d: out of order", b);
+            pd[b] = page[k].due_ms;
+            pi[b] = page[k].id;
+            for (i = 0; i < N; i++)
+                if (msg[i] == page[k].m && !gone[i])
+                    seen[b][i]++;
+        }
+        if (turn % 5 == 0) { /* publish the head: gone for good */
+            eng_msg m;
+            struct walrec_add a;
+            if (eng_take(e, 0, &m, &a) == 1) {
+                eng_confirm(e, m, T0 + N);
+                for (i = 0; i < N; i++)
+                    if (msg[i] == m)
+                        gone[i] = 1;
+            }
+        }
+        if (turn % 7 == 0 && n > 0) /* the message a hint names: taken, then returned */
+            take_through(e, page[n - 1].m, 0, gone, msg, N);
+        if (turn % 11 == 0 && n > 0) /* ... or published */
+            take_through(e, page[n - 1].m, 1, gone, msg, N);
+        CHECK(turn < 10 * N);
+        if (turn >= 10 * N)
+            break;
+    }
+    int twice = 0, missed = 0;
+    for (b = 0; b < 2; b++)
+        for (i = 0; i < N; i++) {
+            twice += seen[b][i] > 1;
+            missed += !gone[i] && seen[b][i] == 0;
+        }
+    CHECK(twice == 0 && missed == 0, "%d seen twice, %d missed", twice, missed);
+    commit(e);
+    eng_close(e);
+    rm_dir();
+}
+
 /* A delay of five years: held through a restart, fired at exactly its due ms, not before. */
 static void five_years_case(void)
 {
@@ -1366,6 +1461,7 @@ static const struct check_case cases[] = {
     {"cancel", cancel_case},
     {"collisions", collisions_case},
     {"browse_purge", browse_purge_case},
+    {"due_hint", due_hint_case},
     {"five_years", five_years_case},
     {"seen", seen_case},
     {"sync_thread", sync_thread_case},
