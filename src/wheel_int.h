@@ -34,7 +34,9 @@
 #define WHEEL_MASK (WHEEL_SLOTS - 1)
 #define WHEEL_LANES 16      /* lists per bucket; entry h is in lane h % WHEEL_LANES */
 #define WHEEL_DIGITS 16     /* key digits: due's 8 then seq's 8 */
+#ifndef WHEEL_SPLIT_AT /* -DWHEEL_SPLIT_AT=n builds another default, for measuring */
 #define WHEEL_SPLIT_AT 32768 /* default split_at: a leaf holding more splits */
+#endif
 
 struct wheel_list {
     pool_handle head, tail;
