@@ -81,9 +81,9 @@
  * Split slots. A slot holding more than split_at entries (32768) becomes a
  * radix tree over (due, seq), so that a browse page never has to sort a
  * whole slot (wheel_tree.c says how, and what it costs). Firing is the
- * same: a split slot's children are in key order, a cascade hands each
- * child down whole as the lower slot it names, and a split level-0 slot is
- * taken leaf by leaf in seq order. Every other function sees a slot through
+ * same: a split slot's children are in key order, a cascade hands split
+ * children's children down whole as the lower slots they name, and a split
+ * level-0 slot is taken leaf by leaf in seq order. Every other function sees a slot through
  * the same few calls (tree_add, tree_del, tree_cascade, tree_take).
  *
  * Memory is 8 x 256 slots of 16 lanes of two 32-bit handles plus a count
@@ -114,7 +114,7 @@ static inline void place(struct wheel *w, pool_handle h, struct wheel_node *n)
     }
     bucket_append(w, b, h, n);
     if (b->count > w->split_at)
-        tree_split(w, b, WHEEL_BITS + level);
+        tree_split(w, b, slot_digit(level));
 }
 
 struct wheel *wheel_new(struct pool *p, uint64_t now)
@@ -263,12 +263,12 @@ uint64_t wheel_min_due(const struct wheel *w, size_t budget, int *exact)
     if (t == UINT64_MAX)
         return UINT64_MAX;
     leaf = &w->slots[level][idx];
-    pos = WHEEL_BITS + level;
+    pos = slot_digit(level);
     if (leaf->child)
         leaf = tree_first_leaf(leaf, &pos);
     for (lane = 0; lane < WHEEL_LANES; lane++) {
         h = leaf->lane[lane].head;
-        if (h != POOL_NIL && pos <= WHEEL_BITS)
+        if (h != POOL_NIL && pos <= WHEEL_DUE0)
             return node(w, h)->due; /* the leaf holds one due time */
         for (; h != POOL_NIL; h = node(w, h)->next) {
             if (++seen > budget) {
@@ -451,7 +451,7 @@ static void cascade(struct wheel *w, unsigned level, unsigned idx)
 
     bit_clear(w, level, idx);
     if (b->child)
-        tree_cascade(w, level, idx);
+        tree_cascade(w, level, idx, place_again);
     else
         bucket_drain(w, b, place_again, NULL);
 }

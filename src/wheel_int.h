@@ -5,21 +5,22 @@
  *
  * A bucket is a set of entries kept as WHEEL_LANES lists (entry h in lane
  * h % WHEEL_LANES), or, once it holds more than split_at entries, a "split"
- * bucket whose entries live in up to 256 child buckets chosen by one digit
- * of the entry's key. The key is the pair (due, seq) read as 16 base-256
- * digits, most significant first:
+ * bucket whose entries live in up to 16 child buckets chosen by one 4-bit
+ * digit of the entry's key. The key is the pair (due, seq) read as 32
+ * nibbles, most significant first:
  *
- *     digit 15 .. 8   due's digits 7 .. 0   (due bits 56-63 .. 0-7)
- *     digit  7 .. 0   seq's digits 7 .. 0
+ *     digit 31 .. 16   due's nibbles 15 .. 0
+ *     digit 15 ..  0   seq's nibbles 15 .. 0
  *
- * A wheel slot of level L holds keys whose digits 15 .. 8+L are fixed; as a
- * bucket it "sits at" digit 8+L, and a split one picks its child by digit
- * 7+L. A child chosen by digit g sits at g and, split, picks by g-1. So a
- * bucket at digit 0 holds one key and is never split, and every leaf holds
- * at most split_at entries (ties of both due and seq aside). Children are
- * in key order: walking them in index order walks the bucket in (due, seq)
- * order, which is what makes a browse page cost O(depth + split_at) however
- * many entries the slot holds (wheel_tree.c).
+ * A wheel slot of level L holds keys whose due bytes from L up are fixed,
+ * i.e. digits 31 .. 16+2L; as a bucket it "sits at" digit 16+2L
+ * (slot_digit), and a split one picks its child by digit 15+2L, the high
+ * nibble of due's byte L-1. A child chosen by digit g sits at g and, split,
+ * picks by g-1. So a bucket at digit 0 holds one key and is never split,
+ * and every leaf holds at most split_at entries (ties of both due and seq
+ * aside). Children are in key order: walking them in index order walks the
+ * bucket in (due, seq) order, which is what makes a browse page cost
+ * O(depth + split_at) however many entries the slot holds (wheel_tree.c).
  */
 #ifndef DB_WHEEL_INT_H
 #define DB_WHEEL_INT_H
@@ -33,7 +34,9 @@
 #define WHEEL_SLOTS (1u << WHEEL_BITS)
 #define WHEEL_MASK (WHEEL_SLOTS - 1)
 #define WHEEL_LANES 16      /* lists per bucket; entry h is in lane h % WHEEL_LANES */
-#define WHEEL_DIGITS 16     /* key digits: due's 8 then seq's 8 */
+#define WHEEL_FANOUT 16     /* children of a split bucket: one per 4-bit key digit */
+#define WHEEL_DIGITS 32     /* key digits: due's 16 nibbles then seq's 16 */
+#define WHEEL_DUE0 16       /* key digit of due's lowest nibble */
 #ifndef WHEEL_SPLIT_AT /* -DWHEEL_SPLIT_AT=n builds another default, for measuring */
 #define WHEEL_SPLIT_AT 32768 /* default split_at: a leaf holding more splits */
 #endif
@@ -48,7 +51,7 @@ struct bucket {
     uint16_t lanes;        /* bit i: lane[i] is not empty (leaves only) */
     uint8_t digit;         /* split: the key digit that picks the child */
     uint8_t unused;
-    struct bucket **child; /* NULL: a leaf; else WHEEL_SLOTS children, NULL = empty */
+    struct bucket **child; /* NULL: a leaf; else WHEEL_FANOUT children, NULL = empty */
 };
 
 struct wheel {
@@ -114,7 +117,14 @@ static inline int bit_test(const struct wheel *w, unsigned level, unsigned idx)
 /* Key digit g of an entry (see above). */
 static inline unsigned key_digit(const struct wheel_node *n, unsigned g)
 {
-    return (unsigned)((g >= 8 ? n->due >> (8 * (g - 8)) : n->seq >> (8 * g)) & WHEEL_MASK);
+    return (unsigned)((g >= WHEEL_DUE0 ? n->due >> (4 * (g - WHEEL_DUE0)) : n->seq >> (4 * g)) &
+                      (WHEEL_FANOUT - 1));
+}
+
+/* The key digit a slot of level L sits at: due's nibbles from 2L up are fixed. */
+static inline unsigned slot_digit(unsigned level)
+{
+    return WHEEL_DUE0 + 2 * level;
 }
 
 static inline void list_append(struct wheel *w, struct wheel_list *l, pool_handle h,
@@ -212,10 +222,12 @@ void tree_split(struct wheel *w, struct bucket *b, unsigned pos);
 void tree_del(struct wheel *w, struct bucket *b, pool_handle h, struct wheel_node *n);
 
 /*
- * Slot (level, idx) is split and now's digit level is idx: move each child
- * to the level-1 slot it names, whole (see wheel.c, "Split slots").
+ * Slot (level, idx) is split and now's digit level is idx: hand its
+ * entries down to level-1 slots -- a child split again moves whole, one
+ * grandchild per slot; a leaf child's entries go through place (see
+ * wheel_tree.c, "Firing").
  */
-void tree_cascade(struct wheel *w, unsigned level, unsigned idx);
+void tree_cascade(struct wheel *w, unsigned level, unsigned idx, bucket_move_fn *place);
 
 /* Level-0 slot b is split: call take(w, leaf) on its leaves in key order, emptying it. */
 typedef void tree_take_fn(struct wheel *w, struct bucket *leaf);

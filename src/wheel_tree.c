@@ -11,34 +11,44 @@
  * that reached it -- 0.47 s of the loop for one slot of 1.2 million.
  *
  * So a bucket (wheel_int.h) holding more than split_at entries becomes a
- * node of a 256-ary radix tree over the key (due, seq): its entries move to
- * children chosen by the next key digit below the ones the bucket fixes,
- * and a child that still holds more splits again. Down to due's last digit
- * the children split time; below it, among entries of one due, they split
- * seq, so that a run of a million equal due times is as easy to page
- * through as a spread one. Children are walked in index order, which is key
- * order, so a walk from a cursor descends the one path that holds it
+ * node of a 16-ary radix tree over the key (due, seq): its entries move to
+ * children chosen by the next 4-bit key digit below the ones the bucket
+ * fixes, and a child that still holds more splits again. Down to due's
+ * last digit the children split time; below it, among entries of one due,
+ * they split seq, so that a run of a million equal due times is as easy to
+ * page through as a spread one. Children are walked in index order, which
+ * is key order, so a walk from a cursor descends the one path that holds it
  * (children wholly at or before the cursor are skipped unlooked-at) and
  * sorts no more than one leaf of at most split_at entries at a time.
  *
- * What it costs. A child array is 256 pointers (2 KiB) and a child bucket
- * 144 bytes, held only by slots that grew past split_at (32768): 0.1 B per
- * entry for a spread slot, and never more than about 20 B per entry of a
- * split bucket's own count even for keys chosen to make every child
- * nearly empty (256 children per 8192 entries, a quarter of split_at,
- * below which a split bucket is merged back). Adding to a split slot
- * descends a few pointers; deleting descends the same path, frees children
- * left empty and merges the highest bucket left small (a merge only joins
- * lists: O(children), not O(entries)). Splitting walks the bucket once, its
- * lanes in step like a cascade, once per split_at adds at most.
+ * Why 16 children, not 256. Adding an entry appends to a list, which
+ * touches that list's last entry. A wheel slot's 16 lanes have their last
+ * entries in cache; a split into 256 children of 16 lanes each made 4096
+ * lists per slot, their tails cold, and doubled the cost of an add at 10M
+ * held (bench_wheel: 21 -> 81 ns). With 16 children it is 256 lists
+ * (40 ns), and a split costs 16 x 144 + 128 bytes instead of 37 KiB.
  *
- * Firing. A split slot of level L >= 1 is split by due's digit L-1, the
- * digit that picks the level-(L-1) slot: when it cascades, every level
- * below it is empty (a lower slot would be an earlier event), so each child
- * becomes that slot, whole, in O(1) -- no entry is touched. A level-0 slot
- * is split by seq; taking it takes its leaves in key order, each leaf
- * sorted by seq as an unsplit slot is, so equal-due entries still fire in
- * seq order.
+ * What it costs. A child array is 16 pointers and a child bucket 144
+ * bytes, held only by slots that grew past split_at (32768): 0.01-0.1 B per
+ * entry as measured (bench_wheel, bench_browse), at most about 1.2 B per
+ * entry of a split bucket's own count for keys chosen to leave every child
+ * nearly empty (16 children per 8192 entries, a quarter of split_at, below
+ * which a split bucket is merged back), and a tree is as deep as the 32
+ * digits at worst. Adding to a split slot descends a few pointers;
+ * deleting descends the same path, frees children left empty and merges
+ * the highest bucket left small (a merge only joins lists: O(children), not
+ * O(entries)). Splitting walks the bucket once, its lanes in step like a
+ * cascade, once per split_at adds at most.
+ *
+ * Firing. A split slot of level L >= 1 is split by the high nibble of due's
+ * byte L-1, the byte that picks the level-(L-1) slot. When it cascades,
+ * every level below it is empty (a lower slot would have been an earlier
+ * event), so a child split again by the low nibble hands each of its
+ * children down as that slot, whole, in O(1); a child still a leaf (at most
+ * split_at entries) has its entries placed one by one, as an unsplit slot
+ * does. A level-0 slot is split by seq; taking it takes its leaves in key
+ * order, each leaf sorted by seq as an unsplit slot is, so equal-due
+ * entries still fire in seq order.
  */
 #include "wheel_int.h"
 
@@ -62,15 +72,15 @@ static void bucket_free(struct wheel *w, struct bucket *b)
 static void children_new(struct wheel *w, struct bucket *b, unsigned digit)
 {
     b->digit = (uint8_t)digit;
-    b->child = xcalloc(WHEEL_SLOTS, sizeof(*b->child));
-    w->tree_bytes += WHEEL_SLOTS * sizeof(*b->child);
+    b->child = xcalloc(WHEEL_FANOUT, sizeof(*b->child));
+    w->tree_bytes += WHEEL_FANOUT * sizeof(*b->child);
 }
 
 static void children_free(struct wheel *w, struct bucket *b)
 {
     free(b->child);
     b->child = NULL;
-    w->tree_bytes -= WHEEL_SLOTS * sizeof(*b->child);
+    w->tree_bytes -= WHEEL_FANOUT * sizeof(*b->child);
 }
 
 /* The child of split bucket b that n belongs to, created if absent. */
@@ -113,7 +123,7 @@ void tree_split(struct wheel *w, struct bucket *b, unsigned pos)
     bucket_drain(w, b, split_move, b); /* each lane's order is kept in the child */
     b->count = count;
     if (pos - 1 >= 1)
-        for (unsigned k = 0; k < WHEEL_SLOTS; k++)
+        for (unsigned k = 0; k < WHEEL_FANOUT; k++)
             if (b->child[k] && b->child[k]->count > w->split_at)
                 tree_split(w, b->child[k], pos - 1); /* every entry shared the digit */
 }
@@ -121,7 +131,7 @@ void tree_split(struct wheel *w, struct bucket *b, unsigned pos)
 /* Make split bucket b a leaf again: each child's lanes joined to b's, in key order. */
 static void tree_merge(struct wheel *w, struct bucket *b)
 {
-    for (unsigned k = 0; k < WHEEL_SLOTS; k++) {
+    for (unsigned k = 0; k < WHEEL_FANOUT; k++) {
         struct bucket *c = b->child[k];
         if (!c)
             continue;
@@ -177,27 +187,39 @@ void tree_del(struct wheel *w, struct bucket *b, pool_handle h, struct wheel_nod
         }
 }
 
-void tree_cascade(struct wheel *w, unsigned level, unsigned idx)
+void tree_cascade(struct wheel *w, unsigned level, unsigned idx, bucket_move_fn *place)
 {
     struct bucket *b = &w->slots[level][idx];
 
-    assert(level >= 1 && b->digit == WHEEL_BITS + level - 1);
-    for (unsigned k = 0; k < WHEEL_SLOTS; k++) {
-        struct bucket *c = b->child[k], *to = &w->slots[level - 1][k];
+    assert(level >= 1 && b->digit == slot_digit(level) - 1);
+    b->count = 0;
+    for (unsigned hi = 0; hi < WHEEL_FANOUT; hi++) {
+        struct bucket *c = b->child[hi];
         if (!c)
             continue;
-        assert(to->count == 0 && !to->child);
-        *to = *c; /* lists are head and tail: the bucket moves by copy */
-        bit_set(w, level - 1, k);
+        if (!c->child) {
+            bucket_drain(w, c, place, NULL); /* at most split_at entries */
+        } else {
+            assert(c->digit == slot_digit(level) - 2);
+            for (unsigned lo = 0; lo < WHEEL_FANOUT; lo++) {
+                struct bucket *g = c->child[lo], *to = &w->slots[level - 1][hi << 4 | lo];
+                if (!g)
+                    continue;
+                assert(to->count == 0 && !to->child);
+                *to = *g; /* lists are head and tail: the bucket moves by copy */
+                bit_set(w, level - 1, hi << 4 | lo);
+                bucket_free(w, g);
+            }
+            children_free(w, c);
+        }
         bucket_free(w, c);
     }
     children_free(w, b);
-    b->count = 0;
 }
 
 void tree_take(struct wheel *w, struct bucket *b, tree_take_fn *take)
 {
-    for (unsigned k = 0; k < WHEEL_SLOTS; k++) {
+    for (unsigned k = 0; k < WHEEL_FANOUT; k++) {
         struct bucket *c = b->child[k];
         if (!c)
             continue;
@@ -227,7 +249,7 @@ void tree_free(struct wheel *w, struct bucket *b)
 {
     if (!b->child)
         return;
-    for (unsigned k = 0; k < WHEEL_SLOTS; k++)
+    for (unsigned k = 0; k < WHEEL_FANOUT; k++)
         if (b->child[k]) {
             tree_free(w, b->child[k]);
             bucket_free(w, b->child[k]);
@@ -323,19 +345,19 @@ static int walk_bucket(struct walk *k, const struct bucket *b, uint64_t dlo, uin
     if (!b->child)
         return walk_lists(k->w, b->lane, WHEEL_LANES, k->after_due, k->after_seq, k->keep,
                           k->visit, k->arg, k->budget) != 0;
-    for (unsigned c = 0; c < WHEEL_SLOTS; c++) {
+    for (unsigned c = 0; c < WHEEL_FANOUT; c++) {
         uint64_t cdlo = dlo, cdhi = dhi, cslo = slo, cshi = shi;
         unsigned g = b->digit, e;
         int r;
 
         if (!b->child[c])
             continue;
-        if (g >= WHEEL_BITS) { /* a digit of due: b's dues are aligned to 256 children */
-            e = WHEEL_BITS * (g - WHEEL_BITS);
+        if (g >= WHEEL_DUE0) { /* a nibble of due: b's dues are aligned to its children */
+            e = 4 * (g - WHEEL_DUE0);
             cdlo = dlo + ((uint64_t)c << e);
             cdhi = cdlo + ((UINT64_C(1) << e) - 1);
-        } else { /* one due; a digit of seq */
-            e = WHEEL_BITS * g;
+        } else { /* one due; a nibble of seq */
+            e = 4 * g;
             cslo = slo + ((uint64_t)c << e);
             cshi = cslo + ((UINT64_C(1) << e) - 1);
         }
