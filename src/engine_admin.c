@@ -67,8 +67,14 @@ static pool_handle due_hint_find(const struct engine *e, uint16_t route, uint64_
 static void due_hint_keep(struct engine *e, uint16_t route, uint64_t after_due,
                           uint64_t after_id, pool_handle h)
 {
-    struct due_hint *t = &e->due_hint[e->due_hint_next++ % ENG_DUE_HINTS];
+    struct due_hint *t = NULL;
 
+    for (int i = 0; i < ENG_DUE_HINTS && !t; i++) /* a hint for this cursor moves on */
+        if (e->due_hint[i].h && e->due_hint[i].route == route &&
+            e->due_hint[i].after_due == after_due && e->due_hint[i].after_id == after_id)
+            t = &e->due_hint[i];
+    if (!t)
+        t = &e->due_hint[e->due_hint_next++ % ENG_DUE_HINTS];
     *t = (struct due_hint){after_due, after_id, H(e, h)->node.due, H(e, h)->node.seq, h, route};
 }
 
@@ -78,7 +84,7 @@ size_t eng_list(struct engine *e, uint16_t route, uint64_t after_due, uint64_t a
 {
     struct list_ctx w = {e, route, NULL, 0, limit + 1};
     struct eng_item *due;
-    size_t nd = 0, i = 0, j = 0, n = 0, budget = ENG_LIST_BUDGET;
+    size_t nd = 0, i = 0, j = 0, n = 0, budget = ENG_LIST_BUDGET, skipped = 0;
     uint64_t stop_due = 0, stop_id = 0;
     int stopped;
     pool_handle h, before; /* before: the last DUE message at or before the cursor */
@@ -88,15 +94,26 @@ size_t eng_list(struct engine *e, uint16_t route, uint64_t after_due, uint64_t a
     if (route >= e->nroutes || limit == 0)
         return 0;
     /* The DUE list is in (due, id) order: past the cursor, from a hint or its head. */
-    due = xmalloc((limit + 1) * sizeof(*due));
     before = due_hint_find(e, route, after_due, after_id);
-    for (h = before ? H(e, before)->node.next : e->routes[route].due.head; h && nd <= limit;
+    for (h = before ? H(e, before)->node.next : e->routes[route].due.head; h;
          h = H(e, h)->node.next) {
         struct held *m = H(e, h);
-        if (m->node.due < after_due || (m->node.due == after_due && m->node.seq <= after_id)) {
-            before = h;
-            continue;
+        if (!(m->node.due < after_due || (m->node.due == after_due && m->node.seq <= after_id)))
+            break;
+        before = h;
+        if (++skipped == ENG_LIST_BUDGET && H(e, h)->node.next) {
+            /* Not there yet: an empty page whose cursor is this one, and a
+             * hint, so that the next page goes on skipping from here. */
+            due_hint_keep(e, route, after_due, after_id, h);
+            *more = 1;
+            *next_due = after_due;
+            *next_id = after_id;
+            return 0;
         }
+    }
+    due = xmalloc((limit + 1) * sizeof(*due));
+    for (; h && nd <= limit; h = H(e, h)->node.next) {
+        struct held *m = H(e, h);
         due[nd++] = (struct eng_item){h, m->node.seq, m->node.due, m->state};
     }
     /* The wheel, in time order, until limit + 1 of this route. */

@@ -250,15 +250,16 @@ int eng_read(struct engine *e, eng_msg m, struct walrec_add *a);
  * whatever the held set's size and shape:
  *  - the route's DUE list (due, not yet published) is read from where the
  *    previous page with this cursor stopped (the engine keeps the place of
- *    last 8 pages), else from its head;
+ *    the last 8 pages), else from its head, skipping at most
+ *    ENG_LIST_BUDGET messages at or before the cursor: then the page is
+ *    empty, its cursor the one given, and the next page with it goes on
+ *    skipping from there (a cursor from long ago, deep in a long list);
  *  - the wheel is walked from the cursor (wheel_walk: split slots take it
  *    straight there) over at most ENG_LIST_BUDGET entries of any route plus
  *    one leaf (32768), then the page is short and the cursor goes on from
  *    where the walk stopped.
- * Measured at 10M held (tests/bench/bench_browse): at most 15 ms a page of
- * 100, for any due-time distribution. Only a cursor that is not from one of
- * the last pages, deep in a DUE list of millions, pays a walk of the list
- * from its head (36 ms at 10M).
+ * Measured at 10M held (tests/bench/bench_browse): at most 23 ms a page of
+ * 100, for any due-time distribution.
  */
 #define ENG_LIST_BUDGET 65536
 struct eng_item {

@@ -857,6 +857,44 @@ static void due_hint_case(void)
     rm_dir();
 }
 
+/*
+ * A cursor no recent page left (say pasted from long ago), deep in a DUE
+ * list longer than the page budget: each page skips at most
+ * ENG_LIST_BUDGET messages, then answers empty with the same cursor, and
+ * the next page goes on skipping from there; the page that reaches the
+ * cursor lists what follows it.
+ */
+static void due_skip_case(void)
+{
+    enum { N = 150000, AT = 140000 };
+    struct engine *e = open_engine(T0, NULL, 0);
+    struct eng_item page[5];
+    uint64_t cd = T0 + AT, ci = UINT64_MAX, nd, ni;
+    int more = 0, calls = 0, i;
+    size_t n = 0;
+    char body[16];
+
+    for (i = 1; i <= N; i++) {
+        snprintf(body, sizeof(body), "m%d", i);
+        add(e, 0, T0, (uint64_t)i, body); /* due T0 + i */
+        if (i % 4096 == 0)
+            commit(e);
+    }
+    commit(e);
+    CHECK(eng_advance(e, T0 + N) == N);
+    while (calls < 10) {
+        calls++;
+        n = eng_list(e, 0, cd, ci, page, 5, &more, &nd, &ni);
+        if (n)
+            break;
+        CHECK(more && nd == cd && ni == ci, "an empty page must keep the cursor");
+    }
+    CHECK(calls == 1 + AT / ENG_LIST_BUDGET, "%d pages to reach the cursor", calls);
+    CHECK(n == 5 && page[0].due_ms == T0 + AT + 1 && page[4].due_ms == T0 + AT + 5 && more);
+    eng_close(e);
+    rm_dir();
+}
+
 /* A delay of five years: held through a restart, fired at exactly its due ms, not before. */
 static void five_years_case(void)
 {
@@ -1462,6 +1500,7 @@ static const struct check_case cases[] = {
     {"collisions", collisions_case},
     {"browse_purge", browse_purge_case},
     {"due_hint", due_hint_case},
+    {"due_skip", due_skip_case},
     {"five_years", five_years_case},
     {"seen", seen_case},
     {"sync_thread", sync_thread_case},
