@@ -231,6 +231,7 @@ int eng_open(struct engine **out, const struct eng_opts *o)
     e->ck_interval_ms = o->checkpoint_interval_ms;
     e->ck_min_bytes = o->checkpoint_min_bytes;
     e->ck_step = o->checkpoint_step ? o->checkpoint_step : CK_STEP;
+    e->wheel_split = o->wheel_split;
     e->ck_last_begin_ms = clock_mono_ns() / 1000000;
     keymap_init(&e->keys);
 

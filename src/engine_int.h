@@ -138,6 +138,7 @@ struct engine {
     /* checkpoints: the walk in progress, the policy, and what recovery took from one */
     uint64_t ck_interval_ms, ck_min_bytes;
     uint32_t ck_step;
+    uint32_t wheel_split;         /* eng_opts.wheel_split */
     int ck_active;
     uint32_t ck_cursor, ck_end;   /* handles still to walk: [cursor, end) */
     uint8_t *ck_buf;              /* a chunk being filled */

@@ -122,6 +122,8 @@ void engine_build_wheel(struct engine *e, uint64_t now)
             start = m->node.due;
     }
     e->wheel = wheel_new(&e->pool, start ? start - 1 : 0);
+    if (e->wheel_split)
+        wheel_set_split(e->wheel, e->wheel_split);
     for (h = 1; h < e->pool.next_fresh; h++) {
         struct held *m = H(e, h);
         if (!(m->flags & HELD_RECOVERED))

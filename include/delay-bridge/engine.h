@@ -128,6 +128,9 @@ struct eng_opts {
     uint64_t checkpoint_interval_ms;
     uint64_t checkpoint_min_bytes;
     uint32_t checkpoint_step; /* held messages written per eng_maintain(); 0 = 65536 */
+    /* Tests: the timing wheel's split size (wheel_set_split), so that small held
+     * sets split too; 0 = the wheel's own (32768). */
+    uint32_t wheel_split;
 };
 
 /*

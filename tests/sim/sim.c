@@ -154,7 +154,7 @@ static struct {
     jmp_buf jb;
     /* configuration from the seed */
     uint64_t seg_bytes, ck_interval, ck_min;
-    uint32_t ck_step;
+    uint32_t ck_step, wheel_split;
     int collide, nops, crash_every;
     struct simfs_faults faults;
     /* what happened */
@@ -452,7 +452,7 @@ static int recover(void)
     struct eng_opts o = {.nroutes = NROUTES, .route_index = route_index, .route_name = route_name,
                          .now_ms = G.now, .checkpoint_interval_ms = G.ck_interval,
                          .checkpoint_min_bytes = G.ck_min, .checkpoint_step = G.ck_step,
-                         .key_hash = G.collide ? collide_hash : NULL};
+                         .wheel_split = G.wheel_split, .key_hash = G.collide ? collide_hash : NULL};
     int r, tries = 0;
 
     for (;;) {
@@ -865,6 +865,10 @@ static void configure(uint64_t seed)
     if (G.repl) /* a failed commit then a stop leaves the local log ahead of the stream: not here */
         G.faults.fsync_fail_ppm = G.faults.enospc_ppm = 0;
     simrepl_reset(sim_rand(&h), G.seg_bytes);
+    /* the wheel's split size: four seeds in five split slots of a few entries */
+    struct simrng k = {seed ^ 0x5B117u};
+    static const uint32_t splits[] = {0, 1, 2, 3, 8};
+    G.wheel_split = splits[sim_below(&k, 5)];
     simfs_reset(seed, G.now, &G.faults);
     simfs_set_plant_nosync(opt.plant_nosync);
 }
