@@ -1,11 +1,12 @@
 /*
  * wal_fill.c -- write a WAL holding N messages, fast, for tests.
  *
- *   wal_fill DIR ROUTE N [DELAY_MS] [BODY_BYTES]
+ *   wal_fill DIR ROUTE N [DELAY_MS | MIN_MS-MAX_MS] [BODY_BYTES]
  *
  * Appends N messages for route ROUTE through the engine (so the log is
  * exactly what the daemon writes), due DELAY_MS (default one hour) after
- * now, with a BODY_BYTES body (default 16), committing every 4096 and
+ * now, or a delay uniform in [MIN_MS, MAX_MS] (a fixed pseudo-random
+ * sequence), with a BODY_BYTES body (default 16), committing every 4096 and
  * fsyncing only at the end. Used by tests that need a log large enough for
  * recovery to take a while (progress in /stats) without publishing millions
  * of messages through a broker.
@@ -28,12 +29,17 @@ static int route_index(void *arg, const char *name, size_t len)
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: wal_fill DIR ROUTE N [DELAY_MS] [BODY_BYTES]\n");
+        fprintf(stderr, "usage: wal_fill DIR ROUTE N [DELAY_MS | MIN_MS-MAX_MS] [BODY_BYTES]\n");
         return 2;
     }
     const char *route = argv[2];
     uint64_t n = strtoull(argv[3], NULL, 10), now = clock_now_ms();
-    uint64_t delay = argc > 4 ? strtoull(argv[4], NULL, 10) : 3600000;
+    char *dash = NULL;
+    uint64_t delay = argc > 4 ? strtoull(argv[4], &dash, 10) : 3600000, spread = 0, rng = n;
+    if (dash && *dash == '-') {
+        uint64_t max = strtoull(dash + 1, NULL, 10);
+        spread = max >= delay ? max - delay + 1 : 0;
+    }
     size_t body_len = argc > 5 ? strtoul(argv[5], NULL, 10) : 16;
     struct wal_opts wo = {.dir = argv[1], .no_sync = 1};
     struct eng_opts eo = {.log = wal_file_log(&wo), .nroutes = 1, .route_index = route_index, .now_ms = now};
@@ -52,6 +58,12 @@ int main(int argc, char **argv)
         memset(&a, 0, sizeof(a));
         a.enqueue_ms = now;
         a.due_ms = now + delay;
+        if (spread) { /* xorshift64: the same delays every run */
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            a.due_ms += rng % spread;
+        }
         a.route = route;
         a.route_len = (uint8_t)strlen(route);
         a.exchange = "fill";
