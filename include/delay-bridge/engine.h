@@ -222,9 +222,12 @@ size_t eng_unsent_route(struct engine *e, uint16_t route);
  * last `recent` fresh ADD records -- at run time as they are added, and at
  * recovery from the tail of the log, so the memory survives a crash. A hit
  * is consumed (two identical messages, both stored, are two hits). 1 seen:
- * ack it and store nothing; 0 not seen.
+ * ack it and store nothing; 0 not seen. *first_ms (may be NULL) gets the
+ * enqueue time of the logged copy -- when it was first taken, the time its
+ * key event carries -- or 0 when not known (a ring loaded from a
+ * checkpoint keeps fingerprints only).
  */
-int eng_seen(struct engine *e, uint16_t route, uint64_t fp);
+int eng_seen(struct engine *e, uint16_t route, uint64_t fp, uint64_t *first_ms);
 
 /* The state of m (enum eng_state). */
 int eng_state(const struct engine *e, eng_msg m);

@@ -968,15 +968,15 @@ static void seen_case(void)
 
     o.log = wal_file_log(&wo); /* "crash" and recover: the memory comes back from the log */
     CHECK(eng_open(&e, &o) == 0);
-    CHECK(eng_seen(e, 0, fp_of("m4")) == 1);
-    CHECK(eng_seen(e, 0, fp_of("m4")) == 1); /* two stored, two redeliveries */
-    CHECK(eng_seen(e, 0, fp_of("m4")) == 0);
-    CHECK(eng_seen(e, 0, fp_of("m3")) == 1);
-    CHECK(eng_seen(e, 0, fp_of("m1")) == 0); /* older than the last 3: cannot be unacked */
-    CHECK(eng_seen(e, 0, fp_of("other")) == 0); /* another route's */
-    CHECK(eng_seen(e, 1, fp_of("other")) == 1);
+    CHECK(eng_seen(e, 0, fp_of("m4"), NULL) == 1);
+    CHECK(eng_seen(e, 0, fp_of("m4"), NULL) == 1); /* two stored, two redeliveries */
+    CHECK(eng_seen(e, 0, fp_of("m4"), NULL) == 0);
+    CHECK(eng_seen(e, 0, fp_of("m3"), NULL) == 1);
+    CHECK(eng_seen(e, 0, fp_of("m1"), NULL) == 0); /* older than the last 3: cannot be unacked */
+    CHECK(eng_seen(e, 0, fp_of("other"), NULL) == 0); /* another route's */
+    CHECK(eng_seen(e, 1, fp_of("other"), NULL) == 1);
     add(e, 0, T0, 1000, "fresh");
-    CHECK(eng_seen(e, 0, fp_of("fresh")) == 1); /* at run time too (a lost connection) */
+    CHECK(eng_seen(e, 0, fp_of("fresh"), NULL) == 1); /* at run time too (a lost connection) */
     eng_close(e);
     rm_dir();
 }
