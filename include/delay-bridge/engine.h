@@ -109,9 +109,10 @@ struct eng_opts {
     struct db_progress *progress; /* optional: recovery progress (eng_open may run on a thread) */
     /*
      * Redeliveries: how many of each route's most recent fresh ADDs to
-     * remember by fingerprint (eng_seen). The bridge sets the largest
-     * prefetch: no more deliveries than that can be unacked on a route, so
-     * no older message can come back redelivered. 0 = none.
+     * remember by fingerprint (eng_seen). At least the largest prefetch (no
+     * more deliveries than that can be unacked on a route); the bridge keeps
+     * max(prefetch, 4096), since an ack lost on a connection the broker had
+     * closed lets a delivery come back later (bridge.c). 0 = none.
      */
     uint32_t recent;
     /* Fingerprint of a record (msgrec_fingerprint); required when recent > 0. */
