@@ -177,7 +177,7 @@ static void on_delivery(void *arg, const struct delivery *d)
     struct route_counts *n = &b->counts[d->route];
     struct msgrec_in in;
     struct walrec_add a;
-    uint64_t now = clock_now_ms(), ev;
+    uint64_t now = clock_now_ms(), ev, first_ms;
     int r;
 
     if (b->exit_code)
@@ -226,11 +226,12 @@ static void on_delivery(void *arg, const struct delivery *d)
                             d->props, (uint32_t)d->props_len, d->body, (uint32_t)d->body_size,
                             d->key_str, d->key_str ? d->key_len : 0, d->key < 0};
     r = msgrec_from_delivery(&a, rc, &in, now, d->xdelay, d->delay_ms);
-    if (d->redelivered && eng_seen(b->eng, (uint16_t)d->route, msgrec_fingerprint(&a))) {
+    if (d->redelivered &&
+        eng_seen(b->eng, (uint16_t)d->route, msgrec_fingerprint(&a), &first_ms)) {
         /* Logged before a crash or a lost connection, its ack lost with it: ack, store nothing. */
         n->deduplicated++;
         if (a.flags & WALREC_ADD_KEYED) /* its event may be what the crash lost */
-            bridge_key_event_again(b, d->route, &a);
+            bridge_key_event_again(b, d->route, &a, first_ms);
         b->logged_gen = d->gen;
         b->logged_tag = d->tag;
         return;
@@ -613,11 +614,22 @@ static void on_recovered(struct ev_loop *loop, ev_async *w, int revents)
     b->pub = publisher_new(loop, b->cfg, &po);
 }
 
+#define RECENT_MIN 4096 /* redeliveries recognised per route, at least (start_recovery) */
+
 static int start_recovery(struct bridge *b, struct wlog *log)
 {
     int r;
 
-    uint32_t recent = 0;
+    /*
+     * Redeliveries recognised (eng_seen): the last max(prefetch, 4096) fresh
+     * messages of each route. prefetch alone would do if only an unacked
+     * delivery could come back; but an ack sent on a connection the broker
+     * had already closed (a bridge paused longer than its heartbeat) is
+     * lost while the bridge goes on, and the delivery can come back after a
+     * detour through another bridge, hundreds of messages later (chaos
+     * seed 3: 578). 16 bytes each.
+     */
+    uint32_t recent = RECENT_MIN;
     for (int i = 0; i < b->cfg->nroutes; i++)
         if (b->cfg->routes[i].prefetch > recent)
             recent = b->cfg->routes[i].prefetch;

@@ -118,8 +118,9 @@ void bridge_key_event_out(struct bridge *b, int route, const char *kind, const c
 /* Another bridge's key event: cancel our older version of the key, if we hold one. */
 void bridge_key_event_in(struct bridge *b, const struct delivery *d);
 /* A keyed delivery recognised as a redelivery of a logged message: its event again, dated
- * when the held version was first taken. */
-void bridge_key_event_again(struct bridge *b, int route, const struct walrec_add *a);
+ * when the logged copy was first taken (first_ms, from eng_seen; 0 = not known). */
+void bridge_key_event_again(struct bridge *b, int route, const struct walrec_add *a,
+                            uint64_t first_ms);
 
 /* bridge_http.c */
 /* Start the HTTP endpoint if http.listen is set. 0, or -1 (logged). */

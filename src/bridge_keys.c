@@ -54,23 +54,41 @@ void bridge_key_event_out(struct bridge *b, int route, const char *kind, const c
 
 /*
  * The event of a logged keyed message whose ack was lost (a crash, a dropped
- * connection), recognised when the broker redelivered it: sent again, since
- * the first may have been lost with the ack. It carries the time the held
- * version was first taken, read from its ADD record -- not the time of the
- * redelivery, which is later than a version another bridge took meanwhile
- * and would make that bridge cancel a newer version than ours (the key then
- * lost everywhere: ours is cancelled by that bridge's event). Nothing is
- * sent when the key's held version here is another message (a newer one,
- * which sent its own event) or none (published or cancelled since).
+ * connection, an event the broker never confirmed), recognised when the
+ * broker redelivered it: sent again, since the first may have been lost
+ * with the ack. It carries the time the logged copy was first taken -- not
+ * the time of the redelivery, which is later than a version another bridge
+ * took meanwhile and would make that bridge cancel a newer version than
+ * ours (the key then lost everywhere: ours is cancelled by that bridge's
+ * event).
+ *
+ * That time comes from eng_seen (first_ms), which knows it for every
+ * message the ring remembers since the daemon started. Then the event goes
+ * out even if the message is no longer held here -- published or
+ * cancelled since: the other bridges' older versions must still go (seed 3
+ * of the fault schedule: version 2 fired here before its lost event was
+ * noticed, and version 1 fired there). An older date than the truth is
+ * never sent, so a newer version elsewhere is safe.
+ *
+ * When it is not known (the ring came from a checkpoint), the held
+ * version's ADD record gives it; nothing is sent when the key's held
+ * version here is another message (a newer one, which sent its own event)
+ * or none.
  */
-void bridge_key_event_again(struct bridge *b, int route, const struct walrec_add *a)
+void bridge_key_event_again(struct bridge *b, int route, const struct walrec_add *a,
+                            uint64_t first_ms)
 {
     struct walrec_add held;
     eng_msg m;
     int r;
 
-    if (!b->cfg->routes[route].share_keys ||
-        !(m = eng_find(b->eng, (uint16_t)route, a->key, a->key_len)))
+    if (!b->cfg->routes[route].share_keys)
+        return;
+    if (first_ms) {
+        bridge_key_event_out(b, route, "replace", a->key, a->key_len, first_ms);
+        return;
+    }
+    if (!(m = eng_find(b->eng, (uint16_t)route, a->key, a->key_len)))
         return;
     if ((r = eng_read(b->eng, m, &held)) < 0) {
         bridge_fatal(b, "WAL read (key event)", r);

@@ -27,6 +27,20 @@
  * queue's bookkeeping, not part of the message: neither stored nor
  * forwarded, so a redelivery looks like the original). The key events the
  * owner sends (routes[].share_keys, bridge_keys.c) are encoded here too.
+ *
+ * Key events go out on a channel of their own in confirm mode
+ * (EVENTS_CHANNEL), and no ingress ack leaves before every event sent
+ * before it is confirmed: an event the broker did not store (a quorum
+ * queue without a leader nacks, or drops what is not confirmed: seed 3 of
+ * the fault schedule lost cross-bridge events 11-15 s after a node kill,
+ * the moment the broker nacked the target publishes too) would otherwise
+ * be gone while its delivery is acked, and both versions of the key would
+ * fire. A nack, or an event unconfirmed for EVENT_CONFIRM_MS, drops the
+ * connection instead: the unacked deliveries come back, are recognised as
+ * logged (eng_seen), and their events go out again (bridge_key_event_again).
+ * An ack waits for the events sent up to the moment it was asked for (two
+ * slots: one ack waiting on a fixed event, the next merging the later
+ * ones), so a steady stream of events cannot hold acks back for good.
  */
 #include "delay-bridge/consumer.h"
 
@@ -43,8 +57,12 @@
 #include "xalloc.h"
 #include "amqp_conn.h"
 #include "backoff.h"
+#include "failpoint.h"
 
 #define CONSUMER_CHANNEL 1
+#define EVENTS_CHANNEL 2      /* key events, confirm mode */
+#define EVENT_CONFIRM_MS 5000 /* an event unconfirmed this long drops the connection */
+#define EVENT_WINDOW 4096     /* events in flight at most (then acks wait, and so do deliveries) */
 #define FRAMES_PER_TURN 4096 /* frames read per wakeup before yielding */
 #define HEARTBEAT_POLL_MS 500
 #define TAG_PREFIX "delay-bridge:"
@@ -77,6 +95,15 @@ struct consumer {
     int ingress_held; /* consumer_hold_ingress(): the routes' ingress consumers cancelled */
     uint32_t gen;            /* bumped at every connect */
     uint64_t acked_tag;      /* highest tag acked on this connection */
+    /* key events on EVENTS_CHANNEL: sent, confirmed (all up to), and acks waiting on them */
+    int events_on;           /* the channel is open in confirm mode */
+    uint64_t ev_sent, ev_confirmed;
+    uint64_t ev_lost;        /* failpoint keys.event_unconfirmed: never confirmed; else 0 */
+    uint64_t ev_progress_ms; /* last time ev_confirmed moved, or the first event went out */
+    uint8_t ev_done[EVENT_WINDOW]; /* confirmed out of order, above ev_confirmed */
+    struct {
+        uint64_t tag, need;  /* ack tag once ev_confirmed >= need; tag 0 = empty */
+    } held[2];
     int uri_next;
     struct backoff bo;
     uint64_t last_poll_ms;
@@ -90,6 +117,15 @@ struct consumer {
 
 static void on_io(struct ev_loop *loop, ev_io *w, int revents);
 
+/* A new connection: nothing sent, nothing waiting (unacked deliveries come back). */
+static void events_reset(struct consumer *c)
+{
+    c->events_on = 0;
+    c->ev_sent = c->ev_confirmed = c->ev_lost = 0;
+    memset(c->ev_done, 0, sizeof(c->ev_done));
+    memset(c->held, 0, sizeof(c->held));
+}
+
 static void conn_down(struct consumer *c, const char *why)
 {
     if (!c->conn.st)
@@ -100,6 +136,7 @@ static void conn_down(struct consumer *c, const char *why)
     amqp_conn_close(&c->conn, 0);
     c->as.active = 0;
     c->acked_tag = 0;
+    events_reset(c);
     backoff_fail(&c->bo, clock_now_ms()); /* reconnect after a pause; "lost" was logged */
     if (c->up) {
         c->up = 0;
@@ -204,6 +241,32 @@ void consumer_key_names(const struct config_route *rc, const char *holder, char 
     snprintf(q, qlen, "%s.keys.%s", rc->ingress_queue, holder);
 }
 
+/* basic.ack of every delivery up to tag. */
+static void send_ack(struct consumer *c, uint64_t tag)
+{
+    int r;
+
+    if (tag <= c->acked_tag)
+        return;
+    r = amqp_basic_ack(c->conn.st, CONSUMER_CHANNEL, tag, 1);
+    if (r != AMQP_STATUS_OK) {
+        conn_down(c, amqp_error_string2(r));
+        return;
+    }
+    c->acked_tag = tag;
+}
+
+/* The acks whose events are all confirmed now go out, oldest first. */
+static void acks_release(struct consumer *c)
+{
+    while (c->up && c->held[0].tag && c->ev_confirmed >= c->held[0].need) {
+        uint64_t tag = c->held[0].tag;
+        c->held[0] = c->held[1];
+        c->held[1].tag = c->held[1].need = 0;
+        send_ack(c, tag);
+    }
+}
+
 int consumer_publish_key_event(struct consumer *c, int route, const char *kind, const char *key,
                                size_t key_len, const char *origin, uint64_t at)
 {
@@ -212,9 +275,14 @@ int consumer_publish_key_event(struct consumer *c, int route, const char *kind, 
     amqp_basic_properties_t p;
     amqp_table_entry_t e[4];
     amqp_table_t headers = {4, e};
+    int r;
 
-    if (!c->up)
+    if (!c->up || !c->events_on)
         return -1;
+    if (c->ev_sent - c->ev_confirmed >= EVENT_WINDOW) {
+        conn_down(c, "too many key events unconfirmed");
+        return -1;
+    }
     e[0].key = amqp_cstring_bytes(H_EVENT);
     e[0].value.kind = AMQP_FIELD_KIND_UTF8;
     e[0].value.value.bytes = amqp_cstring_bytes(kind);
@@ -232,10 +300,37 @@ int consumer_publish_key_event(struct consumer *c, int route, const char *kind, 
     p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_HEADERS_FLAG;
     p.delivery_mode = 2;
     p.headers = headers;
-    return amqp_basic_publish(c->conn.st, CONSUMER_CHANNEL, amqp_cstring_bytes(ex),
-                              amqp_empty_bytes, 0, 0, &p, amqp_empty_bytes) == AMQP_STATUS_OK
-               ? 0
-               : -1;
+    if (++c->ev_sent == c->ev_confirmed + 1)
+        c->ev_progress_ms = clock_now_ms(); /* the confirm clock starts */
+    if (FAILPOINT_ERR("keys.event_unconfirmed")) {
+        /* Lost as the broker lost one: it takes its sequence number (sent
+         * where nothing is bound), and its confirm is never counted. */
+        c->ev_lost = c->ev_sent;
+        snprintf(ex, sizeof(ex), "%s", "");
+    }
+    r = amqp_basic_publish(c->conn.st, EVENTS_CHANNEL, amqp_cstring_bytes(ex),
+                           amqp_cstring_bytes(ex[0] ? "" : "delay-bridge.failpoint.nowhere"), 0,
+                           0, &p, amqp_empty_bytes);
+    if (r != AMQP_STATUS_OK) {
+        conn_down(c, amqp_error_string2(r));
+        return -1;
+    }
+    return 0;
+}
+
+/* Events confirmed by the broker: up to tag, or tag alone. */
+static void events_confirmed(struct consumer *c, uint64_t tag, int multiple)
+{
+    if (tag <= c->ev_confirmed || tag > c->ev_sent)
+        return; /* old news, or not ours */
+    for (uint64_t t = multiple ? c->ev_confirmed + 1 : tag; t <= tag; t++)
+        c->ev_done[t % EVENT_WINDOW] = t != c->ev_lost; /* ev_lost: failpoint only */
+    while (c->ev_confirmed < c->ev_sent && c->ev_done[(c->ev_confirmed + 1) % EVENT_WINDOW]) {
+        c->ev_done[(c->ev_confirmed + 1) % EVENT_WINDOW] = 0;
+        c->ev_confirmed++;
+    }
+    c->ev_progress_ms = clock_now_ms();
+    acks_release(c);
 }
 
 static void open_connection(struct consumer *c)
@@ -259,6 +354,18 @@ static void open_connection(struct consumer *c)
     amqp_channel_open(c->conn.st, CONSUMER_CHANNEL);
     if (amqp_conn_check(&c->conn, "channel.open", err, sizeof(err)) < 0)
         goto fail_close;
+    events_reset(c);
+    for (i = 0; i < cfg->nroutes && !cfg->routes[i].share_keys; i++)
+        ;
+    if (i < cfg->nroutes) { /* key events: before any delivery can cause one */
+        amqp_channel_open(c->conn.st, EVENTS_CHANNEL);
+        if (amqp_conn_check(&c->conn, "channel.open (key events)", err, sizeof(err)) < 0)
+            goto fail_close;
+        amqp_confirm_select(c->conn.st, EVENTS_CHANNEL);
+        if (amqp_conn_check(&c->conn, "confirm.select (key events)", err, sizeof(err)) < 0)
+            goto fail_close;
+        c->events_on = 1;
+    }
     for (i = 0; i < cfg->nroutes; i++) {
         char e2[600];
         if (declare_route(c, &cfg->routes[i], e2, sizeof(e2)) < 0) {
@@ -419,6 +526,17 @@ static void handle_frame(struct consumer *c, amqp_frame_t *f)
         case AMQP_BASIC_CANCEL_METHOD:
             conn_down(c, "broker cancelled the consumer (ingress queue deleted?)");
             return;
+        case AMQP_BASIC_ACK_METHOD:
+            if (f->channel == EVENTS_CHANNEL) {
+                amqp_basic_ack_t *m = f->payload.method.decoded;
+                events_confirmed(c, m->delivery_tag, m->multiple);
+            }
+            return;
+        case AMQP_BASIC_NACK_METHOD:
+            if (f->channel == EVENTS_CHANNEL)
+                conn_down(c, "the broker refused a key event (basic.nack): reconnecting, so "
+                             "that its delivery comes back and the event goes out again");
+            return;
         case AMQP_CHANNEL_CLOSE_METHOD:
         case AMQP_CONNECTION_CLOSE_METHOD:
             amqp_conn_answer_close(&c->conn, f, why, sizeof(why));
@@ -515,6 +633,11 @@ void consumer_turn(struct consumer *c, uint64_t now)
             open_connection(c);
         return;
     }
+    if (c->ev_sent > c->ev_confirmed && now - c->ev_progress_ms >= EVENT_CONFIRM_MS) {
+        conn_down(c, "a key event went unconfirmed for 5 s: reconnecting, so that its "
+                     "delivery comes back and the event goes out again");
+        return;
+    }
     if (amqp_conn_buffered(&c->conn)) {
         drain(c);
     } else if (!c->as.active && now - c->last_poll_ms >= HEARTBEAT_POLL_MS) {
@@ -526,16 +649,21 @@ void consumer_turn(struct consumer *c, uint64_t now)
 
 void consumer_ack(struct consumer *c, uint32_t gen, uint64_t tag)
 {
-    int r;
+    int i;
 
     if (!c->up || gen != c->gen || tag <= c->acked_tag)
         return;
-    r = amqp_basic_ack(c->conn.st, CONSUMER_CHANNEL, tag, 1);
-    if (r != AMQP_STATUS_OK) {
-        conn_down(c, amqp_error_string2(r));
+    if (c->ev_confirmed >= c->ev_sent && !c->held[0].tag) {
+        send_ack(c, tag);
         return;
     }
-    c->acked_tag = tag;
+    /* Wait for the events sent so far: a slot of its own, or merged into the second. */
+    i = c->held[0].tag ? 1 : 0;
+    if (tag > c->held[i].tag) {
+        c->held[i].tag = tag;
+        c->held[i].need = c->ev_sent;
+    }
+    acks_release(c);
 }
 
 void consumer_reject(struct consumer *c, uint32_t gen, uint64_t tag)

@@ -164,17 +164,25 @@ void engine_forget(struct engine *e, pool_handle h)
 
 /* ---- recent fingerprints (redeliveries) ------------------------------------- */
 
-/* Remember fingerprint fp as route's newest; the oldest goes when the ring is full. */
-void engine_ring_push(struct engine *e, uint16_t route, uint64_t fp)
+/*
+ * Remember fingerprint fp (first taken at `at` ms, 0 = unknown) as route's
+ * newest; the oldest goes when the ring is full.
+ */
+void engine_ring_push(struct engine *e, uint16_t route, uint64_t fp, uint64_t at)
 {
     struct recent_ring *r;
+    uint32_t slot;
 
     if (!e->recent || route >= e->nroutes)
         return;
     r = &e->routes[route].recent;
-    if (!r->fp)
+    if (!r->fp) {
         r->fp = xcalloc(e->recent, sizeof(*r->fp));
-    r->fp[(r->head + r->n) % e->recent] = fp;
+        r->at = xcalloc(e->recent, sizeof(*r->at));
+    }
+    slot = (r->head + r->n) % e->recent;
+    r->fp[slot] = fp;
+    r->at[slot] = at;
     if (r->n < e->recent)
         r->n++;
     else
@@ -184,21 +192,25 @@ void engine_ring_push(struct engine *e, uint16_t route, uint64_t fp)
 void engine_recent_push(struct engine *e, uint16_t route, const struct walrec_add *a)
 {
     if (e->recent && route < e->nroutes)
-        engine_ring_push(e, route, e->fingerprint(a));
+        engine_ring_push(e, route, e->fingerprint(a), a->enqueue_ms);
 }
 
-int eng_seen(struct engine *e, uint16_t route, uint64_t fp)
+int eng_seen(struct engine *e, uint16_t route, uint64_t fp, uint64_t *first_ms)
 {
     struct recent_ring *r;
     uint32_t i;
 
+    if (first_ms)
+        *first_ms = 0;
     if (!e->recent || route >= e->nroutes)
         return 0;
     r = &e->routes[route].recent;
     for (i = 0; i < r->n; i++) {
-        uint64_t *slot = &r->fp[(r->head + i) % e->recent];
-        if (*slot == fp) {
-            *slot = 0; /* consumed: a second identical redelivery is a second message */
+        uint32_t slot = (r->head + i) % e->recent;
+        if (r->fp[slot] == fp) {
+            r->fp[slot] = 0; /* consumed: a second identical redelivery is a second message */
+            if (first_ms)
+                *first_ms = r->at[slot];
             return 1;
         }
     }
@@ -268,8 +280,10 @@ void eng_close(struct engine *e)
     free(e->cix.v);
     keymap_destroy(&e->keys);
     pool_destroy(&e->pool);
-    for (int i = 0; i < e->nroutes; i++)
+    for (int i = 0; i < e->nroutes; i++) {
         free(e->routes[i].recent.fp);
+        free(e->routes[i].recent.at);
+    }
     free(e->routes);
     free(e->rbuf.p);
     free(e->kbuf.p);

@@ -110,7 +110,7 @@ static int ck_load_meta(struct engine *e, const uint8_t *p, size_t n)
         /* The newest min(k, ring size) fingerprints, oldest first. */
         uint32_t skip = e->recent && k > e->recent ? k - e->recent : 0;
         for (uint32_t j = skip; j < k && e->recent && ring; j++)
-            engine_ring_push(e, (uint16_t)i, walrec_get64(q + 8 * j));
+            engine_ring_push(e, (uint16_t)i, walrec_get64(q + 8 * j), 0); /* time unknown */
         q += 8 * (size_t)k;
     }
     e->ck_ring_lsn = walrec_get64(p + 16);

@@ -57,6 +57,7 @@ struct hlist {
 /* The fingerprints of a route's last fresh ADDs (a ring; 0 = used up). */
 struct recent_ring {
     uint64_t *fp;
+    uint64_t *at;   /* enqueue_ms of each, 0 when unknown (loaded from a checkpoint) */
     uint32_t head, n;
 };
 
@@ -195,7 +196,7 @@ void engine_ck_key(struct engine *e, uint64_t id, uint64_t kh);
 /* Read m's record into b and decode it. 0 or a negative code. */
 int engine_read_record(struct engine *e, const struct held *m, struct wlog_buf *b,
                        struct walrec_add *a);
-void engine_ring_push(struct engine *e, uint16_t route, uint64_t fp);
+void engine_ring_push(struct engine *e, uint16_t route, uint64_t fp, uint64_t at);
 /* A fresh ADD's fingerprint onto its route's redelivery ring. */
 void engine_recent_push(struct engine *e, uint16_t route, const struct walrec_add *a);
 /* Cancel h (key hash kh): out of its structure and the key map, id queued for CANCEL. */

@@ -21,7 +21,7 @@ static const char *const known[] = {
     "wal.before_fsync", "wal.fsync_error", "wal.mid_roll", "wal.mid_compaction",
     "wal.ckpt_write_error", "wal.mid_ckpt", "wal.after_ckpt",
     "bridge.before_ack", "bridge.after_publish", "bridge.after_confirm",
-    "publish.passive_403", "repl.lose_message",
+    "publish.passive_403", "repl.lose_message", "keys.event_unconfirmed",
 };
 
 static char armed[64]; /* "" when nothing is armed */

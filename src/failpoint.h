@@ -40,6 +40,12 @@
  *                         configure permission (403); simulated by declaring
  *                         an exchange that does not exist, whose 404 the
  *                         route then reads as that 403
+ *   keys.event_unconfirmed (ERR) consumer_publish_key_event: the N-th key
+ *                         event is lost as a broker loses one: published
+ *                         where nothing is bound (so it keeps its sequence
+ *                         number) and its confirm never counted: the
+ *                         confirm timeout drops the connection and the
+ *                         event goes out again
  * Pure: no broker, no event loop; thread-safe (the count is atomic).
  */
 #ifndef DB_FAILPOINT_H

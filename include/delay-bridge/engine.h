@@ -109,9 +109,10 @@ struct eng_opts {
     struct db_progress *progress; /* optional: recovery progress (eng_open may run on a thread) */
     /*
      * Redeliveries: how many of each route's most recent fresh ADDs to
-     * remember by fingerprint (eng_seen). The bridge sets the largest
-     * prefetch: no more deliveries than that can be unacked on a route, so
-     * no older message can come back redelivered. 0 = none.
+     * remember by fingerprint (eng_seen). At least the largest prefetch (no
+     * more deliveries than that can be unacked on a route); the bridge keeps
+     * max(prefetch, 4096), since an ack lost on a connection the broker had
+     * closed lets a delivery come back later (bridge.c). 0 = none.
      */
     uint32_t recent;
     /* Fingerprint of a record (msgrec_fingerprint); required when recent > 0. */
@@ -222,9 +223,12 @@ size_t eng_unsent_route(struct engine *e, uint16_t route);
  * last `recent` fresh ADD records -- at run time as they are added, and at
  * recovery from the tail of the log, so the memory survives a crash. A hit
  * is consumed (two identical messages, both stored, are two hits). 1 seen:
- * ack it and store nothing; 0 not seen.
+ * ack it and store nothing; 0 not seen. *first_ms (may be NULL) gets the
+ * enqueue time of the logged copy -- when it was first taken, the time its
+ * key event carries -- or 0 when not known (a ring loaded from a
+ * checkpoint keeps fingerprints only).
  */
-int eng_seen(struct engine *e, uint16_t route, uint64_t fp);
+int eng_seen(struct engine *e, uint16_t route, uint64_t fp, uint64_t *first_ms);
 
 /* The state of m (enum eng_state). */
 int eng_state(const struct engine *e, eng_msg m);

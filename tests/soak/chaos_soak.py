@@ -368,9 +368,10 @@ def split_bid(bid):
     return tuple(bid.rsplit("-", 1))
 
 
-# A node crash can lose key events: they are published without confirms on
-# the consumer's channel (README, share_keys: "only a broker crash that loses
-# the event before storing it lets both versions fire"). A superseded version
+# A node crash could lose key events while they were published without
+# confirms; since fix 6 (tests/soak/README.md) they are confirmed before the
+# ack, and only a broker that loses a confirmed event lets both versions
+# fire (README, share_keys). The window is kept: a superseded version
 # delivered is put down to that when the operation that superseded it was
 # published from 1 s before a node kill to NODE_KILL_WINDOW_S after it.
 NODE_KILL_WINDOW_S = 10.0

@@ -968,15 +968,25 @@ static void seen_case(void)
 
     o.log = wal_file_log(&wo); /* "crash" and recover: the memory comes back from the log */
     CHECK(eng_open(&e, &o) == 0);
-    CHECK(eng_seen(e, 0, fp_of("m4")) == 1);
-    CHECK(eng_seen(e, 0, fp_of("m4")) == 1); /* two stored, two redeliveries */
-    CHECK(eng_seen(e, 0, fp_of("m4")) == 0);
-    CHECK(eng_seen(e, 0, fp_of("m3")) == 1);
-    CHECK(eng_seen(e, 0, fp_of("m1")) == 0); /* older than the last 3: cannot be unacked */
-    CHECK(eng_seen(e, 0, fp_of("other")) == 0); /* another route's */
-    CHECK(eng_seen(e, 1, fp_of("other")) == 1);
-    add(e, 0, T0, 1000, "fresh");
-    CHECK(eng_seen(e, 0, fp_of("fresh")) == 1); /* at run time too (a lost connection) */
+    CHECK(eng_seen(e, 0, fp_of("m4"), NULL) == 1);
+    CHECK(eng_seen(e, 0, fp_of("m4"), NULL) == 1); /* two stored, two redeliveries */
+    CHECK(eng_seen(e, 0, fp_of("m4"), NULL) == 0);
+    CHECK(eng_seen(e, 0, fp_of("m3"), NULL) == 1);
+    CHECK(eng_seen(e, 0, fp_of("m1"), NULL) == 0); /* older than the last 3: cannot be unacked */
+    CHECK(eng_seen(e, 0, fp_of("other"), NULL) == 0); /* another route's */
+    CHECK(eng_seen(e, 1, fp_of("other"), NULL) == 1);
+    add(e, 0, T0 + 777, 1000, "fresh");
+    uint64_t first = 0;
+    CHECK(eng_seen(e, 0, fp_of("fresh"), &first) == 1); /* at run time too (a lost connection) */
+    CHECK_U64(first, T0 + 777); /* when it was first taken: the date of its key event */
+    add(e, 0, T0 + 900, 1000, "again");
+    commit(e);
+    eng_close(e);
+
+    o.log = wal_file_log(&wo); /* rebuilt from the log: the times come back too */
+    CHECK(eng_open(&e, &o) == 0);
+    CHECK(eng_seen(e, 0, fp_of("again"), &first) == 1);
+    CHECK_U64(first, T0 + 900);
     eng_close(e);
     rm_dir();
 }
