@@ -186,6 +186,9 @@ static json_object *route_json(const struct db_route_stats *r)
     add_u64(o, "oldest_due_ms", r->oldest_due_ms);
     add(o, "oldest_due", jtime(r->oldest_due_ms));
     add(o, "channel_open", json_object_new_boolean(r->channel_open != 0));
+    if (r->stream_offset >= -1) /* a stream ingress; null: reading from the first */
+        add(o, "stream_offset",
+            r->stream_offset >= 0 ? json_object_new_int64(r->stream_offset) : NULL);
     add(o, "lateness", hist_summary(&r->lateness));
     return o;
 }

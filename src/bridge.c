@@ -36,6 +36,13 @@
  *               shutdown_timeout_ms for outstanding confirms, commit their
  *               DONE records, close, exit 0. A second signal cuts the wait.
  *
+ * A stream ingress. A route whose ingress queue is a stream is read from
+ * a place (consumer.h), not acked away: the place each commit covers is
+ * taken with the commit's ack tag (commit_and_ack) and written to the
+ * route's place file (ingress_off.h) once the commit is durable, where a
+ * classic queue would be acked. A restart reads the file and consumes
+ * from there, so nothing read past is missing from the log.
+ *
  * Start. The HTTP endpoint and the signal handlers come up at once; the
  * engine recovers the held set from the log on a thread of its own (it
  * touches nothing the loop uses), so /healthz answers and /readyz says
@@ -70,6 +77,7 @@
 #include "delay-bridge/consumer.h"
 #include "delay-bridge/engine.h"
 #include "http.h"
+#include "ingress_off.h"
 #include "log.h"
 #include "delay-bridge/msgrec.h"
 #include "delay-bridge/publisher.h"
@@ -93,6 +101,27 @@ void bridge_fatal(struct bridge *b, const char *what, int err)
 
 /* ---- commit and ack ------------------------------------------------------------ */
 
+/* Stream ingresses: the places a durable commit covers, to their files. */
+static void store_places(struct bridge *b, const int64_t *next)
+{
+    int r;
+
+    for (int i = 0; b->ioff && i < b->cfg->nroutes; i++)
+        if ((r = ingress_off_store(&b->ioff[i], next[i])) < 0) {
+            log_error("bridge", "cannot write a stream ingress's place", "file=\"%s\" error=\"%s\"",
+                      b->ioff[i].path, strerror(-r));
+            bridge_fatal(b, "stream ingress place", r);
+            return;
+        }
+}
+
+/* The place of each stream ingress now: everything before it is appended. */
+static void take_places(struct bridge *b, int64_t *next)
+{
+    for (int i = 0; b->ioff && i < b->cfg->nroutes; i++)
+        next[i] = b->ioff[i].fd >= 0 ? consumer_stream_next(b->cons, i) : -1;
+}
+
 static void on_committed(void *arg, int err)
 {
     struct bridge *b = arg;
@@ -100,6 +129,11 @@ static void on_committed(void *arg, int err)
     if (err < 0) {
         bridge_fatal(b, "WAL commit", err);
         return;
+    }
+    if (b->ioff) {
+        store_places(b, b->commit_next);
+        if (b->exit_code)
+            return;
     }
     if (b->disk_full) {
         b->disk_full = 0;
@@ -124,6 +158,11 @@ static void commit_and_ack(struct bridge *b)
     if (b->exit_code || eng_committing(b->eng))
         return;
     if (!eng_dirty(b->eng)) {
+        /* Everything appended is durable: the acks, and the places, may go out. */
+        if (b->ioff) {
+            take_places(b, b->commit_next);
+            store_places(b, b->commit_next);
+        }
         consumer_ack(b->cons, b->logged_gen, b->logged_tag);
         return;
     }
@@ -131,6 +170,7 @@ static void commit_and_ack(struct bridge *b)
         return;
     b->commit_gen = b->logged_gen;
     b->commit_tag = b->logged_tag;
+    take_places(b, b->commit_next);
     r = eng_commit(b->eng, on_committed, b);
     if (r == -ENOSPC || r == -EDQUOT) {
         /*
@@ -185,11 +225,17 @@ static void on_delivery(void *arg, const struct delivery *d)
     if (d->too_big) {
         /* Rejected now, before any later multiple-ack could cover its tag. */
         n->rejected++;
-        log_error("consume", "message larger than wal.max_message_bytes rejected",
-                  "route=%s bytes=%" PRIu64 " limit=%u action=\"basic.reject, requeue=false: "
-                  "dead-lettered if the ingress queue has a dead-letter exchange\"",
-                  rc->name, d->body_size, b->cfg->max_message_bytes);
-        consumer_reject(b->cons, d->gen, d->tag);
+        if (rc->queue_type == QUEUE_STREAM)
+            log_error("consume", "message larger than wal.max_message_bytes skipped",
+                      "route=%s bytes=%" PRIu64 " limit=%u offset=%" PRId64 " action=\"not "
+                      "logged; it stays in the stream until retention removes it\"",
+                      rc->name, d->body_size, b->cfg->max_message_bytes, d->stream_offset);
+        else
+            log_error("consume", "message larger than wal.max_message_bytes rejected",
+                      "route=%s bytes=%" PRIu64 " limit=%u action=\"basic.reject, requeue=false: "
+                      "dead-lettered if the ingress queue has a dead-letter exchange\"",
+                      rc->name, d->body_size, b->cfg->max_message_bytes);
+        consumer_reject(b->cons, d->route, d->gen, d->tag);
         return;
     }
     if (d->key_event) {
@@ -567,6 +613,43 @@ static void on_log_ready(struct ev_loop *loop, ev_async *w, int revents)
         eng_poll(b->eng);
 }
 
+/*
+ * Stream ingresses: each route's place file, opened beside the log once the
+ * log is ours (its lock held). A corrupt one stops the start: guessing a
+ * place would lose messages or fire them twice.
+ */
+static int open_places(struct bridge *b)
+{
+    char err[4608];
+    int i, r;
+
+    for (i = 0; i < b->cfg->nroutes && b->cfg->routes[i].queue_type != QUEUE_STREAM; i++)
+        ;
+    if (i == b->cfg->nroutes)
+        return 0;
+    b->ioff = xcalloc((size_t)b->cfg->nroutes, sizeof(*b->ioff));
+    b->stream_next = xcalloc((size_t)b->cfg->nroutes, sizeof(*b->stream_next));
+    b->commit_next = xcalloc((size_t)b->cfg->nroutes, sizeof(*b->commit_next));
+    for (i = 0; i < b->cfg->nroutes; i++) {
+        b->ioff[i].fd = -1;
+        b->stream_next[i] = b->commit_next[i] = -1;
+    }
+    for (i = 0; i < b->cfg->nroutes; i++) {
+        const struct config_route *rc = &b->cfg->routes[i];
+        if (rc->queue_type != QUEUE_STREAM)
+            continue;
+        r = ingress_off_open(&b->ioff[i], b->cfg->wal_dir, rc->name, &b->stream_next[i], err,
+                             sizeof(err));
+        if (r < 0) {
+            log_error("bridge", "cannot read a stream ingress's place", "route=%s error=\"%s\"",
+                      rc->name, err);
+            return -1;
+        }
+        b->commit_next[i] = b->stream_next[i];
+    }
+    return 0;
+}
+
 static void on_recovered(struct ev_loop *loop, ev_async *w, int revents)
 {
     struct bridge *b = w->data;
@@ -608,9 +691,16 @@ static void on_recovered(struct ev_loop *loop, ev_async *w, int revents)
         ev_break(loop, EVBREAK_ALL);
         return;
     }
+    if (open_places(b) < 0) {
+        b->exit_code = EXIT_WAL;
+        ev_break(loop, EVBREAK_ALL);
+        return;
+    }
     co.arg = b;
     po.arg = b;
     b->cons = consumer_new(loop, b->cfg, &co);
+    for (int i = 0; b->ioff && i < b->cfg->nroutes; i++)
+        consumer_set_stream_next(b->cons, i, b->stream_next[i]);
     b->pub = publisher_new(loop, b->cfg, &po);
 }
 
@@ -727,6 +817,11 @@ void bridge_free(struct bridge *b)
     ev_timer_stop(b->loop, &b->wake);
     ev_signal_stop(b->loop, &b->sigterm);
     ev_signal_stop(b->loop, &b->sigint);
+    for (int i = 0; b->ioff && i < b->cfg->nroutes; i++)
+        ingress_off_close(&b->ioff[i]); /* synced: a clean stop reads nothing twice */
+    free(b->ioff);
+    free(b->stream_next);
+    free(b->commit_next);
     free(b->counts);
     free(b->snap);
     eng_close(b->eng);

@@ -57,6 +57,14 @@ struct bridge {
     /* The last delivery appended, and the last one the running commit covers. */
     uint32_t logged_gen, commit_gen;
     uint64_t logged_tag, commit_tag;
+    /*
+     * Stream ingresses (queue_type "stream"): each route's place file
+     * (ingress_off.h; fd -1 for other routes), and the place each running
+     * commit covers, written to the file once the commit is durable.
+     * NULL when no route reads a stream.
+     */
+    struct ingress_off *ioff;
+    int64_t *stream_next, *commit_next;
 
 
     ev_prepare prepare;

@@ -149,6 +149,9 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
         r->key_events_received = n->key_events_received;
         r->key_events_applied = n->key_events_applied;
         r->dead_lettered = n->dead_lettered;
+        r->stream_offset = b->cfg->routes[i].queue_type != QUEUE_STREAM ? -2
+                           : b->cons ? consumer_stream_next(b->cons, i)
+                                     : b->stream_next ? b->stream_next[i] : -1;
         if (b->pub)
             publisher_route_stats(b->pub, i, r);
         memset(&ers, 0, sizeof(ers));

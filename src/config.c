@@ -460,7 +460,7 @@ static int parse_route(struct ctx *x, struct config_route *r, json_object *o, in
         "name", "ingress_exchange", "ingress_queue", "target_exchange", "queue_type",
         "declare_target", "target_type", "prefetch", "max_inflight", "max_delay_ms",
         "invalid_delay", "dead_letter_exchange", "unroutable_exchange",
-        "single_active_consumer", "share_keys", NULL
+        "single_active_consumer", "share_keys", "stream_max_age", "stream_max_mb", NULL
     };
     char pre[32], path[64], got[96], q[96];
     snprintf(pre, sizeof pre, "routes[%d]", idx);
@@ -496,12 +496,13 @@ static int parse_route(struct ctx *x, struct config_route *r, json_object *o, in
     if (cfg_get_str(x, o, pre, "target_exchange", REQUIRED, r->target_exchange, CONFIG_NAME_MAX) < 0)
         return -1;
 
-    static const char *const queue_types[] = { "classic", "quorum", NULL };
+    static const char *const queue_types[] = { "classic", "quorum", "stream", NULL };
     int choice = -1;
-    if (cfg_get_choice(x, o, pre, "queue_type", queue_types, "\"classic\" or \"quorum\"", &choice) < 0)
+    if (cfg_get_choice(x, o, pre, "queue_type", queue_types,
+                       "\"classic\", \"quorum\" or \"stream\"", &choice) < 0)
         return -1;
     if (choice >= 0)
-        r->queue_type = choice == 0 ? QUEUE_CLASSIC : QUEUE_QUORUM;
+        r->queue_type = choice == 0 ? QUEUE_CLASSIC : choice == 1 ? QUEUE_QUORUM : QUEUE_STREAM;
 
     if (cfg_get_bool(x, o, pre, "declare_target", &r->declare_target) < 0)
         return -1;
@@ -510,6 +511,8 @@ static int parse_route(struct ctx *x, struct config_route *r, json_object *o, in
         return -1;
     r->share_keys = 0;
     if (cfg_get_bool(x, o, pre, "share_keys", &r->share_keys) < 0)
+        return -1;
+    if (cfg_parse_route_stream(x, r, o, pre) < 0)
         return -1;
 
     static const char *const types[] = { "direct", "topic", "fanout", "headers", NULL };
@@ -738,7 +741,8 @@ int config_parse(struct config *c, const char *json, const char *name, char *err
             goto cleanup;
         }
     if (parse_replicate(&x, c, root) < 0 || parse_routes(&x, c, root) < 0 ||
-        cfg_check_repl_routes(&x, c) < 0 || cfg_check_share_keys(&x, c) < 0)
+        cfg_check_repl_routes(&x, c) < 0 || cfg_check_share_keys(&x, c) < 0 ||
+        cfg_check_stream_routes(&x, c) < 0)
         goto cleanup;
     rc = 0;
 

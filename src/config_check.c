@@ -352,3 +352,77 @@ int config_check_wal_dir(const struct config *c, const char *name, char *err, si
     }
     return 0;
 }
+
+/*
+ * routes[].queue_type "stream" and its retention keys. A stream ingress
+ * is read by one reader that keeps its own place (README, "A stream
+ * ingress"): every consumer of a stream sees every message, so the
+ * keys that assume competing consumers on one queue are refused --
+ * single_active_consumer (a stream's single active consumer needs the
+ * stream protocol), share_keys (bridges sharing the route would each
+ * hold every message) -- and so is wal.replicate (cfg_check_stream_routes:
+ * the place read is kept beside the log, not in it, so a standby taking
+ * the log over would not know it). The retention keys are refused on
+ * other queue types, where they would silently do nothing.
+ */
+int cfg_parse_route_stream(struct ctx *x, struct config_route *r, json_object *o,
+                           const char *pre)
+{
+    char path[64], got[96];
+    json_object *v;
+    uint64_t u = 0, age_s;
+    int has_age = json_object_object_get_ex(o, "stream_max_age", &v);
+
+    snprintf(r->stream_max_age, sizeof r->stream_max_age, "7D");
+    r->stream_max_bytes = 0;
+    if (r->queue_type != QUEUE_STREAM) {
+        const char *k = has_age ? "stream_max_age"
+                        : json_object_object_get_ex(o, "stream_max_mb", NULL) ? "stream_max_mb"
+                                                                               : NULL;
+        if (!k)
+            return 0;
+        snprintf(path, sizeof path, "%s.%s", pre, k);
+        return cfg_fail(x, path, "only for queue_type \"stream\"; remove it, or set queue_type");
+    }
+    if (has_age) {
+        const char *s = json_object_get_string(v);
+        snprintf(path, sizeof path, "%s.stream_max_age", pre);
+        if (json_object_get_type(v) != json_type_string ||
+            strlen(s) != (size_t)json_object_get_string_len(v) ||
+            cfg_parse_max_age(s, &age_s) < 0)
+            return cfg_fail(x, path, "expected 1..9 digits and a unit Y, M, D, h, m or s "
+                        "(RabbitMQ's x-max-age, e.g. \"7D\"), got %s", cfg_show(v, got, sizeof got));
+        memcpy(r->stream_max_age, s, strlen(s) + 1); /* at most 10 bytes */
+    }
+    if (cfg_get_int(x, o, pre, "stream_max_mb", 0, 16777216, &u) < 0)
+        return -1;
+    r->stream_max_bytes = u << 20;
+    snprintf(path, sizeof path, "%s.queue_type", pre);
+    if (r->single_active_consumer)
+        return cfg_fail(x, path, "\"stream\" cannot be combined with single_active_consumer: "
+                    "a stream has no single active consumer over AMQP 0.9.1; run one bridge "
+                    "per stream route, or use \"quorum\"");
+    if (r->share_keys)
+        return cfg_fail(x, path, "\"stream\" cannot be combined with share_keys: every reader "
+                    "of a stream gets every message, so bridges sharing the route would each "
+                    "hold and fire all of them; use \"classic\" or \"quorum\"");
+    return 0;
+}
+
+/* A stream ingress keeps its place beside the log, which wal.replicate does not carry. */
+int cfg_check_stream_routes(struct ctx *x, const struct config *c)
+{
+    char path[64];
+
+    if (!c->repl.enabled)
+        return 0;
+    for (int i = 0; i < c->nroutes; i++) {
+        if (c->routes[i].queue_type != QUEUE_STREAM)
+            continue;
+        snprintf(path, sizeof path, "routes[%d].queue_type", i);
+        return cfg_fail(x, path, "\"stream\" cannot be combined with wal.replicate: the place "
+                    "read in the stream is kept beside the log, and a standby taking the log "
+                    "over would not have it; use \"classic\" or \"quorum\"");
+    }
+    return 0;
+}

@@ -139,6 +139,10 @@ int cfg_check_loops(struct ctx *x, const struct config *c, const int *next, int 
  * name is required, and both names must still be AMQP short strings.
  */
 int cfg_check_share_keys(struct ctx *x, const struct config *c);
+/* routes[].queue_type "stream": its retention keys and what it cannot go with. */
+int cfg_parse_route_stream(struct ctx *x, struct config_route *r, json_object *o,
+                           const char *pre);
+int cfg_check_stream_routes(struct ctx *x, const struct config *c);
 
 /* uri carries a password of its own: amqp[s]://user:PASSWORD@host... */
 int cfg_uri_has_password(const char *uri);

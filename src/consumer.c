@@ -28,6 +28,12 @@
  * forwarded, so a redelivery looks like the original). The key events the
  * owner sends (routes[].share_keys, bridge_keys.c) are encoded here too.
  *
+ * A stream ingress (consumer.h) is consumed from stream_next[route]: the
+ * broker's x-stream-offset header of each delivery is read in finish(),
+ * deliveries below the place are acked one by one as credit and dropped
+ * (a stream starts at the chunk that holds the place asked for), and the
+ * header is neither stored nor forwarded, like x-delivery-count.
+ *
  * Key events go out on a channel of their own in confirm mode
  * (EVENTS_CHANNEL), and no ingress ack leaves before every event sent
  * before it is confirmed: an event the broker did not store (a quorum
@@ -113,6 +119,7 @@ struct consumer {
     size_t props_cap;
     amqp_table_entry_t *hdr_scratch; /* headers without the broker's x-delivery-count */
     size_t hdr_cap;
+    int64_t *stream_next; /* per route: a stream ingress's next offset, -1 = first */
 };
 
 static void on_io(struct ev_loop *loop, ev_io *w, int revents);
@@ -151,21 +158,50 @@ static amqp_bytes_t ingress_tag(const struct config_route *rc, char *buf, size_t
     return amqp_cstring_bytes(buf);
 }
 
-/* basic.consume of the route's ingress queue. */
+/* basic.consume of the route's ingress queue; a stream from the route's place. */
 static int consume_ingress(struct consumer *c, const struct config_route *rc, char *err,
                            size_t len)
 {
     char tag[300];
+    amqp_table_entry_t arg;
+    amqp_table_t args = {0, &arg};
+    int route = (int)(rc - c->cfg->routes);
 
+    if (rc->queue_type == QUEUE_STREAM) {
+        int64_t next = c->stream_next[route];
+        arg.key = amqp_cstring_bytes("x-stream-offset");
+        if (next < 0) {
+            arg.value.kind = AMQP_FIELD_KIND_UTF8;
+            arg.value.value.bytes = amqp_cstring_bytes("first");
+        } else {
+            arg.value.kind = AMQP_FIELD_KIND_I64;
+            arg.value.value.i64 = next;
+        }
+        args.num_entries = 1;
+        if (next < 0)
+            log_info("consume", "reading the stream ingress from its first message",
+                     "route=%s queue=\"%s\"", rc->name, rc->ingress_queue);
+        else
+            log_info("consume", "reading the stream ingress", "route=%s queue=\"%s\" from=%" PRId64,
+                     rc->name, rc->ingress_queue, next);
+    }
     amqp_basic_consume(c->conn.st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_queue),
-                       ingress_tag(rc, tag, sizeof(tag)), 0, 0, 0, amqp_empty_table);
+                       ingress_tag(rc, tag, sizeof(tag)), 0, 0, 0, args);
     return amqp_conn_check(&c->conn, "basic.consume", err, len);
+}
+
+static void arg_str(amqp_table_t *t, const char *k, const char *v)
+{
+    amqp_table_entry_t *e = &t->entries[t->num_entries++];
+    e->key = amqp_cstring_bytes(k);
+    e->value.kind = AMQP_FIELD_KIND_UTF8;
+    e->value.value.bytes = amqp_cstring_bytes(v);
 }
 
 static int declare_route(struct consumer *c, const struct config_route *rc, char *err, size_t len)
 {
     amqp_connection_state_t st = c->conn.st;
-    amqp_table_entry_t qarg[2];
+    amqp_table_entry_t qarg[4];
     amqp_table_t qargs = {0, qarg};
     char tag[300];
 
@@ -173,10 +209,16 @@ static int declare_route(struct consumer *c, const struct config_route *rc, char
                           amqp_cstring_bytes("fanout"), 0, 1, 0, 0, amqp_empty_table);
     if (amqp_conn_check(&c->conn, "declare ingress exchange", err, len) < 0)
         return -1;
-    if (rc->queue_type == QUEUE_QUORUM) {
-        qarg[qargs.num_entries].key = amqp_cstring_bytes("x-queue-type");
-        qarg[qargs.num_entries].value.kind = AMQP_FIELD_KIND_UTF8;
-        qarg[qargs.num_entries++].value.value.bytes = amqp_cstring_bytes("quorum");
+    if (rc->queue_type == QUEUE_QUORUM)
+        arg_str(&qargs, "x-queue-type", "quorum");
+    if (rc->queue_type == QUEUE_STREAM) {
+        arg_str(&qargs, "x-queue-type", "stream");
+        arg_str(&qargs, "x-max-age", rc->stream_max_age);
+        if (rc->stream_max_bytes) {
+            qarg[qargs.num_entries].key = amqp_cstring_bytes("x-max-length-bytes");
+            qarg[qargs.num_entries].value.kind = AMQP_FIELD_KIND_I64;
+            qarg[qargs.num_entries++].value.value.i64 = (int64_t)rc->stream_max_bytes;
+        }
     }
     if (rc->single_active_consumer) {
         /* One bridge at a time gets the route's messages; the others wait their turn. */
@@ -212,12 +254,8 @@ static int declare_route(struct consumer *c, const struct config_route *rc, char
         if (amqp_conn_check(&c->conn, "declare the key-event exchange", err, len) < 0)
             return -1;
         qargs.num_entries = 0;
-        if (rc->queue_type == QUEUE_QUORUM) {
-            qarg[0].key = amqp_cstring_bytes("x-queue-type");
-            qarg[0].value.kind = AMQP_FIELD_KIND_UTF8;
-            qarg[0].value.value.bytes = amqp_cstring_bytes("quorum");
-            qargs.num_entries = 1;
-        }
+        if (rc->queue_type == QUEUE_QUORUM)
+            arg_str(&qargs, "x-queue-type", "quorum");
         amqp_queue_declare(st, CONSUMER_CHANNEL, amqp_cstring_bytes(q), 0, 1, 0, 0, qargs);
         if (amqp_conn_check(&c->conn, "declare the key-event queue", err, len) < 0)
             return -1;
@@ -485,7 +523,9 @@ static void read_headers(struct consumer *c, struct delivery *d,
         }
         for (int i = 0; i < h->num_entries; i++)
             if (!(h->entries[i].key.len == 16 &&
-                  memcmp(h->entries[i].key.bytes, "x-delivery-count", 16) == 0))
+                  memcmp(h->entries[i].key.bytes, "x-delivery-count", 16) == 0) &&
+                !(d->stream_offset >= 0 && h->entries[i].key.len == 15 &&
+                  memcmp(h->entries[i].key.bytes, "x-stream-offset", 15) == 0))
                 c->hdr_scratch[k++] = h->entries[i];
         out.headers.entries = c->hdr_scratch;
         out.headers.num_entries = k;
@@ -497,8 +537,26 @@ static void read_headers(struct consumer *c, struct delivery *d,
 static void finish(struct consumer *c)
 {
     struct assembly *a = &c->as;
+    const amqp_basic_properties_t *p = a->props ? a->props : &c->no_props;
 
     a->active = 0;
+    a->d.stream_offset = -1;
+    if (!a->d.key_event && c->cfg->routes[a->d.route].queue_type == QUEUE_STREAM) {
+        int64_t off;
+        int64_t *next = &c->stream_next[a->d.route];
+        if (header_i64(p->_flags & AMQP_BASIC_HEADERS_FLAG ? &p->headers : NULL,
+                       "x-stream-offset", &off) && off >= 0) {
+            if (*next >= 0 && off < *next) {
+                /* Before the place (the chunk's start, or read again): credit, not a message. */
+                int r = amqp_basic_ack(c->conn.st, CONSUMER_CHANNEL, a->d.tag, 0);
+                if (r != AMQP_STATUS_OK)
+                    conn_down(c, amqp_error_string2(r));
+                return;
+            }
+            a->d.stream_offset = off;
+            *next = off + 1;
+        }
+    }
     a->d.body = a->d.too_big ? NULL : a->body;
     if (!a->d.too_big)
         read_headers(c, &a->d, a->props ? a->props : &c->no_props);
@@ -608,6 +666,9 @@ struct consumer *consumer_new(struct ev_loop *loop, const struct config *cfg,
     c->cfg = cfg;
     c->ops = *ops;
     c->conn.fd = -1;
+    c->stream_next = xmalloc((size_t)cfg->nroutes * sizeof(*c->stream_next));
+    for (int i = 0; i < cfg->nroutes; i++)
+        c->stream_next[i] = -1;
     backoff_init(&c->bo, cfg->reconnect_min_ms, cfg->reconnect_max_ms, 30000,
                  clock_mono_ns() | 1);
     return c;
@@ -621,6 +682,7 @@ void consumer_free(struct consumer *c)
     free(c->as.body);
     free(c->props_buf);
     free(c->hdr_scratch);
+    free(c->stream_next);
     free(c);
 }
 
@@ -666,13 +728,16 @@ void consumer_ack(struct consumer *c, uint32_t gen, uint64_t tag)
     acks_release(c);
 }
 
-void consumer_reject(struct consumer *c, uint32_t gen, uint64_t tag)
+void consumer_reject(struct consumer *c, int route, uint32_t gen, uint64_t tag)
 {
     int r;
 
     if (!c->up || gen != c->gen)
         return;
-    r = amqp_basic_reject(c->conn.st, CONSUMER_CHANNEL, tag, 0);
+    if (c->cfg->routes[route].queue_type == QUEUE_STREAM) /* no reject: credit, skipped */
+        r = amqp_basic_ack(c->conn.st, CONSUMER_CHANNEL, tag, 0);
+    else
+        r = amqp_basic_reject(c->conn.st, CONSUMER_CHANNEL, tag, 0);
     if (r != AMQP_STATUS_OK)
         conn_down(c, amqp_error_string2(r));
 }
@@ -769,6 +834,16 @@ void consumer_abort(struct consumer *c)
 {
     c->stopped = 1;
     close_connection(c, 0);
+}
+
+void consumer_set_stream_next(struct consumer *c, int route, int64_t next)
+{
+    c->stream_next[route] = next;
+}
+
+int64_t consumer_stream_next(const struct consumer *c, int route)
+{
+    return c->stream_next[route];
 }
 
 int consumer_up(const struct consumer *c)

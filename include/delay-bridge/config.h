@@ -22,7 +22,7 @@
 
 #define CONFIG_TLS_DEFAULT_CA_FILE "/etc/ssl/certs/ca-certificates.crt"
 
-enum queue_type { QUEUE_CLASSIC, QUEUE_QUORUM };
+enum queue_type { QUEUE_CLASSIC, QUEUE_QUORUM, QUEUE_STREAM };
 
 /*
  * broker.tls: used for amqps:// URIs only (accepted, and ignored, with
@@ -47,7 +47,11 @@ struct config_route {
     char ingress_exchange[CONFIG_NAME_MAX + 1]; /* required */
     char ingress_queue[CONFIG_NAME_MAX + 1];    /* required */
     char target_exchange[CONFIG_NAME_MAX + 1];  /* required; "" (default exchange) allowed */
-    enum queue_type queue_type;                 /* "queue_type": "classic" (default) | "quorum" */
+    enum queue_type queue_type;                 /* "queue_type": "classic" (default) | "quorum"
+                                                   | "stream" (README, "A stream ingress") */
+    char stream_max_age[16];                    /* "stream_max_age": "7D" -> x-max-age (stream only) */
+    uint64_t stream_max_bytes;                  /* "stream_max_mb": 0 (no limit) -> x-max-length-bytes,
+                                                   in bytes (stream only) */
     int single_active_consumer;                 /* "single_active_consumer": false; true: one
                                                    bridge consumes the ingress queue at a time,
                                                    the others stand by (keys stay with one) */

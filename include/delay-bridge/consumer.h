@@ -12,6 +12,17 @@
  * connection's generation, and an ack or reject for an older generation is
  * dropped (those deliveries went back to their queue when it closed).
  *
+ * A stream ingress (queue_type "stream") differs in three ways. It is
+ * consumed from a place, not a queue's head: consumer_set_stream_next()
+ * says where before the first connect, and every (re)consume starts at the
+ * offset after the last delivery handed over (deliveries below it, which a
+ * stream sends from the start of the chunk holding the place, are acked as
+ * credit and never handed over). Acks are credit only: the stream keeps
+ * its messages until retention removes them; where the bridge is, is its
+ * own business (consumer_stream_next(), kept by the owner beside the log).
+ * And nothing can be rejected: consumer_reject() of a stream delivery acks
+ * it (it stays in the stream, skipped).
+ *
  * Not thread-safe; it runs on the owner's libev loop and owns one ev_io.
  */
 #ifndef DB_CONSUMER_H
@@ -41,6 +52,8 @@ struct delivery {
     const uint8_t *body;                  /* NULL when too_big */
     uint64_t body_size;
     int too_big;                          /* body_size > wal.max_message_bytes: not kept */
+    int64_t stream_offset;                /* a stream ingress: the message's offset (from the
+                                             broker's x-stream-offset header); else -1 */
 
     /*
      * What the AMQP headers say, read here so that the owner sees no
@@ -87,8 +100,20 @@ void consumer_turn(struct consumer *c, uint64_t now);
 
 /* Ack every delivery of generation gen up to and including tag (basic.ack multiple). */
 void consumer_ack(struct consumer *c, uint32_t gen, uint64_t tag);
-/* Reject one delivery without requeue (dead-lettered by the queue's own policy, if any). */
-void consumer_reject(struct consumer *c, uint32_t gen, uint64_t tag);
+/*
+ * Reject one delivery of route without requeue (dead-lettered by the queue's
+ * own policy, if any). A stream cannot reject: the delivery is acked (credit)
+ * and stays in the stream, skipped.
+ */
+void consumer_reject(struct consumer *c, int route, uint32_t gen, uint64_t tag);
+
+/*
+ * A stream ingress's place: the offset the next consume of route starts at
+ * (-1: the stream's first retained message). Set it before the first
+ * connect; it moves past every delivery handed over.
+ */
+void consumer_set_stream_next(struct consumer *c, int route, int64_t next);
+int64_t consumer_stream_next(const struct consumer *c, int route);
 
 /*
  * Stop consuming (a drain): close the connection politely -- unacked

@@ -94,6 +94,9 @@ struct db_route_stats {
     uint64_t pending;  /* waiting + due + inflight (+ not yet durable) */
     uint64_t oldest_due_ms; /* due time of the route's oldest due, unpublished message; 0 = none */
 
+    int64_t stream_offset;  /* queue_type "stream": the next offset read (all below are in
+                               the log or its running commit); -1 = from the first; other
+                               queue types: -2, not shown */
     int channel_open;       /* the route's publish channel is open */
     struct db_hist lateness; /* confirm time minus due time, seconds */
 };

@@ -693,9 +693,50 @@ static void test_routes(void)
         "routes[0].target_type: expected \"direct\", \"topic\", \"fanout\" or \"headers\", got "
         "\"x-delayed-message\"");
     ERR(CFG(ROUTE(",\"target_type\":1")), "routes[0].target_type: expected a string, got 1");
-    ERR(CFG(ROUTE(",\"queue_type\":\"stream\"")),
-        "routes[0].queue_type: expected \"classic\" or \"quorum\", got \"stream\"");
+    ERR(CFG(ROUTE(",\"queue_type\":\"lazy\"")),
+        "routes[0].queue_type: expected \"classic\", \"quorum\" or \"stream\", got \"lazy\"");
     ERR(CFG(ROUTE(",\"queue_type\":\"Quorum\"")), "routes[0].queue_type:");
+
+    /* a stream ingress: its retention, and what it cannot go with */
+    {
+        struct config st;
+        if (OK(CFG(ROUTE(",\"queue_type\":\"stream\"")), &st) == 0) {
+            CHECK(st.routes[0].queue_type == QUEUE_STREAM);
+            CHECK(strcmp(st.routes[0].stream_max_age, "7D") == 0);
+            CHECK(st.routes[0].stream_max_bytes == 0);
+            config_free(&st);
+        }
+        if (OK(CFG(ROUTE(",\"queue_type\":\"stream\",\"stream_max_age\":\"36h\","
+                         "\"stream_max_mb\":2048")), &st) == 0) {
+            CHECK(strcmp(st.routes[0].stream_max_age, "36h") == 0);
+            CHECK(st.routes[0].stream_max_bytes == 2048ull << 20);
+            config_free(&st);
+        }
+        if (OK(CFG(ROUTE(",\"queue_type\":\"quorum\"")), &st) == 0) {
+            CHECK(st.routes[0].queue_type == QUEUE_QUORUM);
+            config_free(&st);
+        }
+    }
+    ERR(CFG(ROUTE(",\"stream_max_age\":\"7D\"")),
+        "routes[0].stream_max_age: only for queue_type \"stream\"");
+    ERR(CFG(ROUTE(",\"queue_type\":\"quorum\",\"stream_max_mb\":10")),
+        "routes[0].stream_max_mb: only for queue_type \"stream\"");
+    ERR(CFG(ROUTE(",\"queue_type\":\"stream\",\"stream_max_age\":\"7days\"")),
+        "routes[0].stream_max_age: expected 1..9 digits and a unit");
+    ERR(CFG(ROUTE(",\"queue_type\":\"stream\",\"stream_max_age\":7")),
+        "routes[0].stream_max_age: expected 1..9 digits and a unit");
+    ERR(CFG(ROUTE(",\"queue_type\":\"stream\",\"stream_max_mb\":-1")),
+        "routes[0].stream_max_mb:");
+    ERR2(CFG(ROUTE(",\"queue_type\":\"stream\",\"single_active_consumer\":true")),
+         "routes[0].queue_type: \"stream\" cannot be combined with single_active_consumer",
+         "one bridge per stream route");
+    ERR2(CFGX(",\"instance\":\"eu-1\"", ROUTE(",\"queue_type\":\"stream\",\"share_keys\":true")),
+         "routes[0].queue_type: \"stream\" cannot be combined with share_keys",
+         "every reader of a stream gets every message");
+    ERR2("{" BROKER ",\"wal\":{\"dir\":\"/w\",\"replicate\":{}},\"routes\":[" ROUTE("")
+         "," ROUTE2(",\"queue_type\":\"stream\"") "]}",
+         "routes[1].queue_type: \"stream\" cannot be combined with wal.replicate",
+         "a standby taking the log over would not have it");
     ERR(CFG(ROUTE(",\"declare_target\":\"yes\"")),
         "routes[0].declare_target: expected true or false, got \"yes\"");
     ERR(CFG(ROUTE(",\"declare_target\":0")), "routes[0].declare_target: expected true or false, got 0");
