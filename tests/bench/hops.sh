@@ -42,6 +42,8 @@
 #              default from RabbitMQ 3.13; the only kind from 4.0)
 #   quorum     the route's ingress queue is a quorum queue (one node)
 #   cqv2q      both: a quorum ingress, every classic queue version 2
+#   stream     the route's ingress is a stream (queue_type "stream")
+#   cqv2s      a stream ingress, every classic queue version 2
 #   prefetch   the route's prefetch 5000 instead of 1000
 #   window     the route's max_inflight 5000 instead of 1000
 #   NAME=JSON  any other route keys, e.g. 'p200={"prefetch": 200}'
@@ -149,6 +151,8 @@ run_variant() {
     cqv2) conf="classic_queue.default_version = 2" ;;
     quorum) route_extra=', "queue_type": "quorum"' ;;
     cqv2q) conf="classic_queue.default_version = 2"; route_extra=', "queue_type": "quorum"' ;;
+    stream) route_extra=', "queue_type": "stream"' ;;
+    cqv2s) conf="classic_queue.default_version = 2"; route_extra=', "queue_type": "stream"' ;;
     prefetch) route_extra=', "prefetch": 5000' ;;
     window) route_extra=', "max_inflight": 5000' ;;
     *=*) route_extra=", $(jq -c . <<<"${name#*=}" | sed 's/^{//; s/}$//')"; name=${name%%=*} ;;

@@ -26,6 +26,13 @@
 # Broker: its own RabbitMQ via tests/integration/rabbitmq.sh, fresh state,
 #   127.0.0.1:${BENCH_PORT:-5695} (distribution port ${BENCH_DIST_PORT:-25695}),
 #   state in ${BENCH_BROKER_DIR:-$BUILD_DIR/bench-rabbitmq}; stopped at the end.
+# Route: BENCH_ROUTE, a JSON object of route keys added to the bridge's one
+#   route, e.g. BENCH_ROUTE='{"queue_type": "stream"}' for a stream ingress.
+#   With a stream ingress every bridge of the run (steady, replicate's off
+#   side, hold) gets an ingress exchange and stream of its own, named after
+#   its WAL directory: a new WAL reads a stream from its first message, and
+#   would read the earlier scenarios' messages again. The replicate
+#   scenario's "on" side cannot run on a stream route (a config error).
 # Work directory (configs, WALs, logs): a new directory under
 #   ${BENCH_TMP:-/var/tmp} (the disk the WAL benchmarks use), removed at the end
 #   unless --keep or --perf.
@@ -163,9 +170,18 @@ publish() {
 
 # bridge_config WALDIR [REPLICATE]: a config with one route and the HTTP endpoint
 # on a free port; REPLICATE, when given, is the wal.replicate object (JSON).
+ROUTE_EXTRA=""
+if [ -n "${BENCH_ROUTE:-}" ]; then
+    ROUTE_EXTRA=$(jq -ce 'if type == "object" then . else error("not an object") end' <<<"$BENCH_ROUTE" |
+                  sed 's/^{//; s/}$//') || die "BENCH_ROUTE is not a JSON object: $BENCH_ROUTE"
+    [ -z "$ROUTE_EXTRA" ] || ROUTE_EXTRA=", $ROUTE_EXTRA"
+fi
 bridge_config() {
     local repl=""
     [ -z "${2:-}" ] || repl=", \"replicate\": $2"
+    if [ "$(jq -r '.queue_type // ""' <<<"${BENCH_ROUTE:-null}")" = stream ]; then
+        INGRESS_EX=bench.delayed.$(basename "$1") INGRESS_Q=bench.delayed.q.$(basename "$1")
+    fi
     HTTP_PORT=$(free_port)
     cat >"$WORK/bridge.json" <<EOF
 {
@@ -175,7 +191,7 @@ bridge_config() {
   "log": { "level": "info" },
   "routes": [
     { "name": "bench", "ingress_exchange": "$INGRESS_EX", "ingress_queue": "$INGRESS_Q",
-      "target_exchange": "$TARGET_EX" }
+      "target_exchange": "$TARGET_EX"$ROUTE_EXTRA }
   ]
 }
 EOF
