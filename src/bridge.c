@@ -38,10 +38,12 @@
  *
  * A stream ingress. A route whose ingress queue is a stream is read from
  * a place (consumer.h), not acked away: the place each commit covers is
- * taken with the commit's ack tag (commit_and_ack) and written to the
- * route's place file (ingress_off.h) once the commit is durable, where a
- * classic queue would be acked. A restart reads the file and consumes
- * from there, so nothing read past is missing from the log.
+ * taken with the commit's ack tag (commit_and_ack), written to the route's
+ * place file (ingress_off.h) as "upto" before the commit and as the place
+ * once it is durable, where a classic queue would be acked. A restart
+ * reads the file and consumes from the place, so nothing read past is
+ * missing from the log, and takes what lies below upto as redeliveries
+ * (eng_seen), so nothing is logged twice either.
  *
  * Start. The HTTP endpoint and the signal handlers come up at once; the
  * engine recovers the held set from the log on a thread of its own (it
@@ -122,6 +124,21 @@ static void take_places(struct bridge *b, int64_t *next)
         next[i] = b->ioff[i].fd >= 0 ? consumer_stream_next(b->cons, i) : -1;
 }
 
+/* A commit covering the places in next begins: each file says so first. */
+static int begin_places(struct bridge *b, const int64_t *next)
+{
+    int r;
+
+    for (int i = 0; b->ioff && i < b->cfg->nroutes; i++)
+        if ((r = ingress_off_begin(&b->ioff[i], next[i])) < 0) {
+            log_error("bridge", "cannot write a stream ingress's place", "file=\"%s\" error=\"%s\"",
+                      b->ioff[i].path, strerror(-r));
+            bridge_fatal(b, "stream ingress place", r);
+            return -1;
+        }
+    return 0;
+}
+
 static void on_committed(void *arg, int err)
 {
     struct bridge *b = arg;
@@ -171,6 +188,8 @@ static void commit_and_ack(struct bridge *b)
     b->commit_gen = b->logged_gen;
     b->commit_tag = b->logged_tag;
     take_places(b, b->commit_next);
+    if (begin_places(b, b->commit_next) < 0)
+        return;
     r = eng_commit(b->eng, on_committed, b);
     if (r == -ENOSPC || r == -EDQUOT) {
         /*
@@ -629,23 +648,29 @@ static int open_places(struct bridge *b)
         return 0;
     b->ioff = xcalloc((size_t)b->cfg->nroutes, sizeof(*b->ioff));
     b->stream_next = xcalloc((size_t)b->cfg->nroutes, sizeof(*b->stream_next));
+    b->stream_upto = xcalloc((size_t)b->cfg->nroutes, sizeof(*b->stream_upto));
     b->commit_next = xcalloc((size_t)b->cfg->nroutes, sizeof(*b->commit_next));
     for (i = 0; i < b->cfg->nroutes; i++) {
         b->ioff[i].fd = -1;
-        b->stream_next[i] = b->commit_next[i] = -1;
+        b->stream_next[i] = b->stream_upto[i] = b->commit_next[i] = -1;
     }
     for (i = 0; i < b->cfg->nroutes; i++) {
         const struct config_route *rc = &b->cfg->routes[i];
         if (rc->queue_type != QUEUE_STREAM)
             continue;
-        r = ingress_off_open(&b->ioff[i], b->cfg->wal_dir, rc->name, &b->stream_next[i], err,
-                             sizeof(err));
+        r = ingress_off_open(&b->ioff[i], b->cfg->wal_dir, rc->name, &b->stream_next[i],
+                             &b->stream_upto[i], err, sizeof(err));
         if (r < 0) {
             log_error("bridge", "cannot read a stream ingress's place", "route=%s error=\"%s\"",
                       rc->name, err);
             return -1;
         }
         b->commit_next[i] = b->stream_next[i];
+        if (b->stream_upto[i] > b->stream_next[i])
+            log_info("bridge", "the last commit before the stop may have been cut short: "
+                     "the messages it covered are recognised if logged already",
+                     "route=%s from=%" PRId64 " upto=%" PRId64, rc->name, b->stream_next[i],
+                     b->stream_upto[i]);
     }
     return 0;
 }
@@ -700,7 +725,7 @@ static void on_recovered(struct ev_loop *loop, ev_async *w, int revents)
     po.arg = b;
     b->cons = consumer_new(loop, b->cfg, &co);
     for (int i = 0; b->ioff && i < b->cfg->nroutes; i++)
-        consumer_set_stream_next(b->cons, i, b->stream_next[i]);
+        consumer_set_stream_next(b->cons, i, b->stream_next[i], b->stream_upto[i]);
     b->pub = publisher_new(loop, b->cfg, &po);
 }
 
@@ -821,6 +846,7 @@ void bridge_free(struct bridge *b)
         ingress_off_close(&b->ioff[i]); /* synced: a clean stop reads nothing twice */
     free(b->ioff);
     free(b->stream_next);
+    free(b->stream_upto);
     free(b->commit_next);
     free(b->counts);
     free(b->snap);

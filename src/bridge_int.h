@@ -64,7 +64,7 @@ struct bridge {
      * NULL when no route reads a stream.
      */
     struct ingress_off *ioff;
-    int64_t *stream_next, *commit_next;
+    int64_t *stream_next, *stream_upto, *commit_next;
 
 
     ev_prepare prepare;

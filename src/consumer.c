@@ -31,7 +31,9 @@
  * A stream ingress (consumer.h) is consumed from stream_next[route]: the
  * broker's x-stream-offset header of each delivery is read in finish(),
  * deliveries below the place are acked one by one as credit and dropped
- * (a stream starts at the chunk that holds the place asked for), and the
+ * (a stream starts at the chunk that holds the place asked for), those
+ * below stream_upto are marked redelivered (a crash may have cut their
+ * commit short after its fsync: the owner's fingerprints tell), and the
  * header is neither stored nor forwarded, like x-delivery-count.
  *
  * Key events go out on a channel of their own in confirm mode
@@ -120,6 +122,7 @@ struct consumer {
     amqp_table_entry_t *hdr_scratch; /* headers without the broker's x-delivery-count */
     size_t hdr_cap;
     int64_t *stream_next; /* per route: a stream ingress's next offset, -1 = first */
+    int64_t *stream_upto; /* per route: below this, a delivery may be logged already */
 };
 
 static void on_io(struct ev_loop *loop, ev_io *w, int revents);
@@ -554,6 +557,7 @@ static void finish(struct consumer *c)
                 return;
             }
             a->d.stream_offset = off;
+            a->d.redelivered = off < c->stream_upto[a->d.route];
             *next = off + 1;
         }
     }
@@ -667,8 +671,9 @@ struct consumer *consumer_new(struct ev_loop *loop, const struct config *cfg,
     c->ops = *ops;
     c->conn.fd = -1;
     c->stream_next = xmalloc((size_t)cfg->nroutes * sizeof(*c->stream_next));
+    c->stream_upto = xmalloc((size_t)cfg->nroutes * sizeof(*c->stream_upto));
     for (int i = 0; i < cfg->nroutes; i++)
-        c->stream_next[i] = -1;
+        c->stream_next[i] = c->stream_upto[i] = -1;
     backoff_init(&c->bo, cfg->reconnect_min_ms, cfg->reconnect_max_ms, 30000,
                  clock_mono_ns() | 1);
     return c;
@@ -683,6 +688,7 @@ void consumer_free(struct consumer *c)
     free(c->props_buf);
     free(c->hdr_scratch);
     free(c->stream_next);
+    free(c->stream_upto);
     free(c);
 }
 
@@ -836,9 +842,10 @@ void consumer_abort(struct consumer *c)
     close_connection(c, 0);
 }
 
-void consumer_set_stream_next(struct consumer *c, int route, int64_t next)
+void consumer_set_stream_next(struct consumer *c, int route, int64_t next, int64_t upto)
 {
     c->stream_next[route] = next;
+    c->stream_upto[route] = upto;
 }
 
 int64_t consumer_stream_next(const struct consumer *c, int route)

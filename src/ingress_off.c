@@ -32,37 +32,48 @@ static uint32_t get32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-void ingress_off_encode(uint8_t out[INGRESS_OFF_SIZE], uint64_t next)
+static void put64(uint8_t *p, uint64_t v)
 {
-    memset(out, 0, INGRESS_OFF_SIZE);
-    memcpy(out, MAGIC, 8);
-    put32(out + 8, VERSION);
-    put32(out + 16, (uint32_t)next);
-    put32(out + 20, (uint32_t)(next >> 32));
-    put32(out + 24, crc32c(0, out, 24));
+    put32(p, (uint32_t)v);
+    put32(p + 4, (uint32_t)(v >> 32));
 }
 
-int ingress_off_decode(const uint8_t in[INGRESS_OFF_SIZE], uint64_t *next)
+static uint64_t get64(const uint8_t *p)
 {
-    if (memcmp(in, MAGIC, 8) != 0 || get32(in + 8) != VERSION || get32(in + 12) != 0 ||
-        get32(in + 24) != crc32c(0, in, 24) || get32(in + 28) != 0)
+    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+void ingress_off_encode(uint8_t out[INGRESS_OFF_SIZE], uint64_t next, uint64_t upto)
+{
+    memcpy(out, MAGIC, 8);
+    put32(out + 8, VERSION);
+    put64(out + 12, next);
+    put64(out + 20, upto);
+    put32(out + 28, crc32c(0, out, 28));
+}
+
+int ingress_off_decode(const uint8_t in[INGRESS_OFF_SIZE], uint64_t *next, uint64_t *upto)
+{
+    if (memcmp(in, MAGIC, 8) != 0 || get32(in + 8) != VERSION ||
+        get32(in + 28) != crc32c(0, in, 28))
         return -1;
-    *next = (uint64_t)get32(in + 16) | (uint64_t)get32(in + 20) << 32;
-    return *next > INT64_MAX ? -1 : 0;
+    *next = get64(in + 12);
+    *upto = get64(in + 20);
+    return *next > INT64_MAX || *upto > INT64_MAX || *upto < *next ? -1 : 0;
 }
 
 int ingress_off_open(struct ingress_off *o, const char *dir, const char *route, int64_t *next,
-                     char *err, size_t errlen)
+                     int64_t *upto, char *err, size_t errlen)
 {
     uint8_t buf[INGRESS_OFF_SIZE];
     struct stat st;
-    uint64_t v;
+    uint64_t v, u;
     ssize_t n;
     int e, created = 0;
 
     memset(o, 0, sizeof(*o));
     o->fd = -1;
-    o->stored = *next = INGRESS_OFF_NONE;
+    o->stored = o->upto = *next = *upto = INGRESS_OFF_NONE;
     snprintf(o->path, sizeof(o->path), "%s/ingress-%s.offset", dir, route);
     o->fd = open(o->path, O_RDWR | O_CLOEXEC);
     if (o->fd < 0 && errno == ENOENT) {
@@ -96,7 +107,7 @@ int ingress_off_open(struct ingress_off *o, const char *dir, const char *route, 
         snprintf(err, errlen, "cannot read %s: %s", o->path, strerror(-e));
         goto fail;
     }
-    if (n != INGRESS_OFF_SIZE || ingress_off_decode(buf, &v) < 0) {
+    if (n != INGRESS_OFF_SIZE || ingress_off_decode(buf, &v, &u) < 0) {
         e = -EBADMSG;
         snprintf(err, errlen, "%s is corrupt (%lld bytes, not a valid place in the stream): "
                  "delete it to read the stream from its first retained message again "
@@ -105,6 +116,7 @@ int ingress_off_open(struct ingress_off *o, const char *dir, const char *route, 
         goto fail;
     }
     o->stored = *next = (int64_t)v;
+    o->upto = *upto = (int64_t)u;
     return 0;
 fail:
     close(o->fd);
@@ -112,19 +124,34 @@ fail:
     return e;
 }
 
-int ingress_off_store(struct ingress_off *o, int64_t next)
+static int put(struct ingress_off *o, int64_t next, int64_t upto)
 {
     uint8_t buf[INGRESS_OFF_SIZE];
 
-    if (o->fd < 0 || next == o->stored || next < 0)
-        return 0;
-    ingress_off_encode(buf, (uint64_t)next);
+    ingress_off_encode(buf, (uint64_t)next, (uint64_t)upto);
     errno = 0;
     if (pwrite(o->fd, buf, sizeof(buf), 0) != (ssize_t)sizeof(buf))
         return errno ? -errno : -EIO;
     o->stored = next;
+    o->upto = upto;
     o->dirty = 1;
     return 0;
+}
+
+int ingress_off_begin(struct ingress_off *o, int64_t upto)
+{
+    int64_t next = o->stored < 0 ? 0 : o->stored;
+
+    if (o->fd < 0 || upto < 0 || upto == o->upto || upto < next)
+        return 0;
+    return put(o, next, upto);
+}
+
+int ingress_off_store(struct ingress_off *o, int64_t next)
+{
+    if (o->fd < 0 || next < 0 || (next == o->stored && next == o->upto))
+        return 0;
+    return put(o, next, next);
 }
 
 int ingress_off_sync(struct ingress_off *o)

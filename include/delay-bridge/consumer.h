@@ -17,7 +17,8 @@
  * says where before the first connect, and every (re)consume starts at the
  * offset after the last delivery handed over (deliveries below it, which a
  * stream sends from the start of the chunk holding the place, are acked as
- * credit and never handed over). Acks are credit only: the stream keeps
+ * credit and never handed over; those below the end of a commit a crash
+ * may have cut short come as redelivered). Acks are credit only: the stream keeps
  * its messages until retention removes them; where the bridge is, is its
  * own business (consumer_stream_next(), kept by the owner beside the log).
  * And nothing can be rejected: consumer_reject() of a stream delivery acks
@@ -110,9 +111,11 @@ void consumer_reject(struct consumer *c, int route, uint32_t gen, uint64_t tag);
 /*
  * A stream ingress's place: the offset the next consume of route starts at
  * (-1: the stream's first retained message). Set it before the first
- * connect; it moves past every delivery handed over.
+ * connect; it moves past every delivery handed over. Deliveries below upto
+ * (the end of a commit a crash may have cut short, ingress_off.h) are
+ * handed over as redelivered, so that the owner recognises those it holds.
  */
-void consumer_set_stream_next(struct consumer *c, int route, int64_t next);
+void consumer_set_stream_next(struct consumer *c, int route, int64_t next, int64_t upto);
 int64_t consumer_stream_next(const struct consumer *c, int route);
 
 /*
