@@ -80,6 +80,8 @@ struct wal {
     uint8_t *ra;                         /* read-ahead window for wal_read() */
     uint64_t ra_segno, ra_off;           /* what it holds: segment, file offset, bytes */
     size_t ra_len;
+    size_t ra_size, ra_served;           /* the window's size now (0: not set yet), and
+                                            the bytes the current one has served */
     uint64_t last_segno, last_off;       /* the previous read: is this one sequential? */
     int no_space;                        /* the last commit found the disk full */
 

@@ -3,12 +3,15 @@
 which test_config.py covers) with exit code 3 and one line on stderr that
 names the file and the key path, before anything touches the WAL: the WAL
 directory is never created. Mistakes: a missing required key, a wrong type,
-an unknown key, an out-of-range value, a bad broker URI, a wal.dir whose
-path runs through a regular file, and a wal.dir this user cannot create or
-write (as root the daemon runs as nobody via setpriv for that case, where
-root could write anywhere). --check-config agrees (exit 3) on every mistake
-that is in the file itself; the two wal.dir cases depend on the machine and
-user and are the daemon's check at start only (config_check_wal_dir)."""
+an unknown key, an out-of-range value, a bad broker URI, a stream ingress
+combined with what it cannot have (share_keys, single_active_consumer,
+wal.replicate) or its retention keys on another queue type or malformed, a
+wal.dir whose path runs through a regular file, and a wal.dir this user
+cannot create or write (as root the daemon runs as nobody via setpriv for
+that case, where root could write anywhere). --check-config agrees (exit 3)
+on every mistake that is in the file itself; the two wal.dir cases depend on
+the machine and user and are the daemon's check at start only
+(config_check_wal_dir)."""
 
 import json
 import os
@@ -19,6 +22,11 @@ import harness as h
 from harness import check, mutate
 
 NOBODY = 65534
+
+
+def stream(cfg):
+    """cfg with its first route's ingress a stream."""
+    return mutate(cfg, "routes[0].queue_type", "stream")
 
 
 def run(args, timeout=20, user=None):
@@ -122,6 +130,23 @@ def test(ctx):
         ("uri unclosed [", lambda c: mutate(c, "broker.uri", "amqp://[::1/%2f"), "broker.uri"),
         ("uri list with a bad one", lambda c: mutate(c, "broker.uri", [h.broker_uri(), "amqp//x"]),
          "broker.uri"),
+        # a stream ingress: its own keys only on a stream, and not with the keys that
+        # assume competing consumers of one queue, nor with wal.replicate
+        ("stream with share_keys", lambda c: stream(mutate(c, "routes[0].share_keys", True)),
+         "routes[0].queue_type"),
+        ("stream with single_active_consumer",
+         lambda c: stream(mutate(c, "routes[0].single_active_consumer", True)), "routes[0].queue_type"),
+        ("stream with wal.replicate", lambda c: stream(mutate(c, "wal.replicate", {})),
+         "routes[0].queue_type"),
+        ("stream_max_age on a classic route",
+         lambda c: mutate(mutate(c, "routes[0].queue_type", "classic"), "routes[0].stream_max_age", "7D"),
+         "routes[0].stream_max_age"),
+        ("stream_max_mb on a default route", lambda c: mutate(c, "routes[0].stream_max_mb", 64),
+         "routes[0].stream_max_mb"),
+        ("stream_max_age \"7 days\"", lambda c: stream(mutate(c, "routes[0].stream_max_age", "7 days")),
+         "routes[0].stream_max_age"),
+        ("stream_max_mb -1", lambda c: stream(mutate(c, "routes[0].stream_max_mb", -1)),
+         "routes[0].stream_max_mb"),
     ]
     for what, fn, key in cases:
         d = case_dir()

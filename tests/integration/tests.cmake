@@ -156,6 +156,8 @@ set(db_it_cost_replicate_hole 35)
 set(db_it_cost_replicate_enable 25)
 set(db_it_cost_keys 20)
 set(db_it_cost_kill_loop 20)
+set(db_it_cost_stream_ingress 17)
+set(db_it_cost_stream_crash 12)
 
 foreach(script ${db_it_tests})
   get_filename_component(name ${script} NAME_WE)

@@ -24,6 +24,7 @@
 /* Test hook in src/wal.c: make the active segment's fd fail every write. */
 int wal_test_break_fd(struct wal *w);
 void wal_test_drop_readahead(struct wal *w);
+size_t wal_test_readahead_size(const struct wal *w);
 
 #include "check.h"
 
@@ -842,6 +843,49 @@ static void test_read(void)
     free(b.p);
 }
 
+/*
+ * The read-ahead window adapts: reads that stride through the log (each
+ * millisecond's due messages written seconds apart) shrink it until they
+ * are single preads; reads in log order grow it back to 128 KiB. Every
+ * read returns its own record throughout.
+ */
+static void test_readahead_adapts(void)
+{
+    const char *dir = tdir("readahead");
+    enum { N = 4000, STRIDE = 100 };
+    struct wal *w;
+    struct wlog_buf b = {0};
+    struct walrec_hdr h;
+    const uint8_t *p;
+    struct wlog_loc *loc = calloc(N, sizeof(*loc));
+    uint64_t *lsn = calloc(N, sizeof(*lsn)), id;
+
+    CHECK_RC(wopen_quiet_coll(&w, dir, 64u << 20), 0);
+    for (int i = 0; i < N; i++)
+        CHECK_RC(append_add(w, 300, &lsn[i], &loc[i]), 0);
+    CHECK_RC(wal_commit(w), 0);
+    CHECK(loc[N - 1].seg == loc[0].seg, "one segment");
+    /* strided: every STRIDE-th record, pass after pass (~34 KiB apart) */
+    for (int pass = 0; pass < STRIDE; pass++)
+        for (int i = pass; i < N; i += STRIDE) {
+            CHECK_RC(wal_read(w, loc[i], &b, &h, &p), 0);
+            CHECK(h.lsn == lsn[i] && add_ok(p, h.len, &id) && id == lsn[i], "strided read %d", i);
+        }
+    size_t strided = wal_test_readahead_size(w);
+    CHECK(strided > 0 && strided <= (32u << 10), "window after strided reads: %zu", strided);
+    /* in log order: back to the full window */
+    for (int i = 0; i < N; i++) {
+        CHECK_RC(wal_read(w, loc[i], &b, &h, &p), 0);
+        CHECK(h.lsn == lsn[i] && add_ok(p, h.len, NULL), "sequential read %d", i);
+    }
+    CHECK(wal_test_readahead_size(w) == (128u << 10), "window after sequential reads: %zu",
+          wal_test_readahead_size(w));
+    wal_close(w);
+    free(b.p);
+    free(loc);
+    free(lsn);
+}
+
 /* ---- space ------------------------------------------------------------- */
 
 /* A model of the owner: msg_id -> current loc, live or not. */
@@ -1524,6 +1568,7 @@ static const struct check_case cases[] = {
     {"corrupt", test_corrupt},
     {"stale_salt", test_stale_salt},
     {"read", test_read},
+    {"readahead_adapts", test_readahead_adapts},
     {"maintain_delete", test_maintain_delete},
     {"maintain_waits_for_successor", test_maintain_waits_for_successor},
     {"maintain_waits_for_end_records", test_maintain_waits_for_end_records},
