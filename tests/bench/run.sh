@@ -26,6 +26,9 @@
 # Broker: its own RabbitMQ via tests/integration/rabbitmq.sh, fresh state,
 #   127.0.0.1:${BENCH_PORT:-5695} (distribution port ${BENCH_DIST_PORT:-25695}),
 #   state in ${BENCH_BROKER_DIR:-$BUILD_DIR/bench-rabbitmq}; stopped at the end.
+# Burst window: BENCH_BURST_SPREAD, ms (default 2000; 1000 with --smoke): how
+#   close together burst's messages fall due. A narrow one (100) makes each
+#   millisecond's messages lie far apart in the WAL: the read-ahead's worst case.
 # Route: BENCH_ROUTE, a JSON object of route keys added to the bridge's one
 #   route, e.g. BENCH_ROUTE='{"queue_type": "stream"}' for a stream ingress.
 #   With a stream ingress every bridge of the run (steady, replicate's off
@@ -92,6 +95,7 @@ else
     DELAY=2000-6000 SPREAD=2000
 fi
 [ "$BIG" = 1 ] && N_HOLD=10000000
+SPREAD=${BENCH_BURST_SPREAD:-$SPREAD}
 HOLD_DELAY=3600000
 RESTART_DELAY=50
 
