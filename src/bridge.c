@@ -103,18 +103,26 @@ void bridge_fatal(struct bridge *b, const char *what, int err)
 
 /* ---- commit and ack ------------------------------------------------------------ */
 
-/* Stream ingresses: the places a durable commit covers, to their files. */
-static void store_places(struct bridge *b, const int64_t *next)
+/*
+ * Stream ingresses: write each route's place file, before a commit (begin:
+ * "the commit under way reaches next") or once it is durable ("everything
+ * below next is in the log"). A failed write is fatal, like the log's.
+ */
+static int write_places(struct bridge *b, const int64_t *next, int begin)
 {
     int r;
 
-    for (int i = 0; b->ioff && i < b->cfg->nroutes; i++)
-        if ((r = ingress_off_store(&b->ioff[i], next[i])) < 0) {
+    for (int i = 0; b->ioff && i < b->cfg->nroutes; i++) {
+        r = begin ? ingress_off_begin(&b->ioff[i], next[i])
+                  : ingress_off_store(&b->ioff[i], next[i]);
+        if (r < 0) {
             log_error("bridge", "cannot write a stream ingress's place", "file=\"%s\" error=\"%s\"",
                       b->ioff[i].path, strerror(-r));
             bridge_fatal(b, "stream ingress place", r);
-            return;
+            return -1;
         }
+    }
+    return 0;
 }
 
 /* The place of each stream ingress now: everything before it is appended. */
@@ -122,21 +130,6 @@ static void take_places(struct bridge *b, int64_t *next)
 {
     for (int i = 0; b->ioff && i < b->cfg->nroutes; i++)
         next[i] = b->ioff[i].fd >= 0 ? consumer_stream_next(b->cons, i) : -1;
-}
-
-/* A commit covering the places in next begins: each file says so first. */
-static int begin_places(struct bridge *b, const int64_t *next)
-{
-    int r;
-
-    for (int i = 0; b->ioff && i < b->cfg->nroutes; i++)
-        if ((r = ingress_off_begin(&b->ioff[i], next[i])) < 0) {
-            log_error("bridge", "cannot write a stream ingress's place", "file=\"%s\" error=\"%s\"",
-                      b->ioff[i].path, strerror(-r));
-            bridge_fatal(b, "stream ingress place", r);
-            return -1;
-        }
-    return 0;
 }
 
 static void on_committed(void *arg, int err)
@@ -147,11 +140,8 @@ static void on_committed(void *arg, int err)
         bridge_fatal(b, "WAL commit", err);
         return;
     }
-    if (b->ioff) {
-        store_places(b, b->commit_next);
-        if (b->exit_code)
-            return;
-    }
+    if (b->ioff && write_places(b, b->commit_next, 0) < 0)
+        return;
     if (b->disk_full) {
         b->disk_full = 0;
         log_info("bridge", "WAL has space again: consuming resumes", NULL);
@@ -178,7 +168,8 @@ static void commit_and_ack(struct bridge *b)
         /* Everything appended is durable: the acks, and the places, may go out. */
         if (b->ioff) {
             take_places(b, b->commit_next);
-            store_places(b, b->commit_next);
+            if (write_places(b, b->commit_next, 0) < 0)
+                return;
         }
         consumer_ack(b->cons, b->logged_gen, b->logged_tag);
         return;
@@ -188,7 +179,7 @@ static void commit_and_ack(struct bridge *b)
     b->commit_gen = b->logged_gen;
     b->commit_tag = b->logged_tag;
     take_places(b, b->commit_next);
-    if (begin_places(b, b->commit_next) < 0)
+    if (write_places(b, b->commit_next, 1) < 0)
         return;
     r = eng_commit(b->eng, on_committed, b);
     if (r == -ENOSPC || r == -EDQUOT) {

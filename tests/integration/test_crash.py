@@ -9,8 +9,6 @@ delivery is at-least-once; they are counted and must carry the same
 x-delay-bridge-id), none before its due time."""
 
 import collections
-import random
-import time
 
 import harness as h
 from harness import check
@@ -25,33 +23,7 @@ def test(ctx):
     b = ctx.bridge([ctx.route("crash", ex, prefetch=500)])
     ingress = b.config["routes"][0]["ingress_exchange"]
     p = ctx.publisher()
-    rng = random.Random(20261122)
-
-    sent = {}  # id -> (published at, delay ms)
-    kills = 0
-    t_start = time.monotonic()
-    for i in range(N):
-        if i in (1000, 2000):
-            b.kill9()
-            kills += 1
-            b.start(wait_ready=False)  # publishing goes on while it recovers
-        if i == 1500 or i == 2500:
-            b.wait_ready(60)
-        ms = rng.randint(0, MAX_DELAY_MS)
-        mid = "c%04d" % i
-        sent[mid] = (p.publish(ingress, "rk", mid.encode(), headers={"x-delay": h.i32(ms)},
-                               message_id=mid, delivery_mode=2), ms)
-    h.log("published %d messages in %.1fs (confirmed)" % (N, time.monotonic() - t_start))
-    b.wait_ready(60)
-    # Kill once more while messages are held (in the WAL, acked at the ingress).
-    time.sleep(1.0)
-    arrived = len({m.message_id for m in c.snapshot()})
-    check(arrived < N, "all %d messages arrived within 1 s of the last publish: nothing was held "
-          "when the bridge was killed" % N)
-    h.log("%d of %d distinct messages arrived before the third kill" % (arrived, N))
-    b.kill9()
-    kills += 1
-    b.start()
+    sent, kills = h.publish_killing(b, c, p, ingress, N, MAX_DELAY_MS, 20261122, "c")
 
     c.wait_ids(sent.keys(), MAX_DELAY_MS / 1000.0 + 60)
     msgs = c.quiet(1.0)
