@@ -76,7 +76,7 @@ def test(ctx):
         ("invalid_delay unknown", mutate(base, "routes[1].invalid_delay", "drop"), ["routes[1].invalid_delay"]),
         ("dead-letter without exchange", mutate(base, "routes[1].dead_letter_exchange", delete=True),
          ["routes[1].dead_letter_exchange"]),
-        ("queue_type unknown", mutate(base, "routes[0].queue_type", "stream"), ["routes[0].queue_type"]),
+        ("queue_type unknown", mutate(base, "routes[0].queue_type", "lazy"), ["routes[0].queue_type"]),
         ("fsync not a bool", mutate(base, "wal.fsync", "yes"), ["wal.fsync"]),
         ("log level unknown", mutate(base, "log.level", "loud"), ["log.level"]),
         ("routes empty", mutate(base, "routes", []), ["routes"]),

@@ -71,7 +71,7 @@ if(DB_PYTHON3)
     set_tests_properties(soak.${t} PROPERTIES
       LABELS soak
       RESOURCE_LOCK chaos_regress
-      COST 45
+      COST 100 # one after another (~50 s each): started late, they were the suite's tail
       SKIP_RETURN_CODE 77
       TIMEOUT 300
       ENVIRONMENT "DB_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;DB_CHAOS_PORT=5754;PYTHONDONTWRITEBYTECODE=1")
