@@ -638,30 +638,25 @@ static int open_places(struct bridge *b)
     if (i == b->cfg->nroutes)
         return 0;
     b->ioff = xcalloc((size_t)b->cfg->nroutes, sizeof(*b->ioff));
-    b->stream_next = xcalloc((size_t)b->cfg->nroutes, sizeof(*b->stream_next));
-    b->stream_upto = xcalloc((size_t)b->cfg->nroutes, sizeof(*b->stream_upto));
     b->commit_next = xcalloc((size_t)b->cfg->nroutes, sizeof(*b->commit_next));
     for (i = 0; i < b->cfg->nroutes; i++) {
-        b->ioff[i].fd = -1;
-        b->stream_next[i] = b->stream_upto[i] = b->commit_next[i] = -1;
-    }
-    for (i = 0; i < b->cfg->nroutes; i++) {
         const struct config_route *rc = &b->cfg->routes[i];
+        int64_t next, upto;
+        b->ioff[i].fd = -1; /* not a stream route: nothing to write */
+        b->ioff[i].stored = b->ioff[i].upto = INGRESS_OFF_NONE;
         if (rc->queue_type != QUEUE_STREAM)
             continue;
-        r = ingress_off_open(&b->ioff[i], b->cfg->wal_dir, rc->name, &b->stream_next[i],
-                             &b->stream_upto[i], err, sizeof(err));
+        r = ingress_off_open(&b->ioff[i], b->cfg->wal_dir, rc->name, &next, &upto, err,
+                             sizeof(err));
         if (r < 0) {
             log_error("bridge", "cannot read a stream ingress's place", "route=%s error=\"%s\"",
                       rc->name, err);
             return -1;
         }
-        b->commit_next[i] = b->stream_next[i];
-        if (b->stream_upto[i] > b->stream_next[i])
+        if (upto > next)
             log_info("bridge", "the last commit before the stop may have been cut short: "
                      "the messages it covered are recognised if logged already",
-                     "route=%s from=%" PRId64 " upto=%" PRId64, rc->name, b->stream_next[i],
-                     b->stream_upto[i]);
+                     "route=%s from=%" PRId64 " upto=%" PRId64, rc->name, next, upto);
     }
     return 0;
 }
@@ -716,7 +711,7 @@ static void on_recovered(struct ev_loop *loop, ev_async *w, int revents)
     po.arg = b;
     b->cons = consumer_new(loop, b->cfg, &co);
     for (int i = 0; b->ioff && i < b->cfg->nroutes; i++)
-        consumer_set_stream_next(b->cons, i, b->stream_next[i], b->stream_upto[i]);
+        consumer_set_stream_next(b->cons, i, b->ioff[i].stored, b->ioff[i].upto);
     b->pub = publisher_new(loop, b->cfg, &po);
 }
 
@@ -836,8 +831,6 @@ void bridge_free(struct bridge *b)
     for (int i = 0; b->ioff && i < b->cfg->nroutes; i++)
         ingress_off_close(&b->ioff[i]); /* synced: a clean stop reads nothing twice */
     free(b->ioff);
-    free(b->stream_next);
-    free(b->stream_upto);
     free(b->commit_next);
     free(b->counts);
     free(b->snap);

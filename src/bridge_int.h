@@ -59,12 +59,13 @@ struct bridge {
     uint64_t logged_tag, commit_tag;
     /*
      * Stream ingresses (queue_type "stream"): each route's place file
-     * (ingress_off.h; fd -1 for other routes), and the place each running
-     * commit covers, written to the file once the commit is durable.
+     * (ingress_off.h; fd -1 for other routes; its stored/upto are what the
+     * file says, read at start, then last written), and the place each
+     * running commit covers, written to the file once the commit is durable.
      * NULL when no route reads a stream.
      */
     struct ingress_off *ioff;
-    int64_t *stream_next, *stream_upto, *commit_next;
+    int64_t *commit_next;
 
 
     ev_prepare prepare;

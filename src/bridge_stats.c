@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "ingress_off.h"
 #include "delay-bridge/wlog.h"
 
 /* Resident set size from /proc (one small read), 0 if unknown. */
@@ -151,7 +152,7 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
         r->dead_lettered = n->dead_lettered;
         r->stream_offset = b->cfg->routes[i].queue_type != QUEUE_STREAM ? -2
                            : b->cons ? consumer_stream_next(b->cons, i)
-                                     : b->stream_next ? b->stream_next[i] : -1;
+                                     : b->ioff ? b->ioff[i].stored : -1;
         if (b->pub)
             publisher_route_stats(b->pub, i, r);
         memset(&ers, 0, sizeof(ers));

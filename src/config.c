@@ -295,7 +295,7 @@ static int parse_replicate(struct ctx *x, struct config *c, json_object *root)
                                         "batch_kb", "confirm_timeout_ms", "lease_renew_ms", NULL };
     static const char pre[] = "wal.replicate";
     struct config_replicate *r = &c->repl;
-    json_object *w, *o, *v;
+    json_object *w, *o;
     char got[96], q[96];
     uint64_t u, age_s = 0;
 
@@ -340,16 +340,8 @@ static int parse_replicate(struct ctx *x, struct config *c, json_object *root)
         return -1;
     r->max_bytes = u << 20;
 
-    if (json_object_object_get_ex(o, "max_age", &v)) {
-        const char *s = json_object_get_string(v);
-        if (json_object_get_type(v) != json_type_string ||
-            strlen(s) != (size_t)json_object_get_string_len(v) ||
-            (*s && cfg_parse_max_age(s, &age_s) < 0))
-            return cfg_fail(x, "wal.replicate.max_age", "expected \"\" (none) or 1..9 digits and a "
-                        "unit Y, M, D, h, m or s (RabbitMQ's x-max-age, e.g. \"7D\"), got %s",
-                        cfg_show(v, got, sizeof got));
-        memcpy(r->max_age, s, strlen(s) + 1); /* at most 10 bytes */
-    }
+    if (cfg_get_max_age(x, o, pre, "max_age", 1, r->max_age, sizeof r->max_age, &age_s) < 0)
+        return -1;
 
     u = 64;
     /* a stream refuses x-stream-max-segment-size-bytes above 3,000,000,000 */

@@ -102,6 +102,30 @@ int cfg_parse_max_age(const char *s, uint64_t *secs)
 }
 
 
+int cfg_get_max_age(struct ctx *x, json_object *obj, const char *prefix, const char *key,
+                    int allow_empty, char *out, size_t outlen, uint64_t *secs)
+{
+    char path[96], got[96];
+    json_object *v;
+    const char *s;
+    uint64_t t = 0;
+
+    if (!json_object_object_get_ex(obj, key, &v))
+        return 0;
+    s = json_object_get_string(v);
+    if (json_object_get_type(v) != json_type_string ||
+        strlen(s) != (size_t)json_object_get_string_len(v) || strlen(s) >= outlen ||
+        (*s ? cfg_parse_max_age(s, &t) < 0 : !allow_empty)) {
+        snprintf(path, sizeof path, "%s.%s", prefix, key);
+        return cfg_fail(x, path, "expected %s1..9 digits and a unit Y, M, D, h, m or s "
+                    "(RabbitMQ's x-max-age, e.g. \"7D\"), got %s",
+                    allow_empty ? "\"\" (none) or " : "", cfg_show(v, got, sizeof got));
+    }
+    memcpy(out, s, strlen(s) + 1);
+    *secs = t;
+    return 1;
+}
+
 /* wal.replicate's stream and lease queue are not any route's ingress queue. */
 int cfg_check_repl_routes(struct ctx *x, const struct config *c)
 {
@@ -368,15 +392,13 @@ int config_check_wal_dir(const struct config *c, const char *name, char *err, si
 int cfg_parse_route_stream(struct ctx *x, struct config_route *r, json_object *o,
                            const char *pre)
 {
-    char path[64], got[96];
-    json_object *v;
+    char path[64];
     uint64_t u = 0, age_s;
-    int has_age = json_object_object_get_ex(o, "stream_max_age", &v);
 
     snprintf(r->stream_max_age, sizeof r->stream_max_age, "7D");
     r->stream_max_bytes = 0;
     if (r->queue_type != QUEUE_STREAM) {
-        const char *k = has_age ? "stream_max_age"
+        const char *k = json_object_object_get_ex(o, "stream_max_age", NULL) ? "stream_max_age"
                         : json_object_object_get_ex(o, "stream_max_mb", NULL) ? "stream_max_mb"
                                                                                : NULL;
         if (!k)
@@ -384,16 +406,9 @@ int cfg_parse_route_stream(struct ctx *x, struct config_route *r, json_object *o
         snprintf(path, sizeof path, "%s.%s", pre, k);
         return cfg_fail(x, path, "only for queue_type \"stream\"; remove it, or set queue_type");
     }
-    if (has_age) {
-        const char *s = json_object_get_string(v);
-        snprintf(path, sizeof path, "%s.stream_max_age", pre);
-        if (json_object_get_type(v) != json_type_string ||
-            strlen(s) != (size_t)json_object_get_string_len(v) ||
-            cfg_parse_max_age(s, &age_s) < 0)
-            return cfg_fail(x, path, "expected 1..9 digits and a unit Y, M, D, h, m or s "
-                        "(RabbitMQ's x-max-age, e.g. \"7D\"), got %s", cfg_show(v, got, sizeof got));
-        memcpy(r->stream_max_age, s, strlen(s) + 1); /* at most 10 bytes */
-    }
+    if (cfg_get_max_age(x, o, pre, "stream_max_age", 0, r->stream_max_age,
+                        sizeof r->stream_max_age, &age_s) < 0)
+        return -1;
     if (cfg_get_int(x, o, pre, "stream_max_mb", 0, 16777216, &u) < 0)
         return -1;
     r->stream_max_bytes = u << 20;

@@ -105,6 +105,13 @@ int cfg_check_repl_name(struct ctx *x, const char *path, const char *s);
  * and a unit (Y 365 days, M 30 days, D, h, m, s). Seconds in *secs.
  */
 int cfg_parse_max_age(const char *s, uint64_t *secs);
+/*
+ * PREFIX.KEY, when present: an x-max-age string ("" too when allow_empty)
+ * copied into out (outlen >= 11), its seconds in *secs (0 for ""). Returns
+ * 1 if present, 0 if absent (out and *secs untouched), -1 on error.
+ */
+int cfg_get_max_age(struct ctx *x, json_object *obj, const char *prefix, const char *key,
+                    int allow_empty, char *out, size_t outlen, uint64_t *secs);
 
 /* wal.replicate's stream and lease queue are not any route's ingress queue. */
 int cfg_check_repl_routes(struct ctx *x, const struct config *c);

@@ -161,6 +161,23 @@ static amqp_bytes_t ingress_tag(const struct config_route *rc, char *buf, size_t
     return amqp_cstring_bytes(buf);
 }
 
+/* One entry added to a table of arguments (its entries array has room). */
+static void arg_str(amqp_table_t *t, const char *k, const char *v)
+{
+    amqp_table_entry_t *e = &t->entries[t->num_entries++];
+    e->key = amqp_cstring_bytes(k);
+    e->value.kind = AMQP_FIELD_KIND_UTF8;
+    e->value.value.bytes = amqp_cstring_bytes(v);
+}
+
+static void arg_i64(amqp_table_t *t, const char *k, int64_t v)
+{
+    amqp_table_entry_t *e = &t->entries[t->num_entries++];
+    e->key = amqp_cstring_bytes(k);
+    e->value.kind = AMQP_FIELD_KIND_I64;
+    e->value.value.i64 = v;
+}
+
 /* basic.consume of the route's ingress queue; a stream from the route's place. */
 static int consume_ingress(struct consumer *c, const struct config_route *rc, char *err,
                            size_t len)
@@ -172,33 +189,19 @@ static int consume_ingress(struct consumer *c, const struct config_route *rc, ch
 
     if (rc->queue_type == QUEUE_STREAM) {
         int64_t next = c->stream_next[route];
-        arg.key = amqp_cstring_bytes("x-stream-offset");
         if (next < 0) {
-            arg.value.kind = AMQP_FIELD_KIND_UTF8;
-            arg.value.value.bytes = amqp_cstring_bytes("first");
-        } else {
-            arg.value.kind = AMQP_FIELD_KIND_I64;
-            arg.value.value.i64 = next;
-        }
-        args.num_entries = 1;
-        if (next < 0)
+            arg_str(&args, "x-stream-offset", "first");
             log_info("consume", "reading the stream ingress from its first message",
                      "route=%s queue=\"%s\"", rc->name, rc->ingress_queue);
-        else
+        } else {
+            arg_i64(&args, "x-stream-offset", next);
             log_info("consume", "reading the stream ingress", "route=%s queue=\"%s\" from=%" PRId64,
                      rc->name, rc->ingress_queue, next);
+        }
     }
     amqp_basic_consume(c->conn.st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_queue),
                        ingress_tag(rc, tag, sizeof(tag)), 0, 0, 0, args);
     return amqp_conn_check(&c->conn, "basic.consume", err, len);
-}
-
-static void arg_str(amqp_table_t *t, const char *k, const char *v)
-{
-    amqp_table_entry_t *e = &t->entries[t->num_entries++];
-    e->key = amqp_cstring_bytes(k);
-    e->value.kind = AMQP_FIELD_KIND_UTF8;
-    e->value.value.bytes = amqp_cstring_bytes(v);
 }
 
 static int declare_route(struct consumer *c, const struct config_route *rc, char *err, size_t len)
@@ -217,11 +220,8 @@ static int declare_route(struct consumer *c, const struct config_route *rc, char
     if (rc->queue_type == QUEUE_STREAM) {
         arg_str(&qargs, "x-queue-type", "stream");
         arg_str(&qargs, "x-max-age", rc->stream_max_age);
-        if (rc->stream_max_bytes) {
-            qarg[qargs.num_entries].key = amqp_cstring_bytes("x-max-length-bytes");
-            qarg[qargs.num_entries].value.kind = AMQP_FIELD_KIND_I64;
-            qarg[qargs.num_entries++].value.value.i64 = (int64_t)rc->stream_max_bytes;
-        }
+        if (rc->stream_max_bytes)
+            arg_i64(&qargs, "x-max-length-bytes", (int64_t)rc->stream_max_bytes);
     }
     if (rc->single_active_consumer) {
         /* One bridge at a time gets the route's messages; the others wait their turn. */
@@ -479,11 +479,16 @@ static void begin(struct consumer *c, const amqp_basic_deliver_t *m, int route, 
     a->active = 1;
 }
 
+static int key_is(amqp_bytes_t k, const char *name)
+{
+    return k.len == strlen(name) && memcmp(k.bytes, name, k.len) == 0;
+}
+
 static int header_i64(const amqp_table_t *h, const char *name, int64_t *v)
 {
     for (int i = 0; h && i < h->num_entries; i++) {
         const amqp_table_entry_t *e = &h->entries[i];
-        if (e->key.len != strlen(name) || memcmp(e->key.bytes, name, e->key.len) != 0)
+        if (!key_is(e->key, name))
             continue;
         switch (e->value.kind) {
         case AMQP_FIELD_KIND_I64: *v = e->value.value.i64; return 1;
@@ -525,10 +530,8 @@ static void read_headers(struct consumer *c, struct delivery *d,
             c->hdr_scratch = xrealloc(c->hdr_scratch, c->hdr_cap * sizeof(*c->hdr_scratch));
         }
         for (int i = 0; i < h->num_entries; i++)
-            if (!(h->entries[i].key.len == 16 &&
-                  memcmp(h->entries[i].key.bytes, "x-delivery-count", 16) == 0) &&
-                !(d->stream_offset >= 0 && h->entries[i].key.len == 15 &&
-                  memcmp(h->entries[i].key.bytes, "x-stream-offset", 15) == 0))
+            if (!key_is(h->entries[i].key, "x-delivery-count") &&
+                !(d->stream_offset >= 0 && key_is(h->entries[i].key, "x-stream-offset")))
                 c->hdr_scratch[k++] = h->entries[i];
         out.headers.entries = c->hdr_scratch;
         out.headers.num_entries = k;
@@ -563,7 +566,7 @@ static void finish(struct consumer *c)
     }
     a->d.body = a->d.too_big ? NULL : a->body;
     if (!a->d.too_big)
-        read_headers(c, &a->d, a->props ? a->props : &c->no_props);
+        read_headers(c, &a->d, p);
     c->ops.delivery(c->ops.arg, &a->d);
 }
 
