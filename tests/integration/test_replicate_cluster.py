@@ -6,8 +6,8 @@ stream, which the surviving nodes still hold.
 The cluster of test_cluster.py (tests/integration/cluster/cluster.sh). One
 bridge, A, on node 1 first (its URI list 1, 2, 3) with wal.replicate: the
 stream and the lease queue are declared by it and replicated by the
-cluster. 10,000 persistent messages with delays of 20-35 s are published
-through node 3 and held by A. Then node 1 is killed (SIGKILL): A loses the
+cluster. 10,000 persistent messages due 25-40 s after the first publish are
+published through node 3 and held by A. Then node 1 is killed (SIGKILL): A loses the
 connection that holds its lease and stops (exit 1: a bridge that lost its
 lease must not go on firing). Its WAL directory is deleted (disk loss). A
 fresh bridge, B, on an empty directory (URIs 2, 3, 1), takes the lease and
@@ -49,11 +49,17 @@ def run(ctx, cdir):
 
     # Without publisher confirms (fast): A holding all N is the proof they arrived.
     ch = ctx.publisher(uri=tc.uri(3)).conn.channel()
+    # Due times are fixed from the start, 25-40 s on, whatever publishing takes:
+    # on a loaded CI machine 10,000 publishes through a cluster took 14 s
+    # (against 4 on an idle one), and the first due time must still come after
+    # the takeover began.
     sent = {}
+    t_base = time.monotonic() + 25.0
     for i in range(N):
         mid = "c%05d" % i
-        ms = 20000 + (i * 7919) % 15000
-        sent[mid] = (time.monotonic(), ms)
+        now = time.monotonic()
+        ms = max(0, int((t_base - now) * 1000)) + (i * 7919) % 15000
+        sent[mid] = (now, ms)
         ch.basic_publish(route["ingress_exchange"], "rk", mid.encode(),
                          pika.BasicProperties(message_id=mid, delivery_mode=2,
                                               headers={"x-delay": ms}))
