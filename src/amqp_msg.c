@@ -45,6 +45,7 @@
 #define H_ORIG_USER "x-original-user-id"
 #define H_BRIDGE_ID "x-delay-bridge-id"
 #define H_ERROR "x-delay-error"
+#define H_STAMP "timestamp_in_ms"
 
 static int key_is(amqp_bytes_t k, const char *name)
 {
@@ -137,6 +138,46 @@ enum xdelay_status amqp_msg_due(const amqp_table_t *headers, uint64_t now_ms,
         }
     }
     return amqp_msg_xdelay(headers, max_delay_ms, delay_ms);
+}
+
+/* The broker's stamp: an integer of any width, > 0; 0 when absent or another kind. */
+static uint64_t stamp_ms(const amqp_table_t *headers)
+{
+    const amqp_field_value_t *f = lookup(headers, H_STAMP);
+    int64_t v;
+
+    if (!f)
+        return 0;
+    switch (f->kind) {
+    case AMQP_FIELD_KIND_I64: v = f->value.i64; break;
+    case AMQP_FIELD_KIND_U64: v = f->value.u64 > INT64_MAX ? 0 : (int64_t)f->value.u64; break;
+    case AMQP_FIELD_KIND_I32: v = f->value.i32; break;
+    case AMQP_FIELD_KIND_U32: v = f->value.u32; break;
+    default: return 0;
+    }
+    return v > 0 ? (uint64_t)v : 0;
+}
+
+enum xdelay_status amqp_msg_due_stamped(const amqp_table_t *headers, uint64_t now_ms,
+                                        uint64_t max_delay_ms, uint64_t *delay_ms,
+                                        int *unstamped)
+{
+    uint64_t at, d;
+    enum xdelay_status s;
+
+    *unstamped = 0;
+    if (lookup(headers, H_UNTIL) || lookup(headers, H_DELIVERY_TIME))
+        return amqp_msg_due(headers, now_ms, max_delay_ms, delay_ms);
+    s = amqp_msg_xdelay(headers, max_delay_ms, &d);
+    if (!(at = stamp_ms(headers))) {
+        *unstamped = s == XDELAY_OK;
+        *delay_ms = d;
+        return s;
+    }
+    if (at > now_ms)
+        at = now_ms;
+    *delay_ms = at + d > now_ms ? at + d - now_ms : 0;
+    return s;
 }
 
 static void *pool_alloc(amqp_pool_t *pool, size_t n)
@@ -394,4 +435,10 @@ void amqp_msg_set_delay(amqp_basic_properties_t *p, amqp_pool_t *pool, int64_t m
     v.kind = AMQP_FIELD_KIND_I64;
     v.value.i64 = ms;
     set_value(p, pool, H_XDELAY, v);
+    /* the table is the pool's copy now: drop the stamp in place */
+    int k = 0;
+    for (int i = 0; i < p->headers.num_entries; i++)
+        if (!key_is(p->headers.entries[i].key, H_STAMP))
+            p->headers.entries[k++] = p->headers.entries[i];
+    p->headers.num_entries = k;
 }

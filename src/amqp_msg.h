@@ -30,6 +30,23 @@ enum xdelay_status amqp_msg_due(const amqp_table_t *headers, uint64_t now_ms,
                                 uint64_t max_delay_ms, uint64_t *delay_ms);
 
 /*
+ * amqp_msg_due() for a route whose delay counts from the broker's receipt
+ * (delay_from "broker"): when headers carry timestamp_in_ms (an integer, ms
+ * since the epoch, stamped by RabbitMQ >= 3.12's incoming message
+ * interceptor set_header_timestamp) and no absolute due time, an x-delay
+ * counts from that stamp, and *delay_ms is what remains of it at now_ms (0
+ * if already past: published at once). A stamp later than now_ms (the
+ * broker's clock ahead of ours) counts as now_ms, so a message is never
+ * later than counting from the bridge's receipt. Without a stamp (absent,
+ * not an integer, or <= 0) the result is amqp_msg_due()'s, and *unstamped
+ * is 1 when that was a valid x-delay (counted from now_ms: the broker is
+ * not stamping, or something stripped it); else *unstamped is 0.
+ */
+enum xdelay_status amqp_msg_due_stamped(const amqp_table_t *headers, uint64_t now_ms,
+                                        uint64_t max_delay_ms, uint64_t *delay_ms,
+                                        int *unstamped);
+
+/*
  * Build the properties to republish a held message with, from in (decoded
  * from the WAL; not modified). Allocations come from pool, so the result
  * lives as long as the pool.
@@ -50,8 +67,10 @@ void amqp_msg_outgoing(const amqp_basic_properties_t *in, amqp_basic_properties_
 
 /*
  * Set x-delay = ms (a signed 64-bit integer) in p: every x-delay entry
- * replaced, or one appended; the new table lives in pool. A drain hands a
- * message back to the ingress with what remains of its delay this way.
+ * replaced, or one appended; and drop timestamp_in_ms, the broker's stamp
+ * of the first publish (the rest of the delay counts from the new one). The
+ * new table lives in pool. A drain hands a message back to the ingress with
+ * what remains of its delay this way.
  */
 void amqp_msg_set_delay(amqp_basic_properties_t *p, amqp_pool_t *pool, int64_t ms);
 

@@ -168,6 +168,7 @@ static json_object *route_json(const struct db_route_stats *r)
     add_u64(o, "invalid_delay", r->invalid_delay);
     add_u64(o, "invalid_key", r->invalid_key);
     add_u64(o, "deduplicated", r->deduplicated);
+    add_u64(o, "unstamped", r->unstamped);
     add_u64(o, "key_events_sent", r->key_events_sent);
     add_u64(o, "key_events_received", r->key_events_received);
     add_u64(o, "key_events_applied", r->key_events_applied);

@@ -281,7 +281,8 @@ static void on_delivery(void *arg, const struct delivery *d)
     in = (struct msgrec_in){d->exchange, d->exchange_len, d->routing_key, d->routing_key_len,
                             d->props, (uint32_t)d->props_len, d->body, (uint32_t)d->body_size,
                             d->key_str, d->key_str ? d->key_len : 0, d->key < 0};
-    r = msgrec_from_delivery(&a, rc, &in, now, d->xdelay, d->delay_ms);
+    /* d->now_ms, not now: a due time asked for is stored to the ms, whenever the clock ticks */
+    r = msgrec_from_delivery(&a, rc, &in, d->now_ms, d->xdelay, d->delay_ms);
     if (d->redelivered &&
         eng_seen(b->eng, (uint16_t)d->route, msgrec_fingerprint(&a), &first_ms)) {
         /* Logged before a crash or a lost connection, its ack lost with it: ack, store nothing. */
@@ -315,6 +316,11 @@ static void on_delivery(void *arg, const struct delivery *d)
     }
     if (a.flags & WALREC_ADD_KEYED)
         bridge_key_event_out(b, d->route, "replace", a.key, a.key_len, a.enqueue_ms);
+    if (d->unstamped && (n->unstamped++, ev = log_ratelimit(&n->rl_stamp, now, 60000)))
+        log_warn("consume", "delay_from is \"broker\" but a message has no timestamp_in_ms: its "
+                 "x-delay counts from its receipt here", "route=%s events=%" PRIu64 " hint=\""
+                 "message_interceptors.incoming.set_header_timestamp.overwrite = true in "
+                 "rabbitmq.conf (RabbitMQ 3.12 or later)\"", rc->name, ev);
     n->received++;
     b->logged_gen = d->gen;
     b->logged_tag = d->tag;

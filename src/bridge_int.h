@@ -40,8 +40,8 @@
 /* What the bridge itself counts per route (the parts count the rest). */
 struct route_counts {
     uint64_t received, rejected, invalid_delay, invalid_key, dead_lettered, deduplicated;
-    uint64_t key_events_sent, key_events_received, key_events_applied;
-    struct log_ratelimit rl_delay, rl_return;
+    uint64_t key_events_sent, key_events_received, key_events_applied, unstamped;
+    struct log_ratelimit rl_delay, rl_return, rl_stamp;
 };
 
 struct bridge {

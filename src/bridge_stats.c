@@ -146,6 +146,7 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
         r->invalid_delay = n->invalid_delay;
         r->invalid_key = n->invalid_key;
         r->deduplicated = n->deduplicated;
+        r->unstamped = n->unstamped;
         r->key_events_sent = n->key_events_sent;
         r->key_events_received = n->key_events_received;
         r->key_events_applied = n->key_events_applied;

@@ -452,7 +452,8 @@ static int parse_route(struct ctx *x, struct config_route *r, json_object *o, in
         "name", "ingress_exchange", "ingress_queue", "target_exchange", "queue_type",
         "declare_target", "target_type", "prefetch", "max_inflight", "max_delay_ms",
         "invalid_delay", "dead_letter_exchange", "unroutable_exchange",
-        "single_active_consumer", "share_keys", "stream_max_age", "stream_max_mb", NULL
+        "single_active_consumer", "share_keys", "stream_max_age", "stream_max_mb", "delay_from",
+        NULL
     };
     char pre[32], path[64], got[96], q[96];
     snprintf(pre, sizeof pre, "routes[%d]", idx);
@@ -527,6 +528,13 @@ static int parse_route(struct ctx *x, struct config_route *r, json_object *o, in
     if (cfg_get_int(x, o, pre, "max_delay_ms", 1, INT64_MAX, &v) < 0)
         return -1;
     r->max_delay_ms = v;
+    static const char *const froms[] = { "bridge", "broker", NULL };
+    choice = -1;
+    r->delay_from = DELAY_FROM_BRIDGE;
+    if (cfg_get_choice(x, o, pre, "delay_from", froms, "\"bridge\" or \"broker\"", &choice) < 0)
+        return -1;
+    if (choice == 1)
+        r->delay_from = DELAY_FROM_BROKER;
 
     static const char *const policies[] = { "publish", "dead-letter", NULL };
     choice = -1;

@@ -519,8 +519,14 @@ static void read_headers(struct consumer *c, struct delivery *d,
     if (d->key <= 0)
         d->key_str = NULL;
     /* x-delay-until, x-opt-delivery-time or x-delay (amqp_msg_due): the delay from now */
-    d->xdelay = amqp_msg_due(h, clock_now_ms(), c->cfg->routes[d->route].max_delay_ms,
-                             &d->delay_ms);
+    const struct config_route *rc = &c->cfg->routes[d->route];
+    d->unstamped = 0;
+    d->now_ms = clock_now_ms();
+    if (rc->delay_from == DELAY_FROM_BROKER)
+        d->xdelay = amqp_msg_due_stamped(h, d->now_ms, rc->max_delay_ms, &d->delay_ms,
+                                         &d->unstamped);
+    else
+        d->xdelay = amqp_msg_due(h, d->now_ms, rc->max_delay_ms, &d->delay_ms);
 
     amqp_basic_properties_t out = *props;
     if (h) {

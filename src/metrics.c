@@ -200,6 +200,8 @@ static const struct route_family route_families[] = {
        "Deliveries with an x-delay that is not accepted or above max_delay_ms."),
     RF("redeliveries_deduplicated_total", "counter", deduplicated,
        "Redelivered deliveries recognised as already logged (lost ack): acked, not stored again."),
+    RF("unstamped_total", "counter", unstamped,
+       "delay_from \"broker\": messages with x-delay but no timestamp_in_ms, delayed from receipt."),
     RF("key_events_sent_total", "counter", key_events_sent,
        "share_keys: key events published (keyed messages and cancels taken here)."),
     RF("key_events_applied_total", "counter", key_events_applied,

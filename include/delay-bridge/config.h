@@ -37,6 +37,14 @@ struct config_tls {
     int verify_hostname;  /* "verify_hostname": true; the certificate must name the URI's host */
 };
 
+/* When a relative delay (x-delay) starts (README, "When the delay starts"). */
+enum delay_from {
+    DELAY_FROM_BRIDGE, /* "bridge" (default): when the bridge receives the message */
+    DELAY_FROM_BROKER, /* "broker": the broker's receipt, header timestamp_in_ms (RabbitMQ
+                          >= 3.12, message_interceptors.incoming.set_header_timestamp);
+                          a message without it counts from the bridge's receipt */
+};
+
 enum invalid_delay_policy {
     INVALID_DELAY_PUBLISH,     /* publish at once, like the plugin (default) */
     INVALID_DELAY_DEAD_LETTER, /* publish to dead_letter_exchange with x-delay-error */
@@ -63,6 +71,7 @@ struct config_route {
     uint16_t prefetch;                          /* "prefetch": 1000, 1..65535 */
     uint32_t max_inflight;                      /* "max_inflight": 1000 unconfirmed publishes */
     uint64_t max_delay_ms;                      /* "max_delay_ms": 4294967295 */
+    enum delay_from delay_from;                 /* "delay_from": "bridge" | "broker" */
     enum invalid_delay_policy invalid_delay;    /* "invalid_delay": "publish" | "dead-letter" */
     char dead_letter_exchange[CONFIG_NAME_MAX + 1]; /* required when invalid_delay is dead-letter */
     char unroutable_exchange[CONFIG_NAME_MAX + 1];  /* "": a returned (unroutable) message is

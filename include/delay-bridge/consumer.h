@@ -68,7 +68,11 @@ struct delivery {
     const char *key_str;
     size_t key_len;
     enum xdelay_status xdelay;            /* x-delay, judged against the route's max_delay_ms */
-    uint64_t delay_ms;
+    uint64_t delay_ms;                    /* from now_ms (delay_from "broker": what remains) */
+    uint64_t now_ms;                      /* the clock delay_ms counts from: the due time is
+                                             now_ms + delay_ms, exactly what x-delay-until
+                                             or the stamp asked for */
+    int unstamped;                        /* delay_from "broker", no timestamp_in_ms: from now */
     const uint8_t *props;                 /* the properties AMQP-encoded, without the */
     int props_len;                        /* broker's x-delivery-count; < 0: cannot encode */
     /* key_event: the event's headers (bridge_keys.c); ok 0 when one is missing or mistyped */

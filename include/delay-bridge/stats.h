@@ -75,6 +75,7 @@ struct db_route_stats {
     uint64_t invalid_delay;   /* x-delay not a number we accept, or above max_delay_ms */
     uint64_t invalid_key;     /* x-delay-key or x-delay-cancel not a string of <= 255 bytes */
     uint64_t deduplicated;    /* redeliveries recognised as already logged: acked, not stored */
+    uint64_t unstamped;       /* delay_from "broker": x-delay without timestamp_in_ms, from receipt */
     uint64_t dead_lettered;   /* published to dead_letter_exchange with x-delay-error */
     uint64_t published;       /* basic.publish sent (a republish after a nack counts again) */
     uint64_t confirmed;       /* broker confirmed: the message is done */

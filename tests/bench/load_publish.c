@@ -20,6 +20,12 @@
  * delay computed from the clock at publish (used to make a burst fall due
  * together however long publishing takes).
  *
+ * --stamp (xdelay): also header timestamp_in_ms = the send time in epoch ms,
+ * what RabbitMQ 3.12+ stamps on receipt with message_interceptors
+ * .incoming.set_header_timestamp (a route with delay_from "broker" counts
+ * the delay from it). The send time is earlier than the broker's receipt
+ * by the socket's backlog, so this is the best case of that setting.
+ *
  * --like-bridge: the headers and flags of delay-bridge's republish (x-delay
  * = -delay as a 32-bit integer, x-delay-bridge-id, mandatory), to tell the
  * broker's cost of those from that of the bridge's way of publishing
@@ -67,7 +73,7 @@ struct opts {
     uint64_t tag;
     uint64_t seed;
     bool transient;
-    bool bridge_headers, mandatory;
+    bool bridge_headers, mandatory, stamp;
     const char *bridge_id; /* "string" (default), "u64", "none" */
 };
 
@@ -157,7 +163,8 @@ static void usage(void)
             "usage: %s --uri URI --count N [--mode plain|xdelay|ttl] [--exchange X]\n"
             "       [--routing-key K] [--ttl-queue Q] [--delay MIN[-MAX]] [--due-at MS --spread MS]\n"
             "       [--size B | --mix] [--window W] [--tag T] [--seed S] [--transient]\n"
-            "       [--like-bridge | --bridge-headers | --mandatory] [--bridge-id string|u64|none]\n",
+            "       [--like-bridge | --bridge-headers | --mandatory] [--bridge-id string|u64|none]\n"
+            "       [--stamp]\n",
             prog);
     exit(2);
 }
@@ -183,6 +190,10 @@ static void parse(int argc, char **argv, struct opts *o)
         }
         if (!strcmp(a, "--bridge-headers")) {
             o->bridge_headers = true;
+            continue;
+        }
+        if (!strcmp(a, "--stamp")) {
+            o->stamp = true;
             continue;
         }
         if (!strcmp(a, "--mandatory")) {
@@ -277,9 +288,11 @@ int main(int argc, char **argv)
 
     amqp_bytes_t exchange = amqp_cstring_bytes(ttl ? "" : o.exchange);
     amqp_bytes_t rkey = amqp_cstring_bytes(ttl ? o.ttl_queue : o.routing_key);
-    amqp_table_entry_t hdr;
-    hdr.key = amqp_cstring_bytes("x-delay");
-    hdr.value.kind = AMQP_FIELD_KIND_I64;
+    amqp_table_entry_t hdr[2];
+    hdr[0].key = amqp_cstring_bytes("x-delay");
+    hdr[0].value.kind = AMQP_FIELD_KIND_I64;
+    hdr[1].key = amqp_cstring_bytes("timestamp_in_ms");
+    hdr[1].value.kind = AMQP_FIELD_KIND_I64;
     amqp_table_entry_t bh[2];
     char expiration[32];
 
@@ -323,10 +336,11 @@ int main(int argc, char **argv)
         p.delivery_mode = o.transient ? 1 : 2;
         p.content_type = amqp_cstring_bytes("application/octet-stream");
         if (xdelay) {
-            hdr.value.value.i64 = delay;
+            hdr[0].value.value.i64 = delay;
+            hdr[1].value.value.i64 = (int64_t)now_ms;
             p._flags |= AMQP_BASIC_HEADERS_FLAG;
-            p.headers.num_entries = 1;
-            p.headers.entries = &hdr;
+            p.headers.num_entries = o.stamp ? 2 : 1;
+            p.headers.entries = hdr;
         } else if (ttl) {
             snprintf(expiration, sizeof expiration, "%lld", (long long)delay);
             p._flags |= AMQP_BASIC_EXPIRATION_FLAG;

@@ -36,6 +36,10 @@
 #   its WAL directory: a new WAL reads a stream from its first message, and
 #   would read the earlier scenarios' messages again. The replicate
 #   scenario's "on" side cannot run on a stream route (a config error).
+# Stamps: BENCH_STAMP=1 makes the ingress publishers (steady, mixed, burst,
+#   replicate) add header timestamp_in_ms, as RabbitMQ 3.12+ does with
+#   message_interceptors.incoming.set_header_timestamp; with
+#   BENCH_ROUTE='{"delay_from": "broker"}' the bridge counts from it.
 # Work directory (configs, WALs, logs): a new directory under
 #   ${BENCH_TMP:-/var/tmp} (the disk the WAL benchmarks use), removed at the end
 #   unless --keep or --perf.
@@ -300,7 +304,8 @@ run_bridge_load() {
     consume "$name" "$count" "$tag" --purge
     cpu_mark "$name"
     t0=$(now_ms)
-    publish "$name" --mode xdelay --exchange "$INGRESS_EX" --routing-key bench --count "$count" --tag "$tag" "$@"
+    publish "$name" --mode xdelay --exchange "$INGRESS_EX" --routing-key bench --count "$count" --tag "$tag" \
+        ${BENCH_STAMP:+--stamp} "$@"
     t1=$(wait_received $((before + count)) 600)
     R[$name.ingest_rate]=$(fmt 0 "$count / (($t1 - $t0) / 1000.0)")
     R[$name.ingest_done_ms]=$t1

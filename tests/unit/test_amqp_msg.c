@@ -815,9 +815,78 @@ static void test_due(void)
     CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_UNTIL_EINVALID);
 }
 
+/* delay_from "broker": an x-delay counts from the broker's timestamp_in_ms. */
+static void test_due_stamped(void)
+{
+    const uint64_t now = 1764000000000ull;
+    const uint64_t M = 4294967295u;
+    uint64_t ms = 99;
+    int un = 9;
+    amqp_table_entry_t e[3];
+    amqp_table_t t = { 0, e };
+
+    /* no stamp: amqp_msg_due() exactly */
+    CHECK(amqp_msg_due_stamped(NULL, now, M, &ms, &un) == XDELAY_NOW && ms == 0 && un == 0);
+    e[0] = entry("x-delay", vi(AMQP_FIELD_KIND_I32, 5000));
+    t.num_entries = 1;
+    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 5000 && un == 1);
+    /* stamped 1.2 s ago (a long string is not a stamp: counted from now) */
+    e[1] = entry("timestamp_in_ms", vstr(AMQP_FIELD_KIND_UTF8, "1763999998800", 13));
+    t.num_entries = 2;
+    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 5000 && un == 1);
+    e[1] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I64, (int64_t)now - 1200));
+    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 3800 && un == 0);
+    e[1] = entry("timestamp_in_ms", vu64(now - 1200));
+    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 3800 && un == 0);
+    /* stamped longer ago than the delay (a backlog): at once */
+    e[1] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I64, (int64_t)now - 3600000));
+    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 0 && un == 0);
+    /* a stamp from the future (the broker's clock ahead): counted from now, never later */
+    e[1] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I64, (int64_t)now + 700));
+    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 5000 && un == 0);
+    /* zero or negative: not a stamp */
+    e[1] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I64, -5));
+    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 5000 && un == 1);
+    /* an invalid x-delay stays invalid, at once */
+    e[0] = entry("x-delay", VS("soon"));
+    e[1] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I64, (int64_t)now - 1200));
+    CHECK(xdelay_invalid(amqp_msg_due_stamped(&t, now, M, &ms, &un)) && ms == 0);
+    /* no x-delay: at once */
+    e[0] = entry("other", vi(AMQP_FIELD_KIND_I32, 1));
+    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_NOW && ms == 0);
+    /* an absolute due time is absolute: the stamp changes nothing */
+    e[0] = entry("x-delay-until", VS("2025-11-24T16:00:07.250Z"));
+    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 7250 && un == 0);
+}
+
+/* A drain's hand-back drops the broker's stamp of the first publish. */
+static void test_set_delay_drops_stamp(void)
+{
+    amqp_pool_t pool;
+    amqp_table_entry_t e[3];
+    amqp_basic_properties_t p;
+
+    init_amqp_pool(&pool, 4096);
+    memset(&p, 0, sizeof p);
+    e[0] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I64, 1764000000000ll));
+    e[1] = entry("trace", VS("t-1"));
+    e[2] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I64, 1764000000001ll));
+    p._flags = AMQP_BASIC_HEADERS_FLAG;
+    p.headers.entries = e;
+    p.headers.num_entries = 3;
+    amqp_msg_set_delay(&p, &pool, 1500);
+    CHECK(p.headers.num_entries == 2 && count(&p.headers, "timestamp_in_ms") == 0);
+    CHECK(count(&p.headers, "trace") == 1 && count(&p.headers, "x-delay") == 1);
+    CHECK(e[0].value.value.i64 == 1764000000000ll); /* the input table is not written */
+    roundtrip(&p);
+    empty_amqp_pool(&pool);
+}
+
 int main(void)
 {
     test_due();
+    test_due_stamped();
+    test_set_delay_drops_stamp();
     test_integers();
     test_max_delay();
     test_floats();

@@ -99,7 +99,7 @@ static void test_full(void)
         "      \"single_active_consumer\": true,\n"
         "      \"prefetch\": 65535, \"max_inflight\": 1000000,\n"
         "      \"max_delay_ms\": 9223372036854775807, \"invalid_delay\": \"dead-letter\",\n"
-        "      \"dead_letter_exchange\": \"orders.dlx\" },\n"
+        "      \"dead_letter_exchange\": \"orders.dlx\", \"delay_from\": \"broker\" },\n"
         "    { \"name\": \"Mail_2.x-y\", \"ingress_exchange\": \"mail.delayed\",\n"
         "      \"ingress_queue\": \"mail.delayed.q\", \"target_exchange\": \"\",\n"
         "      \"target_type\": \"headers\", \"prefetch\": 1, \"max_inflight\": 1,\n"
@@ -140,6 +140,7 @@ static void test_full(void)
     CHECK(r->max_delay_ms == 9223372036854775807ull);
     CHECK(r->invalid_delay == INVALID_DELAY_DEAD_LETTER);
     CHECK(strcmp(r->dead_letter_exchange, "orders.dlx") == 0);
+    CHECK(r->delay_from == DELAY_FROM_BROKER);
     r = &c.routes[1];
     CHECK(strcmp(r->name, "Mail_2.x-y") == 0);
     CHECK(strcmp(r->target_exchange, "") == 0);
@@ -148,6 +149,7 @@ static void test_full(void)
     CHECK(strcmp(r->target_type, "headers") == 0);
     CHECK(r->prefetch == 1 && r->max_inflight == 1 && r->max_delay_ms == 1);
     CHECK(r->invalid_delay == INVALID_DELAY_PUBLISH);
+    CHECK(r->delay_from == DELAY_FROM_BRIDGE);
     config_free(&c);
     CHECK(is_zero(&c));
     config_free(&c); /* twice is harmless */
@@ -689,6 +691,9 @@ static void test_routes(void)
         config_free(&c);
 
     /* enums and booleans */
+    ERR(CFG(ROUTE(",\"delay_from\":\"publisher\"")),
+        "routes[0].delay_from: expected \"bridge\" or \"broker\", got \"publisher\"");
+    ERR(CFG(ROUTE(",\"delay_from\":true")), "routes[0].delay_from: expected a string, got true");
     ERR(CFG(ROUTE(",\"target_type\":\"x-delayed-message\"")),
         "routes[0].target_type: expected \"direct\", \"topic\", \"fanout\" or \"headers\", got "
         "\"x-delayed-message\"");
