@@ -435,8 +435,15 @@ void amqp_msg_set_delay(amqp_basic_properties_t *p, amqp_pool_t *pool, int64_t m
     v.kind = AMQP_FIELD_KIND_I64;
     v.value.i64 = ms;
     set_value(p, pool, H_XDELAY, v);
-    /* the table is the pool's copy now: drop the stamp in place */
+    amqp_msg_drop_stamp(p); /* the table is the pool's copy now */
+}
+
+void amqp_msg_drop_stamp(amqp_basic_properties_t *p)
+{
     int k = 0;
+
+    if (!(p->_flags & AMQP_BASIC_HEADERS_FLAG))
+        return;
     for (int i = 0; i < p->headers.num_entries; i++)
         if (!key_is(p->headers.entries[i].key, H_STAMP))
             p->headers.entries[k++] = p->headers.entries[i];

@@ -75,6 +75,12 @@ void amqp_msg_outgoing(const amqp_basic_properties_t *in, amqp_basic_properties_
 void amqp_msg_set_delay(amqp_basic_properties_t *p, amqp_pool_t *pool, int64_t ms);
 
 /*
+ * Remove every timestamp_in_ms entry from p's header table, in place: the
+ * table must be the caller's to write (amqp_msg_outgoing()'s, in its pool).
+ */
+void amqp_msg_drop_stamp(amqp_basic_properties_t *p);
+
+/*
  * Set header name = value (a long string) in p, replacing an entry of that
  * name or appending one; the new table and the string live in pool.
  */

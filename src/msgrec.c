@@ -67,6 +67,7 @@ void msgrec_to_publish(const struct walrec_add *a, const struct config_route *rc
     o->delay_ms = a->due_ms > a->enqueue_ms ? a->due_ms - a->enqueue_ms : 0;
     o->handback = 0;
     o->remaining_ms = 0;
+    o->drop_stamp = rc->delay_from == DELAY_FROM_BROKER;
     snprintf(o->id, sizeof(o->id), "%016" PRIx64 "-%" PRIu64, log_id, a->msg_id);
 }
 

@@ -616,6 +616,8 @@ int publisher_send(struct publisher *p, int route, uint32_t ref, const struct wa
     amqp_msg_outgoing(in, &out, &p->pool, o->delay_ms, p->conn.user, o->id, o->error);
     if (o->handback) /* a drain: back to the ingress for the rest of its delay */
         amqp_msg_set_delay(&out, &p->pool, (int64_t)o->remaining_ms);
+    else if (o->drop_stamp)
+        amqp_msg_drop_stamp(&out);
     if (o->original_exchange) {
         char rk[256];
         snprintf(rk, sizeof(rk), "%.*s", (int)a->routing_key_len, a->routing_key);

@@ -67,6 +67,13 @@ struct msgrec_out {
      */
     int handback;
     uint64_t remaining_ms;
+    /*
+     * The route counts delays from the broker's stamp (delay_from
+     * "broker"): timestamp_in_ms is not forwarded. The stamp of the first
+     * publish would date the next hop's delay wrongly (a chained delayed
+     * route, a drain's hand-back); a stamping broker adds a fresh one.
+     */
+    int drop_stamp;
 };
 
 /*

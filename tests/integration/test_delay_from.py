@@ -17,8 +17,10 @@ A route with delay_from "broker":
 - no stamp: counted from its receipt, counted in /stats unstamped and
   delay_bridge_unstamped_total, and a warning names the rabbitmq.conf line;
 - x-delay-until beside a stamp: the absolute time decides.
-The same stamped message on a route with the default delay_from "bridge"
-waits its whole x-delay from receipt. A restart keeps every due time.
+Its republish carries no timestamp_in_ms (the stamp dated this hop only;
+a stamping broker adds a fresh one). The same stamped message on a route
+with the default delay_from "bridge" waits its whole x-delay from receipt,
+and keeps the header. A restart keeps every due time.
 """
 
 import json
@@ -112,9 +114,15 @@ def test(ctx):
     msgs = c.wait_ids(list(cases), 6 + h.late_tolerance() + 8)
     by_id = {m.message_id: m for m in msgs}
     failures = []
-    for mid, (_, _, e) in cases.items():
+    for mid, (route, hdrs, e) in cases.items():
         m = by_id[mid]
         arrived_ms = (m.t + wall0) * 1000
+        stamp = h.header(m.props, "timestamp_in_ms")
+        if route is rb and stamp is not None:
+            failures.append("%s: timestamp_in_ms forwarded on a delay_from \"broker\" route" % mid)
+        if route is rr and "timestamp_in_ms" in hdrs and stamp is None:
+            failures.append("%s: timestamp_in_ms not forwarded on a delay_from \"bridge\" route"
+                            % mid)
         h.log("%-13s arrived %+6.0f ms after its publish" % (mid, (m.t - sent[mid]) * 1000))
         if e[0] == "due":
             if arrived_ms < e[1] - h.early_tolerance() * 1000:

@@ -879,6 +879,21 @@ static void test_set_delay_drops_stamp(void)
     CHECK(count(&p.headers, "trace") == 1 && count(&p.headers, "x-delay") == 1);
     CHECK(e[0].value.value.i64 == 1764000000000ll); /* the input table is not written */
     roundtrip(&p);
+
+    /* delay_from "broker": the republish drops it, the rest as amqp_msg_outgoing() made it */
+    amqp_basic_properties_t out;
+    p.headers.entries = e;
+    p.headers.num_entries = 3;
+    amqp_msg_outgoing(&p, &out, &pool, 4000, "bridge", "id-9", NULL);
+    CHECK(count(&out.headers, "timestamp_in_ms") == 2);
+    amqp_msg_drop_stamp(&out);
+    CHECK(out.headers.num_entries == 2 && count(&out.headers, "timestamp_in_ms") == 0);
+    CHECK(count(&out.headers, "trace") == 1 && count(&out.headers, "x-delay-bridge-id") == 1);
+    CHECK(count(&p.headers, "timestamp_in_ms") == 2);
+    roundtrip(&out);
+    memset(&out, 0, sizeof out); /* no headers at all: nothing to do */
+    amqp_msg_drop_stamp(&out);
+    CHECK(!(out._flags & AMQP_BASIC_HEADERS_FLAG));
     empty_amqp_pool(&pool);
 }
 

@@ -39,6 +39,12 @@ static void test_valid_delay(void)
     CHECK(o.error == NULL);
     CHECK_U64(o.delay_ms, 5000);
     CHECK_STR(o.id, "0000000000abcdef-77");
+    CHECK(o.drop_stamp == 0); /* delay_from "bridge": headers forwarded as they came */
+    rc.delay_from = DELAY_FROM_BROKER;
+    msgrec_to_publish(&a, &rc, 0xabcdefull, 0, &o);
+    CHECK(o.drop_stamp == 1); /* the broker's stamp dated this hop only */
+    msgrec_to_handback(&a, &rc, 0xabcdefull, 0, 2000, &o);
+    CHECK(o.handback == 1 && o.drop_stamp == 1);
 }
 
 static void test_now(void)
