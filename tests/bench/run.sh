@@ -495,7 +495,7 @@ rrow() { printf '| %-9s | %-50s | %14s | %18s | %8s | %14s |\n' "$1" "$2" "$3" "
     echo
     echo "delay-bridge benchmark, $(date -u +%FT%TZ), $(nproc) CPUs, load average before: $(v load.before), after: $(cut -d' ' -f1 /proc/loadavg)$([ "$SMOKE" = 1 ] && echo ', SMOKE sizes')"
     [ -z "${BENCH_ROUTE:-}${BENCH_STAMP:-}" ] ||
-        echo "route keys: ${BENCH_ROUTE:-none}; publishers stamp timestamp_in_ms: ${BENCH_STAMP:+yes}${BENCH_STAMP:-no}"
+        echo "route keys: ${BENCH_ROUTE:-none}; publishers stamp timestamp_in_ms: $([ -n "${BENCH_STAMP:-}" ] && echo yes || echo no)"
     echo
     printf '| %-9s | %-50s | %14s | %14s | %14s | %8s |\n' scenario figure delay-bridge "ceiling" "TTL+DLX" "ratio"
     printf '|%s|%s|%s|%s|%s|%s|\n' ----------- ---------------------------------------------------- ---------------- ---------------- ---------------- ----------
