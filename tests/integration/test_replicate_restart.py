@@ -44,9 +44,21 @@ def repl(port):
         return {"state": None}
 
 
-def wait_held(port, n, who, stall_s=30):
-    h.wait_progress(lambda: h.stats(port)["held"], n, stall_s,
-                    lambda k: "%s holds %d of %d" % (who, k, n))
+def wait_held(port, n, who, stall_s=30, delivered=lambda: 0):
+    """Until the bridge on port holds n, less those delivered() already."""
+    h.wait_progress(lambda: h.stats(port)["held"] + delivered(), n, stall_s,
+                    lambda k: "%s holds (or delivered) %d of %d" % (who, k, n))
+
+
+def check_held(port, want, c, what):
+    """Every message of want is held by the bridge on port, or was delivered
+    already: on a loaded machine the first due times (20 s on) can pass
+    during the restarts. Held never exceeds want (nothing replaced or
+    cancelled came back); one held and delivered both is a kill's republish."""
+    held = h.stats(port)["held"]
+    done = len({m.message_id for m in c.snapshot()} & set(want))
+    check(held <= len(want) and held + done >= len(want),
+          "A holds %d of %d %s (%d delivered already)" % (held, len(want), what, done))
 
 
 def publish(p, route, sent, replaced, first, n, tag):
@@ -103,28 +115,27 @@ def test(ctx):
     wait_held(pb, want1, "B")
     publish(p, route, sent, replaced, N1, N2, "b")
     want = {k: v for k, v in sent.items() if k not in replaced}
-    wait_held(pb, len(want), "B")
+    wait_held(pb, len(want), "B",
+              delivered=lambda: len({m.message_id for m in c.snapshot()} & set(want)))
     b.stop()
     a.start(wait_ready=True)
     check("resumed on the intact local log" in a.log_text(), "A did not resume on its log")
     line = [ln for ln in a.log_text().splitlines() if "resumed on the intact" in ln][-1]
     h.log("A after B's term: %s" % line[line.index("records_appended"):])
     check("records_appended=0 " not in line, "A appended nothing of B's term")
-    check(h.stats(pa)["held"] == len(want), "A holds %d of %d" % (h.stats(pa)["held"], len(want)))
+    check_held(pa, want, c, "after B's term")
 
     # 3. A kill: the running note still holds; without it, the whole stream is read.
     a.kill9()
     check(os.path.exists(note), "no running REPLICA note after a kill")
     a.start(wait_ready=True)
     check("resumed on the intact local log" in a.log_text(), "A did not resume after a kill")
-    check(h.stats(pa)["held"] == len(want), "A holds %d of %d after the kill"
-          % (h.stats(pa)["held"], len(want)))
+    check_held(pa, want, c, "after the kill")
     a.kill9()
     os.unlink(note)
     a.start(wait_ready=True)
     check("local log rebuilt from the stream" in a.log_text(), "A did not rebuild without a note")
-    check(h.stats(pa)["held"] == len(want), "A holds %d of %d after the rebuild"
-          % (h.stats(pa)["held"], len(want)))
+    check_held(pa, want, c, "after the rebuild")
 
     # 4. Disk lost once a horizon was noted in the lease token: read from the horizon.
     deadline = time.monotonic() + 30

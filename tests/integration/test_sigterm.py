@@ -10,12 +10,16 @@ import harness as h
 from harness import check
 
 N = 50
+# The SIGTERM must come before the first due time, with room for a loaded
+# machine (CI, an ASan daemon).
+DELAY_MS = 8000
 
 
 def test(ctx):
     ex, qs = ctx.target("target", "direct", ["rk"])
     c = ctx.consumer([qs["rk"]])
-    b = ctx.bridge([ctx.route("term", ex)])
+    port = h.free_port()
+    b = ctx.bridge([ctx.route("term", ex)], http={"listen": "127.0.0.1:%d" % port})
     route = b.config["routes"][0]
     p = ctx.publisher()
 
@@ -23,10 +27,19 @@ def test(ctx):
     for i in range(N):
         mid = "held-%02d" % i
         sent[mid] = (p.publish(route["ingress_exchange"], "rk", mid.encode(),
-                               headers={"x-delay": h.i32(4000 + 20 * i)}, message_id=mid, delivery_mode=2),
-                     4000 + 20 * i)
-    ctx.wait_drained(route["ingress_queue"], 10)
+                               headers={"x-delay": h.i32(DELAY_MS + 20 * i)}, message_id=mid,
+                               delivery_mode=2),
+                     DELAY_MS + 20 * i)
+    # The bridge took all (its own count: a rabbitmqctl call per poll has
+    # taken longer than the delays on a loaded machine), and they left the queue.
+    h.wait_progress(lambda: h.stats(port)["routes"][0]["received"], N, 20,
+                    lambda n: "the bridge received %d of %d" % (n, N))
+    deadline = time.monotonic() + 20
+    while ctx.queue_depth(route["ingress_queue"]):
+        check(time.monotonic() < deadline, "the ingress queue still holds messages")
+        time.sleep(0.05)
     time.sleep(0.3)
+    check(c.count() == 0, "messages published before their due time, before the SIGTERM")
     t0 = time.monotonic()
     b.stop(expect=0, timeout=15)
     h.log("SIGTERM with %d messages held: exit 0 after %.2fs" % (N, time.monotonic() - t0))
@@ -37,7 +50,7 @@ def test(ctx):
                            message_id=mid, delivery_mode=2), 1000)
     time.sleep(0.5)
     b.start()
-    c.wait_ids(sent.keys(), 4 + h.late_tolerance() + 20)
+    c.wait_ids(sent.keys(), DELAY_MS / 1000.0 + h.late_tolerance() + 20)
     msgs = c.quiet(1.0)
     ids = [m.message_id for m in msgs]
     dups = sorted({x for x in ids if ids.count(x) > 1})
