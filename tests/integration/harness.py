@@ -911,6 +911,23 @@ class Ctx(object):
                      "unacked message(s)" % (timeout, what, queue, ready, unacked))
             time.sleep(0.1)
 
+    def wait_taken(self, port, queue, n, timeout, what="the bridge to take every message",
+                   route=0):
+        """Wait until the bridge with its HTTP endpoint on port counts n
+        received on its route-th route (its /stats) and queue has no ready
+        message. No rabbitmqctl, which takes seconds per call on a loaded
+        machine: for tests whose first due time comes a few seconds after
+        publishing. Received is logged, not yet acked: a restart or a
+        reconnect gets the unacked ones again, and the bridge recognises
+        them as logged."""
+        wait_progress(lambda: stats(port)["routes"][route]["received"], n, timeout,
+                      lambda k: "%s: the bridge received %d of %d" % (what, k, n))
+        deadline = time.monotonic() + timeout
+        while self.queue_depth(queue):
+            check(time.monotonic() < deadline, "%s: queue %s still has ready messages after "
+                  "%.0fs" % (what, queue, timeout))
+            time.sleep(0.05)
+
     def replicated(self, name, **replicate):
         """What a replicated-WAL test starts from: a target exchange with one
         queue (routing key "rk") and its consumer, a route to it, and a

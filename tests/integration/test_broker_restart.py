@@ -18,7 +18,8 @@ def test(ctx):
     h.require_owned_broker("restarting the broker")
     ex, qs = ctx.target("target", "direct", ["rk"])
     c = ctx.consumer([qs["rk"]])
-    b = ctx.bridge([ctx.route("restart", ex)])
+    port = h.free_port()
+    b = ctx.bridge([ctx.route("restart", ex)], http={"listen": "127.0.0.1:%d" % port})
     route = b.config["routes"][0]
     p = ctx.publisher()
     rng = random.Random(7)
@@ -30,7 +31,7 @@ def test(ctx):
         sent[mid] = (p.publish(route["ingress_exchange"], "rk", mid.encode(), headers={"x-delay": h.i32(ms)},
                                message_id=mid, delivery_mode=2), ms)
     p.close()
-    ctx.wait_drained(route["ingress_queue"], 10)
+    ctx.wait_taken(port, route["ingress_queue"], N, 10)
     # On a loaded machine (or under ASan) the first can fall due before the
     # restart; they must not come before their due time (checked for all below).
     early = [m for m in c.snapshot()

@@ -30,14 +30,7 @@ def test(ctx):
                                headers={"x-delay": h.i32(DELAY_MS + 20 * i)}, message_id=mid,
                                delivery_mode=2),
                      DELAY_MS + 20 * i)
-    # The bridge took all (its own count: a rabbitmqctl call per poll has
-    # taken longer than the delays on a loaded machine), and they left the queue.
-    h.wait_progress(lambda: h.stats(port)["routes"][0]["received"], N, 20,
-                    lambda n: "the bridge received %d of %d" % (n, N))
-    deadline = time.monotonic() + 20
-    while ctx.queue_depth(route["ingress_queue"]):
-        check(time.monotonic() < deadline, "the ingress queue still holds messages")
-        time.sleep(0.05)
+    ctx.wait_taken(port, route["ingress_queue"], N, 20)
     time.sleep(0.3)
     check(c.count() == 0, "messages published before their due time, before the SIGTERM")
     t0 = time.monotonic()

@@ -166,7 +166,7 @@ def stalled_reader(ctx, proxy):
         t = p.publish(route["ingress_exchange"], "rk", bytes([65 + i % 26]) * BODY,
                       headers={"x-delay": h.i32(ms)}, message_id=mid, delivery_mode=2)
         sent[mid] = (t + ms / 1000.0, ms / 1000.0)
-    ctx.wait_drained(route["ingress_queue"], 20, "the bridge to take batch A")
+    ctx.wait_taken(port, route["ingress_queue"], N_A, 20, "the bridge to take batch A")
     link = proxy.publisher()
     h.log("published %d x %d KiB in %.1fs; stalling the publisher's socket (proxy stops "
           "reading) %.1fs before the first falls due"
