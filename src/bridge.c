@@ -316,7 +316,9 @@ static void on_delivery(void *arg, const struct delivery *d)
     }
     if (a.flags & WALREC_ADD_KEYED)
         bridge_key_event_out(b, d->route, "replace", a.key, a.key_len, a.enqueue_ms);
-    if (d->unstamped && (n->unstamped++, ev = log_ratelimit(&n->rl_stamp, now, 60000)))
+    if (d->unstamped)
+        n->unstamped++;
+    if (d->unstamped && (ev = log_ratelimit(&n->rl_stamp, now, 60000)))
         log_warn("consume", "delay_from is \"broker\" but a message has no timestamp_in_ms: its "
                  "x-delay counts from its receipt here", "route=%s events=%" PRIu64 " hint=\""
                  "message_interceptors.incoming.set_header_timestamp.overwrite = true in "

@@ -1152,6 +1152,39 @@ def check_on_time(msg, published_at, delay_s, what, late=None):
     return took
 
 
+def arrival_problem(msg, published_at, expect, wall0, restart_s=3.0):
+    """What is wrong with msg's arrival, or None. published_at: monotonic
+    time just before its publish; wall0: epoch seconds of the monotonic
+    clock's zero. expect: ("due", epoch ms) an absolute due time (late
+    bound: the tolerance + restart_s, for a restart in between); ("delay",
+    ms) from its publish; ("now",) published at once (within 1 s)."""
+    mid = msg.message_id
+    if expect[0] == "due":
+        arrived_ms = (msg.t + wall0) * 1000
+        if arrived_ms < expect[1] - early_tolerance() * 1000:
+            return "%s arrived EARLY: %.0f ms before its due time" % (mid, expect[1] - arrived_ms)
+        if arrived_ms > expect[1] + (late_tolerance() + restart_s) * 1000:
+            return "%s arrived LATE: %.0f ms after its due time" % (mid, arrived_ms - expect[1])
+    elif expect[0] == "delay":
+        try:
+            check_on_time(msg, published_at, expect[1] / 1000.0, mid, late=late_tolerance() + restart_s)
+        except TestFailure as ex:
+            return str(ex)
+    elif expect[0] == "now" and msg.t - published_at > 1.0:
+        return "%s: not published at once (%.3f s)" % (mid, msg.t - published_at)
+    return None
+
+
+def fail_problems(consumer, n, failures):
+    """Fail with every problem listed in failures, and any delivery beyond
+    the first n (extra ones arrive within 0.5 s)."""
+    extra = consumer.quiet(0.5)[n:]
+    if extra:
+        failures.append("extra deliveries: %s" % summarize(extra))
+    if failures:
+        fail("%d problem(s):\n  " % len(failures) + "\n  ".join(failures))
+
+
 def check_immediate(msg, published_at, what, bound=1.0):
     took = msg.t - published_at
     check(took <= bound, "%s should have been published at once, arrived after %.3fs" % (what, took))

@@ -126,23 +126,10 @@ def test(ctx):
             continue
         if m.queue != tq["rk"] or err is not None:
             failures.append("%s: expected the target without x-delay-error: %s" % (mid, line))
-        if e[0] == "due":
-            if arrived_ms < e[1] - h.early_tolerance() * 1000:
-                failures.append("%s arrived EARLY: %.0f ms before its due time" % (mid, e[1] - arrived_ms))
-            if arrived_ms > e[1] + h.late_tolerance() * 1000 + 3000:  # + the restart
-                failures.append("%s arrived LATE: %.0f ms after its due time" % (mid, arrived_ms - e[1]))
-        elif e[0] == "delay":
-            try:
-                h.check_on_time(m, sent[mid], e[1] / 1000.0, mid, late=h.late_tolerance() + 3)
-            except h.TestFailure as ex:
-                failures.append(str(ex))
-        elif e[0] == "now" and m.t - sent[mid] > 1.0:
-            failures.append("%s: not published at once: %s" % (mid, line))
-    extra = c.quiet(0.5)[len(cases):]
-    if extra:
-        failures.append("extra deliveries: %s" % h.summarize(extra))
-    if failures:
-        h.fail("%d problem(s):\n  " % len(failures) + "\n  ".join(failures))
+        problem = h.arrival_problem(m, sent[mid], e, wall0)
+        if problem:
+            failures.append(problem)
+    h.fail_problems(c, len(cases), failures)
     b.stop()
 
 
