@@ -251,8 +251,11 @@ def test(ctx):
     wall1 = time.time() * 1000.0
     sent = {k: (t_pub, v[1]) for k, v in sent.items()}  # none can have arrived before t_pub
     h.log("published %d messages (p1 holds %d, p2 %d)" % (n, len(expect["p1"]), len(expect["p2"])))
-    for r in (r1, r2):
-        ctx.wait_drained(r["ingress_queue"], 20)
+    # The bridge's received count, not rabbitmqctl (seconds per call on a
+    # loaded machine, against a first due time 12 s on).
+    for i, r in enumerate((r1, r2)):
+        ctx.wait_taken(port, r["ingress_queue"], sum(1 for rn, _ in plan if rn == r["name"]), 20,
+                       route=i)
 
     # ---- browse: pages of 7 ----------------------------------------------------------
     listed = {}

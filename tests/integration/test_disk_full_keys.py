@@ -55,7 +55,7 @@ def run(ctx, fs, filler):
     sent["k.v1"] = (p.publish(ing, "rk", b"v1", headers={"x-delay": h.i32(14000),
                                                           "x-delay-key": h.lstr("K")},
                               message_id="k.v1", delivery_mode=2), 14000)
-    ctx.wait_drained(route["ingress_queue"], 10)
+    ctx.wait_taken(pb, route["ingress_queue"], 1, 10)
     check(h.stats(pb)["held"] == 1, "B does not hold version 1")
 
     # Fill B's disk: more than it holds, due well after the episode.
