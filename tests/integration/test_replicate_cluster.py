@@ -8,11 +8,12 @@ bridge, A, on node 1 first (its URI list 1, 2, 3) with wal.replicate: the
 stream and the lease queue are declared by it and replicated by the
 cluster. A is stopped; 10,000 persistent messages with delays of 25-40 s
 are published through node 3 into its ingress queue; A starts and holds
-them (the delays count from A's receipt, whatever publishing took). Then node 1 is killed (SIGKILL): A loses the
-connection that holds its lease and stops (exit 1: a bridge that lost its
-lease must not go on firing). Its WAL directory is deleted (disk loss). A
-fresh bridge, B, on an empty directory (URIs 2, 3, 1), takes the lease and
-reads the stream back from nodes 2 and 3.
+them (the delays count from A's receipt, whatever publishing took). Then
+node 1 is killed (SIGKILL): A loses the connection that holds its lease
+and stops (exit 1: a bridge that lost its lease must not go on firing).
+Its WAL directory is deleted (disk loss). A fresh bridge, B, on an empty
+directory (URIs 2, 3, 1), takes the lease and reads the stream back from
+nodes 2 and 3.
 
 Checked: every message arrives, none early (harness tolerance), none twice
 (nothing was due before the loss); B held all 10,000 when it became ready.
