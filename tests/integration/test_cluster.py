@@ -410,4 +410,4 @@ def run_test(ctx, cdir):
 
 
 if __name__ == "__main__":
-    h.run(test, budget_s=240)
+    h.run(test, budget_s=420)

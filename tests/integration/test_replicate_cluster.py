@@ -117,4 +117,4 @@ def run(ctx, cdir):
 
 
 if __name__ == "__main__":
-    h.run(test, budget_s=360)
+    h.run(test, budget_s=420)

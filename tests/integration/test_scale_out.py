@@ -99,4 +99,4 @@ def run(ctx, cdir):
 
 
 if __name__ == "__main__":
-    h.run(test, budget_s=300)
+    h.run(test, budget_s=420)
