@@ -34,6 +34,7 @@
 #include <pthread.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -55,6 +56,8 @@
 #define walfs_mkdir mkdir
 #define walfs_fstat fstat
 #define walfs_fstatat fstatat
+#define walfs_fstatvfs fstatvfs
+#define walfs_fallocate fallocate
 #define walfs_flock flock
 #define walfs_posix_fadvise posix_fadvise
 #define walfs_fdopendir fdopendir
@@ -82,6 +85,8 @@ int simfs_linkat(int olddirfd, const char *oldname, int newdirfd, const char *ne
 int simfs_mkdir(const char *path, mode_t mode);
 int simfs_fstat(int fd, struct stat *st);
 int simfs_fstatat(int dirfd, const char *name, struct stat *st, int flags);
+int simfs_fstatvfs(int fd, struct statvfs *st);
+int simfs_fallocate(int fd, int mode, off_t off, off_t len);
 int simfs_flock(int fd, int op);
 int simfs_posix_fadvise(int fd, off_t off, off_t len, int advice);
 simfs_dir *simfs_fdopendir(int fd);
@@ -105,6 +110,8 @@ int simfs_thread_join(pthread_t t, void **ret);
 #define walfs_mkdir simfs_mkdir
 #define walfs_fstat simfs_fstat
 #define walfs_fstatat simfs_fstatat
+#define walfs_fstatvfs simfs_fstatvfs
+#define walfs_fallocate simfs_fallocate
 #define walfs_flock simfs_flock
 #define walfs_posix_fadvise simfs_posix_fadvise
 #define walfs_fdopendir simfs_fdopendir
