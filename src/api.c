@@ -239,6 +239,12 @@ static void render_stats(const struct db_stats *s, struct strbuf *out)
     add(wal, "failed", json_object_new_boolean(w->failed != 0));
     add(wal, "writable", json_object_new_boolean(w->writable != 0));
     add(wal, "disk_full", json_object_new_boolean(w->no_space != 0));
+    add(wal, "intake_paused", json_object_new_boolean(w->intake_paused != 0));
+    add_u64(wal, "intake_pauses", w->intake_pauses);
+    add_u64(wal, "free_bytes", w->free_bytes);
+    add_u64(wal, "reserve_bytes", w->reserve_bytes);
+    add_u64(wal, "reserve_held", w->reserve_held);
+    add_u64(wal, "reserve_spent", w->reserve_spent);
     add(wal, "fsync", hist_summary(&w->fsync));
     if (w->compact_segment) {
         json_object *cj = json_object_new_object();

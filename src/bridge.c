@@ -132,6 +132,41 @@ static void take_places(struct bridge *b, int64_t *next)
         next[i] = b->ioff[i].fd >= 0 ? consumer_stream_next(b->cons, i) : -1;
 }
 
+/*
+ * The intake gate. The log pauses intake when its volume runs short
+ * (wal_space.c: free space under one segment, its space reserve not whole,
+ * a commit that met a full disk) and lifts the pause with hysteresis; the
+ * ingress consumers are cancelled while it or a failed commit (disk_full)
+ * holds them, and consume again when neither does. Held messages keep
+ * firing meanwhile: their DONE records and compaction are what give space
+ * back, and the reserve guarantees them room.
+ */
+static void intake_gate(struct bridge *b)
+{
+    int paused = eng_intake_paused(b->eng);
+
+    if (paused && !b->space_paused) {
+        struct eng_stats es;
+        eng_stats(b->eng, &es);
+        b->space_paused = 1;
+        log_warn("bridge", "WAL space low: consuming paused, messages stay in the broker; held "
+                 "messages keep firing and give space back; resumes by itself",
+                 "wal_dir=\"%s\" free_bytes=%" PRIu64 " reserve_held=%" PRIu64
+                 " reserve_bytes=%" PRIu64, b->cfg->wal_dir, es.log_free_bytes,
+                 es.log_reserve_held, es.log_reserve_bytes);
+        consumer_hold_ingress(b->cons);
+    } else if (!paused && b->space_paused) {
+        struct eng_stats es;
+        eng_stats(b->eng, &es);
+        b->space_paused = 0;
+        log_info("bridge", "WAL space again: consuming resumes",
+                 "wal_dir=\"%s\" free_bytes=%" PRIu64 " reserve_bytes=%" PRIu64,
+                 b->cfg->wal_dir, es.log_free_bytes, es.log_reserve_held);
+        if (!b->disk_full && !b->stopping && !b->drain.active)
+            consumer_release_ingress(b->cons);
+    }
+}
+
 static void on_committed(void *arg, int err)
 {
     struct bridge *b = arg;
@@ -142,10 +177,11 @@ static void on_committed(void *arg, int err)
     }
     if (b->ioff && write_places(b, b->commit_next, 0) < 0)
         return;
+    intake_gate(b);
     if (b->disk_full) {
         b->disk_full = 0;
-        log_info("bridge", "WAL has space again: consuming resumes", NULL);
-        if (!b->stopping && !b->drain.active)
+        log_info("bridge", "WAL commit has space again", NULL);
+        if (!b->space_paused && !b->stopping && !b->drain.active)
             consumer_release_ingress(b->cons);
     }
     FAILPOINT("bridge.before_ack");
@@ -505,6 +541,7 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
             bridge_fatal(b, "WAL maintenance", r);
             return;
         }
+        intake_gate(b);
     }
     if (b->stopping) {
         shutdown_step(b, now);
@@ -718,6 +755,7 @@ static void on_recovered(struct ev_loop *loop, ev_async *w, int revents)
     co.arg = b;
     po.arg = b;
     b->cons = consumer_new(loop, b->cfg, &co);
+    intake_gate(b); /* a volume short at start: no ingress consumer before it has room */
     for (int i = 0; b->ioff && i < b->cfg->nroutes; i++)
         consumer_set_stream_next(b->cons, i, b->ioff[i].stored, b->ioff[i].upto);
     b->pub = publisher_new(loop, b->cfg, &po);

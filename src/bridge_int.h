@@ -74,6 +74,7 @@ struct bridge {
     uint64_t start_ms, turn_ms, last_maintain;
     int ready_logged;
     int disk_full;          /* the last commit found no space: consuming paused */
+    int space_paused;       /* the log asks for no new messages: consuming paused */
     uint64_t disk_retry_at; /* when to try the commit again */
     int stopping;
     uint64_t stop_deadline;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -372,6 +373,22 @@ int config_check_wal_dir(const struct config *c, const char *name, char *err, si
             snprintf(err, errlen, "%s: wal.dir: \"%s\" does not exist and cannot be created: "
                      "\"%s\" is not writable by this process (uid %u): %s", name, c->wal_dir, p,
                      (unsigned)geteuid(), strerror(e));
+        return -1;
+    }
+    /*
+     * The volume must hold the space reserve (WAL_RESERVE_SEGMENTS) and the
+     * intake gate's two marks (wal_space.c): below that the log could never
+     * take a message without reaching into what firing needs.
+     */
+    struct statvfs v;
+    uint64_t need = WAL_MIN_VOLUME_SEGMENTS * c->segment_bytes;
+    if (statvfs(p, &v) == 0 && v.f_blocks && (uint64_t)v.f_blocks * v.f_frsize < need) {
+        snprintf(err, errlen, "%s: wal.segment_mb: the WAL's volume (\"%s\") holds %llu MiB, "
+                 "under %d x segment_mb = %llu MiB: the log keeps %d segments in reserve that "
+                 "intake never uses, and pauses intake one segment before it; lower "
+                 "wal.segment_mb or give the WAL a larger volume", name, p,
+                 (unsigned long long)((uint64_t)v.f_blocks * v.f_frsize >> 20),
+                 WAL_MIN_VOLUME_SEGMENTS, (unsigned long long)(need >> 20), WAL_RESERVE_SEGMENTS);
         return -1;
     }
     return 0;

@@ -220,6 +220,12 @@ void eng_stats(const struct engine *e, struct eng_stats *s)
     s->log_compacted_bytes = ls.compacted_bytes;
     s->log_failed = ls.failed ? ls.failed : e->failed;
     s->log_no_space = ls.no_space;
+    s->log_intake_paused = ls.intake_paused;
+    s->log_free_bytes = ls.free_bytes;
+    s->log_reserve_bytes = ls.reserve_bytes;
+    s->log_reserve_held = ls.reserve_held;
+    s->log_reserve_spent = ls.reserve_spent;
+    s->log_intake_pauses = ls.intake_pauses;
     s->fsync = ls.fsync;
     s->compact_segment = ls.compact_segment;
     s->compact_done = ls.compact_done;
@@ -263,4 +269,12 @@ void eng_route_stats(const struct engine *e, uint16_t route, struct eng_route_st
 uint64_t eng_log_id(const struct engine *e)
 {
     return wlog_id(e->log);
+}
+
+int eng_intake_paused(const struct engine *e)
+{
+    struct wlog_stats ls;
+
+    wlog_stats(e->log, &ls);
+    return ls.intake_paused || ls.no_space;
 }

@@ -293,6 +293,21 @@ static void render_wal(const struct db_wal_stats *w, struct strbuf *out)
     scalar_u64(out, "wal_disk_full", "gauge",
                "1 while the WAL's disk is full: consuming paused, publishing goes on, the write "
                "is tried again every second.", w->no_space ? 1 : 0);
+    scalar_u64(out, "wal_intake_paused", "gauge",
+               "1 while consuming is paused because the WAL's volume is short of space "
+               "(free space under one segment, or the space reserve not whole); held messages "
+               "keep firing.", w->intake_paused ? 1 : 0);
+    scalar_u64(out, "wal_intake_pauses_total", "counter",
+               "Times consuming paused because the WAL's volume was short of space.",
+               w->intake_pauses);
+    scalar_u64(out, "wal_free_bytes", "gauge",
+               "Free space on the WAL's volume, the space reserve excluded.", w->free_bytes);
+    scalar_u64(out, "wal_reserve_bytes", "gauge",
+               "Bytes the WAL's space reserve (dir/RESERVE) holds now; it holds "
+               "2 x wal.segment_mb when whole.", w->reserve_held);
+    scalar_u64(out, "wal_reserve_spent_total", "counter",
+               "Times the space reserve was given back to a commit that met a full disk.",
+               w->reserve_spent);
     family(out, "wal_fsync_seconds", "histogram", "Duration of WAL fdatasync calls, seconds.");
     hist_samples(out, "wal_fsync_seconds", NULL, NULL, &w->fsync);
     scalar_u64(out, "wal_checkpoints_total", "counter",

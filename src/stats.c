@@ -58,6 +58,8 @@ const char *db_not_ready_reason(const struct db_stats *s)
         return "recovering";
     if (s->wal.no_space)
         return "WAL disk full";
+    if (s->wal.intake_paused)
+        return "WAL space low (consuming paused while held messages fire)";
     if (!s->wal.writable)
         return "WAL not writable";
     if (s->consumer == DB_CONN_DOWN)

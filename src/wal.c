@@ -327,6 +327,10 @@ int wal_append(struct wal *w, uint8_t type, const struct walrec_piece *pieces, i
         loc->off = (uint32_t)s->size;
         loc->len = (uint32_t)rlen;
     }
+    if (type == WALREC_ADD) {
+        w->add_records++;
+        w->add_bytes += rlen;
+    }
     s->last_lsn = w->next_lsn++;
     s->size += rlen;
     w->total_size += rlen;
@@ -341,7 +345,7 @@ size_t wal_pending(const struct wal *w)
 }
 
 
-int wal_write_batch(struct wal *w, struct wal_batch *b)
+static int write_batch_once(struct wal *w, struct wal_batch *b)
 {
     size_t first;
     int r;
@@ -398,6 +402,20 @@ int wal_write_batch(struct wal *w, struct wal_batch *b)
     return 0;
 }
 
+/*
+ * A full disk gives the space reserve back (wal_space.c) and writes again
+ * at once: the batch may hold DONE and CANCEL records, the only ones that
+ * let firing give space back, and they must not wait behind intake.
+ */
+int wal_write_batch(struct wal *w, struct wal_batch *b)
+{
+    int r = write_batch_once(w, b);
+
+    if (r < 0 && wal_is_no_space(r) && !w->failed && wal_reserve_spend(w))
+        r = write_batch_once(w, b);
+    return r;
+}
+
 void wal_batch_durable(struct wal *w, const struct wal_batch *b)
 {
     w->durable_lsn = b->lsn;
@@ -406,6 +424,7 @@ void wal_batch_durable(struct wal *w, const struct wal_batch *b)
         log_info("wal", "space again: the buffered batch is on disk", "dir=%s", w->dir);
         w->no_space = 0;
     }
+    wal_space_poll(w); /* an fstatvfs: intake can fill a segment between two maintenance steps */
     if (w->wlen == 0 && w->wcap > WBUF_KEEP) {
         free(w->wbuf);
         w->wbuf = NULL;
@@ -593,8 +612,8 @@ int wal_ckpt_begin(struct wal *w)
 
     if (w->failed)
         return w->failed;
-    if (w->ck)
-        return WLOG_EBUSY;
+    if (w->ck || w->intake_paused)
+        return WLOG_EBUSY; /* paused for space: a checkpoint file would take what firing needs */
     r = walckpt_create(&w->ck, w->dirfd, w->dir, w->id, w->durable_lsn + 1);
     if (r < 0)
         return wal_ckpt_failed(w, r, "create");

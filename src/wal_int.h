@@ -85,6 +85,17 @@ struct wal {
     uint64_t last_segno, last_off;       /* the previous read: is this one sequential? */
     int no_space;                        /* the last commit found the disk full */
 
+    /* the space reserve and the intake gate (wal_space.c) */
+    uint64_t reserve_bytes;  /* dir/RESERVE when whole; 0: no reserve, no gate */
+    int reserve_fd;          /* dir/RESERVE, -1 if none */
+    uint64_t reserve_held;   /* bytes allocated in it now */
+    uint64_t reserve_spent;  /* times it was given back to a commit */
+    uint64_t free_bytes;     /* the volume's free space at the last look */
+    int intake_paused;       /* space low: no new messages (hysteresis) */
+    uint64_t intake_window;  /* deliveries that may still come after a pause */
+    uint64_t add_records, add_bytes; /* ADD records appended: their mean sizes the window */
+    uint64_t intake_pauses;
+
     uint64_t force_lsn; /* wal_force_horizon(): compact every segment below it */
     wal_tap_fn *tap;    /* wal_set_tap(): sees every record appended */
     void *tap_arg;
@@ -139,5 +150,14 @@ int wal_write_batch(struct wal *w, struct wal_batch *b);
 void wal_batch_durable(struct wal *w, const struct wal_batch *b);
 /* pread n bytes of segment s at off (or out of the write buffer). */
 int wal_seg_read(struct wal *w, struct seg *s, uint64_t off, uint8_t *dst, size_t n);
+
+/* ---- wal_space.c ---- */
+
+/* Open dir/RESERVE and fill it to bytes (wal_open; 0: none). 0 or negative. */
+int wal_reserve_open(struct wal *w, uint64_t bytes);
+/* A commit met a full disk: give the reserve back. 1 if it held bytes (write again). */
+int wal_reserve_spend(struct wal *w);
+/* Look at the volume's free space, refill the reserve, move the intake gate. */
+void wal_space_poll(struct wal *w);
 
 #endif

@@ -301,6 +301,12 @@ static void wl_stats(const struct wlog *l, struct wlog_stats *s)
     s->truncated_bytes = ws.truncated_bytes;
     s->failed = ws.failed;
     s->no_space = ws.no_space;
+    s->intake_paused = ws.intake_paused;
+    s->free_bytes = ws.free_bytes;
+    s->reserve_bytes = ws.reserve_bytes;
+    s->reserve_held = ws.reserve_held;
+    s->reserve_spent = ws.reserve_spent;
+    s->intake_pauses = ws.intake_pauses;
     s->fsync = ws.fsync;
     s->compact_segment = ws.compact_segment;
     s->compact_done = ws.compact_done;

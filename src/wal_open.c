@@ -406,7 +406,7 @@ int wal_open(struct wal **out, const struct wal_opts *o, wlog_replay_fn *replay,
 
     w = xrealloc(NULL, sizeof(*w));
     memset(w, 0, sizeof(*w));
-    w->dirfd = w->lockfd = -1;
+    w->dirfd = w->lockfd = w->reserve_fd = -1;
     w->dir = xstrdup(o->dir);
     w->segment_bytes = o->segment_bytes ? o->segment_bytes : WAL_DEFAULT_SEGMENT_BYTES;
     w->no_sync = o->no_sync;
@@ -473,6 +473,11 @@ int wal_open(struct wal **out, const struct wal_opts *o, wlog_replay_fn *replay,
     }
     w->ck_end_lsn = 0;
     w->durable_lsn = w->next_lsn - 1;
+    w->intake_window = o->intake_window;
+    if ((r = wal_reserve_open(w, o->reserve_bytes)) < 0) {
+        *out = NULL;
+        goto fail;
+    }
     return 0;
 
 fail:
@@ -488,6 +493,8 @@ void wal_close(struct wal *w)
     for (size_t i = 0; i < w->nsegs; i++)
         if (w->segs[i].fd >= 0)
             walfs_close(w->segs[i].fd);
+    if (w->reserve_fd >= 0)
+        walfs_close(w->reserve_fd);
     if (w->lockfd >= 0)
         walfs_close(w->lockfd); /* releases the flock */
     if (w->dirfd >= 0)

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -132,8 +133,16 @@ static int delete_head(struct wal *w)
     return 0;
 }
 
+/*
+ * Compact the head when the files hold more than 2 x live + one segment;
+ * and while intake is paused for space, as soon as they hold a segment's
+ * worth of dead bytes: then compaction is how firing gives space back when
+ * every segment still holds a live message.
+ */
 static int over_budget(const struct wal *w)
 {
+    if (w->intake_paused && w->total_size > w->live_bytes + 2 * w->segment_bytes)
+        return 1;
     return w->total_size > 2 * w->live_bytes + w->segment_bytes;
 }
 
@@ -228,6 +237,7 @@ int wal_maintain(struct wal *w, size_t budget, const struct wlog_compact_ops *op
         return w->failed;
     if ((r = delete_head(w)) < 0)
         return r;
+    wal_space_poll(w);
     if (ops && w->nsegs >= 2 && !w->segs[0].scanned && !head_dead(w) &&
         (over_budget(w) || w->cpt_segno == w->segs[0].segno || below_horizon(w))) {
         if ((r = compact_head(w, budget, ops)) < 0)
@@ -289,6 +299,12 @@ void wal_get_stats(const struct wal *w, struct wal_stats *s)
     s->truncated_bytes = w->truncated_bytes;
     s->failed = w->failed;
     s->no_space = w->no_space;
+    s->intake_paused = w->intake_paused;
+    s->free_bytes = w->free_bytes;
+    s->reserve_bytes = w->reserve_bytes;
+    s->reserve_held = w->reserve_held;
+    s->reserve_spent = w->reserve_spent;
+    s->intake_pauses = w->intake_pauses;
     s->fsync = w->fsync;
     if (w->nsegs && w->cpt_segno == w->segs[0].segno && w->cpt_off < w->segs[0].size) {
         s->compact_segment = w->cpt_segno;
@@ -303,4 +319,169 @@ void wal_get_stats(const struct wal *w, struct wal_stats *s)
     s->ckpt_age_ms = w->ck_lsn ? clock_now_ms() - w->ck_lsn_ms : 0;
     s->ckpt_seconds = w->ck_seconds;
     s->ckpt_loaded_lsn = w->ck_loaded_lsn;
+}
+
+
+/* ---- the reserve and the intake gate ----------------------------------- */
+
+#define RESERVE_NAME "RESERVE"
+#define ZERO_CHUNK (64u << 10)
+
+/*
+ * Free space (the reserve apart) under which intake pauses: one segment,
+ * plus the deliveries the broker may still have on the wire when it does
+ * (intake_window x the mean ADD record so far). It resumes one segment
+ * above that (hysteresis).
+ */
+static uint64_t pause_mark(const struct wal *w)
+{
+    uint64_t mean = w->add_records ? w->add_bytes / w->add_records : 0;
+    return w->segment_bytes + w->intake_window * mean;
+}
+
+static uint64_t resume_mark(const struct wal *w)
+{
+    return pause_mark(w) + w->segment_bytes;
+}
+
+static void look_at_volume(struct wal *w)
+{
+    struct statvfs v;
+
+    if (walfs_fstatvfs(w->dirfd, &v) == 0)
+        w->free_bytes = (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
+}
+
+/*
+ * Grow RESERVE to reserve_bytes: fallocate, or zeros where the file
+ * system has no fallocate (the bytes must really be taken, not a hole).
+ * A full disk is not an error: what could not be taken is cut off again
+ * and the next look tries once more. The file is synced, so that a
+ * crash does not leave the reserve a hole that the next start counts.
+ */
+static void reserve_fill(struct wal *w)
+{
+    uint64_t want = w->reserve_bytes, at = w->reserve_held;
+    int r = 0;
+
+    if (w->reserve_fd < 0 || at >= want)
+        return;
+    if (walfs_fallocate(w->reserve_fd, 0, (off_t)at, (off_t)(want - at)) < 0) {
+        r = -errno;
+        if (r == -EOPNOTSUPP || r == -ENOSYS) {
+            static const uint8_t zero[ZERO_CHUNK];
+            r = 0;
+            while (at < want && r == 0) {
+                size_t n = want - at < ZERO_CHUNK ? (size_t)(want - at) : ZERO_CHUNK;
+                ssize_t k = walfs_pwrite(w->reserve_fd, zero, n, (off_t)at);
+                if (k < 0 && errno == EINTR)
+                    continue;
+                if (k <= 0)
+                    r = k < 0 ? -errno : -EIO;
+                else
+                    at += (uint64_t)k;
+            }
+        }
+    }
+    if (r == 0 && !w->no_sync && walfs_fdatasync(w->reserve_fd) < 0)
+        r = -errno;
+    if (r < 0) {
+        if (walfs_ftruncate(w->reserve_fd, (off_t)w->reserve_held) < 0)
+            log_warn("wal", "cannot cut the space reserve back after a failed fill",
+                     "file=%s/%s err=\"%s\"", w->dir, RESERVE_NAME, strerror(errno));
+        if (r != -ENOSPC && r != -EDQUOT)
+            log_warn("wal", "cannot fill the space reserve; tried again later",
+                     "file=%s/%s err=\"%s\"", w->dir, RESERVE_NAME, strerror(-r));
+        return;
+    }
+    w->reserve_held = want;
+    log_info("wal", "space reserve whole", "file=%s/%s bytes=%llu", w->dir, RESERVE_NAME,
+             (unsigned long long)want);
+}
+
+int wal_reserve_open(struct wal *w, uint64_t bytes)
+{
+    struct stat st;
+    int fd;
+
+    w->reserve_fd = -1;
+    w->reserve_bytes = bytes;
+    if (!bytes)
+        return 0;
+    fd = walfs_openat(w->dirfd, RESERVE_NAME, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0 || walfs_fstat(fd, &st) < 0) {
+        int r = -errno;
+        log_error("wal", "cannot open the space reserve", "file=%s/%s err=\"%s\"", w->dir,
+                  RESERVE_NAME, strerror(-r));
+        if (fd >= 0)
+            walfs_close(fd);
+        return r;
+    }
+    w->reserve_fd = fd;
+    /* What an earlier run left: the blocks it holds (a hole counts for nothing). */
+    w->reserve_held = (uint64_t)st.st_blocks * 512u;
+    if (w->reserve_held > (uint64_t)st.st_size)
+        w->reserve_held = (uint64_t)st.st_size;
+    if ((uint64_t)st.st_size > bytes || w->reserve_held < (uint64_t)st.st_size) {
+        /* segment_mb lowered, or a sparse file: start again from what is really there */
+        uint64_t keep = w->reserve_held < bytes ? w->reserve_held : bytes;
+        if (walfs_ftruncate(fd, (off_t)keep) == 0)
+            w->reserve_held = keep;
+    }
+    reserve_fill(w);
+    wal_space_poll(w); /* pauses intake at once if the volume is short already */
+    return 0;
+}
+
+int wal_reserve_spend(struct wal *w)
+{
+    uint64_t had = w->reserve_held;
+
+    if (w->reserve_fd < 0 || had == 0)
+        return 0;
+    if (walfs_ftruncate(w->reserve_fd, 0) < 0) {
+        log_error("wal", "cannot give the space reserve back", "file=%s/%s err=\"%s\"", w->dir,
+                  RESERVE_NAME, strerror(errno));
+        return 0;
+    }
+    w->reserve_held = 0;
+    w->reserve_spent++;
+    if (!w->intake_paused) {
+        w->intake_paused = 1;
+        w->intake_pauses++;
+    }
+    log_warn("wal", "disk full: the space reserve is given back to the log; intake stays "
+             "paused until it is whole again", "file=%s/%s bytes=%llu", w->dir, RESERVE_NAME,
+             (unsigned long long)had);
+    return 1;
+}
+
+void wal_space_poll(struct wal *w)
+{
+    uint64_t missing;
+
+    if (w->reserve_fd < 0)
+        return;
+    look_at_volume(w);
+    missing = w->reserve_bytes - w->reserve_held;
+    if (missing && !w->no_space && w->free_bytes >= missing + resume_mark(w)) {
+        reserve_fill(w);
+        look_at_volume(w);
+    }
+    if (!w->intake_paused &&
+        (w->no_space || w->reserve_held < w->reserve_bytes || w->free_bytes < pause_mark(w))) {
+        w->intake_paused = 1;
+        w->intake_pauses++;
+        log_warn("wal", "space low: intake pauses; held messages keep firing and free it",
+                 "dir=%s free_bytes=%llu pause_below=%llu reserve_held=%llu reserve_bytes=%llu",
+                 w->dir, (unsigned long long)w->free_bytes, (unsigned long long)pause_mark(w),
+                 (unsigned long long)w->reserve_held, (unsigned long long)w->reserve_bytes);
+    } else if (w->intake_paused && !w->no_space && w->reserve_held == w->reserve_bytes &&
+               w->free_bytes >= resume_mark(w)) {
+        w->intake_paused = 0;
+        log_info("wal", "space again: intake may resume",
+                 "dir=%s free_bytes=%llu resume_from=%llu reserve_bytes=%llu", w->dir,
+                 (unsigned long long)w->free_bytes, (unsigned long long)resume_mark(w),
+                 (unsigned long long)w->reserve_bytes);
+    }
 }

@@ -348,6 +348,9 @@ struct eng_stats {
     uint64_t log_commits, log_appended_bytes, log_compacted_bytes;
     int log_failed;
     int log_no_space; /* the last commit found the disk full */
+    int log_intake_paused; /* space low: take no new messages (wal_space.c) */
+    uint64_t log_free_bytes, log_reserve_bytes, log_reserve_held, log_reserve_spent;
+    uint64_t log_intake_pauses;
     struct db_hist fsync;
     uint64_t compact_segment, compact_done, compact_total; /* reclaim in progress */
     /* checkpoints (wlog_stats) */
@@ -357,6 +360,13 @@ struct eng_stats {
     uint64_t ckpt_walked, ckpt_total; /* the walk in progress: handles looked at, of */
 };
 void eng_stats(const struct engine *e, struct eng_stats *s);
+/*
+ * The log asks its owner to take no new messages: its volume's free space
+ * is low, its space reserve is not whole, or a commit found the disk full.
+ * Held messages keep firing (that is what gives space back); the answer
+ * moves with wal_maintain's look at the volume, with hysteresis.
+ */
+int eng_intake_paused(const struct engine *e);
 void eng_route_stats(const struct engine *e, uint16_t route, struct eng_route_stats *s);
 
 /* The log's random id, stable across restarts (prefix of message id headers). */

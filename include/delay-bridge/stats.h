@@ -113,6 +113,12 @@ struct db_wal_stats {
     int failed;              /* a write or fsync failed: the daemon is stopping */
     int writable;            /* 1 unless failed or out of space */
     int no_space;            /* the disk is full: consuming paused until space returns */
+    int intake_paused;       /* space low (or full): consuming paused, firing goes on */
+    uint64_t intake_pauses;  /* times it paused for space */
+    uint64_t free_bytes;     /* the WAL volume's free space, the reserve excluded */
+    uint64_t reserve_bytes;  /* the space reserve (dir/RESERVE) when whole */
+    uint64_t reserve_held;   /* what it holds now */
+    uint64_t reserve_spent;  /* times it was given back to a commit on a full disk */
     uint64_t compact_segment; /* segment being compacted, 0 if none */
     double compact_progress;  /* 0..1 through it */
     struct db_hist fsync;    /* fdatasync duration, seconds */

@@ -81,7 +81,29 @@ struct wal_opts {
      */
     uint64_t create_id;
     uint64_t create_base_lsn;
+    /*
+     * The space reserve (wal_space.c): dir/RESERVE is kept at this many
+     * bytes, which intake never uses, and given back to a commit that meets
+     * a full disk, so that the records ending messages always find room.
+     * 0: no reserve and no intake gate (tools, unit tests, an import). The
+     * daemon passes WAL_RESERVE_SEGMENTS x segment_bytes.
+     */
+    uint64_t reserve_bytes;
+    /*
+     * Messages the broker may still deliver once intake pauses (the sum of
+     * the routes' prefetch): the gate pauses that many average ADD records
+     * before the reserve, so that they do not reach into it.
+     */
+    uint64_t intake_window;
 };
+
+/* The daemon's reserve, in segments: one for compaction's copies of the
+ * head segment, one for the records that end messages before a deleted
+ * segment gives space back. */
+#define WAL_RESERVE_SEGMENTS 2
+/* The smallest volume the daemon accepts, in segments: the reserve, one
+ * segment of intake headroom, one of hysteresis (config_check_wal_dir). */
+#define WAL_MIN_VOLUME_SEGMENTS 4
 
 /*
  * replay is called for each valid record in LSN order. Non-zero return
@@ -150,6 +172,12 @@ struct wal_stats {
     uint64_t truncated_bytes; /* torn tail cut at open */
     int failed;               /* first write/fsync error, 0 if none */
     int no_space;             /* the last commit found the disk full (retried) */
+    int intake_paused;        /* space low: the owner should take no new messages */
+    uint64_t free_bytes;      /* the volume's free space at the last look (reserve excluded) */
+    uint64_t reserve_bytes;   /* dir/RESERVE when whole (0: no reserve) */
+    uint64_t reserve_held;    /* bytes it holds now */
+    uint64_t reserve_spent;   /* times it was given back to a commit on a full disk */
+    uint64_t intake_pauses;   /* times intake was paused for space */
     struct db_hist fsync;     /* fdatasync durations, seconds */
     uint64_t compact_segment; /* segment being compacted, 0 if none */
     uint64_t compact_done, compact_total; /* its bytes looked at, of */

@@ -128,6 +128,12 @@ struct wlog_stats {
     uint64_t truncated_bytes; /* torn tail cut at recovery */
     int failed;               /* the first error, 0 if none */
     int no_space;             /* the last commit found the disk full; it can be retried */
+    int intake_paused;        /* space low: the owner should take no new messages (wal.h) */
+    uint64_t free_bytes;      /* the volume's free space, reserve excluded */
+    uint64_t reserve_bytes;   /* the space reserve when whole (0: none) */
+    uint64_t reserve_held;    /* what it holds now */
+    uint64_t reserve_spent;   /* times it was given back to a commit on a full disk */
+    uint64_t intake_pauses;   /* times intake was paused for space */
     struct db_hist fsync;     /* sync durations, seconds */
     uint64_t compact_segment; /* unit being reclaimed, 0 if none */
     uint64_t compact_done, compact_total; /* its bytes looked at, of */
