@@ -1263,3 +1263,200 @@ def run(test_fn, budget_s=120):
     log("test %s: %s" % (name, {0: "PASS", SKIP: "SKIPPED"}.get(rc, "FAIL")))
     sys.stdout.flush()
     os._exit(rc)  # consumer threads are daemons; do not wait for them
+
+
+# --------------------------------------------------------------------------
+# A WAL volume that intake alone fills (test_disk_full_self.py)
+# --------------------------------------------------------------------------
+
+def _run_quiet(cmd):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return r.returncode, r.stdout.decode(errors="replace").strip()
+
+
+def on_volume(ctx, fstype, size_mb, fn):
+    """fn(path) with path the mount point of a fresh file system of size_mb
+    MiB made for it: "tmpfs", or "ext4" / "xfs" made with mkfs on a loop
+    device over a file in ctx.tmp (the file system's defaults, as a user's
+    would be). After whatever happened, the bridges are killed (their files
+    are on it), it is unmounted and the loop device detached. Root only:
+    Skip otherwise, or when mkfs, a loop device or the mount is missing."""
+    if os.geteuid() != 0:
+        raise Skip("mounting a small file system for the WAL needs root")
+    mnt = os.path.join(ctx.tmp, "walfs")
+    os.makedirs(mnt)
+    loop = None
+    if fstype == "tmpfs":
+        rc, out = _run_quiet(["mount", "-t", "tmpfs", "-o", "size=%dm" % size_mb, "tmpfs", mnt])
+        if rc != 0:
+            raise Skip("cannot mount a tmpfs here: %s" % out)
+    else:
+        mkfs = shutil.which("mkfs." + fstype) or shutil.which("mkfs." + fstype, path="/sbin:/usr/sbin")
+        if not mkfs:
+            raise Skip("mkfs.%s not found (apt-get install %s)" % (
+                fstype, {"xfs": "xfsprogs"}.get(fstype, "e2fsprogs")))
+        img = os.path.join(ctx.tmp, "walfs.img")
+        with open(img, "wb") as f:
+            f.truncate(size_mb * 1024 * 1024)
+        rc, out = _run_quiet(["losetup", "--find", "--show", img])
+        if rc != 0:
+            raise Skip("no loop device here: %s" % out)
+        loop = out.splitlines()[-1].strip()
+        try:
+            rc, out = _run_quiet([mkfs, "-q", "-f" if fstype == "xfs" else "-F", loop])
+            check(rc == 0, "mkfs.%s %s failed: %s" % (fstype, loop, out))
+            rc, out = _run_quiet(["mount", "-t", fstype, loop, mnt])
+            if rc != 0:
+                raise Skip("cannot mount %s (%s) here: %s" % (fstype, loop, out))
+        except BaseException:
+            _run_quiet(["losetup", "-d", loop])
+            raise
+    log("WAL volume: %s of %d MiB on %s%s" % (fstype, size_mb, mnt, " (%s)" % loop if loop else ""))
+    try:
+        return fn(mnt)
+    finally:
+        for b in ctx.bridges:
+            b.cleanup()
+        for _ in range(50):
+            if _run_quiet(["umount", mnt])[0] == 0:
+                break
+            time.sleep(0.1)
+        else:
+            _run_quiet(["umount", "-l", mnt])
+        if loop:
+            rc, out = _run_quiet(["losetup", "-d", loop])
+            if rc != 0:
+                log("losetup -d %s: %s" % (loop, out))
+
+
+def volume_df(path):
+    """(total, free) bytes of the file system at path, as df sees it."""
+    v = os.statvfs(path)
+    return v.f_blocks * v.f_frsize, v.f_bavail * v.f_frsize
+
+
+def publish_burst(ctx, exchange, items, routing_key="rk"):
+    """Publish at once, without waiting for confirms (what a busy producer
+    does; one confirm per publish would take seconds): items are
+    (message_id, body, headers, delay_ms). Returns message_id -> (time just
+    before its publish, delay_ms). The broker having them all is proven by
+    their arrival, not by a confirm."""
+    ch = ctx.publisher().conn.channel()
+    sent = {}
+    for mid, body, headers, delay_ms in items:
+        t = time.monotonic()
+        ch.basic_publish(exchange, routing_key, body,
+                         pika.BasicProperties(headers=headers, message_id=mid, delivery_mode=2))
+        sent[mid] = (t, delay_ms)
+    return sent
+
+
+class SpaceWatch(object):
+    """Samples a bridge's /stats and /readyz, and df of its WAL's volume,
+    every interval seconds in a thread, from start to stop(): what a test
+    reads the paused intake, the reserve and the receipt times from.
+
+    Each sample: t (monotonic), readyz (status or None when unreachable),
+    reason, received (summed over the routes), held, confirmed, wal (the
+    /stats "wal" object, or {}), df_free (bytes)."""
+
+    def __init__(self, port, path, interval=0.1):
+        self.port = port
+        self.path = path
+        self.interval = interval
+        self.samples = []
+        self.lock = threading.Lock()
+        self.stop_flag = threading.Event()
+        self.t0 = time.monotonic()
+        self.total = volume_df(path)[0]
+        self.thread = threading.Thread(target=self._run, name="spacewatch", daemon=True)
+        self.thread.start()
+
+    def _sample(self):
+        s = {"t": time.monotonic(), "readyz": None, "reason": "", "received": None, "held": None,
+             "confirmed": None, "wal": {}}
+        try:
+            s["df_free"] = volume_df(self.path)[1]
+        except OSError:
+            s["df_free"] = None
+        try:
+            st, body = http_get(self.port, "/readyz", timeout=3.0)
+            s["readyz"], s["reason"] = st, body.strip()
+            st, body = http_get(self.port, "/stats", timeout=3.0)
+            if st == 200:
+                j = json.loads(body)
+                s["received"] = sum(r["received"] for r in j["routes"])
+                s["confirmed"] = sum(r["confirmed"] for r in j["routes"])
+                s["held"] = j["held"]
+                s["wal"] = j["wal"]
+        except (OSError, ValueError, KeyError, http.client.HTTPException):
+            pass
+        return s
+
+    def _run(self):
+        while not self.stop_flag.is_set():
+            s = self._sample()
+            with self.lock:
+                self.samples.append(s)
+            self.stop_flag.wait(self.interval)
+
+    def stop(self):
+        self.stop_flag.set()
+        self.thread.join(10)
+
+    def snapshot(self):
+        with self.lock:
+            return list(self.samples)
+
+    def last(self):
+        with self.lock:
+            return self.samples[-1] if self.samples else None
+
+    @staticmethod
+    def paused(s):
+        """Intake paused in sample s: wal.intake_paused where /stats has
+        it, else wal.disk_full (a daemon from before the space reserve)."""
+        w = s["wal"]
+        return bool(w.get("intake_paused", w.get("disk_full", False)))
+
+    def intervals(self, pred):
+        """[(t_start, t_end or None)] of the samples where pred(sample) held."""
+        out, start = [], None
+        for s in self.snapshot():
+            if s["readyz"] is None and not s["wal"]:
+                continue  # unreachable: says nothing
+            if pred(s) and start is None:
+                start = s["t"]
+            elif not pred(s) and start is not None:
+                out.append((start, s["t"]))
+                start = None
+        if start is not None:
+            out.append((start, None))
+        return out
+
+    def pauses(self):
+        return self.intervals(self.paused)
+
+    def not_ready(self):
+        return self.intervals(lambda s: s["readyz"] == 503)
+
+    def min_df_free(self):
+        free = [s["df_free"] for s in self.snapshot() if s.get("df_free") is not None]
+        return min(free) if free else None
+
+    def received_after(self, n):
+        """The latest time at which the bridge had received fewer than n
+        messages (a lower bound of the n-th one's receipt), or None if it
+        never counted n."""
+        lower = self.t0
+        for s in self.snapshot():
+            if s["received"] is None:
+                continue
+            if s["received"] >= n:
+                return lower
+            lower = s["t"]
+        return None
+
+    def describe(self, intervals):
+        return ", ".join("%.1f-%s s" % (a - self.t0, "%.1f" % (b - self.t0) if b else "...")
+                         for a, b in intervals) or "none"
