@@ -6,7 +6,14 @@ nothing arrives early, and no message is stored twice.
 
 The WAL lives on a small tmpfs (root only: skipped otherwise) that a filler
 file shares; the test fills the rest with held messages, checks the
-paused state, then deletes the filler."""
+paused state, then deletes the filler. (A disk that only the bridge itself
+can relieve is test_disk_full_self.py.)
+
+Since the space reserve (wal_space.c) the bridge pauses before the disk is
+full to the last byte: free space under one segment plus the routes'
+in-flight window, beside a reserve of 2 x segment_mb. So the volume is
+10 MiB (3 MiB of filler, 2 MiB of reserve) and the pause is the log's
+"WAL space low", with /stats wal.intake_paused."""
 
 import http.client
 import json
@@ -44,7 +51,7 @@ def wait_for(what, fn, timeout):
 
 
 def test(ctx):
-    h.on_tmpfs(ctx, 6, lambda fs, filler: run(ctx, fs, filler), filler_mb=3)
+    h.on_tmpfs(ctx, 10, lambda fs, filler: run(ctx, fs, filler), filler_mb=3)
 
 
 def run(ctx, fs, filler):
@@ -72,13 +79,17 @@ def run(ctx, fs, filler):
                                headers={"x-delay": h.i32(12000)}, message_id=mid), 12.0)
     p.close()
 
-    wait_for("the log saying the disk is full", lambda: "WAL disk full" in b.log_text(), 20)
+    wait_for("the log saying consuming paused", lambda: "consuming paused" in b.log_text(), 20)
     st, body = wait_for("/readyz saying so",
-                        lambda: (lambda r: r if r[0] == 503 and "disk full" in r[1] else None)(
+                        lambda: (lambda r: r if r[0] == 503 and "WAL" in r[1] else None)(
                             get(port, "/readyz")), 10)
     h.log("/readyz: %d %s" % (st, body.strip()))
     s = json.loads(get(port, "/stats")[1])
-    check(s["wal"]["disk_full"] is True, "/stats wal.disk_full is %r" % s["wal"]["disk_full"])
+    w = s["wal"]
+    check(w["intake_paused"] is True, "/stats wal.intake_paused is %r" % w["intake_paused"])
+    check(w["reserve_bytes"] == 2 << 20, "/stats wal.reserve_bytes %r, not 2 MiB" % w["reserve_bytes"])
+    h.log("paused: free %d B, reserve %d of %d B, spent %d" % (
+        w["free_bytes"], w["reserve_held"], w["reserve_bytes"], w["reserve_spent"]))
     # Consuming stopped: the ingress consumers are cancelled (what the bridge
     # had taken stays unacked in the broker, and may be all of it), so what
     # is published now waits in the ingress queue.
