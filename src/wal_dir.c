@@ -11,6 +11,10 @@
  *                                 only the owner creates, cuts, renames or
  *                                 deletes them
  *   dir/CHECKPOINT                the checkpoint (walckpt.c)
+ *   dir/RESERVE                   the space reserve, 2 x segment_bytes of
+ *                                 allocated zeros that intake never uses;
+ *                                 given back to a commit on a full disk,
+ *                                 refilled when there is room (wal_space.c)
  *   dir/import/                   the replicated log's import in progress
  *   dir/NAME.damaged-<time>       a segment salvage replaced, kept for people
  *

@@ -91,6 +91,7 @@ struct wal {
     uint64_t reserve_held;   /* bytes allocated in it now */
     uint64_t reserve_spent;  /* times it was given back to a commit */
     uint64_t free_bytes;     /* the volume's free space at the last look */
+    uint64_t volume_bytes;   /* and its size */
     int intake_paused;       /* space low: no new messages (hysteresis) */
     uint64_t intake_window;  /* deliveries that may still come after a pause */
     uint64_t add_records, add_bytes; /* ADD records appended: their mean sizes the window */

@@ -21,6 +21,47 @@
  * wal_force_horizon() asks for every segment below the next LSN to be
  * compacted away (the replication stream's checkpoint uses it), and
  * wal_get_stats() reports the figures /stats and /metrics show.
+ *
+ * A FULL DISK: THE RESERVE AND THE INTAKE GATE
+ *
+ * Firing gives space back only through records: a segment goes once every
+ * ADD in it has ended durably (the DONE or CANCEL committed, head_deletable
+ * above), or once compaction's copies of its last live ADDs are committed.
+ * So those records must always find room. Without a reserve they did not:
+ * the commit that met ENOSPC kept its batch -- intake's ADDs, not yet
+ * acked -- in the write buffer, the DONEs of the messages fired afterwards
+ * queued behind it in LSN order, no segment could be deleted, and a disk
+ * filled by intake alone stayed full for good (issue 26).
+ *
+ *   dir/RESERVE   reserve_bytes (the daemon: WAL_RESERVE_SEGMENTS = 2 x
+ *                 segment_bytes: one segment for compaction's copies of the
+ *                 head, one for the records that end messages before the
+ *                 first deleted segment gives space back), allocated with
+ *                 fallocate, or zeros written where the file system has
+ *                 none, and synced. Mode 0600; nothing reads it. At open
+ *                 the blocks it holds count (a hole counts for nothing).
+ *
+ * A commit that meets ENOSPC or EDQUOT truncates RESERVE to 0 -- the blocks
+ * go back to the volume at once -- and writes again (wal.c,
+ * wal_write_batch). wal_space_poll() refills it once the volume has room
+ * for it and a segment more.
+ *
+ * Intake must not eat that room. wal_space_poll() -- after every durable
+ * commit and every wal_maintain() -- reads the volume's free space
+ * (fstatvfs; RESERVE is allocated, so it is not counted free) and sets
+ * intake_paused, which the owner obeys (eng_intake_paused(); the daemon
+ * cancels its ingress consumers), when
+ *   - free space < pause_mark = one segment + the deliveries the broker may
+ *     still send once intake pauses (intake_window, the routes' prefetch
+ *     summed, x the mean ADD record so far; on a volume too small for that,
+ *     capped at half of what it has beyond the reserve and three segments),
+ *   - or the reserve is not whole, or the last commit found no space;
+ * and lifts it only when the reserve is whole and free space >= pause_mark
+ * + one segment (hysteresis). While paused, compaction starts as soon as a
+ * segment's worth of the log is dead (over_budget) and no checkpoint is
+ * begun (wal.c, wal_ckpt_begin): both would otherwise spend what firing
+ * needs. Costs: reserve_bytes of disk, always; intake pauses a segment and
+ * the in-flight window before the volume is full; one fstatvfs per commit.
  */
 #define _GNU_SOURCE
 #include "wal_int.h"
@@ -331,12 +372,21 @@ void wal_get_stats(const struct wal *w, struct wal_stats *s)
  * Free space (the reserve apart) under which intake pauses: one segment,
  * plus the deliveries the broker may still have on the wire when it does
  * (intake_window x the mean ADD record so far). It resumes one segment
- * above that (hysteresis).
+ * above that (hysteresis). On a volume too small for the window (large
+ * messages, a large prefetch) the window's part is capped at half of what
+ * the volume has beyond the reserve and three segments, so that intake can
+ * always resume; deliveries in flight may then reach into the reserve,
+ * which is refilled before intake resumes.
  */
 static uint64_t pause_mark(const struct wal *w)
 {
     uint64_t mean = w->add_records ? w->add_bytes / w->add_records : 0;
-    return w->segment_bytes + w->intake_window * mean;
+    uint64_t window = w->intake_window * mean, fixed = w->reserve_bytes + 3 * w->segment_bytes;
+    uint64_t cap = w->volume_bytes > fixed ? (w->volume_bytes - fixed) / 2 : 0;
+
+    if (w->volume_bytes && window > cap)
+        window = cap;
+    return w->segment_bytes + window;
 }
 
 static uint64_t resume_mark(const struct wal *w)
@@ -348,8 +398,10 @@ static void look_at_volume(struct wal *w)
 {
     struct statvfs v;
 
-    if (walfs_fstatvfs(w->dirfd, &v) == 0)
+    if (walfs_fstatvfs(w->dirfd, &v) == 0) {
         w->free_bytes = (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
+        w->volume_bytes = (uint64_t)v.f_blocks * (uint64_t)v.f_frsize;
+    }
 }
 
 /*

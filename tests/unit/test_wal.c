@@ -1,8 +1,8 @@
 /*
  * test_wal.c -- the segmented WAL: durability across reopen, segment roll,
  * torn tails cut and corruption refused, stale salts, reads, space reclaim
- * and compaction, the directory lock, LSNs that never repeat, and the
- * failed state after a write error.
+ * and compaction, the directory lock, LSNs that never repeat, the failed
+ * state after a write error, and the space reserve on a full disk.
  *
  * Every test works in its own directory under a mkdtemp() base in /tmp,
  * removed at the end. Most tests run with no_sync (the file contents are
@@ -1560,6 +1560,167 @@ static void test_failed_commit(void)
     free(b.p);
 }
 
+/* ---- the space reserve and the intake gate (wal_space.c) --------------- */
+
+static uint64_t file_blocks_bytes(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 ? (uint64_t)st.st_blocks * 512u : 0;
+}
+
+/* On any volume: RESERVE is created whole, kept across a reopen, cut to a smaller size. */
+static void test_reserve_file(void)
+{
+    const char *dir = tdir("reserve");
+    char path[512];
+    struct wal *w = NULL;
+    struct wal_stats st;
+    struct wal_opts o = {.dir = dir, .segment_bytes = 64 << 10, .no_sync = 1,
+                         .reserve_bytes = 128 << 10};
+
+    snprintf(path, sizeof(path), "%s/RESERVE", dir);
+    CHECK_RC(wal_open(&w, &o, NULL, NULL), 0);
+    wal_get_stats(w, &st);
+    CHECK(st.reserve_bytes == 128 << 10 && st.reserve_held == 128 << 10,
+          "reserve %llu of %llu", (unsigned long long)st.reserve_held,
+          (unsigned long long)st.reserve_bytes);
+    CHECK(file_blocks_bytes(path) >= 128 << 10, "RESERVE allocated: %llu bytes",
+          (unsigned long long)file_blocks_bytes(path));
+    CHECK(!st.intake_paused, "a roomy volume: intake not paused");
+    CHECK(st.free_bytes > 0, "the volume's free space is known");
+    wal_close(w);
+
+    o.reserve_bytes = 64 << 10; /* segment_mb lowered */
+    CHECK_RC(wal_open(&w, &o, NULL, NULL), 0);
+    wal_get_stats(w, &st);
+    CHECK(st.reserve_held == 64 << 10, "held %llu after lowering", (unsigned long long)st.reserve_held);
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0 && sb.st_size == 64 << 10, "RESERVE cut to 64 KiB");
+    wal_close(w);
+
+    /* A sparse RESERVE (a copy that dropped its blocks) counts for what it holds: filled again. */
+    CHECK(truncate(path, 0) == 0 && truncate(path, 64 << 10) == 0, "make it a hole");
+    CHECK_RC(wal_open(&w, &o, NULL, NULL), 0);
+    CHECK(file_blocks_bytes(path) >= 64 << 10, "the hole filled: %llu",
+          (unsigned long long)file_blocks_bytes(path));
+    wal_close(w);
+
+    /* Tools and tests open without a reserve: the file is left alone, no gate. */
+    o.reserve_bytes = 0;
+    CHECK_RC(wal_open(&w, &o, NULL, NULL), 0);
+    wal_get_stats(w, &st);
+    CHECK(st.reserve_bytes == 0 && !st.intake_paused, "no reserve, no gate");
+    wal_close(w);
+    CHECK(exists(path), "RESERVE kept by a log opened without one");
+}
+
+/*
+ * A volume that intake alone fills, nobody relieving it (issue 26): on a
+ * 640 KiB tmpfs (root only; skipped otherwise), the gate pauses intake
+ * before the disk is full; more ADDs taken past the pause (deliveries in
+ * flight), then DONEs for the older messages, make a batch the free space
+ * cannot hold: the commit gives the reserve back and succeeds, the dead
+ * segments go, the reserve is filled again and intake resumes -- all
+ * without anything else on the volume changing. Without the reserve this
+ * commit failed for good (ENOSPC, the DONEs stuck behind the ADDs).
+ */
+static void test_reserve_full_disk(void)
+{
+    char mnt[512], dir[600];
+    struct wal *w = NULL;
+    struct model m;
+    struct wal_stats st;
+    uint64_t first_paused = 0, ids[64];
+    int r;
+
+    snprintf(mnt, sizeof(mnt), "%s/rsvfs", base);
+    CHECK(mkdir(mnt, 0700) == 0, "mkdir %s", mnt);
+    char cmd[700];
+    snprintf(cmd, sizeof(cmd), "mount -t tmpfs -o size=640k tmpfs %s >/dev/null 2>&1", mnt);
+    if (geteuid() != 0 || system(cmd) != 0) {
+        printf("test_wal: reserve_full_disk skipped (mounting a tmpfs needs root)\n");
+        return;
+    }
+    snprintf(dir, sizeof(dir), "%s/wal", mnt);
+    struct wal_opts o = {.dir = dir, .segment_bytes = 32 << 10, .no_sync = 0,
+                         .reserve_bytes = 64 << 10, .intake_window = 4};
+    expect_error_lines();
+    model_init(&m, &w, 1 << 16);
+    CHECK_RC(wal_open(&w, &o, m_replay, &m), 0);
+
+    /* Intake as the daemon takes it: until the gate says pause. */
+    for (int i = 0; i < 4000; i++) {
+        wal_get_stats(w, &st);
+        if (st.intake_paused)
+            break;
+        add_live(w, &m, 900);
+        CHECK_RC(wal_commit(w), 0);
+        CHECK(wal_maintain(w, 1 << 20, NULL) >= 0, "maintain");
+    }
+    wal_get_stats(w, &st);
+    CHECK(st.intake_paused, "intake paused before the disk is full");
+    CHECK(st.reserve_held == 64 << 10, "the reserve untouched by intake: %llu",
+          (unsigned long long)st.reserve_held);
+    CHECK(st.intake_pauses == 1, "one pause: %llu", (unsigned long long)st.intake_pauses);
+    first_paused = wal_next_lsn(w);
+
+    /* Deliveries in flight past the pause: more ADDs than the free space holds ... */
+    uint64_t buffered = 0;
+    while (buffered < st.free_bytes + (16 << 10)) {
+        add_live(w, &m, 900);
+        buffered += 900 + 100;
+    }
+    /* ... and behind them the DONEs of everything taken before the pause. */
+    uint32_t k = 0;
+    for (uint64_t id = 1; id < first_paused; id++) {
+        ids[k++] = id;
+        if (k == 64) {
+            kill_ids(w, &m, ids, k);
+            k = 0;
+        }
+    }
+    if (k)
+        kill_ids(w, &m, ids, k);
+    r = wal_commit(w);
+    CHECK(r == 0, "the commit behind a full disk succeeds on the reserve: %d (%s)", r,
+          wal_strerror(r));
+    wal_get_stats(w, &st);
+    CHECK(st.reserve_spent == 1 && st.reserve_held == 0, "reserve spent %llu, held %llu",
+          (unsigned long long)st.reserve_spent, (unsigned long long)st.reserve_held);
+    CHECK(st.intake_paused, "intake stays paused while the reserve is not whole");
+
+    /* Nobody frees anything: maintenance deletes the dead segments, refills, resumes. */
+    for (int i = 0; i < 50 && st.intake_paused; i++) {
+        CHECK(wal_maintain(w, 1 << 20, NULL) >= 0, "maintain");
+        CHECK_RC(wal_commit(w), 0);
+        wal_get_stats(w, &st);
+    }
+    CHECK(!st.intake_paused, "intake resumed by itself: free %llu, reserve %llu of %llu",
+          (unsigned long long)st.free_bytes, (unsigned long long)st.reserve_held,
+          (unsigned long long)st.reserve_bytes);
+    CHECK(st.reserve_held == 64 << 10, "the reserve whole again");
+    CHECK(st.deleted_segments > 0, "dead segments deleted");
+
+    /* Everything live is still there after a reopen. */
+    uint64_t live = 0;
+    for (uint64_t id = 0; id < m.cap; id++)
+        live += m.live[id];
+    wal_close(w);
+    model_free(&m);
+    model_init(&m, &w, 1 << 16);
+    CHECK_RC(wal_open(&w, &o, m_replay, &m), 0);
+    uint64_t again = 0;
+    for (uint64_t id = 0; id < m.cap; id++)
+        again += m.live[id];
+    CHECK(again == live && live > 0, "live after reopen %llu, before %llu",
+          (unsigned long long)again, (unsigned long long)live);
+    wal_close(w);
+    model_free(&m);
+    snprintf(cmd, sizeof(cmd), "umount -l %s", mnt);
+    if (system(cmd) != 0)
+        printf("test_wal: cannot unmount %s\n", mnt);
+}
+
 static const struct check_case cases[] = {
     {"basic", test_basic},
     {"sync", test_sync},
@@ -1578,6 +1739,8 @@ static const struct check_case cases[] = {
     {"random_sessions", test_random_sessions},
     {"lock", test_lock},
     {"failed_commit", test_failed_commit},
+    {"reserve_file", test_reserve_file},
+    {"reserve_full_disk", test_reserve_full_disk},
 };
 
 static void remove_base(void)
