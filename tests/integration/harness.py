@@ -1327,6 +1327,10 @@ def on_volume(ctx, fstype, size_mb, fn):
             rc, out = _run_quiet(["losetup", "-d", loop])
             if rc != 0:
                 log("losetup -d %s: %s" % (loop, out))
+            try:
+                os.unlink(img)  # its file system said all it had to say while mounted
+            except OSError:
+                pass
 
 
 def volume_df(path):

@@ -25,9 +25,11 @@ Checked in every case:
 
 Cases (argument; none: "tmpfs"):
   tmpfs   the issue's run: tmpfs 8 MiB, segment_mb 1, 6,000 x 2 KiB, x-delay 4 s
-  short   the same volume, delays 0-0.9 s: shorter than the fill, so
-          messages fire while the disk fills
-  held    the same volume, x-delay 15 s: all held when it fills, then they fire
+  short   the same volume, delays of 0.1-6 s and one in 20 under 0.1 s:
+          messages fall due while the disk fills (checked: some fired
+          before intake paused) and all through the pause
+  held    the same volume, x-delay 15 s: all held when it fills (checked:
+          none fired before intake paused), then they fire
   ext4    a 16 MiB ext4 on a loop device, segment_mb 1, 12,000 x 2 KiB, 4 s
   repl    tmpfs 8 MiB with wal.replicate (the log published to a stream)
   keys    tmpfs 8 MiB: 100 keyed messages due in 45 s, 40 of them cancelled
@@ -55,6 +57,15 @@ PAUSED = "WAL space low: consuming paused"
 RESUMED = "WAL space again: consuming resumes"
 
 
+# keys: KEYED messages k000.. due in KEYED_MS (published first, so they sit
+# in the first segment), then the flood; inside it, cancels of k000..k039
+# and new versions of k040..k059 (due REPLACE_MS after their receipt). The
+# flood is taken in a few pause/resume rounds of ~4 s each, all before the
+# keyed due time: every cancel reaches the bridge while its message is held.
+KEYED, CANCELLED, REPLACED = 100, 40, 20
+KEYED_MS, REPLACE_MS = 45000, 6000
+
+
 class Case(object):
     def __init__(self, name, fs="tmpfs", size_mb=8, segment_mb=1, n=6000, body=2 * KIB,
                  delay=lambda i, rng: 4000, bound_s=90, stall_s=30, budget_s=150, **kw):
@@ -66,25 +77,18 @@ class Case(object):
 
 CASES = {c.name: c for c in [
     Case("tmpfs"),
-    Case("short", delay=lambda i, rng: rng.randint(0, 900)),
-    Case("held", delay=lambda i, rng: 15000, bound_s=100, stall_s=40),
+    Case("short", delay=lambda i, rng: rng.randint(1, 100) if i % 20 == 0 else
+         rng.randint(100, 6000), fired_at_fill=True),
+    Case("held", delay=lambda i, rng: 15000, bound_s=100, stall_s=40, fired_at_fill=False),
     Case("ext4", fs="ext4", size_mb=16, n=12000),
     Case("repl", repl=True),
-    Case("keys", keys=True, bound_s=90),
+    Case("keys", keys=True, bound_s=90, stall_s=KEYED_MS / 1000.0 + 10),
     Case("stream", route={"queue_type": "stream", "stream_max_mb": 512}),
     Case("big", size_mb=320, segment_mb=64, n=5000, body=64 * KIB, bound_s=150, stall_s=40,
          budget_s=280),
     Case("xfs", fs="xfs", size_mb=320, segment_mb=64, n=5000, body=64 * KIB, bound_s=150,
          stall_s=40, budget_s=280),
 ]}
-
-# keys: KEYED messages k000.. due in KEYED_MS (published first, so they sit
-# in the first segment), then the flood; inside it, cancels of k000..k039
-# and new versions of k040..k059 (due REPLACE_MS after their receipt). The
-# flood is taken in a few pause/resume rounds of ~4 s each, all before the
-# keyed due time: every cancel reaches the bridge while its message is held.
-KEYED, CANCELLED, REPLACED = 100, 40, 20
-KEYED_MS, REPLACE_MS = 45000, 6000
 
 
 def bridge_msg_id(m):
@@ -188,7 +192,9 @@ def run(ctx, case, fs):
         s = watch.last() or {}
         try:
             depth = ctx.queue_depth(route["ingress_queue"])
-        except Exception as e:  # a stream, or the broker busy: say so
+            if route.get("queue_type") == "stream":
+                depth = "%s (a stream: all it holds, read or not)" % depth
+        except Exception as e:  # the broker busy: say so
             depth = "? (%r)" % e
         _, free = h.volume_df(fs)
         return ("%s; /stats: received %s held %s confirmed %s, wal %s; df: %.0f %% used, "
@@ -205,9 +211,16 @@ def run(ctx, case, fs):
         time.sleep(0.05)
     t_fill = watch.pauses()[0][0]
     at = [s for s in watch.snapshot() if s["t"] >= t_fill][0]
-    h.log("intake paused %.2f s after the first publish: received %s, held %s, df %.2f MiB free; %s"
-          % (t_fill - t_pub, at["received"], at["held"], (at["df_free"] or 0) / MIB,
-             wal_fig(at["wal"])))
+    h.log("intake paused %.2f s after the first publish: received %s, held %s, confirmed %s, "
+          "df %.2f MiB free; %s" % (t_fill - t_pub, at["received"], at["held"], at["confirmed"],
+                                    (at["df_free"] or 0) / MIB, wal_fig(at["wal"])))
+    fired = case.kw.get("fired_at_fill")
+    if fired is True:
+        check(at["confirmed"], "nothing had fired when intake paused: no delay was shorter than "
+              "the fill, the case tests nothing")
+    elif fired is False:
+        check(at["confirmed"] == 0, "%s fired before intake paused: the delays were to be longer "
+              "than the fill" % at["confirmed"])
 
     # Nobody relieves the volume: every message must still arrive.
     def arrived():
@@ -290,9 +303,19 @@ def run(ctx, case, fs):
     check(pauses, "intake never paused")
     check(not_ready, "/readyz never answered 503 while intake was paused")
     check(all(e is not None for _, e in pauses), "intake still paused: %s" % wal_fig(w))
-    log = b.log_text()
-    check(PAUSED in log, "the log never said %r" % PAUSED)
-    check(RESUMED in log, "the log never said %r" % RESUMED)
+    lines = b.log_text().splitlines()
+    paused = [l for l in lines if PAUSED in l]
+    resumed = [l for l in lines if RESUMED in l]
+    check(paused, "the log never said %r" % PAUSED)
+    check(resumed, "the log never said %r" % RESUMED)
+    free_at_resume = [int(l.split("free_bytes=")[1].split()[0]) for l in resumed
+                      if "free_bytes=" in l]
+    h.log("log: %d pause line(s), %d resume line(s); free_bytes at each resume (MiB): %s"
+          % (len(paused), len(resumed), " ".join("%.2f" % (f / MIB) for f in free_at_resume)))
+    low = [f for f in free_at_resume if f < 2 * seg]
+    check(not low, "intake resumed with %d of its resumes under 2 x segment free (%s MiB): no "
+          "hysteresis, it flaps:\n  %s" % (len(low), ", ".join("%.2f" % (f / MIB) for f in low),
+                                           "\n  ".join([l for l in lines if PAUSED in l or RESUMED in l][:8])))
     st_r, body = h.http_get(port, "/readyz")
     check(st_r == 200, "/readyz %d after the pause: %s" % (st_r, body.strip()))
     if "reserve_bytes" in w:
