@@ -106,74 +106,14 @@
 #include "delay-bridge/engine.h"
 #include "delay-bridge/wal.h"
 #include "log.h"
+#include "sim_int.h"
 #include "simfs.h"
 #include "simrepl.h"
 
-#define NROUTES 3
-#define NKEYS 8
-#define T0 1700000000000ull
-#define MAXMSG 1024
-#define YEAR_MS (365ull * 24 * 3600 * 1000)
-
-enum { A_NEW = 0, A_TRIED, A_ACKED };                    /* the ADD record */
-enum { E_NONE = 0, E_APPENDED, E_TRIED, E_ACKED };        /* the end record */
-enum { K_NONE = 0, K_DONE, K_CANCEL, K_REPLACE, K_PURGE }; /* what the end is */
-
-struct mmsg {
-    uint16_t route;
-    int8_t key;        /* -1: none */
-    uint8_t add, end, kind;
-    uint8_t live;      /* held by the engine of this life */
-    uint8_t committed; /* WAITING or later in this life (not PENDING) */
-    uint8_t inflight;
-    uint8_t taken;     /* taken in this life: its key is no longer findable */
-    uint8_t gone;      /* known to be out of the log */
-    uint64_t due, msg_id;
-    eng_msg h;
-};
-
 static const char *const route_names[NROUTES] = {"alpha", "beta", "gamma"};
 
-/* Options of the whole run (command line). */
-static struct {
-    int verbose;
-    int plant_early;  /* --plant early-fire: the driver lets the engine fire 1 s early */
-    int plant_nosync; /* --plant fsync-lie: fdatasync of segments reports success, syncs nothing */
-    int plant_hole;   /* --plant stream-hole: the import's "not whole" is ignored */
-    int no_fork;
-} opt;
-
-/* One seed's state. */
-static struct {
-    uint64_t seed;
-    struct simrng rng;
-    struct engine *e;
-    struct mmsg m[MAXMSG];
-    int n;
-    uint64_t now;
-    jmp_buf jb;
-    /* configuration from the seed */
-    uint64_t seg_bytes, ck_interval, ck_min;
-    uint32_t ck_step, wheel_split;
-    int collide, nops, crash_every;
-    struct simfs_faults faults;
-    /* what happened */
-    int flipped;          /* a bit was flipped in synced data (stays until the run ends) */
-    char flip_name[64];
-    uint64_t flip_off;
-    int reordered;        /* the last crash kept unsynced writes out of order */
-    int refused, flip_torn;
-    int exit_now;         /* the daemon would exit here: power loss, then recovery */
-    int repl;             /* a replicated seed: a stream beside the log, no crashes (simrepl.c) */
-    uint64_t repl_refused, repl_imported;
-    char fail[512];
-    uint64_t ops, crashes, recoveries, takes, confirms, commits;
-    /* log capture */
-    char last_err[512];
-    char torn_file[64];
-    uint64_t torn_off;
-    int torn_seen;
-} G;
+struct sim_opt opt;
+struct sim_state G;
 
 /* ---- log: the code under test logs here (log.c is not linked) ---------------------------- */
 
@@ -220,8 +160,7 @@ void log_at(enum log_level l, const char *mod, const char *msg, const char *fmt,
 
 /* ---- failing -------------------------------------------------------------------------- */
 
-static void failf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void failf(const char *fmt, ...)
+void failf(const char *fmt, ...)
 {
     va_list ap;
 
@@ -232,8 +171,6 @@ static void failf(const char *fmt, ...)
     va_end(ap);
 }
 
-#define FAILED() (G.fail[0] != 0)
-#define TRACE(...) do { if (opt.verbose) { fprintf(stderr, "  [%" PRIu64 "] ", G.ops); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
 
 /* ---- messages ------------------------------------------------------------------------- */
 
@@ -312,7 +249,7 @@ static int refusal_ok(int r)
 }
 
 /* A refusal: the run ends. Checked: it may happen, and its log line names the place. */
-static void refuse(const char *where, int r)
+void refuse(const char *where, int r)
 {
     if (!refusal_ok(r)) {
         failf("%s failed: %s (no bit flipped, no reordered crash); log: %s", where,
@@ -449,6 +386,12 @@ static void reconcile(void)
 static int recover(void)
 {
     struct wal_opts wo = {.dir = SIMFS_DIR, .segment_bytes = G.seg_bytes};
+#ifdef WAL_RESERVE_SEGMENTS
+    /* the daemon's space reserve (main.c); the old log has none. (The intake
+     * window is gone: deliveries in flight at a pause wait in the daemon's
+     * memory, src/dstash.h, not in the log -- lead, 09:40) */
+    wo.reserve_bytes = WAL_RESERVE_SEGMENTS * G.seg_bytes;
+#endif
     struct eng_opts o = {.nroutes = NROUTES, .route_index = route_index, .route_name = route_name,
                          .now_ms = G.now, .checkpoint_interval_ms = G.ck_interval,
                          .checkpoint_min_bytes = G.ck_min, .checkpoint_step = G.ck_step,
@@ -489,12 +432,13 @@ static int recover(void)
     if (FAILED() || G.refused)
         return -1;
     eng_advance(G.e, G.now);
+    live_new_life();
     return 0;
 }
 
 /* ---- checks on every operation ----------------------------------------------------------- */
 
-static void check_counts(const char *after)
+void check_counts(const char *after)
 {
     for (uint16_t r = 0; r < NROUTES; r++) {
         struct eng_route_stats rs;
@@ -560,7 +504,13 @@ static void end_msg(int i, int kind)
     m->h = 0;
 }
 
-static void op_add(int keyed)
+uint64_t sim_add_bytes(void)
+{
+    uint8_t body[512];
+    return 96 + make_body(G.n, body); /* header, ids, route, exchange, key: about 96 bytes */
+}
+
+void sim_add(int keyed, uint64_t max_delay)
 {
     struct walrec_add a;
     struct eng_route_stats before, after;
@@ -575,7 +525,7 @@ static void op_add(int keyed)
     memset(m, 0, sizeof(*m));
     m->route = (uint16_t)sim_below(&G.rng, NROUTES);
     m->key = keyed ? (int8_t)sim_below(&G.rng, NKEYS) : -1;
-    m->due = G.now + draw_delay();
+    m->due = G.now + (max_delay ? sim_below(&G.rng, max_delay) : draw_delay());
     if (keyed)
         holder = key_holder(m->route, m->key);
     fill_add(&a, i, body);
@@ -651,7 +601,7 @@ static void on_commit(void *arg, int err)
 }
 
 /* Commit; 0, or -1 when the process exits (the log failed). */
-static int op_commit(void)
+int op_commit(void)
 {
     int called = 0, r;
 
@@ -664,6 +614,7 @@ static int op_commit(void)
     r = eng_commit(G.e, on_commit, &called);
     G.commits++;
     TRACE("commit: %d", r);
+    live_committed(r);
     if (r == -ENOSPC || r == -EDQUOT) {
         if (called)
             failf("eng_commit returned %d and called its completion", r);
@@ -717,9 +668,8 @@ static int model_first_due(uint16_t route, uint64_t now)
     return best;
 }
 
-static void op_fire(void)
+int sim_fire(uint16_t route)
 {
-    uint16_t route = (uint16_t)sim_below(&G.rng, NROUTES);
     uint64_t adv = G.now + (opt.plant_early ? 1000 : 0);
     struct walrec_add a;
     eng_msg h = 0;
@@ -730,40 +680,53 @@ static void op_fire(void)
     r = eng_take(G.e, route, &h, &a);
     if (r < 0) {
         refuse("take", r);
-        return;
+        return -1;
     }
     if (r == 0) {
         if (want >= 0)
             failf("nothing taken on %s, but message %d is due (due %" PRIu64 ", now %" PRIu64 ")",
                   route_names[route], want, G.m[want].due, G.now);
-        return;
+        return want >= 0 ? -1 : 0;
     }
     G.takes++;
     t = body_token(&a);
     if (t < 0) {
         failf("took a message that was never added (route %s)", route_names[route]);
-        return;
+        return -1;
     }
     struct mmsg *m = &G.m[t];
     if (!m->live || m->inflight || !m->committed || m->route != route) {
         failf("took message %d: live %d inflight %d committed %d route %u (end %d)", t, m->live,
               m->inflight, m->committed, m->route, m->kind);
-        return;
+        return -1;
     }
     if (m->due > G.now) {
         failf("message %d fired early: due %" PRIu64 ", now %" PRIu64, t, m->due, G.now);
-        return;
+        return -1;
     }
     if (t != want && !(want >= 0 && G.m[want].due == m->due && G.m[want].msg_id == m->msg_id)) {
         failf("took message %d (due %" PRIu64 " id %" PRIu64 "), the first due is %d (due %" PRIu64
               " id %" PRIu64 ")", t, m->due, m->msg_id, want, want >= 0 ? G.m[want].due : 0,
               want >= 0 ? G.m[want].msg_id : 0);
-        return;
+        return -1;
     }
     TRACE("take %d route %u", t, route);
     m->inflight = 1;
     m->taken = 1;
     m->h = h;
+    return 1;
+}
+
+static void op_fire(void)
+{
+    sim_fire((uint16_t)sim_below(&G.rng, NROUTES));
+}
+
+void sim_confirm(int i)
+{
+    eng_confirm(G.e, G.m[i].h, G.now);
+    G.confirms++;
+    end_msg(i, K_DONE);
 }
 
 /* Settle one in-flight message: confirm (mostly), nack, divert; or the route's channel is lost. */
@@ -801,9 +764,7 @@ static void op_settle(void)
         break;
     }
     default:
-        eng_confirm(G.e, m->h, G.now);
-        G.confirms++;
-        end_msg(i, K_DONE);
+        sim_confirm(i);
         break;
     }
 }
@@ -854,6 +815,7 @@ static void configure(uint64_t seed)
     G.collide = sim_chance(g, 1, 8);
     G.nops = 100 + (int)sim_below(g, 250);
     G.crash_every = 20 + (int)sim_below(g, 400);
+    G.flip_den = 50;
     G.faults.fsync_fail_ppm = sim_chance(g, 1, 4) ? (uint32_t)sim_below(g, 20000) : 0;
     G.faults.enospc_ppm = sim_chance(g, 1, 4) ? (uint32_t)sim_below(g, 30000) : 0;
     G.faults.enospc_calls = 1 + (uint32_t)sim_below(g, 20);
@@ -862,6 +824,7 @@ static void configure(uint64_t seed)
     /* replicated seeds: from the seed alone, so the other seeds' draws stay as they were */
     struct simrng h = {seed ^ 0x5EED5EED5EEDull};
     G.repl = sim_below(&h, 6) == 0;
+    live_configure(seed); /* a liveness seed is never a replicated one: its small disk fills */
     if (G.repl) /* a failed commit then a stop leaves the local log ahead of the stream: not here */
         G.faults.fsync_fail_ppm = G.faults.enospc_ppm = 0;
     simrepl_reset(sim_rand(&h), G.seg_bytes);
@@ -871,6 +834,10 @@ static void configure(uint64_t seed)
     G.wheel_split = splits[sim_below(&k, 5)];
     simfs_reset(seed, G.now, &G.faults);
     simfs_set_plant_nosync(opt.plant_nosync);
+    simfs_set_plant_reserve_stuck(opt.plant_stuck);
+    simfs_set_capacity(G.live.capacity);
+    simfs_set_block(G.live.block);
+    simfs_set_fallocate(!G.live.no_fallocate);
 }
 
 /*
@@ -907,7 +874,7 @@ static void check_space(void)
 static int after_crash(void)
 {
     lose_power_model();
-    if (sim_chance(&G.rng, 1, 50) && simfs_flip_bit(G.flip_name, sizeof(G.flip_name), &G.flip_off) == 0) {
+    if (sim_chance(&G.rng, 1, (uint64_t)G.flip_den) && simfs_flip_bit(G.flip_name, sizeof(G.flip_name), &G.flip_off) == 0) {
         G.flipped = 1;
         if (opt.verbose)
             fprintf(stderr, "  flip %s offset %" PRIu64 "\n", G.flip_name, G.flip_off);
@@ -996,10 +963,13 @@ static int run_seed(uint64_t seed)
             arm();
         G.ops++;
         uint64_t w = sim_below(&G.rng, 100);
-        if (w < 22)
-            op_add(0);
-        else if (w < 36)
-            op_add(1);
+        if (w < 22) {
+            if (live_may_add())
+                sim_add(0, 0);
+        } else if (w < 36) {
+            if (live_may_add())
+                sim_add(1, 0);
+        }
         else if (w < 41)
             op_cancel();
         else if (w < 42)
@@ -1052,6 +1022,8 @@ static int run_seed(uint64_t seed)
         if (!FAILED() && !G.refused && G.e)
             check_counts("an operation");
     }
+    if (!FAILED() && !G.refused && !G.flip_torn && G.e && G.live.on)
+        live_phase();
     if (!FAILED() && !G.refused && G.e)
         check_space();
     if (!FAILED() && !G.refused && G.e && G.repl)
@@ -1075,14 +1047,15 @@ static double now_s(void)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: sim [--seeds N] [--from S] [--seed S] [--verbose] [--no-fork]\n"
-                    "           [--plant early-fire|fsync-lie|stream-hole]\n");
+    fprintf(stderr, "usage: sim [--seeds N] [--from S] [--seed S] [--verbose] [--no-fork] [--liveness]\n"
+                    "           [--plant early-fire|fsync-lie|stream-hole|reserve-stuck]\n");
     exit(2);
 }
 
 struct result {
     int failed;
     uint64_t ops, calls, crashes, recoveries, takes, refused, flip_torn, repl_imported, repl_refused;
+    uint64_t live, live_phase, live_full, live_steps, live_stops;
     char why[512];
 };
 
@@ -1099,6 +1072,11 @@ static void one(uint64_t seed, struct result *res)
     res->flip_torn = G.flip_torn;
     res->repl_imported = G.repl_imported;
     res->repl_refused = G.repl_refused;
+    res->live = G.live.on;
+    res->live_phase = G.live.phase;
+    res->live_full = G.live.reached_full;
+    res->live_steps = G.live.steps;
+    res->live_stops = G.live.stops;
     snprintf(res->why, sizeof(res->why), "%s", G.fail);
 }
 
@@ -1136,7 +1114,8 @@ int main(int argc, char **argv)
 {
     uint64_t nseeds = 100, from = 1, passed = 0, failed = 0;
     uint64_t ops = 0, calls = 0, crashes = 0, recoveries = 0, takes = 0, refused = 0, flip_torn = 0;
-    uint64_t repl_imported = 0, repl_refused = 0;
+    uint64_t repl_imported = 0, repl_refused = 0, live = 0, live_full = 0, live_steps = 0;
+    uint64_t live_max = 0, live_stops = 0, live_phase = 0;
     int single = 0;
     const char *self = argv[0];
     double t0;
@@ -1154,6 +1133,8 @@ int main(int argc, char **argv)
             opt.verbose = 1;
         else if (strcmp(argv[i], "--no-fork") == 0)
             opt.no_fork = 1;
+        else if (strcmp(argv[i], "--liveness") == 0)
+            opt.liveness = 1;
         else if (strcmp(argv[i], "--plant") == 0 && i + 1 < argc) {
             i++;
             if (strcmp(argv[i], "early-fire") == 0)
@@ -1162,6 +1143,8 @@ int main(int argc, char **argv)
                 opt.plant_nosync = 1;
             else if (strcmp(argv[i], "stream-hole") == 0)
                 opt.plant_hole = 1;
+            else if (strcmp(argv[i], "reserve-stuck") == 0)
+                opt.plant_stuck = 1;
             else
                 usage();
         } else
@@ -1189,11 +1172,18 @@ int main(int argc, char **argv)
         flip_torn += res.flip_torn;
         repl_imported += res.repl_imported;
         repl_refused += res.repl_refused;
+        live += res.live;
+        live_phase += res.live_phase;
+        live_full += res.live_full;
+        live_steps += res.live_steps;
+        live_max = res.live_steps > live_max ? res.live_steps : live_max;
+        live_stops += res.live_stops;
         if (res.failed) {
             failed++;
-            printf("FAIL seed %" PRIu64 ": %s -- replay: %s --seed %" PRIu64 "%s%s\n", s, res.why,
-                   self, s, opt.plant_early ? " --plant early-fire" : "",
-                   opt.plant_nosync ? " --plant fsync-lie" : opt.plant_hole ? " --plant stream-hole" : "");
+            printf("FAIL seed %" PRIu64 ": %s -- replay: %s --seed %" PRIu64 "%s%s%s\n", s, res.why,
+                   self, s, opt.liveness ? " --liveness" : "", opt.plant_early ? " --plant early-fire" : "",
+                   opt.plant_nosync ? " --plant fsync-lie" : opt.plant_hole ? " --plant stream-hole" :
+                   opt.plant_stuck ? " --plant reserve-stuck" : "");
             fflush(stdout);
         } else {
             passed++;
@@ -1212,10 +1202,12 @@ int main(int argc, char **argv)
            "%.0f per cpu s), %" PRIu64 " file-layer calls (%.0f/s), %" PRIu64 " crashes, %" PRIu64
            " recoveries, %" PRIu64 " takes; ended by a refused corruption %" PRIu64
            ", by a flip read as a torn tail %" PRIu64 "; logs rebuilt from the stream %" PRIu64
-           ", stream holes refused %" PRIu64 "\n",
+           ", stream holes refused %" PRIu64 "; liveness seeds %" PRIu64 " (phase run in %" PRIu64 ", disk full before it in %" PRIu64
+           ", intake stops %" PRIu64 ", drained in %" PRIu64 " steps, at most %" PRIu64 ")\n",
            from, from + nseeds - 1, secs, cpu, ops, secs > 0 ? (double)ops / secs : 0,
            cpu > 0 ? (double)ops / cpu : 0, calls, secs > 0 ? (double)calls / secs : 0, crashes,
-           recoveries, takes, refused, flip_torn, repl_imported, repl_refused);
+           recoveries, takes, refused, flip_torn, repl_imported, repl_refused, live, live_phase, live_full,
+           live_stops, live_steps, live_max);
     /*
      * _exit: the engines of crashed lives were abandoned mid-call on purpose
      * (a dead process frees nothing); a leak checker at exit would report them.

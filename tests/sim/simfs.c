@@ -49,6 +49,44 @@
  *              (segment or checkpoint), chosen from the seed, between a
  *              crash and the recovery that follows.
  *
+ * CAPACITY
+ *
+ * simfs_set_capacity(bytes) gives the volume a size (0, the default: no
+ * limit, and nothing below draws a random number or changes what a seed
+ * does). The bytes used are the sum, over the files that still exist (a
+ * name in the current table, or an open descriptor: an unlinked file open
+ * somewhere keeps its blocks, as on Linux), of what each has allocated: its
+ * current size -- unsynced writes count, the page cache holds them for the
+ * disk -- or more where fallocate (FALLOC_FL_KEEP_SIZE) took more, rounded
+ * up to the block size (simfs_set_block: 1 or 4096). Then:
+ *
+ *   write      one that would grow the usage past capacity writes the
+ *              prefix that fits and returns its length (a short write), or
+ *              fails with ENOSPC when nothing fits -- what the episode model
+ *              above does, but decided by the bytes, not by a draw;
+ *   create     of a new name fails with ENOSPC when not one block is free;
+ *   fallocate  (mode 0: the size grows too; FALLOC_FL_KEEP_SIZE) takes all
+ *              it asks or fails with ENOSPC taking nothing; with
+ *              simfs_set_fallocate(0) it fails with EOPNOTSUPP, as on a file
+ *              system without it (the caller writes zeros instead);
+ *   truncate   and unlink give the space back at once (the last name gone
+ *              and no descriptor open, for unlink);
+ *   fstatvfs   f_bsize = f_frsize = the block size, f_blocks the capacity,
+ *              f_bfree = f_bavail what is free (2^40 blocks of each without
+ *              a limit); fstat's st_blocks counts the allocated 512-byte
+ *              units, so that a reserve really taken is told from a hole.
+ *
+ * A power loss keeps what it keeps (above) and the usage is then
+ * recomputed from it: "used" is always what the surviving files hold. A
+ * fallocate past the size becomes durable with the file's next sync, like
+ * its writes. A crash can thus bring back a truncation's blocks that a
+ * later, synced write used meanwhile, and leave the volume over capacity
+ * (every growing call then fails until something is given back) -- a
+ * state a journalled file system avoids by not reusing freed blocks before
+ * the freeing commits; it is kept because it is harder on the log, not
+ * easier. The planted bug --plant reserve-stuck: a truncation of the file
+ * named RESERVE gives none of its blocks back.
+ *
  * NOT SIMULATED
  *
  * Other directories (the replicated log's dir/import, wal_replace_segments
@@ -70,6 +108,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -121,6 +160,8 @@ struct inode {
     struct buf cur, dur;
     struct op *ops;
     size_t nops, opcap;
+    uint64_t falloc, falloc_dur; /* blocks taken past the size (FALLOC_FL_KEEP_SIZE, the plant) */
+    uint64_t mark;               /* the usage walk: reachable in walk number mark */
     struct inode *next; /* every inode of the run, freed at reset */
 };
 
@@ -168,11 +209,22 @@ static struct {
     uint32_t full_left; /* mutating calls left in a full-disk episode */
     int reordered;
     int plant_nosync;
+    /* capacity (simfs_set_capacity); 0 = no limit */
+    uint64_t capacity, walk;
+    uint32_t block;      /* allocation unit, 1 or 4096 (0: 4096, the default) */
+    int no_fallocate;    /* fallocate fails with EOPNOTSUPP */
+    int plant_stuck;     /* --plant reserve-stuck */
+    uint64_t refusals;   /* calls refused for capacity */
 } S;
 
 void simfs_set_plant_nosync(int on)
 {
     S.plant_nosync = on;
+}
+
+void simfs_set_plant_reserve_stuck(int on)
+{
+    S.plant_stuck = on;
 }
 
 struct simrng *simfs_rng(void)
@@ -270,6 +322,7 @@ static void ino_sync(struct inode *ino)
     for (size_t i = 0; i < ino->nops; i++)
         buf_apply(&ino->dur, &ino->ops[i], ino->ops[i].n);
     ops_clear(ino);
+    ino->falloc_dur = ino->falloc;
 }
 
 static struct inode *ino_new(void)
@@ -456,6 +509,7 @@ void simfs_crash_state(void)
         else
             ops_clear(ino);
         /* after the power loss the page cache is the disk */
+        ino->falloc = ino->falloc_dur;
         ino->cur.len = 0;
         buf_size(&ino->cur, ino->dur.len);
         if (ino->dur.len)
@@ -528,6 +582,107 @@ int simfs_open_fds(void)
     return n;
 }
 
+/* ---- capacity ------------------------------------------------------------------------- */
+
+void simfs_set_capacity(uint64_t bytes)
+{
+    S.capacity = bytes;
+}
+
+void simfs_set_block(uint32_t block)
+{
+    S.block = block;
+}
+
+void simfs_set_fallocate(int on)
+{
+    S.no_fallocate = !on;
+}
+
+static uint64_t block_size(void)
+{
+    return S.block ? S.block : 4096;
+}
+
+/* Bytes a file of size len with extra blocks taken past it holds. */
+static uint64_t alloc_of(uint64_t len, uint64_t falloc)
+{
+    uint64_t b = block_size(), n = len > falloc ? len : falloc;
+    return (n + b - 1) / b * b;
+}
+
+static uint64_t ino_alloc(const struct inode *ino)
+{
+    return alloc_of(ino->cur.len, ino->falloc);
+}
+
+uint64_t simfs_used(void)
+{
+    uint64_t used = 0;
+
+    S.walk++;
+    for (size_t i = 0; i < S.cur.n; i++)
+        S.cur.v[i].ino->mark = S.walk;
+    for (int i = 0; i < MAX_FDS; i++)
+        if (S.fds[i].used && S.fds[i].ino)
+            S.fds[i].ino->mark = S.walk;
+    for (struct inode *ino = S.inodes; ino; ino = ino->next)
+        if (ino->mark == S.walk)
+            used += ino_alloc(ino);
+    return used;
+}
+
+/* Is ino the file named RESERVE (the log's space reserve)? */
+static int is_reserve(const struct inode *ino)
+{
+    struct dent *e = names_find(&S.cur, "RESERVE");
+    return e && e->ino == ino;
+}
+
+int64_t simfs_file_size(const char *name)
+{
+    struct dent *e = names_find(&S.cur, name);
+    return e ? (int64_t)e->ino->cur.len : -1;
+}
+
+uint64_t simfs_capacity(void)
+{
+    return S.capacity;
+}
+
+uint64_t simfs_refusals(void)
+{
+    return S.refusals;
+}
+
+/* Whole blocks free, in bytes; UINT64_MAX without a limit. */
+static uint64_t free_bytes(void)
+{
+    uint64_t used, b = block_size();
+
+    if (!S.capacity)
+        return UINT64_MAX;
+    used = simfs_used();
+    return used < S.capacity ? (S.capacity - used) / b * b : 0;
+}
+
+/*
+ * How many of n bytes at off fit in ino before the volume is full: n when
+ * there is no limit or the write allocates nothing new.
+ */
+static size_t room_for(const struct inode *ino, uint64_t off, size_t n)
+{
+    uint64_t have, fits;
+
+    if (!S.capacity || alloc_of(off + n, ino->falloc) <= ino_alloc(ino))
+        return n;
+    have = ino_alloc(ino);
+    fits = have + free_bytes(); /* the largest size the file can reach */
+    if (fits <= off)
+        return 0;
+    return fits - off < n ? (size_t)(fits - off) : n;
+}
+
 /* ---- the calls ------------------------------------------------------------------------- */
 
 int simfs_openat(int dirfd, const char *name, int flags, ...)
@@ -564,6 +719,14 @@ int simfs_openat(int dirfd, const char *name, int flags, ...)
                 S.full_left = S.f.enospc_calls;
             S.calls--;
             mutation();
+            errno = ENOSPC;
+            return -1;
+        }
+        if (S.capacity && free_bytes() == 0) {
+            S.refusals++;
+            S.calls--;
+            if (mutation())
+                die();
             errno = ENOSPC;
             return -1;
         }
@@ -643,6 +806,24 @@ static ssize_t do_write(struct sfd *d, const void *p, size_t n, uint64_t off)
             die();
         errno = ENOSPC;
         return -1;
+    }
+    if (S.capacity) {
+        size_t k = room_for(d->ino, off, n);
+        if (k < n) {
+            /* the volume is full: the prefix that fits lands (a short write), or ENOSPC */
+            S.refusals++;
+            m = mutation();
+            if (k > 0) {
+                op_push(d->ino, OP_WRITE, off, p, k);
+                if (m)
+                    die();
+                return (ssize_t)k;
+            }
+            if (m)
+                die();
+            errno = ENOSPC;
+            return -1;
+        }
     }
     m = mutation();
     if (m == 1) {
@@ -767,7 +948,58 @@ int simfs_ftruncate(int fd, off_t len)
         return -1;
     }
     m = mutation();
+    if (S.plant_stuck && is_reserve(d->ino)) {
+        /* the planted bug: the reserve's blocks stay taken */
+        uint64_t keep = ino_alloc(d->ino);
+        d->ino->falloc = d->ino->falloc_dur = keep;
+    } else if (d->ino->falloc > (uint64_t)len) {
+        d->ino->falloc = (uint64_t)len; /* blocks past the new size are freed too */
+    }
     op_push(d->ino, OP_TRUNC, (uint64_t)len, NULL, 0);
+    if (m)
+        die();
+    return 0;
+}
+
+int simfs_fallocate(int fd, int mode, off_t off, off_t len)
+{
+    struct sfd *d = fd_get(fd);
+    uint64_t end = (uint64_t)off + (uint64_t)len, have, need;
+    int m;
+
+    if (!d) {
+        S.calls++;
+        return -1;
+    }
+    if (d->isdir || off < 0 || len <= 0 || (mode & ~FALLOC_FL_KEEP_SIZE) || S.no_fallocate) {
+        S.calls++;
+        errno = d->isdir ? EISDIR : off < 0 || len <= 0 ? EINVAL : EOPNOTSUPP;
+        return -1;
+    }
+    have = ino_alloc(d->ino);
+    need = alloc_of(end, d->ino->falloc) > have ? alloc_of(end, d->ino->falloc) - have : 0;
+    if (need) {
+        int episode = S.full_left || (S.f.enospc_ppm && sim_chance(&S.rng, S.f.enospc_ppm, 1000000));
+        int full = S.capacity && need > free_bytes();
+        if (episode || full) {
+            /* all or nothing: a full disk takes none of it */
+            S.refusals += !episode;
+            m = mutation();
+            if (episode && !S.full_left)
+                S.full_left = S.f.enospc_calls ? S.f.enospc_calls : 1;
+            if (m)
+                die();
+            errno = ENOSPC;
+            return -1;
+        }
+    }
+    m = mutation();
+    if (mode & FALLOC_FL_KEEP_SIZE) {
+        if (end > d->ino->falloc)
+            d->ino->falloc = end;
+    } else if (end > d->ino->cur.len) {
+        op_push(d->ino, OP_TRUNC, end, NULL, 0); /* the size grows, zeros read back */
+    }
     if (m)
         die();
     return 0;
@@ -857,7 +1089,29 @@ static void fill_stat(struct stat *st, const struct inode *ino)
     memset(st, 0, sizeof(*st));
     st->st_mode = ino ? S_IFREG | 0644 : S_IFDIR | 0755;
     st->st_size = ino ? (off_t)ino->cur.len : 4096;
+    st->st_blocks = (blkcnt_t)((ino ? ino_alloc(ino) : 4096) + 511) / 512;
+    st->st_blksize = (blksize_t)block_size();
     st->st_nlink = 1;
+}
+
+int simfs_fstatvfs(int fd, struct statvfs *st)
+{
+    uint64_t b = block_size();
+
+    S.calls++;
+    if (!fd_get(fd))
+        return -1;
+    memset(st, 0, sizeof(*st));
+    st->f_bsize = st->f_frsize = (unsigned long)b;
+    st->f_namemax = NAME_MAX_SIM - 1;
+    st->f_files = st->f_ffree = st->f_favail = MAX_NAMES;
+    if (!S.capacity) {
+        st->f_blocks = st->f_bfree = st->f_bavail = (fsblkcnt_t)1 << 40;
+        return 0;
+    }
+    st->f_blocks = (fsblkcnt_t)(S.capacity / b);
+    st->f_bfree = st->f_bavail = (fsblkcnt_t)(free_bytes() / b);
+    return 0;
 }
 
 int simfs_fstat(int fd, struct stat *st)

@@ -64,6 +64,25 @@ int simfs_flip_bit(char *name, size_t namesz, uint64_t *off);
 
 /* The planted bug --plant fsync-lie: fsync/fdatasync of a file succeed and sync nothing. */
 void simfs_set_plant_nosync(int on);
+/* The planted bug --plant reserve-stuck: truncating the file RESERVE gives no space back. */
+void simfs_set_plant_reserve_stuck(int on);
+
+/*
+ * The volume's size (simfs.c, CAPACITY): 0, the default, is no limit.
+ * Growing past it fails with ENOSPC (a short write first); truncate and
+ * unlink give space back. Set after simfs_reset(), which clears it.
+ */
+void simfs_set_capacity(uint64_t bytes);
+/* The allocation unit files are rounded up to, and fstatvfs's f_frsize: 1 or 4096 (the default). */
+void simfs_set_block(uint32_t block);
+/* 0: fallocate fails with EOPNOTSUPP (a file system without it); 1, the default: it works. */
+void simfs_set_fallocate(int on);
+/* Bytes the files hold now, the capacity (0: none), and calls refused for capacity so far. */
+uint64_t simfs_used(void);
+uint64_t simfs_capacity(void);
+uint64_t simfs_refusals(void);
+/* The current size of the file name, or -1 if there is none. */
+int64_t simfs_file_size(const char *name);
 
 /* Open descriptors of the simulated layer (for leak checks after a clean close). */
 int simfs_open_fds(void);

@@ -15,7 +15,7 @@ set(DB_SIM_SOURCES
   src/engine_ckpt.c src/engine_admin.c src/stats.c src/replrec.c)
 list(TRANSFORM DB_SIM_SOURCES PREPEND ${CMAKE_SOURCE_DIR}/)
 add_executable(db_sim ${CMAKE_CURRENT_SOURCE_DIR}/sim/sim.c ${CMAKE_CURRENT_SOURCE_DIR}/sim/simfs.c
-               ${CMAKE_CURRENT_SOURCE_DIR}/sim/simrepl.c
+               ${CMAKE_CURRENT_SOURCE_DIR}/sim/simrepl.c ${CMAKE_CURRENT_SOURCE_DIR}/sim/simlive.c
                ${DB_SIM_SOURCES})
 target_compile_definitions(db_sim PRIVATE DB_SIM=1)
 target_include_directories(db_sim PRIVATE ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR}/src
