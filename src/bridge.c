@@ -58,9 +58,10 @@
  * space (at most every 100 ms, a bounded amount), then arm one timer for
  * the earliest of: next wheel event, a reconnect or retry, a heartbeat
  *
- * The key-event protocol is in bridge_keys.c, the HTTP handlers in
- * bridge_http.c, the /stats snapshot in bridge_stats.c; bridge_int.h holds
- * what they share.
+ * Deliveries in (the intake gate, the stash) are in bridge_intake.c, the
+ * key-event protocol in bridge_keys.c, the HTTP handlers in bridge_http.c,
+ * the /stats snapshot in bridge_stats.c; bridge_int.h holds what they
+ * share.
  */
 #include "bridge_int.h"
 
@@ -125,46 +126,25 @@ static int write_places(struct bridge *b, const int64_t *next, int begin)
     return 0;
 }
 
-/* The place of each stream ingress now: everything before it is appended. */
+/* The place of each stream ingress now: everything before it is appended (the stash is not). */
 static void take_places(struct bridge *b, int64_t *next)
 {
-    for (int i = 0; b->ioff && i < b->cfg->nroutes; i++)
+    for (int i = 0; b->ioff && i < b->cfg->nroutes; i++) {
         next[i] = b->ioff[i].fd >= 0 ? consumer_stream_next(b->cons, i) : -1;
+        if (next[i] >= 0 && b->stash.n) {
+            int64_t low = dstash_min_offset(&b->stash, i);
+            if (low < next[i])
+                next[i] = low;
+        }
+    }
 }
 
-/*
- * The intake gate. The log pauses intake when its volume runs short
- * (wal_space.c: free space under one segment, its space reserve not whole,
- * a commit that met a full disk) and lifts the pause with hysteresis; the
- * ingress consumers are cancelled while it or a failed commit (disk_full)
- * holds them, and consume again when neither does. Held messages keep
- * firing meanwhile: their DONE records and compaction are what give space
- * back, and the reserve guarantees them room.
- */
-static void intake_gate(struct bridge *b)
+/* The highest tag an ack may cover: what was logged, below anything still in the stash. */
+static uint64_t ack_tag(const struct bridge *b)
 {
-    int paused = eng_intake_paused(b->eng);
+    uint64_t low = b->stash.n ? dstash_min_tag(&b->stash, b->logged_gen) : UINT64_MAX;
 
-    if (paused && !b->space_paused) {
-        struct eng_stats es;
-        eng_stats(b->eng, &es);
-        b->space_paused = 1;
-        log_warn("bridge", "WAL space low: consuming paused, messages stay in the broker; held "
-                 "messages keep firing and give space back; resumes by itself",
-                 "wal_dir=\"%s\" free_bytes=%" PRIu64 " reserve_held=%" PRIu64
-                 " reserve_bytes=%" PRIu64, b->cfg->wal_dir, es.log_free_bytes,
-                 es.log_reserve_held, es.log_reserve_bytes);
-        consumer_hold_ingress(b->cons);
-    } else if (!paused && b->space_paused) {
-        struct eng_stats es;
-        eng_stats(b->eng, &es);
-        b->space_paused = 0;
-        log_info("bridge", "WAL space again: consuming resumes",
-                 "wal_dir=\"%s\" free_bytes=%" PRIu64 " reserve_bytes=%" PRIu64,
-                 b->cfg->wal_dir, es.log_free_bytes, es.log_reserve_held);
-        if (!b->disk_full && !b->stopping && !b->drain.active)
-            consumer_release_ingress(b->cons);
-    }
+    return b->logged_tag < low ? b->logged_tag : low - 1;
 }
 
 static void on_committed(void *arg, int err)
@@ -177,7 +157,7 @@ static void on_committed(void *arg, int err)
     }
     if (b->ioff && write_places(b, b->commit_next, 0) < 0)
         return;
-    intake_gate(b);
+    bridge_intake_gate(b);
     if (b->disk_full) {
         b->disk_full = 0;
         log_info("bridge", "WAL commit has space again", NULL);
@@ -207,13 +187,13 @@ static void commit_and_ack(struct bridge *b)
             if (write_places(b, b->commit_next, 0) < 0)
                 return;
         }
-        consumer_ack(b->cons, b->logged_gen, b->logged_tag);
+        consumer_ack(b->cons, b->logged_gen, ack_tag(b));
         return;
     }
     if (b->disk_full && clock_now_ms() < b->disk_retry_at)
         return;
     b->commit_gen = b->logged_gen;
-    b->commit_tag = b->logged_tag;
+    b->commit_tag = ack_tag(b);
     take_places(b, b->commit_next);
     if (write_places(b, b->commit_next, 1) < 0)
         return;
@@ -252,125 +232,6 @@ void bridge_commit_and_wait(struct bridge *b)
     eng_flush(b->eng);  /* the commit already out, if any */
     commit_and_ack(b);  /* one with everything so far */
     eng_flush(b->eng);
-}
-
-/* ---- deliveries in ------------------------------------------------------------- */
-
-static void on_delivery(void *arg, const struct delivery *d)
-{
-    struct bridge *b = arg;
-    const struct config_route *rc = &b->cfg->routes[d->route];
-    struct route_counts *n = &b->counts[d->route];
-    struct msgrec_in in;
-    struct walrec_add a;
-    uint64_t now = clock_now_ms(), ev, first_ms;
-    int r;
-
-    if (b->exit_code)
-        return;
-    if (d->too_big) {
-        /* Rejected now, before any later multiple-ack could cover its tag. */
-        n->rejected++;
-        if (rc->queue_type == QUEUE_STREAM)
-            log_error("consume", "message larger than wal.max_message_bytes skipped",
-                      "route=%s bytes=%" PRIu64 " limit=%u offset=%" PRId64 " action=\"not "
-                      "logged; it stays in the stream until retention removes it\"",
-                      rc->name, d->body_size, b->cfg->max_message_bytes, d->stream_offset);
-        else
-            log_error("consume", "message larger than wal.max_message_bytes rejected",
-                      "route=%s bytes=%" PRIu64 " limit=%u action=\"basic.reject, requeue=false: "
-                      "dead-lettered if the ingress queue has a dead-letter exchange\"",
-                      rc->name, d->body_size, b->cfg->max_message_bytes);
-        consumer_reject(b->cons, d->route, d->gen, d->tag);
-        return;
-    }
-    if (d->key_event) {
-        bridge_key_event_in(b, d);
-        return;
-    }
-
-    /* x-delay-cancel: remove the pending message with that key; not forwarded. */
-    const char *key = d->cancel_key;
-    size_t key_len = d->cancel_key_len;
-    if (d->cancel != 0) {
-        if (d->cancel < 0 || key_len > MSGREC_KEY_MAX) {
-            n->invalid_key++;
-            if ((ev = log_ratelimit(&n->rl_delay, now, 10000)))
-                log_warn("consume", "invalid x-delay-cancel (not a string of at most 255 bytes): "
-                         "dropped", "route=%s events=%" PRIu64, rc->name, ev);
-        } else if ((r = eng_cancel(b->eng, (uint16_t)d->route, key, key_len)) < 0) {
-            bridge_fatal(b, "WAL read (cancel)", r);
-            return;
-        } else {
-            bridge_key_event_out(b, d->route, "cancel", key, key_len, now);
-        }
-        b->logged_gen = d->gen; /* acked once the CANCEL record is durable */
-        b->logged_tag = d->tag;
-        return;
-    }
-
-    /* The properties were encoded by the consumer, without x-delivery-count (consumer.c). */
-    if (d->props_len < 0) {
-        bridge_fatal(b, "encode message properties", d->props_len);
-        return;
-    }
-    in = (struct msgrec_in){d->exchange, d->exchange_len, d->routing_key, d->routing_key_len,
-                            d->props, (uint32_t)d->props_len, d->body, (uint32_t)d->body_size,
-                            d->key_str, d->key_str ? d->key_len : 0, d->key < 0};
-    /* d->now_ms, not now: a due time asked for is stored to the ms, whenever the clock ticks */
-    r = msgrec_from_delivery(&a, rc, &in, d->now_ms, d->xdelay, d->delay_ms);
-    if (d->redelivered &&
-        eng_seen(b->eng, (uint16_t)d->route, msgrec_fingerprint(&a), &first_ms)) {
-        /* Logged before a crash or a lost connection, its ack lost with it: ack, store nothing. */
-        n->deduplicated++;
-        if (a.flags & WALREC_ADD_KEYED) /* its event may be what the crash lost */
-            bridge_key_event_again(b, d->route, &a, first_ms);
-        b->logged_gen = d->gen;
-        b->logged_tag = d->tag;
-        return;
-    }
-    if (r) {
-        if (r & MSGREC_INVALID_DELAY)
-            n->invalid_delay++;
-        if (r & MSGREC_INVALID_KEY)
-            n->invalid_key++;
-        if (a.flags & WALREC_ADD_DEADLETTER)
-            n->dead_lettered++;
-        if ((ev = log_ratelimit(&n->rl_delay, now, 10000)))
-            log_warn("consume",
-                     r & MSGREC_INVALID_DELAY ? xdelay_strerror(d->xdelay)
-                                              : "invalid x-delay-key (not a string of at most 255 "
-                                                "bytes)",
-                     "route=%s action=%s events=%" PRIu64, rc->name,
-                     rc->invalid_delay == INVALID_DELAY_DEAD_LETTER ? "dead-letter" : "publish-now",
-                     ev);
-    }
-    r = eng_add(b->eng, (uint16_t)d->route, &a, NULL);
-    if (r < 0) {
-        bridge_fatal(b, "WAL append", r);
-        return;
-    }
-    if (a.flags & WALREC_ADD_KEYED)
-        bridge_key_event_out(b, d->route, "replace", a.key, a.key_len, a.enqueue_ms);
-    if (d->unstamped)
-        n->unstamped++;
-    if (d->unstamped && (ev = log_ratelimit(&n->rl_stamp, now, 60000)))
-        log_warn("consume", "delay_from is \"broker\" but a message has no timestamp_in_ms: its "
-                 "x-delay counts from its receipt here", "route=%s events=%" PRIu64 " hint=\""
-                 "message_interceptors.incoming.set_header_timestamp.overwrite = true in "
-                 "rabbitmq.conf (RabbitMQ 3.12 or later)\"", rc->name, ev);
-    n->received++;
-    b->logged_gen = d->gen;
-    b->logged_tag = d->tag;
-}
-
-static void on_consumer_state(void *arg, int up)
-{
-    /* Deliveries appended but not acked go back to the queue with the old
-     * connection; they are committed anyway and will be received again
-     * (README, delivery guarantees). Tags of the old connection are dead. */
-    (void)arg;
-    (void)up;
 }
 
 /* ---- publishes out --------------------------------------------------------------- */
@@ -541,8 +402,10 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
             bridge_fatal(b, "WAL maintenance", r);
             return;
         }
-        intake_gate(b);
+        bridge_intake_gate(b);
     }
+    if (b->stash.n && !b->stopping)
+        bridge_stash_drain(b);
     if (b->stopping) {
         shutdown_step(b, now);
         if (b->exit_code || b->done)
@@ -709,7 +572,7 @@ static int open_places(struct bridge *b)
 static void on_recovered(struct ev_loop *loop, ev_async *w, int revents)
 {
     struct bridge *b = w->data;
-    static const struct consumer_ops cops = {on_delivery, on_consumer_state, NULL};
+    static const struct consumer_ops cops = {bridge_on_delivery, bridge_on_consumer_state, NULL};
     static const struct publisher_ops pops = {on_confirmed, on_route_lost, NULL};
     struct consumer_ops co = cops;
     struct publisher_ops po = pops;
@@ -755,7 +618,7 @@ static void on_recovered(struct ev_loop *loop, ev_async *w, int revents)
     co.arg = b;
     po.arg = b;
     b->cons = consumer_new(loop, b->cfg, &co);
-    intake_gate(b); /* a volume short at start: no ingress consumer before it has room */
+    bridge_intake_gate(b); /* a volume short at start: no ingress consumer before it has room */
     for (int i = 0; b->ioff && i < b->cfg->nroutes; i++)
         consumer_set_stream_next(b->cons, i, b->ioff[i].stored, b->ioff[i].upto);
     b->pub = publisher_new(loop, b->cfg, &po);

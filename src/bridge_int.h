@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "dstash.h"
 #include "delay-bridge/bridge.h"
 #include "delay-bridge/consumer.h"
 #include "delay-bridge/engine.h"
@@ -75,6 +76,7 @@ struct bridge {
     int ready_logged;
     int disk_full;          /* the last commit found no space: consuming paused */
     int space_paused;       /* the log asks for no new messages: consuming paused */
+    struct dstash stash;    /* deliveries taken while paused, not yet in the log */
     uint64_t disk_retry_at; /* when to try the commit again */
     int stopping;
     uint64_t stop_deadline;
@@ -127,6 +129,16 @@ void bridge_key_event_out(struct bridge *b, int route, const char *kind, const c
                           size_t key_len, uint64_t at);
 /* Another bridge's key event: cancel our older version of the key, if we hold one. */
 void bridge_key_event_in(struct bridge *b, const struct delivery *d);
+
+/* bridge_intake.c: deliveries in. */
+/* The consumer's delivery callback: into the log, or the stash while the gate is closed. */
+void bridge_on_delivery(void *arg, const struct delivery *d);
+/* The consumer's state callback: a lost connection drops the stash. */
+void bridge_on_consumer_state(void *arg, int up);
+/* Follow the log's intake gate: cancel or restore the ingress consumers. */
+void bridge_intake_gate(struct bridge *b);
+/* The gate is open: append the stash, oldest first, while the log has room. */
+void bridge_stash_drain(struct bridge *b);
 /* A keyed delivery recognised as a redelivery of a logged message: its event again, dated
  * when the logged copy was first taken (first_ms, from eng_seen; 0 = not known). */
 void bridge_key_event_again(struct bridge *b, int route, const struct walrec_add *a,

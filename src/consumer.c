@@ -867,6 +867,11 @@ int consumer_up(const struct consumer *c)
     return c->up;
 }
 
+uint32_t consumer_gen(const struct consumer *c)
+{
+    return c->gen;
+}
+
 int consumer_busy(const struct consumer *c)
 {
     return c->up && amqp_conn_buffered(&c->conn);

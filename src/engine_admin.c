@@ -271,10 +271,7 @@ uint64_t eng_log_id(const struct engine *e)
     return wlog_id(e->log);
 }
 
-int eng_intake_paused(const struct engine *e)
+int eng_intake(const struct engine *e, uint64_t bytes)
 {
-    struct wlog_stats ls;
-
-    wlog_stats(e->log, &ls);
-    return ls.intake_paused || ls.no_space;
+    return wlog_intake(e->log, bytes);
 }

@@ -327,10 +327,6 @@ int wal_append(struct wal *w, uint8_t type, const struct walrec_piece *pieces, i
         loc->off = (uint32_t)s->size;
         loc->len = (uint32_t)rlen;
     }
-    if (type == WALREC_ADD) {
-        w->add_records++;
-        w->add_bytes += rlen;
-    }
     s->last_lsn = w->next_lsn++;
     s->size += rlen;
     w->total_size += rlen;

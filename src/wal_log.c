@@ -350,11 +350,16 @@ static void wl_close(struct wlog *l)
     free(wl);
 }
 
+static int wl_intake(const struct wlog *l, uint64_t bytes)
+{
+    return wal_intake(WAL_LOG(l)->w, bytes);
+}
+
 static const struct wlog_ops wal_log_ops = {
     "segment files", wl_recover, wl_append, wl_pending, wl_commit, wl_read,
     wl_live, wl_reclaim, wl_stats, wl_id, wl_next_lsn, wl_close, wl_poll, wl_set_notify,
     wl_flush, wl_set_ckpt_fn, wl_ckpt_begin, wl_ckpt_write, wl_ckpt_end, wl_ckpt_abort,
-    wl_ckpt_poll, wl_has, NULL, NULL,
+    wl_ckpt_poll, wl_has, NULL, NULL, wl_intake,
 };
 
 struct wal *wal_file_log_wal(struct wlog *l)

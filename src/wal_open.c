@@ -473,7 +473,6 @@ int wal_open(struct wal **out, const struct wal_opts *o, wlog_replay_fn *replay,
     }
     w->ck_end_lsn = 0;
     w->durable_lsn = w->next_lsn - 1;
-    w->intake_window = o->intake_window;
     if ((r = wal_reserve_open(w, o->reserve_bytes)) < 0) {
         *out = NULL;
         goto fail;

@@ -49,19 +49,20 @@
  * Intake must not eat that room. wal_space_poll() -- after every durable
  * commit and every wal_maintain() -- reads the volume's free space
  * (fstatvfs; RESERVE is allocated, so it is not counted free) and sets
- * intake_paused, which the owner obeys (eng_intake_paused(); the daemon
- * cancels its ingress consumers), when
- *   - free space < pause_mark = one segment + the deliveries the broker may
- *     still send once intake pauses (intake_window, the routes' prefetch
- *     summed, x the mean ADD record so far; on a volume too small for that,
- *     capped at half of what it has beyond the reserve and three segments),
- *   - or the reserve is not whole, or the last commit found no space;
- * and lifts it only when the reserve is whole and free space >= pause_mark
- * + one segment (hysteresis). While paused, compaction starts as soon as a
- * segment's worth of the log is dead (over_budget) and no checkpoint is
- * begun (wal.c, wal_ckpt_begin): both would otherwise spend what firing
- * needs. Costs: reserve_bytes of disk, always; intake pauses a segment and
- * the in-flight window before the volume is full; one fstatvfs per commit.
+ * intake_paused when free space < one segment, the reserve is not whole,
+ * or the last commit found no space; it lifts it only when the reserve is
+ * whole and two segments are free (hysteresis). wal_intake(bytes), which
+ * the owner asks before each new message (eng_intake()), also counts what
+ * was appended since the last look and the message's own size, so a burst
+ * within one loop turn cannot run past the mark; and it answers NEVER for
+ * a record the volume cannot hold beside the reserve and two segments (the
+ * daemon rejects it, as an oversized one). What the broker had already
+ * sent when the daemon paused waits in its memory (dstash.h), not here.
+ * While paused, compaction starts as soon as a segment's worth of the log
+ * is dead (over_budget) and no checkpoint is begun (wal.c,
+ * wal_ckpt_begin): both would otherwise spend what firing needs. Costs:
+ * reserve_bytes of disk, always; intake stops a segment before the volume
+ * is full; one fstatvfs per commit.
  */
 #define _GNU_SOURCE
 #include "wal_int.h"
@@ -369,29 +370,36 @@ void wal_get_stats(const struct wal *w, struct wal_stats *s)
 #define ZERO_CHUNK (64u << 10)
 
 /*
- * Free space (the reserve apart) under which intake pauses: one segment,
- * plus the deliveries the broker may still have on the wire when it does
- * (intake_window x the mean ADD record so far). It resumes one segment
- * above that (hysteresis). On a volume too small for the window (large
- * messages, a large prefetch) the window's part is capped at half of what
- * the volume has beyond the reserve and three segments, so that intake can
- * always resume; deliveries in flight may then reach into the reserve,
- * which is refilled before intake resumes.
+ * Free space (the reserve apart) under which intake pauses: one segment.
+ * What the broker had already sent when it paused waits in the owner's
+ * memory (dstash.h), not in the log. It resumes one segment above that
+ * (hysteresis), with the reserve whole.
  */
 static uint64_t pause_mark(const struct wal *w)
 {
-    uint64_t mean = w->add_records ? w->add_bytes / w->add_records : 0;
-    uint64_t window = w->intake_window * mean, fixed = w->reserve_bytes + 3 * w->segment_bytes;
-    uint64_t cap = w->volume_bytes > fixed ? (w->volume_bytes - fixed) / 2 : 0;
-
-    if (w->volume_bytes && window > cap)
-        window = cap;
-    return w->segment_bytes + window;
+    return w->segment_bytes;
 }
 
 static uint64_t resume_mark(const struct wal *w)
 {
-    return pause_mark(w) + w->segment_bytes;
+    return 2 * w->segment_bytes;
+}
+
+int wal_intake(const struct wal *w, uint64_t bytes)
+{
+    uint64_t since, fixed = w->reserve_bytes + 2 * w->segment_bytes;
+
+    if (w->reserve_fd < 0)
+        return WLOG_INTAKE_OK;
+    if (w->volume_bytes && (w->volume_bytes <= fixed || bytes > w->volume_bytes - fixed))
+        return WLOG_INTAKE_NEVER;
+    if (w->intake_paused || w->no_space)
+        return WLOG_INTAKE_WAIT;
+    /* Bytes appended since the last look may have eaten the headroom already. */
+    since = w->appended_bytes - w->appended_at_look;
+    if (w->free_bytes < since || w->free_bytes - since < bytes + pause_mark(w))
+        return WLOG_INTAKE_WAIT;
+    return WLOG_INTAKE_OK;
 }
 
 static void look_at_volume(struct wal *w)
@@ -401,6 +409,7 @@ static void look_at_volume(struct wal *w)
     if (walfs_fstatvfs(w->dirfd, &v) == 0) {
         w->free_bytes = (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
         w->volume_bytes = (uint64_t)v.f_blocks * (uint64_t)v.f_frsize;
+        w->appended_at_look = w->appended_bytes;
     }
 }
 

@@ -745,6 +745,11 @@ static int wr_has(const struct wlog *l, struct wlog_loc loc)
     return wlog_has(R(l)->inner, loc);
 }
 
+static int wr_intake(const struct wlog *l, uint64_t bytes)
+{
+    return wlog_intake(R(l)->inner, bytes);
+}
+
 static const struct wlog_ops wrepl_ops = {
     .name = "segment files replicated to a RabbitMQ stream",
     .recover = wr_recover,
@@ -770,6 +775,7 @@ static const struct wlog_ops wrepl_ops = {
     .has = wr_has,
     .repl_stats = wr_repl_stats,
     .cancel = wr_cancel,
+    .intake = wr_intake,
 };
 
 struct wlog *wrepl_log(const struct wal_opts *wo, const struct config *cfg)

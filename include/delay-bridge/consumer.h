@@ -162,6 +162,8 @@ void consumer_stop(struct consumer *c);
 void consumer_abort(struct consumer *c);
 
 int consumer_up(const struct consumer *c);
+/* The connection's generation: what deliveries from it carry in d->gen. */
+uint32_t consumer_gen(const struct consumer *c);
 /* Frames are waiting in rabbitmq-c's buffer: the loop must not sleep. */
 int consumer_busy(const struct consumer *c);
 /* When consumer_turn() next has something to do (ms), UINT64_MAX if nothing. */

@@ -361,12 +361,15 @@ struct eng_stats {
 };
 void eng_stats(const struct engine *e, struct eng_stats *s);
 /*
- * The log asks its owner to take no new messages: its volume's free space
- * is low, its space reserve is not whole, or a commit found the disk full.
- * Held messages keep firing (that is what gives space back); the answer
- * moves with wal_maintain's look at the volume, with hysteresis.
+ * The log's intake gate (wlog.h: WLOG_INTAKE_OK, _WAIT, _NEVER): may a new
+ * message whose record is about bytes long (0: any) be added now? WAIT
+ * while the log's volume is short of space, its space reserve is not
+ * whole, or a commit found the disk full; held messages keep firing
+ * meanwhile (that is what gives space back), and the answer moves with the
+ * log's looks at its volume, with hysteresis. NEVER: the volume can never
+ * hold a record that large beside the log's reserve.
  */
-int eng_intake_paused(const struct engine *e);
+int eng_intake(const struct engine *e, uint64_t bytes);
 void eng_route_stats(const struct engine *e, uint16_t route, struct eng_route_stats *s);
 
 /* The log's random id, stable across restarts (prefix of message id headers). */

@@ -89,12 +89,6 @@ struct wal_opts {
      * daemon passes WAL_RESERVE_SEGMENTS x segment_bytes.
      */
     uint64_t reserve_bytes;
-    /*
-     * Messages the broker may still deliver once intake pauses (the sum of
-     * the routes' prefetch): the gate pauses that many average ADD records
-     * before the reserve, so that they do not reach into it.
-     */
-    uint64_t intake_window;
 };
 
 /* The daemon's reserve, in segments: one for compaction's copies of the
@@ -186,6 +180,17 @@ struct wal_stats {
     double ckpt_seconds;
 };
 void wal_get_stats(const struct wal *w, struct wal_stats *s);
+
+/*
+ * The intake gate (wal_space.c): may the owner append a new message whose
+ * record is about bytes long (0: any)? WLOG_INTAKE_WAIT while intake is
+ * paused (the reserve not whole, the last commit found no space) or while
+ * the volume's free space, less what was appended since the last look,
+ * would fall under one segment with it; WLOG_INTAKE_NEVER for a record
+ * larger than the volume less the reserve and two segments. No system
+ * call. A log without a reserve always answers WLOG_INTAKE_OK.
+ */
+int wal_intake(const struct wal *w, uint64_t bytes);
 
 /*
  * Checkpoints (wlog.h has the contract): begin one whose replay starts at

@@ -243,7 +243,20 @@ struct wlog_ops {
      */
     void (*repl_stats)(struct wlog *l, struct wlog_repl_stats *s);
     void (*cancel)(struct wlog *l);
+
+    /*
+     * The intake gate (optional; NULL: always WLOG_INTAKE_OK). May the
+     * owner append a new message whose record is about bytes long (0: any
+     * message)? WLOG_INTAKE_WAIT while the log's volume is short of space
+     * (wal.h, wal_space.c), WLOG_INTAKE_NEVER for a record the volume can
+     * never hold beside the log's reserve. Cheap enough to ask per delivery.
+     */
+    int (*intake)(const struct wlog *l, uint64_t bytes);
 };
+
+#define WLOG_INTAKE_OK 0
+#define WLOG_INTAKE_WAIT 1
+#define WLOG_INTAKE_NEVER 2
 
 struct wlog {
     const struct wlog_ops *ops;
@@ -283,6 +296,10 @@ static inline int wlog_reclaim(struct wlog *l, size_t budget, const struct wlog_
 static inline void wlog_stats(const struct wlog *l, struct wlog_stats *s)
 {
     l->ops->stats(l, s);
+}
+static inline int wlog_intake(const struct wlog *l, uint64_t bytes)
+{
+    return l->ops->intake ? l->ops->intake(l, bytes) : WLOG_INTAKE_OK;
 }
 static inline uint64_t wlog_id(const struct wlog *l)
 {
