@@ -85,7 +85,10 @@
  * state a journalled file system avoids by not reusing freed blocks before
  * the freeing commits; it is kept because it is harder on the log, not
  * easier. The planted bug --plant reserve-stuck: a truncation of the file
- * named RESERVE gives none of its blocks back.
+ * named RESERVE gives none of its blocks back -- they stay taken for the
+ * rest of the run, crashes included, as if an old descriptor of an
+ * unlinked copy held them -- while the file is as short as asked (its
+ * refill takes new blocks).
  *
  * NOT SIMULATED
  *
@@ -215,6 +218,7 @@ static struct {
     int no_fallocate;    /* fallocate fails with EOPNOTSUPP */
     int plant_stuck;     /* --plant reserve-stuck */
     uint64_t refusals;   /* calls refused for capacity */
+    uint64_t leaked;     /* --plant reserve-stuck: blocks the reserve never gave back */
 } S;
 
 void simfs_set_plant_nosync(int on)
@@ -629,7 +633,7 @@ uint64_t simfs_used(void)
     for (struct inode *ino = S.inodes; ino; ino = ino->next)
         if (ino->mark == S.walk)
             used += ino_alloc(ino);
-    return used;
+    return used + S.leaked;
 }
 
 /* Is ino the file named RESERVE (the log's space reserve)? */
@@ -941,6 +945,7 @@ int simfs_fsync(int fd)
 int simfs_ftruncate(int fd, off_t len)
 {
     struct sfd *d = fd_get(fd);
+    uint64_t had;
     int m;
 
     if (!d) {
@@ -948,14 +953,12 @@ int simfs_ftruncate(int fd, off_t len)
         return -1;
     }
     m = mutation();
-    if (S.plant_stuck && is_reserve(d->ino)) {
-        /* the planted bug: the reserve's blocks stay taken */
-        uint64_t keep = ino_alloc(d->ino);
-        d->ino->falloc = d->ino->falloc_dur = keep;
-    } else if (d->ino->falloc > (uint64_t)len) {
+    had = ino_alloc(d->ino);
+    if (d->ino->falloc > (uint64_t)len)
         d->ino->falloc = (uint64_t)len; /* blocks past the new size are freed too */
-    }
     op_push(d->ino, OP_TRUNC, (uint64_t)len, NULL, 0);
+    if (S.plant_stuck && is_reserve(d->ino) && had > ino_alloc(d->ino))
+        S.leaked += had - ino_alloc(d->ino); /* the planted bug: the blocks are never given back */
     if (m)
         die();
     return 0;

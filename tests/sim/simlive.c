@@ -15,9 +15,10 @@
  *
  * A LIVENESS SEED
  *
- * One seed in four (chosen from the seed alone, by a generator of its own,
- * so the other seeds draw as before; --liveness makes every seed one; never
- * a replicated seed) runs on a small disk: simfs_set_capacity() of 6 to 16
+ * One seed in four of those that are not replicated (chosen from the seed
+ * alone, by a generator of its own, so the other seeds draw as before:
+ * about one in five in all; --liveness makes every seed one, a replicated
+ * one then not replicated) runs on a small disk: simfs_set_capacity() of 6 to 16
  * segments (each rounded up to the block: in one seed in four the largest
  * power of two up to 1/16 segment -- a real volume's 4 KiB blocks under
  * segments of 1-64 MiB round far less -- else 1 byte). Its workload takes messages as the daemon does: an add is made only
@@ -122,7 +123,7 @@ void live_configure(uint64_t seed)
     sim_rand(&l);
     memset(&G.live, 0, sizeof(G.live));
     G.live.no_fallocate = sim_below(&l, 4) == 0;
-    G.live.on = sim_below(&l, 4) == 0 || opt.liveness;
+    G.live.on = (sim_below(&l, 4) == 0 && !G.repl) || opt.liveness;
     if (!G.live.on)
         return;
     G.repl = 0;
