@@ -341,40 +341,40 @@ def run(ctx, case, fs):
               % (late, LATE_BOUND_S))
 
     # The pause was seen and said, and is over.
-    check(pauses, "intake never paused")
-    check(not_ready, "/readyz never answered 503 while intake was paused")
-    check(all(e is not None for _, e in pauses), "intake still paused: %s" % wal_fig(w))
     lines = b.log_text().splitlines()
     paused = [l for l in lines if PAUSED in l]
     resumed = [l for l in lines if RESUMED in l]
-    check(paused, "the log never said %r" % PAUSED)
-    check(resumed, "the log never said %r" % RESUMED)
     free_at_resume = [int(l.split("free_bytes=")[1].split()[0]) for l in resumed
                       if "free_bytes=" in l]
-    h.log("log: %d pause line(s), %d resume line(s); free_bytes at each resume (MiB): %s"
-          % (len(paused), len(resumed), " ".join("%.2f" % (f / MIB) for f in free_at_resume)))
+    min_free = watch.min_df_free()
+    h.log("RESULT disk_full_self.%s: %s %d MiB (df %.0f MiB), segment_mb %d (reserve %d MiB); "
+          "%d published (%.1f MiB offered); filled (intake paused) after %.2f s with %s received, "
+          "df min %.2f MiB free; %d pause(s): %s; /readyz 503: %s; log: %d pause and %d resume "
+          "line(s), free_bytes at each resume %s MiB; %d delivered, all %.1f s after the first "
+          "publish (bound %d s); max publish-to-arrival %.1f s; max lateness after the "
+          "receipt-counted due time %s; none early, none twice; reserve spent %s time(s)"
+          % (case.name, case.fs, case.size_mb, total / MIB, case.segment_mb, 2 * case.segment_mb,
+             len(items), offered / MIB, t_fill - t_pub, at["received"], (min_free or 0) / MIB,
+             len(pauses), watch.describe(pauses), watch.describe(not_ready), len(paused),
+             len(resumed), " ".join("%.2f" % (f / MIB) for f in free_at_resume) or "-",
+             len(msgs), t_all - t_pub, case.bound_s, took,
+             "%.2f s" % late if late is not None else "n/a (keys)", w.get("reserve_spent", "?")))
+    check(pauses, "intake never paused")
+    check(not_ready, "/readyz never answered 503 while intake was paused")
+    check(all(e is not None for _, e in pauses), "intake still paused: %s" % wal_fig(w))
+    check(paused, "the log never said %r" % PAUSED)
+    check(resumed, "the log never said %r" % RESUMED)
     low = [f for f in free_at_resume if f < 2 * seg]
     check(not low, "intake resumed with %d of its resumes under 2 x segment free (%s MiB): no "
-          "hysteresis, it flaps:\n  %s" % (len(low), ", ".join("%.2f" % (f / MIB) for f in low),
-                                           "\n  ".join([l for l in lines if PAUSED in l or RESUMED in l][:8])))
+          "hysteresis, it flaps:\n  %s" % (
+              len(low), ", ".join("%.2f" % (f / MIB) for f in low),
+              "\n  ".join([l for l in lines if PAUSED in l or RESUMED in l][:8])))
     st_r, body = h.http_get(port, "/readyz")
     check(st_r == 200, "/readyz %d after the pause: %s" % (st_r, body.strip()))
     if "reserve_bytes" in w:
         check(w["reserve_held"] == w["reserve_bytes"] and not w["intake_paused"]
               and not w["disk_full"], "not back to normal: %s" % wal_fig(w))
         check(w["intake_pauses"] >= 1, "/stats wal.intake_pauses is %d" % w["intake_pauses"])
-    min_free = watch.min_df_free()
-
-    h.log("RESULT disk_full_self.%s: %s %d MiB, segment_mb %d (reserve %d MiB); %d published "
-          "(%.1f MiB offered); filled (intake paused) after %.2f s with %s received, df min "
-          "%.2f MiB free; %d pause(s): %s; /readyz 503: %s; %d delivered, all %.1f s after the "
-          "first publish (bound %d s); max publish-to-arrival %.1f s; max lateness after the "
-          "receipt-counted due time %s; none early, none twice; reserve spent %s time(s)"
-          % (case.name, case.fs, case.size_mb, case.segment_mb, 2 * case.segment_mb, len(items),
-             offered / MIB, t_fill - t_pub, at["received"], (min_free or 0) / MIB, len(pauses),
-             watch.describe(pauses), watch.describe(not_ready), len(msgs), t_all - t_pub,
-             case.bound_s, took, "%.2f s" % late if late is not None else "n/a (keys)",
-             w.get("reserve_spent", "?")))
     b.stop()
 
 

@@ -215,7 +215,7 @@ endforeach()
 # others. big, xfs and xfs400 fill 320-400 MiB volumes with segment_mb 64
 # (20-60 s each, but 300 MiB of RAM in the broker and a tmpfs): label "long",
 # never in the suite, by hand only:
-#   ctest --test-dir build -C long -L long --output-on-failure
+#   ctest --test-dir build -C long -R integration.disk_full_self --output-on-failure
 set(db_it_disk_self short held ext4 repl keys stream)
 set(db_it_disk_self_long big xfs xfs400)
 foreach(case ${db_it_disk_self} ${db_it_disk_self_long})
