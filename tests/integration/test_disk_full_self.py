@@ -25,6 +25,8 @@ Checked in every case:
 
 Cases (argument; none: "tmpfs"):
   tmpfs   the issue's run: tmpfs 8 MiB, segment_mb 1, 6,000 x 2 KiB, x-delay 4 s
+  tiny    tmpfs 3 MiB, segment_mb 1: under 4 x segment_mb, refused at start
+          (exit 2, naming wal.segment_mb)
   short   the same volume, delays of 0.1-6 s and one in 20 under 0.1 s:
           messages fall due while the disk fills (checked: some fired
           before intake paused) and all through the pause
@@ -57,6 +59,9 @@ KIB = 1024
 MIB = 1024 * 1024
 LATE_BOUND_S = 15.0  # after its due time counted from the bridge's receipt
 
+# README "When the WAL's disk fills up": a volume under 4 x segment_mb is
+# refused at start with this exit code, naming wal.segment_mb.
+REFUSE_EXIT = 2
 PAUSED = "WAL space low: consuming paused"
 RESUMED = "WAL space again: consuming resumes"
 
@@ -81,6 +86,7 @@ class Case(object):
 
 CASES = {c.name: c for c in [
     Case("tmpfs"),
+    Case("tiny", size_mb=3, must_refuse=True),
     Case("short", delay=lambda i, rng: rng.randint(1, 100) if i % 20 == 0 else
          rng.randint(100, 6000), fired_at_fill=True),
     Case("held", delay=lambda i, rng: 15000, bound_s=100, stall_s=40, fired_at_fill=False),
@@ -193,16 +199,19 @@ def run(ctx, case, fs):
     b.start(wait_ready=False)
     while 'msg="ready"' not in b.log_text() and b.alive():
         time.sleep(0.05)
+    check(not (case.kw.get("must_refuse") and b.alive()), "the bridge started on a %.0f MiB volume, "
+          "under 4 x segment_mb %d" % (total / MIB, case.segment_mb))
     if not b.alive():
         # A volume too small for segment_mb may be refused (exit 2, naming
         # wal.segment_mb); one the bridge takes must never leave it stuck.
         text = b.log_text()
-        check(case.kw.get("may_refuse") and b.proc.returncode == 2 and "wal.segment_mb" in text,
+        check((case.kw.get("may_refuse") or case.kw.get("must_refuse")) and
+              b.proc.returncode == REFUSE_EXIT and "wal.segment_mb" in text,
               "the bridge exited with %s at start on a %.0f MiB volume: %s"
               % (b.proc.returncode, total / MIB, text.strip()[-600:]))
         h.log("RESULT disk_full_self.%s: %s %d MiB (%.0f MiB as df counts it), segment_mb %d: "
-              "refused at start (exit 2): %s" % (case.name, case.fs, case.size_mb, total / MIB,
-                                                  case.segment_mb, text.strip().splitlines()[-1]))
+              "refused at start (exit %d): %s" % (case.name, case.fs, case.size_mb, total / MIB,
+                                                  case.segment_mb, REFUSE_EXIT, text.strip().splitlines()[-1]))
         return
     w0 = h.stats(port)["wal"]
     h.log("bridge ready: volume %.1f MiB, %.1f MiB free; %s; files: %s"
