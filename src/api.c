@@ -245,6 +245,8 @@ static void render_stats(const struct db_stats *s, struct strbuf *out)
     add_u64(wal, "reserve_bytes", w->reserve_bytes);
     add_u64(wal, "reserve_held", w->reserve_held);
     add_u64(wal, "reserve_spent", w->reserve_spent);
+    add_u64(wal, "intake_waiting", w->intake_waiting);
+    add_u64(wal, "intake_waiting_bytes", w->intake_waiting_bytes);
     add(wal, "fsync", hist_summary(&w->fsync));
     if (w->compact_segment) {
         json_object *cj = json_object_new_object();

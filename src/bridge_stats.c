@@ -88,6 +88,8 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
     s->wal.reserve_bytes = es.log_reserve_bytes;
     s->wal.reserve_held = es.log_reserve_held;
     s->wal.reserve_spent = es.log_reserve_spent;
+    s->wal.intake_waiting = b->stash.n;
+    s->wal.intake_waiting_bytes = b->stash.bytes;
     s->wal.fsync = es.fsync;
     s->wal.compact_segment = es.compact_segment;
     s->wal.compact_progress =

@@ -305,6 +305,9 @@ static void render_wal(const struct db_wal_stats *w, struct strbuf *out)
     scalar_u64(out, "wal_reserve_bytes", "gauge",
                "Bytes the WAL's space reserve (dir/RESERVE) holds now; it holds "
                "2 x wal.segment_mb when whole.", w->reserve_held);
+    scalar_u64(out, "wal_intake_waiting_messages", "gauge",
+               "Deliveries taken off the wire while intake is paused, waiting in memory "
+               "(unacked) for the WAL to have room.", w->intake_waiting);
     scalar_u64(out, "wal_reserve_spent_total", "counter",
                "Times the space reserve was given back to a commit that met a full disk.",
                w->reserve_spent);

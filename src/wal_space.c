@@ -490,7 +490,16 @@ int wal_reserve_open(struct wal *w, uint64_t bytes)
             w->reserve_held = keep;
     }
     reserve_fill(w);
-    wal_space_poll(w); /* pauses intake at once if the volume is short already */
+    look_at_volume(w);
+    /* At start the resume mark decides: a restart on a short volume begins paused. */
+    if (w->reserve_held < w->reserve_bytes || w->free_bytes < resume_mark(w)) {
+        w->intake_paused = 1;
+        w->intake_pauses++;
+        log_warn("wal", "space low at start: intake paused; held messages fire and free it",
+                 "dir=%s free_bytes=%llu resume_from=%llu reserve_held=%llu reserve_bytes=%llu",
+                 w->dir, (unsigned long long)w->free_bytes, (unsigned long long)resume_mark(w),
+                 (unsigned long long)w->reserve_held, (unsigned long long)w->reserve_bytes);
+    }
     return 0;
 }
 

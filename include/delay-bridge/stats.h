@@ -119,6 +119,8 @@ struct db_wal_stats {
     uint64_t reserve_bytes;  /* the space reserve (dir/RESERVE) when whole */
     uint64_t reserve_held;   /* what it holds now */
     uint64_t reserve_spent;  /* times it was given back to a commit on a full disk */
+    uint64_t intake_waiting; /* deliveries taken off the wire while paused, not yet logged */
+    uint64_t intake_waiting_bytes;
     uint64_t compact_segment; /* segment being compacted, 0 if none */
     double compact_progress;  /* 0..1 through it */
     struct db_hist fsync;    /* fdatasync duration, seconds */
