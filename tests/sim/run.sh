@@ -1,12 +1,13 @@
 #!/bin/sh
 # tests/sim/run.sh -- run the deterministic simulator over a range of seeds.
 #
-#   tests/sim/run.sh --seeds N [--from S] [-j J] [--bin PATH] [--plant early-fire|fsync-lie]
+#   tests/sim/run.sh --seeds N [--from S] [-j J] [--bin PATH] [--liveness] [--plant NAME]
 #
 # Prints one line per failing seed with the command that replays it
 # exactly, then "N passed, N failed" and the figures (simulated operations
 # and file-layer calls per second). With -j J the range is cut into J
-# slices run side by side (each its own process). Exit 0 when every seed
+# slices run side by side (each its own process). --liveness makes every
+# seed a liveness seed (README: a small disk that must drain). Exit 0 when every seed
 # passed. The binary is build/tests/sim/sim unless --bin says otherwise
 # (it is built by cmake --build build --target db_sim).
 set -eu
@@ -23,7 +24,8 @@ main() {
             -j) jobs=$2; shift 2 ;;
             --bin) bin=$2; shift 2 ;;
             --plant) extra="$extra --plant $2"; shift 2 ;;
-            *) echo "usage: $0 --seeds N [--from S] [-j J] [--bin PATH] [--plant NAME]" >&2; exit 2 ;;
+            --liveness) extra="$extra --liveness"; shift ;;
+            *) echo "usage: $0 --seeds N [--from S] [-j J] [--bin PATH] [--liveness] [--plant NAME]" >&2; exit 2 ;;
         esac
     done
     [ -x "$bin" ] || { echo "$0: no simulator at $bin (cmake --build build --target db_sim)" >&2; exit 2; }
@@ -45,18 +47,27 @@ main() {
          /^seeds / { for (i = 1; i <= NF; i++) {
                          if ($i == "operations") o += $(i-1)
                          if ($i == "file-layer") c += $(i-1)
-                         if ($i == "in") w = $(i+1) > w ? $(i+1) : w
+                         if ($i == "in" && $(i+2) == "s") w = $(i+1) > w ? $(i+1) : w
                          if ($i == "(cpu") cpu += $(i+1)
                          if ($i == "crashes,") cr += $(i-1)
                          if ($i == "takes;") tk += $(i-1)
                         if ($i == "corruption") rf += $(i+1)
                         if ($i == "stream") rb += $(i+1)
                         if ($i == "refused" && $(i-1) == "holes") rh += $(i+1)
+                        if ($i == "liveness" && $(i+1) == "seeds") ls += $(i+2)
+                        if ($i == "run" && $(i+1) == "in") lp += $(i+2)
+                        if ($i == "it" && $(i+1) == "in") lf += $(i+2)
+                        if ($i == "stops") lst += $(i+1)
+                        if ($i == "drained") ld += $(i+2)
+                        if ($i == "most") { v = $(i+1); sub(/[,%)]+$/, "", v)
+                                            if ($(i+1) ~ /%/) lsh = v + 0 > lsh ? v + 0 : lsh
+                                            else lm = v + 0 > lm ? v + 0 : lm }
                      } }
          END { printf "%d passed, %d failed\n", p, f;
                printf "%d operations, %d file-layer calls, %d crashes, %d takes; wall %.0f s (slowest slice), cpu %.0f s: %.0f operations and %.0f file-layer calls per cpu second\n",
                       o, c, cr, tk, w, cpu, (cpu > 0 ? o / cpu : 0), (cpu > 0 ? c / cpu : 0);
               printf "ended by a refused corruption %d; logs rebuilt from the stream %d, stream holes refused %d\n", rf, rb, rh;
+              printf "liveness seeds %d: phase run in %d, disk full before it in %d, intake stops %d, drained in %d steps, at most %d (%d%% of its bound)\n", ls, lp, lf, lst, ld, lm, lsh;
                exit (f > 0) }' "$tmp"/*.out
 }
 main "$@"
