@@ -12,9 +12,11 @@
  *
  * amqp_msg_due() looks first for "x-delay-until", then "x-opt-delivery-time"
  * (an AMQP 1.0 annotation as RabbitMQ 4.x hands it to 0-9-1 consumers),
- * judged by xdelay_until_eval(); the first present decides, even when it is
- * invalid (its error then follows the route's invalid_delay policy). Without
- * either, x-delay as above.
+ * judged by xdelay_until_eval(); then "x-delay" as above; then
+ * "x-opt-delivery-delay" (the relative AMQP 1.0 annotation, ms), judged as
+ * x-delay with errors of its own name. The first present decides, even
+ * when it is invalid (its error then follows the route's invalid_delay
+ * policy): absolute before relative, the plugin's header before AMQP 1.0's.
  *
  * rabbitmq-c has no short-string field kind (0-9-1's 's' is decoded as a
  * short int, as RabbitMQ does), so "short or long string" is 'S' here. A
@@ -42,6 +44,7 @@
 #define H_XDELAY "x-delay"
 #define H_UNTIL "x-delay-until"
 #define H_DELIVERY_TIME "x-opt-delivery-time"
+#define H_DELIVERY_DELAY "x-opt-delivery-delay"
 #define H_ORIG_USER "x-original-user-id"
 #define H_BRIDGE_ID "x-delay-bridge-id"
 #define H_ERROR "x-delay-error"
@@ -124,6 +127,21 @@ static const amqp_field_value_t *lookup(const amqp_table_t *headers, const char 
     return NULL;
 }
 
+/* A relative delay: x-delay, or without it x-opt-delivery-delay (its errors named after it). */
+static enum xdelay_status relative(const amqp_table_t *headers, uint64_t max_delay_ms,
+                                   uint64_t *delay_ms)
+{
+    const amqp_field_value_t *f;
+    struct xdelay_value v;
+    enum xdelay_status s;
+
+    if (lookup(headers, H_XDELAY) || !(f = lookup(headers, H_DELIVERY_DELAY)))
+        return amqp_msg_xdelay(headers, max_delay_ms, delay_ms);
+    field_to_value(f, &v);
+    s = xdelay_eval(&v, max_delay_ms, delay_ms);
+    return s == XDELAY_EINVALID ? XDELAY_DD_EINVALID : s == XDELAY_ETOOBIG ? XDELAY_DD_ETOOBIG : s;
+}
+
 enum xdelay_status amqp_msg_due(const amqp_table_t *headers, uint64_t now_ms,
                                 uint64_t max_delay_ms, uint64_t *delay_ms)
 {
@@ -137,7 +155,7 @@ enum xdelay_status amqp_msg_due(const amqp_table_t *headers, uint64_t now_ms,
             return xdelay_until_eval(&v, which, now_ms, max_delay_ms, delay_ms);
         }
     }
-    return amqp_msg_xdelay(headers, max_delay_ms, delay_ms);
+    return relative(headers, max_delay_ms, delay_ms);
 }
 
 /* The broker's stamp: an integer of any width, > 0; 0 when absent or another kind. */
@@ -168,7 +186,7 @@ enum xdelay_status amqp_msg_due_stamped(const amqp_table_t *headers, uint64_t no
     *unstamped = 0;
     if (lookup(headers, H_UNTIL) || lookup(headers, H_DELIVERY_TIME))
         return amqp_msg_due(headers, now_ms, max_delay_ms, delay_ms);
-    s = amqp_msg_xdelay(headers, max_delay_ms, &d);
+    s = relative(headers, max_delay_ms, &d);
     if (!(at = stamp_ms(headers))) {
         *unstamped = s == XDELAY_OK;
         *delay_ms = d;

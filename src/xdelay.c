@@ -387,7 +387,8 @@ enum xdelay_status xdelay_until_eval(const struct xdelay_value *v, int which, ui
 int xdelay_invalid(enum xdelay_status s)
 {
     return s == XDELAY_EINVALID || s == XDELAY_ETOOBIG || s == XDELAY_UNTIL_EINVALID ||
-           s == XDELAY_UNTIL_ETOOBIG || s == XDELAY_DT_EINVALID || s == XDELAY_DT_ETOOBIG;
+           s == XDELAY_UNTIL_ETOOBIG || s == XDELAY_DT_EINVALID || s == XDELAY_DT_ETOOBIG ||
+           s == XDELAY_DD_EINVALID || s == XDELAY_DD_ETOOBIG;
 }
 
 const char *xdelay_strerror(enum xdelay_status s)
@@ -400,6 +401,8 @@ const char *xdelay_strerror(enum xdelay_status s)
     case XDELAY_UNTIL_ETOOBIG: return "x-delay-until beyond max_delay_ms";
     case XDELAY_DT_EINVALID: return "invalid x-opt-delivery-time";
     case XDELAY_DT_ETOOBIG: return "x-opt-delivery-time beyond max_delay_ms";
+    case XDELAY_DD_EINVALID: return "invalid x-opt-delivery-delay";
+    case XDELAY_DD_ETOOBIG: return "x-opt-delivery-delay above max_delay_ms";
     default: return "";
     }
 }

@@ -38,6 +38,8 @@ enum xdelay_status {
     XDELAY_UNTIL_ETOOBIG = 6,  /* x-delay-until more than max_delay_ms ahead */
     XDELAY_DT_EINVALID = 7,    /* x-opt-delivery-time not a time we read */
     XDELAY_DT_ETOOBIG = 8,     /* x-opt-delivery-time more than max_delay_ms ahead */
+    XDELAY_DD_EINVALID = 9,    /* x-opt-delivery-delay not a number we accept */
+    XDELAY_DD_ETOOBIG = 10,    /* x-opt-delivery-delay above max_delay_ms */
 };
 /* The numbers are stored in the WAL (dead-lettered records): never renumber. */
 

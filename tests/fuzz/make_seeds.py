@@ -141,6 +141,8 @@ def main():
                                 ("x-delay-until", b"S" + lstr("2025-11-24T17:00:07.250+01:00"))]))
     put("fuzz_props_roundtrip", "until-timestamp",
         opt(0) + props(headers=[("x-opt-delivery-time", b"T" + struct.pack(">Q", 1764000030))]))
+    put("fuzz_props_roundtrip", "delivery-delay",
+        opt(0) + props(headers=[("x-opt-delivery-delay", b"l" + struct.pack(">q", 1500))]))
     put("fuzz_props_roundtrip", "user-id-foreign",
         opt(0, 1000) + props(user_id="alice", app_id="shop", timestamp=1700000000,
                              headers=[("x-delay", b"s" + struct.pack(">h", -5))]))

@@ -33,6 +33,8 @@ static const char *st_name(enum xdelay_status s)
     case XDELAY_UNTIL_ETOOBIG: return "UNTIL_ETOOBIG";
     case XDELAY_DT_EINVALID: return "DT_EINVALID";
     case XDELAY_DT_ETOOBIG: return "DT_ETOOBIG";
+    case XDELAY_DD_EINVALID: return "DD_EINVALID";
+    case XDELAY_DD_ETOOBIG: return "DD_ETOOBIG";
     }
     return "?";
 }
@@ -813,6 +815,31 @@ static void test_due(void)
     CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_UNTIL_EINVALID);
     e[1] = entry("x-delay-until", vstr(AMQP_FIELD_KIND_BYTES, "2025-11-24T16:00:07Z", 20));
     CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_UNTIL_EINVALID);
+
+    /* x-opt-delivery-delay (AMQP 1.0, relative ms, a long as RabbitMQ 4 hands it over) */
+    e[0] = entry("x-opt-delivery-delay", vi(AMQP_FIELD_KIND_I64, 1500));
+    t.num_entries = 1;
+    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_OK && ms == 1500);
+    /* x-delay beside it wins, wherever it stands */
+    e[1] = entry("x-delay", vi(AMQP_FIELD_KIND_I32, 5000));
+    t.num_entries = 2;
+    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_OK && ms == 5000);
+    /* an absolute due time wins over both */
+    e[2] = entry("x-opt-delivery-time", vi(AMQP_FIELD_KIND_I64, (int64_t)now + 9000));
+    t.num_entries = 3;
+    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_OK && ms == 9000);
+    /* its errors carry its name, and follow the invalid_delay policy */
+    e[0] = entry("x-opt-delivery-delay", VS("soon"));
+    t.num_entries = 1;
+    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_DD_EINVALID && ms == 0);
+    CHECK(strcmp(xdelay_strerror(XDELAY_DD_EINVALID), "invalid x-opt-delivery-delay") == 0);
+    e[0] = entry("x-opt-delivery-delay", vi(AMQP_FIELD_KIND_I64, (int64_t)M + 1));
+    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_DD_ETOOBIG && ms == 0);
+    CHECK(xdelay_invalid(XDELAY_DD_ETOOBIG) && xdelay_invalid(XDELAY_DD_EINVALID));
+    CHECK(strcmp(xdelay_strerror(XDELAY_DD_ETOOBIG), "x-opt-delivery-delay above max_delay_ms") == 0);
+    /* negative or zero: at once, as x-delay */
+    e[0] = entry("x-opt-delivery-delay", vi(AMQP_FIELD_KIND_I64, -20));
+    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_NOW && ms == 0);
 }
 
 /* delay_from "broker": an x-delay counts from the broker's timestamp_in_ms. */
