@@ -199,8 +199,8 @@ def run(ctx, case, fs):
     b.start(wait_ready=False)
     while 'msg="ready"' not in b.log_text() and b.alive():
         time.sleep(0.05)
-    check(not (case.kw.get("must_refuse") and b.alive()), "the bridge started on a %.0f MiB volume, "
-          "under 4 x segment_mb %d" % (total / MIB, case.segment_mb))
+    check(not (case.kw.get("must_refuse") and b.alive()), "the bridge started on a %.0f MiB "
+          "volume, under 4 x segment_mb %d" % (total / MIB, case.segment_mb))
     if not b.alive():
         # A volume too small for segment_mb may be refused (exit 2, naming
         # wal.segment_mb); one the bridge takes must never leave it stuck.
@@ -210,8 +210,9 @@ def run(ctx, case, fs):
               "the bridge exited with %s at start on a %.0f MiB volume: %s"
               % (b.proc.returncode, total / MIB, text.strip()[-600:]))
         h.log("RESULT disk_full_self.%s: %s %d MiB (%.0f MiB as df counts it), segment_mb %d: "
-              "refused at start (exit %d): %s" % (case.name, case.fs, case.size_mb, total / MIB,
-                                                  case.segment_mb, REFUSE_EXIT, text.strip().splitlines()[-1]))
+              "refused at start (exit %d): %s" % (
+                  case.name, case.fs, case.size_mb, total / MIB, case.segment_mb, REFUSE_EXIT,
+                  text.strip().splitlines()[-1]))
         return
     w0 = h.stats(port)["wal"]
     h.log("bridge ready: volume %.1f MiB, %.1f MiB free; %s; files: %s"
