@@ -222,7 +222,9 @@ def run(ctx, case, fs):
               "(%d)" % (w0["reserve_bytes"], 2 * seg))
         check(w0["reserve_held"] == w0["reserve_bytes"], "the reserve is not whole at start: %s"
               % wal_fig(w0))
-        check(not w0.get("intake_paused"), "intake paused on an empty volume: %s" % wal_fig(w0))
+        check(not w0.get("intake_paused"), "the bridge took a volume of %.0f MiB (df) for "
+              "segment_mb %d but starts with intake paused on it, empty: it can never take a "
+              "message; %s; files: %s" % (total / MIB, case.segment_mb, wal_fig(w0), files_on(fs)))
     if case.kw.get("repl"):
         check(w0["replication"]["state"] == "owner", "the bridge does not own its replicated "
               "log: %s" % w0["replication"])
@@ -374,7 +376,10 @@ def run(ctx, case, fs):
     check(all(e is not None for _, e in pauses), "intake still paused: %s" % wal_fig(w))
     check(paused, "the log never said %r" % PAUSED)
     check(resumed, "the log never said %r" % RESUMED)
-    low = [f for f in free_at_resume if f < 2 * seg]
+    # The bridge's line shows the latest look at the volume, which may come
+    # a little after the one the resume was decided on: an eighth of a
+    # segment of slack. A gate without hysteresis resumes a segment lower.
+    low = [f for f in free_at_resume if f < 2 * seg - seg // 8]
     check(not low, "intake resumed with %d of its resumes under 2 x segment free (%s MiB): no "
           "hysteresis, it flaps:\n  %s" % (
               len(low), ", ".join("%.2f" % (f / MIB) for f in low),
