@@ -197,7 +197,9 @@ def run(ctx, case, fs):
     b.rewrite_config()
     total = h.volume_df(fs)[0]
     b.start(wait_ready=False)
+    deadline = time.monotonic() + 60
     while 'msg="ready"' not in b.log_text() and b.alive():
+        check(time.monotonic() < deadline, "the bridge was not ready within 60 s")
         time.sleep(0.05)
     check(not (case.kw.get("must_refuse") and b.alive()), "the bridge started on a %.0f MiB "
           "volume, under 4 x segment_mb %d" % (total / MIB, case.segment_mb))
