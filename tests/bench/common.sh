@@ -72,8 +72,18 @@ bench_preflight() {
     done
     command -v curl >/dev/null || die "curl not found"
     command -v jq >/dev/null || die "jq not found"
-    if [ ! -x "${RABBITMQ_BIN_DIR:-/usr/lib/rabbitmq/bin}/rabbitmq-server" ]; then
+    # The broker matrix: DB_RABBITMQ (3.10, 4.0, 4.3) picks the broker (tests/integration/broker.sh).
+    if [ -z "${RABBITMQ_BIN_DIR:-}" ]; then
+        local rc=0
+        RABBITMQ_BIN_DIR=$(bash "$ROOT/tests/integration/broker.sh" bin-dir) || rc=$?
+        [ $rc -ne 77 ] || { say "RabbitMQ ${DB_RABBITMQ:-3.10} cannot run here: skipping"; exit 77; }
+        [ $rc -eq 0 ] || die "broker.sh bin-dir failed"
+        export RABBITMQ_BIN_DIR
+    fi
+    if [ ! -x "$RABBITMQ_BIN_DIR/rabbitmq-server" ]; then
         say "rabbitmq-server not installed: skipping (apt-get install rabbitmq-server)"
         exit 77
     fi
+    BROKER_DESC=$(bash "$ROOT/tests/integration/broker.sh" describe 2>/dev/null || echo "RabbitMQ ?")
+    say "broker: $BROKER_DESC"
 }

@@ -167,7 +167,7 @@ else
     MNESIA=$BROKER_DIR/mnesia
 fi
 PUB_URI=$(uri "$PORT")
-say "broker: $BROKER ($("${RABBITMQ_BIN_DIR:-/usr/lib/rabbitmq/bin}/rabbitmqctl" version 2>/dev/null || echo '?'))"
+say "broker: $BROKER (${BROKER_DESC:-$(bash "$ROOT/tests/integration/broker.sh" describe 2>/dev/null || echo '?')})"
 
 # ---------------------------------------------------------------- helpers
 

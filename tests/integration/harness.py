@@ -469,6 +469,39 @@ def broker_start():
     rabbitmq_sh("start", d, env["PORT"], env["DISTPORT"])
 
 
+_BIN_DIR = []
+
+
+def rabbitmq_bin_dir():
+    """Where rabbitmq-server and rabbitmqctl of the broker under test are:
+    $RABBITMQ_BIN_DIR, else what broker.sh says for $DB_RABBITMQ (3.10, the
+    host's package; 4.0 and 4.3, wrappers that run a Debian root's under
+    chroot)."""
+    if os.environ.get("RABBITMQ_BIN_DIR"):
+        return os.environ["RABBITMQ_BIN_DIR"]
+    if not _BIN_DIR:
+        r = subprocess.run(["bash", os.path.join(HERE, "broker.sh"), "bin-dir"],
+                           stdout=subprocess.PIPE, universal_newlines=True)
+        if r.returncode == 77:
+            raise Skip("RabbitMQ %s cannot run here" % os.environ.get("DB_RABBITMQ", "3.10"))
+        check(r.returncode == 0, "broker.sh bin-dir failed (%d)" % r.returncode)
+        _BIN_DIR.append(r.stdout.strip())
+    return _BIN_DIR[0]
+
+
+def broker_version(uri=None):
+    """The broker's version, as it says in connection.start (e.g. "4.3.6")."""
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(uri or broker_uri()))
+        try:
+            v = conn._impl.server_properties.get("version", b"?")
+        finally:
+            conn.close()
+        return v.decode() if isinstance(v, bytes) else str(v)
+    except Exception as e:  # the test itself says more if the broker is down
+        return "unreachable (%s)" % e.__class__.__name__
+
+
 def rabbitmqctl(*args):
     """rabbitmqctl against the owned broker; returns its stdout."""
     d = broker_dir()
@@ -481,7 +514,7 @@ def rabbitmqctl(*args):
                 node = line.strip().split("=", 1)[1]
     env["HOME"] = os.path.abspath(d)
     env["ERL_EPMD_ADDRESS"] = "127.0.0.1"
-    ctl = os.path.join(os.environ.get("RABBITMQ_BIN_DIR", "/usr/lib/rabbitmq/bin"), "rabbitmqctl")
+    ctl = os.path.join(rabbitmq_bin_dir(), "rabbitmqctl")
     for attempt in range(3):
         r = subprocess.run([ctl, "-n", node, "-q"] + list(args), env=env, timeout=60,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
@@ -1237,8 +1270,8 @@ def run(test_fn, budget_s=120):
         name = name[5:]
     name = name.replace("_", "-")
     ctx = Ctx(name)
-    log("test %s: broker %s, bridge %s, tmp %s" % (name, mask_uri(broker_uri()),
-                                                   os.environ.get("DB_BRIDGE_BIN"), ctx.tmp))
+    log("test %s: broker %s (RabbitMQ %s), bridge %s, tmp %s" % (
+        name, mask_uri(broker_uri()), broker_version(), os.environ.get("DB_BRIDGE_BIN"), ctx.tmp))
 
     def on_alarm(signum, frame):
         raise TestFailure("test exceeded its %ds budget" % budget_s)

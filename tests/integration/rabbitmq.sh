@@ -15,15 +15,33 @@
 # The node's stdout/stderr are appended to DIR/log/node.stdout.log and
 # DIR/log/node.stderr.log; RabbitMQ's own log is DIR/log/NODE.log.
 #
-# Environment: RABBITMQ_BIN_DIR (default /usr/lib/rabbitmq/bin: the real
-# scripts, not Debian's /usr/sbin wrappers, which switch to the rabbitmq
-# user and its cookie), RABBITMQ_START_TIMEOUT_S (default 120),
+# Environment: DB_RABBITMQ (3.10, 4.0 or 4.3: the broker matrix, see
+# broker.sh; default 3.10, the host's package), RABBITMQ_BIN_DIR (default:
+# what broker.sh bin-dir says for DB_RABBITMQ; for 3.10
+# /usr/lib/rabbitmq/bin: the real scripts, not Debian's /usr/sbin wrappers,
+# which switch to the rabbitmq user and its cookie),
+# RABBITMQ_START_TIMEOUT_S (default 120),
 # RABBITMQ_STOP_TIMEOUT_S (default 60), DB_RABBITMQ_CONF_EXTRA (lines added
 # to the node's rabbitmq.conf when it starts, e.g. "consumer_timeout = 5000"
 # for a test that shortens a broker timer).
+#
+# A node in a root (4.0, 4.3): its commands run under chroot in that root,
+# where every path the node gets must mean the same directory. So DIR
+# becomes, on the host, a symlink to ROOT/DIR (what was in DIR, such as a
+# cookie put there first, is moved over): the host reaches the node's files
+# through the link, the node finds them at the same path inside the root.
 set -euo pipefail
 
-BIN_DIR=${RABBITMQ_BIN_DIR:-/usr/lib/rabbitmq/bin}
+HERE_RMQ=$(cd "$(dirname "$0")" && pwd)
+if [ -z "${RABBITMQ_BIN_DIR:-}" ]; then
+    RABBITMQ_BIN_DIR=$("$HERE_RMQ/broker.sh" bin-dir) || exit $?
+fi
+BIN_DIR=$RABBITMQ_BIN_DIR
+# The root behind BIN_DIR, if its commands run under chroot (broker.sh's wrappers).
+ROOT_DIR=""
+case "$BIN_DIR" in
+*.bin) [ -d "${BIN_DIR%.bin}/usr/lib/rabbitmq" ] && ROOT_DIR=${BIN_DIR%.bin} ;;
+esac
 START_TIMEOUT=${RABBITMQ_START_TIMEOUT_S:-120}
 STOP_TIMEOUT=${RABBITMQ_STOP_TIMEOUT_S:-60}
 
@@ -175,8 +193,34 @@ do_stop() {
     say "node $NODE stopped"
 }
 
+# Make $1 (a path on the host) the same directory inside ROOT_DIR: a symlink to ROOT/$1.
+root_link() {
+    local d=$1 inside
+    case "$d" in /*) ;; *) d=$(pwd)/$d ;; esac
+    if [ -z "$ROOT_DIR" ]; then
+        # A host node where a rooted one ran before (DB_RABBITMQ changed): its own directory.
+        if [ -L "$d" ] && [ -d "$(readlink "$d")/mnesia" ]; then
+            rm -f "$d"
+            mkdir -p "$d"
+        fi
+        return 0
+    fi
+    inside=$ROOT_DIR$d
+    if [ -L "$d" ] && [ "$(readlink "$d")" = "$inside" ]; then
+        return 0
+    fi
+    mkdir -p "$inside"
+    if [ -d "$d" ] && [ ! -L "$d" ]; then
+        cp -a "$d/." "$inside/"
+        rm -rf "$d"
+    fi
+    mkdir -p "$(dirname "$d")"
+    ln -sfn "$inside" "$d"
+}
+
 [ $# -ge 2 ] || usage
 CMD=$1
+[ "$CMD" = start ] && root_link "$2"
 if [ ! -d "$2" ]; then
     case "$CMD" in
     start) mkdir -p "$2" ;;

@@ -98,7 +98,7 @@ class Node(object):
         env = dict(os.environ)
         env["HOME"] = self.dir
         env["ERL_EPMD_ADDRESS"] = "127.0.0.1"
-        ctl = os.path.join(os.environ.get("RABBITMQ_BIN_DIR", "/usr/lib/rabbitmq/bin"),
+        ctl = os.path.join(harness.rabbitmq_bin_dir(),
                            "rabbitmqctl")
         r = subprocess.run([ctl, "-n", "dbtest%d@localhost" % self.plain, "-q"] + list(args),
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -220,7 +220,7 @@ def test(ctx):
     if not shutil.which("openssl"):
         raise harness.Skip("openssl not found (apt-get install openssl): cannot make test "
                            "certificates")
-    if not os.path.exists(os.path.join(os.environ.get("RABBITMQ_BIN_DIR", "/usr/lib/rabbitmq/bin"),
+    if not os.path.exists(os.path.join(harness.rabbitmq_bin_dir(),
                                        "rabbitmq-server")):
         raise harness.Skip("rabbitmq-server not installed: this test starts a TLS node of its own")
     certs = os.path.join(ctx.tmp, "certs")

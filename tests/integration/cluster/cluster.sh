@@ -21,7 +21,12 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 RABBITMQ_SH="$HERE/../rabbitmq.sh"
-BIN_DIR=${RABBITMQ_BIN_DIR:-/usr/lib/rabbitmq/bin}
+# The broker matrix (broker.sh): DB_RABBITMQ picks 3.10, 4.0 or 4.3.
+if [ -z "${RABBITMQ_BIN_DIR:-}" ]; then
+    RABBITMQ_BIN_DIR=$("$HERE/../broker.sh" bin-dir) || exit $?
+    export RABBITMQ_BIN_DIR
+fi
+BIN_DIR=$RABBITMQ_BIN_DIR
 NODES="1 2 3"
 
 say() { printf 'cluster.sh: %s\n' "$*" >&2; }

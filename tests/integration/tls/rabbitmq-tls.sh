@@ -41,13 +41,16 @@ start)
     if (exec 3<>"/dev/tcp/127.0.0.1/$TLSPORT") 2>/dev/null; then
         die "port $TLSPORT is already in use on 127.0.0.1"
     fi
-    mkdir -p "$DIR"
+    # The node reads its certificates from its own directory: a node in a
+    # root (broker.sh, 4.x) sees nothing of the host outside it.
+    mkdir -p "$DIR/certs"
+    cp "$CERTDIR/ca.pem" "$CERTDIR/server.pem" "$CERTDIR/server.key" "$DIR/certs/"
     cat >"$DIR/advanced.config" <<CONF
 [{rabbit, [
    {ssl_listeners, [{"127.0.0.1", $TLSPORT}]},
-   {ssl_options, [{cacertfile, "$CERTDIR/ca.pem"},
-                  {certfile, "$CERTDIR/server.pem"},
-                  {keyfile, "$CERTDIR/server.key"},
+   {ssl_options, [{cacertfile, "$DIR/certs/ca.pem"},
+                  {certfile, "$DIR/certs/server.pem"},
+                  {keyfile, "$DIR/certs/server.key"},
                   {verify, verify_peer},
                   {fail_if_no_peer_cert, $FAIL}]}
  ]}].
