@@ -385,7 +385,7 @@ int config_check_wal_dir(const struct config *c, const char *name, char *err, si
     if (statvfs(p, &v) == 0 && v.f_blocks && (uint64_t)v.f_blocks * v.f_frsize < need) {
         snprintf(err, errlen, "%s: wal.segment_mb: the WAL's volume (\"%s\") holds %llu MiB, "
                  "under %d x segment_mb = %llu MiB: the log keeps %d segments in reserve that "
-                 "intake never uses, and pauses intake one segment before it; lower "
+                 "intake never uses, takes messages only with two more free, and writes one; lower "
                  "wal.segment_mb or give the WAL a larger volume", name, p,
                  (unsigned long long)((uint64_t)v.f_blocks * v.f_frsize >> 20),
                  WAL_MIN_VOLUME_SEGMENTS, (unsigned long long)(need >> 20), WAL_RESERVE_SEGMENTS);

@@ -95,9 +95,12 @@ struct wal_opts {
  * head segment, one for the records that end messages before a deleted
  * segment gives space back. */
 #define WAL_RESERVE_SEGMENTS 2
-/* The smallest volume the daemon accepts, in segments: the reserve, one
- * segment of intake headroom, one of hysteresis (config_check_wal_dir). */
-#define WAL_MIN_VOLUME_SEGMENTS 4
+/* The smallest volume the daemon accepts, in segments: the reserve (2), the
+ * free space intake resumes at (2: one of headroom, one of hysteresis) and
+ * the active segment (1). With 4 an empty log on a volume of exactly 4
+ * segments (xfs of 320 MiB at segment_mb 64: df counts 256 MiB) paused at
+ * start and could never resume. (config_check_wal_dir) */
+#define WAL_MIN_VOLUME_SEGMENTS 5
 
 /*
  * replay is called for each valid record in LSN order. Non-zero return

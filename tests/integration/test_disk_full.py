@@ -10,8 +10,8 @@ paused state, then deletes the filler. (A disk that only the bridge itself
 can relieve is test_disk_full_self.py.)
 
 Since the space reserve (wal_space.c) the bridge pauses before the disk is
-full to the last byte: free space under one segment plus the routes'
-in-flight window, beside a reserve of 2 x segment_mb. So the volume is
+full to the last byte: free space under one segment, beside a reserve of
+2 x segment_mb. So the volume is
 10 MiB (3 MiB of filler, 2 MiB of reserve) and the pause is the log's
 "WAL space low", with /stats wal.intake_paused."""
 

@@ -16,7 +16,7 @@ broker; when space returns it is a standby again.
 
 The test: a broker of its own (own_broker.py: DB_CHAOS_PORT, default
 5751). Owner A; standby B
-with wal.dir on a 4 MiB tmpfs of which a filler leaves almost nothing. A
+with wal.dir on a 5 MiB tmpfs (the least segment_mb 1 takes) of which a filler leaves almost nothing. A
 takes 300 messages of 2 KiB (600 KB of stream, more than B's free space)
 with delays of 15..25 s. Checked: B is still running 8 s later and has said
 the disk is full; the filler is deleted and B stands by again; A is killed
@@ -44,7 +44,7 @@ N = 300
 def test(ctx):
     fs = os.path.join(ctx.tmp, "fs-b")
     os.makedirs(fs)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", fs],
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=5m", "tmpfs", fs],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     if r.returncode != 0:
         raise h.Skip("cannot mount a tmpfs: %s" % r.stdout.decode(errors="replace"))
