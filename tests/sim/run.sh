@@ -57,7 +57,7 @@ main() {
                         if ($i == "liveness" && $(i+1) == "seeds") ls += $(i+2)
                         if ($i == "run" && $(i+1) == "in") lp += $(i+2)
                         if ($i == "it" && $(i+1) == "in") lf += $(i+2)
-                        if ($i == "stops") lst += $(i+1)
+                        if ($i == "stopped" && $(i+1) == "in") { lsp += $(i+2); v = $(i+3); sub(/^\(/, "", v); lst += v }
                         if ($i == "drained") ld += $(i+2)
                         if ($i == "most") { v = $(i+1); sub(/[,%)]+$/, "", v)
                                             if ($(i+1) ~ /%/) lsh = v + 0 > lsh ? v + 0 : lsh
@@ -67,7 +67,7 @@ main() {
                printf "%d operations, %d file-layer calls, %d crashes, %d takes; wall %.0f s (slowest slice), cpu %.0f s: %.0f operations and %.0f file-layer calls per cpu second\n",
                       o, c, cr, tk, w, cpu, (cpu > 0 ? o / cpu : 0), (cpu > 0 ? c / cpu : 0);
               printf "ended by a refused corruption %d; logs rebuilt from the stream %d, stream holes refused %d\n", rf, rb, rh;
-              printf "liveness seeds %d: phase run in %d, disk full before it in %d, intake stops %d, drained in %d steps, at most %d (%d%% of its bound)\n", ls, lp, lf, lst, ld, lm, lsh;
+              printf "liveness seeds %d: phase run in %d, disk full before it in %d, intake stopped in %d (%d stops), drained in %d steps, at most %d (%d%% of its bound)\n", ls, lp, lf, lsp, lst, ld, lm, lsh;
                exit (f > 0) }' "$tmp"/*.out
 }
 main "$@"

@@ -1055,7 +1055,7 @@ static void usage(void)
 struct result {
     int failed;
     uint64_t ops, calls, crashes, recoveries, takes, refused, flip_torn, repl_imported, repl_refused;
-    uint64_t live, live_phase, live_full, live_steps, live_stops, live_bound;
+    uint64_t live, live_phase, live_full, live_paused, live_steps, live_stops, live_bound;
     char why[512];
 };
 
@@ -1077,6 +1077,7 @@ static void one(uint64_t seed, struct result *res)
     res->live_full = G.live.reached_full;
     res->live_steps = G.live.steps;
     res->live_stops = G.live.stops;
+    res->live_paused = G.live.stops > 0;
     res->live_bound = G.live.bound;
     snprintf(res->why, sizeof(res->why), "%s", G.fail);
 }
@@ -1116,7 +1117,7 @@ int main(int argc, char **argv)
     uint64_t nseeds = 100, from = 1, passed = 0, failed = 0;
     uint64_t ops = 0, calls = 0, crashes = 0, recoveries = 0, takes = 0, refused = 0, flip_torn = 0;
     uint64_t repl_imported = 0, repl_refused = 0, live = 0, live_full = 0, live_steps = 0;
-    uint64_t live_max = 0, live_stops = 0, live_phase = 0;
+    uint64_t live_max = 0, live_stops = 0, live_phase = 0, live_paused = 0;
     double live_share = 0; /* the largest share of its bound a drained phase used */
     int single = 0;
     const char *self = argv[0];
@@ -1180,6 +1181,7 @@ int main(int argc, char **argv)
         live_steps += res.live_steps;
         live_max = res.live_steps > live_max ? res.live_steps : live_max;
         live_stops += res.live_stops;
+        live_paused += res.live_paused;
         if (res.live_steps && (double)res.live_steps / (double)res.live_bound > live_share)
             live_share = (double)res.live_steps / (double)res.live_bound;
         if (res.failed) {
@@ -1207,12 +1209,12 @@ int main(int argc, char **argv)
            " recoveries, %" PRIu64 " takes; ended by a refused corruption %" PRIu64
            ", by a flip read as a torn tail %" PRIu64 "; logs rebuilt from the stream %" PRIu64
            ", stream holes refused %" PRIu64 "; liveness seeds %" PRIu64 " (phase run in %" PRIu64 ", disk full before it in %" PRIu64
-           ", intake stops %" PRIu64 ", drained in %" PRIu64 " steps, at most %" PRIu64
+           ", intake stopped in %" PRIu64 " (%" PRIu64 " stops), drained in %" PRIu64 " steps, at most %" PRIu64
            ", at most %.0f%% of its bound)\n",
            from, from + nseeds - 1, secs, cpu, ops, secs > 0 ? (double)ops / secs : 0,
            cpu > 0 ? (double)ops / cpu : 0, calls, secs > 0 ? (double)calls / secs : 0, crashes,
            recoveries, takes, refused, flip_torn, repl_imported, repl_refused, live, live_phase, live_full,
-           live_stops, live_steps, live_max, 100 * live_share);
+           live_paused, live_stops, live_steps, live_max, 100 * live_share);
     /*
      * _exit: the engines of crashed lives were abandoned mid-call on purpose
      * (a dead process frees nothing); a leak checker at exit would report them.

@@ -112,7 +112,7 @@ extern struct sim_state G;
 
 /* The seed fails with this reason (the first one sticks). */
 void failf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* A refusal (WLOG_ECORRUPT, WLOG_EFORMAT) ends the run: checked that it may happen and names its place. */
+/* A refusal (WLOG_ECORRUPT, WLOG_EFORMAT) ends the run; checked: it may happen, it names its place. */
 void refuse(const char *where, int r);
 /* Per route, held / pending / in-flight counts of the engine against the model. */
 void check_counts(const char *after);

@@ -982,7 +982,8 @@ int simfs_fallocate(int fd, int mode, off_t off, off_t len)
     have = ino_alloc(d->ino);
     need = alloc_of(end, d->ino->falloc) > have ? alloc_of(end, d->ino->falloc) - have : 0;
     if (need) {
-        int episode = S.full_left || (S.f.enospc_ppm && sim_chance(&S.rng, S.f.enospc_ppm, 1000000));
+        int episode = S.full_left ||
+                      (S.f.enospc_ppm && sim_chance(&S.rng, S.f.enospc_ppm, 1000000));
         int full = S.capacity && need > free_bytes();
         if (episode || full) {
             /* all or nothing: a full disk takes none of it */

@@ -18,10 +18,12 @@
  * One seed in four of those that are not replicated (chosen from the seed
  * alone, by a generator of its own, so the other seeds draw as before:
  * about one in five in all; --liveness makes every seed one, a replicated
- * one then not replicated) runs on a small disk: simfs_set_capacity() of 6 to 16
- * segments (each rounded up to the block: in one seed in four the largest
- * power of two up to 1/16 segment -- a real volume's 4 KiB blocks under
- * segments of 1-64 MiB round far less -- else 1 byte). Its workload takes messages as the daemon does: an add is made only
+ * one then not replicated) runs on a small disk: simfs_set_capacity() of 6
+ * to 16 segments (each rounded up to the block: in one seed in four the
+ * largest power of two up to 1/16 segment -- a real volume's 4 KiB blocks
+ * under segments of 1-64 MiB round far less -- else 1 byte).
+ *
+ * Its workload takes messages as the daemon does: an add is made only
  * while the log's intake gate is open for its record (eng_intake(); what
  * the broker sends meanwhile waits in the daemon's stash, outside the log,
  * so for the log it is a delivery not yet made) and the last commit did
@@ -32,7 +34,7 @@
  * are appended: K of them, K from the seed, 0 to seg/256, as a consumer's
  * prefetch would. Crashes, power cuts, failed fsyncs, ENOSPC episodes and
  * bit flips happen as in any seed (flips as rare per seed: the workload is
- * longer, so that intake alone can fill the disk three times over).
+ * longer, so that intake alone can fill the disk twice over).
  *
  * THE LIVENESS PHASE
  *
@@ -62,13 +64,14 @@
  *   bound = 2 x M + 8 x S + 64 steps,
  *
  * M the messages to drain (held at the start plus the phase's adds), S the
- * disk in segments. Why it is enough: a step that takes nothing moves the
- * clock to the next due time, so the steps that fire are at most M; every
- * other step either fires, or moves the clock by a second while a commit
- * waits for space, or lets maintenance compact or delete a segment, give
- * space back or refill the reserve -- a few steps per segment the disk can
- * hold. A log that makes progress needs far less (measured: README); a
- * log that never gets space back never finishes at any bound.
+ * disk in segments. Why it is enough for a log that makes progress: a step
+ * fires at least one message, or moves the clock to the next due time
+ * (and the step after it fires), so firing takes at most 2 x M steps; the
+ * others are steps where a commit waits a second for space, or
+ * maintenance compacts or deletes a segment, gives space back or refills
+ * the reserve -- a few per segment the disk can hold. Measured, a drained
+ * phase used at most about half its bound (README); a log that never gets
+ * space back never finishes at any bound.
  *
  * What is not modelled: the broker side (the overshoot is K adds, not
  * deliveries on a channel), the log's sync thread, other files on the
@@ -108,7 +111,7 @@
 #define OVERSHOOT_IN_LOG 1
 #endif
 
-/* Does the daemon take this delivery (record bytes, 0: any) now? Not if the gate or a full disk stops it. */
+/* Is a delivery of a record this long (0: any) stopped now, by the gate or a full disk? */
 static int intake_stopped(uint64_t bytes)
 {
     return GATE_CLOSED(bytes) || G.live.last_nospc;
@@ -128,7 +131,7 @@ void live_configure(uint64_t seed)
         return;
     G.repl = 0;
     G.live.block = 1;
-    if (sim_chance(&l, 1, 4)) /* blocks of at most 1/16 segment: a real volume's 4 KiB under 1-64 MiB */
+    if (sim_chance(&l, 1, 4)) /* blocks up to 1/16 segment (4 KiB under 1-64 MiB: far less) */
         while (G.live.block * 32 <= G.seg_bytes)
             G.live.block *= 2;
     seg = (G.seg_bytes + G.live.block - 1) / G.live.block * G.live.block;
@@ -137,10 +140,10 @@ void live_configure(uint64_t seed)
     G.live.adds = 8 + (int)sim_below(&l, 40);
     /*
      * Enough operations that the adds (a third of them, ~200 bytes each)
-     * could fill the disk 3 times; bit flips as rare per seed as in any
+     * could fill the disk twice; bit flips as rare per seed as in any
      * other (a flip found ends the run, before the phase).
      */
-    more = (int)(G.live.capacity / 24);
+    more = (int)(G.live.capacity / 32);
     G.flip_den = (int)((int64_t)G.flip_den * (G.nops + more) / G.nops);
     G.nops += more;
 }
