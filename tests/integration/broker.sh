@@ -90,7 +90,7 @@ make_wrappers() {
     mkdir -p "$bin"
     for c in $COMMANDS; do
         [ -e "$root/usr/lib/rabbitmq/bin/$c" ] || continue
-        cat >"$bin/$c.tmp" <<WRAP
+        cat >"$bin/$c.tmp.$$" <<WRAP
 #!/bin/bash
 # Made by tests/integration/broker.sh: $c of RabbitMQ $VERSION in $root, under chroot.
 for d in proc dev sys; do
@@ -98,8 +98,8 @@ for d in proc dev sys; do
 done
 exec chroot "$root" /usr/lib/rabbitmq/bin/$c "\$@"
 WRAP
-        chmod 755 "$bin/$c.tmp"
-        mv "$bin/$c.tmp" "$bin/$c"
+        chmod 755 "$bin/$c.tmp.$$"
+        mv -f "$bin/$c.tmp.$$" "$bin/$c"
     done
     echo "$bin"
 }
@@ -113,8 +113,13 @@ bin_dir() {
         echo "$d"
         return
     fi
+    # One preparation at a time (ctest starts two brokers at once).
+    mkdir -p "$ROOTS"
+    exec 9>"$ROOTS/.lock"
+    flock 9
     make_root "$suite"
     make_wrappers "$suite"
+    exec 9>&-
 }
 
 [ $# -ge 1 ] || usage
