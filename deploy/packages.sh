@@ -11,7 +11,9 @@
 #   build      compile the daemon
 #   runtime    run it (what the Docker image's last stage installs)
 #   test       the test suite: a real RabbitMQ, clients, sanitizers, tools (jq for
-#              the benchmarks' scripts)
+#              the benchmarks' scripts; debootstrap for the RabbitMQ 4.x roots of
+#              the broker matrix, tests/integration/broker.sh; xfsprogs for the
+#              full-disk tests on xfs; python3-qpid-proton, an AMQP 1.0 client)
 #              (promtool from prometheus for deploy/monitoring/, headless
 #              chromium for the status page test)
 #   container  the container test (root podman; see ../shared notes in docs)
@@ -24,7 +26,7 @@
 
 DB_PKG_build="librabbitmq-dev libev-dev libjson-c-dev libmicrohttpd-dev pkg-config make cmake gcc libc6-dev"
 DB_PKG_runtime="librabbitmq4 libev4 libjson-c5 libmicrohttpd12 ca-certificates"
-DB_PKG_test="clang libclang-rt-14-dev rabbitmq-server amqp-tools python3-pika python3-yaml systemd valgrind openssl curl jq prometheus chromium"
+DB_PKG_test="clang libclang-rt-14-dev rabbitmq-server amqp-tools python3-pika python3-yaml systemd valgrind openssl curl jq prometheus chromium debootstrap xfsprogs python3-qpid-proton"
 DB_PKG_clients="nodejs npm php-cli php-amqplib ruby-bunny golang-go golang-github-rabbitmq-amqp091-go-dev default-jdk-headless librabbitmq-client-java libslf4j-java python3-pika python3-kombu python3-celery"
 DB_PKG_container="podman buildah crun debootstrap uidmap podman-compose golang-github-containernetworking-plugin-dnsname"
 

@@ -39,6 +39,14 @@
 # (integration.cli_wal). No ASan build, no fuzzers, no deploy checks, no
 # apt-get. Run the whole script (or .ci/run) before a merge.
 #
+# The broker: --broker VERSION (3.10, 4.0 or 4.3; or DB_RABBITMQ; default
+# 3.10, the host's Debian package) runs every broker test against that
+# RabbitMQ (tests/integration/broker.sh prepares 4.0 and 4.3 in a Debian
+# root on first use, about a minute each, and reuses it). --matrix (what
+# .ci/run runs) is the whole run on 4.3, then the broker-facing tests
+# (labels integration and clients) again on 3.10 and on 4.0 with the same
+# builds: about 35 minutes on 2 cores.
+#
 # Environment: JOBS (parallel build jobs, default: CPU count), DB_TEST_JOBS
 # (ctest -j of the [build] stage, default 4), DB_SKIP_INSTALL=1 (never run
 # apt-get), DB_SKIP_ASAN=1 (no build-asan/, no [asan]), DB_SKIP_FUZZ=1 (no
@@ -55,7 +63,25 @@ step() { printf '\n==> [%4d s] %s\n' "$(( $(date +%s) - RUN_START ))" "$*"; }
 # The quick loop's integration tests: one of each kind the suite has.
 QUICK_TESTS="integration\.(crash|keys|replicate|cli_wal)$"
 
-if [ "${1:-}" = "--quick" ]; then
+QUICK=0 MATRIX=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --quick) QUICK=1 ;;
+    --matrix) MATRIX=1 ;;
+    --broker)
+        [ $# -ge 2 ] || { echo "usage: tests/run.sh [--quick] [--broker 3.10|4.0|4.3] [--matrix]" >&2; exit 2; }
+        DB_RABBITMQ=$2
+        shift
+        ;;
+    *) echo "usage: tests/run.sh [--quick] [--broker 3.10|4.0|4.3] [--matrix]" >&2; exit 2 ;;
+    esac
+    shift
+done
+[ $MATRIX = 1 ] && DB_RABBITMQ=4.3
+export DB_RABBITMQ=${DB_RABBITMQ:-3.10}
+case "$DB_RABBITMQ" in 3.10|4.0|4.3) ;; *) echo "tests/run.sh: unknown broker $DB_RABBITMQ (3.10, 4.0 or 4.3)" >&2; exit 2 ;; esac
+
+if [ $QUICK = 1 ]; then
     start=$(date +%s)
     step "Building build/ (RelWithDebInfo)"
     cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDB_WERROR=ON -DDB_IT_SANITIZED_DIR= >/dev/null
@@ -63,13 +89,10 @@ if [ "${1:-}" = "--quick" ]; then
     step "Unit tests and the purity check (in parallel)"
     rc=0
     ctest --test-dir build -L unit -j "$JOBS" --output-on-failure || rc=1
-    step "Integration tests: crash, keys, replicate, cli_wal (one broker)"
+    step "Integration tests: crash, keys, replicate, cli_wal (one broker: RabbitMQ $DB_RABBITMQ)"
     ctest --test-dir build -R "$QUICK_TESTS" -j 4 --output-on-failure || rc=1
     step "$([ $rc = 0 ] && echo "Quick tests passed" || echo "Quick tests FAILED") in $(( $(date +%s) - start )) s ($ROOT)"
     exit $rc
-elif [ $# -gt 0 ]; then
-    echo "usage: tests/run.sh [--quick]" >&2
-    exit 2
 fi
 
 # The package list lives in one place: deploy/packages.sh.
@@ -146,12 +169,24 @@ lane_build() {
     ctest --test-dir build -j "${DB_TEST_JOBS:-4}" --output-on-failure
 }
 
+step "Preparing the broker: $(bash tests/integration/broker.sh describe "$DB_RABBITMQ")"
 step "Tests side by side: [build] build/'s ctest, [asan] unit tests under ASan/UBSan, [fuzz] fuzzers, [release] the -O3 build"
 lane build lane_build
 [ "${DB_SKIP_ASAN:-}" != 1 ] && lane asan lane_asan
 [ "${DB_SKIP_FUZZ:-}" != 1 ] && lane fuzz lane_fuzz
 lane release lane_release
 wait
+
+if [ $MATRIX = 1 ]; then
+    # The same builds, the broker-facing tests on the other brokers of the
+    # matrix, one after the other (they share build/'s broker ports).
+    for v in 3.10 4.0; do
+        step "Broker-facing tests on $(bash tests/integration/broker.sh describe "$v")"
+        lane "rmq-$v" env DB_RABBITMQ="$v" ctest --test-dir build -L '^(integration|clients)$' \
+            -j "${DB_TEST_JOBS:-4}" --output-on-failure
+        wait
+    done
+fi
 
 failed=()
 step "Summary"
