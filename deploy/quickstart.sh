@@ -8,11 +8,26 @@
 #   "close order #1 in 8 s, #2 in 3 s, #3 in 5 s", published in that order,
 # arrive #2, #3, #1, each at its time. Then it stops everything it started.
 #
+# --broker 3.10|4.0|4.3 (or DB_RABBITMQ): which RabbitMQ it starts; 3.10,
+# the default, is Debian 12's own package; 4.0 and 4.3 come from a Debian
+# root that tests/integration/broker.sh makes once with debootstrap (about a
+# minute the first time) and runs under chroot.
+#
 # Environment: DELAY_BRIDGE_BROKER_URI (use this broker; nothing is started),
 # QUICKSTART_PORT (default 5682) and QUICKSTART_DIST_PORT (default 25682),
 # QUICKSTART_HTTP_PORT (the bridge's HTTP endpoint, default 9800),
 # DB_SKIP_INSTALL=1 (never run apt-get).
 set -euo pipefail
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --broker) [ $# -ge 2 ] || { echo "usage: deploy/quickstart.sh [--broker 3.10|4.0|4.3]" >&2; exit 2; }
+              DB_RABBITMQ=$2; shift ;;
+    *) echo "usage: deploy/quickstart.sh [--broker 3.10|4.0|4.3]" >&2; exit 2 ;;
+    esac
+    shift
+done
+export DB_RABBITMQ=${DB_RABBITMQ:-3.10}
 
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -74,7 +89,7 @@ if [ -n "${DELAY_BRIDGE_BROKER_URI:-}" ]; then
     step "Using the broker in DELAY_BRIDGE_BROKER_URI"
 else
     URI="amqp://guest:guest@127.0.0.1:$PORT/%2f"
-    step "Starting RabbitMQ on 127.0.0.1:$PORT (state in $WORK/rabbitmq)"
+    step "Starting $(bash tests/integration/broker.sh describe) on 127.0.0.1:$PORT (state in $WORK/rabbitmq)"
     # A fresh node and an empty WAL every time: the demo starts from nothing.
     bash "$RABBITMQ_SH" stop "$WORK/rabbitmq" >>"$WORK/rabbitmq.out" 2>&1 || true
     rm -rf "$WORK/rabbitmq/mnesia" "$WORK/wal"
