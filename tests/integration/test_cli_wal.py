@@ -298,8 +298,9 @@ def read_only_checks(ctx, d, want, what):
         os.unlink(os.path.join(copy, "LOCK"))
     run_cli("wal", "check", copy, expect=0)
     check_listing(dump(copy), want, what + " (copy)")
-    check(sorted(os.listdir(copy)) == segments(copy), "%s: wal check/dump created files: %s"
-          % (what, sorted(os.listdir(copy))))
+    # The daemon's space reserve (RESERVE) comes along with the copy; the tools add nothing.
+    made = sorted(n for n in os.listdir(copy) if n != "RESERVE")
+    check(made == segments(copy), "%s: wal check/dump created files: %s" % (what, made))
 
 
 def test(ctx):
