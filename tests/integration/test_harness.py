@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """The test tools themselves, against the real broker and without the bridge:
 every AMQP field type the other tests publish (x-delay of each kind, headers
-of every kind) reaches a consumer with its kind and bytes intact, and a
+of every kind) reaches a consumer with its kind and bytes intact (on
+RabbitMQ 4, an unsigned 64-bit 'L' arrives as a signed 'l' of the same
+bits: the one change 4.x makes), and a
 1 MiB body and every basic property survive a plain queue. If this fails,
 the other tests' verdicts on the bridge mean nothing."""
 
@@ -31,8 +33,17 @@ def test(ctx):
     p.publish(ex, "k", body, headers=headers, **props)
     m = c.wait_count(1, 10)[0]
     got = m.props.headers
-    for k, v in headers.items():
-        check(got.get(k) == v, "header %s: sent %r, got %r" % (k, v, got.get(k)))
+    want = dict(headers)
+    if not h.broker_version().startswith("3."):
+        # RabbitMQ 4 re-encodes 0-9-1 headers (its message containers): an
+        # unsigned 64-bit 'L' arrives as a signed 'l' with the same 64 bits.
+        # (py-amqp writes its signed longs as 'L': on 4.x they arrive signed.)
+        want["L"] = h.i64(2 ** 63 + 5 - 2 ** 64)
+    diffs = ["header %s: sent %r, want %r, got %r" % (k, headers[k], v, got.get(k))
+             for k, v in want.items() if got.get(k) != v]
+    for d in diffs:
+        h.log(d)
+    check(not diffs, "%d header(s) changed: %s" % (len(diffs), "; ".join(diffs)))
     check(set(got) == set(headers), "header names differ: %s" % sorted(set(got) ^ set(headers)))
     for k, v in props.items():
         check(getattr(m.props, k) == v, "property %s: sent %r, got %r" % (k, v, getattr(m.props, k)))
