@@ -103,7 +103,11 @@ delivery 5 s earlier; "replaced": adds a delivery of a replaced version;
 --record FILE writes everything sent and received; --recheck FILE runs no
 system, only the checker over such a file (with --plant, doctored). A
 failed run keeps its directory: bridge logs, record.json, copies of the WAL
-disks.
+disks. Every superseded version delivered is traced (CHAOS TRACE lines,
+trace_superseded()): when each version was published and delivered, via
+which log, and when the successor's log took it, bracketed by its
+neighbours' ids. --keep-wal DIR copies every WAL segment as it grows, so
+the records compaction deletes can still be read (wal_history.py).
 
   tests/soak/chaos_soak.py --minutes 10 --seed 1   # the README's table
   tests/soak/chaos_soak.py --minutes 3             # a new seed, printed
@@ -487,6 +491,112 @@ def check_run(msgs, deliveries, node_kills=()):
     return rep, fails
 
 
+def trace_superseded(msgs, deliveries, t_start=None):
+    """For every superseded version that was delivered, the events that
+    decide whether a bridge missed its replacement: when each version of the
+    key was published and delivered, through which log (x-delay-bridge-id:
+    log id and msg id, the LSN of its ADD, so ids of one log run in the
+    order it took them), and when the successor's log took the successor,
+    bracketed by its neighbours in that log:
+
+      taken_after   the latest publication of a message the same log took
+                    before it (a lower msg id): nothing is taken before it
+                    is published;
+      taken_before  the earliest (delivery - delay) of a message the same
+                    log took after it (a higher msg id): a bridge never
+                    fires early, so each was taken at most its delay before
+                    it arrived.
+
+    The old version cannot have fired before its due time (published + its
+    delay) and had fired by the time it arrived. So "taken_after > the old
+    version's arrival" proves the successor reached its bridge after the
+    old version had fired (too late to replace it: not a miss), and
+    "taken_before < the old version's due time" proves the bridge held
+    the successor while the old version was still to fire (a miss).
+    Returns text lines; times are seconds from t_start."""
+    t_start = t_start if t_start is not None else min(r["t0"] for r in msgs.values())
+    per_id, per_log = {}, {}
+    for m in deliveries:
+        per_id.setdefault(m.message_id, []).append(m)
+        log_id, num = split_bid(m.bridge_id)
+        if num is not None and m.message_id in msgs:
+            per_log.setdefault(log_id, []).append((int(num), m.message_id, m.t))
+    for v in per_log.values():
+        v.sort()
+    keys = {}
+    for mid, r in msgs.items():
+        if r["key"]:
+            keys.setdefault(r["key"], []).append(mid)
+    out = []
+
+    def rel(t):
+        return "%.1f" % (t - t_start) if t is not None else "-"
+
+    for k, mids in sorted(keys.items()):
+        mids.sort()
+        if not all(msgs[m]["confirmed"] for m in mids):
+            continue
+        for old in [m for m in mids[:-1] if m in per_id]:
+            new = mids[-1]
+            ro, rn = msgs[old], msgs[new]
+            do = min(per_id[old], key=lambda m: m.t)
+            out.append("key %s: old %s published %s delay %.1f s (due >= %s), delivered %s "
+                       "via %s" % (k, old, rel(ro["t0"]), ro["ms"] / 1000.0,
+                                   rel(ro["t0"] + ro["ms"] / 1000.0), rel(do.t), do.bridge_id))
+            if new not in per_id:
+                out.append("  successor %s (%s) published %s, not delivered: its log is "
+                           "unknown" % (new, rn["op"], rel(rn["t0"])))
+                continue
+            dn = min(per_id[new], key=lambda m: m.t)
+            log_id, num = split_bid(dn.bridge_id)
+            num = int(num)
+            ids = per_log.get(log_id, [])
+            before = [msgs[x]["t0"] for n, x, t in ids if n < num]
+            after = [(t - msgs[x]["ms"] / 1000.0, n, x) for n, x, t in ids if n > num]
+            lo = max(before) if before else None
+            hi = min(after) if after else None
+            same = split_bid(do.bridge_id)[0] == log_id
+            out.append("  successor %s published %s delay %.1f s, delivered %s via %s (%s log); "
+                       "its log took it after %s and before %s (%s)"
+                       % (new, rel(rn["t0"]), rn["ms"] / 1000.0, rel(dn.t), dn.bridge_id,
+                          "the same" if same else "another", rel(lo),
+                          rel(hi[0] if hi else None),
+                          "next id %d, %s" % (hi[1], hi[2]) if hi else "no later id"))
+            if lo is not None and lo > do.t:
+                out.append("  => taken %.1f s after the old version arrived: it came too late "
+                           "to replace it (not a miss)" % (lo - do.t))
+            elif hi is not None and hi[0] < ro["t0"] + ro["ms"] / 1000.0:
+                out.append("  => taken %.1f s before the old version could fire: %s"
+                           % (ro["t0"] + ro["ms"] / 1000.0 - hi[0],
+                              "the log that held both missed the replacement" if same else
+                              "a key event did not cancel the old version"))
+            else:
+                out.append("  => undecided by the record: read the logs' WAL history "
+                           "(--keep-wal, wal_history.py)")
+    return out
+
+
+def trace_wal(msgs, deliveries, keep, wall0):
+    """Each superseded version delivered: its key's records in every
+    bridge's kept WAL history (--keep-wal), times also as t= seconds."""
+    import wal_history
+    got = {m.message_id for m in deliveries}
+    keys = {}
+    for mid, r in msgs.items():
+        if r["key"]:
+            keys.setdefault(r["key"], []).append(mid)
+    hist = {}
+    for k, mids in sorted(keys.items()):
+        mids.sort()
+        if not any(m in got for m in mids[:-1]) or not all(msgs[m]["confirmed"] for m in mids):
+            continue
+        for bname in BRIDGES:
+            if bname not in hist:
+                hist[bname] = wal_history.load([os.path.join(keep, bname)])
+            for ln in wal_history.lines(hist[bname], key=k, wall0=wall0):
+                h.log("CHAOS WAL %s %s: %s" % (bname, k, ln))
+
+
 def plant(kind, msgs, deliveries, rng):
     """Doctor the record so that the checker must fail (proof it can)."""
     sent = [m for m in deliveries if m.message_id in msgs and msgs[m.message_id]["confirmed"]
@@ -861,6 +971,43 @@ class Chaos(object):
 #    restarted, it tries again until space returns.
 
 
+class WalKeeper(threading.Thread):
+    """--keep-wal DIR: every 0.5 s, a copy of each segment file of each
+    bridge's WAL that grew since the last look, into DIR/BRIDGE/, so that
+    the records compaction deletes stay readable (wal_history.py)."""
+
+    def __init__(self, out, fs):
+        super().__init__(daemon=True, name="walkeeper")
+        self.out, self.fs = out, fs  # fs: bridge -> its tmpfs
+        self.stop = threading.Event()
+        self.sizes = {}
+
+    def look(self):
+        for bname, fs in self.fs.items():
+            src = os.path.join(fs, "wal")
+            dst = os.path.join(self.out, bname)
+            os.makedirs(dst, exist_ok=True)
+            try:
+                names = [n for n in os.listdir(src) if n.endswith(".wal")]
+            except OSError:
+                continue
+            for n in names:
+                try:
+                    size = os.stat(os.path.join(src, n)).st_size
+                    if self.sizes.get((bname, n)) == size:
+                        continue
+                    if size < self.sizes.get((bname, n), 0):  # created again: keep the old one
+                        os.rename(os.path.join(dst, n), os.path.join(dst, "%s.%d" % (n, time.time())))
+                    shutil.copyfile(os.path.join(src, n), os.path.join(dst, n))
+                    self.sizes[(bname, n)] = size
+                except OSError:
+                    pass  # deleted meanwhile, or the disk is full: the next look
+
+    def run(self):
+        while not self.stop.wait(0.5):
+            self.look()
+
+
 def node_up(cdir, i):
     pidf = os.path.join(cdir, "n%d" % i, "node.pid")
     try:
@@ -901,11 +1048,15 @@ def run(ctx, cdir, args):
         h.log("CHAOS   at %6.1f s  %-9s %-7s %5.1f s" % ev)
     ch = Chaos(ctx, cdir, args)
     ch.setup()
+    keeper = None
+    if args.keep_wal:
+        keeper = WalKeeper(args.keep_wal, {b: os.path.join(ctx.tmp, "fs-" + b) for b in BRIDGES})
+        keeper.start()
     sink = Sink(ch.target_queue)
     sink.start()
     load = Load(ch.route["ingress_exchange"], args.rate, rng, args.key_gap)
     load.start()
-    ch.t_start = time.monotonic()
+    ch.t_start, ch.t_start_wall = time.monotonic(), time.time()
     t_end = ch.t_start + seconds
     todo = list(schedule)
     try:
@@ -933,14 +1084,22 @@ def run(ctx, cdir, args):
     ch.supervise()
     for bname in BRIDGES:
         ch.cur(bname).sample()
+    if keeper:
+        keeper.stop.set()
+        keeper.join()
+        keeper.look()
     alive = {bname: ch.br[bname].alive() for bname in BRIDGES}
     deliveries = sink.snapshot()
     if args.plant:
         plant(args.plant, msgs, deliveries, random.Random(args.seed))
     rep, fails = check_run(msgs, deliveries, ch.node_kills)
     dump_record(args.record or os.path.join(ctx.tmp, "record.json"), msgs, deliveries,
-                ch.node_kills)
+                ch.node_kills, ch.t_start, ch.t_start_wall)
     report(ch, load, sink, rep, args)
+    for line in trace_superseded(msgs, deliveries, ch.t_start):
+        h.log("CHAOS TRACE " + line)
+    if args.keep_wal:
+        trace_wal(msgs, deliveries, args.keep_wal, ch.t_start_wall)
     unexplained_exits = [e for e in ch.exits if not e[4]]
     if unexplained_exits:
         fails.append("%d bridge exit(s) not by design: %s" % (len(unexplained_exits),
@@ -966,11 +1125,13 @@ def run(ctx, cdir, args):
         h.fail("; ".join(fails))
 
 
-def dump_record(path, msgs, deliveries, node_kills=()):
+def dump_record(path, msgs, deliveries, node_kills=(), t_start=None, t_start_wall=None):
     """Everything sent and received (--record, or record.json with the kept
-    files), for a post-mortem or a --recheck."""
+    files), for a post-mortem or a --recheck. Times are time.monotonic();
+    t_start_wall is the wall clock (epoch s) at t_start."""
     with open(path, "w") as f:
-        json.dump({"sent": msgs, "node_kills": list(node_kills),
+        json.dump({"sent": msgs, "node_kills": list(node_kills), "t_start": t_start,
+                   "t_start_wall": t_start_wall,
                    "delivered": [{"id": m.message_id, "t": m.t, "bid": m.bridge_id,
                                   "redelivered": m.redelivered} for m in deliveries]}, f)
 
@@ -995,6 +1156,8 @@ def recheck(args):
           % (args.recheck, rep["sent"], rep["expected"], rep["delivered"], len(rep["lost"]),
              len(rep["early"]), len(rep["replaced_delivered"]), len(rep["cancelled_delivered"]),
              len(rep["unknown"]), rep["dups"]))
+    for line in trace_superseded(msgs, deliveries, r.get("t_start")):
+        h.log("CHAOS TRACE " + line)
     for f in fails:
         h.log("CHAOS RECHECK FAIL: %s" % f)
     h.log("chaos_soak: recheck %s" % ("FAIL" if fails else "PASS"))
@@ -1046,6 +1209,9 @@ def main():
     ap.add_argument("--plant", choices=("lost", "early", "replaced", "dup"), default=None,
                     help="doctor the record so that the checker must fail")
     ap.add_argument("--record", default=None, help="write everything sent and received here")
+    ap.add_argument("--keep-wal", default=None, metavar="DIR",
+                    help="copy every WAL segment of every bridge as it grows into DIR/BRIDGE/ "
+                    "(wal_history.py reads them)")
     ap.add_argument("--recheck", default=None, metavar="FILE",
                     help="run no system: only the checker, over a --record file")
     args = ap.parse_args()

@@ -31,6 +31,11 @@ new owner (README "Delivery guarantees", case 1/2).
 
   tests/soak/ha_soak.py --minutes 10                   # the README's run
   tests/soak/ha_soak.py --minutes 3 --kill-every 50    # the suite's (ctest -L soak)
+  tests/soak/ha_soak.py --minutes 30 --kill-every 1200 --rss-log rss.txt   # RSS over 30 min
+
+--rss-log FILE writes, every --rss-every seconds (30), each bridge process's
+VmRSS and its split into the main heap ([heap]), other anonymous memory
+(thread arenas, stacks) and file mappings (README "RSS over 30 minutes").
 
 Environment: DB_BRIDGE_BIN (the daemon), DB_SOAK_PORT (AMQP port of the
 soak's own broker, default 5697; the distribution port is +20000).
@@ -63,6 +68,56 @@ def rss_kb(pid):
     except OSError:
         pass
     return 0
+
+
+def mem_kb(pid):
+    """(VmRSS, [heap] Rss, other anonymous Rss, file Rss) of a process in KiB,
+    from /proc/PID/status and /proc/PID/smaps: the main arena (brk heap) apart
+    from anonymous mappings (thread arenas, stacks, large mallocs) and files."""
+    rss = rss_kb(pid)
+    heap = anon = fil = 0
+    try:
+        with open("/proc/%d/smaps" % pid) as f:
+            kind = None
+            for line in f:
+                w = line.split()
+                if "-" in w[0] and not w[0].endswith(":"):
+                    name = w[5] if len(w) > 5 else ""
+                    kind = "heap" if name == "[heap]" else (
+                        "file" if name.startswith("/") else "anon")
+                elif w[0] == "Rss:":
+                    if kind == "heap":
+                        heap += int(w[1])
+                    elif kind == "file":
+                        fil += int(w[1])
+                    else:
+                        anon += int(w[1])
+    except (OSError, IndexError, ValueError):
+        pass
+    return rss, heap, anon, fil
+
+
+class RssLog(threading.Thread):
+    """Every `every` s, one line per live bridge process to `path`:
+    seconds since the start, who, pid, VmRSS, heap, other anon, file (KiB)."""
+
+    def __init__(self, path, every, pids):
+        super().__init__(daemon=True)
+        self.path, self.every, self.pids = path, every, pids
+        self.stop = threading.Event()
+        self.t0 = time.monotonic()
+
+    def run(self):
+        with open(self.path, "w") as f:
+            f.write("# t_s who pid vmrss_kb heap_kb anon_kb file_kb\n")
+            while not self.stop.is_set():
+                for who, pid in sorted(self.pids().items()):
+                    r = mem_kb(pid)
+                    if r[0]:
+                        f.write("%.0f %s %d %d %d %d %d\n" % ((time.monotonic() - self.t0, who, pid)
+                                                              + r))
+                f.flush()
+                self.stop.wait(self.every)
 
 
 def repl_state(port):
@@ -167,6 +222,11 @@ def soak(ctx, args):
     h.log("A owns the log, B stands by; broker consumer_timeout %d ms, lease renewed every "
           "%d ms" % (args.consumer_timeout_ms, args.renew_ms))
 
+    rsslog = None
+    if args.rss_log:
+        rsslog = RssLog(args.rss_log, args.rss_every,
+                        lambda: {w: br[w].proc.pid for w in ("a", "b") if br[w].alive()})
+        rsslog.start()
     load = Load(route, args.rate, rng)
     load.start()
     t_start = time.monotonic()
@@ -227,6 +287,8 @@ def soak(ctx, args):
     for who in ("a", "b"):
         current(who).sample()
         br[who].stop()
+    if rsslog:
+        rsslog.stop.set()
 
     h.log("SOAK RESULT minutes=%.1f consumer_timeout_ms=%d lease_renew_ms=%d sent=%d "
           "delivered=%d lost=%d early=%d replaced_delivered=%d duplicates=%d (case 1 republish: "
@@ -260,6 +322,9 @@ def main():
     ap.add_argument("--consumer-timeout-ms", type=int, default=5000)
     ap.add_argument("--renew-ms", type=int, default=1000, help="wal.replicate.lease_renew_ms")
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--rss-log", default=None,
+                    help="write every bridge process's RSS (VmRSS, heap, anon, file) to this file")
+    ap.add_argument("--rss-every", type=float, default=30.0, help="seconds between RSS samples")
     args = ap.parse_args()
     if args.seed is None:
         args.seed = random.randrange(1 << 30)
