@@ -1026,6 +1026,8 @@ static int run_seed(uint64_t seed)
         live_phase();
     if (!FAILED() && !G.refused && G.e)
         check_space();
+    if (!FAILED() && !G.refused && G.e && G.live.steps)
+        live_space_check();
     if (!FAILED() && !G.refused && G.e && G.repl)
         repl_phase();
 end:

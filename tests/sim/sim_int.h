@@ -143,5 +143,6 @@ void live_committed(int r);
 void live_new_life(void);
 /* The faults stop; the log must drain the disk and take messages again, within the bound. */
 void live_phase(void);
+void live_space_check(void);
 
 #endif

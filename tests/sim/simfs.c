@@ -649,6 +649,19 @@ int64_t simfs_file_size(const char *name)
     return e ? (int64_t)e->ino->cur.len : -1;
 }
 
+uint64_t simfs_unnamed(void)
+{
+    uint64_t named = 0, used = simfs_used();
+
+    S.walk++;
+    for (size_t i = 0; i < S.cur.n; i++)
+        if (S.cur.v[i].ino->mark != S.walk) {
+            S.cur.v[i].ino->mark = S.walk;
+            named += ino_alloc(S.cur.v[i].ino);
+        }
+    return used - named;
+}
+
 uint64_t simfs_capacity(void)
 {
     return S.capacity;

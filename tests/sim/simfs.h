@@ -81,6 +81,8 @@ void simfs_set_fallocate(int on);
 uint64_t simfs_used(void);
 uint64_t simfs_capacity(void);
 uint64_t simfs_refusals(void);
+/* Bytes used that no name holds: files deleted but still open (or blocks lost). */
+uint64_t simfs_unnamed(void);
 /* The current size of the file name, or -1 if there is none. */
 int64_t simfs_file_size(const char *name);
 

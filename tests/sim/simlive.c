@@ -213,6 +213,25 @@ static void fail_figures(const char *what, uint64_t step)
           simfs_used(), simfs_capacity(), st.log_segments, G.seg_bytes, reserve);
 }
 
+/*
+ * After the phase and the end-of-run compaction (check_space): with nothing
+ * held, the volume holds only the log's fixed files.
+ */
+/*
+ * After the phase and the end-of-run compaction (check_space): the space of
+ * what was deleted came back -- no file deleted while still open, no blocks
+ * given to nobody.
+ */
+void live_space_check(void)
+{
+    uint64_t lost = simfs_unnamed();
+
+    if (lost)
+        failf("liveness: space never came back: %" PRIu64 " of %" PRIu64 " bytes used are held by "
+              "no file of the log's directory (deleted but still open, or lost); RESERVE %" PRId64
+              " bytes", lost, simfs_used(), simfs_file_size("RESERVE"));
+}
+
 void live_phase(void)
 {
     struct eng_stats st;
