@@ -212,12 +212,12 @@ endforeach()
 # relieving it (issue 26). integration.disk_full_self (above) is its first
 # case, the issue's run on an 8 MiB tmpfs; each other case (the script's
 # docstring) is a test of its own, with the same daemon and broker as the
-# others. big, xfs and xfs400 fill 320-400 MiB volumes with segment_mb 64
+# others. big and xfs400 fill 320-400 MiB volumes with segment_mb 64
 # (20-60 s each, but 300 MiB of RAM in the broker and a tmpfs): label "long",
 # never in the suite, by hand only:
 #   ctest --test-dir build -C long -R integration.disk_full_self --output-on-failure
-set(db_it_disk_self tiny short held ext4 repl keys stream)
-set(db_it_disk_self_long big xfs xfs400)
+set(db_it_disk_self tiny edge short held ext4 repl keys stream xfs)
+set(db_it_disk_self_long big xfs400)
 foreach(case ${db_it_disk_self} ${db_it_disk_self_long})
   set(db_name integration.disk_full_self.${case})
   set(db_bins "DB_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>")
