@@ -73,6 +73,11 @@
  * phase used at most about half its bound (README); a log that never gets
  * space back never finishes at any bound.
  *
+ * After the phase and the run's end-of-run compaction (sim.c check_space)
+ * one more: the space of everything deleted came back -- every byte used is
+ * held by a file of the log's directory (simfs_unnamed(): a file deleted
+ * while still open, or blocks given to nobody, keep space no one can free).
+ *
  * What is not modelled: the broker side (the overshoot is K adds, not
  * deliveries on a channel), the log's sync thread, other files on the
  * volume (the disk is the WAL's alone), and a volume that is relieved.
