@@ -54,7 +54,14 @@
  */
 void bridge_intake_gate(struct bridge *b)
 {
-    int paused = eng_intake(b->eng, 0) != WLOG_INTAKE_OK || b->stash.n;
+    /*
+     * Resume only with a segment of room beyond the log's own mark: the
+     * stash, appended when the log's gate opened, may have taken the
+     * room its hysteresis left, and consuming again at once would pause
+     * again at once.
+     */
+    uint64_t room = b->space_paused ? b->cfg->segment_bytes : 0;
+    int paused = eng_intake(b->eng, room) != WLOG_INTAKE_OK || b->stash.n;
 
     if (paused && !b->space_paused) {
         struct eng_stats es;

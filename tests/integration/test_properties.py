@@ -51,7 +51,7 @@ def check_headers(mid, got, sent, added):
         if k == "x-delay" and xd is not None and xd.value > 0:
             continue
         g = got.pop(k, None)
-        if g != v:
+        if g != h.as_delivered(v):
             problems.append("header %s: sent %r, got %r" % (k, v, g))
     if got:
         problems.append("unexpected headers added: %r" % got)
