@@ -37,19 +37,92 @@ proxy's mode from its next turn):
 What it does not do: delay or reorder bytes, or
 corrupt data (TCP would not deliver corrupted data either). One thread runs
 every proxy of a Proxies set with one selector.
+
+The tap (Proxies.tap(file)): every basic.deliver the proxy passes to a
+bridge and every basic.publish it passes from one, whose properties carry
+a message-id or an x-delay-key* header, is written as one line when the
+proxy reads it off the socket (a bridge under SIGSTOP reads it later):
+
+  T PROXY to|from deliver|publish tag=N ex=E rk=R mid=M [x-delay-key...=V]
+
+T is seconds since the tap started. The AMQP frames are parsed per
+connection and direction (frame = type, channel, size, payload, 0xCE);
+the content header that follows the method carries the properties.
 """
 
 import errno
 import selectors
 import socket
+import struct
 import threading
 import time
 
 BUF = 65536
 
 
+class _Frames(object):
+    """The AMQP 0-9-1 frames of one direction of one connection, for the tap."""
+
+    def __init__(self, skip_header):
+        self.buf = b""
+        self.skip = 8 if skip_header else 0  # the client's "AMQP\0\0\9\1"
+        self.method = {}  # channel -> (name, tag, exchange, routing key) awaiting its header
+
+    def feed(self, data, emit):
+        self.buf += data
+        if self.skip:
+            n = min(self.skip, len(self.buf))
+            self.buf, self.skip = self.buf[n:], self.skip - n
+        while len(self.buf) >= 7:
+            typ, ch, size = struct.unpack_from(">BHI", self.buf, 0)
+            if len(self.buf) < 8 + size:
+                return
+            payload = self.buf[7:7 + size]
+            self.buf = self.buf[8 + size:]
+            if typ == 1 and len(payload) >= 4:
+                cls, meth = struct.unpack_from(">HH", payload, 0)
+                if (cls, meth) == (60, 60):  # basic.deliver
+                    self.method[ch] = ("deliver",) + _deliver_args(payload[4:])
+                elif (cls, meth) == (60, 40):  # basic.publish
+                    self.method[ch] = ("publish",) + _publish_args(payload[4:])
+                else:
+                    self.method.pop(ch, None)
+            elif typ == 2 and ch in self.method:
+                m = self.method.pop(ch)
+                try:
+                    import pika.spec
+                    props = pika.spec.BasicProperties()
+                    props.decode(payload[12:])
+                except Exception:  # noqa: BLE001 -- not ours to judge
+                    continue
+                hdrs = {k: v for k, v in (props.headers or {}).items()
+                        if k.startswith("x-delay-key")}
+                if props.message_id or hdrs:
+                    emit(m, props.message_id, hdrs)
+
+
+def _shortstr(b, pos):
+    n = b[pos]
+    return b[pos + 1:pos + 1 + n].decode("utf-8", "replace"), pos + 1 + n
+
+
+def _deliver_args(b):
+    _tag, pos = _shortstr(b, 0)  # consumer tag
+    (dtag,) = struct.unpack_from(">Q", b, pos)
+    pos += 9  # delivery tag, redelivered bit
+    ex, pos = _shortstr(b, pos)
+    rk, pos = _shortstr(b, pos)
+    return dtag, ex, rk
+
+
+def _publish_args(b):
+    ex, pos = _shortstr(b, 2)  # after reserved-1
+    rk, pos = _shortstr(b, pos)
+    return 0, ex, rk
+
+
 class _Conn(object):
-    __slots__ = ("down", "up", "out_down", "out_up", "doomed")
+    __slots__ = ("down", "up", "out_down", "out_up", "doomed", "f_down", "f_up")
 
     def __init__(self, down, up):
         self.down = down          # the accepted socket (the bridge's side)
@@ -57,6 +130,8 @@ class _Conn(object):
         self.out_down = b""       # bytes waiting to be written to down
         self.out_up = b""         # ... to up
         self.doomed = False       # lived through a blackhole: closed when it ends
+        self.f_down = _Frames(True)   # frames from the bridge (the tap)
+        self.f_up = _Frames(False)    # frames from the broker
 
 
 class Proxy(object):
@@ -88,6 +163,25 @@ class Proxies(object):
         self.lock = threading.Lock()
         self.stop_flag = threading.Event()
         self.thread = threading.Thread(target=self._run, name="chaos-proxy", daemon=True)
+        self.tap_file = None
+        self.tap_t0 = 0.0
+
+    def tap(self, f, t0=None):
+        """Write the deliveries and publishes seen to file f (see the module's doc)."""
+        self.tap_t0 = time.monotonic() if t0 is None else t0
+        self.tap_file = f
+
+    def _tap(self, p, c, side, d):
+        def emit(m, mid, hdrs):
+            self.tap_file.write("%.3f %s %s %s tag=%d ex=%s rk=%s mid=%s%s\n" % (
+                time.monotonic() - self.tap_t0, p.name, "from" if side == "down" else "to",
+                m[0], m[1], m[2], m[3], mid,
+                "".join(" %s=%s" % (k, v.decode() if isinstance(v, bytes) else v)
+                        for k, v in sorted(hdrs.items()))))
+        try:
+            (c.f_down if side == "down" else c.f_up).feed(d, emit)
+        except Exception as e:  # noqa: BLE001 -- the tap must never stop the proxy
+            self.tap_file.write("tap error on %s: %r\n" % (p.name, e))
 
     def add(self, name, listen_port, upstream_port):
         p = Proxy(name, listen_port, upstream_port)
@@ -235,6 +329,8 @@ class Proxies(object):
                         self._close(p, c)
                         continue
                     if p.mode in ("pass", "upstall"):
+                        if self.tap_file is not None:
+                            self._tap(p, c, side, d)
                         if side == "down":
                             c.out_up += d
                         else:

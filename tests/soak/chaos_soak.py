@@ -107,7 +107,10 @@ disks. Every superseded version delivered is traced (CHAOS TRACE lines,
 trace_superseded()): when each version was published and delivered, via
 which log, and when the successor's log took it, bracketed by its
 neighbours' ids. --keep-wal DIR copies every WAL segment as it grows, so
-the records compaction deletes can still be read (wal_history.py).
+the records compaction deletes can still be read (wal_history.py);
+--tap FILE writes each delivery to and publish from a bridge as its proxy
+passes it (ingress deliveries, target publishes, key events with their
+x-delay-key-at), with the same t.
 
   tests/soak/chaos_soak.py --minutes 10 --seed 1   # the README's table
   tests/soak/chaos_soak.py --minutes 3             # a new seed, printed
@@ -125,6 +128,7 @@ import errno
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -381,9 +385,10 @@ def split_bid(bid):
 NODE_KILL_WINDOW_S = 10.0
 
 
-def check_run(msgs, deliveries, node_kills=()):
+def check_run(msgs, deliveries, node_kills=(), verdicts=None):
     """msgs: Load.msgs; deliveries: [harness.Msg]; node_kills: monotonic
-    times of the node kills. Returns (report dict, [failure strings])."""
+    times of the node kills; verdicts: trace_superseded()'s. Returns
+    (report dict, [failure strings])."""
     early_tol = h.early_tolerance()
     per_id = {}
     for m in deliveries:
@@ -418,12 +423,14 @@ def check_run(msgs, deliveries, node_kills=()):
         if first - r["t0"] < r["ms"] / 1000.0 - early_tol:
             early.append((mid, round(first - r["t0"], 3), r["ms"] / 1000.0))
     superseded = {"replaced-delivered": [], "cancelled-delivered": []}
-    event_lost = []
+    event_lost, late = [], []
     for mid, kind in never.items():
         if mid in per_id:
             later = keys[msgs[mid]["key"]][-1]
             tl = msgs[later]["t0"]
-            if any(k - 1.0 <= tl <= k + NODE_KILL_WINDOW_S for k in node_kills):
+            if (verdicts or {}).get(mid) == "late":
+                late.append(mid)
+            elif any(k - 1.0 <= tl <= k + NODE_KILL_WINDOW_S for k in node_kills):
                 event_lost.append(mid)
             else:
                 superseded[kind].append(mid)
@@ -469,6 +476,7 @@ def check_run(msgs, deliveries, node_kills=()):
         "cancelled_delivered": superseded["cancelled-delivered"],
         "superseded": len(never),
         "event_lost_in_node_kill": sorted(event_lost),
+        "successor_late": sorted(late),
         "ambiguous_keys": ambiguous_keys,
         "unknown": unknown,
         "dups": dups,
@@ -491,29 +499,49 @@ def check_run(msgs, deliveries, node_kills=()):
     return rep, fails
 
 
-def trace_superseded(msgs, deliveries, t_start=None):
+TAP_EVENT = re.compile(r"^(\S+) (\S+) from publish .*x-delay-key=S\(b'([^']*)'\) "
+                       r"x-delay-key-at=l\((\d+)\) x-delay-key-event=S\(b'(\w+)'\)")
+
+
+def tap_key_events(path):
+    """The key events the bridges published, from a --tap file: key ->
+    [(x-delay-key-at in epoch s: when the sending bridge took the delivery,
+    proxy, "replace" or "cancel")]."""
+    ev = {}
+    with open(path) as f:
+        for line in f:
+            m = TAP_EVENT.match(line)
+            if m:
+                ev.setdefault(m.group(3), []).append((int(m.group(4)) / 1000.0, m.group(2),
+                                                      m.group(5)))
+    return ev
+
+
+def trace_superseded(msgs, deliveries, t_start=None, events=None, t_start_wall=None):
     """For every superseded version that was delivered, the events that
     decide whether a bridge missed its replacement: when each version of the
     key was published and delivered, through which log (x-delay-bridge-id:
     log id and msg id, the LSN of its ADD, so ids of one log run in the
-    order it took them), and when the successor's log took the successor,
-    bracketed by its neighbours in that log:
+    order it took them), and when a bridge took the successor:
 
-      taken_after   the latest publication of a message the same log took
-                    before it (a lower msg id): nothing is taken before it
-                    is published;
+      taken_after   the latest publication of a message the successor's log
+                    took before it (a lower msg id): nothing is taken
+                    before it is published;
       taken_before  the earliest (delivery - delay) of a message the same
                     log took after it (a higher msg id): a bridge never
                     fires early, so each was taken at most its delay before
-                    it arrived.
+                    it arrived;
+      key event     with --tap (events: tap_key_events()), the time the
+                    bridge that took the successor (a version 2 or a
+                    cancel) wrote in its key event (x-delay-key-at): when
+                    it took it, to the ms.
 
     The old version cannot have fired before its due time (published + its
-    delay) and had fired by the time it arrived. So "taken_after > the old
-    version's arrival" proves the successor reached its bridge after the
-    old version had fired (too late to replace it: not a miss), and
-    "taken_before < the old version's due time" proves the bridge held
-    the successor while the old version was still to fire (a miss).
-    Returns text lines; times are seconds from t_start."""
+    delay) and had fired by the time it arrived. So a successor taken after
+    the old version arrived came too late to replace it ("late": not a
+    miss), and one held while the old version was still to fire proves a
+    miss ("miss"). Returns (text lines, {old message id: "late" | "miss" |
+    "undecided"}); times are seconds from t_start."""
     t_start = t_start if t_start is not None else min(r["t0"] for r in msgs.values())
     per_id, per_log = {}, {}
     for m in deliveries:
@@ -527,10 +555,10 @@ def trace_superseded(msgs, deliveries, t_start=None):
     for mid, r in msgs.items():
         if r["key"]:
             keys.setdefault(r["key"], []).append(mid)
-    out = []
+    out, verdicts = [], {}
 
     def rel(t):
-        return "%.1f" % (t - t_start) if t is not None else "-"
+        return "%.2f" % (t - t_start) if t is not None else "-"
 
     for k, mids in sorted(keys.items()):
         mids.sort()
@@ -540,40 +568,53 @@ def trace_superseded(msgs, deliveries, t_start=None):
             new = mids[-1]
             ro, rn = msgs[old], msgs[new]
             do = min(per_id[old], key=lambda m: m.t)
+            due = ro["t0"] + ro["ms"] / 1000.0
             out.append("key %s: old %s published %s delay %.1f s (due >= %s), delivered %s "
-                       "via %s" % (k, old, rel(ro["t0"]), ro["ms"] / 1000.0,
-                                   rel(ro["t0"] + ro["ms"] / 1000.0), rel(do.t), do.bridge_id))
-            if new not in per_id:
-                out.append("  successor %s (%s) published %s, not delivered: its log is "
-                           "unknown" % (new, rn["op"], rel(rn["t0"])))
-                continue
-            dn = min(per_id[new], key=lambda m: m.t)
-            log_id, num = split_bid(dn.bridge_id)
-            num = int(num)
-            ids = per_log.get(log_id, [])
-            before = [msgs[x]["t0"] for n, x, t in ids if n < num]
-            after = [(t - msgs[x]["ms"] / 1000.0, n, x) for n, x, t in ids if n > num]
-            lo = max(before) if before else None
-            hi = min(after) if after else None
-            same = split_bid(do.bridge_id)[0] == log_id
-            out.append("  successor %s published %s delay %.1f s, delivered %s via %s (%s log); "
-                       "its log took it after %s and before %s (%s)"
-                       % (new, rel(rn["t0"]), rn["ms"] / 1000.0, rel(dn.t), dn.bridge_id,
-                          "the same" if same else "another", rel(lo),
-                          rel(hi[0] if hi else None),
-                          "next id %d, %s" % (hi[1], hi[2]) if hi else "no later id"))
-            if lo is not None and lo > do.t:
-                out.append("  => taken %.1f s after the old version arrived: it came too late "
-                           "to replace it (not a miss)" % (lo - do.t))
-            elif hi is not None and hi[0] < ro["t0"] + ro["ms"] / 1000.0:
-                out.append("  => taken %.1f s before the old version could fire: %s"
-                           % (ro["t0"] + ro["ms"] / 1000.0 - hi[0],
-                              "the log that held both missed the replacement" if same else
-                              "a key event did not cancel the old version"))
+                       "via %s" % (k, old, rel(ro["t0"]), ro["ms"] / 1000.0, rel(due), rel(do.t),
+                                   do.bridge_id))
+            lo = hi = None
+            if new in per_id:
+                dn = min(per_id[new], key=lambda m: m.t)
+                log_id, num = split_bid(dn.bridge_id)
+                num = int(num)
+                ids = per_log.get(log_id, [])
+                before = [msgs[x]["t0"] for n, x, t in ids if n < num]
+                after = [(t - msgs[x]["ms"] / 1000.0, n, x) for n, x, t in ids if n > num]
+                lo = max(before) if before else None
+                hi = min(after) if after else None
+                same = split_bid(do.bridge_id)[0] == log_id
+                out.append("  successor %s published %s delay %.1f s, delivered %s via %s (%s "
+                           "log); its log took it after %s and before %s (%s)"
+                           % (new, rel(rn["t0"]), rn["ms"] / 1000.0, rel(dn.t), dn.bridge_id,
+                              "the same" if same else "another", rel(lo),
+                              rel(hi[0] if hi else None),
+                              "next id %d, %s" % (hi[1], hi[2]) if hi else "no later id"))
+                hi = hi[0] if hi else None
             else:
+                out.append("  successor %s (%s) published %s, not delivered"
+                           % (new, rn["op"], rel(rn["t0"])))
+            if events is not None and t_start_wall is not None:
+                want = "cancel" if rn["op"] == "cancel" else "replace"
+                ats = sorted((at - t_start_wall + t_start, proxy) for at, proxy, kind in
+                             events.get(k, []) if kind == want and
+                             at - t_start_wall + t_start >= rn["t0"] - 0.5)
+                for t, proxy in ats:
+                    out.append("  key event %s sent through %s: taken at %s" % (want, proxy, rel(t)))
+                if ats:  # the first event: when the first bridge took it, exactly
+                    lo = hi = ats[0][0]
+            if lo is not None and lo > do.t:
+                verdicts[old] = "late"
+                out.append("  => taken %.2f s after the old version arrived: it came too late "
+                           "to replace it (not a miss)" % (lo - do.t))
+            elif hi is not None and hi < due:
+                verdicts[old] = "miss"
+                out.append("  => taken %.2f s before the old version could fire: a MISS"
+                           % (due - hi))
+            else:
+                verdicts[old] = "undecided"
                 out.append("  => undecided by the record: read the logs' WAL history "
-                           "(--keep-wal, wal_history.py)")
-    return out
+                           "(--keep-wal, wal_history.py) and the tap (--tap)")
+    return out, verdicts
 
 
 def trace_wal(msgs, deliveries, keep, wall0):
@@ -1057,6 +1098,8 @@ def run(ctx, cdir, args):
     load = Load(ch.route["ingress_exchange"], args.rate, rng, args.key_gap)
     load.start()
     ch.t_start, ch.t_start_wall = time.monotonic(), time.time()
+    if args.tap:
+        ch.proxies.tap(open(args.tap, "w", buffering=1), ch.t_start)
     t_end = ch.t_start + seconds
     todo = list(schedule)
     try:
@@ -1092,11 +1135,16 @@ def run(ctx, cdir, args):
     deliveries = sink.snapshot()
     if args.plant:
         plant(args.plant, msgs, deliveries, random.Random(args.seed))
-    rep, fails = check_run(msgs, deliveries, ch.node_kills)
+    events = None
+    if args.tap:
+        ch.proxies.tap_file.flush()
+        events = tap_key_events(args.tap)
+    trace, verdicts = trace_superseded(msgs, deliveries, ch.t_start, events, ch.t_start_wall)
+    rep, fails = check_run(msgs, deliveries, ch.node_kills, verdicts)
     dump_record(args.record or os.path.join(ctx.tmp, "record.json"), msgs, deliveries,
                 ch.node_kills, ch.t_start, ch.t_start_wall)
     report(ch, load, sink, rep, args)
-    for line in trace_superseded(msgs, deliveries, ch.t_start):
+    for line in trace:
         h.log("CHAOS TRACE " + line)
     if args.keep_wal:
         trace_wal(msgs, deliveries, args.keep_wal, ch.t_start_wall)
@@ -1150,13 +1198,17 @@ def recheck(args):
         deliveries.append(m)
     if args.plant:
         plant(args.plant, msgs, deliveries, random.Random(args.seed))
-    rep, fails = check_run(msgs, deliveries, r.get("node_kills", ()))
+    events = tap_key_events(args.tap) if args.tap else None
+    trace, verdicts = trace_superseded(msgs, deliveries, r.get("t_start"), events,
+                                       r.get("t_start_wall"))
+    rep, fails = check_run(msgs, deliveries, r.get("node_kills", ()), verdicts)
     h.log("CHAOS RECHECK %s: sent=%d expected=%d delivered=%d lost=%d early=%d "
-          "replaced_delivered=%d cancelled_delivered=%d unknown=%d duplicates %s"
+          "replaced_delivered=%d cancelled_delivered=%d successor_late=%d unknown=%d "
+          "duplicates %s"
           % (args.recheck, rep["sent"], rep["expected"], rep["delivered"], len(rep["lost"]),
              len(rep["early"]), len(rep["replaced_delivered"]), len(rep["cancelled_delivered"]),
-             len(rep["unknown"]), rep["dups"]))
-    for line in trace_superseded(msgs, deliveries, r.get("t_start")):
+             len(rep["successor_late"]), len(rep["unknown"]), rep["dups"]))
+    for line in trace:
         h.log("CHAOS TRACE " + line)
     for f in fails:
         h.log("CHAOS RECHECK FAIL: %s" % f)
@@ -1178,6 +1230,9 @@ def report(ch, load, sink, rep, args):
       "(key event lost with the node; README: a broker crash that loses the event lets both "
       "versions fire): %d %s" % (len(rep["event_lost_in_node_kill"]),
                                  rep["event_lost_in_node_kill"][:5]))
+    L("CHAOS superseded versions delivered whose successor reached a bridge only after they "
+      "had been delivered (too late to replace them: CHAOS TRACE proves it): %d %s"
+      % (len(rep["successor_late"]), rep["successor_late"][:5]))
     for kind, n in rep["dups"].items():
         L("CHAOS duplicates %-21s %5d  e.g. %s -- %s" % (kind, n, rep["dup_examples"][kind][:3],
                                                         DUP_REASONS[kind]))
@@ -1212,6 +1267,9 @@ def main():
     ap.add_argument("--keep-wal", default=None, metavar="DIR",
                     help="copy every WAL segment of every bridge as it grows into DIR/BRIDGE/ "
                     "(wal_history.py reads them)")
+    ap.add_argument("--tap", default=None, metavar="FILE",
+                    help="write every delivery to and publish from a bridge that the proxies "
+                    "pass (message-id, x-delay-key* headers) to FILE (chaos_proxy.py's tap)")
     ap.add_argument("--recheck", default=None, metavar="FILE",
                     help="run no system: only the checker, over a --record file")
     args = ap.parse_args()

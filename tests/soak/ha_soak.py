@@ -140,10 +140,11 @@ def wait_state(port, want, timeout, who):
 class Load(threading.Thread):
     """Publishes at a steady rate until stopped; keyed messages get a second version."""
 
-    def __init__(self, route, rate, rng):
+    def __init__(self, route, rate, rng, body_bytes=200):
         super().__init__(daemon=True)
         self.route = route
         self.rate = rate
+        self.body = b"v" * body_bytes
         self.rng = rng
         self.stop = threading.Event()
         self.sent = {}        # message_id -> (time before publish, delay ms)
@@ -179,7 +180,7 @@ class Load(threading.Thread):
                 else:
                     ms = self.rng.randint(1000, self.max_delay_ms)
                 hdrs["x-delay"] = h.i32(ms)
-                self.sent[mid] = (p.publish(self.route["ingress_exchange"], "rk", b"v" * 200,
+                self.sent[mid] = (p.publish(self.route["ingress_exchange"], "rk", self.body,
                                             headers=hdrs, message_id=mid, delivery_mode=2), ms)
             p.close()
         except BaseException as e:  # noqa: B902 -- reported by the main thread
@@ -227,7 +228,7 @@ def soak(ctx, args):
         rsslog = RssLog(args.rss_log, args.rss_every,
                         lambda: {w: br[w].proc.pid for w in ("a", "b") if br[w].alive()})
         rsslog.start()
-    load = Load(route, args.rate, rng)
+    load = Load(route, args.rate, rng, args.body_bytes)
     load.start()
     t_start = time.monotonic()
     t_end = t_start + args.minutes * 60.0
@@ -319,6 +320,7 @@ def main():
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--kill-every", type=float, default=150.0, help="seconds between owner kills")
     ap.add_argument("--rate", type=float, default=40.0, help="messages per second")
+    ap.add_argument("--body-bytes", type=int, default=200, help="bytes of each message's body")
     ap.add_argument("--consumer-timeout-ms", type=int, default=5000)
     ap.add_argument("--renew-ms", type=int, default=1000, help="wal.replicate.lease_renew_ms")
     ap.add_argument("--seed", type=int, default=None)
