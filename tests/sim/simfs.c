@@ -58,7 +58,8 @@
  * somewhere keeps its blocks, as on Linux), of what each has allocated: its
  * current size -- unsynced writes count, the page cache holds them for the
  * disk -- or more where fallocate (FALLOC_FL_KEEP_SIZE) took more, rounded
- * up to the block size (simfs_set_block: 1 or 4096). Then:
+ * up to the block (simfs_set_block; 4096 unless set: the liveness seeds
+ * use 1 byte or a power of two up to 1/16 segment). Then:
  *
  *   write      one that would grow the usage past capacity writes the
  *              prefix that fits and returns its length (a short write), or
@@ -70,7 +71,9 @@
  *              simfs_set_fallocate(0) it fails with EOPNOTSUPP, as on a file
  *              system without it (the caller writes zeros instead);
  *   truncate   and unlink give the space back at once (the last name gone
- *              and no descriptor open, for unlink);
+ *              and no descriptor open, for unlink); a truncate that grows a
+ *              file takes its bytes unchecked (files are dense here, and
+ *              the log only ever shrinks one);
  *   fstatvfs   f_bsize = f_frsize = the block size, f_blocks the capacity,
  *              f_bfree = f_bavail what is free (2^40 blocks of each without
  *              a limit); fstat's st_blocks counts the allocated 512-byte
@@ -214,7 +217,7 @@ static struct {
     int plant_nosync;
     /* capacity (simfs_set_capacity); 0 = no limit */
     uint64_t capacity, walk;
-    uint32_t block;      /* allocation unit, 1 or 4096 (0: 4096, the default) */
+    uint32_t block;      /* allocation unit (0: 4096, the default) */
     int no_fallocate;    /* fallocate fails with EOPNOTSUPP */
     int plant_stuck;     /* --plant reserve-stuck */
     uint64_t refusals;   /* calls refused for capacity */

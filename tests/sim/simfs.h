@@ -73,7 +73,7 @@ void simfs_set_plant_reserve_stuck(int on);
  * unlink give space back. Set after simfs_reset(), which clears it.
  */
 void simfs_set_capacity(uint64_t bytes);
-/* The allocation unit files are rounded up to, and fstatvfs's f_frsize: 1 or 4096 (the default). */
+/* The allocation unit files are rounded up to, and fstatvfs's f_frsize (4096 unless set). */
 void simfs_set_block(uint32_t block);
 /* 0: fallocate fails with EOPNOTSUPP (a file system without it); 1, the default: it works. */
 void simfs_set_fallocate(int on);
