@@ -108,9 +108,12 @@ trace_superseded()): when each version was published and delivered, via
 which log, and when the successor's log took it, bracketed by its
 neighbours' ids. --keep-wal DIR copies every WAL segment as it grows, so
 the records compaction deletes can still be read (wal_history.py);
---tap FILE writes each delivery to and publish from a bridge as its proxy
-passes it (ingress deliveries, target publishes, key events with their
-x-delay-key-at), with the same t.
+the proxies' tap (chaos_proxy.py) writes each delivery to and publish from
+a bridge as its proxy passes it (ingress deliveries, target publishes, key
+events with their x-delay-key-at), with the same t, to tap.txt of the run
+(or --tap FILE); the trace reads the key events from it. A superseded
+version whose successor the trace proves was taken only after the old
+version had been delivered is counted apart (successor_late), not failed.
 
   tests/soak/chaos_soak.py --minutes 10 --seed 1   # the README's table
   tests/soak/chaos_soak.py --minutes 3             # a new seed, printed
@@ -1098,8 +1101,8 @@ def run(ctx, cdir, args):
     load = Load(ch.route["ingress_exchange"], args.rate, rng, args.key_gap)
     load.start()
     ch.t_start, ch.t_start_wall = time.monotonic(), time.time()
-    if args.tap:
-        ch.proxies.tap(open(args.tap, "w", buffering=1), ch.t_start)
+    tap_path = args.tap or os.path.join(ctx.tmp, "tap.txt")  # kept with a failed run
+    ch.proxies.tap(open(tap_path, "w", buffering=1), ch.t_start)
     t_end = ch.t_start + seconds
     todo = list(schedule)
     try:
@@ -1135,10 +1138,8 @@ def run(ctx, cdir, args):
     deliveries = sink.snapshot()
     if args.plant:
         plant(args.plant, msgs, deliveries, random.Random(args.seed))
-    events = None
-    if args.tap:
-        ch.proxies.tap_file.flush()
-        events = tap_key_events(args.tap)
+    ch.proxies.tap_file.flush()
+    events = tap_key_events(tap_path)
     trace, verdicts = trace_superseded(msgs, deliveries, ch.t_start, events, ch.t_start_wall)
     rep, fails = check_run(msgs, deliveries, ch.node_kills, verdicts)
     dump_record(args.record or os.path.join(ctx.tmp, "record.json"), msgs, deliveries,
@@ -1269,7 +1270,8 @@ def main():
                     "(wal_history.py reads them)")
     ap.add_argument("--tap", default=None, metavar="FILE",
                     help="write every delivery to and publish from a bridge that the proxies "
-                    "pass (message-id, x-delay-key* headers) to FILE (chaos_proxy.py's tap)")
+                    "pass (message-id, x-delay-key* headers) to FILE instead of the run's "
+                    "tap.txt; with --recheck, read the key events from FILE")
     ap.add_argument("--recheck", default=None, metavar="FILE",
                     help="run no system: only the checker, over a --record file")
     args = ap.parse_args()
