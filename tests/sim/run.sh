@@ -1,13 +1,14 @@
 #!/bin/sh
 # tests/sim/run.sh -- run the deterministic simulator over a range of seeds.
 #
-#   tests/sim/run.sh --seeds N [--from S] [-j J] [--bin PATH] [--liveness] [--plant NAME]
+#   tests/sim/run.sh --seeds N [--from S] [-j J] [--bin PATH] [--liveness] [--disk SEGMENTS] [--plant NAME]
 #
 # Prints one line per failing seed with the command that replays it
 # exactly, then "N passed, N failed" and the figures (simulated operations
 # and file-layer calls per second). With -j J the range is cut into J
 # slices run side by side (each its own process). --liveness makes every
-# seed a liveness seed (README: a small disk that must drain). Exit 0 when every seed
+# seed a liveness seed (README: a small disk that must drain), --disk N
+# gives a liveness seed's disk N segments. Exit 0 when every seed
 # passed. The binary is build/tests/sim/sim unless --bin says otherwise
 # (it is built by cmake --build build --target db_sim).
 set -eu
@@ -25,7 +26,8 @@ main() {
             --bin) bin=$2; shift 2 ;;
             --plant) extra="$extra --plant $2"; shift 2 ;;
             --liveness) extra="$extra --liveness"; shift ;;
-            *) echo "usage: $0 --seeds N [--from S] [-j J] [--bin PATH] [--liveness] [--plant NAME]" >&2; exit 2 ;;
+            --disk) extra="$extra --disk $2"; shift 2 ;;
+            *) echo "usage: $0 --seeds N [--from S] [-j J] [--bin PATH] [--liveness] [--disk SEGMENTS] [--plant NAME]" >&2; exit 2 ;;
         esac
     done
     [ -x "$bin" ] || { echo "$0: no simulator at $bin (cmake --build build --target db_sim)" >&2; exit 2; }

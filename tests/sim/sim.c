@@ -1050,6 +1050,7 @@ static double now_s(void)
 static void usage(void)
 {
     fprintf(stderr, "usage: sim [--seeds N] [--from S] [--seed S] [--verbose] [--no-fork] [--liveness]\n"
+                    "           [--disk SEGMENTS]\n"
                     "           [--plant early-fire|fsync-lie|stream-hole|reserve-stuck]\n");
     exit(2);
 }
@@ -1140,6 +1141,8 @@ int main(int argc, char **argv)
             opt.no_fork = 1;
         else if (strcmp(argv[i], "--liveness") == 0)
             opt.liveness = 1;
+        else if (strcmp(argv[i], "--disk") == 0 && i + 1 < argc)
+            opt.disk_segs = atoi(argv[++i]);
         else if (strcmp(argv[i], "--plant") == 0 && i + 1 < argc) {
             i++;
             if (strcmp(argv[i], "early-fire") == 0)
@@ -1188,8 +1191,11 @@ int main(int argc, char **argv)
             live_share = (double)res.live_steps / (double)res.live_bound;
         if (res.failed) {
             failed++;
-            printf("FAIL seed %" PRIu64 ": %s -- replay: %s --seed %" PRIu64 "%s%s%s\n", s, res.why,
-                   self, s, opt.liveness ? " --liveness" : "", opt.plant_early ? " --plant early-fire" : "",
+            char disk[32] = "";
+            if (opt.disk_segs)
+                snprintf(disk, sizeof(disk), " --disk %d", opt.disk_segs);
+            printf("FAIL seed %" PRIu64 ": %s -- replay: %s --seed %" PRIu64 "%s%s%s%s\n", s, res.why,
+                   self, s, opt.liveness ? " --liveness" : "", disk, opt.plant_early ? " --plant early-fire" : "",
                    opt.plant_nosync ? " --plant fsync-lie" : opt.plant_hole ? " --plant stream-hole" :
                    opt.plant_stuck ? " --plant reserve-stuck" : "");
             fflush(stdout);

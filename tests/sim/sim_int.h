@@ -48,6 +48,7 @@ struct sim_opt {
     int plant_hole;   /* --plant stream-hole: the import's "not whole" is ignored */
     int plant_stuck;  /* --plant reserve-stuck: truncating RESERVE gives no space back */
     int liveness;     /* --liveness: every seed is a liveness seed */
+    int disk_segs;    /* --disk N: a liveness seed's disk is N segments, not 6-16 from the seed */
     int no_fork;
 };
 

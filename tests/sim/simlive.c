@@ -141,6 +141,8 @@ void live_configure(uint64_t seed)
             G.live.block *= 2;
     seg = (G.seg_bytes + G.live.block - 1) / G.live.block * G.live.block;
     G.live.capacity = (6 + sim_below(&l, 11)) * seg;
+    if (opt.disk_segs)
+        G.live.capacity = (uint64_t)opt.disk_segs * seg;
     G.live.overshoot = (uint32_t)sim_below(&l, 1 + G.seg_bytes / 256) * OVERSHOOT_IN_LOG;
     G.live.adds = 8 + (int)sim_below(&l, 40);
     /*
