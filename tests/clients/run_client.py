@@ -115,6 +115,19 @@ def python_cmd(module, script, pkg):
     return [py, os.path.join(HERE, "python", script)], None
 
 
+def amqp10_cmd():
+    """AMQP 1.0 is a core protocol from RabbitMQ 4.0 on, and only there does the
+    broker hand x- message annotations to a 0-9-1 consumer (the bridge) as
+    headers; 3.x needs the rabbitmq_amqp1_0 plugin and puts them in
+    x-amqp-1.0-message-annotations, which the bridge does not read."""
+    v = h.broker_version()
+    need(not v.startswith("3."), "AMQP 1.0 publishers need RabbitMQ 4.x (this broker is %s: AMQP 1.0 "
+         "is a plugin there, and annotations are not handed over as headers); run with "
+         "DB_RABBITMQ=4.0 or 4.3" % v)
+    cmd, env = python_cmd("proton", "publish.py", "python3-qpid-proton")
+    return [cmd[0], os.path.join(HERE, "amqp10", "publish.py")], env
+
+
 CLIENTS = {
     "amqplib": node_cmd,
     "php-amqplib": php_cmd,
@@ -124,6 +137,7 @@ CLIENTS = {
     "pika": lambda: python_cmd("pika", "publish_pika.py", "python3-pika"),
     "kombu": lambda: python_cmd("kombu", "publish_kombu.py", "python3-kombu"),
     "celery": lambda: python_cmd("celery", "publish_celery.py", "python3-celery"),
+    "amqp10": amqp10_cmd,
 }
 
 

@@ -2,11 +2,13 @@
 # labels "clients" and "integration", sharing the integration tests' broker
 # fixture. Each skips (77) with the package to install when its toolchain
 # or library is missing; deploy/packages.sh's "clients" group installs them.
+# amqp10 (AMQP 1.0 publishers, python3-qpid-proton) runs on RabbitMQ 4.x only
+# (DB_RABBITMQ=4.0 or 4.3) and skips on 3.10.
 #
 #   ctest --test-dir build -L clients --output-on-failure
 #   ctest --test-dir build -R clients.kombu -V
 
-set(db_client_names amqplib php-amqplib bunny amqp091-go java pika kombu celery)
+set(db_client_names amqplib php-amqplib bunny amqp091-go java pika kombu celery amqp10)
 foreach(client ${db_client_names})
   add_test(NAME clients.${client}
            COMMAND ${DB_PYTHON3} -u ${CMAKE_CURRENT_SOURCE_DIR}/clients/run_client.py ${client})
