@@ -26,7 +26,7 @@ Checked in every case:
 Cases (argument; none: "tmpfs"):
   tmpfs   the issue's run: tmpfs 8 MiB, segment_mb 1, 6,000 x 2 KiB, x-delay 4 s
   tiny    tmpfs 4 MiB, segment_mb 1: under 5 x segment_mb, refused at start
-          (exit 2, naming wal.segment_mb)
+          (exit 3, naming wal.segment_mb)
   edge    tmpfs 5 MiB, segment_mb 1: the smallest volume the bridge takes
           (the reserve, the two free segments intake resumes at, the one
           being written), 4,000 x 2 KiB in many rounds
@@ -65,8 +65,7 @@ LATE_BOUND_S = 15.0  # after its due time counted from the bridge's receipt
 
 # README "When the WAL's disk fills up": a volume under 5 x segment_mb (as
 # df counts it) is refused at start, naming wal.segment_mb: a configuration
-# error, exit 3 (README "exit code"; that section said exit 2 on
-# 2026-11-27, the daemon exits 3 as for every other key).
+# error, exit 3.
 REFUSE_EXIT = 3
 PAUSED = "WAL space low: consuming paused"
 RESUMED = "WAL space again: consuming resumes"
@@ -209,7 +208,7 @@ def run(ctx, case, fs):
     check(not (case.kw.get("must_refuse") and b.alive()), "the bridge started on a %.0f MiB "
           "volume, under 5 x segment_mb %d" % (total / MIB, case.segment_mb))
     if not b.alive():
-        # A volume too small for segment_mb is refused (exit 2, naming
+        # A volume too small for segment_mb is refused (exit 3, naming
         # wal.segment_mb); one the bridge takes must never leave it stuck.
         text = b.log_text()
         said = [l for l in text.splitlines() if "wal.segment_mb" in l] or text.splitlines()[-3:]
