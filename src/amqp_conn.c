@@ -88,6 +88,40 @@ int amqp_conn_check(struct amqp_conn *c, const char *what, char *err, size_t err
     return -1;
 }
 
+int amqp_conn_reopen(struct amqp_conn *c, amqp_channel_t ch, char *err, size_t errlen)
+{
+    amqp_channel_close_ok_t ok;
+
+    if (amqp_send_method(c->st, ch, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) != AMQP_STATUS_OK) {
+        snprintf(err, errlen, "channel.close-ok: connection lost");
+        return -1;
+    }
+    amqp_channel_open(c->st, ch);
+    return amqp_conn_check(c, "channel.open", err, errlen);
+}
+
+int amqp_conn_server_version(const struct amqp_conn *c)
+{
+    const amqp_table_t *t = amqp_get_server_properties(c->st);
+
+    for (int i = 0; t && i < t->num_entries; i++) {
+        const amqp_table_entry_t *e = &t->entries[i];
+        if (e->key.len == 7 && memcmp(e->key.bytes, "version", 7) == 0 &&
+            e->value.kind == AMQP_FIELD_KIND_UTF8) {
+            const char *v = e->value.value.bytes.bytes;
+            size_t k = 0, len = e->value.value.bytes.len;
+            int major = 0, minor = 0;
+            for (; k < len && v[k] >= '0' && v[k] <= '9'; k++)
+                major = major * 10 + (v[k] - '0');
+            if (k < len && v[k] == '.')
+                for (k++; k < len && v[k] >= '0' && v[k] <= '9'; k++)
+                    minor = minor * 10 + (v[k] - '0');
+            return major * 100 + (minor < 100 ? minor : 99);
+        }
+    }
+    return 0;
+}
+
 int amqp_conn_buffered(const struct amqp_conn *c)
 {
     return c->st && (amqp_frames_enqueued(c->st) || amqp_data_in_buffer(c->st));

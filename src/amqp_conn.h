@@ -68,6 +68,16 @@ const char *amqp_conn_reply_text(amqp_rpc_reply_t r, char *buf, size_t len);
 int amqp_conn_check(struct amqp_conn *c, const char *what, char *err, size_t errlen);
 
 /*
+ * After the broker refused an RPC on channel ch (its channel.close): answer
+ * with channel.close-ok and open ch again. 0, or -1 with the reason in err.
+ */
+int amqp_conn_reopen(struct amqp_conn *c, amqp_channel_t ch, char *err, size_t errlen);
+
+/* The broker's version, from connection.start's "version": major * 100 + minor (4.3.6: 403;
+ * 0: unknown). */
+int amqp_conn_server_version(const struct amqp_conn *c);
+
+/*
  * f is a channel.close or connection.close from the broker: answer it with
  * the matching close-ok and put "channel closed by broker: CODE TEXT" in why.
  */

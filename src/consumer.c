@@ -229,8 +229,21 @@ static int declare_route(struct consumer *c, const struct config_route *rc, char
         qarg[qargs.num_entries].value.kind = AMQP_FIELD_KIND_BOOLEAN;
         qarg[qargs.num_entries++].value.value.boolean = 1;
     }
-    amqp_queue_declare(st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_queue), 0, 1, 0, 0,
-                       qargs);
+    /* Arguments an old queue may refuse (406), dropped last first: README "Supported brokers" */
+    int v = rc->queue_type == QUEUE_QUORUM ? amqp_conn_server_version(&c->conn) : 0;
+    int extra = (v >= 400) + (v >= 403) + (rc->queue_type == QUEUE_CLASSIC);
+    if (rc->queue_type == QUEUE_CLASSIC)
+        arg_str(&qargs, "x-queue-type", "classic");
+    if (v >= 400)
+        arg_i64(&qargs, "x-delivery-limit", -1);
+    if (v >= 403)
+        arg_i64(&qargs, "x-consumer-disconnected-timeout", 1000);
+    for (amqp_bytes_t q = amqp_cstring_bytes(rc->ingress_queue);
+         !amqp_queue_declare(st, CONSUMER_CHANNEL, q, 0, 1, 0, 0, qargs) && extra--;) {
+        if (amqp_conn_reopen(&c->conn, CONSUMER_CHANNEL, err, len) < 0)
+            return -1;
+        qargs.num_entries--;
+    }
     if (amqp_conn_check(&c->conn, "declare ingress queue", err, len) < 0)
         return -1;
     amqp_queue_bind(st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_queue),
