@@ -1326,28 +1326,31 @@ def _run_quiet(cmd):
 
 def on_volume(ctx, fstype, size_mb, fn):
     """fn(path) with path the mount point of a fresh file system of size_mb
-    MiB made for it: "tmpfs", or "ext4" / "xfs" made with mkfs on a loop
-    device over a file in ctx.tmp (the file system's defaults, as a user's
-    would be). After whatever happened, the bridges are killed (their files
-    are on it), it is unmounted and the loop device detached. Root only:
-    Skip otherwise, or when mkfs, a loop device or the mount is missing."""
+    MiB (a whole number of KiB) made for it: "tmpfs", or "ext4" / "xfs"
+    made with mkfs on a loop device over a file in ctx.tmp (the file
+    system's defaults, as a user's would be). After whatever happened, the
+    bridges are killed (their files are on it), it is unmounted and the
+    loop device detached. Root only: Skip otherwise, or when mkfs, a loop
+    device or the mount is missing."""
     if os.geteuid() != 0:
         raise Skip("mounting a small file system for the WAL needs root")
     mnt = os.path.join(ctx.tmp, "walfs")
     os.makedirs(mnt)
     loop = None
     if fstype == "tmpfs":
-        rc, out = _run_quiet(["mount", "-t", "tmpfs", "-o", "size=%dm" % size_mb, "tmpfs", mnt])
+        rc, out = _run_quiet(["mount", "-t", "tmpfs", "-o", "size=%dk" % int(size_mb * 1024),
+                              "tmpfs", mnt])
         if rc != 0:
             raise Skip("cannot mount a tmpfs here: %s" % out)
     else:
-        mkfs = shutil.which("mkfs." + fstype) or shutil.which("mkfs." + fstype, path="/sbin:/usr/sbin")
+        mkfs = (shutil.which("mkfs." + fstype) or
+                shutil.which("mkfs." + fstype, path="/sbin:/usr/sbin"))
         if not mkfs:
             raise Skip("mkfs.%s not found (apt-get install %s)" % (
                 fstype, {"xfs": "xfsprogs"}.get(fstype, "e2fsprogs")))
         img = os.path.join(ctx.tmp, "walfs.img")
         with open(img, "wb") as f:
-            f.truncate(size_mb * 1024 * 1024)
+            f.truncate(int(size_mb * 1024) * 1024)
         rc, out = _run_quiet(["losetup", "--find", "--show", img])
         if rc != 0:
             raise Skip("no loop device here: %s" % out)
@@ -1361,7 +1364,7 @@ def on_volume(ctx, fstype, size_mb, fn):
         except BaseException:
             _run_quiet(["losetup", "-d", loop])
             raise
-    log("WAL volume: %s of %d MiB on %s%s" % (fstype, size_mb, mnt, " (%s)" % loop if loop else ""))
+    log("WAL volume: %s of %g MiB on %s%s" % (fstype, size_mb, mnt, " (%s)" % loop if loop else ""))
     try:
         return fn(mnt)
     finally:

@@ -36,6 +36,8 @@ Cases (argument; none: "tmpfs"):
   held    the same volume, x-delay 15 s: all held when it fills (checked:
           none fired before intake paused), then they fire
   ext4    a 16 MiB ext4 on a loop device, segment_mb 1, 12,000 x 2 KiB, 4 s
+  ext4min ext4 of 6620 KiB: df counts 5.0 MiB (5 x segment_mb, the least the
+          bridge takes), 4.5 MiB of it available; 4,000 x 2 KiB
   repl    tmpfs 8 MiB with wal.replicate (the log published to a stream)
   keys    tmpfs 8 MiB: 100 keyed messages due in 45 s, 40 of them cancelled
           (x-delay-cancel) and 20 replaced inside the flood that fills the disk
@@ -97,6 +99,9 @@ CASES = {c.name: c for c in [
          rng.randint(100, 6000), fired_at_fill=True),
     Case("held", delay=lambda i, rng: 15000, bound_s=100, stall_s=40, fired_at_fill=False),
     Case("ext4", fs="ext4", size_mb=16, n=12000),
+    # 6620 KiB of ext4 (1 KiB blocks, a journal): df counts 5.0 MiB, just
+    # 5 x segment_mb, of which 4.5 are available: the least ext4 the bridge takes.
+    Case("ext4min", fs="ext4", size_mb=6620 / 1024.0, n=4000, bound_s=100, budget_s=170),
     Case("repl", repl=True),
     Case("keys", keys=True, bound_s=90, stall_s=KEYED_MS / 1000.0 + 10),
     Case("stream", route={"queue_type": "stream", "stream_max_mb": 512}),
@@ -217,7 +222,7 @@ def run(ctx, case, fs):
               "the bridge exited with %s at start on a %.0f MiB volume (want %s): %s"
               % (b.proc.returncode, total / MIB, "exit %d naming wal.segment_mb" % REFUSE_EXIT
                  if case.kw.get("must_refuse") else "it to run", " | ".join(said)))
-        h.log("RESULT disk_full_self.%s: %s %d MiB (%.0f MiB as df counts it), segment_mb %d: "
+        h.log("RESULT disk_full_self.%s: %s %g MiB (%.2f MiB as df counts it), segment_mb %d: "
               "refused at start (exit %d): %s" % (
                   case.name, case.fs, case.size_mb, total / MIB, case.segment_mb, REFUSE_EXIT,
                   said[0]))
@@ -367,7 +372,7 @@ def run(ctx, case, fs):
     free_at_resume = [int(l.split("free_bytes=")[1].split()[0]) for l in resumed
                       if "free_bytes=" in l]
     min_free = watch.min_df_free()
-    h.log("RESULT disk_full_self.%s: %s %d MiB (df %.0f MiB), segment_mb %d (reserve %d MiB); "
+    h.log("RESULT disk_full_self.%s: %s %g MiB (df %.2f MiB), segment_mb %d (reserve %d MiB); "
           "%d published (%.1f MiB offered); filled (intake paused) after %.2f s with %s received, "
           "df min %.2f MiB free; %d pause(s): %s; /readyz 503: %s; log: %d pause and %d resume "
           "line(s), free_bytes at each resume %s MiB; %d delivered, all %.1f s after the first "

@@ -216,7 +216,7 @@ endforeach()
 # (20-60 s each, but 300 MiB of RAM in the broker and a tmpfs): label "long",
 # never in the suite, by hand only:
 #   ctest --test-dir build -C long -R integration.disk_full_self --output-on-failure
-set(db_it_disk_self tiny edge short held ext4 repl keys stream xfs)
+set(db_it_disk_self tiny edge short held ext4 ext4min repl keys stream xfs)
 set(db_it_disk_self_long big xfs400)
 foreach(case ${db_it_disk_self} ${db_it_disk_self_long})
   set(db_name integration.disk_full_self.${case})
