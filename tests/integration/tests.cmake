@@ -241,3 +241,18 @@ foreach(case ${db_it_disk_self} ${db_it_disk_self_long})
     COST 30
     ENVIRONMENT "${db_bins};DB_TEST_BROKER_URI=${db_broker_uri};DB_TEST_BROKER_DIR=${db_broker_dir};PYTHONDONTWRITEBYTECODE=1")
 endforeach()
+
+# test_plugin_compat.py plugin: the plugin-compatibility checks against the
+# delayed-message plugin 4.0.7 on a RabbitMQ 4.0.5 node of its own (free
+# ports), whatever DB_RABBITMQ says (the plugin runs on 4.0 only); the bridge
+# mode is integration.plugin_compat above. It builds the plugin on first use
+# from its source in /var/cache/delay-bridge/plugin-4.0.7/src and skips (77)
+# when that source or the 4.0 root is missing (the script's docstring).
+add_test(NAME integration.plugin_compat.reference
+         COMMAND ${DB_PYTHON3} -u ${db_it_dir}/test_plugin_compat.py plugin)
+set_tests_properties(integration.plugin_compat.reference PROPERTIES
+  LABELS integration
+  SKIP_RETURN_CODE 77
+  TIMEOUT 300
+  COST 20
+  ENVIRONMENT "DB_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;DB_TEST_BROKER_URI=${db_broker_uri};PYTHONDONTWRITEBYTECODE=1")
