@@ -58,6 +58,7 @@
 #define NOTE_MS 30000             /* ... or this long with anything published */
 #define IMPORT_IDLE_MS 60000 /* the stream sends nothing for this long: give up */
 #define RETRY_MS 2000
+#define LEASE_DISCONNECTED_MS 100 /* 4.3+: a lost node's consumer keeps the token this long */
 #define RESUME_QUIET_MS 3000 /* resuming: the fence confirmed, nothing read this long */
 #define TAIL_SLACK_BYTES (64ull << 20) /* a standby reads again from a horizon past this */
 
@@ -81,7 +82,7 @@ struct wrepl {
     int stream_recreated; /* under mu: the thread declared the stream again (the loop checkpoints) */
     int have_lease;
     uint64_t token;     /* this term's */
-    int server_major;   /* the broker's major version (0: unknown) */
+    int server_version; /* the broker's version as major * 100 + minor (0: unknown) */
     uint64_t recover_t0;  /* monotonic ms recover began */
     uint64_t lease_at;    /* ... and the lease came */
     int64_t tail_from;    /* where a standby's read starts: a stream offset, -1: "first" */

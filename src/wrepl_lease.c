@@ -10,7 +10,9 @@
  * delivery, and it keeps the token unacked for as long as it owns the log.
  * When its connection goes (a crash, kill -9, a partition noticed by
  * heartbeats), the broker requeues the token and hands it, and the lease,
- * to the next consumer: a standby bridge waiting in recover. The lease
+ * to the next consumer: a standby bridge waiting in recover (from 4.3, when
+ * the owner's node is lost, only after the queue's disconnected-consumer
+ * timeout: new lease queues get a short one, see declare_lease_queue). The lease
  * lives on the same connection as the stream publishing, so a bridge that
  * lost it can no longer write the stream either; its thread notices, fails
  * the log, and the bridge stops at its next commit or maintenance tick
@@ -262,25 +264,6 @@ void wrepl_arg_i64(amqp_table_entry_t *e, const char *key, int64_t v)
     e->value.value.i64 = v;
 }
 
-/* The broker's major version from connection.start's server properties (0: unknown). */
-static int server_major(amqp_connection_state_t st)
-{
-    const amqp_table_t *t = amqp_get_server_properties(st);
-
-    for (int i = 0; t && i < t->num_entries; i++) {
-        const amqp_table_entry_t *e = &t->entries[i];
-        if (e->key.len == 7 && memcmp(e->key.bytes, "version", 7) == 0 &&
-            e->value.kind == AMQP_FIELD_KIND_UTF8 && e->value.value.bytes.len > 0) {
-            const char *v = e->value.value.bytes.bytes;
-            int major = 0;
-            for (size_t k = 0; k < e->value.value.bytes.len && v[k] >= '0' && v[k] <= '9'; k++)
-                major = major * 10 + (v[k] - '0');
-            return major;
-        }
-    }
-    return 0;
-}
-
 /* Answer the broker's channel.close that ended the last RPC on ch, and open ch again. */
 static int reopen(struct wrepl *r, amqp_channel_t ch, char *err, size_t n)
 {
@@ -301,12 +284,21 @@ static int reopen(struct wrepl *r, amqp_channel_t ch, char *err, size_t n)
  * delivery limit (x-delivery-limit -1; 4.0 made it 20 by default, and the
  * token, returned at each hand-over, would be dropped after about 20 of
  * them). 3.x has no default limit and reads -1 differently, so it gets none.
+ * On 4.3 and later also x-consumer-disconnected-timeout: from 4.3.0 a
+ * quorum queue keeps what a consumer on a lost node holds for 60 s
+ * (consumer_disconnected_timeout) before returning it, and a single active
+ * consumer on a lost node stays the active one as long, so a standby waited
+ * 59 s for the token after the owner's node was killed (against 0.4 s on
+ * 3.10, which returns it at once). LEASE_DISCONNECTED_MS makes it about
+ * 3.10's behaviour again; it is safe for the same reason 3.10's was: an
+ * owner cut off from the majority can no longer confirm a stream publish or
+ * a fresh token, and stops (README, "Broker settings that matter").
  * Sets *ready to the tokens waiting. 0, or -1 (refused: err) / -2 (transient).
  */
 static int declare_lease_queue(struct wrepl *r, uint32_t *ready, char *err, size_t n)
 {
     amqp_connection_state_t st = r->conn.st;
-    amqp_table_entry_t e[3];
+    amqp_table_entry_t e[4];
     amqp_table_t args = {0, e};
     amqp_queue_declare_ok_t *ok;
     amqp_rpc_reply_t rr;
@@ -330,8 +322,11 @@ static int declare_lease_queue(struct wrepl *r, uint32_t *ready, char *err, size
     e[args.num_entries].key = amqp_cstring_bytes("x-single-active-consumer");
     e[args.num_entries].value.kind = AMQP_FIELD_KIND_BOOLEAN;
     e[args.num_entries++].value.value.boolean = 1;
-    if (r->server_major >= 4)
+    if (r->server_version >= 400)
         wrepl_arg_i64(&e[args.num_entries++], "x-delivery-limit", -1);
+    if (r->server_version >= 403)
+        wrepl_arg_i64(&e[args.num_entries++], "x-consumer-disconnected-timeout",
+                      LEASE_DISCONNECTED_MS);
     ok = amqp_queue_declare(st, CH_LEASE, amqp_cstring_bytes(r->rc->lease_queue), 0, 1, 0, 0,
                             args);
     if (amqp_conn_check(&r->conn, "declare the lease queue", err, n) < 0)
@@ -407,7 +402,7 @@ int wrepl_connect_lease(struct wrepl *r)
     r->lease_tag = 0;
     r->renew = RENEW_IDLE;
     r->renew_tag = 0;
-    r->server_major = server_major(st);
+    r->server_version = amqp_conn_server_version(&r->conn);
     amqp_channel_open(st, CH_PUB);
     if (amqp_conn_check(&r->conn, "channel.open", err, sizeof(err)) < 0)
         goto transient;

@@ -23,6 +23,7 @@ exits 0 on SIGTERM.
 Skipped (exit 77) when the cluster cannot be formed here.
 """
 
+import re
 import shutil
 import time
 
@@ -97,11 +98,17 @@ def run(ctx, cdir):
     b.start(wait_ready=False)
     b.wait_ready(90)
     r = h.stats(pb)["wal"]["replication"]
-    held = h.stats(pb)["held"]
+    # What B recovered, from its log: /stats "held" is already lower once B fires
+    # what fell due during a slow takeover, and what it fired may not have reached
+    # the consumer yet (4.3 before the lease queue's x-consumer-disconnected-timeout:
+    # ready after 59 s, "holds 9200 (+539 delivered)", none lost).
+    m = re.search(r'mod=engine msg="recovered" held=(\d+)', b.log_text())
+    held = int(m.group(1)) if m else -1
     h.log("TAKEOVER after node and disk loss: B ready %.2fs after node 1 was killed; imported %d "
-          "records / %d bytes in %.3fs; holds %d" % (time.monotonic() - t0, r["imported_records"],
-                                                     r["imported_bytes"], r["import_seconds"], held))
-    check(held + c.count() >= N, "B holds %d (+%d delivered) of %d" % (held, c.count(), N))
+          "records / %d bytes in %.3fs; recovered holding %d" % (
+              time.monotonic() - t0, r["imported_records"], r["imported_bytes"],
+              r["import_seconds"], held))
+    check(held == N, "B recovered holding %d of %d" % (held, N))
 
     c.wait_ids(sent.keys(), 60 + 60)
     c.quiet(2.0)
