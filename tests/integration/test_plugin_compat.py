@@ -34,8 +34,9 @@ expects in $DB_PLUGIN_CACHE/src (default /var/cache/delay-bridge/plugin-4.0.7):
 
 It never fetches anything itself: without those files, or without the 4.0
 root (broker.sh; root, debootstrap), it skips (77) and says which. The
-build (ebin/ and a hand-written .app, RABBITMQ4-NOTES) is kept beside the
-source and redone when a source file is newer. The plugin runs on 4.0 only
+build (ebin/ and a hand-written .app; the node loads it through
+RABBITMQ_PLUGINS_DIR from a copy in its own directory, which is inside the
+root) is kept beside the source and redone when a source file is newer. The plugin runs on 4.0 only
 (it needs Mnesia, which 4.3 no longer has), so the reference mode always
 uses 4.0.5, whatever DB_RABBITMQ says; the bridge mode runs on the suite's
 broker (every version of the matrix).
