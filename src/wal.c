@@ -370,9 +370,14 @@ static int write_batch_once(struct wal *w, struct wal_batch *b)
          * inline fsync is too.
          */
         if (s->fd < 0 && b->n > 0)
-            for (int k = 0; k < b->n; k++)
+            for (int k = 0; k < b->n; k++) {
+                struct seg *o = wal_seg_find(w, b->segnos[k]);
                 if ((r = wal_sync_fd(w, b->fds[k])) < 0)
                     return wal_fail(w, r, "fdatasync", b->segnos[k]);
+                /* complete: what the file system preallocated past its end goes back (xfs) */
+                if (o)
+                    walfs_ftruncate(o->fd, (off_t)o->disk);
+            }
         if (s->fd < 0 && (r = wal_seg_create(w, s)) < 0)
             return wal_is_no_space(r) ? wal_out_of_space(w, r, "create", s->segno)
                                   : wal_fail(w, r, "create", s->segno);

@@ -271,6 +271,39 @@ bad:
     return r;
 }
 
+/*
+ * Under space pressure the newest segment must not keep dead bytes for
+ * good: it is never deleted, and an idle log (nothing appended, nothing
+ * live) would keep up to a segment of DONE records and fired ADDs on a
+ * volume that needs them back to resume intake (found by the simulator's
+ * liveness mode on volumes of 4-5 segments, and on a 5 MiB ext4). So while
+ * paused, once it holds an eighth of a segment that is dead, roll to a new
+ * one and create its file now (an idle log commits nothing that would); the
+ * old one is then deleted as the head, or compacted, like any other. And
+ * give back what the file system preallocated past its end (xfs's
+ * speculative preallocation held 108 MiB for a 58 MiB segment).
+ */
+static int roll_dead_active(struct wal *w)
+{
+    struct seg *a = wal_active(w), *s;
+    size_t prev;
+    int r;
+
+    if (!w->intake_paused || a->fd < 0 || a->size != a->disk || a->size <= SEGHDR ||
+        a->size - a->live_bytes - SEGHDR < w->segment_bytes / 8)
+        return 0;
+    wal_roll(w);
+    prev = w->nsegs - 2;
+    s = wal_active(w);
+    r = wal_seg_create(w, s);
+    if ((r == -ENOSPC || r == -EDQUOT) && wal_reserve_spend(w))
+        r = wal_seg_create(w, s);
+    if (r < 0)
+        return r == -ENOSPC || r == -EDQUOT ? 0 : wal_fail(w, r, "create", s->segno);
+    walfs_ftruncate(w->segs[prev].fd, (off_t)w->segs[prev].disk); /* preallocation back */
+    return 0;
+}
+
 int wal_maintain(struct wal *w, size_t budget, const struct wlog_compact_ops *ops)
 {
     int r;
@@ -280,6 +313,10 @@ int wal_maintain(struct wal *w, size_t budget, const struct wlog_compact_ops *op
     if ((r = delete_head(w)) < 0)
         return r;
     wal_space_poll(w);
+    if ((r = roll_dead_active(w)) < 0)
+        return r;
+    if ((r = delete_head(w)) < 0)
+        return r;
     if (ops && w->nsegs >= 2 && !w->segs[0].scanned && !head_dead(w) &&
         (over_budget(w) || w->cpt_segno == w->segs[0].segno || below_horizon(w))) {
         if ((r = compact_head(w, budget, ops)) < 0)
