@@ -100,6 +100,23 @@ int amqp_conn_reopen(struct amqp_conn *c, amqp_channel_t ch, char *err, size_t e
     return amqp_conn_check(c, "channel.open", err, errlen);
 }
 
+int amqp_conn_declare_queue(struct amqp_conn *c, amqp_channel_t scratch, amqp_bytes_t name,
+                            amqp_table_t *args, int optional, char *err, size_t errlen)
+{
+    amqp_channel_open(c->st, scratch);
+    if (amqp_conn_check(c, "channel.open", err, errlen) < 0)
+        return -1;
+    while (!amqp_queue_declare(c->st, scratch, name, 0, 1, 0, 0, *args) && optional-- > 0) {
+        if (amqp_conn_reopen(c, scratch, err, errlen) < 0)
+            return -1;
+        args->num_entries--;
+    }
+    if (amqp_conn_check(c, "declare ingress queue", err, errlen) < 0)
+        return -1;
+    amqp_channel_close(c->st, scratch, AMQP_REPLY_SUCCESS);
+    return amqp_conn_check(c, "channel.close", err, errlen);
+}
+
 int amqp_conn_server_version(const struct amqp_conn *c)
 {
     const amqp_table_t *t = amqp_get_server_properties(c->st);

@@ -73,6 +73,16 @@ int amqp_conn_check(struct amqp_conn *c, const char *what, char *err, size_t err
  */
 int amqp_conn_reopen(struct amqp_conn *c, amqp_channel_t ch, char *err, size_t errlen);
 
+/*
+ * queue.declare of name with args, whose last `optional` entries an existing
+ * queue may refuse (406: declared without them): on a refusal the last one is
+ * dropped and the declare tried again. It runs on channel scratch, opened
+ * for it and closed after, so a refusal never closes a channel in use.
+ * args->num_entries is left at what was accepted. 0, or -1 with err.
+ */
+int amqp_conn_declare_queue(struct amqp_conn *c, amqp_channel_t scratch, amqp_bytes_t name,
+                            amqp_table_t *args, int optional, char *err, size_t errlen);
+
 /* The broker's version, from connection.start's "version": major * 100 + minor (4.3.6: 403;
  * 0: unknown). */
 int amqp_conn_server_version(const struct amqp_conn *c);

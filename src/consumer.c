@@ -69,6 +69,7 @@
 
 #define CONSUMER_CHANNEL 1
 #define EVENTS_CHANNEL 2      /* key events, confirm mode */
+#define DECLARE_CHANNEL 3     /* ingress declares an old queue may refuse (amqp_conn.h) */
 #define EVENT_CONFIRM_MS 5000 /* an event unconfirmed this long drops the connection */
 #define EVENT_WINDOW 4096     /* events in flight at most (then acks wait, and so do deliveries) */
 #define FRAMES_PER_TURN 4096 /* frames read per wakeup before yielding */
@@ -238,13 +239,8 @@ static int declare_route(struct consumer *c, const struct config_route *rc, char
         arg_i64(&qargs, "x-delivery-limit", -1);
     if (v >= 403)
         arg_i64(&qargs, "x-consumer-disconnected-timeout", 1000);
-    for (amqp_bytes_t q = amqp_cstring_bytes(rc->ingress_queue);
-         !amqp_queue_declare(st, CONSUMER_CHANNEL, q, 0, 1, 0, 0, qargs) && extra--;) {
-        if (amqp_conn_reopen(&c->conn, CONSUMER_CHANNEL, err, len) < 0)
-            return -1;
-        qargs.num_entries--;
-    }
-    if (amqp_conn_check(&c->conn, "declare ingress queue", err, len) < 0)
+    if (amqp_conn_declare_queue(&c->conn, DECLARE_CHANNEL, amqp_cstring_bytes(rc->ingress_queue),
+                                &qargs, extra, err, len) < 0)
         return -1;
     amqp_queue_bind(st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_queue),
                     amqp_cstring_bytes(rc->ingress_exchange), amqp_empty_bytes, amqp_empty_table);
