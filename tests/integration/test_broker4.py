@@ -31,10 +31,13 @@ delivery_limit
              kill handing them back. Then: "new" delivers 20 of 20 everywhere;
              "old" on 4.x loses what the broker dropped after 20 returns (its
              default delivery limit), on 3.10 nothing.
-declares     the bridge's every queue.declare and basic.qos on this node,
-             which on 4.x refuses transient non-exclusive queues and global
-             QoS (checked first): a classic route with share_keys, a quorum
-             one with single_active_consumer, a stream one: each delivers.
+declares     a classic route with share_keys, a quorum one with
+             single_active_consumer, a stream one: each delivers. After all
+             cases the node's log names no deprecated feature used (every
+             queue.declare and basic.qos of every bridge above); then, on
+             4.x, a transient non-exclusive queue is refused (541) and global
+             QoS logged as not permitted (4.3.6 and 4.0.5 accept the
+             basic.qos all the same).
 definitions  deploy/rabbitmq/definitions.json imported (rabbitmqctl
              import_definitions, the file copied into the node's directory),
              the bridge as user delay-bridge on vhost orders with
@@ -285,27 +288,15 @@ def refused(fn):
     try:
         fn(conn.channel())
         return None
-    except h.pika.exceptions.ChannelClosedByBroker as e:
-        return "%s %s" % (e.reply_code, e.reply_text)
+    except (h.pika.exceptions.ChannelClosedByBroker,
+            h.pika.exceptions.ConnectionClosedByBroker) as e:
+        return "%s %s" % (e.reply_code, e.reply_text.split("\n")[0])
     finally:
         if conn.is_open:
             conn.close()
 
 
 def case_declares(ctx):
-    if IS4:
-        q = ctx.n("transient")
-        ctx.queues.add(q)
-        why = refused(lambda ch: ch.queue_declare(q, durable=False))
-        check(why, "this node accepted a transient non-exclusive queue: the deprecated "
-              "feature is not refused, the case proves nothing")
-        h.log("this node refuses a transient non-exclusive queue: %s" % why)
-        why = refused(lambda ch: ch.basic_qos(prefetch_count=10, global_qos=True))
-        check(why, "this node accepted global QoS")
-        h.log("this node refuses global QoS: %s" % why)
-    else:
-        skip_case("no deprecated features to refuse (transient non-exclusive queues, global "
-                  "QoS); the bridge's declares run all the same")
     ex, qs = ctx.target("decl", "direct", ["rk"])
     c = ctx.consumer([qs["rk"]])
     routes = [ctx.route("dclassic", ex, share_keys=True),
@@ -543,6 +534,48 @@ def case_xdeath(ctx):
     b.stop()
 
 
+LOG_FROM = [0]
+
+
+def node_log():
+    """The node's log since the test began (the file outlives a node's runs)."""
+    d = h.broker_dir()
+    node = [x.split("=", 1)[1].strip() for x in open(os.path.join(d, "node.env"))
+            if x.startswith("NODE=")][0]
+    with open(os.path.join(d, "log", node + ".log"), "rb") as f:
+        f.seek(LOG_FROM[0])
+        return f.read().decode("utf-8", "replace")
+
+
+def deprecated_used(log):
+    return sorted(set(x.split("`")[1] for x in log.splitlines()
+                      if "Deprecated features: `" in x))
+
+
+def check_deprecated(cases):
+    """After the cases: the node logged no deprecated feature in use (every
+    bridge's declares and QoS). Then, on 4.x, that it would have: a transient
+    non-exclusive queue is refused, global QoS logged as not permitted."""
+    used = deprecated_used(node_log())
+    check(not used, "the node logged deprecated features in use during %s: %s"
+          % (",".join(cases), used))
+    h.log("deprecated features used during %s: none" % ",".join(cases))
+    if not IS4:
+        skip_case("no deprecated features to refuse (transient non-exclusive queues, global QoS)")
+        return
+    q = "dbt.broker4.transient"
+    why = refused(lambda ch: ch.queue_declare(q, durable=False))
+    check(why, "this node accepted a transient non-exclusive queue")
+    h.log("this node refuses a transient non-exclusive queue: %s" % why)
+    refused(lambda ch: ch.basic_qos(prefetch_count=10, global_qos=True))
+    deadline = time.monotonic() + 10
+    while "global_qos" not in deprecated_used(node_log()):
+        check(time.monotonic() < deadline, "global QoS was not logged as a deprecated feature")
+        time.sleep(0.1)
+    h.log("this node logs global QoS as not permitted (deprecated_features.permit.global_qos = "
+          "false; accepted all the same on %s)" % version())
+
+
 CASES = ["lease", "consumer_timeout_arg", "delivery_limit", "declares", "definitions",
          "vhost_quorum", "interceptor", "xdeath"]
 
@@ -550,16 +583,18 @@ CASES = ["lease", "consumer_timeout_arg", "delivery_limit", "declares", "definit
 def test(ctx):
     check(version().startswith(VERSION + ".") or VERSION == version(),
           "DB_RABBITMQ=%s but the node is RabbitMQ %s" % (VERSION, version()))
+    LOG_FROM[0] = len(node_log().encode("utf-8", "replace"))
     only = [x for x in os.environ.get("DB_BROKER4_CASES", "").split(",") if x]
     for name in only or CASES:
         check(name in CASES, "no case %s: %s" % (name, ", ".join(CASES)))
         h.log("=== case %s on RabbitMQ %s" % (name, version()))
         globals()["case_" + name](ctx)
+    check_deprecated(only or CASES)
 
 
 def main():
     base = h.pika.URLParameters(h.broker_uri()).port
-    port = base + 10
+    port = int(os.environ.get("DB_BROKER4_PORT") or base + 10)
     bdir = os.path.join(os.environ.get("TMPDIR", "/tmp"), "db-broker4-%d-%s" % (port, VERSION))
     os.environ["DB_TEST_BROKER_URI"] = "amqp://guest:guest@127.0.0.1:%d/%%2f" % port
     os.environ["DB_TEST_BROKER_DIR"] = bdir
