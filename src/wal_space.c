@@ -277,7 +277,9 @@ bad:
  * live) would keep up to a segment of DONE records and fired ADDs on a
  * volume that needs them back to resume intake (found by the simulator's
  * liveness mode on volumes of 4-5 segments, and on a 5 MiB ext4). So while
- * paused, once it holds an eighth of a segment that is dead, roll to a new
+ * paused, or with less than three segments free (the daemon's gate resumes
+ * at two, bridge_intake.c; one more of margin), once it holds an
+ * eighth of a segment that is dead, roll to a new
  * one and create its file now (an idle log commits nothing that would); the
  * old one is then deleted as the head, or compacted, like any other. And
  * give back what the file system preallocated past its end (xfs's
@@ -289,7 +291,9 @@ static int roll_dead_active(struct wal *w)
     size_t prev;
     int r;
 
-    if (!w->intake_paused || a->fd < 0 || a->size != a->disk || a->size <= SEGHDR ||
+    /* paused, or short of the room the daemon resumes at (two segments) and a margin */
+    if (!(w->intake_paused || (w->reserve_fd >= 0 && w->free_bytes < 3 * w->segment_bytes)) ||
+        a->fd < 0 || a->size != a->disk || a->size <= SEGHDR ||
         a->size - a->live_bytes - SEGHDR < w->segment_bytes / 8)
         return 0;
     wal_roll(w);
