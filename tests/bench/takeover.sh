@@ -29,6 +29,11 @@
 #               not the stream's length. CHURN_CHECKPOINT_S sets its stream
 #               checkpoint interval (default 5 s; each copies every live
 #               record forward: at 1M held give it 30).
+#               nodeloss (only when listed; needs --cluster): as standby, but
+#               the node holding the stream's leader (A's, node 1, as a rule)
+#               is killed (SIGKILL) with A and A's disk, at once: the time
+#               from the kill to B's /readyz 200 (B connects to node 2
+#               first). The node is started again after the case.
 #   --keep      keep the work directory (configs, logs, WALs) and the broker's
 #               state (its streams)
 #
@@ -79,7 +84,8 @@ while [ $# -gt 0 ]; do
 done
 for n in ${HELD//,/ }; do [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "--held: $n is not a positive number"; done
 for v in ${VARIANTS//,/ }; do
-    case "$v" in cold|standby|restart|clean|churn) ;; *) die "unknown variant $v" ;; esac
+    case "$v" in cold|standby|restart|clean|churn|nodeloss) ;; *) die "unknown variant $v" ;; esac
+    [ "$v" != nodeloss ] || [ "$CLUSTER" = 1 ] || die "the nodeloss variant needs --cluster"
 done
 
 bench_preflight
@@ -226,7 +232,17 @@ log_ms() {
 # from_label VARIANT: where the takeover time starts.
 from_label() {
     case "$1" in cold) echo "B's start" ;; standby) echo "kill -9 of A" ;; restart) echo "A's restart" ;;
-    clean) echo "A's start after SIGTERM" ;; churn) echo "B's start" ;; esac
+    clean) echo "A's start after SIGTERM" ;; churn) echo "B's start" ;;
+    nodeloss) echo "kill of A, its disk and its node" ;; esac
+}
+
+# leader_node STREAM: the cluster node (1..3) holding the stream's leader, asked through node 2
+# (1 when it cannot be told).
+leader_node() {
+    local leader
+    leader=$(bash "$CLUSTER_SH" ctl "$BROKER_DIR" 2 -q list_queues name leader --formatter json 2>/dev/null |
+        jq -r --arg q "$1" '.[] | select(.name == $q) | .leader' 2>/dev/null || true)
+    case "$leader" in *"$PORT@"*) echo 1 ;; *"$((PORT + 1))@"*) echo 2 ;; *"$((PORT + 2))@"*) echo 3 ;; *) echo 1 ;; esac
 }
 
 # ---------------------------------------------------------------- one case
@@ -252,7 +268,7 @@ takeover() {
     launch "$dir/a.json" "$dir/a.log"; A_PID=$LAUNCHED
     readyz_wait "$pa" "$A_PID" "$dir/a.log" 120 >/dev/null
     [ "$(stats "$pa" .wal.replication.state)" = owner ] || die "A does not own the log: $(stats "$pa" .wal.replication)"
-    if [ "$variant" = standby ]; then
+    if [ "$variant" = standby ] || [ "$variant" = nodeloss ]; then
         launch "$dir/b.json" "$dir/b.log"; B_PID=$LAUNCHED
         readyz_wait "$pb" "$B_PID" "$dir/b.log" 120 standby >/dev/null
         say "A (pid $A_PID) owns the log, B (pid $B_PID) stands by"
@@ -315,14 +331,23 @@ takeover() {
         say "A completed stream checkpoint $(stats "$pa" .wal.replication.horizon_lsn); published $(stats "$pa" .wal.replication.published_bytes) B in all"
     fi
     # The disk is lost (but for restart and clean).
+    local lnode=""
+    [ "$variant" = nodeloss ] && lnode=$(leader_node "$stream")
     t_kill=$(now_ms)
-    if [ "$variant" = clean ]; then
+    if [ "$variant" = nodeloss ]; then
+        # The node first: A's own death must not be what the broker sees (a closed
+        # socket hands the token on at once), as when a machine with both goes.
+        bash "$CLUSTER_SH" kill-node "$BROKER_DIR" "$lnode" 2>/dev/null
+        kill -KILL "$A_PID" 2>/dev/null || true # (it may have stopped already: its lease went)
+        wait "$A_PID" 2>/dev/null || true; A_PID=""
+        say "node $lnode (the stream's leader) and A killed in $(($(now_ms) - t_kill)) ms"
+    elif [ "$variant" = clean ]; then
         kill -TERM "$A_PID"; wait "$A_PID" 2>/dev/null || true; A_PID=""
     else
         kill -KILL "$A_PID"; wait "$A_PID" 2>/dev/null || true; A_PID=""
     fi
     [ "$variant" = restart ] || [ "$variant" = clean ] || rm -rf "$dir/a-wal"
-    if [ "$variant" != standby ]; then
+    if [ "$variant" != standby ] && [ "$variant" != nodeloss ]; then
         t_start=$(now_ms)
         launch "$dir/b.json" "$dir/b.log"; B_PID=$LAUNCHED
     else
@@ -354,6 +379,12 @@ takeover() {
     say "RESULT $variant $n: recovery.seconds (from the engine's start, lease wait included) ${R[$k.recovery_s]} s"
     say "RESULT $variant $n: B held ${R[$k.b_held]} of $n; replication ${R[$k.b_state]}"
     stop_pid "$B_PID"; B_PID=""
+    if [ -n "$lnode" ]; then
+        grep -E 'msg="(standing by|lease granted|local log rebuilt|lost the broker|cannot read|ready)' \
+            "$dir/b.log" | cut -c1-220 | sed 's/^/    B: /' >&2 || true
+        bash "$CLUSTER_SH" start-node "$BROKER_DIR" "$lnode" >/dev/null 2>&1 || die "node $lnode did not start again"
+        say "node $lnode started again"
+    fi
 }
 
 for n in ${HELD//,/ }; do
