@@ -115,6 +115,10 @@ CASES = {c.name: c for c in [
 ]}
 
 
+def size_text(mb):
+    return "%d MiB" % mb if mb == int(mb) else "%d KiB" % round(mb * 1024)
+
+
 def files_on(fs):
     """What takes the volume's space: each file under fs, its size and
     what it has allocated (MiB), and the total allocated."""
@@ -222,9 +226,10 @@ def run(ctx, case, fs):
               "the bridge exited with %s at start on a %.0f MiB volume (want %s): %s"
               % (b.proc.returncode, total / MIB, "exit %d naming wal.segment_mb" % REFUSE_EXIT
                  if case.kw.get("must_refuse") else "it to run", " | ".join(said)))
-        h.log("RESULT disk_full_self.%s: %s %g MiB (%.2f MiB as df counts it), segment_mb %d: "
+        h.log("RESULT disk_full_self.%s: %s %s (%.2f MiB as df counts it), segment_mb %d: "
               "refused at start (exit %d): %s" % (
-                  case.name, case.fs, case.size_mb, total / MIB, case.segment_mb, REFUSE_EXIT,
+                  case.name, case.fs, size_text(case.size_mb), total / MIB, case.segment_mb,
+                  REFUSE_EXIT,
                   said[0]))
         return
     w0 = h.stats(port)["wal"]
@@ -372,14 +377,14 @@ def run(ctx, case, fs):
     free_at_resume = [int(l.split("free_bytes=")[1].split()[0]) for l in resumed
                       if "free_bytes=" in l]
     min_free = watch.min_df_free()
-    h.log("RESULT disk_full_self.%s: %s %g MiB (df %.2f MiB), segment_mb %d (reserve %d MiB); "
+    h.log("RESULT disk_full_self.%s: %s %s (df %.2f MiB), segment_mb %d (reserve %d MiB); "
           "%d published (%.1f MiB offered); filled (intake paused) after %.2f s with %s received, "
           "df min %.2f MiB free; %d pause(s): %s; /readyz 503: %s; log: %d pause and %d resume "
           "line(s), free_bytes at each resume %s MiB; %d delivered, all %.1f s after the first "
           "publish (bound %d s); max publish-to-arrival %.1f s; max lateness after the "
           "receipt-counted due time %s; none early, none twice; reserve spent %s time(s)"
-          % (case.name, case.fs, case.size_mb, total / MIB, case.segment_mb, 2 * case.segment_mb,
-             len(items), offered / MIB, t_fill - t_pub, at["received"], (min_free or 0) / MIB,
+          % (case.name, case.fs, size_text(case.size_mb), total / MIB, case.segment_mb,
+             2 * case.segment_mb, len(items), offered / MIB, t_fill - t_pub, at["received"], (min_free or 0) / MIB,
              len(pauses), watch.describe(pauses), watch.describe(not_ready), len(paused),
              len(resumed), " ".join("%.2f" % (f / MIB) for f in free_at_resume) or "-",
              len(msgs), t_all - t_pub, case.bound_s, took,
