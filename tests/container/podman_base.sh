@@ -7,9 +7,12 @@
 #
 #   db_podman_host_settings     cgroup v1 mount of the unified controllers,
 #                               default_ulimits in containers.conf
-#   db_podman_base_image IMAGE  IMAGE (docker.io/library/debian:bookworm-slim)
-#                               from debootstrap + the host's apt mirror, cached;
-#                               skips (77) when containers cannot run here
+#   db_podman_base_image IMAGE [SUITE]
+#                               IMAGE (docker.io/library/debian:bookworm-slim)
+#                               from debootstrap of SUITE (default bookworm;
+#                               forky for the RabbitMQ 4.3 stand-in) + the
+#                               host's apt mirror, cached; skips (77) when
+#                               containers cannot run here
 
 db_podman_host_settings() {
     local unified_ctls ctl conf hard_n hard_u line
@@ -41,11 +44,11 @@ db_podman_host_settings() {
 }
 
 db_podman_base_image() {
-    local image=$1 tarball sources mirror rootfs
+    local image=$1 suite=${2:-bookworm} tarball sources mirror rootfs script=()
     if podman image exists "$image"; then
         step "Base image $image: present"
     else
-        tarball=$CACHE/debian-bookworm-minbase.tar
+        tarball=$CACHE/debian-$suite-minbase.tar
         if [ ! -s "$tarball" ]; then
             command -v debootstrap >/dev/null || skip "no $image and no debootstrap to make it (apt-get install debootstrap)"
             sources=/etc/apt/sources.list.d/debian.sources
@@ -56,12 +59,25 @@ db_podman_base_image() {
                 mirror=$(awk '$1 == "deb" && $2 !~ /^\[/ { print $2; exit }' "$sources" 2>/dev/null || true)
             fi
             [ -n "$mirror" ] || fail "no Debian mirror found in $sources"
-            step "Base image: debootstrap bookworm from $mirror (cached in $tarball)"
+            step "Base image: debootstrap $suite from $mirror (cached in $tarball)"
             mkdir -p "$CACHE"
             rootfs=$(mktemp -d "$CACHE/rootfs.XXXXXX")
-            logged debootstrap.log debootstrap --variant=minbase bookworm "$rootfs" "$mirror"
-            rm -f "$rootfs/etc/apt/sources.list"
-            cp "$sources" "$rootfs/etc/apt/sources.list.d/"
+            # Debian 12's debootstrap has no script for forky (testing); sid's serves.
+            [ -e "/usr/share/debootstrap/scripts/$suite" ] || script=(/usr/share/debootstrap/scripts/sid)
+            logged "debootstrap-$suite.log" debootstrap --variant=minbase "$suite" "$rootfs" "$mirror" \
+                "${script[@]}"
+            if [ "$suite" = bookworm ]; then
+                # the host's own sources (bookworm, its updates and security)
+                rm -f "$rootfs/etc/apt/sources.list"
+                cp "$sources" "$rootfs/etc/apt/sources.list.d/"
+            else
+                # debootstrap's sources.list ("deb $mirror $suite main"). A testing
+                # suite's Release file is valid for a week only (Valid-Until): a
+                # mirror that lags this machine's clock (seen here: forky's
+                # "expired 21d ago") makes apt-get update refuse it. This base
+                # is for offline tests only: let apt take it.
+                echo 'Acquire::Check-Valid-Until "false";' >"$rootfs/etc/apt/apt.conf.d/99db-valid-until"
+            fi
             rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
             tar --numeric-owner -C "$rootfs" -cf "$tarball.tmp" .
             mv "$tarball.tmp" "$tarball"
@@ -69,8 +85,8 @@ db_podman_base_image() {
         else
             step "Base image: importing $tarball"
         fi
-        logged import.log podman import --change 'CMD ["bash"]' "$tarball" localhost/debian:bookworm-slim
-        podman tag localhost/debian:bookworm-slim "$image"
+        logged "import-$suite.log" podman import --change 'CMD ["bash"]' "$tarball" "localhost/debian:$suite-slim"
+        podman tag "localhost/debian:$suite-slim" "$image"
     fi
     if ! podman run --rm --network none "$image" true >"$WORK/run-check.log" 2>&1; then
         sed 's/^/    | /' "$WORK/run-check.log" | tail -n 5

@@ -24,8 +24,9 @@
 # image debian:bookworm-slim is made with debootstrap from the host's own apt
 # mirror (read from /etc/apt/sources.list.d/debian.sources at run time) and
 # cached; the official RabbitMQ image is replaced by a stand-in built from
-# docker/rabbitmq-standin/ and tagged rabbitmq:3.10 (only if no image of that
-# name exists that is not the stand-in).
+# docker/rabbitmq-standin/ (Debian forky's rabbitmq-server 4.3, on a
+# debian:forky-slim base made the same way) and tagged rabbitmq:4.3 (only if
+# no image of that name exists that is not the stand-in).
 #
 # Host settings it applies (root podman on a cgroup-v1 hybrid VM): mounts the
 # controllers listed in /sys/fs/cgroup/unified/cgroup.controllers (hugetlb) on
@@ -57,7 +58,8 @@ COMPOSE=${DB_CONTAINER_COMPOSE:-1}
 KEEP=${DB_CONTAINER_KEEP:-0}
 
 BASE_IMAGE=docker.io/library/debian:bookworm-slim
-RABBIT_IMAGE=docker.io/library/rabbitmq:3.10        # as in docker/compose.yml
+RABBIT_IMAGE=docker.io/library/rabbitmq:4.3         # as in docker/compose.yml
+STANDIN_BASE=docker.io/library/debian:forky-slim    # docker/rabbitmq-standin/Dockerfile's FROM
 BRIDGE_IMAGE=localhost/delay-bridge:dev             # as in docker/compose.yml
 DEMO_IMAGE=localhost/delay-bridge-demo:dev          # as in docker/compose.yml
 STANDIN_TITLE="rabbitmq stand-in (offline tests only)"
@@ -155,6 +157,7 @@ step "Building images (logs: $WORK/build-*.log)"
 title=$(podman image inspect -f '{{index .Config.Labels "org.opencontainers.image.title"}}' \
             "$RABBIT_IMAGE" 2>/dev/null || echo absent)
 if [ "$title" = absent ] || [ "$title" = "$STANDIN_TITLE" ]; then
+    db_podman_base_image "$STANDIN_BASE" forky
     build build-rabbitmq.log "$RABBIT_IMAGE" docker/rabbitmq-standin
     info "$RABBIT_IMAGE: the offline stand-in (docker/rabbitmq-standin)"
 else
