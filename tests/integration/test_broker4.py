@@ -31,6 +31,11 @@ delivery_limit
              kill handing them back. Then: "new" delivers 20 of 20 everywhere;
              "old" on 4.x loses what the broker dropped after 20 returns (its
              default delivery limit), on 3.10 nothing.
+disk_full    (root) full-disk pauses on a quorum ingress declared without
+             x-delivery-limit: 8000 x 2 KiB into an 8 MiB tmpfs WAL volume
+             (segment_mb 1), x-delay 2-9 s, intake pausing and resuming as
+             they fall due, three kill -9 while deliveries wait in memory:
+             nothing lost (a pause hands nothing back; a kill, once).
 declares     a classic route with share_keys, a quorum one with
              single_active_consumer, a stream one: each delivers. After all
              cases the node's log names no deprecated feature used (every
@@ -277,6 +282,65 @@ def case_delivery_limit(ctx):
         check(not lost_old, "RabbitMQ %s dropped %d messages after %d returns"
               % (version(), len(lost_old), kills))
     br[holder].stop()
+
+
+def case_disk_full(ctx):
+    if os.geteuid() != 0:
+        skip_case("a tmpfs WAL volume needs root")
+        return
+    h.on_volume(ctx, "tmpfs", 8, lambda fs: disk_full(ctx, fs))
+
+
+def disk_full(ctx, fs):
+    """Full-disk pauses on a quorum ingress declared without x-delivery-limit
+    (the worst case): 8000 x 2 KiB into an 8 MiB WAL volume, x-delay 2-9 s,
+    so intake pauses and resumes as messages fall due; three kill -9 while
+    deliveries wait in memory. Nothing lost: a pause hands nothing back, a
+    kill hands back once."""
+    n, kills = 8000, 3
+    ex, qs = ctx.target("df", "direct", ["rk"])
+    c = ctx.consumer([qs["rk"]])
+    r = ctx.route("df", ex, queue_type="quorum")
+    ctx.declare_exchange(r["ingress_exchange"], "fanout")
+    ctx.admin().queue_declare(r["ingress_queue"], durable=True,
+                              arguments={"x-queue-type": "quorum"})
+    ctx.bind(r["ingress_queue"], r["ingress_exchange"], "")
+    port = h.free_port()
+    wal = {"dir": os.path.join(fs, "wal"), "segment_mb": 1, "fsync": True}
+    b = ctx.bridge([r], name="df", http=listen(port), start=False)
+    b.config["wal"] = wal
+    b.rewrite_config()
+    b.start()
+    items = [("d%05d" % i, bytes([65 + i % 26]) * 2048, {"x-delay": h.i32(2000 + i % 7000)},
+              2000 + i % 7000) for i in range(n)]
+    sent = h.publish_burst(ctx, r["ingress_exchange"], items)
+    pauses, was = 0, False
+    done = 0
+    deadline = time.monotonic() + 150
+    while len({m.message_id for m in c.snapshot()}) < n and time.monotonic() < deadline:
+        try:
+            w = h.stats(port)["wal"]
+        except Exception:
+            w = {}
+        if w.get("intake_paused") and not was:
+            pauses += 1
+        was = bool(w.get("intake_paused"))
+        if done < kills and w.get("intake_paused") and w.get("intake_waiting", 0) > 0:
+            b.kill9()
+            b.start()
+            done += 1
+            was = False
+        time.sleep(0.02)
+    msgs = c.quiet(1.0)
+    t = h.tally(sent.keys(), msgs)
+    h.log("disk_full on RabbitMQ %s: %d intake pauses seen, %d kills while deliveries waited: %s"
+          % (version(), pauses, done, h.tally_line(t)))
+    check(not t["lost"], "lost %d through full-disk pauses, e.g. %s" % (len(t["lost"]),
+                                                                          t["lost"][:5]))
+    check(t["case2"] == 0, "%d message(s) stored twice from a redelivery" % t["case2"])
+    check(pauses >= 2 and done == kills, "the volume did not pause intake enough (%d pauses, "
+          "%d kills): the case proves nothing" % (pauses, done))
+    b.stop()
 
 
 # --------------------------------------------------------------------------
@@ -576,7 +640,7 @@ def check_deprecated(cases):
           "false; accepted all the same on %s)" % version())
 
 
-CASES = ["lease", "consumer_timeout_arg", "delivery_limit", "declares", "definitions",
+CASES = ["lease", "consumer_timeout_arg", "delivery_limit", "disk_full", "declares", "definitions",
          "vhost_quorum", "interceptor", "xdeath"]
 
 
@@ -613,7 +677,7 @@ def main():
     sys.stdout.flush()
     pid = os.fork()
     if pid == 0:
-        h.run(test, budget_s=270)  # exits
+        h.run(test, budget_s=285)  # exits
     _, status = os.waitpid(pid, 0)
     subprocess.run(["bash", RABBITMQ_SH, "stop", bdir], check=False)
     sys.exit(os.waitstatus_to_exitcode(status))
