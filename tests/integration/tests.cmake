@@ -132,7 +132,7 @@ set(db_it_cluster cluster scale_out replicate_cluster)
 set(DB_IT_SANITIZED_DIR "" CACHE PATH
     "Build dir with -DDB_SANITIZE=ON whose daemon most integration tests run (tests/run.sh: build-asan)")
 set(db_it_plain_only kill_loop failpoints tls recovery_progress browse_purge cluster scale_out
-    drain stalled_broker replicate_enable replicate_crash ui)
+    drain stalled_broker replicate_enable replicate_crash ui broker4)
 
 # Heavy: 10^5-message volumes, 50 kill -9 in a row, every failpoint in turn
 # (lock "heavy", one at a time). Sensitive: browse_purge bounds lateness to
@@ -158,6 +158,8 @@ set(db_it_cost_keys 45)
 set(db_it_cost_kill_loop 20)
 set(db_it_cost_stream_ingress 17)
 set(db_it_cost_stream_crash 12)
+# broker4: a node of its own (the suite's port + 10), every case of "Supported brokers"
+set(db_it_cost_broker4 100)
 
 foreach(script ${db_it_tests})
   get_filename_component(name ${script} NAME_WE)
