@@ -107,8 +107,15 @@ int amqp_conn_declare_queue(struct amqp_conn *c, amqp_channel_t scratch, amqp_by
     if (amqp_conn_check(c, "channel.open", err, errlen) < 0)
         return -1;
     while (!amqp_queue_declare(c->st, scratch, name, 0, 1, 0, 0, *args) && optional-- > 0) {
+        amqp_bytes_t k = args->entries[args->num_entries - 1].key;
         if (amqp_conn_reopen(c, scratch, err, errlen) < 0)
             return -1;
+        /* An existing queue keeps what it was declared with: say what it goes without. */
+        log_warn("consume", "the queue exists with other arguments: declared without this one",
+                 "queue=\"%.*s\" argument=%.*s hint=\"for x-delivery-limit, a policy with "
+                 "delivery-limit -1 lifts the broker's limit of 20 returns (README, Supported "
+                 "brokers)\"", (int)name.len, (const char *)name.bytes, (int)k.len,
+                 (const char *)k.bytes);
         args->num_entries--;
     }
     if (amqp_conn_check(c, "declare ingress queue", err, errlen) < 0)
