@@ -358,7 +358,7 @@ static int wr_recover(struct wlog *l, wlog_replay_fn *fn, void *arg, struct db_p
             goto out;
         }
         set_state(r, WLOG_REPL_CONNECTING);
-        r->retry_now = 0;
+        r->retry_now = r->retry_soon = 0;
         e = wrepl_connect_lease(r);
         if (e == 0) {
             e = wrepl_import(r, dirfd);
@@ -367,7 +367,8 @@ static int wr_recover(struct wlog *l, wlog_replay_fn *fn, void *arg, struct db_p
         }
         if (e != -EAGAIN)
             goto out;
-        for (int i = 0; !r->retry_now && i < RETRY_MS / 100 && !atomic_load(&r->cancel); i++)
+        int pause = r->retry_soon ? RETRY_SOON_MS : RETRY_MS;
+        for (int i = 0; !r->retry_now && i < pause / 100 && !atomic_load(&r->cancel); i++)
             usleep(100000);
     }
     close(lockfd); /* wal_open takes it again */

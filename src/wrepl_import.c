@@ -646,6 +646,13 @@ lost:
         log_warn("wal-replica", fenced ? "cannot read the stream back; retrying"
                                        : "lost the broker while standing by; reconnecting",
                  "stream=%s error=\"%s\"", r->rc->stream, why);
+        /*
+         * Granted the lease, then refused: on 3.10 a stream whose leader's
+         * node was just lost closes the connection (541) while it elects
+         * another; that takes a few hundred ms, and the lease we give back
+         * goes to whoever connects first. Not 2 s: 2.6 s against 0.6 s.
+         */
+        r->retry_soon = fenced;
     }
     imp_remove(r);
     amqp_conn_close(&r->conn, 0);

@@ -58,6 +58,7 @@
 #define NOTE_MS 30000             /* ... or this long with anything published */
 #define IMPORT_IDLE_MS 60000 /* the stream sends nothing for this long: give up */
 #define RETRY_MS 2000
+#define RETRY_SOON_MS 300 /* granted the lease, the read failed: soon, the lease is free */
 #define LEASE_DISCONNECTED_MS 100 /* 4.3+: a lost node's consumer keeps the token this long */
 #define RESUME_QUIET_MS 3000 /* resuming: the fence confirmed, nothing read this long */
 #define TAIL_SLACK_BYTES (64ull << 20) /* a standby reads again from a horizon past this */
@@ -86,7 +87,8 @@ struct wrepl {
     uint64_t recover_t0;  /* monotonic ms recover began */
     uint64_t lease_at;    /* ... and the lease came */
     int64_t tail_from;    /* where a standby's read starts: a stream offset, -1: "first" */
-    int retry_now;        /* the last -EAGAIN wants no pause before connecting again */
+    int retry_now;        /* the last -EAGAIN wants no pause before connecting again ... */
+    int retry_soon;       /* ... or only RETRY_SOON_MS (the lease was ours: a stream electing) */
 
     /* Resuming on an intact local log after a clean stop (wrepl_resume.c). */
     int resume;             /* dir/REPLICA was taken: read from tail_from, keep the delta */
