@@ -87,6 +87,12 @@
  * reported as not whole (the bridge refuses, WLOG_EREPLICA: counted as
  * "stream holes refused"); a whole one (maybe with a duplicated batch) must
  * give back a log that passes every check of a recovery above.
+ *
+ * LIVENESS SEEDS (simlive.c, which shares this file's state through
+ * sim_int.h): about one seed in five runs on a small disk, takes messages
+ * only while the log's intake gate is open, and ends with a phase, faults
+ * stopped, that must drain everything and take messages again within a
+ * bound: a full disk must never stop the bridge for good.
  */
 #define _GNU_SOURCE
 #include <errno.h>
