@@ -352,7 +352,7 @@ static int wr_recover(struct wlog *l, wlog_replay_fn *fn, void *arg, struct db_p
     }
     if ((e = wrepl_replica_take(r, dirfd)) < 0)
         goto out;
-    for (;;) {
+    for (int soon = 0;;) {
         if (atomic_load(&r->cancel)) {
             e = -ECANCELED;
             goto out;
@@ -367,7 +367,8 @@ static int wr_recover(struct wlog *l, wlog_replay_fn *fn, void *arg, struct db_p
         }
         if (e != -EAGAIN)
             goto out;
-        int pause = r->retry_soon ? RETRY_SOON_MS : RETRY_MS;
+        soon = r->retry_soon ? (soon ? 2 * soon : RETRY_SOON_MS) : 0;
+        int pause = soon && soon < RETRY_MS ? soon : RETRY_MS;
         for (int i = 0; !r->retry_now && i < pause / 100 && !atomic_load(&r->cancel); i++)
             usleep(100000);
     }

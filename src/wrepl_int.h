@@ -58,7 +58,7 @@
 #define NOTE_MS 30000             /* ... or this long with anything published */
 #define IMPORT_IDLE_MS 60000 /* the stream sends nothing for this long: give up */
 #define RETRY_MS 2000
-#define RETRY_SOON_MS 300 /* granted the lease, the read failed: soon, the lease is free */
+#define RETRY_SOON_MS 300 /* the broker was there, the stream refused: again soon, doubling */
 #define LEASE_DISCONNECTED_MS 100 /* 4.3+: a lost node's consumer keeps the token this long */
 #define RESUME_QUIET_MS 3000 /* resuming: the fence confirmed, nothing read this long */
 #define TAIL_SLACK_BYTES (64ull << 20) /* a standby reads again from a horizon past this */
@@ -88,7 +88,7 @@ struct wrepl {
     uint64_t lease_at;    /* ... and the lease came */
     int64_t tail_from;    /* where a standby's read starts: a stream offset, -1: "first" */
     int retry_now;        /* the last -EAGAIN wants no pause before connecting again ... */
-    int retry_soon;       /* ... or only RETRY_SOON_MS (the lease was ours: a stream electing) */
+    int retry_soon;       /* ... or soon (RETRY_SOON_MS, doubling): the stream was refused */
 
     /* Resuming on an intact local log after a clean stop (wrepl_resume.c). */
     int resume;             /* dir/REPLICA was taken: read from tail_from, keep the delta */
