@@ -177,7 +177,6 @@ void failf(const char *fmt, ...)
     va_end(ap);
 }
 
-
 /* ---- messages ------------------------------------------------------------------------- */
 
 static int route_index(void *arg, const char *name, size_t len)
@@ -393,9 +392,9 @@ static int recover(void)
 {
     struct wal_opts wo = {.dir = SIMFS_DIR, .segment_bytes = G.seg_bytes};
 #ifdef WAL_RESERVE_SEGMENTS
-    /* the daemon's space reserve (main.c); the old log has none. (The intake
-     * window is gone: deliveries in flight at a pause wait in the daemon's
-     * memory, src/dstash.h, not in the log -- lead, 09:40) */
+    /* the daemon's space reserve (main.c); the log before issue 26 has none (no
+     * intake window either: what arrives during a pause waits in the daemon's
+     * stash, src/dstash.h, not in the log) */
     wo.reserve_bytes = WAL_RESERVE_SEGMENTS * G.seg_bytes;
 #endif
     struct eng_opts o = {.nroutes = NROUTES, .route_index = route_index, .route_name = route_name,
