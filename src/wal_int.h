@@ -93,7 +93,7 @@ struct wal {
     uint64_t free_bytes;     /* the volume's free space at the last look */
     uint64_t volume_bytes;   /* and its size */
     int intake_paused;       /* space low: no new messages (hysteresis) */
-    uint64_t appended_at_look; /* appended_bytes when free_bytes was read */
+    uint64_t appended_at_look; /* appended_bytes less the unwritten buffer when free_bytes was read */
     uint64_t intake_pauses;
 
     uint64_t force_lsn; /* wal_force_horizon(): compact every segment below it */

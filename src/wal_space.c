@@ -450,7 +450,7 @@ static void look_at_volume(struct wal *w)
     if (walfs_fstatvfs(w->dirfd, &v) == 0) {
         w->free_bytes = (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
         w->volume_bytes = (uint64_t)v.f_blocks * (uint64_t)v.f_frsize;
-        w->appended_at_look = w->appended_bytes;
+        w->appended_at_look = w->appended_bytes - w->wlen; /* the buffer is not on the volume yet */
     }
 }
 
