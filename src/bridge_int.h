@@ -76,6 +76,7 @@ struct bridge {
     int ready_logged;
     int disk_full;          /* the last commit found no space: consuming paused */
     int space_paused;       /* the log asks for no new messages: consuming paused */
+    uint64_t space_pauses;  /* times consuming paused so (/stats wal.intake_pauses) */
     struct dstash stash;    /* deliveries taken while paused, not yet in the log */
     uint64_t disk_retry_at; /* when to try the commit again */
     int stopping;

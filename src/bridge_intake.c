@@ -67,6 +67,7 @@ void bridge_intake_gate(struct bridge *b)
         struct eng_stats es;
         eng_stats(b->eng, &es);
         b->space_paused = 1;
+        b->space_pauses++;
         log_warn("bridge", "WAL space low: consuming paused, messages stay in the broker; held "
                  "messages keep firing and give space back; resumes by itself",
                  "wal_dir=\"%s\" free_bytes=%" PRIu64 " reserve_held=%" PRIu64

@@ -83,7 +83,7 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
     s->wal.no_space = b->disk_full || es.log_no_space;
     s->wal.writable = !s->wal.failed && !s->wal.no_space;
     s->wal.intake_paused = b->space_paused || es.log_intake_paused;
-    s->wal.intake_pauses = es.log_intake_pauses;
+    s->wal.intake_pauses = b->space_pauses; /* the daemon's: the log's gate, or a message's size */
     s->wal.free_bytes = es.log_free_bytes;
     s->wal.reserve_bytes = es.log_reserve_bytes;
     s->wal.reserve_held = es.log_reserve_held;
