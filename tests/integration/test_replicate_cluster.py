@@ -16,7 +16,8 @@ directory (URIs 2, 3, 1), takes the lease and reads the stream back from
 nodes 2 and 3.
 
 Checked: every message arrives, none early (harness tolerance), none twice
-(nothing was due before the loss); B held all 10,000 when it became ready.
+(nothing was due before the loss); B recovered all 10,000 (its log's
+"recovered held=" line: /stats "held" falls as soon as B fires).
 The takeover time (node killed -> B ready) is printed. Node 1 rejoins; B
 exits 0 on SIGTERM.
 
