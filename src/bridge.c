@@ -618,7 +618,9 @@ static void on_recovered(struct ev_loop *loop, ev_async *w, int revents)
     co.arg = b;
     po.arg = b;
     b->cons = consumer_new(loop, b->cfg, &co);
-    bridge_intake_gate(b); /* a volume short at start: no ingress consumer before it has room */
+    /* Consuming starts even on a short volume: the redeliveries of what the log already
+     * holds come first and are recognised at once (bridge_intake.c, seen_now); the rest
+     * waits in the stash, and the gate cancels the consumers on its first look. */
     for (int i = 0; b->ioff && i < b->cfg->nroutes; i++)
         consumer_set_stream_next(b->cons, i, b->ioff[i].stored, b->ioff[i].upto);
     b->pub = publisher_new(loop, b->cfg, &po);

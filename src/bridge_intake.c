@@ -225,6 +225,34 @@ static void reject_unfit(struct bridge *b, const struct delivery *d)
     consumer_reject(b->cons, d->route, d->gen, d->tag);
 }
 
+/*
+ * A redelivery already in the log needs no room: recognise it now and ack
+ * it alone (the stash below it stays unacked). Waiting would let its copy
+ * fire and its segment be deleted under the space pressure that made it
+ * wait, and a later restart would store it again (integration.broker4,
+ * disk_full on 4.3.6: 945 stored twice). Keyed ones wait: their key event
+ * must be confirmed before the ack (bridge_keys.c).
+ */
+static int seen_now(struct bridge *b, const struct delivery *d)
+{
+    struct walrec_add a;
+    uint64_t first_ms;
+    struct msgrec_in in = {d->exchange, d->exchange_len, d->routing_key, d->routing_key_len,
+                           d->props, (uint32_t)(d->props_len > 0 ? d->props_len : 0), d->body,
+                           (uint32_t)d->body_size, d->key_str, d->key_str ? d->key_len : 0,
+                           d->key < 0};
+
+    if (!d->redelivered || d->cancel || d->props_len < 0)
+        return 0;
+    msgrec_from_delivery(&a, &b->cfg->routes[d->route], &in, d->now_ms, d->xdelay, d->delay_ms);
+    if ((a.flags & WALREC_ADD_KEYED) ||
+        !eng_seen(b->eng, (uint16_t)d->route, msgrec_fingerprint(&a), &first_ms))
+        return 0;
+    b->counts[d->route].deduplicated++;
+    consumer_settle(b->cons, d->route, d->gen, d->tag, 1);
+    return 1;
+}
+
 void bridge_on_delivery(void *arg, const struct delivery *d)
 {
     struct bridge *b = arg;
@@ -237,6 +265,8 @@ void bridge_on_delivery(void *arg, const struct delivery *d)
         return;
     }
     r = b->stash.n ? WLOG_INTAKE_WAIT : eng_intake(b->eng, record_bytes(d));
+    if (r == WLOG_INTAKE_WAIT && seen_now(b, d))
+        return;
     if (r == WLOG_INTAKE_OK) {
         take_delivery(b, d);
     } else if (r == WLOG_INTAKE_NEVER) {

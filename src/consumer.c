@@ -752,13 +752,13 @@ void consumer_ack(struct consumer *c, uint32_t gen, uint64_t tag)
     acks_release(c);
 }
 
-void consumer_reject(struct consumer *c, int route, uint32_t gen, uint64_t tag)
+void consumer_settle(struct consumer *c, int route, uint32_t gen, uint64_t tag, int ack)
 {
     int r;
 
     if (!c->up || gen != c->gen)
         return;
-    if (c->cfg->routes[route].queue_type == QUEUE_STREAM) /* no reject: credit, skipped */
+    if (ack || c->cfg->routes[route].queue_type == QUEUE_STREAM) /* a stream: credit, skipped */
         r = amqp_basic_ack(c->conn.st, CONSUMER_CHANNEL, tag, 0);
     else
         r = amqp_basic_reject(c->conn.st, CONSUMER_CHANNEL, tag, 0);

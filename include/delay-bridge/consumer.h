@@ -106,11 +106,17 @@ void consumer_turn(struct consumer *c, uint64_t now);
 /* Ack every delivery of generation gen up to and including tag (basic.ack multiple). */
 void consumer_ack(struct consumer *c, uint32_t gen, uint64_t tag);
 /*
- * Reject one delivery of route without requeue (dead-lettered by the queue's
- * own policy, if any). A stream cannot reject: the delivery is acked (credit)
- * and stays in the stream, skipped.
+ * Settle one delivery of route alone (not multiple): ack it (ack 1: one
+ * that needs nothing more, while deliveries below it wait), or reject it
+ * without requeue (ack 0: dead-lettered by the queue's own policy, if any;
+ * a stream cannot reject: the delivery is acked, credit, and stays in the
+ * stream, skipped).
  */
-void consumer_reject(struct consumer *c, int route, uint32_t gen, uint64_t tag);
+void consumer_settle(struct consumer *c, int route, uint32_t gen, uint64_t tag, int ack);
+static inline void consumer_reject(struct consumer *c, int route, uint32_t gen, uint64_t tag)
+{
+    consumer_settle(c, route, gen, tag, 0);
+}
 
 /*
  * A stream ingress's place: the offset the next consume of route starts at
