@@ -501,6 +501,16 @@ static void reserve_fill(struct wal *w)
              (unsigned long long)want);
 }
 
+/* Pause intake and say so, with the mark that decided (free space under it). */
+static void pause_intake(struct wal *w, const char *why, uint64_t mark)
+{
+    w->intake_paused = 1;
+    w->intake_pauses++;
+    log_warn("wal", why, "dir=%s free_bytes=%llu mark=%llu reserve_held=%llu reserve_bytes=%llu",
+             w->dir, (unsigned long long)w->free_bytes, (unsigned long long)mark,
+             (unsigned long long)w->reserve_held, (unsigned long long)w->reserve_bytes);
+}
+
 int wal_reserve_open(struct wal *w, uint64_t bytes)
 {
     struct stat st;
@@ -533,14 +543,9 @@ int wal_reserve_open(struct wal *w, uint64_t bytes)
     reserve_fill(w);
     look_at_volume(w);
     /* At start the resume mark decides: a restart on a short volume begins paused. */
-    if (w->reserve_held < w->reserve_bytes || w->free_bytes < resume_mark(w)) {
-        w->intake_paused = 1;
-        w->intake_pauses++;
-        log_warn("wal", "space low at start: intake paused; held messages fire and free it",
-                 "dir=%s free_bytes=%llu resume_from=%llu reserve_held=%llu reserve_bytes=%llu",
-                 w->dir, (unsigned long long)w->free_bytes, (unsigned long long)resume_mark(w),
-                 (unsigned long long)w->reserve_held, (unsigned long long)w->reserve_bytes);
-    }
+    if (w->reserve_held < w->reserve_bytes || w->free_bytes < resume_mark(w))
+        pause_intake(w, "space low at start: intake paused; held messages fire and free it",
+                     resume_mark(w));
     return 0;
 }
 
@@ -581,12 +586,8 @@ void wal_space_poll(struct wal *w)
     }
     if (!w->intake_paused &&
         (w->no_space || w->reserve_held < w->reserve_bytes || w->free_bytes < pause_mark(w))) {
-        w->intake_paused = 1;
-        w->intake_pauses++;
-        log_warn("wal", "space low: intake pauses; held messages keep firing and free it",
-                 "dir=%s free_bytes=%llu pause_below=%llu reserve_held=%llu reserve_bytes=%llu",
-                 w->dir, (unsigned long long)w->free_bytes, (unsigned long long)pause_mark(w),
-                 (unsigned long long)w->reserve_held, (unsigned long long)w->reserve_bytes);
+        pause_intake(w, "space low: intake pauses; held messages keep firing and free it",
+                     pause_mark(w));
     } else if (w->intake_paused && !w->no_space && w->reserve_held == w->reserve_bytes &&
                w->free_bytes >= resume_mark(w)) {
         w->intake_paused = 0;
