@@ -530,6 +530,11 @@ int wal_reserve_open(struct wal *w, uint64_t bytes)
         return r;
     }
     w->reserve_fd = fd;
+    /* A checkpoint a crash cut short holds space no one reads; under pressure no
+     * checkpoint starts that would replace it (the simulator's liveness seeds). */
+    if (walfs_unlinkat(w->dirfd, WALCKPT_TMP_NAME, 0) == 0)
+        log_info("wal", "a checkpoint left unfinished by a crash deleted", "file=%s/%s", w->dir,
+                 WALCKPT_TMP_NAME);
     /* What an earlier run left: the blocks it holds (a hole counts for nothing). */
     w->reserve_held = (uint64_t)st.st_blocks * 512u;
     if (w->reserve_held > (uint64_t)st.st_size)
