@@ -976,6 +976,25 @@ static void kill_ids(struct wal *w, struct model *m, const uint64_t *ids, uint32
     CHECK_RC(append_done(w, ids, n, NULL), 0);
 }
 
+/* Kill every live message with an id up to last, 64 to a DONE record. */
+static void kill_live_upto(struct wal *w, struct model *m, uint64_t last)
+{
+    uint64_t ids[64];
+    uint32_t k = 0;
+
+    for (uint64_t id = 1; id <= last && id < m->cap; id++) {
+        if (!m->live[id])
+            continue;
+        ids[k++] = id;
+        if (k == 64) {
+            kill_ids(w, m, ids, k);
+            k = 0;
+        }
+    }
+    if (k)
+        kill_ids(w, m, ids, k);
+}
+
 /* Kill messages first..last except every keep_every-th; returns how many stay live. */
 static size_t kill_all_but(struct wal *w, struct model *m, uint64_t first, uint64_t last,
                            uint64_t keep_every)
@@ -1038,17 +1057,7 @@ static void test_maintain_delete(void)
     CHECK(st.segments == nseg0 - 2 && st.deleted_segments == 2, "stats after delete");
 
     /* Kill everything: every segment but the active one goes. */
-    k = 0;
-    for (uint64_t id = 1; id <= 200; id++)
-        if (m.live[id]) {
-            ids[k++] = id;
-            if (k == 64) {
-                kill_ids(w, &m, ids, k);
-                k = 0;
-            }
-        }
-    if (k)
-        kill_ids(w, &m, ids, k);
+    kill_live_upto(w, &m, 200);
     CHECK_RC(wal_commit(w), 0);
     CHECK_RC(wal_maintain(w, 1 << 20, NULL), 0);
     wal_get_stats(w, &st);
@@ -1630,7 +1639,7 @@ static void test_reserve_full_disk(void)
     struct wal *w = NULL;
     struct model m;
     struct wal_stats st;
-    uint64_t first_paused = 0, ids[64];
+    uint64_t first_paused = 0;
     int r;
 
     snprintf(mnt, sizeof(mnt), "%s/rsvfs", base);
@@ -1672,16 +1681,7 @@ static void test_reserve_full_disk(void)
         buffered += 900 + 100;
     }
     /* ... and behind them the DONEs of everything taken before the pause. */
-    uint32_t k = 0;
-    for (uint64_t id = 1; id < first_paused; id++) {
-        ids[k++] = id;
-        if (k == 64) {
-            kill_ids(w, &m, ids, k);
-            k = 0;
-        }
-    }
-    if (k)
-        kill_ids(w, &m, ids, k);
+    kill_live_upto(w, &m, first_paused - 1);
     r = wal_commit(w);
     CHECK(r == 0, "the commit behind a full disk succeeds on the reserve: %d (%s)", r,
           wal_strerror(r));
