@@ -86,11 +86,22 @@ void bridge_intake_gate(struct bridge *b)
     }
 }
 
+/* d as the ADD record the log would store (msgrec_from_delivery's flags); props_len >= 0. */
+static int delivery_record(const struct bridge *b, const struct delivery *d, struct walrec_add *a)
+{
+    struct msgrec_in in = {d->exchange, d->exchange_len, d->routing_key, d->routing_key_len,
+                           d->props, (uint32_t)d->props_len, d->body, (uint32_t)d->body_size,
+                           d->key_str, d->key_str ? d->key_len : 0, d->key < 0};
+
+    /* d->now_ms, not now: a due time asked for is stored to the ms, whenever the clock ticks */
+    return msgrec_from_delivery(a, &b->cfg->routes[d->route], &in, d->now_ms, d->xdelay,
+                                d->delay_ms);
+}
+
 static void take_delivery(struct bridge *b, const struct delivery *d)
 {
     const struct config_route *rc = &b->cfg->routes[d->route];
     struct route_counts *n = &b->counts[d->route];
-    struct msgrec_in in;
     struct walrec_add a;
     uint64_t now = clock_now_ms(), ev, first_ms;
     int r;
@@ -143,11 +154,7 @@ static void take_delivery(struct bridge *b, const struct delivery *d)
         bridge_fatal(b, "encode message properties", d->props_len);
         return;
     }
-    in = (struct msgrec_in){d->exchange, d->exchange_len, d->routing_key, d->routing_key_len,
-                            d->props, (uint32_t)d->props_len, d->body, (uint32_t)d->body_size,
-                            d->key_str, d->key_str ? d->key_len : 0, d->key < 0};
-    /* d->now_ms, not now: a due time asked for is stored to the ms, whenever the clock ticks */
-    r = msgrec_from_delivery(&a, rc, &in, d->now_ms, d->xdelay, d->delay_ms);
+    r = delivery_record(b, d, &a);
     if (d->redelivered &&
         eng_seen(b->eng, (uint16_t)d->route, msgrec_fingerprint(&a), &first_ms)) {
         /* Logged before a crash or a lost connection, its ack lost with it: ack, store nothing. */
@@ -237,14 +244,10 @@ static int seen_now(struct bridge *b, const struct delivery *d)
 {
     struct walrec_add a;
     uint64_t first_ms;
-    struct msgrec_in in = {d->exchange, d->exchange_len, d->routing_key, d->routing_key_len,
-                           d->props, (uint32_t)(d->props_len > 0 ? d->props_len : 0), d->body,
-                           (uint32_t)d->body_size, d->key_str, d->key_str ? d->key_len : 0,
-                           d->key < 0};
 
     if (!d->redelivered || d->cancel || d->props_len < 0)
         return 0;
-    msgrec_from_delivery(&a, &b->cfg->routes[d->route], &in, d->now_ms, d->xdelay, d->delay_ms);
+    delivery_record(b, d, &a);
     if ((a.flags & WALREC_ADD_KEYED) ||
         !eng_seen(b->eng, (uint16_t)d->route, msgrec_fingerprint(&a), &first_ms))
         return 0;

@@ -225,7 +225,6 @@ void eng_stats(const struct engine *e, struct eng_stats *s)
     s->log_reserve_bytes = ls.reserve_bytes;
     s->log_reserve_held = ls.reserve_held;
     s->log_reserve_spent = ls.reserve_spent;
-    s->log_intake_pauses = ls.intake_pauses;
     s->fsync = ls.fsync;
     s->compact_segment = ls.compact_segment;
     s->compact_done = ls.compact_done;

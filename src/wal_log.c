@@ -306,7 +306,6 @@ static void wl_stats(const struct wlog *l, struct wlog_stats *s)
     s->reserve_bytes = ws.reserve_bytes;
     s->reserve_held = ws.reserve_held;
     s->reserve_spent = ws.reserve_spent;
-    s->intake_pauses = ws.intake_pauses;
     s->fsync = ws.fsync;
     s->compact_segment = ws.compact_segment;
     s->compact_done = ws.compact_done;

@@ -83,6 +83,8 @@
 #include "walscan.h"
 
 
+static uint64_t resume_mark(const struct wal *w); /* the intake gate's, below */
+
 /* ---- space ------------------------------------------------------------- */
 
 void wal_live_add(struct wal *w, struct wlog_loc loc)
@@ -291,8 +293,9 @@ static int roll_dead_active(struct wal *w)
     size_t prev;
     int r;
 
-    /* paused, or short of the room the daemon resumes at (two segments) and a margin */
-    if (!(w->intake_paused || (w->reserve_fd >= 0 && w->free_bytes < 3 * w->segment_bytes)) ||
+    /* paused, or short of the room the daemon resumes at (resume_mark) and a segment more */
+    if (!(w->intake_paused ||
+          (w->reserve_fd >= 0 && w->free_bytes < resume_mark(w) + w->segment_bytes)) ||
         a->fd < 0 || a->size != a->disk || a->size <= SEGHDR ||
         a->size - a->live_bytes - SEGHDR < w->segment_bytes / 8)
         return 0;

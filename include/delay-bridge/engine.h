@@ -350,7 +350,6 @@ struct eng_stats {
     int log_no_space; /* the last commit found the disk full */
     int log_intake_paused; /* space low: take no new messages (wal_space.c) */
     uint64_t log_free_bytes, log_reserve_bytes, log_reserve_held, log_reserve_spent;
-    uint64_t log_intake_pauses;
     struct db_hist fsync;
     uint64_t compact_segment, compact_done, compact_total; /* reclaim in progress */
     /* checkpoints (wlog_stats) */

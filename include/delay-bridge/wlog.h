@@ -133,7 +133,6 @@ struct wlog_stats {
     uint64_t reserve_bytes;   /* the space reserve when whole (0: none) */
     uint64_t reserve_held;    /* what it holds now */
     uint64_t reserve_spent;   /* times it was given back to a commit on a full disk */
-    uint64_t intake_pauses;   /* times intake was paused for space */
     struct db_hist fsync;     /* sync durations, seconds */
     uint64_t compact_segment; /* unit being reclaimed, 0 if none */
     uint64_t compact_done, compact_total; /* its bytes looked at, of */

@@ -798,6 +798,19 @@ int simfs_close(int fd)
     return 0;
 }
 
+/* A write the disk refuses: its first k bytes land (a short write), or none (ENOSPC). */
+static ssize_t land_prefix(struct sfd *d, const void *p, size_t k, uint64_t off, int m)
+{
+    if (k > 0)
+        op_push(d->ino, OP_WRITE, off, p, k);
+    if (m)
+        die();
+    if (k > 0)
+        return (ssize_t)k;
+    errno = ENOSPC;
+    return -1;
+}
+
 static ssize_t do_write(struct sfd *d, const void *p, size_t n, uint64_t off)
 {
     int m;
@@ -815,17 +828,9 @@ static ssize_t do_write(struct sfd *d, const void *p, size_t n, uint64_t off)
             S.full_left = S.f.enospc_calls ? S.f.enospc_calls : 1;
             size_t room = off < d->ino->cur.len ? (size_t)(d->ino->cur.len - off) : 0;
             size_t k = room + (size_t)sim_below(&S.rng, n - room + 1);
-            if (k > 0 && k < n) {
-                op_push(d->ino, OP_WRITE, off, p, k);
-                if (m)
-                    die();
-                return (ssize_t)k;
-            }
+            return land_prefix(d, p, k < n ? k : 0, off, m);
         }
-        if (m)
-            die();
-        errno = ENOSPC;
-        return -1;
+        return land_prefix(d, p, 0, off, m);
     }
     if (S.capacity) {
         size_t k = room_for(d->ino, off, n);
@@ -833,16 +838,7 @@ static ssize_t do_write(struct sfd *d, const void *p, size_t n, uint64_t off)
             /* the volume is full: the prefix that fits lands (a short write), or ENOSPC */
             S.refusals++;
             m = mutation();
-            if (k > 0) {
-                op_push(d->ino, OP_WRITE, off, p, k);
-                if (m)
-                    die();
-                return (ssize_t)k;
-            }
-            if (m)
-                die();
-            errno = ENOSPC;
-            return -1;
+            return land_prefix(d, p, k, off, m);
         }
     }
     m = mutation();

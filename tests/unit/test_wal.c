@@ -976,46 +976,51 @@ static void kill_ids(struct wal *w, struct model *m, const uint64_t *ids, uint32
     CHECK_RC(append_done(w, ids, n, NULL), 0);
 }
 
-/* Kill every live message with an id up to last, 64 to a DONE record. */
+/* Messages killed 64 to a DONE record: kill_one() gathers, kill_flush() writes the rest. */
+struct kill_batch {
+    uint64_t ids[64];
+    uint32_t k;
+};
+
+static void kill_flush(struct wal *w, struct model *m, struct kill_batch *kb)
+{
+    if (kb->k)
+        kill_ids(w, m, kb->ids, kb->k);
+    kb->k = 0;
+}
+
+static void kill_one(struct wal *w, struct model *m, struct kill_batch *kb, uint64_t id)
+{
+    kb->ids[kb->k++] = id;
+    if (kb->k == 64)
+        kill_flush(w, m, kb);
+}
+
+/* Kill every live message with an id up to last. */
 static void kill_live_upto(struct wal *w, struct model *m, uint64_t last)
 {
-    uint64_t ids[64];
-    uint32_t k = 0;
+    struct kill_batch kb = {.k = 0};
 
-    for (uint64_t id = 1; id <= last && id < m->cap; id++) {
-        if (!m->live[id])
-            continue;
-        ids[k++] = id;
-        if (k == 64) {
-            kill_ids(w, m, ids, k);
-            k = 0;
-        }
-    }
-    if (k)
-        kill_ids(w, m, ids, k);
+    for (uint64_t id = 1; id <= last && id < m->cap; id++)
+        if (m->live[id])
+            kill_one(w, m, &kb, id);
+    kill_flush(w, m, &kb);
 }
 
 /* Kill messages first..last except every keep_every-th; returns how many stay live. */
 static size_t kill_all_but(struct wal *w, struct model *m, uint64_t first, uint64_t last,
                            uint64_t keep_every)
 {
-    uint64_t ids[64];
-    uint32_t k = 0;
+    struct kill_batch kb = {.k = 0};
     size_t kept = 0;
 
     for (uint64_t id = first; id <= last; id++) {
-        if (id % keep_every == 0) {
+        if (id % keep_every == 0)
             kept++;
-            continue;
-        }
-        ids[k++] = id;
-        if (k == 64) {
-            kill_ids(w, m, ids, k);
-            k = 0;
-        }
+        else
+            kill_one(w, m, &kb, id);
     }
-    if (k)
-        kill_ids(w, m, ids, k);
+    kill_flush(w, m, &kb);
     return kept;
 }
 
