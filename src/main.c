@@ -24,9 +24,9 @@
 #include <string.h>
 
 #include "delay-bridge/bridge.h"
-#include "cli.h"
+#include "cli/cli.h"
 #include "delay-bridge/config.h"
-#include "log.h"
+#include "base/log.h"
 #include "delay-bridge/wal.h"
 #include "delay-bridge/wrepl.h"
 

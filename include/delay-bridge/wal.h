@@ -1,7 +1,7 @@
 /*
  * wal.h -- the segmented write-ahead log that holds every pending message.
  *
- * A directory of append-only segment files (format: src/walrec.c). The
+ * A directory of append-only segment files (format: src/wal/walrec.c). The
  * engine appends ADD and DONE records, commits them with one write and one
  * fdatasync for the whole batch (group commit), reads a held message's
  * payload back by location when it falls due, and reports which ADD records
@@ -212,7 +212,7 @@ void wal_ckpt_abort(struct wal *w);
 void wal_ckpt_poll(struct wal *w);
 
 /*
- * Replication (src/wrepl.c). A tap sees every record as it is appended --
+ * Replication (src/repl/wrepl.c). A tap sees every record as it is appended --
  * the caller's and compaction's copies alike -- header and payload, valid
  * during the call only. wal_force_horizon() asks for every record still
  * live to end up at an LSN >= *lsn: it rolls to a new segment and makes
@@ -236,7 +236,7 @@ int wal_has_segment(const struct wal *w, uint32_t segno);
 /* Text for a negative code from this module (errno values included): the log's one table. */
 #define wal_strerror wlog_strerror
 
-/* ---- the directory: one owner of its files (src/wal_dir.c) ----
+/* ---- the directory: one owner of its files (src/wal/wal_dir.c) ----
  *
  * Every process or tool that takes a WAL directory, or puts segment files
  * into one, goes through these two functions: the daemon's log (wal_open),

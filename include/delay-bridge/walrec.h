@@ -2,7 +2,7 @@
  * walrec.h -- the write-ahead log's on-disk format: encoders and decoders.
  *
  * Pure functions over byte buffers; no I/O, no allocation. The format is
- * written out byte by byte at the top of src/walrec.c. Decoders follow the
+ * written out byte by byte at the top of src/wal/walrec.c. Decoders follow the
  * picohttpparser convention: they return the number of bytes consumed,
  * WALREC_PARTIAL (-2) when the buffer ends before the item does, or
  * WALREC_INVALID (-1) when the bytes cannot be a valid item. They never read

@@ -152,7 +152,7 @@ struct wlog_stats {
 #define WLOG_CKPT_SEALING 2 /* written; waiting for the log to be durable, then synced, renamed */
 
 /*
- * A replicated log's state (src/wrepl.c), for /stats and /readyz. Safe to
+ * A replicated log's state (src/repl/wrepl.c), for /stats and /readyz. Safe to
  * ask from any thread, also while recover runs.
  */
 enum wlog_repl_state {

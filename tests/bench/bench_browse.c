@@ -34,7 +34,7 @@
 #include <unistd.h>
 
 #include "delay-bridge/engine.h"
-#include "log.h"
+#include "base/log.h"
 #include "delay-bridge/wal.h"
 
 static double now_s(void)

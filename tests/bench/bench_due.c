@@ -11,9 +11,9 @@
  * (mean of 1000 calls), and the counters' RAM.
  */
 #define _GNU_SOURCE
-#include "duecount.h"
-#include "pool.h"
-#include "wheel.h"
+#include "engine/duecount.h"
+#include "base/pool.h"
+#include "engine/wheel.h"
 
 #include <stdio.h>
 #include <stdlib.h>

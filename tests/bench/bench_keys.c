@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "delay-bridge/engine.h"
-#include "log.h"
+#include "base/log.h"
 #include "delay-bridge/wal.h"
 
 static long rss_kb(void)

@@ -23,7 +23,7 @@
 
 #include "delay-bridge/engine.h"
 #include "delay-bridge/wal.h"
-#include "log.h"
+#include "base/log.h"
 
 static double now_s(void)
 {

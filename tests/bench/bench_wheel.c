@@ -23,8 +23,8 @@
  * Prints one line per figure.
  */
 #define _GNU_SOURCE
-#include "pool.h"
-#include "wheel.h"
+#include "base/pool.h"
+#include "engine/wheel.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -58,7 +58,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), 
 DEPLOY = os.path.join(ROOT, "deploy")
 K8S = os.path.join(DEPLOY, "kubernetes")
 
-# Keys the HTTP-endpoint work adds to src/config.c; until it lands,
+# Keys the HTTP-endpoint work adds to src/config/config.c; until it lands,
 # --check-config calls them unknown (see the hint printed on failure).
 PENDING_KEYS = ("allow_remote", "instance")
 
@@ -376,7 +376,7 @@ def check_config(binary, path, label, env_uri=None):
     m = re.search(r'unknown key "?([A-Za-z_]+)"?', msg)
     if m and m.group(1) in PENDING_KEYS:
         hint = ("\n      (\"%s\" belongs to the HTTP endpoint / instance work that has not landed in "
-                "src/config.c yet; this passes once it does)" % m.group(1))
+                "src/config/config.c yet; this passes once it does)" % m.group(1))
     fail("%s: delay-bridge --check-config exited %d: %s%s" % (label, p.returncode, msg, hint))
 
 

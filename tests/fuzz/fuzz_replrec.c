@@ -17,13 +17,13 @@
  *    last reset's base, and replrec_import_complete() is 1 when nothing
  *    was handed.
  */
-#include "replrec.h"
+#include "wal/replrec.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "crc32c.h"
+#include "base/crc32c.h"
 
 #define CHECK(c)                                                                             \
     do {                                                                                     \

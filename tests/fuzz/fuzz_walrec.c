@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "crc32c.h"
+#include "base/crc32c.h"
 
 #define CHECK(c)                                                                             \
     do {                                                                                     \

@@ -30,7 +30,7 @@ def put(fuzzer, name, data):
         f.write(data)
 
 
-# ---- WAL (src/walrec.c has the format) ----------------------------------
+# ---- WAL (src/wal/walrec.c has the format) ----------------------------------
 def seghdr(salt, segno=1, base=1):
     b = b"DLYBRWAL" + struct.pack("<IIQQQQI", 1, salt, segno, base, 0x1122334455667788,
                                   1700000000000, 0)

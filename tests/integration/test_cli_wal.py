@@ -5,7 +5,7 @@ A daemon with two routes and 1 MiB segments holds messages with various
 delays (big bodies, so the log spans several segments); the short ones are
 delivered. Then:
   Before that, hand-made logs written by an independent encoder of the
-format (src/walrec.c) check the replay rules: a compaction copy supersedes
+format (src/wal/walrec.c) check the replay rules: a compaction copy supersedes
 its original, a CANCEL removes its ids from the pending set like a DONE
 (counted apart), DONE or CANCEL of an unknown id is harmless, a keyed ADD
 shows its x-delay-key in `wal dump` (text, JSON "key", null when none) and
@@ -42,7 +42,7 @@ SEGHDR = 56
 RECHDR = 24
 
 
-# ---- an independent writer of the on-disk format (src/walrec.c) ----------
+# ---- an independent writer of the on-disk format (src/wal/walrec.c) ----------
 
 def _crc_table():
     t = []

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """kill -9 while intake is paused for space and deliveries wait in memory
-(issue 26; src/dstash.h).
+(issue 26; src/daemon/dstash.h).
 
 When the WAL's volume runs short the bridge cancels its ingress consumers,
 and the deliveries the broker had already sent wait in memory, unacked,

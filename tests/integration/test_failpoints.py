@@ -3,7 +3,7 @@
 loses nothing the broker confirmed to the publisher.
 
 Runs delay-bridge-fp (DB_BRIDGE_FP_BIN, set by tests.cmake: the daemon
-compiled with failpoints, src/failpoint.h); skipped
+compiled with failpoints, src/base/failpoint.h); skipped
 without it. One case per point, each on a fresh route and WAL:
 
   1. the bridge starts armed (DELAY_BRIDGE_FAILPOINT=NAME:N) while a

@@ -79,7 +79,7 @@ def check_held(port, want, c, what):
 
 
 def read_note(path):
-    """(next_lsn, from offset) of a REPLICA note (src/wrepl_resume.c's format)."""
+    """(next_lsn, from offset) of a REPLICA note (src/repl/wrepl_resume.c's format)."""
     with open(path, "rb") as f:
         b = f.read()
     check(len(b) == 44 and b[:4] == b"DBRP", "REPLICA note of %d bytes, magic %r" % (len(b), b[:4]))
@@ -97,7 +97,7 @@ def stream_tail(stream, offset, idle_s=1.0, cap_s=15.0):
     def on_msg(c, m, props, body):
         kind, = struct.unpack_from("<B", body, 5)
         count, = struct.unpack_from("<I", body, 32)
-        got.append(count if kind == 1 else 0)  # 1 RECORDS (src/replrec.c)
+        got.append(count if kind == 1 else 0)  # 1 RECORDS (src/wal/replrec.c)
         c.basic_ack(m.delivery_tag)
 
     ch.basic_consume(stream, on_msg, arguments={"x-stream-offset": offset})

@@ -8,7 +8,8 @@
 # (followed transitively through "delay-bridge/..." includes), includes a
 # rabbitmq-c header (<amqp*.h>) or libev (<ev.h>). "name.h" without a
 # directory is a header beside its code (src/: pool.h, walscan.h, ...) and
-# is looked up in the including file's own directory. The pure library also
+# is looked up in the including file's own directory; "folder/name.h" is a
+# header of another folder of src/ (base/pool.h, wal/walscan.h, ...). The pure library also
 # links neither (see CMakeLists.txt), so a call would fail to link as well.
 cmake_policy(SET CMP0057 NEW)
 set(bad "")
@@ -29,6 +30,8 @@ while(queue)
       list(APPEND bad "${f}: ${line}")
     elseif(line MATCHES "\"(delay-bridge/[^\"]+)\"")
       list(APPEND queue include/${CMAKE_MATCH_1})
+    elseif(line MATCHES "\"([a-z]+/[^\"/]+\\.h)\"")
+      list(APPEND queue src/${CMAKE_MATCH_1})
     elseif(line MATCHES "\"([^\"/]+\\.h)\"")
       get_filename_component(d ${f} DIRECTORY)
       list(APPEND queue ${d}/${CMAKE_MATCH_1})

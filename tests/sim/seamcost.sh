@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/sim/seamcost.sh -- show that src/walfs.h costs nothing in the default build.
+# tests/sim/seamcost.sh -- show that src/wal/walfs.h costs nothing in the default build.
 #
 # Compiles each log-layer file twice with the project's flags (RelWithDebInfo:
 # -O2 -g): once as it is (walfs_NAME through walfs.h), once with every
@@ -11,14 +11,14 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir "$tmp/seam" "$tmp/plain"
-cp "$root"/src/*.c "$root"/src/*.h "$tmp/seam/"
-cp "$root"/src/*.c "$root"/src/*.h "$tmp/plain/"
-files="wal wal_open wal_space wal_dir wal_log walckpt walscan clock"
+cp -r "$root"/src/. "$tmp/seam/"
+cp -r "$root"/src/. "$tmp/plain/"
+files="wal/wal wal/wal_open wal/wal_space wal/wal_dir wal/wal_log wal/walckpt wal/walscan base/clock"
 for f in $files; do
     perl -pi -e 's/\bwalfs_thread_create\b/pthread_create/g; s/\bwalfs_thread_join\b/pthread_join/g;
                  s/\bwalfs_dir\b/DIR/g; s/\bwalfs_(\w+)\(/$1(/g' "$tmp/plain/$f.c"
 done
-sed -i '/#include "walfs.h"/d' "$tmp"/plain/*.c "$tmp"/plain/*.h
+sed -i '/#include "\(wal\/\)\{0,1\}walfs.h"/d' "$tmp"/plain/*/*.c "$tmp"/plain/*/*.h
 status=0
 for f in $files; do
     for v in seam plain; do

@@ -111,7 +111,7 @@
 
 #include "delay-bridge/engine.h"
 #include "delay-bridge/wal.h"
-#include "log.h"
+#include "base/log.h"
 #include "sim_int.h"
 #include "simfs.h"
 #include "simrepl.h"
@@ -394,7 +394,7 @@ static int recover(void)
 #ifdef WAL_RESERVE_SEGMENTS
     /* the daemon's space reserve (main.c); the log before issue 26 has none (no
      * intake window either: what arrives during a pause waits in the daemon's
-     * stash, src/dstash.h, not in the log) */
+     * stash, src/daemon/dstash.h, not in the log) */
     wo.reserve_bytes = WAL_RESERVE_SEGMENTS * G.seg_bytes;
 #endif
     struct eng_opts o = {.nroutes = NROUTES, .route_index = route_index, .route_name = route_name,

@@ -4,7 +4,7 @@
  * WHAT IS SIMULATED
  *
  * One directory, SIMFS_DIR, the WAL directory. The log layer (src/wal*.c,
- * walckpt.c, walscan.c) reaches it through src/walfs.h, which under
+ * walckpt.c, walscan.c) reaches it through src/wal/walfs.h, which under
  * -DDB_SIM spells every system call it makes on the directory simfs_NAME;
  * the rest of the process (the simulator, its model) never touches a real
  * file. The clock (clock_now_ms, clock_mono_ns) and the random numbers
@@ -119,8 +119,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "walfs.h" /* the prototypes the log layer calls, under DB_SIM */
+#include "base/clock.h"
+#include "wal/walfs.h" /* the prototypes the log layer calls, under DB_SIM */
 
 #define NAME_MAX_SIM 64
 #define MAX_NAMES 1024

@@ -1,6 +1,6 @@
 /*
  * simfs.h -- the simulator's file layer and clock: what the driver (sim.c)
- * controls. The log layer reaches the same file layer through src/walfs.h
+ * controls. The log layer reaches the same file layer through src/wal/walfs.h
  * (built with -DDB_SIM); tests/sim/simfs.c has the essay on the fault model.
  */
 #ifndef DB_SIM_SIMFS_H

@@ -3,11 +3,11 @@
  *
  * WHAT IS SIMULATED
  *
- * A replicated seed (one in six) publishes, like src/wrepl.c, every record
+ * A replicated seed (one in six) publishes, like src/repl/wrepl.c, every record
  * the segment log appends (the wal tap: the engine's ADD, DONE and CANCEL
  * records and compaction's copies) to a stream: at each successful commit,
  * the commit's records become one RECORDS message in the stream's format
- * (src/replrec.c: header, records under REPLREC_SALT). At the end of the
+ * (src/wal/replrec.c: header, records under REPLREC_SALT). At the end of the
  * seed the disk is lost (every file of the WAL directory gone) and the log
  * is rebuilt from the stream: the messages are read from the first with
  * replrec_import_msg() up to the importer's own FENCE, the records written
@@ -49,7 +49,7 @@
 
 #include "delay-bridge/wal.h"
 #include "delay-bridge/walrec.h"
-#include "replrec.h"
+#include "wal/replrec.h"
 #include "simfs.h"
 
 struct msg {

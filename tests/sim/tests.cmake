@@ -1,6 +1,6 @@
 # The deterministic simulator (tests/sim/README.md): the engine, the wheel,
 # the segment log, checkpoints, compaction and keys on a simulated clock
-# and file layer (src/walfs.h under -DDB_SIM), one seed per run.
+# and file layer (src/wal/walfs.h under -DDB_SIM), one seed per run.
 #
 #   sim.seeds   3000 seeds, 1000 under sanitizers (label "sim" and "unit": under 60 s on one core;
 #               about one in five a liveness seed: a small disk that must drain, README)
@@ -10,10 +10,10 @@
 #               -C long, so the suite never starts it: ctest -C long -L sim-long;
 #               -L is a regex, so run the short ones with -L '^sim$', not -L sim)
 set(DB_SIM_SOURCES
-  src/clock.c src/crc32c.c src/failpoint.c src/pool.c src/idmap.c src/keymap.c src/wheel.c src/wheel_tree.c
-  src/duecount.c src/walrec.c src/walscan.c src/wal.c src/wal_open.c src/wal_space.c
-  src/wal_log.c src/wal_dir.c src/wlog.c src/walckpt.c src/engine.c src/engine_recover.c
-  src/engine_ckpt.c src/engine_admin.c src/stats.c src/replrec.c)
+  src/base/clock.c src/base/crc32c.c src/base/failpoint.c src/base/pool.c src/base/idmap.c src/engine/keymap.c src/engine/wheel.c src/engine/wheel_tree.c
+  src/engine/duecount.c src/wal/walrec.c src/wal/walscan.c src/wal/wal.c src/wal/wal_open.c src/wal/wal_space.c
+  src/wal/wal_log.c src/wal/wal_dir.c src/wal/wlog.c src/wal/walckpt.c src/engine/engine.c src/engine/engine_recover.c
+  src/engine/engine_ckpt.c src/engine/engine_admin.c src/base/stats.c src/wal/replrec.c)
 list(TRANSFORM DB_SIM_SOURCES PREPEND ${CMAKE_SOURCE_DIR}/)
 add_executable(db_sim ${CMAKE_CURRENT_SOURCE_DIR}/sim/sim.c ${CMAKE_CURRENT_SOURCE_DIR}/sim/simfs.c
                ${CMAKE_CURRENT_SOURCE_DIR}/sim/simrepl.c ${CMAKE_CURRENT_SOURCE_DIR}/sim/simlive.c

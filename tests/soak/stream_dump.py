@@ -10,7 +10,7 @@ it belongs to (T0, T1, ... in order of appearance: the 64-bit owner token
 is not shown), and for REC the first LSN and the count. Then, for every
 fence, where the records before it end and where those after it start:
 a first LSN past that end is a GAP (records the log has and the stream
-never got). The header layout is src/replrec.c's (little-endian: magic
+never got). The header layout is src/wal/replrec.c's (little-endian: magic
 "DBRS", version, kind, 2 zero bytes, wal_id, owner, lsn, count, CRC).
 --lsn LO:HI prints only batches touching those LSNs (fences and horizons
 are always printed). Used to read back the stream of a failed

@@ -7,7 +7,7 @@
 did: one line per record of every segment file found in DIR (a WAL
 directory, or the copies chaos_soak.py --keep-wal made of every segment a
 bridge ever wrote, compacted ones included). The byte format is
-src/walrec.c's (segment header 56 bytes, record header 24 bytes,
+src/wal/walrec.c's (segment header 56 bytes, record header 24 bytes,
 little-endian); CRCs are not checked (use `delay-bridge wal check`), a
 record whose length runs past its file ends that file.
 

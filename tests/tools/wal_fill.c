@@ -16,9 +16,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "clock.h"
+#include "base/clock.h"
 #include "delay-bridge/engine.h"
-#include "log.h"
+#include "base/log.h"
 #include "delay-bridge/wal.h"
 
 static int route_index(void *arg, const char *name, size_t len)

@@ -14,7 +14,7 @@
  * (ASan in CI catches a write past it); a shorter buffer and properties
  * larger than a frame are refused.
  */
-#include "amqp_conn.h"
+#include "broker/amqp_conn.h"
 
 #include <amqp_tcp_socket.h>
 #include <pthread.h>

@@ -3,7 +3,7 @@
  * properties a held message is republished with (round-tripped through
  * rabbitmq-c's property encoder and decoder to prove they go on the wire).
  */
-#include "amqp_msg.h"
+#include "broker/amqp_msg.h"
 
 #include <amqp_framing.h>
 #include <math.h>

@@ -17,9 +17,9 @@
 #include <json-c/json.h>
 
 #include "check.h"
-#include "duecount.h"
-#include "metrics.h"
-#include "ui.h"
+#include "engine/duecount.h"
+#include "status/metrics.h"
+#include "status/ui.h"
 
 /* ---- the fake daemon ---- */
 

@@ -3,7 +3,7 @@
  * reset on success, and the rate-limited log count.
  */
 #include "check.h"
-#include "backoff.h"
+#include "base/backoff.h"
 
 static void test_doubling_and_cap(void)
 {

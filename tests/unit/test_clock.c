@@ -1,7 +1,7 @@
 /*
  * test_clock.c -- ISO 8601 out and in, ms since the epoch in.
  */
-#include "clock.h"
+#include "base/clock.h"
 #include "check.h"
 
 static void test_iso_out(void)

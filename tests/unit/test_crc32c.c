@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "crc32c.h"
+#include "base/crc32c.h"
 
 #include "check.h"
 

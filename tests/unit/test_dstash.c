@@ -1,10 +1,10 @@
 /*
  * test_dstash.c -- the stash of deliveries waiting for the WAL to have room
- * (src/dstash.c): copies that outlive the consumer's buffers, FIFO order,
+ * (src/daemon/dstash.c): copies that outlive the consumer's buffers, FIFO order,
  * the lowest tag per connection and the lowest stream offset per route
  * (what the bridge's acks and place files must stay below), and clearing.
  */
-#include "dstash.h"
+#include "daemon/dstash.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -4,9 +4,9 @@
  * adds, deletes and firings keep them exact.
  */
 #include "check.h"
-#include "duecount.h"
-#include "pool.h"
-#include "wheel.h"
+#include "engine/duecount.h"
+#include "base/pool.h"
+#include "engine/wheel.h"
 
 #define MIN 60000ull
 #define HOUR 3600000ull

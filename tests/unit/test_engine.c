@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "delay-bridge/engine.h"
-#include "log.h"
+#include "base/log.h"
 #include "delay-bridge/wal.h"
 #include "delay-bridge/wlog.h"
 #include "check.h"

@@ -21,7 +21,7 @@
  *                               slowloris)
  */
 #define _GNU_SOURCE /* strcasestr */
-#include "http.h"
+#include "daemon/http.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

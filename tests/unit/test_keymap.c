@@ -5,7 +5,7 @@
  * handle, and memory stays within 24 bytes per entry at any load.
  */
 #include "check.h"
-#include "keymap.h"
+#include "engine/keymap.h"
 
 static uint64_t rng = 0x1234567;
 

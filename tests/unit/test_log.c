@@ -5,8 +5,8 @@
  * stderr is pointed at a temporary file around each log_at() call and the
  * bytes written are read back.
  */
-#include "clock.h"
-#include "log.h"
+#include "base/clock.h"
+#include "base/log.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -8,7 +8,7 @@
  *
  * Usage: test_metrics [case...]   (--list names the cases)
  */
-#include "metrics.h"
+#include "status/metrics.h"
 
 #include <inttypes.h>
 #include <math.h>

@@ -24,8 +24,8 @@
 #include <unistd.h>
 
 #include "delay-bridge/walrec.h"
-#include "crc32c.h"
-#include "replrec.h"
+#include "base/crc32c.h"
+#include "wal/replrec.h"
 
 #include "check.h"
 #include "guard.h"

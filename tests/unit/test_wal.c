@@ -21,7 +21,7 @@
 #include "delay-bridge/wal.h"
 #include "delay-bridge/walrec.h"
 
-/* Test hook in src/wal.c: make the active segment's fd fail every write. */
+/* Test hook in src/wal/wal.c: make the active segment's fd fail every write. */
 int wal_test_break_fd(struct wal *w);
 void wal_test_drop_readahead(struct wal *w);
 size_t wal_test_readahead_size(const struct wal *w);

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "delay-bridge/walrec.h"
-#include "crc32c.h"
+#include "base/crc32c.h"
 
 #include "check.h"
 #include "guard.h"

@@ -25,7 +25,7 @@
 
 #include "delay-bridge/walrec.h"
 #include "delay-bridge/wlog.h"
-#include "walscan.h"
+#include "wal/walscan.h"
 
 #include "check.h"
 

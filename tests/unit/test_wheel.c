@@ -20,7 +20,7 @@
  * random test checks every firing against the model at the moment it
  * happens, so callbacks can mutate both the wheel and the model in step.
  */
-#include "wheel.h"
+#include "engine/wheel.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -1,0 +1,896 @@
+/*
+ * consumer.c -- the ingress side: one connection, one consumer per route.
+ *
+ * rabbitmq-c has no asynchronous API. The socket is an ev_io watcher; when
+ * it is readable, or when rabbitmq-c already holds buffered frames (checked
+ * every loop turn, since the socket may then be quiet), frames are read
+ * with a zero timeout, at most FRAMES_PER_TURN per wakeup so that one busy
+ * connection cannot starve the loop. Connection set-up (login, declares,
+ * basic.consume) is synchronous, bounded by broker.connect_timeout_ms; it
+ * runs only when (re)connecting.
+ *
+ * A delivery arrives as a basic.deliver method frame, a header frame with
+ * the properties and body size, and zero or more body frames. The method's
+ * strings are copied (rabbitmq-c reuses its frame memory), the properties
+ * stay in the connection's decoding pool until the delivery is handed over
+ * (amqp_maybe_release_buffers() is held off meanwhile), the body is copied
+ * into one buffer reused from delivery to delivery. A body larger than
+ * wal.max_message_bytes is not kept: it is counted through and handed over
+ * with too_big set, for the owner to reject.
+ *
+ * The consumer tag is "delay-bridge:<route>", so a delivery names its route.
+ *
+ * The owner never sees an AMQP type: before the hand-over the headers it
+ * acts on are read (x-delay judged, x-delay-key, x-delay-cancel, a key
+ * event's four headers) and the properties are encoded for the log without
+ * the x-delivery-count a quorum queue adds when it redelivers (the ingress
+ * queue's bookkeeping, not part of the message: neither stored nor
+ * forwarded, so a redelivery looks like the original). The key events the
+ * owner sends (routes[].share_keys, bridge_keys.c) are encoded here too.
+ *
+ * A stream ingress (consumer.h) is consumed from stream_next[route]: the
+ * broker's x-stream-offset header of each delivery is read in finish(),
+ * deliveries below the place are acked one by one as credit and dropped
+ * (a stream starts at the chunk that holds the place asked for), those
+ * below stream_upto are marked redelivered (a crash may have cut their
+ * commit short after its fsync: the owner's fingerprints tell), and the
+ * header is neither stored nor forwarded, like x-delivery-count.
+ *
+ * Key events go out on a channel of their own in confirm mode
+ * (EVENTS_CHANNEL), and no ingress ack leaves before every event sent
+ * before it is confirmed: an event the broker did not store (a quorum
+ * queue without a leader nacks, or drops what is not confirmed: seed 3 of
+ * the fault schedule lost cross-bridge events 11-15 s after a node kill,
+ * the moment the broker nacked the target publishes too) would otherwise
+ * be gone while its delivery is acked, and both versions of the key would
+ * fire. A nack, or an event unconfirmed for EVENT_CONFIRM_MS, drops the
+ * connection instead: the unacked deliveries come back, are recognised as
+ * logged (eng_seen), and their events go out again (bridge_key_event_again).
+ * An ack waits for the events sent up to the moment it was asked for (two
+ * slots: one ack waiting on a fixed event, the next merging the later
+ * ones), so a steady stream of events cannot hold acks back for good.
+ */
+#include "delay-bridge/consumer.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <amqp.h>
+
+#include "amqp_msg.h"
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/xalloc.h"
+#include "amqp_conn.h"
+#include "base/backoff.h"
+#include "base/failpoint.h"
+
+#define CONSUMER_CHANNEL 1
+#define EVENTS_CHANNEL 2      /* key events, confirm mode */
+#define DECLARE_CHANNEL 3     /* ingress declares an old queue may refuse (amqp_conn.h) */
+#define EVENT_CONFIRM_MS 5000 /* an event unconfirmed this long drops the connection */
+#define EVENT_WINDOW 4096     /* events in flight at most (then acks wait, and so do deliveries) */
+#define FRAMES_PER_TURN 4096 /* frames read per wakeup before yielding */
+#define HEARTBEAT_POLL_MS 500
+#define TAG_PREFIX "delay-bridge:"
+#define KEYS_TAG_PREFIX "delay-bridge-keys:"
+
+#define H_KEY "x-delay-key"
+#define H_CANCEL "x-delay-cancel"
+#define H_EVENT "x-delay-key-event" /* share_keys: "replace" or "cancel" */
+#define H_ORIGIN "x-delay-key-origin"
+#define H_AT "x-delay-key-at"
+
+/* A delivery being assembled from its frames. */
+struct assembly {
+    int active;
+    struct delivery d;
+    char exchange[256], routing_key[256];
+    amqp_basic_properties_t *props; /* in the connection's decoding pool */
+    uint64_t got;
+    uint8_t *body;
+    size_t body_cap;
+};
+
+struct consumer {
+    struct ev_loop *loop;
+    const struct config *cfg;
+    struct consumer_ops ops;
+    struct amqp_conn conn;
+    ev_io io;
+    int up, stopped, paused;
+    int ingress_held; /* consumer_hold_ingress(): the routes' ingress consumers cancelled */
+    uint32_t gen;            /* bumped at every connect */
+    uint64_t acked_tag;      /* highest tag acked on this connection */
+    /* key events on EVENTS_CHANNEL: sent, confirmed (all up to), and acks waiting on them */
+    int events_on;           /* the channel is open in confirm mode */
+    uint64_t ev_sent, ev_confirmed;
+    uint64_t ev_lost;        /* failpoint keys.event_unconfirmed: never confirmed; else 0 */
+    uint64_t ev_progress_ms; /* last time ev_confirmed moved, or the first event went out */
+    uint8_t ev_done[EVENT_WINDOW]; /* confirmed out of order, above ev_confirmed */
+    struct {
+        uint64_t tag, need;  /* ack tag once ev_confirmed >= need; tag 0 = empty */
+    } held[2];
+    int uri_next;
+    struct backoff bo;
+    uint64_t last_poll_ms;
+    struct assembly as;
+    amqp_basic_properties_t no_props;
+    uint8_t *props_buf; /* the current delivery's properties, AMQP-encoded */
+    size_t props_cap;
+    amqp_table_entry_t *hdr_scratch; /* headers without the broker's x-delivery-count */
+    size_t hdr_cap;
+    int64_t *stream_next; /* per route: a stream ingress's next offset, -1 = first */
+    int64_t *stream_upto; /* per route: below this, a delivery may be logged already */
+};
+
+static void on_io(struct ev_loop *loop, ev_io *w, int revents);
+
+/* A new connection: nothing sent, nothing waiting (unacked deliveries come back). */
+static void events_reset(struct consumer *c)
+{
+    c->events_on = 0;
+    c->ev_sent = c->ev_confirmed = c->ev_lost = 0;
+    memset(c->ev_done, 0, sizeof(c->ev_done));
+    memset(c->held, 0, sizeof(c->held));
+}
+
+static void conn_down(struct consumer *c, const char *why)
+{
+    if (!c->conn.st)
+        return;
+    if (!c->stopped)
+        log_warn("consume", "consumer connection lost", "reason=\"%s\"", why);
+    ev_io_stop(c->loop, &c->io);
+    amqp_conn_close(&c->conn, 0);
+    c->as.active = 0;
+    c->acked_tag = 0;
+    events_reset(c);
+    backoff_fail(&c->bo, clock_now_ms()); /* reconnect after a pause; "lost" was logged */
+    if (c->up) {
+        c->up = 0;
+        c->ops.state(c->ops.arg, 0);
+    }
+}
+
+/* The consumer tag of the route's ingress consumer: "delay-bridge:<route>". */
+static amqp_bytes_t ingress_tag(const struct config_route *rc, char *buf, size_t n)
+{
+    snprintf(buf, n, TAG_PREFIX "%s", rc->name);
+    return amqp_cstring_bytes(buf);
+}
+
+/* One entry added to a table of arguments (its entries array has room). */
+static void arg_str(amqp_table_t *t, const char *k, const char *v)
+{
+    amqp_table_entry_t *e = &t->entries[t->num_entries++];
+    e->key = amqp_cstring_bytes(k);
+    e->value.kind = AMQP_FIELD_KIND_UTF8;
+    e->value.value.bytes = amqp_cstring_bytes(v);
+}
+
+static void arg_i64(amqp_table_t *t, const char *k, int64_t v)
+{
+    amqp_table_entry_t *e = &t->entries[t->num_entries++];
+    e->key = amqp_cstring_bytes(k);
+    e->value.kind = AMQP_FIELD_KIND_I64;
+    e->value.value.i64 = v;
+}
+
+/* basic.consume of the route's ingress queue; a stream from the route's place. */
+static int consume_ingress(struct consumer *c, const struct config_route *rc, char *err,
+                           size_t len)
+{
+    char tag[300];
+    amqp_table_entry_t arg;
+    amqp_table_t args = {0, &arg};
+    int route = (int)(rc - c->cfg->routes);
+
+    if (rc->queue_type == QUEUE_STREAM) {
+        int64_t next = c->stream_next[route];
+        if (next < 0) {
+            arg_str(&args, "x-stream-offset", "first");
+            log_info("consume", "reading the stream ingress from its first message",
+                     "route=%s queue=\"%s\"", rc->name, rc->ingress_queue);
+        } else {
+            arg_i64(&args, "x-stream-offset", next);
+            log_info("consume", "reading the stream ingress", "route=%s queue=\"%s\" from=%" PRId64,
+                     rc->name, rc->ingress_queue, next);
+        }
+    }
+    amqp_basic_consume(c->conn.st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_queue),
+                       ingress_tag(rc, tag, sizeof(tag)), 0, 0, 0, args);
+    return amqp_conn_check(&c->conn, "basic.consume", err, len);
+}
+
+static int declare_route(struct consumer *c, const struct config_route *rc, char *err, size_t len)
+{
+    amqp_connection_state_t st = c->conn.st;
+    amqp_table_entry_t qarg[4];
+    amqp_table_t qargs = {0, qarg};
+    char tag[300];
+
+    amqp_exchange_declare(st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_exchange),
+                          amqp_cstring_bytes("fanout"), 0, 1, 0, 0, amqp_empty_table);
+    if (amqp_conn_check(&c->conn, "declare ingress exchange", err, len) < 0)
+        return -1;
+    if (rc->queue_type == QUEUE_QUORUM)
+        arg_str(&qargs, "x-queue-type", "quorum");
+    if (rc->queue_type == QUEUE_STREAM) {
+        arg_str(&qargs, "x-queue-type", "stream");
+        arg_str(&qargs, "x-max-age", rc->stream_max_age);
+        if (rc->stream_max_bytes)
+            arg_i64(&qargs, "x-max-length-bytes", (int64_t)rc->stream_max_bytes);
+    }
+    if (rc->single_active_consumer) {
+        /* One bridge at a time gets the route's messages; the others wait their turn. */
+        qarg[qargs.num_entries].key = amqp_cstring_bytes("x-single-active-consumer");
+        qarg[qargs.num_entries].value.kind = AMQP_FIELD_KIND_BOOLEAN;
+        qarg[qargs.num_entries++].value.value.boolean = 1;
+    }
+    /* Arguments an old queue may refuse (406), dropped last first: README "Supported brokers" */
+    int v = rc->queue_type == QUEUE_QUORUM ? amqp_conn_server_version(&c->conn) : 0;
+    int extra = (v >= 400) + (v >= 403) + (rc->queue_type == QUEUE_CLASSIC);
+    if (rc->queue_type == QUEUE_CLASSIC)
+        arg_str(&qargs, "x-queue-type", "classic");
+    if (v >= 400)
+        arg_i64(&qargs, "x-delivery-limit", -1);
+    if (v >= 403)
+        arg_i64(&qargs, "x-consumer-disconnected-timeout", 1000);
+    if (amqp_conn_declare_queue(&c->conn, DECLARE_CHANNEL, amqp_cstring_bytes(rc->ingress_queue),
+                                &qargs, extra, err, len) < 0)
+        return -1;
+    amqp_queue_bind(st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_queue),
+                    amqp_cstring_bytes(rc->ingress_exchange), amqp_empty_bytes, amqp_empty_table);
+    if (amqp_conn_check(&c->conn, "bind ingress queue", err, len) < 0)
+        return -1;
+    if (rc->declare_target && rc->target_exchange[0]) {
+        amqp_exchange_declare(st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->target_exchange),
+                              amqp_cstring_bytes(rc->target_type), 0, 1, 0, 0, amqp_empty_table);
+        if (amqp_conn_check(&c->conn, "declare target exchange", err, len) < 0)
+            return -1;
+    }
+    amqp_basic_qos(st, CONSUMER_CHANNEL, 0, rc->prefetch, 0);
+    if (amqp_conn_check(&c->conn, "basic.qos", err, len) < 0)
+        return -1;
+    if (!c->ingress_held && consume_ingress(c, rc, err, len) < 0)
+        return -1;
+    if (rc->share_keys) {
+        /* Key events of the other bridges on this route (bridge.c, "Keys across bridges"). */
+        char ex[CONFIG_NAME_MAX + 8], q[2 * CONFIG_NAME_MAX + 8];
+        consumer_key_names(rc, config_key_holder(c->cfg), ex, sizeof(ex), q, sizeof(q));
+        amqp_exchange_declare(st, CONSUMER_CHANNEL, amqp_cstring_bytes(ex),
+                              amqp_cstring_bytes("fanout"), 0, 1, 0, 0, amqp_empty_table);
+        if (amqp_conn_check(&c->conn, "declare the key-event exchange", err, len) < 0)
+            return -1;
+        qargs.num_entries = 0;
+        if (rc->queue_type == QUEUE_QUORUM)
+            arg_str(&qargs, "x-queue-type", "quorum");
+        amqp_queue_declare(st, CONSUMER_CHANNEL, amqp_cstring_bytes(q), 0, 1, 0, 0, qargs);
+        if (amqp_conn_check(&c->conn, "declare the key-event queue", err, len) < 0)
+            return -1;
+        amqp_queue_bind(st, CONSUMER_CHANNEL, amqp_cstring_bytes(q), amqp_cstring_bytes(ex),
+                        amqp_empty_bytes, amqp_empty_table);
+        if (amqp_conn_check(&c->conn, "bind the key-event queue", err, len) < 0)
+            return -1;
+        snprintf(tag, sizeof(tag), KEYS_TAG_PREFIX "%s", rc->name);
+        amqp_basic_consume(st, CONSUMER_CHANNEL, amqp_cstring_bytes(q), amqp_cstring_bytes(tag),
+                           0, 0, 0, amqp_empty_table);
+        if (amqp_conn_check(&c->conn, "consume the key-event queue", err, len) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+void consumer_key_names(const struct config_route *rc, const char *holder, char *ex,
+                        size_t exlen, char *q, size_t qlen)
+{
+    snprintf(ex, exlen, "%s.keys", rc->ingress_exchange);
+    snprintf(q, qlen, "%s.keys.%s", rc->ingress_queue, holder);
+}
+
+/* basic.ack of every delivery up to tag. */
+static void send_ack(struct consumer *c, uint64_t tag)
+{
+    int r;
+
+    if (tag <= c->acked_tag)
+        return;
+    r = amqp_basic_ack(c->conn.st, CONSUMER_CHANNEL, tag, 1);
+    if (r != AMQP_STATUS_OK) {
+        conn_down(c, amqp_error_string2(r));
+        return;
+    }
+    c->acked_tag = tag;
+}
+
+/* The acks whose events are all confirmed now go out, oldest first. */
+static void acks_release(struct consumer *c)
+{
+    while (c->up && c->held[0].tag && c->ev_confirmed >= c->held[0].need) {
+        uint64_t tag = c->held[0].tag;
+        c->held[0] = c->held[1];
+        c->held[1].tag = c->held[1].need = 0;
+        send_ack(c, tag);
+    }
+}
+
+int consumer_publish_key_event(struct consumer *c, int route, const char *kind, const char *key,
+                               size_t key_len, const char *origin, uint64_t at)
+{
+    const struct config_route *rc = &c->cfg->routes[route];
+    char ex[CONFIG_NAME_MAX + 8];
+    amqp_basic_properties_t p;
+    amqp_table_entry_t e[4];
+    amqp_table_t headers = {4, e};
+    int r;
+
+    if (!c->up || !c->events_on)
+        return -1;
+    if (c->ev_sent - c->ev_confirmed >= EVENT_WINDOW) {
+        conn_down(c, "too many key events unconfirmed");
+        return -1;
+    }
+    e[0].key = amqp_cstring_bytes(H_EVENT);
+    e[0].value.kind = AMQP_FIELD_KIND_UTF8;
+    e[0].value.value.bytes = amqp_cstring_bytes(kind);
+    e[1].key = amqp_cstring_bytes(H_KEY);
+    e[1].value.kind = AMQP_FIELD_KIND_UTF8;
+    e[1].value.value.bytes = (amqp_bytes_t){key_len, (void *)key};
+    e[2].key = amqp_cstring_bytes(H_ORIGIN);
+    e[2].value.kind = AMQP_FIELD_KIND_UTF8;
+    e[2].value.value.bytes = amqp_cstring_bytes(origin);
+    e[3].key = amqp_cstring_bytes(H_AT);
+    e[3].value.kind = AMQP_FIELD_KIND_I64;
+    e[3].value.value.i64 = (int64_t)at;
+    snprintf(ex, sizeof(ex), "%s.keys", rc->ingress_exchange);
+    memset(&p, 0, sizeof(p));
+    p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_HEADERS_FLAG;
+    p.delivery_mode = 2;
+    p.headers = headers;
+    if (++c->ev_sent == c->ev_confirmed + 1)
+        c->ev_progress_ms = clock_now_ms(); /* the confirm clock starts */
+    if (FAILPOINT_ERR("keys.event_unconfirmed")) {
+        /* Lost as the broker lost one: it takes its sequence number (sent
+         * where nothing is bound), and its confirm is never counted. */
+        c->ev_lost = c->ev_sent;
+        snprintf(ex, sizeof(ex), "%s", "");
+    }
+    r = amqp_basic_publish(c->conn.st, EVENTS_CHANNEL, amqp_cstring_bytes(ex),
+                           amqp_cstring_bytes(ex[0] ? "" : "delay-bridge.failpoint.nowhere"), 0,
+                           0, &p, amqp_empty_bytes);
+    if (r != AMQP_STATUS_OK) {
+        conn_down(c, amqp_error_string2(r));
+        return -1;
+    }
+    return 0;
+}
+
+/* Events confirmed by the broker: up to tag, or tag alone. */
+static void events_confirmed(struct consumer *c, uint64_t tag, int multiple)
+{
+    if (tag <= c->ev_confirmed || tag > c->ev_sent)
+        return; /* old news, or not ours */
+    for (uint64_t t = multiple ? c->ev_confirmed + 1 : tag; t <= tag; t++)
+        c->ev_done[t % EVENT_WINDOW] = t != c->ev_lost; /* ev_lost: failpoint only */
+    while (c->ev_confirmed < c->ev_sent && c->ev_done[(c->ev_confirmed + 1) % EVENT_WINDOW]) {
+        c->ev_done[(c->ev_confirmed + 1) % EVENT_WINDOW] = 0;
+        c->ev_confirmed++;
+    }
+    c->ev_progress_ms = clock_now_ms();
+    acks_release(c);
+}
+
+static void open_connection(struct consumer *c)
+{
+    const struct config *cfg = c->cfg;
+    struct backoff_step st;
+    char err[1024];
+    int i;
+
+    const char *uri = cfg->uris[c->uri_next % cfg->nuris];
+    char name[128];
+
+    c->uri_next++;
+    snprintf(name, sizeof(name), "delay-bridge consumer%s%s", cfg->instance[0] ? " " : "",
+             cfg->instance);
+    struct amqp_conn_tls tls = {cfg->tls.ca_file, cfg->tls.cert_file, cfg->tls.key_file,
+                                cfg->tls.verify_hostname};
+    if (amqp_conn_open(&c->conn, uri, name, &tls, cfg->heartbeat_s,
+                       cfg->connect_timeout_ms, err, sizeof(err)) < 0)
+        goto fail;
+    amqp_channel_open(c->conn.st, CONSUMER_CHANNEL);
+    if (amqp_conn_check(&c->conn, "channel.open", err, sizeof(err)) < 0)
+        goto fail_close;
+    events_reset(c);
+    for (i = 0; i < cfg->nroutes && !cfg->routes[i].share_keys; i++)
+        ;
+    if (i < cfg->nroutes) { /* key events: before any delivery can cause one */
+        amqp_channel_open(c->conn.st, EVENTS_CHANNEL);
+        if (amqp_conn_check(&c->conn, "channel.open (key events)", err, sizeof(err)) < 0)
+            goto fail_close;
+        amqp_confirm_select(c->conn.st, EVENTS_CHANNEL);
+        if (amqp_conn_check(&c->conn, "confirm.select (key events)", err, sizeof(err)) < 0)
+            goto fail_close;
+        c->events_on = 1;
+    }
+    for (i = 0; i < cfg->nroutes; i++) {
+        char e2[600];
+        if (declare_route(c, &cfg->routes[i], e2, sizeof(e2)) < 0) {
+            snprintf(err, sizeof(err), "route %s: %s", cfg->routes[i].name, e2);
+            goto fail_close;
+        }
+    }
+    c->up = 1;
+    c->gen++;
+    c->acked_tag = 0;
+    backoff_reset(&c->bo);
+    ev_io_init(&c->io, on_io, c->conn.fd, EV_READ);
+    c->io.data = c;
+    ev_io_start(c->loop, &c->io);
+    log_info("consume", "consuming", "broker=\"%s\" routes=%d", c->conn.uri_masked, cfg->nroutes);
+    c->ops.state(c->ops.arg, 1);
+    return;
+
+fail_close:
+    amqp_conn_close(&c->conn, 0);
+fail:
+    st = backoff_fail(&c->bo, clock_now_ms());
+    if (st.log_events)
+        log_warn("consume", "cannot start consuming",
+                 "error=\"%s\" retry_in_ms=%" PRIu64 " attempts=%" PRIu64, err, st.retry_in_ms,
+                 st.log_events);
+}
+
+static int route_of_tag(struct consumer *c, amqp_bytes_t tag, int *keys)
+{
+    size_t pl = sizeof(TAG_PREFIX) - 1;
+    int i;
+
+    *keys = 0;
+    if (tag.len > sizeof(KEYS_TAG_PREFIX) - 1 &&
+        memcmp(tag.bytes, KEYS_TAG_PREFIX, sizeof(KEYS_TAG_PREFIX) - 1) == 0) {
+        *keys = 1;
+        pl = sizeof(KEYS_TAG_PREFIX) - 1;
+    } else if (tag.len <= pl || memcmp(tag.bytes, TAG_PREFIX, pl) != 0) {
+        return -1;
+    }
+    for (i = 0; i < c->cfg->nroutes; i++) {
+        const char *name = c->cfg->routes[i].name;
+        if (strlen(name) == tag.len - pl && memcmp(name, (char *)tag.bytes + pl, tag.len - pl) == 0)
+            return i;
+    }
+    return -1;
+}
+
+static void begin(struct consumer *c, const amqp_basic_deliver_t *m, int route, int keys)
+{
+    struct assembly *a = &c->as;
+    size_t el = m->exchange.len > 255 ? 255 : m->exchange.len;
+    size_t rl = m->routing_key.len > 255 ? 255 : m->routing_key.len;
+
+    memcpy(a->exchange, m->exchange.bytes, el);
+    memcpy(a->routing_key, m->routing_key.bytes, rl);
+    memset(&a->d, 0, sizeof(a->d));
+    a->d.route = route;
+    a->d.key_event = keys;
+    a->d.gen = c->gen;
+    a->d.tag = m->delivery_tag;
+    a->d.redelivered = m->redelivered != 0;
+    a->d.exchange = a->exchange;
+    a->d.exchange_len = el;
+    a->d.routing_key = a->routing_key;
+    a->d.routing_key_len = rl;
+    a->props = NULL;
+    a->got = 0;
+    a->active = 1;
+}
+
+static int key_is(amqp_bytes_t k, const char *name)
+{
+    return k.len == strlen(name) && memcmp(k.bytes, name, k.len) == 0;
+}
+
+static int header_i64(const amqp_table_t *h, const char *name, int64_t *v)
+{
+    for (int i = 0; h && i < h->num_entries; i++) {
+        const amqp_table_entry_t *e = &h->entries[i];
+        if (!key_is(e->key, name))
+            continue;
+        switch (e->value.kind) {
+        case AMQP_FIELD_KIND_I64: *v = e->value.value.i64; return 1;
+        case AMQP_FIELD_KIND_U64: *v = (int64_t)e->value.value.u64; return 1;
+        case AMQP_FIELD_KIND_I32: *v = e->value.value.i32; return 1;
+        case AMQP_FIELD_KIND_TIMESTAMP: *v = (int64_t)e->value.value.u64; return 1;
+        default: return 0;
+        }
+    }
+    return 0;
+}
+
+/* What the owner needs of d's headers and properties (see the top of the file). */
+static void read_headers(struct consumer *c, struct delivery *d,
+                         const amqp_basic_properties_t *props)
+{
+    const amqp_table_t *h = props->_flags & AMQP_BASIC_HEADERS_FLAG ? &props->headers : NULL;
+
+    if (d->key_event) {
+        d->ev.ok = amqp_msg_header_str(h, H_EVENT, &d->ev.kind, &d->ev.kind_len) > 0 &&
+                   amqp_msg_header_str(h, H_KEY, &d->ev.key, &d->ev.key_len) > 0 &&
+                   amqp_msg_header_str(h, H_ORIGIN, &d->ev.origin, &d->ev.origin_len) > 0 &&
+                   header_i64(h, H_AT, &d->ev.at);
+        return;
+    }
+    d->cancel = amqp_msg_header_str(h, H_CANCEL, &d->cancel_key, &d->cancel_key_len);
+    d->key = amqp_msg_header_str(h, H_KEY, &d->key_str, &d->key_len);
+    if (d->key <= 0)
+        d->key_str = NULL;
+    /* x-delay-until, x-opt-delivery-time or x-delay (amqp_msg_due): the delay from now */
+    const struct config_route *rc = &c->cfg->routes[d->route];
+    d->unstamped = 0;
+    d->now_ms = clock_now_ms();
+    if (rc->delay_from == DELAY_FROM_BROKER)
+        d->xdelay = amqp_msg_due_stamped(h, d->now_ms, rc->max_delay_ms, &d->delay_ms,
+                                         &d->unstamped);
+    else
+        d->xdelay = amqp_msg_due(h, d->now_ms, rc->max_delay_ms, &d->delay_ms);
+
+    amqp_basic_properties_t out = *props;
+    if (h) {
+        int k = 0;
+        if ((size_t)h->num_entries > c->hdr_cap) {
+            c->hdr_cap = (size_t)h->num_entries;
+            c->hdr_scratch = xrealloc(c->hdr_scratch, c->hdr_cap * sizeof(*c->hdr_scratch));
+        }
+        for (int i = 0; i < h->num_entries; i++)
+            if (!key_is(h->entries[i].key, "x-delivery-count") &&
+                !(d->stream_offset >= 0 && key_is(h->entries[i].key, "x-stream-offset")))
+                c->hdr_scratch[k++] = h->entries[i];
+        out.headers.entries = c->hdr_scratch;
+        out.headers.num_entries = k;
+    }
+    d->props_len = amqp_msg_encode_props(&out, &c->props_buf, &c->props_cap);
+    d->props = c->props_buf;
+}
+
+static void finish(struct consumer *c)
+{
+    struct assembly *a = &c->as;
+    const amqp_basic_properties_t *p = a->props ? a->props : &c->no_props;
+
+    a->active = 0;
+    a->d.stream_offset = -1;
+    if (!a->d.key_event && c->cfg->routes[a->d.route].queue_type == QUEUE_STREAM) {
+        int64_t off;
+        int64_t *next = &c->stream_next[a->d.route];
+        if (header_i64(p->_flags & AMQP_BASIC_HEADERS_FLAG ? &p->headers : NULL,
+                       "x-stream-offset", &off) && off >= 0) {
+            if (*next >= 0 && off < *next) {
+                /* Before the place (the chunk's start, or read again): credit, not a message. */
+                int r = amqp_basic_ack(c->conn.st, CONSUMER_CHANNEL, a->d.tag, 0);
+                if (r != AMQP_STATUS_OK)
+                    conn_down(c, amqp_error_string2(r));
+                return;
+            }
+            a->d.stream_offset = off;
+            a->d.redelivered = off < c->stream_upto[a->d.route];
+            *next = off + 1;
+        }
+    }
+    a->d.body = a->d.too_big ? NULL : a->body;
+    if (!a->d.too_big)
+        read_headers(c, &a->d, p);
+    c->ops.delivery(c->ops.arg, &a->d);
+}
+
+static void handle_frame(struct consumer *c, amqp_frame_t *f)
+{
+    struct assembly *a = &c->as;
+    char why[512];
+
+    if (f->frame_type == AMQP_FRAME_METHOD) {
+        switch (f->payload.method.id) {
+        case AMQP_BASIC_DELIVER_METHOD: {
+            amqp_basic_deliver_t *m = f->payload.method.decoded;
+            int keys;
+            int route = route_of_tag(c, m->consumer_tag, &keys);
+            if (route < 0) {
+                conn_down(c, "delivery for an unknown consumer tag");
+                return;
+            }
+            begin(c, m, route, keys);
+            return;
+        }
+        case AMQP_BASIC_CANCEL_METHOD:
+            conn_down(c, "broker cancelled the consumer (ingress queue deleted?)");
+            return;
+        case AMQP_BASIC_ACK_METHOD:
+            if (f->channel == EVENTS_CHANNEL) {
+                amqp_basic_ack_t *m = f->payload.method.decoded;
+                events_confirmed(c, m->delivery_tag, m->multiple);
+            }
+            return;
+        case AMQP_BASIC_NACK_METHOD:
+            if (f->channel == EVENTS_CHANNEL)
+                conn_down(c, "the broker refused a key event (basic.nack): reconnecting, so "
+                             "that its delivery comes back and the event goes out again");
+            return;
+        case AMQP_CHANNEL_CLOSE_METHOD:
+        case AMQP_CONNECTION_CLOSE_METHOD:
+            amqp_conn_answer_close(&c->conn, f, why, sizeof(why));
+            conn_down(c, why);
+            return;
+        default:
+            return;
+        }
+    }
+    if (!a->active)
+        return;
+    if (f->frame_type == AMQP_FRAME_HEADER) {
+        a->props = f->payload.properties.decoded;
+        a->d.body_size = f->payload.properties.body_size;
+        a->got = 0;
+        a->d.too_big = a->d.body_size > c->cfg->max_message_bytes;
+        if (!a->d.too_big && a->d.body_size > a->body_cap) {
+            a->body_cap = a->d.body_size;
+            a->body = xrealloc(a->body, a->body_cap);
+        }
+    } else if (f->frame_type == AMQP_FRAME_BODY) {
+        amqp_bytes_t part = f->payload.body_fragment;
+        if (a->got + part.len > a->d.body_size) {
+            conn_down(c, "body longer than announced");
+            return;
+        }
+        if (!a->d.too_big)
+            memcpy(a->body + a->got, part.bytes, part.len);
+        a->got += part.len;
+    } else {
+        return;
+    }
+    if (a->got == a->d.body_size)
+        finish(c);
+}
+
+/* Read what the connection has, without blocking, up to FRAMES_PER_TURN frames. */
+static void drain(struct consumer *c)
+{
+    struct timeval zero = {0, 0};
+    amqp_frame_t f;
+    int i, r;
+
+    for (i = 0; i < FRAMES_PER_TURN && c->up; i++) {
+        r = amqp_simple_wait_frame_noblock(c->conn.st, &f, &zero);
+        if (r == AMQP_STATUS_TIMEOUT)
+            break;
+        if (r != AMQP_STATUS_OK) {
+            conn_down(c, amqp_error_string2(r));
+            return;
+        }
+        handle_frame(c, &f);
+        if (c->up && !c->as.active)
+            amqp_maybe_release_buffers(c->conn.st);
+    }
+}
+
+static void on_io(struct ev_loop *loop, ev_io *w, int revents)
+{
+    drain(w->data);
+}
+
+struct consumer *consumer_new(struct ev_loop *loop, const struct config *cfg,
+                              const struct consumer_ops *ops)
+{
+    struct consumer *c = xcalloc(1, sizeof(*c));
+
+    c->loop = loop;
+    c->cfg = cfg;
+    c->ops = *ops;
+    c->conn.fd = -1;
+    c->stream_next = xmalloc((size_t)cfg->nroutes * sizeof(*c->stream_next));
+    c->stream_upto = xmalloc((size_t)cfg->nroutes * sizeof(*c->stream_upto));
+    for (int i = 0; i < cfg->nroutes; i++)
+        c->stream_next[i] = c->stream_upto[i] = -1;
+    backoff_init(&c->bo, cfg->reconnect_min_ms, cfg->reconnect_max_ms, 30000,
+                 clock_mono_ns() | 1);
+    return c;
+}
+
+void consumer_free(struct consumer *c)
+{
+    if (!c)
+        return;
+    consumer_abort(c);
+    free(c->as.body);
+    free(c->props_buf);
+    free(c->hdr_scratch);
+    free(c->stream_next);
+    free(c->stream_upto);
+    free(c);
+}
+
+void consumer_turn(struct consumer *c, uint64_t now)
+{
+    if (c->stopped || c->paused)
+        return;
+    if (!c->conn.st) {
+        if (backoff_ready(&c->bo, now))
+            open_connection(c);
+        return;
+    }
+    if (c->ev_sent > c->ev_confirmed && now - c->ev_progress_ms >= EVENT_CONFIRM_MS) {
+        conn_down(c, "a key event went unconfirmed for 5 s: reconnecting, so that its "
+                     "delivery comes back and the event goes out again");
+        return;
+    }
+    if (amqp_conn_buffered(&c->conn)) {
+        drain(c);
+    } else if (!c->as.active && now - c->last_poll_ms >= HEARTBEAT_POLL_MS) {
+        /* A zero-timeout wait lets rabbitmq-c send heartbeats on a quiet connection. */
+        c->last_poll_ms = now;
+        drain(c);
+    }
+}
+
+void consumer_ack(struct consumer *c, uint32_t gen, uint64_t tag)
+{
+    int i;
+
+    if (!c->up || gen != c->gen || tag <= c->acked_tag)
+        return;
+    if (c->ev_confirmed >= c->ev_sent && !c->held[0].tag) {
+        send_ack(c, tag);
+        return;
+    }
+    /* Wait for the events sent so far: a slot of its own, or merged into the second. */
+    i = c->held[0].tag ? 1 : 0;
+    if (tag > c->held[i].tag) {
+        c->held[i].tag = tag;
+        c->held[i].need = c->ev_sent;
+    }
+    acks_release(c);
+}
+
+void consumer_settle(struct consumer *c, int route, uint32_t gen, uint64_t tag, int ack)
+{
+    int r;
+
+    if (!c->up || gen != c->gen)
+        return;
+    if (ack || c->cfg->routes[route].queue_type == QUEUE_STREAM) /* a stream: credit, skipped */
+        r = amqp_basic_ack(c->conn.st, CONSUMER_CHANNEL, tag, 0);
+    else
+        r = amqp_basic_reject(c->conn.st, CONSUMER_CHANNEL, tag, 0);
+    if (r != AMQP_STATUS_OK)
+        conn_down(c, amqp_error_string2(r));
+}
+
+/*
+ * Close the connection on purpose: politely (unacked deliveries go back to
+ * their queues either way) and telling the owner, or abruptly and silently
+ * after a fatal error. Reconnecting is the caller's business (paused, stopped).
+ */
+static void close_connection(struct consumer *c, int graceful)
+{
+    if (c->conn.st) {
+        ev_io_stop(c->loop, &c->io);
+        amqp_conn_close(&c->conn, graceful && c->up);
+    }
+    c->as.active = 0;
+    if (c->up) {
+        c->up = 0;
+        if (graceful)
+            c->ops.state(c->ops.arg, 0);
+    }
+}
+
+void consumer_pause(struct consumer *c)
+{
+    if (c->paused || c->stopped)
+        return;
+    c->paused = 1;
+    close_connection(c, 1);
+}
+
+void consumer_resume(struct consumer *c)
+{
+    if (!c->paused)
+        return;
+    c->paused = 0;
+    backoff_reset(&c->bo);
+}
+
+/*
+ * The disk-full pause. basic.cancel of each route's ingress consumer, on
+ * the open connection: the key-event consumers go on (a replacement or a
+ * cancel another bridge takes meanwhile is applied here at once, and acked
+ * with the next commit that gets space), and the deliveries already taken
+ * stay unacked on this channel, waiting in the log's batch -- they are not
+ * handed back to the broker, so no other bridge logs them a second time.
+ * Deliveries the broker sent before its cancel-ok are taken like any other.
+ * A connection lost meanwhile reconnects without the ingress consumers.
+ * On a failed cancel the connection is closed: the old pause.
+ */
+void consumer_hold_ingress(struct consumer *c)
+{
+    char err[512], tag[300];
+
+    if (c->ingress_held || c->stopped)
+        return;
+    c->ingress_held = 1;
+    if (!c->up)
+        return;
+    for (int i = 0; i < c->cfg->nroutes; i++) {
+        amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL,
+                          ingress_tag(&c->cfg->routes[i], tag, sizeof(tag)));
+        if (amqp_conn_check(&c->conn, "basic.cancel", err, sizeof(err)) < 0) {
+            conn_down(c, err);
+            return;
+        }
+    }
+}
+
+/* Space again: consume the ingress queues again (on reconnect, if down). */
+void consumer_release_ingress(struct consumer *c)
+{
+    char err[512];
+
+    if (!c->ingress_held)
+        return;
+    c->ingress_held = 0;
+    if (!c->up || c->stopped || c->paused)
+        return;
+    for (int i = 0; i < c->cfg->nroutes; i++)
+        if (consume_ingress(c, &c->cfg->routes[i], err, sizeof(err)) < 0) {
+            conn_down(c, err);
+            return;
+        }
+}
+
+void consumer_stop(struct consumer *c)
+{
+    c->stopped = 1;
+    close_connection(c, 1);
+}
+
+void consumer_abort(struct consumer *c)
+{
+    c->stopped = 1;
+    close_connection(c, 0);
+}
+
+void consumer_set_stream_next(struct consumer *c, int route, int64_t next, int64_t upto)
+{
+    c->stream_next[route] = next;
+    c->stream_upto[route] = upto;
+}
+
+int64_t consumer_stream_next(const struct consumer *c, int route)
+{
+    return c->stream_next[route];
+}
+
+int consumer_up(const struct consumer *c)
+{
+    return c->up;
+}
+
+uint32_t consumer_gen(const struct consumer *c)
+{
+    return c->gen;
+}
+
+int consumer_busy(const struct consumer *c)
+{
+    return c->up && amqp_conn_buffered(&c->conn);
+}
+
+uint64_t consumer_next_wakeup(const struct consumer *c)
+{
+    if (c->stopped || c->paused)
+        return UINT64_MAX;
+    if (!c->conn.st)
+        return c->bo.retry_at;
+    return c->last_poll_ms + HEARTBEAT_POLL_MS;
+}

@@ -1,0 +1,814 @@
+/*
+ * config.c -- read the JSON configuration into struct config.
+ *
+ * json-c parses the file in strict mode (no comments, no trailing commas,
+ * nothing after the top-level object); then one walk per section copies
+ * each key into the plain struct, checking its type and range as it goes,
+ * and stops at the first problem. Every message is one line:
+ *
+ *   <name>: <key path>: <what is wrong>, <what is expected>
+ *   <name>:<line>:<col>: invalid JSON: <tokener error>
+ *
+ * Values are echoed back in messages as JSON ("100", 1.5, true), cut to a
+ * few dozen bytes; broker URIs are echoed with the password masked.
+ *
+ * Checks beyond type and range, each a mistake that would otherwise show up
+ * only at run time:
+ *   - unknown keys (a typo must not silently fall back to a default);
+ *   - names and queues unique; URIs parsed by uri.c, the parser the
+ *     connection uses, so an accepted URI is a usable one;
+ *   - reconnect_min_ms <= reconnect_max_ms, same for publish_retry_*;
+ *   - wal.replicate: stream and lease_queue valid queue names, not "amq.",
+ *     different from each other and from every route's ingress_queue (one
+ *     name, two queues with different arguments: the second declare fails);
+ *     its retention covers two stream checkpoints, so the stream never
+ *     drops what a rebuild from the last completed one needs: max_mb (when
+ *     not 0) >= 2 x checkpoint_mb + 2 x segment_mb, and max_age (when set)
+ *     >= 2 x checkpoint_interval_s, which must then not be 0;
+ *   - broker.tls: cert_file and key_file together; when a URI is amqps://,
+ *     the files set explicitly open for reading now (the error names the
+ *     key and the OS error), not at the first connect;
+ *   - the "amq." prefix is reserved by RabbitMQ for exchanges and queues a
+ *     client declares: refused for ingress_exchange, ingress_queue, and
+ *     target_exchange when declare_target is true (likewise "");
+ *   - loops: a held message is republished with a negative x-delay, and an
+ *     invalid one keeps its x-delay; if a route's target (or dead-letter
+ *     exchange) is the ingress exchange of a route that leads back, the
+ *     message would circulate for ever. Routes are followed the way a
+ *     message would go: with a valid delay along target_exchange, with an
+ *     invalid one along dead_letter_exchange when invalid_delay is
+ *     "dead-letter", else target_exchange. Loops through exchange-to-exchange
+ *     bindings on the broker are out of sight here.
+ *
+ * Ranges the header leaves open, chosen here:
+ *   broker.heartbeat_s 0..65535 (AMQP short); connect_timeout_ms,
+ *   reconnect_*_ms, publish_retry_*_ms 1..2^32-1; shutdown_timeout_ms
+ *   0..2^32-1; wal.max_message_bytes 1..536870912 (RabbitMQ's own ceiling,
+ *   well under WALREC_MAX_PAYLOAD); wal.checkpoint_interval_s 0 (off)..604800;
+ *   wal.checkpoint_min_mb 1..1048576; wal.replicate.max_age at most 9
+ *   digits (its seconds fit in 64 bits even in years); http.listen is ""
+ *   (off) by default, else host:port with IPv6 hosts in brackets
+ *   ("[::1]:9187").
+ *
+ * json-c keeps the last of two equal keys in one object, so a duplicate key
+ * is not reported.
+ *
+ * The JSON access is in config_json.c, the checks in config_check.c;
+ * config_int.h is what the three share.
+ */
+#include "config_int.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <json-c/json.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "delay-bridge/wal.h"
+#include "base/xalloc.h"
+#include "uri.h"
+
+#define CONFIG_FILE_MAX (16u << 20)
+
+static int add_uri(struct ctx *x, struct config *c, const char *path, const char *s, size_t n)
+{
+    if (c->nuris >= CONFIG_MAX_URIS)
+        return cfg_fail(x, path, "too many URIs; at most %d", CONFIG_MAX_URIS);
+    char *u = xstrndup(s, n);
+    if (cfg_check_uri(x, path, u) < 0) {
+        free(u);
+        return -1;
+    }
+    c->uris[c->nuris++] = u;
+    return 0;
+}
+
+/* A JSON value that must be one URI string. */
+static int add_uri_json(struct ctx *x, struct config *c, const char *path, json_object *v)
+{
+    const char *s;
+    size_t n;
+    if (cfg_string(x, path, v, &s, &n) < 0)
+        return -1;
+    return add_uri(x, c, path, s, n);
+}
+
+/* DELAY_BRIDGE_BROKER_URI: comma-separated, spaces around items ignored. */
+static int uris_from_env(struct ctx *x, struct config *c, const char *env)
+{
+    const char *p = env;
+    for (int i = 0;; i++) {
+        const char *comma = strchr(p, ',');
+        const char *end = comma ? comma : p + strlen(p);
+        const char *b = p, *e = end;
+        while (b < e && *b == ' ')
+            b++;
+        while (e > b && e[-1] == ' ')
+            e--;
+        char path[64];
+        snprintf(path, sizeof path, "%s (item %d)", ENV_URI, i + 1);
+        if (b == e)
+            return cfg_fail(x, path, "empty URI in the comma-separated list");
+        if (add_uri(x, c, path, b, (size_t)(e - b)) < 0)
+            return -1;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    c->uri_from_env = 1;
+    return 0;
+}
+
+
+/*
+ * broker.tls (b: the broker object, or NULL). The files are checked only
+ * when a URI is amqps://: TLS settings are ignored for amqp:// URIs.
+ */
+static int parse_tls(struct ctx *x, struct config *c, json_object *b)
+{
+    static const char *const keys[] = { "ca_file", "cert_file", "key_file", "verify_hostname",
+                                        NULL };
+    struct config_tls *t = &c->tls;
+    json_object *o = NULL;
+    int have_ca = 0, have_cert = 0, have_key = 0, tls = 0;
+
+    if (b && json_object_object_get_ex(b, "tls", &o) &&
+        json_object_get_type(o) != json_type_object) {
+        char got[96];
+        return cfg_fail(x, "broker.tls", "expected an object, got %s", cfg_show(o, got, sizeof got));
+    }
+    if (o) {
+        if (cfg_check_keys(x, o, "broker.tls", keys) < 0)
+            return -1;
+        if ((have_ca = cfg_get_str(x, o, "broker.tls", "ca_file", NONEMPTY, t->ca_file,
+                               sizeof t->ca_file - 1)) < 0 ||
+            (have_cert = cfg_get_str(x, o, "broker.tls", "cert_file", NONEMPTY, t->cert_file,
+                                 sizeof t->cert_file - 1)) < 0 ||
+            (have_key = cfg_get_str(x, o, "broker.tls", "key_file", NONEMPTY, t->key_file,
+                                sizeof t->key_file - 1)) < 0)
+            return -1;
+        if (cfg_get_bool(x, o, "broker.tls", "verify_hostname", &t->verify_hostname) < 0)
+            return -1;
+    }
+    if (have_cert != have_key)
+        return cfg_fail(x, have_cert ? "broker.tls.key_file" : "broker.tls.cert_file",
+                    "set cert_file and key_file together (a client certificate and its "
+                    "private key), or neither");
+    for (int i = 0; i < c->nuris; i++)
+        tls |= strncmp(c->uris[i], "amqps://", 8) == 0;
+    if (!tls)
+        return 0;
+    /* the default CA bundle is checked when the connection loads it */
+    if ((have_ca && cfg_check_readable(x, "broker.tls.ca_file", t->ca_file) < 0) ||
+        (have_cert && cfg_check_readable(x, "broker.tls.cert_file", t->cert_file) < 0) ||
+        (have_key && cfg_check_readable(x, "broker.tls.key_file", t->key_file) < 0))
+        return -1;
+    return 0;
+}
+
+static int parse_broker(struct ctx *x, struct config *c, json_object *root)
+{
+    static const char *const keys[] = { "uri", "heartbeat_s", "connect_timeout_ms",
+                                        "reconnect_min_ms", "reconnect_max_ms",
+                                        "publish_retry_min_ms", "publish_retry_max_ms", "tls",
+                                        NULL };
+    json_object *b;
+    if (cfg_section(x, root, "broker", keys, &b) < 0)
+        return -1;
+    const char *env = getenv(ENV_URI);
+    int use_env = env && *env;
+    if (!b) {
+        if (use_env)
+            return uris_from_env(x, c, env) < 0 ? -1 : parse_tls(x, c, NULL);
+        return cfg_fail(x, "broker.uri", "missing; expected an amqp:// URI or an array of them "
+                                     "(or set " ENV_URI ")");
+    }
+
+    if (use_env) {
+        /* the environment wins; the file's broker.uri is not looked at */
+        if (uris_from_env(x, c, env) < 0)
+            return -1;
+    } else {
+        json_object *u;
+        char got[96];
+        if (!json_object_object_get_ex(b, "uri", &u))
+            return cfg_fail(x, "broker.uri", "missing; expected an amqp:// URI or an array of "
+                                         "them (or set " ENV_URI ")");
+        if (json_object_get_type(u) == json_type_string) {
+            if (add_uri_json(x, c, "broker.uri", u) < 0)
+                return -1;
+        } else if (json_object_get_type(u) == json_type_array) {
+            size_t n = json_object_array_length(u);
+            if (n == 0 || n > CONFIG_MAX_URIS)
+                return cfg_fail(x, "broker.uri", "expected 1..%d URIs, got %zu", CONFIG_MAX_URIS, n);
+            for (size_t i = 0; i < n; i++) {
+                char path[64];
+                snprintf(path, sizeof path, "broker.uri[%zu]", i);
+                if (add_uri_json(x, c, path, json_object_array_get_idx(u, i)) < 0)
+                    return -1;
+            }
+        } else {
+            return cfg_fail(x, "broker.uri", "expected a string or an array of strings, got %s",
+                        cfg_show(u, got, sizeof got));
+        }
+    }
+
+    uint64_t v;
+    v = c->heartbeat_s;
+    if (cfg_get_int(x, b, "broker", "heartbeat_s", 0, 65535, &v) < 0)
+        return -1;
+    c->heartbeat_s = (uint16_t)v;
+    if (cfg_get_u32(x, b, "broker", "connect_timeout_ms", 1, &c->connect_timeout_ms) < 0)
+        return -1;
+    if (cfg_get_u32(x, b, "broker", "reconnect_min_ms", 1, &c->reconnect_min_ms) < 0)
+        return -1;
+    if (cfg_get_u32(x, b, "broker", "reconnect_max_ms", 1, &c->reconnect_max_ms) < 0)
+        return -1;
+    if (cfg_get_u32(x, b, "broker", "publish_retry_min_ms", 1, &c->publish_retry_min_ms) < 0)
+        return -1;
+    if (cfg_get_u32(x, b, "broker", "publish_retry_max_ms", 1, &c->publish_retry_max_ms) < 0)
+        return -1;
+
+    if (c->reconnect_min_ms > c->reconnect_max_ms)
+        return cfg_fail(x, "broker.reconnect_max_ms",
+                    "%u is below reconnect_min_ms (%u); expected max >= min",
+                    c->reconnect_max_ms, c->reconnect_min_ms);
+    if (c->publish_retry_min_ms > c->publish_retry_max_ms)
+        return cfg_fail(x, "broker.publish_retry_max_ms",
+                    "%u is below publish_retry_min_ms (%u); expected max >= min",
+                    c->publish_retry_max_ms, c->publish_retry_min_ms);
+    return parse_tls(x, c, b);
+}
+
+static int parse_wal(struct ctx *x, struct config *c, json_object *root)
+{
+    static const char *const keys[] = { "dir", "segment_mb", "fsync", "max_message_bytes",
+                                        "checkpoint_interval_s", "checkpoint_min_mb",
+                                        "replicate", NULL };
+    json_object *w;
+    if (cfg_section(x, root, "wal", keys, &w) < 0)
+        return -1;
+    if (!w)
+        return cfg_fail(x, "wal.dir", "missing; expected the directory for the write-ahead log");
+    if (cfg_get_str(x, w, "wal", "dir", REQUIRED | NONEMPTY, c->wal_dir, sizeof c->wal_dir - 1) < 0)
+        return -1;
+    uint64_t v = c->segment_bytes >> 20;
+    /* the segment-file log's own limits, so --check-config agrees with it */
+    if (cfg_get_int(x, w, "wal", "segment_mb", 1, WAL_MAX_SEGMENT_BYTES >> 20, &v) < 0)
+        return -1;
+    c->segment_bytes = v << 20;
+    if (cfg_get_bool(x, w, "wal", "fsync", &c->fsync) < 0)
+        return -1;
+    /* RabbitMQ's own ceiling for max_message_size is 512 MiB */
+    v = c->max_message_bytes;
+    if (cfg_get_int(x, w, "wal", "max_message_bytes", 1, 512u << 20, &v) < 0)
+        return -1;
+    c->max_message_bytes = (uint32_t)v;
+    v = c->checkpoint_interval_s;
+    if (cfg_get_int(x, w, "wal", "checkpoint_interval_s", 0, 7 * 86400, &v) < 0)
+        return -1;
+    c->checkpoint_interval_s = (uint32_t)v;
+    v = c->checkpoint_min_mb;
+    if (cfg_get_int(x, w, "wal", "checkpoint_min_mb", 1, 1u << 20, &v) < 0)
+        return -1;
+    c->checkpoint_min_mb = (uint32_t)v;
+    return 0;
+}
+
+
+/*
+ * wal.replicate, after "instance" is known (the default stream name uses
+ * it) and before routes (whose ingress queues the names are checked
+ * against, in check_repl_routes). Absent: c->repl stays all zero.
+ */
+static int parse_replicate(struct ctx *x, struct config *c, json_object *root)
+{
+    static const char *const keys[] = { "stream", "lease_queue", "max_mb", "max_age",
+                                        "segment_mb", "checkpoint_mb", "checkpoint_interval_s",
+                                        "batch_kb", "confirm_timeout_ms", "lease_renew_ms", NULL };
+    static const char pre[] = "wal.replicate";
+    struct config_replicate *r = &c->repl;
+    json_object *w, *o;
+    char got[96], q[96];
+    uint64_t u, age_s = 0;
+
+    if (!json_object_object_get_ex(root, "wal", &w) ||
+        !json_object_object_get_ex(w, "replicate", &o))
+        return 0;
+    if (json_object_get_type(o) != json_type_object)
+        return cfg_fail(x, pre, "expected an object, got %s", cfg_show(o, got, sizeof got));
+    if (cfg_check_keys(x, o, pre, keys) < 0)
+        return -1;
+    r->enabled = 1;
+
+    int have = cfg_get_str(x, o, pre, "stream", NONEMPTY, r->stream, CONFIG_NAME_MAX);
+    if (have < 0)
+        return -1;
+    if (!have)
+        snprintf(r->stream, sizeof r->stream, "delay-bridge.wal%s%s", c->instance[0] ? "." : "",
+                 c->instance);
+    else if (cfg_check_repl_name(x, "wal.replicate.stream", r->stream) < 0)
+        return -1;
+    if ((have = cfg_get_str(x, o, pre, "lease_queue", NONEMPTY, r->lease_queue, CONFIG_NAME_MAX)) < 0)
+        return -1;
+    size_t n = strlen(r->stream);
+    if (have) {
+        if (cfg_check_repl_name(x, "wal.replicate.lease_queue", r->lease_queue) < 0)
+            return -1;
+    } else if (n + 6 > CONFIG_NAME_MAX) {
+        return cfg_fail(x, "wal.replicate.lease_queue", "the default, stream + \".lease\", would be "
+                    "%zu bytes; at most %d: set lease_queue or shorten stream", n + 6,
+                    CONFIG_NAME_MAX);
+    } else {
+        memcpy(r->lease_queue, r->stream, n);
+        memcpy(r->lease_queue + n, ".lease", sizeof ".lease");
+    }
+    if (strcmp(r->lease_queue, r->stream) == 0)
+        return cfg_fail(x, "wal.replicate.lease_queue", "same as stream %s; expected another name "
+                    "(the lease is a queue of its own)",
+                    cfg_quote(r->stream, strlen(r->stream), q, sizeof q));
+
+    u = 20480;
+    if (cfg_get_int(x, o, pre, "max_mb", 0, 16777216, &u) < 0)
+        return -1;
+    r->max_bytes = u << 20;
+
+    if (cfg_get_max_age(x, o, pre, "max_age", 1, r->max_age, sizeof r->max_age, &age_s) < 0)
+        return -1;
+
+    u = 64;
+    /* a stream refuses x-stream-max-segment-size-bytes above 3,000,000,000 */
+    if (cfg_get_int(x, o, pre, "segment_mb", 1, CONFIG_STREAM_SEGMENT_MAX_MB, &u) < 0)
+        return -1;
+    r->segment_bytes = u << 20;
+    u = 1024;
+    if (cfg_get_int(x, o, pre, "checkpoint_mb", 1, 1048576, &u) < 0)
+        return -1;
+    r->checkpoint_bytes = u << 20;
+    u = 3600;
+    if (cfg_get_int(x, o, pre, "checkpoint_interval_s", 0, 31536000, &u) < 0)
+        return -1;
+    r->checkpoint_interval_s = (uint32_t)u;
+    u = 1024;
+    if (cfg_get_int(x, o, pre, "batch_kb", 4, 65536, &u) < 0)
+        return -1;
+    r->batch_bytes = (uint32_t)u << 10;
+    u = 10000;
+    if (cfg_get_int(x, o, pre, "confirm_timeout_ms", 100, 600000, &u) < 0)
+        return -1;
+    r->confirm_timeout_ms = (uint32_t)u;
+    u = 10000;
+    if (cfg_get_int(x, o, pre, "lease_renew_ms", 100, 600000, &u) < 0)
+        return -1;
+    r->lease_renew_ms = (uint32_t)u;
+
+    /* retention: everything since the last completed stream checkpoint stays */
+    uint64_t need = 2 * (r->checkpoint_bytes >> 20) + 2 * (r->segment_bytes >> 20);
+    if (r->max_bytes != 0 && (r->max_bytes >> 20) < need)
+        return cfg_fail(x, "wal.replicate.max_mb", "%llu is too small; must be at least 2 x "
+                    "checkpoint_mb + 2 x segment_mb (%llu): the stream must keep everything "
+                    "since the last completed stream checkpoint; raise it, or 0 = no size limit",
+                    (unsigned long long)(r->max_bytes >> 20), (unsigned long long)need);
+    if (r->max_age[0] && r->checkpoint_interval_s == 0)
+        return cfg_fail(x, "wal.replicate.checkpoint_interval_s", "must not be 0 when max_age is "
+                    "set: checkpoints taken by size alone may lie further apart than max_age, "
+                    "and the stream would drop records a rebuild needs");
+    need = 2 * (uint64_t)r->checkpoint_interval_s;
+    if (r->max_age[0] && age_s < need)
+        return cfg_fail(x, "wal.replicate.max_age", "%s (%llu s) is too short; must be at least "
+                    "2 x checkpoint_interval_s (%llu s): the stream must keep everything "
+                    "since the last completed stream checkpoint",
+                    cfg_quote(r->max_age, strlen(r->max_age), q, sizeof q),
+                    (unsigned long long)age_s, (unsigned long long)need);
+    return 0;
+}
+
+
+static int parse_http(struct ctx *x, struct config *c, json_object *root)
+{
+    static const char *const keys[] = { "listen", "allow_remote", NULL };
+    json_object *h;
+    if (cfg_section(x, root, "http", keys, &h) < 0)
+        return -1;
+    if (!h)
+        return 0;
+    if (cfg_get_str(x, h, "http", "listen", OPTIONAL, c->http_listen, sizeof c->http_listen - 1) < 0)
+        return -1;
+    if (cfg_get_bool(x, h, "http", "allow_remote", &c->http_allow_remote) < 0)
+        return -1;
+    if (c->http_listen[0] &&
+        cfg_parse_listen(c->http_listen, c->http_host, sizeof c->http_host, &c->http_port) < 0) {
+        char q[96];
+        return cfg_fail(x, "http.listen",
+                    "expected \"\" (disabled), a port (loopback), or a numeric address and "
+                    "port with port 1..65535 (e.g. \"9800\", \"127.0.0.1:9800\", "
+                    "\"[::1]:9800\"), got %s",
+                    cfg_quote(c->http_listen, strlen(c->http_listen), q, sizeof q));
+    }
+    if (c->http_listen[0] && !cfg_is_loopback(c->http_host) && !c->http_allow_remote)
+        return cfg_fail(x, "http.listen",
+                    "%s is not a loopback address; the endpoint exposes metrics and controls, "
+                    "so binding it beyond this host is an explicit choice: set "
+                    "\"http\": {\"allow_remote\": true} (and a DELAY_BRIDGE_HTTP_TOKEN)",
+                    c->http_host);
+    return 0;
+}
+
+static int parse_log(struct ctx *x, struct config *c, json_object *root)
+{
+    static const char *const keys[] = { "level", NULL };
+    json_object *l;
+    if (cfg_section(x, root, "log", keys, &l) < 0)
+        return -1;
+    if (!l)
+        return 0;
+    char buf[16];
+    json_object *v;
+    if (!json_object_object_get_ex(l, "level", &v))
+        return 0;
+    enum log_level lv;
+    if (json_object_get_type(v) != json_type_string ||
+        (size_t)json_object_get_string_len(v) >= sizeof buf ||
+        log_parse_level(json_object_get_string(v), &lv) < 0) {
+        char got[96];
+        return cfg_fail(x, "log.level", "expected \"debug\", \"info\", \"warn\" or \"error\", got %s",
+                    cfg_show(v, got, sizeof got));
+    }
+    c->log_level = (int)lv;
+    return 0;
+}
+
+
+static int parse_route(struct ctx *x, struct config_route *r, json_object *o, int idx)
+{
+    static const char *const keys[] = {
+        "name", "ingress_exchange", "ingress_queue", "target_exchange", "queue_type",
+        "declare_target", "target_type", "prefetch", "max_inflight", "max_delay_ms",
+        "invalid_delay", "dead_letter_exchange", "unroutable_exchange",
+        "single_active_consumer", "share_keys", "stream_max_age", "stream_max_mb", "delay_from",
+        NULL
+    };
+    char pre[32], path[64], got[96], q[96];
+    snprintf(pre, sizeof pre, "routes[%d]", idx);
+    if (json_object_get_type(o) != json_type_object)
+        return cfg_fail(x, pre, "expected an object, got %s", cfg_show(o, got, sizeof got));
+    if (cfg_check_keys(x, o, pre, keys) < 0)
+        return -1;
+
+    /* defaults */
+    r->queue_type = QUEUE_CLASSIC;
+    r->declare_target = 0;
+    snprintf(r->target_type, sizeof r->target_type, "direct");
+    r->prefetch = 1000;
+    r->max_inflight = 1000;
+    r->max_delay_ms = 4294967295u;
+    r->invalid_delay = INVALID_DELAY_PUBLISH;
+    r->dead_letter_exchange[0] = '\0';
+    r->unroutable_exchange[0] = '\0';
+
+    if (cfg_get_str(x, o, pre, "name", REQUIRED | NONEMPTY, r->name, CONFIG_NAME_MAX) < 0)
+        return -1;
+    if (!cfg_valid_name(r->name)) {
+        snprintf(path, sizeof path, "%s.name", pre);
+        return cfg_fail(x, path, "%s: only letters, digits, '.', '_' and '-' are allowed",
+                    cfg_quote(r->name, strlen(r->name), q, sizeof q));
+    }
+    if (cfg_get_str(x, o, pre, "ingress_exchange", REQUIRED | NONEMPTY, r->ingress_exchange,
+                CONFIG_NAME_MAX) < 0)
+        return -1;
+    if (cfg_get_str(x, o, pre, "ingress_queue", REQUIRED | NONEMPTY, r->ingress_queue,
+                CONFIG_NAME_MAX) < 0)
+        return -1;
+    if (cfg_get_str(x, o, pre, "target_exchange", REQUIRED, r->target_exchange, CONFIG_NAME_MAX) < 0)
+        return -1;
+
+    static const char *const queue_types[] = { "classic", "quorum", "stream", NULL };
+    int choice = -1;
+    if (cfg_get_choice(x, o, pre, "queue_type", queue_types,
+                       "\"classic\", \"quorum\" or \"stream\"", &choice) < 0)
+        return -1;
+    if (choice >= 0)
+        r->queue_type = choice == 0 ? QUEUE_CLASSIC : choice == 1 ? QUEUE_QUORUM : QUEUE_STREAM;
+
+    if (cfg_get_bool(x, o, pre, "declare_target", &r->declare_target) < 0)
+        return -1;
+    r->single_active_consumer = 0;
+    if (cfg_get_bool(x, o, pre, "single_active_consumer", &r->single_active_consumer) < 0)
+        return -1;
+    r->share_keys = 0;
+    if (cfg_get_bool(x, o, pre, "share_keys", &r->share_keys) < 0)
+        return -1;
+    if (cfg_parse_route_stream(x, r, o, pre) < 0)
+        return -1;
+
+    static const char *const types[] = { "direct", "topic", "fanout", "headers", NULL };
+    choice = -1;
+    if (cfg_get_choice(x, o, pre, "target_type", types,
+                   "\"direct\", \"topic\", \"fanout\" or \"headers\"", &choice) < 0)
+        return -1;
+    if (choice >= 0)
+        memcpy(r->target_type, types[choice], strlen(types[choice]) + 1);
+
+    uint64_t v = r->prefetch;
+    if (cfg_get_int(x, o, pre, "prefetch", 1, 65535, &v) < 0)
+        return -1;
+    r->prefetch = (uint16_t)v;
+    v = r->max_inflight;
+    if (cfg_get_int(x, o, pre, "max_inflight", 1, 1000000, &v) < 0)
+        return -1;
+    r->max_inflight = (uint32_t)v;
+    v = r->max_delay_ms;
+    if (cfg_get_int(x, o, pre, "max_delay_ms", 1, INT64_MAX, &v) < 0)
+        return -1;
+    r->max_delay_ms = v;
+    static const char *const froms[] = { "bridge", "broker", NULL };
+    choice = -1;
+    r->delay_from = DELAY_FROM_BRIDGE;
+    if (cfg_get_choice(x, o, pre, "delay_from", froms, "\"bridge\" or \"broker\"", &choice) < 0)
+        return -1;
+    if (choice == 1)
+        r->delay_from = DELAY_FROM_BROKER;
+
+    static const char *const policies[] = { "publish", "dead-letter", NULL };
+    choice = -1;
+    if (cfg_get_choice(x, o, pre, "invalid_delay", policies, "\"publish\" or \"dead-letter\"",
+                   &choice) < 0)
+        return -1;
+    if (choice >= 0)
+        r->invalid_delay = choice == 0 ? INVALID_DELAY_PUBLISH : INVALID_DELAY_DEAD_LETTER;
+    if (cfg_get_str(x, o, pre, "dead_letter_exchange", OPTIONAL, r->dead_letter_exchange,
+                CONFIG_NAME_MAX) < 0)
+        return -1;
+    if (cfg_get_str(x, o, pre, "unroutable_exchange", OPTIONAL, r->unroutable_exchange,
+                CONFIG_NAME_MAX) < 0)
+        return -1;
+    if (r->unroutable_exchange[0] && (strcmp(r->unroutable_exchange, r->ingress_exchange) == 0 ||
+                                      strcmp(r->unroutable_exchange, r->target_exchange) == 0)) {
+        snprintf(path, sizeof path, "%s.unroutable_exchange", pre);
+        return cfg_fail(x, path, "must differ from ingress_exchange and target_exchange: an "
+                             "unroutable message would come back or bounce again");
+    }
+
+    /* rules between keys of one route */
+    if (cfg_reserved(r->ingress_exchange)) {
+        snprintf(path, sizeof path, "%s.ingress_exchange", pre);
+        return cfg_fail(x, path, "the \"amq.\" prefix is reserved by RabbitMQ; choose another name");
+    }
+    if (cfg_reserved(r->ingress_queue)) {
+        snprintf(path, sizeof path, "%s.ingress_queue", pre);
+        return cfg_fail(x, path, "the \"amq.\" prefix is reserved by RabbitMQ; choose another name");
+    }
+    if (strcmp(r->target_exchange, r->ingress_exchange) == 0) {
+        snprintf(path, sizeof path, "%s.target_exchange", pre);
+        return cfg_fail(x, path,
+                    "same as ingress_exchange %s: messages would loop; expected the exchange "
+                    "consumers read from",
+                    cfg_quote(r->ingress_exchange, strlen(r->ingress_exchange), q, sizeof q));
+    }
+    if (r->declare_target && r->target_exchange[0] == '\0') {
+        snprintf(path, sizeof path, "%s.declare_target", pre);
+        return cfg_fail(x, path, "the default exchange (target_exchange \"\") cannot be declared; "
+                             "set declare_target to false");
+    }
+    if (r->declare_target && cfg_reserved(r->target_exchange)) {
+        snprintf(path, sizeof path, "%s.declare_target", pre);
+        return cfg_fail(x, path, "RabbitMQ refuses to declare \"amq.\" exchanges; set declare_target "
+                             "to false or rename target_exchange");
+    }
+    if (r->invalid_delay == INVALID_DELAY_DEAD_LETTER) {
+        snprintf(path, sizeof path, "%s.dead_letter_exchange", pre);
+        if (r->dead_letter_exchange[0] == '\0')
+            return cfg_fail(x, path, "required when invalid_delay is \"dead-letter\"; expected a "
+                                 "non-empty exchange name");
+        if (strcmp(r->dead_letter_exchange, r->ingress_exchange) == 0)
+            return cfg_fail(x, path, "same as ingress_exchange %s: messages would loop",
+                        cfg_quote(r->ingress_exchange, strlen(r->ingress_exchange), q, sizeof q));
+    }
+    return 0;
+}
+
+
+static int parse_routes(struct ctx *x, struct config *c, json_object *root)
+{
+    json_object *a;
+    char got[96], q[96], path[64];
+    if (!json_object_object_get_ex(root, "routes", &a))
+        return cfg_fail(x, "routes", "missing; expected an array of 1..%d routes", CONFIG_MAX_ROUTES);
+    if (json_object_get_type(a) != json_type_array)
+        return cfg_fail(x, "routes", "expected an array, got %s", cfg_show(a, got, sizeof got));
+    size_t n = json_object_array_length(a);
+    if (n == 0 || n > CONFIG_MAX_ROUTES)
+        return cfg_fail(x, "routes", "expected 1..%d routes, got %zu", CONFIG_MAX_ROUTES, n);
+    c->routes = xmalloc(n * sizeof *c->routes);
+    memset(c->routes, 0, n * sizeof *c->routes);
+    for (size_t i = 0; i < n; i++) {
+        struct config_route *r = &c->routes[i];
+        if (parse_route(x, r, json_object_array_get_idx(a, i), (int)i) < 0)
+            return -1;
+        c->nroutes = (int)i + 1;
+        for (size_t j = 0; j < i; j++) {
+            const struct config_route *p = &c->routes[j];
+            const char *what = NULL, *val = NULL;
+            if (strcmp(p->name, r->name) == 0)
+                what = "name", val = r->name;
+            else if (strcmp(p->ingress_exchange, r->ingress_exchange) == 0)
+                what = "ingress_exchange", val = r->ingress_exchange;
+            else if (strcmp(p->ingress_queue, r->ingress_queue) == 0)
+                what = "ingress_queue", val = r->ingress_queue;
+            if (what) {
+                snprintf(path, sizeof path, "routes[%zu].%s", i, what);
+                return cfg_fail(x, path, "%s is already used by routes[%zu]; expected a unique %s",
+                            cfg_quote(val, strlen(val), q, sizeof q), j, what);
+            }
+        }
+    }
+
+    /* loops, as a delayed (then negative x-delay) and an invalid message travel */
+    int *next = xmalloc((size_t)c->nroutes * sizeof *next);
+    int rc = 0;
+    for (int i = 0; i < c->nroutes; i++)
+        next[i] = cfg_route_by_ingress(c, c->routes[i].target_exchange);
+    rc = cfg_check_loops(x, c, next, 0);
+    if (rc == 0) {
+        for (int i = 0; i < c->nroutes; i++) {
+            const struct config_route *r = &c->routes[i];
+            next[i] = cfg_route_by_ingress(c, r->invalid_delay == INVALID_DELAY_DEAD_LETTER
+                                              ? r->dead_letter_exchange
+                                              : r->target_exchange);
+        }
+        rc = cfg_check_loops(x, c, next, 1);
+    }
+    free(next);
+    return rc;
+}
+
+static void defaults(struct config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->heartbeat_s = 30;
+    c->connect_timeout_ms = 5000;
+    c->reconnect_min_ms = 500;
+    c->reconnect_max_ms = 30000;
+    c->publish_retry_min_ms = 1000;
+    c->publish_retry_max_ms = 60000;
+    memcpy(c->tls.ca_file, CONFIG_TLS_DEFAULT_CA_FILE, sizeof CONFIG_TLS_DEFAULT_CA_FILE);
+    c->tls.verify_hostname = 1;
+    c->segment_bytes = 64ull << 20;
+    c->fsync = 1;
+    c->max_message_bytes = 134217728u;
+    c->checkpoint_interval_s = 60;
+    c->checkpoint_min_mb = 64;
+    /* http_listen "": the endpoint is off unless configured (README) */
+    c->log_level = LOG_LEVEL_INFO;
+    c->shutdown_timeout_ms = 10000;
+}
+
+
+int config_parse(struct config *c, const char *json, const char *name, char *err, size_t errlen)
+{
+    struct ctx x = { name ? name : "config", err, errlen };
+    if (err && errlen)
+        err[0] = '\0';
+    defaults(c);
+
+    /* a UTF-8 byte order mark, as some editors write, is not an error */
+    const char *text = strncmp(json, "\xef\xbb\xbf", 3) == 0 ? json + 3 : json;
+    size_t len = strlen(text);
+    if (len >= (size_t)INT32_MAX)
+        return cfg_fail(&x, NULL, "too large");
+    struct json_tokener *tok = json_tokener_new();
+    if (!tok) {
+        fprintf(stderr, "delay-bridge: out of memory (json tokener)\n");
+        abort();
+    }
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+    /* len + 1: the NUL ends a top-level number and marks the end of input */
+    json_object *root = json_tokener_parse_ex(tok, text, (int)len + 1);
+    enum json_tokener_error jerr = json_tokener_get_error(tok);
+    size_t end = json_tokener_get_parse_end(tok);
+    json_tokener_free(tok);
+
+    int rc = -1;
+    if (jerr != json_tokener_success || !root) {
+        size_t ws = 0;
+        while (ws < len && strchr(" \t\r\n", text[ws]))
+            ws++;
+        if (ws == len) {
+            cfg_fail(&x, NULL, "the file is empty; expected a JSON object");
+            goto cleanup;
+        }
+        int line, col;
+        const char *what = json_tokener_error_desc(jerr);
+        if (jerr == json_tokener_continue || jerr == json_tokener_error_parse_eof) {
+            end = len;
+            what = "unexpected end of file (an unclosed { [ or \"?)";
+        }
+        cfg_line_col(text, end, &line, &col);
+        /* "name:line:col: ..." like a compiler, so editors can jump to it */
+        if (err && errlen)
+            snprintf(err, errlen, "%s:%d:%d: invalid JSON: %s", x.name, line, col, what);
+        goto cleanup;
+    }
+    if (json_object_get_type(root) != json_type_object) {
+        cfg_fail(&x, NULL, "expected a JSON object at the top level");
+        goto cleanup;
+    }
+
+    static const char *const keys[] = { "instance", "broker", "wal", "http", "log",
+                                        "shutdown_timeout_ms", "routes", NULL };
+    if (cfg_check_keys(&x, root, "", keys) < 0)
+        goto cleanup;
+    if (parse_broker(&x, c, root) < 0 || parse_wal(&x, c, root) < 0 ||
+        parse_http(&x, c, root) < 0 || parse_log(&x, c, root) < 0)
+        goto cleanup;
+    if (cfg_get_u32(&x, root, "", "shutdown_timeout_ms", 0, &c->shutdown_timeout_ms) < 0)
+        goto cleanup;
+    if (cfg_get_str(&x, root, "", "instance", OPTIONAL, c->instance, sizeof c->instance - 1) < 0)
+        goto cleanup;
+    for (const char *p = c->instance; *p; p++)
+        if (!isalnum((unsigned char)*p) && !strchr("._-", *p)) {
+            char q[96]; /* quoted: a control character must not split the line */
+            cfg_fail(&x, "instance", "expected letters, digits, '.', '_' or '-' (it appears in "
+                 "connection names and metrics labels), got %s",
+                 cfg_quote(c->instance, strlen(c->instance), q, sizeof q));
+            goto cleanup;
+        }
+    if (parse_replicate(&x, c, root) < 0 || parse_routes(&x, c, root) < 0 ||
+        cfg_check_repl_routes(&x, c) < 0 || cfg_check_share_keys(&x, c) < 0 ||
+        cfg_check_stream_routes(&x, c) < 0)
+        goto cleanup;
+    rc = 0;
+
+cleanup:
+    json_object_put(root);
+    if (rc < 0)
+        config_free(c);
+    return rc;
+}
+
+
+int config_load(struct config *c, const char *path, char *err, size_t errlen)
+{
+    struct ctx x = { path, err, errlen };
+    memset(c, 0, sizeof *c);
+    if (err && errlen)
+        err[0] = '\0';
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return cfg_fail(&x, NULL, "cannot open: %s", strerror(errno));
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    int rc = -1;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            buf = xrealloc(buf, cap);
+        }
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        n += r;
+        if (n > CONFIG_FILE_MAX) {
+            cfg_fail(&x, NULL, "larger than %u MiB; is this the right file?", CONFIG_FILE_MAX >> 20);
+            goto cleanup;
+        }
+        if (r == 0) {
+            if (ferror(f)) {
+                cfg_fail(&x, NULL, "cannot read: %s", strerror(errno));
+                goto cleanup;
+            }
+            break;
+        }
+    }
+    buf[n] = '\0';
+    if (strlen(buf) != n) {
+        cfg_fail(&x, NULL, "contains a NUL byte; expected a JSON text file");
+        goto cleanup;
+    }
+    rc = config_parse(c, buf, path, err, errlen);
+    if (rc == 0)
+        cfg_warn_loaded(c, path, f);
+
+cleanup:
+    free(buf);
+    fclose(f);
+    return rc;
+}
+
+
+void config_free(struct config *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < CONFIG_MAX_URIS; i++) {
+        free(c->uris[i]);
+        c->uris[i] = NULL;
+    }
+    free(c->routes);
+    memset(c, 0, sizeof *c);
+}

@@ -1,0 +1,750 @@
+/*
+ * bridge.c -- the daemon's policy: the engine wired to RabbitMQ on one loop.
+ *
+ * Parts, each owning its own state and reporting back through callbacks,
+ * so every arrow points down (main -> bridge -> parts -> pure modules):
+ *
+ *   consumer   ingress connection: deliveries in, acks out   (consumer.c)
+ *   publisher  egress connection: publishes out, confirms in (publisher.c)
+ *   engine     every held message and its state              (engine.c)
+ *   http       the operator's endpoint                       (http.c, api.c)
+ *
+ * What the bridge decides:
+ *
+ *   a delivery  oversized: rejected at once (before any later ack could
+ *               cover it); otherwise x-delay judged (xdelay.c), turned into
+ *               a log record (msgrec.c) and appended (engine: PENDING).
+ *               Nothing is acked yet. It arrives as a plain struct
+ *               delivery: the consumer has read its headers and encoded
+ *               its properties, so no rabbitmq-c type reaches this file.
+ *   a commit    commit_and_ack() is the one place the log commits: once per
+ *               loop turn, before the loop sleeps (ev_prepare, like Redis's
+ *               beforeSleep), it covers every delivery appended so far and
+ *               every confirm; when the commit completes, basic.ack
+ *               (multiple) goes out up to the last delivery it covered.
+ *   a publish   due messages are taken from the engine route by route while
+ *               the publisher has room (max_inflight unconfirmed per route).
+ *   a confirm   ack: the message is done (engine: DONE record at the next
+ *               commit); nack: due again, published again in due order.
+ *   a loss      a route's channel or the whole publisher connection lost:
+ *               everything unconfirmed on it is due again. Nothing is lost:
+ *               at least once.
+ *   a failure   a failed log write, fsync or read is fatal: stop without
+ *               acking anything more; recovery starts from what is on disk.
+ *   a signal    SIGTERM/SIGINT: commit and ack what was received, stop
+ *               consuming, stop publishing new messages, wait up to
+ *               shutdown_timeout_ms for outstanding confirms, commit their
+ *               DONE records, close, exit 0. A second signal cuts the wait.
+ *
+ * A stream ingress. A route whose ingress queue is a stream is read from
+ * a place (consumer.h), not acked away: the place each commit covers is
+ * taken with the commit's ack tag (commit_and_ack), written to the route's
+ * place file (ingress_off.h) as "upto" before the commit and as the place
+ * once it is durable, where a classic queue would be acked. A restart
+ * reads the file and consumes from the place, so nothing read past is
+ * missing from the log, and takes what lies below upto as redeliveries
+ * (eng_seen), so nothing is logged twice either.
+ *
+ * Start. The HTTP endpoint and the signal handlers come up at once; the
+ * engine recovers the held set from the log on a thread of its own (it
+ * touches nothing the loop uses), so /healthz answers and /readyz says
+ * "recovering" with its progress in /stats while a large log replays. When
+ * the thread is done (ev_async) the consumer and publisher are created and
+ * connect on the next turn. A corrupt, locked or unreadable log stops the
+ * daemon with exit code 4 (or 1 for an I/O error).
+ *
+ * The loop turn (on_prepare) in order: connections and channel retries,
+ * buffered frames, commit and ack, advance the wheel, publish, reclaim log
+ * space (at most every 100 ms, a bounded amount), then arm one timer for
+ * the earliest of: next wheel event, a reconnect or retry, a heartbeat
+ *
+ * Deliveries in (the intake gate, the stash) are in bridge_intake.c, the
+ * key-event protocol in bridge_keys.c, the HTTP handlers in bridge_http.c,
+ * the /stats snapshot in bridge_stats.c; bridge_int.h holds what they
+ * share.
+ */
+#include "bridge_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "delay-bridge/api.h"
+#include "base/clock.h"
+#include "delay-bridge/consumer.h"
+#include "delay-bridge/engine.h"
+#include "http.h"
+#include "wal/ingress_off.h"
+#include "base/log.h"
+#include "delay-bridge/msgrec.h"
+#include "delay-bridge/publisher.h"
+#include "delay-bridge/wlog.h"
+#include "base/xalloc.h"
+#include "base/failpoint.h"
+
+
+void bridge_fatal(struct bridge *b, const char *what, int err)
+{
+    if (b->exit_code)
+        return;
+    log_error("bridge", "fatal error, stopping without acking more", "what=\"%s\" error=\"%s\"",
+              what, eng_strerror(err));
+    b->exit_code = EXIT_FATAL;
+    /* Abrupt close: unacked deliveries go back to their queues. */
+    if (b->cons)
+        consumer_abort(b->cons);
+    ev_break(b->loop, EVBREAK_ALL);
+}
+
+/* ---- commit and ack ------------------------------------------------------------ */
+
+/*
+ * Stream ingresses: write each route's place file, before a commit (begin:
+ * "the commit under way reaches next") or once it is durable ("everything
+ * below next is in the log"). A failed write is fatal, like the log's.
+ */
+static int write_places(struct bridge *b, const int64_t *next, int begin)
+{
+    int r;
+
+    for (int i = 0; b->ioff && i < b->cfg->nroutes; i++) {
+        r = begin ? ingress_off_begin(&b->ioff[i], next[i])
+                  : ingress_off_store(&b->ioff[i], next[i]);
+        if (r < 0) {
+            log_error("bridge", "cannot write a stream ingress's place", "file=\"%s\" error=\"%s\"",
+                      b->ioff[i].path, strerror(-r));
+            bridge_fatal(b, "stream ingress place", r);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The place of each stream ingress now: everything before it is appended (the stash is not). */
+static void take_places(struct bridge *b, int64_t *next)
+{
+    for (int i = 0; b->ioff && i < b->cfg->nroutes; i++) {
+        next[i] = b->ioff[i].fd >= 0 ? consumer_stream_next(b->cons, i) : -1;
+        if (next[i] >= 0 && b->stash.n) {
+            int64_t low = dstash_min_offset(&b->stash, i);
+            if (low < next[i])
+                next[i] = low;
+        }
+    }
+}
+
+/* The highest tag an ack may cover: what was logged, below anything still in the stash. */
+static uint64_t ack_tag(const struct bridge *b)
+{
+    uint64_t low = b->stash.n ? dstash_min_tag(&b->stash, b->logged_gen) : UINT64_MAX;
+
+    return b->logged_tag < low ? b->logged_tag : low - 1;
+}
+
+static void on_committed(void *arg, int err)
+{
+    struct bridge *b = arg;
+
+    if (err < 0) {
+        bridge_fatal(b, "WAL commit", err);
+        return;
+    }
+    if (b->ioff && write_places(b, b->commit_next, 0) < 0)
+        return;
+    bridge_intake_gate(b);
+    if (b->disk_full) {
+        b->disk_full = 0;
+        log_info("bridge", "WAL commit has space again", NULL);
+        if (!b->space_paused && !b->stopping && !b->drain.active)
+            consumer_release_ingress(b->cons);
+    }
+    FAILPOINT("bridge.before_ack");
+    consumer_ack(b->cons, b->commit_gen, b->commit_tag);
+}
+
+/*
+ * The one place the log commits: everything appended and confirmed so far
+ * becomes durable, then the broker is acked up to the last delivery that
+ * commit covered. A commit still running (an asynchronous log) just means
+ * this turn's work goes into the next one.
+ */
+static void commit_and_ack(struct bridge *b)
+{
+    int r;
+
+    if (b->exit_code || eng_committing(b->eng))
+        return;
+    if (!eng_dirty(b->eng)) {
+        /* Everything appended is durable: the acks, and the places, may go out. */
+        if (b->ioff) {
+            take_places(b, b->commit_next);
+            if (write_places(b, b->commit_next, 0) < 0)
+                return;
+        }
+        consumer_ack(b->cons, b->logged_gen, ack_tag(b));
+        return;
+    }
+    if (b->disk_full && clock_now_ms() < b->disk_retry_at)
+        return;
+    b->commit_gen = b->logged_gen;
+    b->commit_tag = ack_tag(b);
+    take_places(b, b->commit_next);
+    if (write_places(b, b->commit_next, 1) < 0)
+        return;
+    r = eng_commit(b->eng, on_committed, b);
+    if (r == -ENOSPC || r == -EDQUOT) {
+        /*
+         * Disk full: the ingress consumers stop (consumer_hold_ingress());
+         * what was received stays unacked on the open channel, in the
+         * log's batch, until a commit gets space; key events from the other
+         * bridges are still taken and applied (a CANCEL waits in the same
+         * batch, the message it cancels no longer fires). Held messages
+         * keep firing, and their segments are deleted as they are
+         * confirmed, which is how space usually comes back. Try again
+         * every second.
+         */
+        b->disk_retry_at = clock_now_ms() + DISK_RETRY_MS;
+        if (!b->disk_full) {
+            b->disk_full = 1;
+            log_error("bridge", "WAL disk full: consuming paused, messages stay in the broker; "
+                      "held messages keep firing; resumes by itself when space returns",
+                      "wal_dir=\"%s\"", b->cfg->wal_dir);
+            consumer_hold_ingress(b->cons);
+        }
+        return;
+    }
+    if (r < 0 && r != ENG_EBUSY)
+        bridge_fatal(b, "WAL commit", r);
+}
+
+/*
+ * Commit now and wait for it: for an operator's request that answers
+ * "durable" (DELETE /pending, POST /purge). The loop waits one fsync.
+ */
+void bridge_commit_and_wait(struct bridge *b)
+{
+    eng_flush(b->eng);  /* the commit already out, if any */
+    commit_and_ack(b);  /* one with everything so far */
+    eng_flush(b->eng);
+}
+
+/* ---- publishes out --------------------------------------------------------------- */
+
+static void on_confirmed(void *arg, int route, uint32_t ref, int ok, int returned)
+{
+    struct bridge *b = arg;
+    const struct config_route *rc = &b->cfg->routes[route];
+    uint64_t now = clock_now_ms(), ev;
+
+    if (!ok) {
+        eng_unsent(b->eng, ref);
+        return;
+    }
+    if (b->drain.active && eng_due_ms(b->eng, ref) > now) {
+        if (returned) {
+            /* The ingress queue is gone: keep it and try again (logged). */
+            if ((ev = log_ratelimit(&b->counts[route].rl_return, now, 10000)))
+                log_warn("bridge", "drain: a message handed back came back (no queue bound to "
+                         "the ingress exchange); kept and tried again",
+                         "route=%s ingress=\"%s\" events=%" PRIu64, rc->name,
+                         rc->ingress_exchange, ev);
+            eng_unsent(b->eng, ref);
+            return;
+        }
+        b->drain.handed_back++;
+    }
+    if (returned) {
+        /* No queue was bound at the target: keep it, where the route says so. */
+        if (rc->unroutable_exchange[0] && !eng_diverted(b->eng, ref)) {
+            eng_divert(b->eng, ref);
+            return;
+        }
+        if ((ev = log_ratelimit(&b->counts[route].rl_return, now, 10000)))
+            log_warn("publish",
+                     rc->unroutable_exchange[0]
+                         ? "unroutable message returned by the unroutable exchange too: dropped"
+                         : "unroutable message dropped by the broker (no queue bound at the "
+                           "target; set routes[].unroutable_exchange to keep them)",
+                     "route=%s target=\"%s\" events=%" PRIu64, rc->name,
+                     rc->unroutable_exchange[0] ? rc->unroutable_exchange : rc->target_exchange,
+                     ev);
+    }
+    eng_confirm(b->eng, ref, now);
+    FAILPOINT("bridge.after_confirm");
+}
+
+static void on_route_lost(void *arg, int route)
+{
+    struct bridge *b = arg;
+
+    eng_unsent_route(b->eng, (uint16_t)route);
+}
+
+/* Publish what is due, route by route, while the publisher has room. */
+static void pump(struct bridge *b)
+{
+    int progress = 1, rounds = 0, i;
+
+    while (progress && rounds++ < 64 && !b->exit_code) {
+        progress = 0;
+        for (i = 0; i < b->cfg->nroutes; i++) {
+            int sent = 0;
+            while (sent < PUBLISH_BURST && eng_due(b->eng, (uint16_t)i) &&
+                   publisher_ready(b->pub, i)) {
+                struct walrec_add a;
+                struct msgrec_out o;
+                eng_msg m;
+                int r = eng_take(b->eng, (uint16_t)i, &m, &a);
+                if (r < 0) {
+                    bridge_fatal(b, "read a held message back from the WAL", r);
+                    return;
+                }
+                if (r == 0)
+                    break;
+                if (b->drain.active)
+                    msgrec_to_handback(&a, &b->cfg->routes[i], b->log_id,
+                                       eng_diverted(b->eng, m), clock_now_ms(), &o);
+                else
+                    msgrec_to_publish(&a, &b->cfg->routes[i], b->log_id,
+                                      eng_diverted(b->eng, m), &o);
+                if (publisher_send(b->pub, i, m, &a, &o) < 0)
+                    return; /* connection lost: everything in flight is due again */
+                FAILPOINT("bridge.after_publish");
+                sent++;
+            }
+            progress |= sent > 0;
+        }
+        /* Publishing may have pulled confirms into rabbitmq-c's buffer. */
+        if (progress || publisher_busy(b->pub))
+            publisher_flush(b->pub);
+    }
+}
+
+/* ---- the loop turn ----------------------------------------------------------------- */
+
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+    return a < b ? a : b;
+}
+
+static void shutdown_step(struct bridge *b, uint64_t now)
+{
+    size_t inflight = publisher_inflight(b->pub);
+
+    if (inflight && publisher_up(b->pub) && now < b->stop_deadline)
+        return;
+    if (inflight)
+        log_warn("bridge", "shutdown timeout: unconfirmed publishes stay held and will be "
+                 "published again on restart", "unconfirmed=%zu", inflight);
+    commit_and_ack(b);
+    if (b->exit_code)
+        return;
+    if (eng_committing(b->eng))
+        return; /* its completion comes on a later turn */
+    publisher_close(b->pub);
+    b->done = 1;
+    ev_break(b->loop, EVBREAK_ALL);
+}
+
+static void drain_step(struct bridge *b, uint64_t now);
+
+static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
+{
+    struct bridge *b = w->data;
+    uint64_t now = clock_now_ms(), next;
+    int r;
+
+    b->turn_ms = now;
+    if (b->exit_code || b->done)
+        return;
+    if (!b->eng) {
+        /* Recovering: only the HTTP endpoint and the signals are served. */
+        ev_timer_stop(loop, &b->wake);
+        ev_timer_set(&b->wake, MAX_SLEEP_MS / 1000.0, 0.0);
+        ev_timer_start(loop, &b->wake);
+        return;
+    }
+    consumer_turn(b->cons, now);
+    publisher_turn(b->pub, now);
+    if (!b->ready_logged && consumer_up(b->cons) && publisher_up(b->pub)) {
+        b->ready_logged = 1;
+        log_info("bridge", "ready", "routes=%d", b->cfg->nroutes);
+    }
+    commit_and_ack(b);
+    if (!b->stopping) {
+        /* Draining: every message is due now, for the ingress or its target. */
+        eng_advance(b->eng, b->drain.active ? DRAIN_HORIZON_MS : now);
+        pump(b);
+        if (b->drain.active)
+            drain_step(b, now);
+    }
+    if (b->exit_code)
+        return;
+    if (b->purge.active && (r = eng_purge_step(b->eng, &b->purge.job, PURGE_STEP)) <= 0) {
+        if (r < 0) {
+            bridge_fatal(b, "WAL read (purge)", r);
+            return;
+        }
+        b->purge.active = 0;
+        log_info("bridge", "purge done", "route=%s removed=%" PRIu64,
+                 b->cfg->routes[b->purge.job.route].name, b->purge.job.removed);
+    }
+    if (now - b->last_maintain >= MAINTAIN_EVERY_MS) {
+        b->last_maintain = now;
+        r = eng_maintain(b->eng, MAINTAIN_BUDGET);
+        if (r < 0) {
+            bridge_fatal(b, "WAL maintenance", r);
+            return;
+        }
+        bridge_intake_gate(b);
+    }
+    if (b->stash.n && !b->stopping)
+        bridge_stash_drain(b);
+    if (b->stopping) {
+        shutdown_step(b, now);
+        if (b->exit_code || b->done)
+            return;
+    }
+
+    /* Sleep until the next thing to do. */
+    next = now + MAX_SLEEP_MS;
+    if (!b->stopping)
+        next = min_u64(next, eng_next_event(b->eng));
+    next = min_u64(next, consumer_next_wakeup(b->cons));
+    next = min_u64(next, publisher_next_wakeup(b->pub));
+    if (consumer_busy(b->cons) || publisher_busy(b->pub) || b->purge.active ||
+        (eng_dirty(b->eng) && !eng_committing(b->eng) && !b->disk_full))
+        next = now;
+    if (b->disk_full)
+        next = min_u64(next, b->disk_retry_at);
+    if (b->drain.done)
+        next = min_u64(next, now + 50);
+    if (b->stopping)
+        next = min_u64(next, now + 10);
+    ev_timer_stop(loop, &b->wake);
+    ev_timer_set(&b->wake, next > now ? (double)(next - now) / 1000.0 : 0.0, 0.0);
+    ev_timer_start(loop, &b->wake);
+}
+
+/*
+ * The drain is over when nothing is held but orphans (no route to hand them
+ * to: they stay in the log) and every DONE record is durable: then stop as
+ * on SIGTERM, with nothing left to wait for, and exit 0.
+ */
+static void drain_step(struct bridge *b, uint64_t now)
+{
+    struct eng_stats es;
+
+    if (!b->drain.done) {
+        eng_stats(b->eng, &es);
+        if (es.held > es.orphaned || eng_dirty(b->eng) || eng_committing(b->eng))
+            return;
+        log_info("bridge", "drain done: every held message was handed back; exiting",
+                 "handed_back=%" PRIu64 " orphaned_kept=%" PRIu64 " seconds=%.3f",
+                 b->drain.handed_back, es.orphaned, (double)(now - b->drain.started_ms) / 1000.0);
+        b->drain.done = 1;
+        b->drain.done_ms = now;
+    }
+    if (now - b->drain.done_ms < DRAIN_LINGER_MS)
+        return;
+    b->stopping = 1;
+    b->stop_deadline = now + b->cfg->shutdown_timeout_ms;
+    consumer_stop(b->cons);
+}
+
+static void on_wake(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    /* Nothing: waking up is the point; on_prepare does the work. */
+}
+
+static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    struct bridge *b = w->data;
+
+    if (b->stopping) {
+        log_warn("bridge", "second signal: stopping now", NULL);
+        b->stop_deadline = 0;
+        return;
+    }
+    log_info("bridge", "stopping", "signal=%d timeout_ms=%u", w->signum,
+             b->cfg->shutdown_timeout_ms);
+    b->stopping = 1;
+    b->stop_deadline = clock_now_ms() + b->cfg->shutdown_timeout_ms;
+    if (!b->eng) {
+        /* still recovering: stop as soon as it is done; a standby stops waiting */
+        if (b->rec.opts.log)
+            wlog_cancel(b->rec.opts.log);
+        return;
+    }
+    /* Make what was received durable, ack it, and stop consuming. */
+    commit_and_ack(b);
+    consumer_stop(b->cons);
+}
+
+/* ---- recovery ---------------------------------------------------------------------- */
+
+/* Route names found in the log -> route index. */
+int bridge_route_index(void *arg, const char *name, size_t len)
+{
+    const struct config *cfg = arg;
+    int i;
+
+    for (i = 0; i < cfg->nroutes; i++)
+        if (strlen(cfg->routes[i].name) == len && memcmp(cfg->routes[i].name, name, len) == 0)
+            return i;
+    return -1;
+}
+
+static const char *route_name(void *arg, int i)
+{
+    return ((const struct config *)arg)->routes[i].name;
+}
+
+static void *recover_thread(void *arg)
+{
+    struct bridge *b = arg;
+
+    b->rec.result = eng_open(&b->rec.eng, &b->rec.opts);
+    ev_async_send(b->loop, &b->rec.recovered);
+    return NULL;
+}
+
+/* From the log's sync thread: wake the loop (ev_async_send is thread-safe). */
+static void log_notify(void *arg)
+{
+    struct bridge *b = arg;
+
+    ev_async_send(b->loop, &b->rec.log_ready);
+}
+
+static void on_log_ready(struct ev_loop *loop, ev_async *w, int revents)
+{
+    struct bridge *b = w->data;
+
+    if (b->eng)
+        eng_poll(b->eng);
+}
+
+/*
+ * Stream ingresses: each route's place file, opened beside the log once the
+ * log is ours (its lock held). A corrupt one stops the start: guessing a
+ * place would lose messages or fire them twice.
+ */
+static int open_places(struct bridge *b)
+{
+    char err[4608];
+    int i, r;
+
+    for (i = 0; i < b->cfg->nroutes && b->cfg->routes[i].queue_type != QUEUE_STREAM; i++)
+        ;
+    if (i == b->cfg->nroutes)
+        return 0;
+    b->ioff = xcalloc((size_t)b->cfg->nroutes, sizeof(*b->ioff));
+    b->commit_next = xcalloc((size_t)b->cfg->nroutes, sizeof(*b->commit_next));
+    for (i = 0; i < b->cfg->nroutes; i++) {
+        const struct config_route *rc = &b->cfg->routes[i];
+        int64_t next, upto;
+        b->ioff[i].fd = -1; /* not a stream route: nothing to write */
+        b->ioff[i].stored = b->ioff[i].upto = INGRESS_OFF_NONE;
+        if (rc->queue_type != QUEUE_STREAM)
+            continue;
+        r = ingress_off_open(&b->ioff[i], b->cfg->wal_dir, rc->name, &next, &upto, err,
+                             sizeof(err));
+        if (r < 0) {
+            log_error("bridge", "cannot read a stream ingress's place", "route=%s error=\"%s\"",
+                      rc->name, err);
+            return -1;
+        }
+        if (upto > next)
+            log_info("bridge", "the last commit before the stop may have been cut short: "
+                     "the messages it covered are recognised if logged already",
+                     "route=%s from=%" PRId64 " upto=%" PRId64, rc->name, next, upto);
+    }
+    return 0;
+}
+
+static void on_recovered(struct ev_loop *loop, ev_async *w, int revents)
+{
+    struct bridge *b = w->data;
+    static const struct consumer_ops cops = {bridge_on_delivery, bridge_on_consumer_state, NULL};
+    static const struct publisher_ops pops = {on_confirmed, on_route_lost, NULL};
+    struct consumer_ops co = cops;
+    struct publisher_ops po = pops;
+    int r;
+
+    if (!b->rec.running)
+        return;
+    pthread_join(b->rec.thread, NULL);
+    b->rec.running = 0;
+    ev_async_stop(loop, &b->rec.recovered);
+    r = b->rec.result;
+    if (r == -ECANCELED && b->stopping) {
+        log_info("bridge", "stopped before holding the WAL lease", NULL);
+        b->done = 1;
+        ev_break(loop, EVBREAK_ALL);
+        return;
+    }
+    if (r < 0) {
+        log_error("bridge", "cannot open the WAL", "dir=\"%s\" error=\"%s\"", b->cfg->wal_dir,
+                  eng_strerror(r));
+        b->exit_code =
+            r == ENG_ECORRUPT || r == ENG_ELOCKED || r == ENG_EFORMAT ? EXIT_WAL : EXIT_FATAL;
+        ev_break(loop, EVBREAK_ALL);
+        return;
+    }
+    b->eng = b->rec.eng;
+    b->log_id = eng_log_id(b->eng);
+    ev_async_init(&b->rec.log_ready, on_log_ready);
+    b->rec.log_ready.data = b;
+    ev_async_start(loop, &b->rec.log_ready);
+    eng_set_notify(b->eng, log_notify, b);
+    if (b->stopping) {
+        log_info("bridge", "recovered during shutdown: stopping", NULL);
+        b->done = 1;
+        ev_break(loop, EVBREAK_ALL);
+        return;
+    }
+    if (open_places(b) < 0) {
+        b->exit_code = EXIT_WAL;
+        ev_break(loop, EVBREAK_ALL);
+        return;
+    }
+    co.arg = b;
+    po.arg = b;
+    b->cons = consumer_new(loop, b->cfg, &co);
+    /* Consuming starts even on a short volume: the redeliveries of what the log already
+     * holds come first and are recognised at once (bridge_intake.c, seen_now); the rest
+     * waits in the stash, and the gate cancels the consumers on its first look. */
+    for (int i = 0; b->ioff && i < b->cfg->nroutes; i++)
+        consumer_set_stream_next(b->cons, i, b->ioff[i].stored, b->ioff[i].upto);
+    b->pub = publisher_new(loop, b->cfg, &po);
+}
+
+#define RECENT_MIN 4096 /* redeliveries recognised per route, at least (start_recovery) */
+
+static int start_recovery(struct bridge *b, struct wlog *log)
+{
+    int r;
+
+    /*
+     * Redeliveries recognised (eng_seen): the last max(prefetch, 4096) fresh
+     * messages of each route. prefetch alone would do if only an unacked
+     * delivery could come back; but an ack sent on a connection the broker
+     * had already closed (a bridge paused longer than its heartbeat) is
+     * lost while the bridge goes on, and the delivery can come back after a
+     * detour through another bridge, hundreds of messages later (chaos
+     * seed 3: 578). 16 bytes each.
+     */
+    uint32_t recent = RECENT_MIN;
+    for (int i = 0; i < b->cfg->nroutes; i++)
+        if (b->cfg->routes[i].prefetch > recent)
+            recent = b->cfg->routes[i].prefetch;
+    b->rec.opts = (struct eng_opts){.log = log,
+                                    .nroutes = b->cfg->nroutes,
+                                    .route_index = bridge_route_index,
+                                    .route_name = route_name,
+                                    .route_arg = (void *)b->cfg,
+                                    .progress = &b->rec.progress,
+                                    .recent = recent,
+                                    .fingerprint = msgrec_fingerprint,
+                                    .checkpoint_interval_ms =
+                                        (uint64_t)b->cfg->checkpoint_interval_s * 1000,
+                                    .checkpoint_min_bytes =
+                                        (uint64_t)b->cfg->checkpoint_min_mb << 20};
+    ev_async_init(&b->rec.recovered, on_recovered);
+    b->rec.recovered.data = b;
+    ev_async_start(b->loop, &b->rec.recovered);
+    b->rec.running = 1;
+    r = pthread_create(&b->rec.thread, NULL, recover_thread, b);
+    if (r != 0) {
+        b->rec.running = 0;
+        wlog_close(log);
+        log_error("bridge", "cannot start the recovery thread", "error=\"%s\"", strerror(r));
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- life ------------------------------------------------------------------------ */
+
+struct bridge *bridge_new(struct ev_loop *loop, const struct config *cfg, struct wlog *log,
+                          int *exit_code)
+{
+    struct bridge *b = xcalloc(1, sizeof(*b));
+
+    *exit_code = EXIT_OK;
+    b->loop = loop;
+    b->cfg = cfg;
+    b->start_ms = clock_now_ms();
+    b->counts = xcalloc((size_t)cfg->nroutes, sizeof(*b->counts));
+    b->snap = xcalloc((size_t)cfg->nroutes, sizeof(*b->snap));
+    signal(SIGPIPE, SIG_IGN);
+
+    ev_prepare_init(&b->prepare, on_prepare);
+    b->prepare.data = b;
+    ev_prepare_start(loop, &b->prepare);
+    ev_timer_init(&b->wake, on_wake, 0.0, 0.0);
+    b->wake.data = b;
+    ev_timer_start(loop, &b->wake);
+    ev_signal_init(&b->sigterm, on_signal, SIGTERM);
+    b->sigterm.data = b;
+    ev_signal_start(loop, &b->sigterm);
+    ev_signal_init(&b->sigint, on_signal, SIGINT);
+    b->sigint.data = b;
+    ev_signal_start(loop, &b->sigint);
+    if (bridge_start_http(b) < 0 || start_recovery(b, log) < 0) {
+        if (!b->rec.running && !b->rec.opts.log)
+            wlog_close(log);
+        *exit_code = EXIT_FATAL;
+        b->exit_code = EXIT_FATAL;
+        bridge_free(b);
+        return NULL;
+    }
+    return b;
+}
+
+int bridge_exit_code(const struct bridge *b)
+{
+    return b->exit_code;
+}
+
+
+void bridge_free(struct bridge *b)
+{
+    if (!b)
+        return;
+    if (b->rec.running) {
+        /* Stopped before recovery ended (a fatal error elsewhere): let it finish. */
+        pthread_join(b->rec.thread, NULL);
+        b->rec.running = 0;
+        ev_async_stop(b->loop, &b->rec.recovered);
+        if (b->rec.result == 0)
+            b->eng = b->rec.eng;
+    }
+    if (!b->exit_code && b->eng)
+        bridge_log_summary(b);
+    http_stop(b->http);
+    consumer_free(b->cons);
+    publisher_free(b->pub);
+    if (b->eng)
+        eng_set_notify(b->eng, NULL, NULL);
+    ev_async_stop(b->loop, &b->rec.log_ready);
+    ev_prepare_stop(b->loop, &b->prepare);
+    ev_timer_stop(b->loop, &b->wake);
+    ev_signal_stop(b->loop, &b->sigterm);
+    ev_signal_stop(b->loop, &b->sigint);
+    for (int i = 0; b->ioff && i < b->cfg->nroutes; i++)
+        ingress_off_close(&b->ioff[i]); /* synced: a clean stop reads nothing twice */
+    free(b->ioff);
+    free(b->commit_next);
+    free(b->counts);
+    free(b->snap);
+    eng_close(b->eng);
+    free(b);
+}

@@ -1,0 +1,156 @@
+/*
+ * bridge_int.h -- the bridge's state, shared by its files (internal: only
+ * bridge*.c include it; bridge.h is the contract main.c sees).
+ *
+ *   bridge.c        orchestration: commit and ack, deliveries in,
+ *                   publishes out, the loop turn, recovery, life
+ *   bridge_keys.c   the key-event protocol between bridges (share_keys)
+ *   bridge_http.c   the HTTP endpoint's handlers (api.c renders)
+ *   bridge_stats.c  the /stats snapshot and the summary logged at exit
+ *
+ * struct bridge owns the parts (consumer, publisher, engine, http) and every
+ * buffer in it; bridge_free() releases them. Everything runs on the loop
+ * thread but the recovery thread (rec), which touches only rec.
+ */
+#ifndef DELAY_BRIDGE_BRIDGE_INT_H
+#define DELAY_BRIDGE_BRIDGE_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "dstash.h"
+#include "delay-bridge/bridge.h"
+#include "delay-bridge/consumer.h"
+#include "delay-bridge/engine.h"
+#include "http.h"
+#include "base/log.h"
+#include "delay-bridge/publisher.h"
+
+
+#define PURGE_STEP 65536            /* message-table entries a purge looks at per turn */
+#define PURGE_AT_ONCE (1u << 20)    /* ... and in the request itself, before answering 202 */
+#define MAINTAIN_BUDGET (8u << 20)
+#define MAINTAIN_EVERY_MS 100
+/* Draining: the engine's clock jumps here, so every held message is due. */
+#define DRAIN_HORIZON_MS (UINT64_MAX / 4)
+#define DRAIN_LINGER_MS 1000 /* after the drain, /stats reports it this long before the exit */
+#define DISK_RETRY_MS 1000
+#define MAX_SLEEP_MS 1000
+#define PUBLISH_BURST 1024 /* per route per round, so routes take turns */
+
+/* What the bridge itself counts per route (the parts count the rest). */
+struct route_counts {
+    uint64_t received, rejected, invalid_delay, invalid_key, dead_lettered, deduplicated;
+    uint64_t key_events_sent, key_events_received, key_events_applied, unstamped;
+    struct log_ratelimit rl_delay, rl_return, rl_stamp;
+};
+
+struct bridge {
+    struct ev_loop *loop;
+    const struct config *cfg;
+    struct engine *eng;
+    struct consumer *cons;
+    struct publisher *pub;
+    struct http_server *http;
+    struct route_counts *counts;
+    uint64_t log_id;
+
+    /* The last delivery appended, and the last one the running commit covers. */
+    uint32_t logged_gen, commit_gen;
+    uint64_t logged_tag, commit_tag;
+    /*
+     * Stream ingresses (queue_type "stream"): each route's place file
+     * (ingress_off.h; fd -1 for other routes; its stored/upto are what the
+     * file says, read at start, then last written), and the place each
+     * running commit covers, written to the file once the commit is durable.
+     * NULL when no route reads a stream.
+     */
+    struct ingress_off *ioff;
+    int64_t *commit_next;
+
+
+    ev_prepare prepare;
+    ev_timer wake;
+    ev_signal sigterm, sigint;
+    uint64_t start_ms, turn_ms, last_maintain;
+    int ready_logged;
+    int disk_full;          /* the last commit found no space: consuming paused */
+    int space_paused;       /* the log asks for no new messages: consuming paused */
+    uint64_t space_pauses;  /* times consuming paused so (/stats wal.intake_pauses) */
+    struct dstash stash;    /* deliveries taken while paused, not yet in the log */
+    uint64_t disk_retry_at; /* when to try the commit again */
+    int stopping;
+    uint64_t stop_deadline;
+    int exit_code, done;
+
+    struct db_route_stats *snap; /* bridge_stats() output */
+
+    /* The purge job (POST /purge), a bounded step per loop turn. */
+    struct {
+        int started, active;
+        struct eng_purge job;
+    } purge;
+
+    /*
+     * The drain (POST /drain): every held message handed back, then exit 0.
+     * Once done it lingers DRAIN_LINGER_MS with /stats saying so, so that
+     * `delay-bridge drain` (polling every 200 ms) can tell a finished drain
+     * from a daemon that died.
+     */
+    struct {
+        int active, done;
+        uint64_t handed_back, started_ms, done_ms;
+    } drain;
+
+    /* Recovery on a thread: the loop learns it is over through `recovered`. */
+    struct {
+        pthread_t thread;
+        int running;
+        ev_async recovered;
+        ev_async log_ready; /* the log's sync thread finished a commit */
+        struct eng_opts opts;
+        struct db_progress progress;
+        struct engine *eng;
+        int result;
+    } rec;
+};
+
+
+/* bridge.c */
+/* A failed log write, fsync or read: stop without acking anything more (exit 1). */
+void bridge_fatal(struct bridge *b, const char *what, int err);
+/* Commit now and wait for it (an operator's request that answers "durable"). */
+void bridge_commit_and_wait(struct bridge *b);
+/* Route names found in the log -> route index (arg: the struct config). -1: unknown. */
+int bridge_route_index(void *arg, const char *name, size_t len);
+
+/* bridge_keys.c */
+/* Tell the route's other bridges of a keyed message or a cancel ("replace" or "cancel"). */
+void bridge_key_event_out(struct bridge *b, int route, const char *kind, const char *key,
+                          size_t key_len, uint64_t at);
+/* Another bridge's key event: cancel our older version of the key, if we hold one. */
+void bridge_key_event_in(struct bridge *b, const struct delivery *d);
+
+/* bridge_intake.c: deliveries in. */
+/* The consumer's delivery callback: into the log, or the stash while the gate is closed. */
+void bridge_on_delivery(void *arg, const struct delivery *d);
+/* The consumer's state callback: a lost connection drops the stash. */
+void bridge_on_consumer_state(void *arg, int up);
+/* Follow the log's intake gate: cancel or restore the ingress consumers. */
+void bridge_intake_gate(struct bridge *b);
+/* The gate is open: append the stash, oldest first, while the log has room. */
+void bridge_stash_drain(struct bridge *b);
+/* A keyed delivery recognised as a redelivery of a logged message: its event again, dated
+ * when the logged copy was first taken (first_ms, from eng_seen; 0 = not known). */
+void bridge_key_event_again(struct bridge *b, int route, const struct walrec_add *a,
+                            uint64_t first_ms);
+
+/* bridge_http.c */
+/* Start the HTTP endpoint if http.listen is set. 0, or -1 (logged). */
+int bridge_start_http(struct bridge *b);
+
+/* bridge_stats.c */
+/* The totals per route and of the WAL, one log line each, at a clean exit. */
+void bridge_log_summary(struct bridge *b);
+
+#endif

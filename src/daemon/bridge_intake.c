@@ -1,0 +1,318 @@
+/*
+ * bridge_intake.c -- deliveries in: the intake gate, the stash, the log.
+ *
+ * A delivery from an ingress queue becomes a log record here
+ * (take_delivery): oversized ones are rejected at once (before any later
+ * multiple-ack could cover them), x-delay-cancel cancels by key, a
+ * redelivery already logged is recognised (eng_seen) and only acked,
+ * everything else is judged (xdelay.c), encoded (msgrec.c) and appended
+ * (engine: PENDING). Nothing is acked here: bridge.c's commit_and_ack()
+ * acks up to the last delivery a durable commit covered.
+ *
+ * THE INTAKE GATE. The log pauses intake when its volume runs short
+ * (wal_space.c: free space under one segment, its space reserve not
+ * whole, a commit that met a full disk) and lifts the pause with
+ * hysteresis. bridge_intake_gate() cancels the ingress consumers while the
+ * log or a failed commit (disk_full) holds them, and consumes again when
+ * neither does. Held messages keep firing meanwhile: their DONE records
+ * and compaction are what give space back, and the reserve keeps them
+ * room.
+ *
+ * THE STASH. A cancel is not instant: the broker has up to prefetch
+ * deliveries per route on the wire when it is sent. Those, and every
+ * ingress delivery while older ones wait, go to the stash (dstash.h):
+ * copied, unacked, in order. So intake appends nothing once the gate
+ * closes, and the log's last segment and its reserve stay for the records
+ * that end messages. When the gate opens, bridge_stash_drain() appends
+ * them, oldest first, while the log keeps room. Acks stay below the oldest
+ * stashed tag and a stream ingress's place at or below its oldest stashed
+ * offset (bridge.c: ack_tag, take_places), so a crash gives the stash back
+ * to the broker: nothing acked was only in memory. A lost connection drops
+ * the stash (the broker has those deliveries again). Key events and
+ * oversized rejects never wait: they append no message.
+ */
+#include "bridge_int.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "delay-bridge/consumer.h"
+#include "delay-bridge/engine.h"
+#include "base/log.h"
+#include "delay-bridge/msgrec.h"
+#include "delay-bridge/xdelay.h"
+
+/*
+ * The intake gate. The log pauses intake when its volume runs short
+ * (wal_space.c: free space under one segment, its space reserve not whole,
+ * a commit that met a full disk) and lifts the pause with hysteresis; the
+ * ingress consumers are cancelled while it or a failed commit (disk_full)
+ * holds them, and consume again when neither does. Held messages keep
+ * firing meanwhile: their DONE records and compaction are what give space
+ * back, and the reserve guarantees them room.
+ */
+void bridge_intake_gate(struct bridge *b)
+{
+    /*
+     * Resume only with a segment of room beyond the log's own mark: the
+     * stash, appended when the log's gate opened, may have taken the
+     * room its hysteresis left, and consuming again at once would pause
+     * again at once.
+     */
+    uint64_t room = b->space_paused ? b->cfg->segment_bytes : 0;
+    int paused = eng_intake(b->eng, room) != WLOG_INTAKE_OK || b->stash.n;
+
+    if (paused && !b->space_paused) {
+        struct eng_stats es;
+        eng_stats(b->eng, &es);
+        b->space_paused = 1;
+        b->space_pauses++;
+        log_warn("bridge", "WAL space low: consuming paused, messages stay in the broker; held "
+                 "messages keep firing and give space back; resumes by itself",
+                 "wal_dir=\"%s\" free_bytes=%" PRIu64 " reserve_held=%" PRIu64
+                 " reserve_bytes=%" PRIu64, b->cfg->wal_dir, es.log_free_bytes,
+                 es.log_reserve_held, es.log_reserve_bytes);
+        consumer_hold_ingress(b->cons);
+    } else if (!paused && b->space_paused) {
+        struct eng_stats es;
+        eng_stats(b->eng, &es);
+        b->space_paused = 0;
+        log_info("bridge", "WAL space again: consuming resumes",
+                 "wal_dir=\"%s\" free_bytes=%" PRIu64 " reserve_bytes=%" PRIu64,
+                 b->cfg->wal_dir, es.log_free_bytes, es.log_reserve_held);
+        if (!b->disk_full && !b->stopping && !b->drain.active)
+            consumer_release_ingress(b->cons);
+    }
+}
+
+/* d as the ADD record the log would store (msgrec_from_delivery's flags); props_len >= 0. */
+static int delivery_record(const struct bridge *b, const struct delivery *d, struct walrec_add *a)
+{
+    struct msgrec_in in = {d->exchange, d->exchange_len, d->routing_key, d->routing_key_len,
+                           d->props, (uint32_t)d->props_len, d->body, (uint32_t)d->body_size,
+                           d->key_str, d->key_str ? d->key_len : 0, d->key < 0};
+
+    /* d->now_ms, not now: a due time asked for is stored to the ms, whenever the clock ticks */
+    return msgrec_from_delivery(a, &b->cfg->routes[d->route], &in, d->now_ms, d->xdelay,
+                                d->delay_ms);
+}
+
+static void take_delivery(struct bridge *b, const struct delivery *d)
+{
+    const struct config_route *rc = &b->cfg->routes[d->route];
+    struct route_counts *n = &b->counts[d->route];
+    struct walrec_add a;
+    uint64_t now = clock_now_ms(), ev, first_ms;
+    int r;
+
+    if (b->exit_code)
+        return;
+    if (d->too_big) {
+        /* Rejected now, before any later multiple-ack could cover its tag. */
+        n->rejected++;
+        if (rc->queue_type == QUEUE_STREAM)
+            log_error("consume", "message larger than wal.max_message_bytes skipped",
+                      "route=%s bytes=%" PRIu64 " limit=%u offset=%" PRId64 " action=\"not "
+                      "logged; it stays in the stream until retention removes it\"",
+                      rc->name, d->body_size, b->cfg->max_message_bytes, d->stream_offset);
+        else
+            log_error("consume", "message larger than wal.max_message_bytes rejected",
+                      "route=%s bytes=%" PRIu64 " limit=%u action=\"basic.reject, requeue=false: "
+                      "dead-lettered if the ingress queue has a dead-letter exchange\"",
+                      rc->name, d->body_size, b->cfg->max_message_bytes);
+        consumer_reject(b->cons, d->route, d->gen, d->tag);
+        return;
+    }
+    if (d->key_event) {
+        bridge_key_event_in(b, d);
+        return;
+    }
+
+    /* x-delay-cancel: remove the pending message with that key; not forwarded. */
+    const char *key = d->cancel_key;
+    size_t key_len = d->cancel_key_len;
+    if (d->cancel != 0) {
+        if (d->cancel < 0 || key_len > MSGREC_KEY_MAX) {
+            n->invalid_key++;
+            if ((ev = log_ratelimit(&n->rl_delay, now, 10000)))
+                log_warn("consume", "invalid x-delay-cancel (not a string of at most 255 bytes): "
+                         "dropped", "route=%s events=%" PRIu64, rc->name, ev);
+        } else if ((r = eng_cancel(b->eng, (uint16_t)d->route, key, key_len)) < 0) {
+            bridge_fatal(b, "WAL read (cancel)", r);
+            return;
+        } else {
+            bridge_key_event_out(b, d->route, "cancel", key, key_len, now);
+        }
+        b->logged_gen = d->gen; /* acked once the CANCEL record is durable */
+        b->logged_tag = d->tag;
+        return;
+    }
+
+    /* The properties were encoded by the consumer, without x-delivery-count (consumer.c). */
+    if (d->props_len < 0) {
+        bridge_fatal(b, "encode message properties", d->props_len);
+        return;
+    }
+    r = delivery_record(b, d, &a);
+    if (d->redelivered &&
+        eng_seen(b->eng, (uint16_t)d->route, msgrec_fingerprint(&a), &first_ms)) {
+        /* Logged before a crash or a lost connection, its ack lost with it: ack, store nothing. */
+        n->deduplicated++;
+        if (a.flags & WALREC_ADD_KEYED) /* its event may be what the crash lost */
+            bridge_key_event_again(b, d->route, &a, first_ms);
+        b->logged_gen = d->gen;
+        b->logged_tag = d->tag;
+        return;
+    }
+    if (r) {
+        if (r & MSGREC_INVALID_DELAY)
+            n->invalid_delay++;
+        if (r & MSGREC_INVALID_KEY)
+            n->invalid_key++;
+        if (a.flags & WALREC_ADD_DEADLETTER)
+            n->dead_lettered++;
+        if ((ev = log_ratelimit(&n->rl_delay, now, 10000)))
+            log_warn("consume",
+                     r & MSGREC_INVALID_DELAY ? xdelay_strerror(d->xdelay)
+                                              : "invalid x-delay-key (not a string of at most 255 "
+                                                "bytes)",
+                     "route=%s action=%s events=%" PRIu64, rc->name,
+                     rc->invalid_delay == INVALID_DELAY_DEAD_LETTER ? "dead-letter" : "publish-now",
+                     ev);
+    }
+    r = eng_add(b->eng, (uint16_t)d->route, &a, NULL);
+    if (r < 0) {
+        bridge_fatal(b, "WAL append", r);
+        return;
+    }
+    if (a.flags & WALREC_ADD_KEYED)
+        bridge_key_event_out(b, d->route, "replace", a.key, a.key_len, a.enqueue_ms);
+    if (d->unstamped)
+        n->unstamped++;
+    if (d->unstamped && (ev = log_ratelimit(&n->rl_stamp, now, 60000)))
+        log_warn("consume", "delay_from is \"broker\" but a message has no timestamp_in_ms: its "
+                 "x-delay counts from its receipt here", "route=%s events=%" PRIu64 " hint=\""
+                 "message_interceptors.incoming.set_header_timestamp.overwrite = true in "
+                 "rabbitmq.conf (RabbitMQ 3.12 or later)\"", rc->name, ev);
+    n->received++;
+    b->logged_gen = d->gen;
+    b->logged_tag = d->tag;
+}
+
+/*
+ * A delivery from an ingress queue while the log asks for no new messages
+ * (or while older ones still wait) goes to the stash, in order, unacked;
+ * key events and oversized rejects are taken at once (they append no
+ * message). The stash goes into the log when intake resumes (stash_drain).
+ */
+/* About how long d's ADD record is: what the gate weighs it by. */
+static uint64_t record_bytes(const struct delivery *d)
+{
+    return d->body_size + (uint64_t)(d->props_len > 0 ? d->props_len : 0) + d->exchange_len +
+           d->routing_key_len + (d->key_str ? d->key_len : 0) + 128;
+}
+
+/*
+ * A record the WAL's volume can never hold beside its reserve: like an
+ * oversized message, rejected (a stream's skipped), or it would hold up
+ * every message behind it for good.
+ */
+static void reject_unfit(struct bridge *b, const struct delivery *d)
+{
+    const struct config_route *rc = &b->cfg->routes[d->route];
+
+    b->counts[d->route].rejected++;
+    log_error("consume", "message larger than the WAL's volume can hold beside its space reserve: "
+              "rejected (a stream's skipped); give the WAL a larger volume or lower "
+              "wal.max_message_bytes", "route=%s bytes=%" PRIu64 " wal_dir=\"%s\" action=\"%s\"",
+              rc->name, d->body_size, b->cfg->wal_dir,
+              rc->queue_type == QUEUE_STREAM ? "not logged; it stays in the stream"
+                                             : "basic.reject, requeue=false");
+    consumer_reject(b->cons, d->route, d->gen, d->tag);
+}
+
+/*
+ * A redelivery already in the log needs no room: recognise it now and ack
+ * it alone (the stash below it stays unacked). Waiting would let its copy
+ * fire and its segment be deleted under the space pressure that made it
+ * wait, and a later restart would store it again (integration.broker4,
+ * disk_full on 4.3.6: 945 stored twice). Keyed ones wait: their key event
+ * must be confirmed before the ack (bridge_keys.c).
+ */
+static int seen_now(struct bridge *b, const struct delivery *d)
+{
+    struct walrec_add a;
+    uint64_t first_ms;
+
+    if (!d->redelivered || d->cancel || d->props_len < 0)
+        return 0;
+    delivery_record(b, d, &a);
+    if ((a.flags & WALREC_ADD_KEYED) ||
+        !eng_seen(b->eng, (uint16_t)d->route, msgrec_fingerprint(&a), &first_ms))
+        return 0;
+    b->counts[d->route].deduplicated++;
+    consumer_settle(b->cons, d->route, d->gen, d->tag, 1);
+    return 1;
+}
+
+void bridge_on_delivery(void *arg, const struct delivery *d)
+{
+    struct bridge *b = arg;
+    int r;
+
+    if (b->exit_code)
+        return;
+    if (d->key_event || d->too_big) {
+        take_delivery(b, d);
+        return;
+    }
+    r = b->stash.n ? WLOG_INTAKE_WAIT : eng_intake(b->eng, record_bytes(d));
+    if (r == WLOG_INTAKE_WAIT && seen_now(b, d))
+        return;
+    if (r == WLOG_INTAKE_OK) {
+        take_delivery(b, d);
+    } else if (r == WLOG_INTAKE_NEVER) {
+        reject_unfit(b, d);
+    } else {
+        dstash_put(&b->stash, d);
+        if (!b->space_paused)
+            bridge_intake_gate(b);
+    }
+}
+
+/* Intake resumed: the stash into the log, oldest first, while the log has room. */
+void bridge_stash_drain(struct bridge *b)
+{
+    const struct delivery *d;
+    uint32_t gen = consumer_gen(b->cons);
+    int r;
+
+    while (!b->exit_code && (d = dstash_peek(&b->stash))) {
+        if (d->gen != gen) { /* an older connection's: back in the broker already */
+            dstash_pop(&b->stash);
+            continue;
+        }
+        if ((r = eng_intake(b->eng, record_bytes(d))) == WLOG_INTAKE_WAIT)
+            break;
+        if (r == WLOG_INTAKE_NEVER)
+            reject_unfit(b, d);
+        else
+            take_delivery(b, d);
+        dstash_pop(&b->stash);
+    }
+    if (!b->stash.n && b->space_paused)
+        bridge_intake_gate(b);
+}
+
+void bridge_on_consumer_state(void *arg, int up)
+{
+    /* Deliveries appended but not acked go back to the queue with the old
+     * connection; they are committed anyway and will be received again
+     * (README, delivery guarantees). Tags of the old connection are dead,
+     * and so is the stash: the broker has those deliveries again. */
+    struct bridge *b = arg;
+
+    if (!up)
+        dstash_clear(&b->stash);
+}

@@ -1,0 +1,163 @@
+/*
+ * wal_int.h -- the segment log's state, shared by its files (internal: only
+ * wal*.c include it; wal.h is the contract, wlog.h the engine's view).
+ *
+ *   wal.c         the segment files: creating and rolling them, append and
+ *                 group commit, read, the checkpoint file's life
+ *   wal_open.c    recovery: the directory locked, segments checked, the
+ *                 checkpoint loaded, records replayed, a torn tail cut
+ *   wal_space.c   space: live accounting, deleting dead head segments,
+ *                 compaction, the horizon, figures
+ *   wal_log.c     struct wal as a struct wlog, and the sync thread
+ *
+ * struct wal owns every fd, buffer and segment entry in it; wal_close()
+ * releases them. Functions that fail return 0 or a negative code (-errno or
+ * WAL_E*); a write or fsync error goes through wal_fail() and sticks. Every
+ * system call on the directory is spelled walfs_NAME (walfs.h: the plain
+ * call, or the simulator's file layer under -DDB_SIM).
+ */
+#ifndef DELAY_BRIDGE_WAL_INT_H
+#define DELAY_BRIDGE_WAL_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/log.h"
+#include "delay-bridge/wal.h"
+#include "delay-bridge/walrec.h"
+#include "walckpt.h"
+#include "walfs.h"
+
+#define SEGHDR WALREC_SEGHDR_SIZE
+#define RECHDR WALREC_HDR_SIZE
+#define REPLAY_CHUNK (4u << 20)
+#define READAHEAD_SEGS 1 /* segments read ahead during replay; more did not help */
+#define COMPACT_CHUNK (1u << 20)
+#define WBUF_KEEP (16u << 20) /* shrink the write buffer back after a bigger batch */
+#define MIN_SEGMENT_BYTES WAL_MIN_SEGMENT_BYTES
+#define MAX_SEGMENT_BYTES WAL_MAX_SEGMENT_BYTES
+
+struct seg {
+    uint64_t segno;
+    uint64_t base_lsn;
+    uint64_t last_lsn;   /* last record's LSN; base_lsn - 1 while empty */
+    uint32_t salt;
+    int fd;              /* -1: rolled to, file not created yet */
+    uint64_t disk;       /* bytes in the file (header included once created) */
+    uint64_t size;       /* disk + bytes still in the write buffer */
+    size_t pend_off;     /* where its buffered bytes start in wbuf */
+    uint64_t live_count;
+    uint64_t live_bytes;
+    uint64_t copy_lsn;   /* LSN of the last compaction copy taken from it */
+    uint64_t dead_lsn;   /* next LSN when an ADD in it last died: the DONE or CANCEL
+                            that ended it is appended at or after it */
+    int scanned;         /* compaction walked all of it */
+};
+
+struct wal {
+    char *dir;
+    int dirfd;
+    int lockfd;
+    uint64_t segment_bytes;
+    int no_sync;
+    uint64_t id;
+
+    struct seg *segs; /* oldest first; the last one is active */
+    size_t nsegs, segcap;
+    uint64_t total_size; /* sum of segs[].size */
+
+    uint8_t *wbuf; /* appended, not yet written; spans the segments with size > disk */
+    size_t wlen, wcap;
+
+    uint64_t next_lsn;
+    uint64_t durable_lsn;
+    int failed; /* first write/fsync error, 0 if none */
+
+    uint64_t live_bytes, live_records;
+    uint64_t commits, appended_bytes, compacted_bytes, deleted_segments, truncated_bytes;
+    struct db_hist fsync;                /* fdatasync durations */
+    struct db_progress *progress;        /* replay progress for /stats, or NULL */
+    uint8_t *ra;                         /* read-ahead window for wal_read() */
+    uint64_t ra_segno, ra_off;           /* what it holds: segment, file offset, bytes */
+    size_t ra_len;
+    size_t ra_size, ra_served;           /* the window's size now (0: not set yet), and
+                                            the bytes the current one has served */
+    uint64_t last_segno, last_off;       /* the previous read: is this one sequential? */
+    int no_space;                        /* the last commit found the disk full */
+
+    /* the space reserve and the intake gate (wal_space.c) */
+    uint64_t reserve_bytes;  /* dir/RESERVE when whole; 0: no reserve, no gate */
+    int reserve_fd;          /* dir/RESERVE, -1 if none */
+    uint64_t reserve_held;   /* bytes allocated in it now */
+    uint64_t reserve_spent;  /* times it was given back to a commit */
+    uint64_t free_bytes;     /* the volume's free space at the last look */
+    uint64_t volume_bytes;   /* and its size */
+    int intake_paused;       /* space low: no new messages (hysteresis) */
+    uint64_t appended_at_look; /* appended_bytes less the unwritten buffer when free_bytes was read */
+    uint64_t intake_pauses;
+
+    uint64_t force_lsn; /* wal_force_horizon(): compact every segment below it */
+    wal_tap_fn *tap;    /* wal_set_tap(): sees every record appended */
+    void *tap_arg;
+
+    uint64_t cpt_segno; /* compaction cursor: segment and offset */
+    uint64_t cpt_off;
+    uint8_t *cbuf;
+    size_t ccap;
+
+    /* checkpoint being written or installed (walckpt.h) */
+    struct walckpt *ck;
+    int ck_state;          /* WLOG_CKPT_* */
+    int ck_installing;     /* its install thread runs */
+    uint64_t ck_start_lsn; /* of the one being written */
+    uint64_t ck_end_lsn;   /* installable once durable_lsn + 1 >= this */
+    uint64_t ck_began_ns, ck_began_ms;
+    uint64_t ck_installed, ck_failed, ck_lsn, ck_bytes, ck_lsn_ms, ck_loaded_lsn;
+    double ck_seconds;
+};
+
+/*
+ * A group commit in two halves, so that the second may run on a thread:
+ * wal_write_batch() writes every buffered byte (pwrite, into the page cache) and
+ * names the files to sync; after their fdatasync, wal_batch_durable() moves the
+ * durable LSN. Between the two the bytes are readable from the files, new
+ * appends go to an empty buffer, and nothing counts as durable.
+ */
+struct wal_batch {
+    int fds[8];          /* files to fdatasync, oldest first */
+    uint64_t segnos[8];
+    int n;
+    uint64_t lsn;        /* durable once they are synced */
+};
+
+/* ---- wal.c ---- */
+
+uint64_t wal_mono_ms(void); /* the monotonic clock in ms */
+int wal_sync_dir(struct wal *w);
+int wal_mkdir_p(const char *dir);
+struct seg *wal_seg_find(struct wal *w, uint64_t segno);
+struct seg *wal_seg_push(struct wal *w);
+struct seg *wal_active(struct wal *w);
+/* Enter the failed state (the first error sticks) and log it. Returns that error. */
+int wal_fail(struct wal *w, int err, const char *what, uint64_t segno);
+/* Create segment s's file: header, fdatasync, directory fsync. */
+int wal_seg_create(struct wal *w, struct seg *s);
+/* A new in-memory active segment at the next LSN; created on disk by the next commit. */
+void wal_roll(struct wal *w);
+/* Group commit, first half: write every buffered byte, name the files to sync. */
+int wal_write_batch(struct wal *w, struct wal_batch *b);
+/* Second half, after the batch's files are synced: move the durable LSN. */
+void wal_batch_durable(struct wal *w, const struct wal_batch *b);
+/* pread n bytes of segment s at off (or out of the write buffer). */
+int wal_seg_read(struct wal *w, struct seg *s, uint64_t off, uint8_t *dst, size_t n);
+
+/* ---- wal_space.c ---- */
+
+/* Open dir/RESERVE and fill it to bytes (wal_open; 0: none). 0 or negative. */
+int wal_reserve_open(struct wal *w, uint64_t bytes);
+/* A commit met a full disk: give the reserve back. 1 if it held bytes (write again). */
+int wal_reserve_spend(struct wal *w);
+/* Look at the volume's free space, refill the reserve, move the intake gate. */
+void wal_space_poll(struct wal *w);
+
+#endif

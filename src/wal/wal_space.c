@@ -1,0 +1,607 @@
+/*
+ * wal_space.c -- the segment log's space: what is live where, and giving
+ * back what is not.
+ *
+ * SPACE
+ *
+ * The owner marks ADD records live and dead (wal_live_add/del), giving a
+ * live count and byte total per segment. wal_maintain():
+ *   1. deletes the oldest segments while they hold nothing live, are not the
+ *      active one, have a durable successor, and every compaction copy taken
+ *      from them is committed;
+ *   2. when the files hold more than 2 x live bytes + one segment, walks the
+ *      oldest segment from a cursor, asks the owner whether each ADD is still
+ *      live at that location, and if so appends an identical copy (same
+ *      payload, so the same msg_id; a new LSN) and reports the new location.
+ *      Once the whole segment is walked it holds nothing live and step 1
+ *      deletes it after the caller's next wal_commit().
+ * On replay the owner sees the original ADD and later its copy with the same
+ * msg_id; the later one is the live one.
+ *
+ * wal_force_horizon() asks for every segment below the next LSN to be
+ * compacted away (the replication stream's checkpoint uses it), and
+ * wal_get_stats() reports the figures /stats and /metrics show.
+ *
+ * A FULL DISK: THE RESERVE AND THE INTAKE GATE
+ *
+ * Firing gives space back only through records: a segment goes once every
+ * ADD in it has ended durably (the DONE or CANCEL committed, head_deletable
+ * above), or once compaction's copies of its last live ADDs are committed.
+ * So those records must always find room. Without a reserve they did not:
+ * the commit that met ENOSPC kept its batch -- intake's ADDs, not yet
+ * acked -- in the write buffer, the DONEs of the messages fired afterwards
+ * queued behind it in LSN order, no segment could be deleted, and a disk
+ * filled by intake alone stayed full for good (issue 26).
+ *
+ *   dir/RESERVE   reserve_bytes (the daemon: WAL_RESERVE_SEGMENTS = 2 x
+ *                 segment_bytes: one segment for compaction's copies of the
+ *                 head, one for the records that end messages before the
+ *                 first deleted segment gives space back), allocated with
+ *                 fallocate, or zeros written where the file system has
+ *                 none, and synced. Mode 0600; nothing reads it. At open
+ *                 the blocks it holds count (a hole counts for nothing).
+ *
+ * A commit that meets ENOSPC or EDQUOT truncates RESERVE to 0 -- the blocks
+ * go back to the volume at once -- and writes again (wal.c,
+ * wal_write_batch). wal_space_poll() refills it once the volume has room
+ * for it and a segment more.
+ *
+ * Intake must not eat that room. wal_space_poll() -- after every durable
+ * commit and every wal_maintain() -- reads the volume's free space
+ * (fstatvfs; RESERVE is allocated, so it is not counted free) and sets
+ * intake_paused when free space < one segment, the reserve is not whole,
+ * or the last commit found no space; it lifts it only when the reserve is
+ * whole and two segments are free (hysteresis). wal_intake(bytes), which
+ * the owner asks before each new message (eng_intake()), also counts what
+ * was appended since the last look and the message's own size, so a burst
+ * within one loop turn cannot run past the mark; and it answers NEVER for
+ * a record the volume cannot hold beside the reserve and two segments (the
+ * daemon rejects it, as an oversized one). What the broker had already
+ * sent when the daemon paused waits in its memory (dstash.h), not here.
+ * While paused, compaction starts as soon as a segment's worth of the log
+ * is dead (over_budget) and no checkpoint is begun (wal.c,
+ * wal_ckpt_begin): both would otherwise spend what firing needs. Costs:
+ * reserve_bytes of disk, always; intake stops a segment before the volume
+ * is full; one fstatvfs per commit.
+ */
+#define _GNU_SOURCE
+#include "wal_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/xalloc.h"
+#include "base/failpoint.h"
+#include "walscan.h"
+
+
+static uint64_t resume_mark(const struct wal *w); /* the intake gate's, below */
+
+/* ---- space ------------------------------------------------------------- */
+
+void wal_live_add(struct wal *w, struct wlog_loc loc)
+{
+    struct seg *s = wal_seg_find(w, loc.seg);
+
+    if (!s)
+        return;
+    s->live_count++;
+    s->live_bytes += loc.len;
+    w->live_records++;
+    w->live_bytes += loc.len;
+}
+
+/* One live ADD less in loc's segment; returns the segment (NULL if none or nothing live). */
+static struct seg *live_del(struct wal *w, struct wlog_loc loc)
+{
+    struct seg *s = wal_seg_find(w, loc.seg);
+
+    if (!s || s->live_count == 0 || s->live_bytes < loc.len)
+        return NULL;
+    s->live_count--;
+    s->live_bytes -= loc.len;
+    w->live_records--;
+    w->live_bytes -= loc.len;
+    return s;
+}
+
+/* The owner's: a message died; its DONE or CANCEL comes with the next commit. */
+void wal_live_del(struct wal *w, struct wlog_loc loc)
+{
+    struct seg *s = live_del(w, loc);
+
+    if (s)
+        s->dead_lsn = w->next_lsn;
+}
+
+/*
+ * Nothing live, compaction copies durable, and the records that ended its
+ * ADDs durable too: what blocks deleting the head. A message dies in memory
+ * (a confirm, a cancel) before its DONE or CANCEL record is committed; were
+ * its segment deleted in between, a crash would lose the ADD while the
+ * record ending it was lost too -- an acknowledged message gone without a
+ * durable end (found by the simulator, tests/sim). The ending record is
+ * appended by the commit that follows the death, so "durable_lsn has
+ * reached the LSN that was next at the death" means it is on disk.
+ */
+static int head_dead(const struct wal *w)
+{
+    const struct seg *s = &w->segs[0];
+    return w->nsegs >= 2 && (s->live_count == 0 || s->scanned);
+}
+
+static int head_deletable(const struct wal *w)
+{
+    const struct seg *s = &w->segs[0];
+    return head_dead(w) && s->copy_lsn <= w->durable_lsn && s->dead_lsn <= w->durable_lsn &&
+           s->size == s->disk && s->fd >= 0 &&
+           w->segs[1].fd >= 0;
+}
+
+static int delete_head(struct wal *w)
+{
+    while (head_deletable(w)) {
+        struct seg *s = &w->segs[0];
+        char name[WALSCAN_NAME_SIZE];
+        int r;
+
+        walscan_seg_name(name, s->segno);
+        if (s->live_count)
+            log_warn("wal", "compaction found no live record where the live count says some remain; "
+                     "deleting the segment", "file=%s/%s live_count=%llu", w->dir, name,
+                     (unsigned long long)s->live_count);
+        r = walfs_unlinkat(w->dirfd, name, 0) < 0 ? -errno : wal_sync_dir(w);
+        if (r < 0) {
+            log_error("wal", "cannot delete segment", "file=%s/%s err=\"%s\"", w->dir, name,
+                      strerror(-r));
+            return r;
+        }
+        walfs_close(s->fd);
+        w->live_records -= s->live_count;
+        w->live_bytes -= s->live_bytes;
+        w->total_size -= s->size;
+        w->deleted_segments++;
+        log_info("wal", "segment deleted", "file=%s/%s bytes=%llu", w->dir, name,
+                 (unsigned long long)s->size);
+        memmove(&w->segs[0], &w->segs[1], (w->nsegs - 1) * sizeof(*w->segs));
+        w->nsegs--;
+    }
+    return 0;
+}
+
+/*
+ * Compact the head when the files hold more than 2 x live + one segment;
+ * and while intake is paused for space, as soon as they hold a segment's
+ * worth of dead bytes: then compaction is how firing gives space back when
+ * every segment still holds a live message.
+ */
+static int over_budget(const struct wal *w)
+{
+    if (w->intake_paused && w->total_size > w->live_bytes + 2 * w->segment_bytes)
+        return 1;
+    return w->total_size > 2 * w->live_bytes + w->segment_bytes;
+}
+
+/* The head lies below a horizon asked for (wal_force_horizon): copy it forward whatever its use. */
+static int below_horizon(const struct wal *w)
+{
+    return w->segs[0].base_lsn < w->force_lsn;
+}
+
+/* Copy the live ADDs of the oldest segment forward, up to budget bytes walked. */
+static int compact_head(struct wal *w, size_t budget, const struct wlog_compact_ops *ops)
+{
+    size_t scanned = 0;
+    char name[WALSCAN_NAME_SIZE];
+    int r;
+
+    if (w->cpt_segno != w->segs[0].segno) {
+        w->cpt_segno = w->segs[0].segno;
+        w->cpt_off = SEGHDR;
+    }
+    walscan_seg_name(name, w->cpt_segno);
+    while (scanned < budget && w->cpt_off < w->segs[0].size) {
+        struct seg *s = &w->segs[0];
+        size_t n = (size_t)(s->size - w->cpt_off), pos = 0;
+
+        if (!w->cbuf) {
+            w->ccap = COMPACT_CHUNK;
+            w->cbuf = xrealloc(NULL, w->ccap);
+        }
+        if (n > w->ccap)
+            n = w->ccap;
+        if ((r = wal_seg_read(w, s, w->cpt_off, w->cbuf, n)) < 0)
+            goto bad;
+        while (pos < n && scanned < budget) {
+            struct walrec_hdr h;
+            const uint8_t *payload;
+            struct walrec_add a;
+
+            r = walrec_decode(w->cbuf + pos, n - pos, w->segs[0].salt, &h, &payload);
+            if (r == WALREC_PARTIAL && w->cpt_off + (n - pos) < w->segs[0].size) {
+                if (pos == 0) {
+                    /* A record bigger than the buffer: grow and read again. */
+                    w->ccap = RECHDR + (size_t)walrec_get32(w->cbuf);
+                    w->cbuf = xrealloc(w->cbuf, w->ccap);
+                }
+                break;
+            }
+            if (r < 0 || h.lsn < w->segs[0].base_lsn || h.lsn > w->segs[0].last_lsn) {
+                r = WAL_ECORRUPT;
+                goto bad;
+            }
+            if (h.type == WALREC_ADD && walrec_add_peek(payload, h.len, &a) > 0) {
+                struct wlog_loc from = {(uint32_t)w->cpt_segno, (uint32_t)(w->cpt_off), (uint32_t)r};
+                if (ops->is_live(ops->arg, a.msg_id, from)) {
+                    struct walrec_piece pc = {payload, h.len};
+                    struct wlog_loc to = {0, 0, 0};
+                    uint64_t lsn = 0;
+                    int e = wal_append(w, WALREC_ADD, &pc, 1, &lsn, &to);
+                    if (e < 0)
+                        return e;
+                    live_del(w, from); /* moved, not dead: the copy's durability is copy_lsn */
+                    wal_live_add(w, to);
+                    w->segs[0].copy_lsn = lsn; /* wal_append may have moved segs */
+                    w->compacted_bytes += (uint64_t)r;
+                    ops->moved(ops->arg, a.msg_id, to);
+                    FAILPOINT("wal.mid_compaction"); /* copies so far in the buffer or durable */
+                }
+            }
+            pos += (size_t)r;
+            w->cpt_off += (uint64_t)r;
+            scanned += (size_t)r;
+        }
+    }
+    if (w->cpt_off >= w->segs[0].size) {
+        w->segs[0].scanned = 1;
+        log_info("wal", "segment compacted", "file=%s/%s live_copies_lsn=%llu", w->dir, name,
+                 (unsigned long long)w->segs[0].copy_lsn);
+    }
+    return 0;
+bad:
+    log_error("wal", "compaction hit a bad record; the log needs operator attention",
+              "file=%s/%s offset=%llu err=\"%s\"", w->dir, name, (unsigned long long)w->cpt_off,
+              wal_strerror(r));
+    return r;
+}
+
+/*
+ * Under space pressure the newest segment must not keep dead bytes for
+ * good: it is never deleted, and an idle log (nothing appended, nothing
+ * live) would keep up to a segment of DONE records and fired ADDs on a
+ * volume that needs them back to resume intake (found by the simulator's
+ * liveness mode on volumes of 4-5 segments, and on a 5 MiB ext4). So while
+ * paused, or with less than three segments free (the daemon's gate resumes
+ * at two, bridge_intake.c; one more of margin), once it holds an
+ * eighth of a segment that is dead, roll to a new
+ * one and create its file now (an idle log commits nothing that would); the
+ * old one is then deleted as the head, or compacted, like any other. And
+ * give back what the file system preallocated past its end (xfs's
+ * speculative preallocation held 108 MiB for a 58 MiB segment).
+ */
+static int roll_dead_active(struct wal *w)
+{
+    struct seg *a = wal_active(w), *s;
+    size_t prev;
+    int r;
+
+    /* paused, or short of the room the daemon resumes at (resume_mark) and a segment more */
+    if (!(w->intake_paused ||
+          (w->reserve_fd >= 0 && w->free_bytes < resume_mark(w) + w->segment_bytes)) ||
+        a->fd < 0 || a->size != a->disk || a->size <= SEGHDR ||
+        a->size - a->live_bytes - SEGHDR < w->segment_bytes / 8)
+        return 0;
+    wal_roll(w);
+    prev = w->nsegs - 2;
+    s = wal_active(w);
+    r = wal_seg_create(w, s);
+    if ((r == -ENOSPC || r == -EDQUOT) && wal_reserve_spend(w))
+        r = wal_seg_create(w, s);
+    if (r < 0)
+        return r == -ENOSPC || r == -EDQUOT ? 0 : wal_fail(w, r, "create", s->segno);
+    walfs_ftruncate(w->segs[prev].fd, (off_t)w->segs[prev].disk); /* preallocation back */
+    return 0;
+}
+
+int wal_maintain(struct wal *w, size_t budget, const struct wlog_compact_ops *ops)
+{
+    int r;
+
+    if (w->failed)
+        return w->failed;
+    if ((r = delete_head(w)) < 0)
+        return r;
+    wal_space_poll(w);
+    if ((r = roll_dead_active(w)) < 0)
+        return r;
+    if ((r = delete_head(w)) < 0)
+        return r;
+    if (ops && w->nsegs >= 2 && !w->segs[0].scanned && !head_dead(w) &&
+        (over_budget(w) || w->cpt_segno == w->segs[0].segno || below_horizon(w))) {
+        if ((r = compact_head(w, budget, ops)) < 0)
+            return r;
+        if ((r = delete_head(w)) < 0)
+            return r;
+    }
+    if (w->nsegs < 2)
+        return 0;
+    if (head_dead(w))
+        return 1; /* deletable after the next wal_commit() */
+    return ops && (over_budget(w) || w->cpt_segno == w->segs[0].segno || below_horizon(w));
+}
+
+int wal_force_horizon(struct wal *w, uint64_t *lsn)
+{
+    if (w->failed)
+        return w->failed;
+    if (wal_active(w)->last_lsn >= wal_active(w)->base_lsn)
+        wal_roll(w); /* the active segment holds records: they are below the horizon too */
+    w->force_lsn = w->next_lsn;
+    *lsn = w->force_lsn;
+    return 0;
+}
+
+uint64_t wal_first_lsn(const struct wal *w)
+{
+    return w->segs[0].base_lsn;
+}
+
+int wal_horizon_reached(const struct wal *w, uint64_t lsn)
+{
+    for (size_t i = 0; i < w->nsegs && w->segs[i].base_lsn < lsn; i++) {
+        const struct seg *s = &w->segs[i];
+        if (i == w->nsegs - 1 || (s->live_count && !s->scanned) || s->copy_lsn > w->durable_lsn)
+            return 0;
+    }
+    return 1;
+}
+
+void wal_set_tap(struct wal *w, wal_tap_fn *fn, void *arg)
+{
+    w->tap = fn;
+    w->tap_arg = arg;
+}
+
+void wal_get_stats(const struct wal *w, struct wal_stats *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->segments = w->nsegs;
+    s->disk_bytes = w->total_size;
+    s->live_bytes = w->live_bytes;
+    s->live_records = w->live_records;
+    s->durable_lsn = w->durable_lsn;
+    s->commits = w->commits;
+    s->appended_bytes = w->appended_bytes;
+    s->compacted_bytes = w->compacted_bytes;
+    s->deleted_segments = w->deleted_segments;
+    s->truncated_bytes = w->truncated_bytes;
+    s->failed = w->failed;
+    s->no_space = w->no_space;
+    s->intake_paused = w->intake_paused;
+    s->free_bytes = w->free_bytes;
+    s->reserve_bytes = w->reserve_bytes;
+    s->reserve_held = w->reserve_held;
+    s->reserve_spent = w->reserve_spent;
+    s->intake_pauses = w->intake_pauses;
+    s->fsync = w->fsync;
+    if (w->nsegs && w->cpt_segno == w->segs[0].segno && w->cpt_off < w->segs[0].size) {
+        s->compact_segment = w->cpt_segno;
+        s->compact_done = w->cpt_off;
+        s->compact_total = w->segs[0].size;
+    }
+    s->ckpt_state = w->ck_state;
+    s->ckpt_installed = w->ck_installed;
+    s->ckpt_failed = w->ck_failed;
+    s->ckpt_lsn = w->ck_lsn;
+    s->ckpt_bytes = w->ck_bytes;
+    s->ckpt_age_ms = w->ck_lsn ? clock_now_ms() - w->ck_lsn_ms : 0;
+    s->ckpt_seconds = w->ck_seconds;
+    s->ckpt_loaded_lsn = w->ck_loaded_lsn;
+}
+
+
+/* ---- the reserve and the intake gate ----------------------------------- */
+
+#define RESERVE_NAME "RESERVE"
+#define ZERO_CHUNK (64u << 10)
+
+/*
+ * Free space (the reserve apart) under which intake pauses: one segment.
+ * What the broker had already sent when it paused waits in the owner's
+ * memory (dstash.h), not in the log. It resumes one segment above that
+ * (hysteresis), with the reserve whole.
+ */
+static uint64_t pause_mark(const struct wal *w)
+{
+    return w->segment_bytes;
+}
+
+static uint64_t resume_mark(const struct wal *w)
+{
+    return 2 * w->segment_bytes;
+}
+
+int wal_intake(const struct wal *w, uint64_t bytes)
+{
+    uint64_t since, fixed = w->reserve_bytes + 2 * w->segment_bytes;
+
+    if (w->reserve_fd < 0)
+        return WLOG_INTAKE_OK;
+    if (w->volume_bytes && (w->volume_bytes <= fixed || bytes > w->volume_bytes - fixed))
+        return WLOG_INTAKE_NEVER;
+    if (w->intake_paused || w->no_space)
+        return WLOG_INTAKE_WAIT;
+    /* Bytes appended since the last look may have eaten the headroom already. */
+    since = w->appended_bytes - w->appended_at_look;
+    if (w->free_bytes < since || w->free_bytes - since < bytes + pause_mark(w))
+        return WLOG_INTAKE_WAIT;
+    return WLOG_INTAKE_OK;
+}
+
+static void look_at_volume(struct wal *w)
+{
+    struct statvfs v;
+
+    if (walfs_fstatvfs(w->dirfd, &v) == 0) {
+        w->free_bytes = (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
+        w->volume_bytes = (uint64_t)v.f_blocks * (uint64_t)v.f_frsize;
+        w->appended_at_look = w->appended_bytes - w->wlen; /* the buffer is not on the volume yet */
+    }
+}
+
+/*
+ * Grow RESERVE to reserve_bytes: fallocate, or zeros where the file
+ * system has no fallocate (the bytes must really be taken, not a hole).
+ * A full disk is not an error: what could not be taken is cut off again
+ * and the next look tries once more. The file is synced, so that a
+ * crash does not leave the reserve a hole that the next start counts.
+ */
+static void reserve_fill(struct wal *w)
+{
+    uint64_t want = w->reserve_bytes, at = w->reserve_held;
+    int r = 0;
+
+    if (w->reserve_fd < 0 || at >= want)
+        return;
+    if (walfs_fallocate(w->reserve_fd, 0, (off_t)at, (off_t)(want - at)) < 0) {
+        r = -errno;
+        if (r == -EOPNOTSUPP || r == -ENOSYS) {
+            static const uint8_t zero[ZERO_CHUNK];
+            r = 0;
+            while (at < want && r == 0) {
+                size_t n = want - at < ZERO_CHUNK ? (size_t)(want - at) : ZERO_CHUNK;
+                ssize_t k = walfs_pwrite(w->reserve_fd, zero, n, (off_t)at);
+                if (k < 0 && errno == EINTR)
+                    continue;
+                if (k <= 0)
+                    r = k < 0 ? -errno : -EIO;
+                else
+                    at += (uint64_t)k;
+            }
+        }
+    }
+    if (r == 0 && !w->no_sync && walfs_fdatasync(w->reserve_fd) < 0)
+        r = -errno;
+    if (r < 0) {
+        if (walfs_ftruncate(w->reserve_fd, (off_t)w->reserve_held) < 0)
+            log_warn("wal", "cannot cut the space reserve back after a failed fill",
+                     "file=%s/%s err=\"%s\"", w->dir, RESERVE_NAME, strerror(errno));
+        if (r != -ENOSPC && r != -EDQUOT)
+            log_warn("wal", "cannot fill the space reserve; tried again later",
+                     "file=%s/%s err=\"%s\"", w->dir, RESERVE_NAME, strerror(-r));
+        return;
+    }
+    w->reserve_held = want;
+    log_info("wal", "space reserve whole", "file=%s/%s bytes=%llu", w->dir, RESERVE_NAME,
+             (unsigned long long)want);
+}
+
+/* Pause intake and say so, with the mark that decided (free space under it). */
+static void pause_intake(struct wal *w, const char *why, uint64_t mark)
+{
+    w->intake_paused = 1;
+    w->intake_pauses++;
+    log_warn("wal", why, "dir=%s free_bytes=%llu mark=%llu reserve_held=%llu reserve_bytes=%llu",
+             w->dir, (unsigned long long)w->free_bytes, (unsigned long long)mark,
+             (unsigned long long)w->reserve_held, (unsigned long long)w->reserve_bytes);
+}
+
+int wal_reserve_open(struct wal *w, uint64_t bytes)
+{
+    struct stat st;
+    int fd;
+
+    w->reserve_fd = -1;
+    w->reserve_bytes = bytes;
+    if (!bytes)
+        return 0;
+    fd = walfs_openat(w->dirfd, RESERVE_NAME, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0 || walfs_fstat(fd, &st) < 0) {
+        int r = -errno;
+        log_error("wal", "cannot open the space reserve", "file=%s/%s err=\"%s\"", w->dir,
+                  RESERVE_NAME, strerror(-r));
+        if (fd >= 0)
+            walfs_close(fd);
+        return r;
+    }
+    w->reserve_fd = fd;
+    /* A checkpoint a crash cut short holds space no one reads; under pressure no
+     * checkpoint starts that would replace it (the simulator's liveness seeds). */
+    if (walfs_unlinkat(w->dirfd, WALCKPT_TMP_NAME, 0) == 0)
+        log_info("wal", "a checkpoint left unfinished by a crash deleted", "file=%s/%s", w->dir,
+                 WALCKPT_TMP_NAME);
+    /* What an earlier run left: the blocks it holds (a hole counts for nothing). */
+    w->reserve_held = (uint64_t)st.st_blocks * 512u;
+    if (w->reserve_held > (uint64_t)st.st_size)
+        w->reserve_held = (uint64_t)st.st_size;
+    if ((uint64_t)st.st_size > bytes || w->reserve_held < (uint64_t)st.st_size) {
+        /* segment_mb lowered, or a sparse file: start again from what is really there */
+        uint64_t keep = w->reserve_held < bytes ? w->reserve_held : bytes;
+        if (walfs_ftruncate(fd, (off_t)keep) == 0)
+            w->reserve_held = keep;
+    }
+    reserve_fill(w);
+    look_at_volume(w);
+    /* At start the resume mark decides: a restart on a short volume begins paused. */
+    if (w->reserve_held < w->reserve_bytes || w->free_bytes < resume_mark(w))
+        pause_intake(w, "space low at start: intake paused; held messages fire and free it",
+                     resume_mark(w));
+    return 0;
+}
+
+int wal_reserve_spend(struct wal *w)
+{
+    uint64_t had = w->reserve_held;
+
+    if (w->reserve_fd < 0 || had == 0)
+        return 0;
+    if (walfs_ftruncate(w->reserve_fd, 0) < 0) {
+        log_error("wal", "cannot give the space reserve back", "file=%s/%s err=\"%s\"", w->dir,
+                  RESERVE_NAME, strerror(errno));
+        return 0;
+    }
+    w->reserve_held = 0;
+    w->reserve_spent++;
+    if (!w->intake_paused) {
+        w->intake_paused = 1;
+        w->intake_pauses++;
+    }
+    log_warn("wal", "disk full: the space reserve is given back to the log; intake stays "
+             "paused until it is whole again", "file=%s/%s bytes=%llu", w->dir, RESERVE_NAME,
+             (unsigned long long)had);
+    return 1;
+}
+
+void wal_space_poll(struct wal *w)
+{
+    uint64_t missing;
+
+    if (w->reserve_fd < 0)
+        return;
+    look_at_volume(w);
+    missing = w->reserve_bytes - w->reserve_held;
+    if (missing && !w->no_space && w->free_bytes >= missing + resume_mark(w)) {
+        reserve_fill(w);
+        look_at_volume(w);
+    }
+    if (!w->intake_paused &&
+        (w->no_space || w->reserve_held < w->reserve_bytes || w->free_bytes < pause_mark(w))) {
+        pause_intake(w, "space low: intake pauses; held messages keep firing and free it",
+                     pause_mark(w));
+    } else if (w->intake_paused && !w->no_space && w->reserve_held == w->reserve_bytes &&
+               w->free_bytes >= resume_mark(w)) {
+        w->intake_paused = 0;
+        log_info("wal", "space again: intake may resume",
+                 "dir=%s free_bytes=%llu resume_from=%llu reserve_bytes=%llu", w->dir,
+                 (unsigned long long)w->free_bytes, (unsigned long long)resume_mark(w),
+                 (unsigned long long)w->reserve_bytes);
+    }
+}
