@@ -3,7 +3,8 @@
  *
  * Due times are wall-clock milliseconds since the epoch (they are written to
  * the WAL and must mean the same after a restart); durations that must not
- * jump with the wall clock (fsync time, timeouts) use the monotonic clock.
+ * jump with the wall clock (fsync time, timeouts, reconnect backoff) use the
+ * monotonic clock, in ms through clock_mono_ms().
  * Everything that needs "now" asks here, so tests and tools agree on units.
  *
  * The other thing the outside world supplies, randomness, comes from here
@@ -20,6 +21,17 @@ uint64_t clock_now_ms(void);
 
 /* Monotonic clock, ns (CLOCK_MONOTONIC): for measuring durations only. */
 uint64_t clock_mono_ns(void);
+
+/*
+ * The same clock in whole ms: every duration, timeout and backoff in the
+ * daemon is measured with this one (a wall-clock step, NTP or an operator's
+ * `date`, must not fire a timeout early or stall a reconnect). In the
+ * simulator it follows the simulated clock, as clock_mono_ns() does.
+ */
+static inline uint64_t clock_mono_ms(void)
+{
+    return clock_mono_ns() / 1000000u;
+}
 
 /*
  * 64 random bits from the kernel (getrandom); without it (an old kernel),
