@@ -9,6 +9,11 @@ Every test_*.py is a standalone script run against a REAL RabbitMQ:
 
 Exit codes: 0 pass, 1 fail, 77 skipped (ctest's SKIP_RETURN_CODE).
 
+Beside it, for the tests that need them: harness_load.py (load that keeps
+the broker busy: publish_pipelined, the background Feeder) and
+harness_wal.py (the daemon's WAL files: segments, records, `wal dump`).
+A helper two tests would share goes in one of the three, not in a test.
+
 Environment:
   DB_BRIDGE_BIN        the delay-bridge binary (required)
   DB_TEST_BROKER_URI   broker to test against (default amqp://guest:guest@127.0.0.1:5681/%2f)
