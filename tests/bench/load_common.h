@@ -24,6 +24,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -177,6 +178,108 @@ static inline uint64_t load_parse_u64(const char *prog, const char *opt, const c
     if (errno || end == s || *end || s[0] == '-')
         load_die(prog, "%s: expected a non-negative integer, got \"%s\"", opt, s);
     return v;
+}
+
+/*
+ * Command-line options: each tool lists what it takes in a table of
+ * struct load_opt and load_parse_opts() reads argv against it, so every
+ * option is read the same way (a number is a non-negative integer, a
+ * missing value or an unknown option is the tool's usage()). The options
+ * both tools take (LOAD_COMMON_OPTS) land in a struct load_common.
+ */
+#define LOAD_DEFAULT_URI "amqp://guest:guest@127.0.0.1:5672/%2f"
+
+enum load_opt_kind {
+    LOAD_OPT_FLAG,   /* --x: *(bool *)dst = true, and *(bool *)dst2 when given */
+    LOAD_OPT_STR,    /* --x V: *(const char **)dst = V */
+    LOAD_OPT_U64,    /* --x N: *(uint64_t *)dst = N */
+    LOAD_OPT_RANGE,  /* --x MIN[-MAX]: *(uint64_t *)dst = MIN, *(uint64_t *)dst2 = MAX (or MIN) */
+    LOAD_OPT_CHOICE, /* --x V, V one of choices[]: *(const char **)dst = V */
+};
+
+struct load_opt {
+    const char *name;
+    enum load_opt_kind kind;
+    void *dst, *dst2;
+    const char *const *choices; /* LOAD_OPT_CHOICE: NULL-terminated */
+};
+
+/* What load_publish and load_consume both take. */
+struct load_common {
+    const char *uri, *exchange, *routing_key;
+    uint64_t count, tag;
+};
+
+#define LOAD_COMMON_DEFAULTS { .uri = LOAD_DEFAULT_URI, .routing_key = "bench" }
+#define LOAD_COMMON_OPTS(c)                                                                       \
+    { "--uri", LOAD_OPT_STR, &(c)->uri, NULL, NULL },                                             \
+        { "--exchange", LOAD_OPT_STR, &(c)->exchange, NULL, NULL },                               \
+        { "--routing-key", LOAD_OPT_STR, &(c)->routing_key, NULL, NULL },                         \
+        { "--count", LOAD_OPT_U64, &(c)->count, NULL, NULL },                                     \
+        { "--tag", LOAD_OPT_U64, &(c)->tag, NULL, NULL }
+
+static inline void load_parse_choice(const char *prog, const struct load_opt *o, const char *v)
+{
+    int n = 0;
+    for (; o->choices[n]; n++)
+        if (!strcmp(v, o->choices[n])) {
+            *(const char **)o->dst = v;
+            return;
+        }
+    fprintf(stderr, "%s: error: %s %s: expected ", prog, o->name, v);
+    for (int i = 0; i < n; i++)
+        fprintf(stderr, "%s%s", o->choices[i], i + 2 < n ? ", " : i + 1 < n ? " or " : "\n");
+    exit(2);
+}
+
+static inline void load_parse_opts(const char *prog, int argc, char **argv,
+                                   const struct load_opt *opts, size_t nopts, void (*usage)(void))
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const struct load_opt *o = NULL;
+        for (size_t k = 0; k < nopts && !o; k++)
+            if (!strcmp(a, opts[k].name))
+                o = &opts[k];
+        if (o && o->kind == LOAD_OPT_FLAG) {
+            *(bool *)o->dst = true;
+            if (o->dst2)
+                *(bool *)o->dst2 = true;
+            continue;
+        }
+        if (i + 1 >= argc || !o) {
+            usage();
+            exit(2);
+        }
+        const char *v = argv[++i];
+        switch (o->kind) {
+        case LOAD_OPT_STR:
+            *(const char **)o->dst = v;
+            break;
+        case LOAD_OPT_U64:
+            *(uint64_t *)o->dst = load_parse_u64(prog, a, v);
+            break;
+        case LOAD_OPT_RANGE: {
+            char buf[64];
+            snprintf(buf, sizeof buf, "%s", v);
+            char *dash = strchr(buf, '-');
+            if (dash)
+                *dash = 0;
+            uint64_t lo = load_parse_u64(prog, a, buf);
+            uint64_t hi = dash ? load_parse_u64(prog, a, dash + 1) : lo;
+            if (hi < lo)
+                load_die(prog, "%s %s: MAX below MIN", a, v);
+            *(uint64_t *)o->dst = lo;
+            *(uint64_t *)o->dst2 = hi;
+            break;
+        }
+        case LOAD_OPT_CHOICE:
+            load_parse_choice(prog, o, v);
+            break;
+        case LOAD_OPT_FLAG:
+            break;
+        }
+    }
 }
 
 /* xorshift64*: the same sequence for the same seed, so runs are comparable. */

@@ -40,8 +40,9 @@
 static const char *prog = "load_consume";
 
 struct opts {
-    const char *uri, *queue, *exchange, *routing_key, *ready_file, *dump, *queue_type;
-    uint64_t count, tag, first_wait, idle, manual_ack, prefetch, queue_version;
+    struct load_common c; /* --uri, --exchange, --routing-key, --count, --tag */
+    const char *queue, *ready_file, *dump, *queue_type;
+    uint64_t first_wait, idle, manual_ack, prefetch, queue_version;
     bool purge;
 };
 
@@ -57,50 +58,23 @@ static void usage(void)
 
 static void parse(int argc, char **argv, struct opts *o)
 {
-    *o = (struct opts){ .uri = "amqp://guest:guest@127.0.0.1:5672/%2f", .queue = "bench.out",
-                        .routing_key = "bench", .first_wait = 600, .idle = 30,
-                        .prefetch = 1000 };
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--purge")) {
-            o->purge = true;
-            continue;
-        }
-        if (i + 1 >= argc)
-            usage();
-        const char *v = argv[++i];
-        if (!strcmp(a, "--uri"))
-            o->uri = v;
-        else if (!strcmp(a, "--queue"))
-            o->queue = v;
-        else if (!strcmp(a, "--exchange"))
-            o->exchange = v;
-        else if (!strcmp(a, "--routing-key"))
-            o->routing_key = v;
-        else if (!strcmp(a, "--ready-file"))
-            o->ready_file = v;
-        else if (!strcmp(a, "--dump"))
-            o->dump = v;
-        else if (!strcmp(a, "--count"))
-            o->count = load_parse_u64(prog, a, v);
-        else if (!strcmp(a, "--tag"))
-            o->tag = load_parse_u64(prog, a, v);
-        else if (!strcmp(a, "--first-wait"))
-            o->first_wait = load_parse_u64(prog, a, v);
-        else if (!strcmp(a, "--idle"))
-            o->idle = load_parse_u64(prog, a, v);
-        else if (!strcmp(a, "--manual-ack"))
-            o->manual_ack = load_parse_u64(prog, a, v);
-        else if (!strcmp(a, "--prefetch"))
-            o->prefetch = load_parse_u64(prog, a, v);
-        else if (!strcmp(a, "--queue-type"))
-            o->queue_type = v;
-        else if (!strcmp(a, "--queue-version"))
-            o->queue_version = load_parse_u64(prog, a, v);
-        else
-            usage();
-    }
-    if (!o->count)
+    *o = (struct opts){ .c = LOAD_COMMON_DEFAULTS, .queue = "bench.out", .first_wait = 600,
+                        .idle = 30, .prefetch = 1000 };
+    const struct load_opt opts[] = {
+        LOAD_COMMON_OPTS(&o->c),
+        { "--purge", LOAD_OPT_FLAG, &o->purge, NULL, NULL },
+        { "--queue", LOAD_OPT_STR, &o->queue, NULL, NULL },
+        { "--ready-file", LOAD_OPT_STR, &o->ready_file, NULL, NULL },
+        { "--dump", LOAD_OPT_STR, &o->dump, NULL, NULL },
+        { "--first-wait", LOAD_OPT_U64, &o->first_wait, NULL, NULL },
+        { "--idle", LOAD_OPT_U64, &o->idle, NULL, NULL },
+        { "--manual-ack", LOAD_OPT_U64, &o->manual_ack, NULL, NULL },
+        { "--prefetch", LOAD_OPT_U64, &o->prefetch, NULL, NULL },
+        { "--queue-type", LOAD_OPT_STR, &o->queue_type, NULL, NULL },
+        { "--queue-version", LOAD_OPT_U64, &o->queue_version, NULL, NULL },
+    };
+    load_parse_opts(prog, argc, argv, opts, sizeof opts / sizeof opts[0], usage);
+    if (!o->c.count)
         load_die(prog, "--count N (N >= 1) is required");
 }
 
@@ -127,11 +101,11 @@ int main(int argc, char **argv)
 {
     struct opts o;
     parse(argc, argv, &o);
-    amqp_connection_state_t c = load_connect(prog, o.uri);
+    amqp_connection_state_t c = load_connect(prog, o.c.uri);
     amqp_bytes_t q = amqp_cstring_bytes(o.queue);
 
-    if (o.exchange) {
-        amqp_exchange_declare(c, 1, amqp_cstring_bytes(o.exchange), amqp_cstring_bytes("direct"),
+    if (o.c.exchange) {
+        amqp_exchange_declare(c, 1, amqp_cstring_bytes(o.c.exchange), amqp_cstring_bytes("direct"),
                               0, 1, 0, 0, amqp_empty_table);
         load_check_reply(prog, amqp_get_rpc_reply(c), "exchange.declare");
         amqp_table_entry_t qa[2];
@@ -148,8 +122,8 @@ int main(int argc, char **argv)
         }
         amqp_queue_declare(c, 1, q, 0, 1, 0, 0, qargs);
         load_check_reply(prog, amqp_get_rpc_reply(c), "queue.declare");
-        amqp_queue_bind(c, 1, q, amqp_cstring_bytes(o.exchange),
-                        amqp_cstring_bytes(o.routing_key), amqp_empty_table);
+        amqp_queue_bind(c, 1, q, amqp_cstring_bytes(o.c.exchange),
+                        amqp_cstring_bytes(o.c.routing_key), amqp_empty_table);
         load_check_reply(prog, amqp_get_rpc_reply(c), "queue.bind");
     }
     if (o.purge) {
@@ -170,15 +144,15 @@ int main(int argc, char **argv)
         fclose(f);
     }
 
-    double *lat = malloc(o.count * sizeof *lat);
-    unsigned char *seen = calloc((o.count + 7) / 8, 1);
+    double *lat = malloc(o.c.count * sizeof *lat);
+    unsigned char *seen = calloc((o.c.count + 7) / 8, 1);
     if (!lat || !seen)
         load_die(prog, "out of memory");
     uint64_t received = 0, unique = 0, dup = 0, foreign = 0, early = 0;
     uint64_t first_us = 0, last_us = 0, min_due = UINT64_MAX, max_due = 0;
     uint64_t last_activity = load_mono_us(), unacked = 0, last_tag = 0;
 
-    while (unique < o.count) {
+    while (unique < o.c.count) {
         amqp_envelope_t env;
         struct timeval tv = { .tv_sec = 1 }, quick = { .tv_usec = 0 };
         amqp_maybe_release_buffers(c);
@@ -195,7 +169,7 @@ int main(int argc, char **argv)
             struct load_stamp s;
             received++;
             if (load_stamp_get(env.message.body.bytes, env.message.body.len, &s) < 0 ||
-                s.tag != o.tag || s.seq >= o.count) {
+                s.tag != o.c.tag || s.seq >= o.c.count) {
                 foreign++;
             } else if (seen[s.seq / 8] & (1u << (s.seq % 8))) {
                 dup++;
@@ -230,7 +204,7 @@ int main(int argc, char **argv)
             if (quiet >= (received ? o.idle : o.first_wait)) {
                 fprintf(stderr, "%s: nothing for %llu s: stopping with %llu of %llu\n", prog,
                         (unsigned long long)quiet, (unsigned long long)unique,
-                        (unsigned long long)o.count);
+                        (unsigned long long)o.c.count);
                 break;
             }
             continue;
@@ -271,7 +245,7 @@ int main(int argc, char **argv)
            "early=%llu seconds=%.3f rate=%.0f first_recv_ms=%llu last_recv_ms=%llu "
            "min_due_ms=%llu max_due_ms=%llu lat_min_ms=%.1f lat_p50_ms=%.1f lat_p90_ms=%.1f "
            "lat_p99_ms=%.1f lat_p999_ms=%.1f lat_max_ms=%.1f lat_mean_ms=%.1f\n",
-           o.queue, (unsigned long long)o.count, (unsigned long long)received,
+           o.queue, (unsigned long long)o.c.count, (unsigned long long)received,
            (unsigned long long)unique, (unsigned long long)dup, (unsigned long long)foreign,
            (unsigned long long)early, secs, secs > 0 ? (double)unique / secs : 0.0,
            (unsigned long long)(first_us / 1000), (unsigned long long)(last_us / 1000),
@@ -284,5 +258,5 @@ int main(int argc, char **argv)
     load_close(c);
     free(lat);
     free(seen);
-    return unique == o.count ? 0 : 1;
+    return unique == o.c.count ? 0 : 1;
 }

@@ -59,18 +59,14 @@
 static const char *prog = "load_publish";
 
 struct opts {
-    const char *uri;
+    struct load_common c; /* --uri, --exchange, --routing-key, --count, --tag */
     const char *mode;
-    const char *exchange;
-    const char *routing_key;
     const char *ttl_queue;
-    uint64_t count;
     uint64_t delay_min, delay_max;
     uint64_t due_at, spread;
     uint64_t size;
     bool mix;
     uint64_t window;
-    uint64_t tag;
     uint64_t seed;
     bool transient;
     bool bridge_headers, mandatory, stamp;
@@ -171,86 +167,37 @@ static void usage(void)
 
 static void parse(int argc, char **argv, struct opts *o)
 {
-    *o = (struct opts){ .uri = "amqp://guest:guest@127.0.0.1:5672/%2f", .mode = "xdelay",
-                        .exchange = "", .routing_key = "bench", .ttl_queue = "bench.ttl",
+    *o = (struct opts){ .c = LOAD_COMMON_DEFAULTS, .mode = "xdelay", .ttl_queue = "bench.ttl",
                         .size = 256, .window = 1000, .seed = 1 };
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--mix")) {
-            o->mix = true;
-            continue;
-        }
-        if (!strcmp(a, "--transient")) {
-            o->transient = true;
-            continue;
-        }
-        if (!strcmp(a, "--like-bridge")) {
-            o->bridge_headers = o->mandatory = true;
-            continue;
-        }
-        if (!strcmp(a, "--bridge-headers")) {
-            o->bridge_headers = true;
-            continue;
-        }
-        if (!strcmp(a, "--stamp")) {
-            o->stamp = true;
-            continue;
-        }
-        if (!strcmp(a, "--mandatory")) {
-            o->mandatory = true;
-            continue;
-        }
-        if (i + 1 >= argc)
-            usage();
-        const char *v = argv[++i];
-        if (!strcmp(a, "--uri"))
-            o->uri = v;
-        else if (!strcmp(a, "--mode"))
-            o->mode = v;
-        else if (!strcmp(a, "--exchange"))
-            o->exchange = v;
-        else if (!strcmp(a, "--routing-key"))
-            o->routing_key = v;
-        else if (!strcmp(a, "--ttl-queue"))
-            o->ttl_queue = v;
-        else if (!strcmp(a, "--count"))
-            o->count = load_parse_u64(prog, a, v);
-        else if (!strcmp(a, "--delay")) {
-            char buf[64];
-            snprintf(buf, sizeof buf, "%s", v);
-            char *dash = strchr(buf, '-');
-            if (dash)
-                *dash = 0;
-            o->delay_min = load_parse_u64(prog, a, buf);
-            o->delay_max = dash ? load_parse_u64(prog, a, dash + 1) : o->delay_min;
-            if (o->delay_max < o->delay_min)
-                load_die(prog, "--delay %s: MAX below MIN", v);
-        } else if (!strcmp(a, "--due-at"))
-            o->due_at = load_parse_u64(prog, a, v);
-        else if (!strcmp(a, "--spread"))
-            o->spread = load_parse_u64(prog, a, v);
-        else if (!strcmp(a, "--size"))
-            o->size = load_parse_u64(prog, a, v);
-        else if (!strcmp(a, "--window"))
-            o->window = load_parse_u64(prog, a, v);
-        else if (!strcmp(a, "--tag"))
-            o->tag = load_parse_u64(prog, a, v);
-        else if (!strcmp(a, "--bridge-id")) {
-            if (strcmp(v, "string") && strcmp(v, "u64") && strcmp(v, "none"))
-                load_die(prog, "--bridge-id %s: expected string, u64 or none", v);
-            o->bridge_id = v;
-        } else if (!strcmp(a, "--seed"))
-            o->seed = load_parse_u64(prog, a, v) | 1;
-        else
-            usage();
-    }
+    o->c.exchange = "";
+    static const char *const bridge_ids[] = { "string", "u64", "none", NULL };
+    const struct load_opt opts[] = {
+        LOAD_COMMON_OPTS(&o->c),
+        { "--mix", LOAD_OPT_FLAG, &o->mix, NULL, NULL },
+        { "--transient", LOAD_OPT_FLAG, &o->transient, NULL, NULL },
+        { "--like-bridge", LOAD_OPT_FLAG, &o->bridge_headers, &o->mandatory, NULL },
+        { "--bridge-headers", LOAD_OPT_FLAG, &o->bridge_headers, NULL, NULL },
+        { "--stamp", LOAD_OPT_FLAG, &o->stamp, NULL, NULL },
+        { "--mandatory", LOAD_OPT_FLAG, &o->mandatory, NULL, NULL },
+        { "--mode", LOAD_OPT_STR, &o->mode, NULL, NULL },
+        { "--ttl-queue", LOAD_OPT_STR, &o->ttl_queue, NULL, NULL },
+        { "--delay", LOAD_OPT_RANGE, &o->delay_min, &o->delay_max, NULL },
+        { "--due-at", LOAD_OPT_U64, &o->due_at, NULL, NULL },
+        { "--spread", LOAD_OPT_U64, &o->spread, NULL, NULL },
+        { "--size", LOAD_OPT_U64, &o->size, NULL, NULL },
+        { "--window", LOAD_OPT_U64, &o->window, NULL, NULL },
+        { "--bridge-id", LOAD_OPT_CHOICE, &o->bridge_id, NULL, bridge_ids },
+        { "--seed", LOAD_OPT_U64, &o->seed, NULL, NULL },
+    };
+    load_parse_opts(prog, argc, argv, opts, sizeof opts / sizeof opts[0], usage);
+    o->seed |= 1;
     if (strcmp(o->mode, "plain") && strcmp(o->mode, "xdelay") && strcmp(o->mode, "ttl"))
         load_die(prog, "--mode %s: expected plain, xdelay or ttl", o->mode);
     if (o->size < LOAD_HDR)
         load_die(prog, "--size %llu: at least %d bytes", (unsigned long long)o->size, LOAD_HDR);
     if (o->window < 1 || o->window > 1000000)
         load_die(prog, "--window: 1..1000000");
-    if (o->tag > UINT32_MAX)
+    if (o->c.tag > UINT32_MAX)
         load_die(prog, "--tag: at most %u", UINT32_MAX);
 }
 
@@ -260,16 +207,16 @@ int main(int argc, char **argv)
     parse(argc, argv, &o);
     bool ttl = !strcmp(o.mode, "ttl"), xdelay = !strcmp(o.mode, "xdelay");
 
-    amqp_connection_state_t c = load_connect(prog, o.uri);
+    amqp_connection_state_t c = load_connect(prog, o.c.uri);
 
     if (ttl) {
         amqp_table_entry_t e[2];
         e[0].key = amqp_cstring_bytes("x-dead-letter-exchange");
         e[0].value.kind = AMQP_FIELD_KIND_UTF8;
-        e[0].value.value.bytes = amqp_cstring_bytes(o.exchange);
+        e[0].value.value.bytes = amqp_cstring_bytes(o.c.exchange);
         e[1].key = amqp_cstring_bytes("x-dead-letter-routing-key");
         e[1].value.kind = AMQP_FIELD_KIND_UTF8;
-        e[1].value.value.bytes = amqp_cstring_bytes(o.routing_key);
+        e[1].value.value.bytes = amqp_cstring_bytes(o.c.routing_key);
         amqp_table_t args = { .num_entries = 2, .entries = e };
         amqp_queue_declare(c, 1, amqp_cstring_bytes(o.ttl_queue), 0, 1, 0, 0, args);
         load_check_reply(prog, amqp_get_rpc_reply(c), "queue.declare (ttl queue)");
@@ -286,8 +233,8 @@ int main(int argc, char **argv)
     for (uint64_t i = 0; i < maxsize; i++)
         body[i] = (unsigned char)('a' + i % 26);
 
-    amqp_bytes_t exchange = amqp_cstring_bytes(ttl ? "" : o.exchange);
-    amqp_bytes_t rkey = amqp_cstring_bytes(ttl ? o.ttl_queue : o.routing_key);
+    amqp_bytes_t exchange = amqp_cstring_bytes(ttl ? "" : o.c.exchange);
+    amqp_bytes_t rkey = amqp_cstring_bytes(ttl ? o.ttl_queue : o.c.routing_key);
     amqp_table_entry_t hdr[2];
     hdr[0].key = amqp_cstring_bytes("x-delay");
     hdr[0].value.kind = AMQP_FIELD_KIND_I64;
@@ -298,7 +245,7 @@ int main(int argc, char **argv)
 
     uint64_t rng = o.seed * 0x9E3779B97F4A7C15ULL | 1;
     uint64_t bytes = 0, t0 = load_mono_us(), last_poll = 0;
-    for (uint64_t seq = 0; seq < o.count; seq++) {
+    for (uint64_t seq = 0; seq < o.c.count; seq++) {
         while (w.next - w.floor >= o.window)
             if (!read_frame(c, &w, 30000))
                 load_die(prog, "no confirm within 30 s");
@@ -326,7 +273,7 @@ int main(int argc, char **argv)
             delay = 0;
         }
         size_t len = o.mix ? ((load_rand(&rng) >> 33) & 1 ? 4096 : 256) : o.size;
-        struct load_stamp s = { .magic = LOAD_MAGIC, .tag = (uint32_t)o.tag, .seq = seq,
+        struct load_stamp s = { .magic = LOAD_MAGIC, .tag = (uint32_t)o.c.tag, .seq = seq,
                                 .due_ms = due, .pub_us = now_us };
         load_stamp_put(body, &s);
 
@@ -382,9 +329,9 @@ int main(int argc, char **argv)
 
     printf("load_publish mode=%s count=%llu bytes=%llu size=%s window=%llu seconds=%.3f "
            "rate=%.0f mb_per_s=%.1f acked=%llu nacked=%llu end_ms=%llu\n",
-           o.mode, (unsigned long long)o.count, (unsigned long long)bytes,
+           o.mode, (unsigned long long)o.c.count, (unsigned long long)bytes,
            o.mix ? "mix" : "fixed", (unsigned long long)o.window, secs,
-           secs > 0 ? (double)o.count / secs : 0.0, secs > 0 ? (double)bytes / secs / 1e6 : 0.0,
+           secs > 0 ? (double)o.c.count / secs : 0.0, secs > 0 ? (double)bytes / secs / 1e6 : 0.0,
            (unsigned long long)w.acked, (unsigned long long)w.nacked,
            (unsigned long long)(load_now_us() / 1000));
     fflush(stdout);

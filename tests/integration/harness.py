@@ -9,6 +9,11 @@ Every test_*.py is a standalone script run against a REAL RabbitMQ:
 
 Exit codes: 0 pass, 1 fail, 77 skipped (ctest's SKIP_RETURN_CODE).
 
+Beside it, for the tests that need them: harness_load.py (load that keeps
+the broker busy: publish_pipelined, the background Feeder) and
+harness_wal.py (the daemon's WAL files: segments, records, `wal dump`).
+A helper two tests would share goes in one of the three, not in a test.
+
 Environment:
   DB_BRIDGE_BIN        the delay-bridge binary (required)
   DB_TEST_BROKER_URI   broker to test against (default amqp://guest:guest@127.0.0.1:5681/%2f)
@@ -52,6 +57,7 @@ import tempfile
 import threading
 import time
 import traceback
+import urllib.parse
 
 try:
     import pika
@@ -365,6 +371,26 @@ def bridge_bin():
     return b
 
 
+def bridge_cli(*args, expect=None, timeout=60, env=None, user=None):
+    """Run the delay-bridge binary with args (its commands: wal, publish,
+    --check-config, ...) and return (exit code, stdout, stderr). The
+    environment is this one without DELAY_BRIDGE_BROKER_URI, plus env;
+    user: run as that uid and gid (setpriv, no supplementary groups).
+    expect: the exit code it must end with (fails with its output else)."""
+    cmd = [bridge_bin()] + [str(a) for a in args]
+    if user is not None:
+        cmd = ["setpriv", "--reuid=%d" % user, "--regid=%d" % user, "--clear-groups"] + cmd
+    e = dict(os.environ)
+    e.pop("DELAY_BRIDGE_BROKER_URI", None)
+    e.update(env or {})
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, env=e)
+    out, err = r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
+    if expect is not None and r.returncode != expect:
+        fail("%s exited %d, expected %d\nstdout:\n%s\nstderr:\n%s" % (
+            " ".join(str(a) for a in args), r.returncode, expect, out, err))
+    return r.returncode, out, err
+
+
 def connect(retry_s=0.0, uri=None):
     """A pika BlockingConnection to the test broker (retrying up to retry_s)."""
     uri = uri or broker_uri()
@@ -398,6 +424,112 @@ def stats(port):
     st, body = http_get(port, "/stats")
     check(st == 200, "GET /stats answered %d: %s" % (st, body[:200]))
     return json.loads(body)
+
+
+def http_req(port, method, path, timeout=10.0, headers=None):
+    """One request to a bridge's HTTP endpoint on 127.0.0.1: (status,
+    parsed JSON when it answered application/json, else the body text)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.request(method, path, headers=headers or {})
+        r = c.getresponse()
+        body = r.read().decode("utf-8", "replace")
+        if r.getheader("Content-Type", "").startswith("application/json"):
+            return r.status, json.loads(body)
+        return r.status, body
+    finally:
+        c.close()
+
+
+def url_arg(s):
+    """s quoted for a path segment or a query argument (a key, a route)."""
+    return urllib.parse.quote(s, safe="")
+
+
+def pending_all(port, route, limit=1000, headers=None):
+    """Every message the bridge lists in GET /pending?route=ROUTE, page
+    after page of limit (headers: an Authorization, say)."""
+    out, after = [], None
+    while True:
+        path = "/pending?route=%s&limit=%d" % (route, limit)
+        if after:
+            path += "&after=" + url_arg(after)
+        st, j = http_req(port, "GET", path, headers=headers)
+        check(st == 200, "GET %s: %d %r" % (path, st, j))
+        out.extend(j["messages"])
+        after = j["next"]
+        if not after:
+            return out
+
+
+def readyz(port):
+    """(status, body) of the bridge's /readyz; (None, "") while nothing listens."""
+    try:
+        return http_get(port, "/readyz")
+    except OSError:
+        return None, ""
+
+
+def held(port):
+    """How many messages the bridge holds (its /stats)."""
+    return stats(port)["held"]
+
+
+def wait_held(port, n, who, stall_s=30, delivered=lambda: 0):
+    """Until the bridge on port holds n, less those delivered() already
+    (who names it in the failure; wait_progress's stall_s)."""
+    wait_progress(lambda: stats(port)["held"] + delivered(), n, stall_s,
+                  lambda k: "%s holds (or delivered) %d of %d" % (who, k, n))
+
+
+def replication(port, unreachable=None):
+    """The bridge's /stats wal.replication. unreachable: what stands for it
+    while the bridge does not listen (yet); without it, the OSError."""
+    try:
+        return stats(port)["wal"]["replication"]
+    except OSError:
+        if unreachable is None:
+            raise
+        return dict(unreachable)
+
+
+def metrics(port, timeout=10.0):
+    """The text of the bridge's /metrics (fails unless it answered 200)."""
+    st, body = http_get(port, "/metrics", timeout=timeout)
+    check(st == 200, "/metrics: %d" % st)
+    return body
+
+
+def metric_value(text, name, labels=""):
+    """The value of the series name{labels} (name alone without labels) in
+    a /metrics text, or None."""
+    want = name + ("{%s}" % labels if labels else "")
+    for line in text.splitlines():
+        if line.startswith(want + " "):
+            return float(line.split()[-1])
+    return None
+
+
+def route_metric(port, name, route=None):
+    """The value of name{route="ROUTE"} (name alone without route) in the
+    bridge's /metrics; fails when it has no such series."""
+    labels = 'route="%s"' % route if route else ""
+    v = metric_value(metrics(port), name, labels)
+    check(v is not None, "/metrics lacks %s" % (name + ("{%s}" % labels if labels else "")))
+    return v
+
+
+def wait_metric(port, name, route, want, timeout=10, poll=0.1):
+    """Until route_metric(port, name, route) == want, polling every poll
+    seconds; fails after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    v = None
+    while time.monotonic() < deadline:
+        v = route_metric(port, name, route)
+        if v == want:
+            return v
+        time.sleep(poll)
+    fail('%s{route="%s"} is %r, expected %r (after %.0fs)' % (name, route, v, want, timeout))
 
 
 def free_port():
@@ -785,6 +917,14 @@ class Bridge(object):
         t0 = time.monotonic()
         self.wait_log('msg="ready"', timeout, 'msg="ready"')
         log("%s: ready after %.2fs" % (self.name, time.monotonic() - t0))
+
+    def wait_exit(self, timeout, what):
+        """The exit code of this run, which ends by itself within timeout
+        seconds; fails with what when it still runs."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            fail(what)
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
@@ -1175,6 +1315,19 @@ def wait_progress(count, want, stall_s, what, cap_s=300):
         check(now - t_best < stall_s and now < t_end,
               "%s (no progress for %.0f s)" % (what(n), now - t_best))
         time.sleep(0.2)
+
+
+def wait_for(what, fn, timeout):
+    """Until fn() returns something true (returned); every 0.2 s, failing
+    after timeout seconds with what and the last answer."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(0.2)
+    fail("%s: not within %.0fs (last: %r)" % (what, timeout, last))
 
 
 def late_tolerance():

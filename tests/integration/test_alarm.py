@@ -62,14 +62,6 @@ def http_get(port, path, timeout=2.0):
         c.close()
 
 
-def metric(text, name, labels=""):
-    want = name + ("{%s}" % labels if labels else "")
-    for line in text.splitlines():
-        if line.startswith(want + " "):
-            return float(line.split()[-1])
-    return None
-
-
 class Prober(object):
     """Two threads: one asks /healthz every 0.1 s (1 s timeout), one reads
     /metrics every 0.25 s; every answer is kept with its time."""
@@ -101,12 +93,13 @@ class Prober(object):
             st, body, _ = http_get(self.port, "/metrics", timeout=1.0)
             if st == 200:
                 self.samples.append((time.monotonic(), {
-                    "blocked": metric(body, "delay_bridge_broker_blocked", 'connection="publisher"'),
-                    "received": metric(body, "delay_bridge_received_total", self.lbl),
-                    "waiting": metric(body, "delay_bridge_waiting_messages", self.lbl),
-                    "due": metric(body, "delay_bridge_due_messages", self.lbl),
-                    "inflight": metric(body, "delay_bridge_inflight_messages", self.lbl),
-                    "confirmed": metric(body, "delay_bridge_confirmed_total", self.lbl),
+                    "blocked": h.metric_value(body, "delay_bridge_broker_blocked",
+                                              'connection="publisher"'),
+                    "received": h.metric_value(body, "delay_bridge_received_total", self.lbl),
+                    "waiting": h.metric_value(body, "delay_bridge_waiting_messages", self.lbl),
+                    "due": h.metric_value(body, "delay_bridge_due_messages", self.lbl),
+                    "inflight": h.metric_value(body, "delay_bridge_inflight_messages", self.lbl),
+                    "confirmed": h.metric_value(body, "delay_bridge_confirmed_total", self.lbl),
                 }))
             self.stop_flag.wait(0.25)
 
@@ -272,7 +265,8 @@ def test(ctx):
     deadline = time.monotonic() + 20
     while True:
         st, body, took = http_get(port, "/metrics", timeout=5)
-        blocked = metric(body, "delay_bridge_broker_blocked", 'connection="publisher"') if st == 200 else None
+        blocked = (h.metric_value(body, "delay_bridge_broker_blocked", 'connection="publisher"')
+                   if st == 200 else None)
         if blocked == 0:
             break
         if time.monotonic() > deadline:

@@ -29,17 +29,6 @@ def stream(cfg):
     return mutate(cfg, "routes[0].queue_type", "stream")
 
 
-def run(args, timeout=20, user=None):
-    e = dict(os.environ)
-    e.pop("DELAY_BRIDGE_BROKER_URI", None)
-    cmd = [h.bridge_bin()] + args
-    if user is not None:
-        cmd = ["setpriv", "--reuid=%d" % user, "--regid=%d" % user, "--clear-groups"] + cmd
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       universal_newlines=True, timeout=timeout, env=e)
-    return r.returncode, r.stdout, r.stderr
-
-
 def test(ctx):
     n = [0]
     failures = []
@@ -66,7 +55,7 @@ def test(ctx):
         p = write(d, cfg, owner=user)
         wal = wal or os.path.join(d, "wal")
         files = sorted(os.listdir(d))
-        rc, out, err = run(["-c", p], user=user)
+        rc, out, err = h.bridge_cli("-c", p, user=user, timeout=20)
         lines = [l for l in err.splitlines() if l.strip()]
         shown = " | ".join(lines)[:300]
         problems = []
@@ -83,7 +72,7 @@ def test(ctx):
         if sorted(os.listdir(d)) != files:
             problems.append("files appeared: %s" % sorted(set(os.listdir(d)) - set(files)))
         if check_config:
-            rc2, _, err2 = run(["--check-config", "-c", p], user=user)
+            rc2, _, err2 = h.bridge_cli("--check-config", "-c", p, user=user, timeout=20)
             if rc2 != 3 or key not in err2:
                 problems.append("--check-config: exit %d (%s)" % (rc2, err2.strip()[:200]))
         h.log("%s %-44s exit %d: %s" % ("ok  " if not problems else "BAD ", what, rc, shown))
@@ -196,7 +185,7 @@ def test(ctx):
         os.chmod(ro, 0o555)
         before = sorted(os.listdir(existing))
         p = write(d, mutate(base(d), "wal.dir", existing), owner=user)
-        rc, _, err = run(["-c", p], user=user)
+        rc, _, err = h.bridge_cli("-c", p, user=user, timeout=20)
         lines = [l for l in err.splitlines() if l.strip()]
         ok = rc == 3 and len(lines) == 1 and "wal.dir" in lines[0] and \
             sorted(os.listdir(existing)) == before
@@ -210,7 +199,7 @@ def test(ctx):
 
     # And the good config runs: the mistakes above are what stopped it.
     d = case_dir()
-    rc, out, err = run(["--check-config", "-c", write(d, base(d))])
+    rc, out, err = h.bridge_cli("--check-config", "-c", write(d, base(d)), timeout=20)
     check(rc == 0, "the unmodified config fails --check-config: %s" % err)
     if failures:
         h.fail("%d problem(s):\n  " % len(failures) + "\n  ".join(failures))

@@ -36,10 +36,8 @@ still delivered. Both bridges are alive at the end and stop with exit 0.
 """
 
 import hashlib
-import http.client
 import json
 import re
-import time
 
 import harness as h
 from harness import check
@@ -125,37 +123,6 @@ ERRORS = {"invalid": "invalid x-delay", "toobig": "x-delay above max_delay_ms",
 
 
 free_port = h.free_port  # one copy, in harness.py
-
-
-def metrics(port):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        c.request("GET", "/metrics")
-        r = c.getresponse()
-        body = r.read().decode("utf-8", "replace")
-        check(r.status == 200, "/metrics: %d" % r.status)
-        return body
-    finally:
-        c.close()
-
-
-def metric(text, name, route):
-    want = '%s{route="%s"} ' % (name, route)
-    for line in text.splitlines():
-        if line.startswith(want):
-            return float(line.split()[-1])
-    return None
-
-
-def wait_metric(port, name, route, value, timeout):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = metric(metrics(port), name, route)
-        if got == value:
-            return
-        if time.monotonic() > deadline:
-            h.fail("/metrics %s{route=%r} is %r, expected %r" % (name, route, got, value))
-        time.sleep(0.2)
 
 
 def big_table():
@@ -299,7 +266,7 @@ def bridge_a(ctx):
         ("confirmed_total", "pub"): n_pub, ("confirmed_total", "dl"): n_dl,
     }
     for (name, route), v in sorted(want.items()):
-        wait_metric(port, "delay_bridge_" + name, route, v, 10)
+        h.wait_metric(port, "delay_bridge_" + name, route, v, 10, poll=0.2)
     h.log("bridge A /metrics: %s" % ", ".join("%s{%s}=%d" % (n, r, v) for (n, r), v in sorted(want.items())))
     b.check_alive()
     b.stop()
@@ -344,8 +311,8 @@ def bridge_b(ctx):
             check(got_r == want_rejected, "rejected messages dead-lettered by the broker: %s, "
                   "expected %s" % (got_r, want_rejected))
         ctx.wait_drained(route["ingress_queue"], 10, "the rejected messages to leave the queue")
-        wait_metric(port, "delay_bridge_rejected_total", "small", len(want_rejected), 10)
-        wait_metric(port, "delay_bridge_received_total", "small", len(want_target), 10)
+        h.wait_metric(port, "delay_bridge_rejected_total", "small", len(want_rejected), 10, poll=0.2)
+        h.wait_metric(port, "delay_bridge_received_total", "small", len(want_target), 10, poll=0.2)
         check("message larger than wal.max_message_bytes rejected" in b.log_text(),
               "no log line for the rejected messages")
         b.check_alive()

@@ -107,22 +107,11 @@ def skip_case(what):
     h.log("SKIP (RabbitMQ %s): %s" % (version(), what))
 
 
-def readyz(port):
-    try:
-        return h.http_get(port, "/readyz")
-    except OSError:
-        return None, ""
-
-
-def repl(port):
-    return h.stats(port)["wal"]["replication"]
-
-
 def wait_state(port, state, timeout, who):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if repl(port)["state"] == state:
+            if h.replication(port)["state"] == state:
                 return
         except (OSError, h.TestFailure, KeyError):
             pass
@@ -148,7 +137,7 @@ def case_lease(ctx):
                    broker={"heartbeat_s": 5}, start=False)
     b.start(wait_ready=False)
     wait_state(pb, "standby", 30, "B")
-    r0 = repl(pa)["lease_renewals"]
+    r0 = h.replication(pa)["lease_renewals"]
     p = ctx.publisher()
     ids = []
     t0 = time.monotonic()
@@ -161,12 +150,12 @@ def case_lease(ctx):
         i += 1
         a.check_alive()
         b.check_alive()
-        check(repl(pa)["state"] == "owner", "A lost the lease after %.1fs with consumer_timeout "
-              "5000: %s" % (time.monotonic() - t0, repl(pa)))
-        check(repl(pb)["state"] == "standby", "B left standby after %.1fs: %s"
-              % (time.monotonic() - t0, repl(pb)))
+        check(h.replication(pa)["state"] == "owner", "A lost the lease after %.1fs with "
+              "consumer_timeout 5000: %s" % (time.monotonic() - t0, h.replication(pa)))
+        check(h.replication(pb)["state"] == "standby", "B left standby after %.1fs: %s"
+              % (time.monotonic() - t0, h.replication(pb)))
         time.sleep(0.5)
-    renewals = repl(pa)["lease_renewals"] - r0
+    renewals = h.replication(pa)["lease_renewals"] - r0
     check(renewals >= HOLD_S / 2, "A renewed its lease %d times in %.0fs (lease_renew_ms 1000)"
           % (renewals, HOLD_S))
     c.wait_ids(ids, 30)

@@ -24,17 +24,15 @@
   were all held and due before T when it started, removed + delivered = 2000.
 """
 
-import http.client
-import json
 import os
 import random
 import subprocess
 import time
-import urllib.parse
 
 import pika
 
 import harness as h
+import harness_load as hl
 from harness import check
 
 BULK = 1200000  # > PURGE_AT_ONCE (2^20) message-table entries: the purge runs in steps
@@ -43,23 +41,6 @@ BULK = 1200000  # > PURGE_AT_ONCE (2^20) message-table entries: the purge runs i
 # ---- local helpers --------------------------------------------------------------
 
 free_port = h.free_port  # one copy, in harness.py
-
-
-def req(port, method, path, timeout=10.0):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        c.request(method, path)
-        r = c.getresponse()
-        body = r.read().decode("utf-8", "replace")
-        if r.getheader("Content-Type", "").startswith("application/json"):
-            return r.status, json.loads(body)
-        return r.status, body
-    finally:
-        c.close()
-
-
-def qk(s):
-    return urllib.parse.quote(s, safe="")
 
 
 PAGE_STATS = {"slowest": 0.0, "short": 0}
@@ -74,11 +55,11 @@ def pages(port, route, limit):
     passed over, which this checks."""
     out, after, short = [], None, 0
     while True:
-        path = "/pending?route=%s&limit=%d" % (qk(route), limit)
+        path = "/pending?route=%s&limit=%d" % (h.url_arg(route), limit)
         if after is not None:
-            path += "&after=" + qk(after)
+            path += "&after=" + h.url_arg(after)
         t0 = time.monotonic()
-        st, j = req(port, "GET", path)
+        st, j = h.http_req(port, "GET", path)
         PAGE_STATS["slowest"] = max(PAGE_STATS["slowest"], time.monotonic() - t0)
         check(st == 200, "GET %s: %d %r" % (path, st, j))
         check(j["route"] == route and j["count"] == len(j["messages"]) and j["count"] <= limit,
@@ -114,20 +95,11 @@ def check_order(msgs, what):
         what, ["%r > %r" % (keys[i - 1], keys[i]) for i in bad[:5]]))
 
 
-def metric(port, name, route):
-    st, text = req(port, "GET", "/metrics")
-    want = '%s{route="%s"} ' % (name, route)
-    for line in text.splitlines():
-        if line.startswith(want):
-            return float(line.split()[-1])
-    h.fail("/metrics lacks %s" % want)
-
-
 def purge(port, route, due_before, timeout=30):
     """POST /purge; wait for the job if it answered 202. Returns (status, removed)."""
-    path = "/purge?route=%s&due_before=%s" % (qk(route), qk(str(due_before)))
+    path = "/purge?route=%s&due_before=%s" % (h.url_arg(route), h.url_arg(str(due_before)))
     t0 = time.monotonic()
-    st, j = req(port, "POST", path)
+    st, j = h.http_req(port, "POST", path)
     h.log("POST %s -> %d %r (%.3fs)" % (path, st, j, time.monotonic() - t0))
     check(st in (200, 202) and isinstance(j, dict), "POST %s: %d %r" % (path, st, j))
     if st == 200:
@@ -137,7 +109,7 @@ def purge(port, route, due_before, timeout=30):
     deadline = time.monotonic() + timeout
     seen = []
     while True:
-        s = req(port, "GET", "/stats")[1]
+        s = h.http_req(port, "GET", "/stats")[1]
         pj = s.get("purge")
         check(pj is not None and pj.get("route") == route, "/stats purge object: %r" % pj)
         seen.append(pj["progress"])
@@ -148,49 +120,6 @@ def purge(port, route, due_before, timeout=30):
             return st, pj["removed"]
         check(time.monotonic() < deadline, "purge not done after %ds: %r" % (timeout, pj))
         time.sleep(0.02)
-
-
-def publish_pipelined(exchange, items, timeout=60):
-    """Publish [(routing_key, body, BasicProperties)] (or [(exchange,
-    routing_key, body, BasicProperties)]) with publisher confirms,
-    not waiting for each confirm: returns once all are confirmed."""
-    state = {"acked": 0, "nacked": 0, "lo": 1, "error": None}
-    n = len(items)
-    outstanding = set(range(1, n + 1))
-
-    def on_confirm(frame):
-        # confirms for different queues may come out of order: count tags, not frames
-        m = frame.method
-        nack = isinstance(m, pika.spec.Basic.Nack)
-        tags = range(state["lo"], m.delivery_tag + 1) if m.multiple else [m.delivery_tag]
-        for t in tags:
-            if t in outstanding:
-                outstanding.discard(t)
-                state["nacked" if nack else "acked"] += 1
-        if m.multiple:
-            state["lo"] = max(state["lo"], m.delivery_tag + 1)
-        if not outstanding:
-            conn.close()
-
-    def on_channel(ch):
-        ch.confirm_delivery(on_confirm)
-        for it in items:
-            if len(it) == 3:
-                it = (exchange,) + tuple(it)
-            ch.basic_publish(*it)
-
-    def on_fail(c, err):
-        state["error"] = err
-        c.ioloop.stop()
-
-    conn = pika.SelectConnection(pika.URLParameters(h.broker_uri()),
-                                 on_open_callback=lambda c: c.channel(on_open_callback=on_channel),
-                                 on_open_error_callback=on_fail,
-                                 on_close_callback=lambda c, r: c.ioloop.stop())
-    conn.ioloop.call_later(timeout, lambda: (state.update(error="timeout"), conn.close()))
-    conn.ioloop.start()
-    check(state["error"] is None and state["acked"] == n,
-          "pipelined publish: %r, %d of %d acked" % (state["error"], state["acked"], n))
 
 
 # ---- the test ----------------------------------------------------------------------
@@ -247,7 +176,7 @@ def test(ctx):
     # in one pipelined burst: many arrive in the same ms, so equal due times abound
     wall0 = time.time() * 1000.0
     t_pub = time.monotonic()
-    publish_pipelined(None, items)
+    hl.publish_pipelined(None, items)
     wall1 = time.time() * 1000.0
     sent = {k: (t_pub, v[1]) for k, v in sent.items()}  # none can have arrived before t_pub
     h.log("published %d messages (p1 holds %d, p2 %d)" % (n, len(expect["p1"]), len(expect["p2"])))
@@ -298,7 +227,7 @@ def test(ctx):
 
     # one message by key, with its headers
     k = sorted(keyed["p1"])[0]  # replaced: the newest must show
-    st, j = req(port, "GET", "/pending/p1/%s" % qk(k))
+    st, j = h.http_req(port, "GET", "/pending/p1/%s" % h.url_arg(k))
     check(st == 200 and j["message_id"] == keyed["p1"][k] and j["key"] == k,
           "GET /pending/p1/%s: %d %r (expected %s)" % (k, st, j, keyed["p1"][k]))
     hd = j["properties"]["headers"]
@@ -312,17 +241,17 @@ def test(ctx):
     for path, want_st in (("/pending?route=p1&limit=0", 400), ("/pending?route=p1&limit=1001", 400),
                           ("/pending?route=p1&after=garbage", 400), ("/pending?route=nope", 404),
                           ("/pending", 400)):
-        st, j = req(port, "GET", path)
+        st, j = h.http_req(port, "GET", path)
         check(st == want_st, "GET %s: %d %r, expected %d" % (path, st, j, want_st))
     for path, want_st in (("/purge?route=nope", 404), ("/purge?route=p1&due_before=soon", 400),
                           ("/purge", 400)):
-        st, j = req(port, "POST", path)
+        st, j = h.http_req(port, "POST", path)
         check(st == want_st, "POST %s: %d %r, expected %d" % (path, st, j, want_st))
-    st, _ = req(port, "GET", "/purge?route=p1")
+    st, _ = h.http_req(port, "GET", "/purge?route=p1")
     check(st == 405, "GET /purge: %d, expected 405" % st)
-    st, _ = req(port, "GET", "/pending/p1/no-such-key")
+    st, _ = h.http_req(port, "GET", "/pending/p1/no-such-key")
     check(st == 404, "GET /pending/p1/no-such-key: %d" % st)
-    st, _ = req(port, "GET", "/pending/p2/%s" % qk(k))
+    st, _ = h.http_req(port, "GET", "/pending/p2/%s" % h.url_arg(k))
     check(st == 404, "GET /pending/p2/<a p1 key>: %d (keys are per route)" % st)
 
     # ---- purge p1 due before T (a due time in the middle: exclusive) ---------------------
@@ -335,13 +264,14 @@ def test(ctx):
     check(st == 202, "a purge over %d+ message-table entries answered %d, expected 202" % (BULK, st))
     check(removed == len(before), "purge removed %d, expected %d (due before %d)" % (
         removed, len(before), T))
-    check(metric(port, "delay_bridge_cancelled_total", "p1") == len(before) + 5,  # + 5 replaced
-          "cancelled_total{p1} after the purge: %r" % metric(port, "delay_bridge_cancelled_total", "p1"))
+    check(h.route_metric(port, "delay_bridge_cancelled_total", "p1") == len(before) + 5,  # + 5 replaced
+          "cancelled_total{p1} after the purge: %r"
+          % h.route_metric(port, "delay_bridge_cancelled_total", "p1"))
     after = listing(port, "p1")
     check(after == keep, "/pending?route=p1 after the purge: %d messages, expected the %d due at or "
           "after T" % (len(after), len(keep)))
     check(listing(port, "p2") == listed["p2"], "the purge of p1 changed p2's listing")
-    st, j = req(port, "GET", "/pending/p1/%s" % qk(before[0]["key"] or "none")) if any(
+    st, j = h.http_req(port, "GET", "/pending/p1/%s" % h.url_arg(before[0]["key"] or "none")) if any(
         m["key"] for m in before) else (404, None)
     check(st == 404, "a purged keyed message is still found by key: %d %r" % (st, j))
 
@@ -360,7 +290,7 @@ def test(ctx):
                       pika.BasicProperties(headers={"x-delay": h.i32(1000 + i)},
                                            message_id="race-%04d" % i, delivery_mode=2)))
     tr = time.monotonic()
-    publish_pipelined(rrace["ingress_exchange"], items)
+    hl.publish_pipelined(rrace["ingress_exchange"], items)
     h.log("published %d race messages in %.2fs" % (NR, time.monotonic() - tr))
     time.sleep(max(0.0, tr + 1.8 - time.monotonic()))
     snap = listing(port, "race")
@@ -406,7 +336,7 @@ def test(ctx):
         len(race_got), removed_r, NR, len(missing)))
     check(listing(port, "race") == [] and listing(port, "p1") == [] and listing(port, "p2") == [],
           "messages still held after everything fell due")
-    st, j = req(port, "GET", "/pending?route=bulk&limit=3")
+    st, j = h.http_req(port, "GET", "/pending?route=bulk&limit=3")
     check(st == 200 and j["count"] == 3 and j["next"], "bulk route listing: %d %r" % (st, j))
 
     # ---- a purge of everything: 1.2M messages, durable across kill -9 ----------------
@@ -416,7 +346,7 @@ def test(ctx):
     time.sleep(1.0)  # let the CANCEL records reach the disk (a purge answers before they do)
     b.kill9()
     b.start(timeout=60)
-    st, j = req(port, "GET", "/pending?route=bulk&limit=3")
+    st, j = h.http_req(port, "GET", "/pending?route=bulk&limit=3")
     check(st == 200 and j["count"] == 0, "after purging all and kill -9 + restart: %d %r" % (st, j))
     b.stop(timeout=60)
 

@@ -32,14 +32,11 @@ import json
 import os
 import shutil
 import struct
-import subprocess
 import time
 
 import harness as h
+import harness_wal as hw
 from harness import check
-
-SEGHDR = 56
-RECHDR = 24
 
 
 # ---- an independent writer of the on-disk format (src/wal/walrec.c) ----------
@@ -121,33 +118,34 @@ def crafted(ctx):
 
     d = os.path.join(ctx.tmp, "crafted-ok")
     write_log(d, [seg1, seg2])
-    _, out, _ = run_cli("wal", "check", d, expect=0)
+    _, out, _ = h.bridge_cli("wal", "check", d, expect=0)
     for want in ("records:        9 (add 6, done 2, cancel 1)", "1 of them compaction copies",
                  "  done:         2 records, %d bytes, 2 ids (1 of messages whose ADD is in a deleted "
-                 "segment)" % (2 * (RECHDR + 12)),
+                 "segment)" % (2 * (hw.RECHDR + 12)),
                  "  cancel:       1 records, %d bytes, 2 ids (1 of messages whose ADD is in a "
-                 "deleted segment)" % (RECHDR + len(cancel)),
+                 "deleted segment)" % (hw.RECHDR + len(cancel)),
                  "live messages:  3,", "1 with an x-delay-key", "route r1: 1 messages",
                  "route r2: 2 messages", "lsn:            1 .. 9",
                  "wal_id:         1122334455667788", "tail:           clean"):
         check(want in out, "crafted log: wal check does not say %r:\n%s" % (want, out))
-    got = dump(d)
+    got = hw.dump(d, "--headers")
     check([(m["message_id"], m["segment"], m["offset"], m["key"]) for m in got] ==
-          [("m2", 2, SEGHDR, None), ("m3", 1, SEGHDR + 2 * RECHDR + len(a1) + len(a2), None),
-           ("m9", 2, SEGHDR + 2 * RECHDR + len(a2) + 12, "order-9")],
+          [("m2", 2, hw.SEGHDR, None),
+           ("m3", 1, hw.SEGHDR + 2 * hw.RECHDR + len(a1) + len(a2), None),
+           ("m9", 2, hw.SEGHDR + 2 * hw.RECHDR + len(a2) + 12, "order-9")],
           "crafted log: dump should list m2 (its compaction copy in segment 2), m3, then the keyed "
           "m9 with its key, and not the cancelled m4: %s" % got)
     check(got[0]["headers"] == {"k": "v"} and got[0]["due_ms"] == 2000 and
           got[0]["due"] == "1970-01-01T00:00:02.000Z", "crafted log: dump fields %s" % got[0])
     # --key: only what is held with that key; a cancelled message's key lists nothing.
     for key, want_ids in (("order-9", ["m9"]), ("order-4", []), ("nope", [])):
-        _, out, _ = run_cli("wal", "dump", d, "--json", "--key", key, expect=0)
+        _, out, _ = h.bridge_cli("wal", "dump", d, "--json", "--key", key, expect=0)
         ids = [m["message_id"] for m in json.loads(out)]
         check(ids == want_ids, "crafted log: dump --key %s lists %s, expected %s" % (key, ids, want_ids))
-    _, out, _ = run_cli("wal", "dump", d, "--key", "order-9", "--route", "r1", expect=0)
+    _, out, _ = h.bridge_cli("wal", "dump", d, "--key", "order-9", "--route", "r1", expect=0)
     check("# 0 shown, 0 matching, 3 pending in all" in out,
           "crafted log: --key order-9 --route r1 should match nothing:\n%s" % out)
-    _, out, _ = run_cli("wal", "dump", d, expect=0)
+    _, out, _ = h.bridge_cli("wal", "dump", d, expect=0)
     lines = [l for l in out.splitlines() if not l.startswith("#")]
     check(len(lines) == 3 and lines[0].endswith(" 2 -") and lines[2].endswith(" 9 order-9"),
           "crafted log: the text dump should end each line with msg id and key (- when none):\n%s"
@@ -158,7 +156,7 @@ def crafted(ctx):
         write_log(dd, segs)
         if extra:
             extra(dd)
-        code, out, err = run_cli("wal", "check", dd)
+        code, out, err = h.bridge_cli("wal", "check", dd)
         check(code == rc and needle in out + err, "crafted log %s: wal check exit %d (want %d), "
               "output lacks %r:\n%s%s" % (name, code, rc, needle, out, err))
 
@@ -187,16 +185,6 @@ def crafted(ctx):
     h.log("crafted logs: replay rules, corruption and torn tails as specified")
 
 
-def run_cli(*args, expect=None):
-    cmd = [h.bridge_bin()] + [str(a) for a in args]
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
-    out, err = r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
-    if expect is not None and r.returncode != expect:
-        h.fail("%s exited %d, expected %d\nstdout:\n%s\nstderr:\n%s" % (
-            " ".join(cmd[1:]), r.returncode, expect, out, err))
-    return r.returncode, out, err
-
-
 def snapshot(d):
     """name -> (size, sha256, mtime_ns) of every file in d."""
     snap = {}
@@ -206,29 +194,6 @@ def snapshot(d):
         with open(p, "rb") as f:
             snap[name] = (st.st_size, hashlib.sha256(f.read()).hexdigest(), st.st_mtime_ns)
     return snap
-
-
-def segments(d):
-    return sorted(n for n in os.listdir(d) if n.endswith(".wal"))
-
-
-def records(path):
-    """(offset, total length) of every complete record of a segment file."""
-    with open(path, "rb") as f:
-        data = f.read()
-    out, off = [], SEGHDR
-    while off + RECHDR <= len(data):
-        (n,) = struct.unpack_from("<I", data, off)
-        if off + RECHDR + n > len(data):
-            break
-        out.append((off, RECHDR + n))
-        off += RECHDR + n
-    return out
-
-
-def dump(d):
-    _, out, _ = run_cli("wal", "dump", d, "--json", "--headers", expect=0)
-    return json.loads(out)
 
 
 def check_listing(got, want, what):
@@ -254,7 +219,7 @@ def check_listing(got, want, what):
 
 
 def check_summary(d, want, what):
-    _, out, _ = run_cli("wal", "check", d, expect=0)
+    _, out, _ = h.bridge_cli("wal", "check", d, expect=0)
     h.log("%s: wal check:\n%s" % (what, out.rstrip()))
     check("live messages:  %d," % len(want) in out, "%s: wal check does not count %d live messages"
           % (what, len(want)))
@@ -270,22 +235,22 @@ def check_summary(d, want, what):
 def read_only_checks(ctx, d, want, what):
     before = snapshot(d)
     check_summary(d, want, what)
-    check_listing(dump(d), want, what)
+    check_listing(hw.dump(d, "--headers"), want, what)
     # Filters.
     first_route = want[0][1]
-    _, out, _ = run_cli("wal", "dump", d, "--json", "--route", first_route, expect=0)
+    _, out, _ = h.bridge_cli("wal", "dump", d, "--json", "--route", first_route, expect=0)
     check([m["message_id"] for m in json.loads(out)] == [w[0] for w in want if w[1] == first_route],
           "%s: --route %s lists the wrong messages" % (what, first_route))
-    _, out, _ = run_cli("wal", "dump", d, "--json", "--limit", 2, expect=0)
+    _, out, _ = h.bridge_cli("wal", "dump", d, "--json", "--limit", 2, expect=0)
     check([m["message_id"] for m in json.loads(out)] == [w[0] for w in want[:2]],
           "%s: --limit 2 does not list the first two due" % what)
-    full = dump(d)
+    full = hw.dump(d, "--headers")
     cut = full[2]["due_ms"]
-    _, out, _ = run_cli("wal", "dump", d, "--json", "--due-before", cut, expect=0)
+    _, out, _ = h.bridge_cli("wal", "dump", d, "--json", "--due-before", cut, expect=0)
     check(len(json.loads(out)) == 2, "%s: --due-before (ms) did not cut at the third message" % what)
-    _, out, _ = run_cli("wal", "dump", d, "--due-before", "2000-01-01T00:00:00Z", expect=0)
+    _, out, _ = h.bridge_cli("wal", "dump", d, "--due-before", "2000-01-01T00:00:00Z", expect=0)
     check("# 0 shown" in out, "%s: --due-before 2000 (ISO) should list nothing: %s" % (what, out))
-    _, out, _ = run_cli("wal", "dump", d, "--headers", expect=0)
+    _, out, _ = h.bridge_cli("wal", "dump", d, "--headers", expect=0)
     check("header colour = blue-" in out, "%s: text dump --headers shows no header line" % what)
     after = snapshot(d)
     check(before == after, "%s: the WAL directory changed while wal check/dump ran:\nbefore %s\nafter  %s"
@@ -296,25 +261,25 @@ def read_only_checks(ctx, d, want, what):
     shutil.copytree(d, copy)
     if os.path.exists(os.path.join(copy, "LOCK")):
         os.unlink(os.path.join(copy, "LOCK"))
-    run_cli("wal", "check", copy, expect=0)
-    check_listing(dump(copy), want, what + " (copy)")
+    h.bridge_cli("wal", "check", copy, expect=0)
+    check_listing(hw.dump(copy, "--headers"), want, what + " (copy)")
     # The daemon's space reserve (RESERVE) comes along with the copy; the tools add nothing.
     made = sorted(n for n in os.listdir(copy) if n != "RESERVE")
-    check(made == segments(copy), "%s: wal check/dump created files: %s" % (what, made))
+    check(made == hw.segments(copy), "%s: wal check/dump created files: %s" % (what, made))
 
 
 def test(ctx):
     bin_ = h.bridge_bin()
     # --help and usage errors.
     for sub in (["wal", "check"], ["wal", "dump"], ["publish"]):
-        rc, out, _ = run_cli(*(sub + ["--help"]))
+        rc, out, _ = h.bridge_cli(*(sub + ["--help"]))
         check(rc == 0 and "Exit codes" in out, "%s --help: exit %d, no exit codes listed" % (sub, rc))
-    check(run_cli("wal")[0] == 2, "wal without a command should exit 2")
-    check(run_cli("wal", "check")[0] == 2, "wal check without a directory should exit 2")
-    check(run_cli("wal", "dump", ctx.tmp, "--limit", "x")[0] == 2, "--limit x should exit 2")
-    check(run_cli("wal", "dump", ctx.tmp, "--due-before", "tomorrow")[0] == 2,
+    check(h.bridge_cli("wal")[0] == 2, "wal without a command should exit 2")
+    check(h.bridge_cli("wal", "check")[0] == 2, "wal check without a directory should exit 2")
+    check(h.bridge_cli("wal", "dump", ctx.tmp, "--limit", "x")[0] == 2, "--limit x should exit 2")
+    check(h.bridge_cli("wal", "dump", ctx.tmp, "--due-before", "tomorrow")[0] == 2,
           "--due-before tomorrow should exit 2")
-    rc, _, err = run_cli("wal", "check", os.path.join(ctx.tmp, "no-such-dir"))
+    rc, _, err = h.bridge_cli("wal", "check", os.path.join(ctx.tmp, "no-such-dir"))
     check(rc == 1 and "no-such-dir" in err, "an unreadable directory should exit 1 naming it (%d)" % rc)
     h.log("usage checks pass (%s)" % bin_)
     crafted(ctx)
@@ -348,12 +313,13 @@ def test(ctx):
     c.wait_ids([mid for mid, _, _, ms, _ in plan if ms < 600000], 10 + h.late_tolerance())
     for r in (ra, rb):
         ctx.wait_drained(r["ingress_queue"], 15)
-    check(len(segments(wal_dir)) >= 2, "expected the 1 MiB segments to roll, have %s" % segments(wal_dir))
+    check(len(hw.segments(wal_dir)) >= 2,
+          "expected the 1 MiB segments to roll, have %s" % hw.segments(wal_dir))
 
     # The DONE records of the delivered ones reach the log at the next commit: wait for them.
     deadline = time.monotonic() + 10
     while True:
-        got = dump(wal_dir)
+        got = hw.dump(wal_dir, "--headers")
         if [m["message_id"] for m in got] == [w[0] for w in want] or time.monotonic() > deadline:
             break
         time.sleep(0.2)
@@ -369,12 +335,12 @@ def test(ctx):
     h.log("(b) after kill -9: the same")
 
     # (c1) a flipped byte in the middle of a record that is not the last one.
-    segs = segments(wal_dir)
+    segs = hw.segments(wal_dir)
     bad = os.path.join(ctx.tmp, "flipped")
     shutil.copytree(wal_dir, bad)
-    victim = dump(bad)[0]  # the first due: its record has records after it
+    victim = hw.dump(bad, "--headers")[0]  # the first due: its record has records after it
     seg_name = "%020d.wal" % victim["segment"]
-    recs = dict(records(os.path.join(bad, seg_name)))
+    recs = dict(r[:2] for r in hw.records(os.path.join(bad, seg_name)))
     off = victim["offset"]
     check(off in recs, "the dump's offset %d is not a record boundary of %s" % (off, seg_name))
     size = os.path.getsize(os.path.join(bad, seg_name))
@@ -385,27 +351,27 @@ def test(ctx):
         byte = f.read(1)
         f.seek(off + recs[off] // 2)
         f.write(bytes([byte[0] ^ 0x40]))
-    rc, out, err = run_cli("wal", "check", bad)
+    rc, out, err = h.bridge_cli("wal", "check", bad)
     h.log("(c) flipped byte in %s at offset %d: exit %d: %s" % (seg_name, off + recs[off] // 2, rc,
                                                               err.strip()))
     check(rc == 4, "wal check of a corrupt log exited %d, expected 4\n%s%s" % (rc, out, err))
     want_text = "corrupt: segment %d (%s/%s) offset %d:" % (victim["segment"], bad, seg_name, off)
     check(want_text in err, "wal check does not say %r:\n%s" % (want_text, err))
-    rc, _, _ = run_cli("wal", "dump", bad)
+    rc, _, _ = h.bridge_cli("wal", "dump", bad)
     check(rc == 4, "wal dump of a corrupt log exited %d, expected 4" % rc)
 
     # (c1') the same in the newest segment, in a record that has valid ones after it.
-    newest_recs = records(os.path.join(wal_dir, segs[-1]))
+    newest_recs = hw.records(os.path.join(wal_dir, segs[-1]))
     check(len(newest_recs) >= 2, "the newest segment should hold several records")
     bad2 = os.path.join(ctx.tmp, "flipped-newest")
     shutil.copytree(wal_dir, bad2)
-    off, n = newest_recs[0]
+    off, n = newest_recs[0][:2]
     with open(os.path.join(bad2, segs[-1]), "r+b") as f:
         f.seek(off + n // 2)
         byte = f.read(1)
         f.seek(off + n // 2)
         f.write(bytes([byte[0] ^ 0x01]))
-    rc, out, err = run_cli("wal", "check", bad2)
+    rc, out, err = h.bridge_cli("wal", "check", bad2)
     want_text = "corrupt: segment %d (%s/%s) offset %d:" % (int(segs[-1][:20]), bad2, segs[-1], off)
     check(rc == 4 and want_text in err, "flipped byte in the newest segment: exit %d, expected 4 "
           "and %r:\n%s" % (rc, want_text, err))
@@ -414,14 +380,14 @@ def test(ctx):
     torn = os.path.join(ctx.tmp, "torn")
     shutil.copytree(wal_dir, torn)
     newest = os.path.join(torn, segs[-1])
-    last_off, last_len = records(newest)[-1]
+    last_off, last_len = hw.records(newest)[-1][:2]
     os.truncate(newest, last_off + last_len // 2)
-    rc, out, err = run_cli("wal", "check", torn)
+    rc, out, err = h.bridge_cli("wal", "check", torn)
     h.log("(c) last record cut at %d of %s: exit %d" % (last_off + last_len // 2, segs[-1], rc))
     check(rc == 0, "wal check of a log with a torn tail exited %d, expected 0\n%s%s" % (rc, out, err))
     check("TORN TAIL" in out and ("offset %d" % last_off) in out,
           "wal check does not report the torn tail at offset %d:\n%s" % (last_off, out))
-    run_cli("wal", "dump", torn, expect=0)
+    h.bridge_cli("wal", "dump", torn, expect=0)
     h.log("(c) corruption exits 4 naming segment and offset; a torn tail exits 0")
 
 

@@ -7,7 +7,6 @@ malformed file (exit 3); DELAY_BRIDGE_BROKER_URI overrides broker.uri."""
 
 import json
 import os
-import subprocess
 
 import harness as h
 from harness import check, mutate
@@ -20,15 +19,6 @@ def good(ctx):
                   dead_letter_exchange=""),
         ctx.route("second", "other", invalid_delay="dead-letter", dead_letter_exchange="dlx"),
     ])
-
-
-def run_bridge(args, env=None, timeout=20):
-    e = dict(os.environ)
-    e.pop("DELAY_BRIDGE_BROKER_URI", None)
-    e.update(env or {})
-    r = subprocess.run([h.bridge_bin()] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       universal_newlines=True, timeout=timeout, env=e)
-    return r.returncode, r.stdout + r.stderr
 
 
 def test(ctx):
@@ -45,7 +35,8 @@ def test(ctx):
     failures = []
 
     def expect(args, code, needles, what):
-        rc, out = run_bridge(args)
+        rc, out, err = h.bridge_cli(*args, timeout=20)
+        out += err
         shown = out.strip().replace("\n", " | ")[:300]
         ok = rc == code and all(x in out for x in needles)
         h.log("%s %-50s exit %d: %s" % ("ok  " if ok else "BAD ", what, rc, shown))

@@ -15,7 +15,6 @@ full to the last byte: free space under one segment, beside a reserve of
 10 MiB (3 MiB of filler, 2 MiB of reserve) and the pause is the log's
 "WAL space low", with /stats wal.intake_paused."""
 
-import http.client
 import json
 import os
 import time
@@ -27,27 +26,6 @@ BODY = 150 * 1024
 
 
 free_port = h.free_port  # one copy, in harness.py
-
-
-def get(port, path):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    try:
-        c.request("GET", path)
-        r = c.getresponse()
-        return r.status, r.read().decode("utf-8", "replace")
-    finally:
-        c.close()
-
-
-def wait_for(what, fn, timeout):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.2)
-    h.fail("%s: not within %.0fs (last: %r)" % (what, timeout, last))
 
 
 def test(ctx):
@@ -79,12 +57,12 @@ def run(ctx, fs, filler):
                                headers={"x-delay": h.i32(12000)}, message_id=mid), 12.0)
     p.close()
 
-    wait_for("the log saying consuming paused", lambda: "consuming paused" in b.log_text(), 20)
-    st, body = wait_for("/readyz saying so",
-                        lambda: (lambda r: r if r[0] == 503 and "WAL" in r[1] else None)(
-                            get(port, "/readyz")), 10)
+    h.wait_for("the log saying consuming paused", lambda: "consuming paused" in b.log_text(), 20)
+    st, body = h.wait_for("/readyz saying so",
+                          lambda: (lambda r: r if r[0] == 503 and "WAL" in r[1] else None)(
+                              h.http_get(port, "/readyz")), 10)
     h.log("/readyz: %d %s" % (st, body.strip()))
-    s = json.loads(get(port, "/stats")[1])
+    s = json.loads(h.http_get(port, "/stats")[1])
     w = s["wal"]
     check(w["intake_paused"] is True, "/stats wal.intake_paused is %r" % w["intake_paused"])
     check(w["reserve_bytes"] == 2 << 20, "/stats wal.reserve_bytes %r, not 2 MiB" % w["reserve_bytes"])
@@ -104,14 +82,14 @@ def run(ctx, fs, filler):
     check(depth >= 5, "nothing left in the ingress queue while the disk is full: "
                       "the bridge kept consuming")
     h.log("disk full: %d message(s) wait in the ingress queue" % depth)
-    st, _ = get(port, "/healthz")
+    st, _ = h.http_get(port, "/healthz")
     check(st == 200, "/healthz while the disk is full: %d" % st)
     # Held messages keep firing meanwhile.
     c.wait_ids(["early-%d" % i for i in range(4)], 15)
     b.check_alive()
 
     os.unlink(filler)
-    wait_for("/readyz 200 once space returned", lambda: get(port, "/readyz")[0] == 200, 30)
+    h.wait_for("/readyz 200 once space returned", lambda: h.http_get(port, "/readyz")[0] == 200, 30)
     check("space again" in b.log_text(), "no log line saying the space came back")
     ctx.wait_drained(route["ingress_queue"], 30)
 

@@ -21,10 +21,6 @@ N = 10000
 KEYED = 200
 
 
-def held(port):
-    return h.stats(port)["held"]
-
-
 def received(port):
     return sum(r["received"] for r in h.stats(port)["routes"])
 
@@ -61,7 +57,7 @@ def test(ctx):
     b.wait_ready()
     h.wait_progress(lambda: received(pa) + received(pb), N, 20,
                     lambda n: "the bridges took %d + %d of %d" % (received(pa), received(pb), N))
-    ha, hb = held(pa), held(pb)
+    ha, hb = h.held(pa), h.held(pb)
     h.log("before the drain: A holds %d, B holds %d" % (ha, hb))
     check(ha > N // 10 and hb > N // 10, "the two bridges did not share the queue: %d / %d" % (
         ha, hb))
@@ -76,7 +72,7 @@ def test(ctx):
     a.proc.wait(30)
     check(a.proc.returncode == 0, "bridge A exited %s after the drain" % a.proc.returncode)
     check("drain done" in a.log_text(), "bridge A did not log the end of the drain")
-    now_held = held(pb)
+    now_held = h.held(pb)
     h.log("after the drain: B holds %d" % now_held)
     check(now_held >= ha + hb - (N // 10), "B holds %d, A and B held %d + %d" % (now_held, ha, hb))
 

@@ -28,13 +28,12 @@ Each case prints sent, delivered, lost and duplicates by cause.
 import http.client
 import json
 import os
-import random
 import subprocess
-import threading
 import time
 import zlib
 
 import harness as h
+import harness_load as hl
 from harness import check
 
 PREFETCH = 100
@@ -85,48 +84,6 @@ CASES = [
 ]
 
 
-class Feeder(threading.Thread):
-    """Publishes with confirms until stopped; sent: message_id -> (time just
-    before the publish, delay ms), only once the broker confirmed it."""
-
-    def __init__(self, exchange, prefix, case, seed, limit=20000):
-        threading.Thread.__init__(self, name="feeder-" + prefix, daemon=True)
-        self.exchange, self.prefix, self.case, self.limit = exchange, prefix, case, limit
-        self.rng = random.Random(seed)
-        self.sent = {}
-        self.lock = threading.Lock()
-        self.stop_flag = threading.Event()
-        self.error = None
-
-    def run(self):
-        c = self.case
-        p = None
-        try:
-            p = h.Publisher(retry_s=10)
-            i = 0
-            while not self.stop_flag.is_set() and i < self.limit:
-                held = i % c["held_every"] == c["held_every"] - 1
-                ms = self.rng.randint(*(c["held_ms"] if held else c["due_ms"]))
-                mid = "%s%05d" % (self.prefix, i)
-                size = c["held_body"] if held else c["due_body"]
-                body = (mid.encode() * (size // len(mid) + 1))[:size] if size else mid.encode()
-                t = p.publish(self.exchange, "rk", body, headers={"x-delay": h.i32(ms)},
-                              message_id=mid, delivery_mode=2)
-                with self.lock:
-                    self.sent[mid] = (t, ms)
-                i += 1
-                time.sleep(0.005)
-        except BaseException as e:  # reported by the test thread
-            self.error = e
-        finally:
-            if p is not None:
-                p.close()
-
-    def snapshot(self):
-        with self.lock:
-            return dict(self.sent)
-
-
 free_port = h.free_port  # one copy, in harness.py
 
 
@@ -140,6 +97,19 @@ def route_stats(port):
         return {}
     finally:
         c.close()
+
+
+def case_message(c, prefix):
+    """The feeder's i-th message of case c: every held_every-th held
+    (held_ms, held_body), the others due soon (due_ms, due_body)."""
+    def message(i, rng):
+        held = i % c["held_every"] == c["held_every"] - 1
+        ms = rng.randint(*(c["held_ms"] if held else c["due_ms"]))
+        mid = "%s%05d" % (prefix, i)
+        size = c["held_body"] if held else c["due_body"]
+        body = (mid.encode() * (size // len(mid) + 1))[:size] if size else mid.encode()
+        return mid, body, ms
+    return message
 
 
 def wal_files(d):
@@ -166,7 +136,9 @@ def run_case(ctx, case):
           "%s: the bridge did not log its armed failpoint (is DB_BRIDGE_FP_BIN a build with "
           "failpoints?)" % point)
 
-    feeder = Feeder(route["ingress_exchange"], short + "-", c, seed=zlib.crc32(point.encode()))
+    feeder = hl.Feeder(route["ingress_exchange"], case_message(c, short + "-"),
+                       seed=zlib.crc32(point.encode()), pause_s=0.005, limit=20000,
+                       name="feeder-" + short + "-")
     feeder.start()
     deadline = time.monotonic() + 60
     while b.proc.poll() is None:

@@ -38,26 +38,6 @@ def get(port, path, method="GET", headers=None, timeout=5.0):
         c.close()
 
 
-def metric(text, name, labels=""):
-    """The value of one series, or None."""
-    want = name + ("{%s}" % labels if labels else "")
-    for line in text.splitlines():
-        if line.startswith(want + " "):
-            return float(line.split()[-1])
-    return None
-
-
-def wait_for(what, fn, timeout):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.2)
-    h.fail("%s: not within %.0fs (last: %r)" % (what, timeout, last))
-
-
 def check_endpoints(ctx, b, port, route):
     st, hd, body = get(port, "/healthz")
     check(st == 200 and body == "ok\n", "/healthz: %d %r" % (st, body))
@@ -73,7 +53,7 @@ def check_endpoints(ctx, b, port, route):
                    "delay_bridge_wal_bytes", "delay_bridge_wal_fsync_seconds",
                    "delay_bridge_broker_connected", "delay_bridge_build_info"):
         check("# TYPE %s " % family in body, "/metrics lacks the %s family" % family)
-    check(metric(body, "delay_bridge_broker_connected", 'connection="consumer"') == 1,
+    check(h.metric_value(body, "delay_bridge_broker_connected", 'connection="consumer"') == 1,
           "consumer not connected in /metrics")
 
     # 20 messages held for a minute show up as pending, per route.
@@ -84,11 +64,12 @@ def check_endpoints(ctx, b, port, route):
     p.close()
     ctx.wait_drained(route["ingress_queue"], 10)
     lbl = 'route="%s"' % route["name"]
-    wait_for("20 pending in /metrics",
-             lambda: metric(get(port, "/metrics")[2], "delay_bridge_pending_messages", lbl) == 20, 5)
+    h.wait_for("20 pending in /metrics",
+               lambda: h.metric_value(get(port, "/metrics")[2], "delay_bridge_pending_messages",
+                                      lbl) == 20, 5)
     body = get(port, "/metrics")[2]
-    check(metric(body, "delay_bridge_received_total", lbl) == 20, "received_total != 20")
-    check(metric(body, "delay_bridge_held_messages") == 20, "held_messages != 20")
+    check(h.metric_value(body, "delay_bridge_received_total", lbl) == 20, "received_total != 20")
+    check(h.metric_value(body, "delay_bridge_held_messages") == 20, "held_messages != 20")
 
     st, hd, body = get(port, "/stats")
     check(st == 200 and hd.get("Content-Type", "").startswith("application/json"), "/stats: %d" % st)
@@ -170,9 +151,10 @@ def check_readiness_flip(port, b):
         return
     try:
         h.broker_stop()
-        st, body = wait_for("/readyz 503 while the broker is down",
-                            lambda: (lambda r: (r[0], r[2]) if r[0] == 503 else None)(get(port, "/readyz")),
-                            30)
+        st, body = h.wait_for("/readyz 503 while the broker is down",
+                              lambda: (lambda r: (r[0], r[2]) if r[0] == 503 else None)(
+                                  get(port, "/readyz")),
+                              30)
         check("connection down" in body, "/readyz reason: %r" % body)
         st, _, _ = get(port, "/healthz")
         check(st == 200, "/healthz while the broker is down: %d" % st)
@@ -180,17 +162,14 @@ def check_readiness_flip(port, b):
         check(s["ready"] is False and s["reason"], "/stats while the broker is down: %r" % s["reason"])
     finally:
         h.broker_start()
-    wait_for("/readyz 200 after the broker returned", lambda: get(port, "/readyz")[0] == 200, 60)
+    h.wait_for("/readyz 200 after the broker returned", lambda: get(port, "/readyz")[0] == 200, 60)
     b.check_alive()
 
 
 def check_port_in_use(ctx, route, port):
     b = ctx.bridge([route], name="clash", http={"listen": "127.0.0.1:%d" % port}, start=False)
     b.start(wait_ready=False)
-    try:
-        rc = b.proc.wait(20)
-    except Exception:
-        h.fail("a bridge whose HTTP port is taken did not exit")
+    rc = b.wait_exit(20, "a bridge whose HTTP port is taken did not exit")
     check(rc == 1, "port in use: exit code %d, expected 1" % rc)
     text = b.log_text()
     check("cannot start the HTTP endpoint" in text and str(port) in text,

@@ -31,11 +31,11 @@ import http.client
 import json
 import subprocess
 import time
-import urllib.parse
 
 import pika
 
 import harness as h
+import harness_load as hl
 from harness import check
 
 # a kill -9 + restart may fall shortly before a due time
@@ -50,59 +50,6 @@ SLACK_S = 10.0
 # ---- local helpers --------------------------------------------------------------
 
 free_port = h.free_port  # one copy, in harness.py
-
-
-def req(port, method, path, timeout=10.0):
-    """(status, parsed JSON or text) of one request."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        c.request(method, path)
-        r = c.getresponse()
-        body = r.read().decode("utf-8", "replace")
-        if r.getheader("Content-Type", "").startswith("application/json"):
-            return r.status, json.loads(body)
-        return r.status, body
-    finally:
-        c.close()
-
-
-def qk(key):
-    return urllib.parse.quote(key, safe="")
-
-
-def metric(port, name, route=None):
-    want = name + ('{route="%s"}' % route if route else "")
-    st, text = req(port, "GET", "/metrics")
-    check(st == 200, "/metrics answered %d" % st)
-    for line in text.splitlines():
-        if line.startswith(want + " "):
-            return float(line.split()[-1])
-    h.fail("/metrics has no series %s" % want)
-
-
-def wait_metric(port, name, route, want, timeout=10):
-    deadline = time.monotonic() + timeout
-    v = None
-    while time.monotonic() < deadline:
-        v = metric(port, name, route)
-        if v == want:
-            return v
-        time.sleep(0.1)
-    h.fail("%s{route=%s} is %r, expected %r (after %.0fs)" % (name, route, v, want, timeout))
-
-
-def pending_all(port, route, limit=1000):
-    out, after = [], None
-    while True:
-        path = "/pending?route=%s&limit=%d" % (route, limit)
-        if after:
-            path += "&after=" + qk(after)
-        st, j = req(port, "GET", path)
-        check(st == 200, "GET %s: %d %r" % (path, st, j))
-        out.extend(j["messages"])
-        after = j["next"]
-        if not after:
-            return out
 
 
 def wait_drained_all(ctx, queues, timeout=30, durable=False):
@@ -127,57 +74,11 @@ def wait_drained_all(ctx, queues, timeout=30, durable=False):
         time.sleep(0.1)
 
 
-def publish_pipelined(exchange, items, timeout=60):
-    """Publish [(routing_key, body, BasicProperties)] on one channel in
-    confirm mode without waiting for each confirm (pika's asynchronous
-    connection): returns once the broker confirmed them all; fails on a nack."""
-    state = {"acked": 0, "nacked": 0, "lo": 1, "error": None}
-    n = len(items)
-    outstanding = set(range(1, n + 1))
-
-    def on_confirm(frame):
-        # confirms for different queues may come out of order: count tags, not frames
-        m = frame.method
-        nack = isinstance(m, pika.spec.Basic.Nack)
-        tags = range(state["lo"], m.delivery_tag + 1) if m.multiple else [m.delivery_tag]
-        for t in tags:
-            if t in outstanding:
-                outstanding.discard(t)
-                state["nacked" if nack else "acked"] += 1
-        if m.multiple:
-            state["lo"] = max(state["lo"], m.delivery_tag + 1)
-        if not outstanding:
-            conn.close()
-
-    def on_channel(ch):
-        ch.confirm_delivery(on_confirm)
-        for rk, body, props in items:
-            ch.basic_publish(exchange, rk, body, props)
-
-    def on_open(c):
-        c.channel(on_open_callback=on_channel)
-
-    def on_fail(c, err):
-        state["error"] = err
-        c.ioloop.stop()
-
-    def on_closed(c, reason):
-        c.ioloop.stop()
-
-    conn = pika.SelectConnection(pika.URLParameters(h.broker_uri()), on_open_callback=on_open,
-                                 on_open_error_callback=on_fail, on_close_callback=on_closed)
-    conn.ioloop.call_later(timeout, lambda: (state.update(error="timeout"), conn.close()))
-    conn.ioloop.start()
-    check(state["error"] is None, "pipelined publish failed: %r" % (state["error"],))
-    check(state["acked"] == n and state["nacked"] == 0,
-          "pipelined publish: %d acked, %d nacked of %d" % (state["acked"], state["nacked"], n))
-
-
 def wait_pending(port, route, want, timeout=30):
     """Poll /pending?route=ROUTE until its {key: message_id} is want."""
     deadline = time.monotonic() + timeout
     while True:
-        got = {m["key"]: m["message_id"] for m in pending_all(port, route)}
+        got = {m["key"]: m["message_id"] for m in h.pending_all(port, route)}
         if got == want:
             return
         if time.monotonic() >= deadline:
@@ -244,15 +145,15 @@ def test(ctx):
     wait_pending(port, ra["name"], {"r1": "r1-new", "r2": "r2-new"})
     wait_pending(port, rb["name"], {"same": "same-b2"})
 
-    st, j = req(port, "GET", "/pending/%s/r1" % ra["name"])
+    st, j = h.http_req(port, "GET", "/pending/%s/r1" % ra["name"])
     check(st == 200 and j.get("message_id") == "r1-new" and j.get("key") == "r1",
           "GET /pending/a/r1 after the replacement: %d %r" % (st, j))
     hdrs = (j.get("properties") or {}).get("headers") or {}
     check(hdrs.get("x-delay-key") == "r1" and "x-delay" in hdrs,
           "GET /pending/a/r1: headers %r lack x-delay-key r1 / x-delay" % hdrs)
-    st, j = req(port, "GET", "/pending/%s/c1" % ra["name"])
+    st, j = h.http_req(port, "GET", "/pending/%s/c1" % ra["name"])
     check(st == 404, "GET /pending/a/c1 after x-delay-cancel: %d %r" % (st, j))
-    st, j = req(port, "GET", "/pending/%s/same" % rb["name"])
+    st, j = h.http_req(port, "GET", "/pending/%s/same" % rb["name"])
     check(st == 200 and j.get("message_id") == "same-b2",
           "GET /pending/b/same: %d %r (expected same-b2)" % (st, j))
     h.log("replacements and cancels visible in /pending; kill -9 and restart twice")
@@ -264,10 +165,10 @@ def test(ctx):
     b.start()
     b.kill9()
     b.start()
-    listed_a = {m["key"]: m["message_id"] for m in pending_all(port, ra["name"])}
+    listed_a = {m["key"]: m["message_id"] for m in h.pending_all(port, ra["name"])}
     check(listed_a == {"r1": "r1-new", "r2": "r2-new"},
           "after two kill -9 + restart, /pending?route=a: %r" % listed_a)
-    listed_b = {m["key"]: m["message_id"] for m in pending_all(port, rb["name"])}
+    listed_b = {m["key"]: m["message_id"] for m in h.pending_all(port, rb["name"])}
     check(listed_b == {"same": "same-b2"}, "after restarts, /pending?route=b: %r" % listed_b)
 
     want1 = {"r1-new", "r2-new", "same-b2"}
@@ -282,14 +183,14 @@ def test(ctx):
                         m.message_id, late=LATE_S)
         check(h.header_str(m.props, "x-delay-key") is not None,
               "%s: x-delay-key header not kept on delivery" % m.message_id)
-    check(pending_all(port, ra["name"]) == [] and pending_all(port, rb["name"]) == [],
+    check(h.pending_all(port, ra["name"]) == [] and h.pending_all(port, rb["name"]) == [],
           "held messages remain after everything fired")
     h.log("phase 1 ok: only the newest of each key fired, on time; cancels survived restarts")
     base = len(c.snapshot())
 
     # ---- 2. 10,000 keyed reschedules of one key ------------------------------------
     N = 10000
-    cancelled0 = metric(port, "delay_bridge_cancelled_total", ra["name"])
+    cancelled0 = h.route_metric(port, "delay_bridge_cancelled_total", ra["name"])
     items = [("rk", b"hot-%05d" % i,
               pika.BasicProperties(headers={"x-delay": h.i32(ms(4)), "x-delay-key": h.lstr("hot")},
                                    message_id="hot-%05d" % i, delivery_mode=2))
@@ -302,12 +203,12 @@ def test(ctx):
         items.append(("rk", b"", pika.BasicProperties(
             headers={"x-delay-cancel": h.lstr("pc%d" % i)}, message_id="cancel-pc%d" % i)))
     t0 = time.monotonic()
-    publish_pipelined(ina, items)
+    hl.publish_pipelined(ina, items)
     last = time.monotonic()  # the last one was sent before this
     h.log("published %d keyed reschedules in %.1fs (confirmed)" % (N, time.monotonic() - t0))
     # all applied: 9,999 replaced and 100 cancelled (the last delivery is a cancel)
-    wait_metric(port, "delay_bridge_cancelled_total", ra["name"], cancelled0 + N - 1 + 100, 60)
-    lst = pending_all(port, ra["name"])
+    h.wait_metric(port, "delay_bridge_cancelled_total", ra["name"], cancelled0 + N - 1 + 100, 60)
+    lst = h.pending_all(port, ra["name"])
     check(len(lst) == 1 and lst[0]["key"] == "hot" and lst[0]["message_id"] == "hot-%05d" % (N - 1),
           "after %d reschedules /pending?route=a shows %r" % (N, [(m["key"], m["message_id"]) for m in lst]))
     drained(durable=True)
@@ -316,7 +217,7 @@ def test(ctx):
     # kill -9 before it is due: the replacements and cancels were durable
     b.kill9()
     b.start()
-    lst = pending_all(port, ra["name"])
+    lst = h.pending_all(port, ra["name"])
     check([m["message_id"] for m in lst] == ["hot-%05d" % (N - 1)],
           "after %d reschedules and kill -9 + restart /pending?route=a shows %r" % (
               N, [(m["key"], m["message_id"]) for m in lst][:10]))
@@ -332,10 +233,10 @@ def test(ctx):
     base = len(c.snapshot())
 
     # ---- 3-5. missed cancels, invalid keys, HTTP DELETE, CLI -------------------------
-    missed0 = metric(port, "delay_bridge_cancel_missed_total", ra["name"])
-    inv_a0 = metric(port, "delay_bridge_invalid_key_total", ra["name"])
-    inv_dl0 = metric(port, "delay_bridge_invalid_key_total", rdl["name"])
-    cancelled0 = metric(port, "delay_bridge_cancelled_total", ra["name"])
+    missed0 = h.route_metric(port, "delay_bridge_cancel_missed_total", ra["name"])
+    inv_a0 = h.route_metric(port, "delay_bridge_invalid_key_total", ra["name"])
+    inv_dl0 = h.route_metric(port, "delay_bridge_invalid_key_total", rdl["name"])
+    cancelled0 = h.route_metric(port, "delay_bridge_cancelled_total", ra["name"])
 
     # missed: an unknown key; a key already delivered
     pub(ina, "cancel-nope", None, cancel="never-published")
@@ -343,7 +244,7 @@ def test(ctx):
     sent["gone"] = pub(ina, "gone", 0, "gone")
     c.wait_ids(["gone"], 10)
     pub(ina, "cancel-gone", None, cancel="gone")
-    wait_metric(port, "delay_bridge_cancel_missed_total", ra["name"], missed0 + 2)
+    h.wait_metric(port, "delay_bridge_cancel_missed_total", ra["name"], missed0 + 2)
     # the key of a delivered message is free again
     sent["gone-again"] = pub(ina, "gone-again", 1000, "gone")
 
@@ -364,23 +265,23 @@ def test(ctx):
     pub(ina, "cli1", int(P3 * 1000), kcli)
     t_last = pub(ina, "cli2", int(P3 * 1000), "cli2")
     deadline = time.monotonic() + 30
-    while not {k255, "h1", kcli, "cli2"} <= {m["key"] for m in pending_all(port, ra["name"])}:
+    while not {k255, "h1", kcli, "cli2"} <= {m["key"] for m in h.pending_all(port, ra["name"])}:
         check(time.monotonic() < deadline, "k255, h1, cli1, cli2 not all pending after 30 s")
         time.sleep(0.05)
     t_cancel = time.monotonic()
 
-    st, j = req(port, "GET", "/pending/%s/%s" % (ra["name"], qk(k255)))
+    st, j = h.http_req(port, "GET", "/pending/%s/%s" % (ra["name"], h.url_arg(k255)))
     check(st == 200 and j.get("message_id") == "k255", "GET a 255-byte key: %d %r" % (st, j))
-    st, j = req(port, "DELETE", "/pending/%s/%s" % (ra["name"], qk(k255)))
+    st, j = h.http_req(port, "DELETE", "/pending/%s/%s" % (ra["name"], h.url_arg(k255)))
     check(st == 200 and j.get("cancelled") is True, "DELETE a 255-byte key: %d %r" % (st, j))
 
-    st, j = req(port, "DELETE", "/pending/%s/h1" % ra["name"])
+    st, j = h.http_req(port, "DELETE", "/pending/%s/h1" % ra["name"])
     check(st == 200 and isinstance(j, dict) and j.get("cancelled") is True and j.get("durable") is True,
           "DELETE /pending/a/h1: %d %r, expected 200 {cancelled: true, durable: true}" % (st, j))
-    st, j = req(port, "DELETE", "/pending/%s/h1" % ra["name"])
+    st, j = h.http_req(port, "DELETE", "/pending/%s/h1" % ra["name"])
     check(st == 404 and isinstance(j, dict) and j.get("cancelled") is False,
           "second DELETE /pending/a/h1: %d %r, expected 404 {cancelled: false}" % (st, j))
-    st, j = req(port, "DELETE", "/pending/no-such-route/h1")
+    st, j = h.http_req(port, "DELETE", "/pending/no-such-route/h1")
     check(st == 404, "DELETE on an unknown route: %d %r" % (st, j))
 
     url = "http://127.0.0.1:%d" % port
@@ -392,7 +293,7 @@ def test(ctx):
     check(r.returncode == 0, "cancel -c CONFIG cli2: exit %d (%s), expected 0" % (r.returncode, r.stderr))
     r = cli_cancel("--route", ra["name"], "--url", "http://127.0.0.1:%d" % free_port(), "cli2")
     check(r.returncode == 3, "cancel against nothing listening: exit %d, expected 3" % r.returncode)
-    left = [m["message_id"] for m in pending_all(port, ra["name"])]
+    left = [m["message_id"] for m in h.pending_all(port, ra["name"])]
     check(set(left) <= {"gone-again"}, "route a still holds %r after the cancels" % left)
     check(time.monotonic() < t_last + P3 - 0.2,
           "phase 3's cancels ran past the due time (machine too slow for SLACK_S)")
@@ -418,26 +319,26 @@ def test(ctx):
                 check(h.header_str(m.props, "x-delay-error") == "invalid x-delay-key",
                       "%s: x-delay-error %r" % (mid, h.header(m.props, "x-delay-error")))
     # counters: 2 header cancels missed + the second DELETE + the second CLI cancel
-    check(metric(port, "delay_bridge_cancel_missed_total", ra["name"]) == missed0 + 4,
+    check(h.route_metric(port, "delay_bridge_cancel_missed_total", ra["name"]) == missed0 + 4,
           "cancel_missed_total{a}: %r, expected %r" % (
-              metric(port, "delay_bridge_cancel_missed_total", ra["name"]), missed0 + 4))
-    check(metric(port, "delay_bridge_invalid_key_total", ra["name"]) == inv_a0 + 3,
+              h.route_metric(port, "delay_bridge_cancel_missed_total", ra["name"]), missed0 + 4))
+    check(h.route_metric(port, "delay_bridge_invalid_key_total", ra["name"]) == inv_a0 + 3,
           "invalid_key_total{a}: %r, expected %r (int, 300 bytes, int cancel)" % (
-              metric(port, "delay_bridge_invalid_key_total", ra["name"]), inv_a0 + 3))
-    check(metric(port, "delay_bridge_invalid_key_total", rdl["name"]) == inv_dl0 + 2,
+              h.route_metric(port, "delay_bridge_invalid_key_total", ra["name"]), inv_a0 + 3))
+    check(h.route_metric(port, "delay_bridge_invalid_key_total", rdl["name"]) == inv_dl0 + 2,
           "invalid_key_total{dl}: %r, expected %r" % (
-              metric(port, "delay_bridge_invalid_key_total", rdl["name"]), inv_dl0 + 2))
-    check(metric(port, "delay_bridge_cancelled_total", ra["name"]) == cancelled0 + 4,
+              h.route_metric(port, "delay_bridge_invalid_key_total", rdl["name"]), inv_dl0 + 2))
+    check(h.route_metric(port, "delay_bridge_cancelled_total", ra["name"]) == cancelled0 + 4,
           "cancelled_total{a}: %r, expected %r (k255, h1, cli1, cli2)" % (
-              metric(port, "delay_bridge_cancelled_total", ra["name"]), cancelled0 + 4))
-    check(metric(port, "delay_bridge_dead_lettered_total", rdl["name"]) >= 2,
+              h.route_metric(port, "delay_bridge_cancelled_total", ra["name"]), cancelled0 + 4))
+    check(h.route_metric(port, "delay_bridge_dead_lettered_total", rdl["name"]) >= 2,
           "dead_lettered_total{dl} < 2")
     check("invalid x-delay-key" in b.log_text(), "no log line for the invalid x-delay-key")
 
     # ---- a key that is not UTF-8 (AMQP strings are bytes): /pending stays valid JSON ----
     pub(ina, "bytes-key", 60000, h.lstr(b"\xff\xfe\"\\"))
     deadline = time.monotonic() + 30
-    while "bytes-key" not in [m["message_id"] for m in pending_all(port, ra["name"])]:
+    while "bytes-key" not in [m["message_id"] for m in h.pending_all(port, ra["name"])]:
         check(time.monotonic() < deadline, "bytes-key not pending after 30 s")
         time.sleep(0.05)
     c2 = http.client.HTTPConnection("127.0.0.1", port, timeout=10)

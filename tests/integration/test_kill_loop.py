@@ -25,10 +25,10 @@ The default keeps the test under about 90 s. A long variant, run by hand
 
 import os
 import random
-import threading
 import time
 
 import harness as h
+import harness_load as hl
 from harness import check
 
 N = int(os.environ.get("DB_KILL_LOOP_N", "50"))
@@ -36,42 +36,11 @@ SEED = int(os.environ.get("DB_KILL_LOOP_SEED", str(random.randrange(1 << 30))))
 MAX_DELAY_MS = 3000
 
 
-class Feeder(threading.Thread):
-    """Publishes with confirms until stopped; sent: message_id -> (time just
-    before the publish, delay ms), recorded once the broker confirmed it."""
-
-    def __init__(self, exchange, seed):
-        threading.Thread.__init__(self, name="feeder", daemon=True)
-        self.exchange = exchange
-        self.rng = random.Random(seed)
-        self.sent = {}
-        self.lock = threading.Lock()
-        self.stop_flag = threading.Event()
-        self.error = None
-
-    def run(self):
-        p = None
-        try:
-            p = h.Publisher(retry_s=10)
-            i = 0
-            while not self.stop_flag.is_set():
-                ms = self.rng.randint(0, MAX_DELAY_MS)
-                mid = "k%06d" % i
-                t = p.publish(self.exchange, "rk", mid.encode(), headers={"x-delay": h.i32(ms)},
-                              message_id=mid, delivery_mode=2)
-                with self.lock:
-                    self.sent[mid] = (t, ms)
-                i += 1
-                time.sleep(0.004)
-        except BaseException as e:  # reported by the test thread
-            self.error = e
-        finally:
-            if p is not None:
-                p.close()
-
-    def snapshot(self):
-        with self.lock:
-            return dict(self.sent)
+def message(i, rng):
+    """The feeder's i-th message: due in 0..MAX_DELAY_MS."""
+    ms = rng.randint(0, MAX_DELAY_MS)
+    mid = "k%06d" % i
+    return mid, mid.encode(), ms
 
 
 def test(ctx):
@@ -81,7 +50,7 @@ def test(ctx):
     c = ctx.consumer([qs["rk"]])
     route = ctx.route("loop", ex)
     b = ctx.bridge([route])  # started once and ready: the ingress exists before publishing
-    feeder = Feeder(route["ingress_exchange"], rng.randrange(1 << 30))
+    feeder = hl.Feeder(route["ingress_exchange"], message, rng.randrange(1 << 30), pause_s=0.004)
     feeder.start()
 
     running_kills = 0

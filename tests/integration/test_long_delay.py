@@ -16,7 +16,6 @@ With routes[].max_delay_ms = 10 years:
   max_delay_ms" ("dead-letter"); counted in delay_bridge_invalid_delay_total.
 """
 
-import http.client
 import json
 import subprocess
 import time
@@ -33,29 +32,8 @@ FIVE_Y = 5 * YEAR_MS
 free_port = h.free_port  # one copy, in harness.py
 
 
-def req(port, method, path):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        c.request(method, path)
-        r = c.getresponse()
-        body = r.read().decode()
-        if r.getheader("Content-Type", "").startswith("application/json"):
-            return r.status, json.loads(body)
-        return r.status, body
-    finally:
-        c.close()
-
-
-def metric(port, name, route):
-    want = '%s{route="%s"} ' % (name, route)
-    for line in req(port, "GET", "/metrics")[1].splitlines():
-        if line.startswith(want):
-            return float(line.split()[-1])
-    h.fail("/metrics lacks %s" % want)
-
-
 def listing(port, route):
-    st, j = req(port, "GET", "/pending?route=%s&limit=1000" % route)
+    st, j = h.http_req(port, "GET", "/pending?route=%s&limit=1000" % route)
     check(st == 200 and j["next"] is None, "GET /pending?route=%s: %d %r" % (route, st, j))
     return j["messages"]
 
@@ -116,8 +94,10 @@ def test(ctx):
         check(h.header_str(m.props, "x-delay-error") is not None, "%s: no x-delay-error" % mid)
     check(h.header_str(by["over-dl"].props, "x-delay-error") == "x-delay above max_delay_ms",
           "over-dl: x-delay-error %r" % h.header(by["over-dl"].props, "x-delay-error"))
-    check(metric(port, "delay_bridge_invalid_delay_total", "long") == 1, "invalid_delay_total{long} != 1")
-    check(metric(port, "delay_bridge_invalid_delay_total", "longdl") == 1, "invalid_delay_total{longdl} != 1")
+    check(h.route_metric(port, "delay_bridge_invalid_delay_total", "long") == 1,
+          "invalid_delay_total{long} != 1")
+    check(h.route_metric(port, "delay_bridge_invalid_delay_total", "longdl") == 1,
+          "invalid_delay_total{longdl} != 1")
 
     first = listing(port, "long")
     got = {m["message_id"]: m for m in first}
@@ -134,13 +114,14 @@ def test(ctx):
         check(m["due"].startswith("%04d-" % year), "%s: due %r, expected year %d" % (mid, m["due"], year))
         check(m["state"] == "waiting", "%s: state %r" % (mid, m["state"]))
     h.log("five years: due %s (due_ms %d)" % (got["five-years-i64"]["due"], got["five-years-i64"]["due_ms"]))
-    st, j = req(port, "GET", "/pending/long/far")
+    st, j = h.http_req(port, "GET", "/pending/long/far")
     check(st == 200 and j["message_id"] == "five-years-i64" and j["due_ms"] == got["five-years-i64"]["due_ms"],
           "GET /pending/long/far: %d %r" % (st, j))
-    check(metric(port, "delay_bridge_pending_messages", "long") == len(held), "pending{long} != %d" % len(held))
+    check(h.route_metric(port, "delay_bridge_pending_messages", "long") == len(held),
+          "pending{long} != %d" % len(held))
     # the earliest is 2^32 - 1 ms (~49.7 days) away
     nd = None
-    for line in req(port, "GET", "/metrics")[1].splitlines():
+    for line in h.http_req(port, "GET", "/metrics")[1].splitlines():
         if line.startswith("delay_bridge_next_due_seconds "):
             nd = float(line.split()[-1])
     want_nd = (got["two-pow-32-u32-max"]["due_ms"] - time.time() * 1000) / 1000.0

@@ -34,25 +34,14 @@ from harness import check
 N = 4000
 
 
-def readyz(port):
-    try:
-        return h.http_get(port, "/readyz")
-    except OSError:
-        return None, ""
-
-
 def wait_standby(port, who, timeout=30):
     deadline = time.monotonic() + timeout
     while True:
-        st, body = readyz(port)
+        st, body = h.readyz(port)
         if st == 503 and "standby" in body:
             return
         check(time.monotonic() < deadline, "%s never stood by: %s %s" % (who, st, body.strip()))
         time.sleep(0.1)
-
-
-def repl(port):
-    return h.stats(port)["wal"]["replication"]
 
 
 def test(ctx):
@@ -60,7 +49,8 @@ def test(ctx):
     pa, pb = h.free_port(), h.free_port()
     a = ctx.bridge([route], name="a", instance="a", http={"listen": "127.0.0.1:%d" % pa},
                    wal=wal, broker={"heartbeat_s": 5})
-    check(repl(pa)["state"] == "owner", "A should own the log: %s" % repl(pa))
+    check(h.replication(pa)["state"] == "owner",
+          "A should own the log: %s" % h.replication(pa))
     b = ctx.bridge([route], name="b", instance="b", http={"listen": "127.0.0.1:%d" % pb},
                    wal=wal, broker={"heartbeat_s": 5}, start=False)
     b.start(wait_ready=False)
@@ -92,7 +82,7 @@ def test(ctx):
                     lambda n: "A holds %d of %d" % (n, len(want)))
     check(time.monotonic() < t_first + 25 - 5, "A took %.1fs to hold all %d: the first "
           "message is due 25 s after its publish" % (time.monotonic() - t_first, len(want)))
-    ra = repl(pa)
+    ra = h.replication(pa)
     h.log("A holds %d; replication: published %d messages / %d bytes, %d horizons, confirm "
           "%.2f ms avg" % (h.stats(pa)["held"], ra["published_messages"], ra["published_bytes"],
                            ra["horizons"], 1000.0 * ra["confirm"]["sum_seconds"] /
@@ -100,8 +90,9 @@ def test(ctx):
     check(ra["published_bytes"] > N * 256, "too little published: %s" % ra)
     check(ra["complete"], "the stream should hold the whole log: %s" % ra)
     deadline = time.monotonic() + 20
-    while repl(pa)["horizons"] < 1:
-        check(time.monotonic() < deadline, "no stream checkpoint completed: %s" % repl(pa))
+    while h.replication(pa)["horizons"] < 1:
+        check(time.monotonic() < deadline,
+              "no stream checkpoint completed: %s" % h.replication(pa))
         time.sleep(0.1)
     check(c.count() == 0, "%d delivered before the earliest due time" % c.count())
 
@@ -111,7 +102,7 @@ def test(ctx):
     shutil.rmtree(a.config["wal"]["dir"])
     b.wait_ready(60)
     takeover = time.monotonic() - t0
-    rb = repl(pb)
+    rb = h.replication(pb)
     held_b = h.stats(pb)["held"]
     h.log("TAKEOVER after disk loss: B ready %.2fs after A was killed; imported %d records / %d "
           "bytes in %.3fs; holds %d" % (takeover, rb["imported_records"], rb["imported_bytes"],
@@ -127,7 +118,7 @@ def test(ctx):
     b.stop()
     t1 = time.monotonic()
     a.wait_ready(60)
-    ra = repl(pa)
+    ra = h.replication(pa)
     h.log("HAND-OVER: A ready %.2fs after B's SIGTERM; imported %d records; holds %d"
           % (time.monotonic() - t1, ra["imported_records"], h.stats(pa)["held"]))
     check(ra["state"] == "owner" and ra["complete"], "A after the hand-over: %s" % ra)

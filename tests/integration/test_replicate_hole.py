@@ -34,6 +34,7 @@ the soak met: fence, then a batch from a later LSN.
 Every message arrives once, none early.
 """
 
+import functools
 import os
 import time
 
@@ -42,12 +43,8 @@ from harness import check
 
 N = 200
 
-
-def repl(port):
-    try:
-        return h.stats(port)["wal"]["replication"]
-    except OSError:  # not listening yet
-        return {"state": None, "complete": None}
+# /stats' wal.replication, or this while the bridge does not listen yet
+repl = functools.partial(h.replication, unreachable={"state": None, "complete": None})
 
 
 def wait_repl(port, pred, timeout, what):
@@ -58,11 +55,6 @@ def wait_repl(port, pred, timeout, what):
             return r
         check(time.monotonic() < deadline, "%s within %ds: %s" % (what, timeout, r))
         time.sleep(0.1)
-
-
-def wait_held(port, n, who):
-    h.wait_progress(lambda: h.stats(port)["held"], n, 30,
-                    lambda k: "%s holds %d of %d" % (who, k, n))
 
 
 def test(ctx):
@@ -88,7 +80,7 @@ def test(ctx):
                                    headers={"x-delay": h.i32(ms)}, message_id=mid,
                                    delivery_mode=2), ms)
         time.sleep(0.2)
-    wait_held(pa, N, "A")
+    h.wait_held(pa, N, "A")
     check("name=repl.lose_message" in a.log_text(), "the failpoint was not reached")
     check(repl(pa)["complete"], "A knows of the loss before a restart: %s" % repl(pa))
     check(time.monotonic() - t_a < 25, "too slow: the running note may have moved on")
@@ -125,7 +117,7 @@ def test(ctx):
     wait_repl(pb, lambda r: r.get("complete") and r.get("horizons", 0) > horizons, 20,
               "no stream checkpoint into the new stream")
     b.check_alive()
-    wait_held(pb, N + 1, "B")
+    h.wait_held(pb, N + 1, "B")
     b.stop()
     c_wal = dict(wal)
     cb = ctx.bridge([route], name="c", instance="c", http={"listen": "127.0.0.1:%d" % pa},

@@ -43,6 +43,7 @@ Bridge A replicates its WAL (wal.replicate) and holds 2,000 messages (delays
 Everything arrives once, replaced versions never, none early.
 """
 
+import functools
 import os
 import shutil
 import struct
@@ -53,18 +54,8 @@ from harness import check
 
 N1, N2 = 2000, 500
 
-
-def repl(port):
-    try:
-        return h.stats(port)["wal"]["replication"]
-    except OSError:  # not listening yet
-        return {"state": None}
-
-
-def wait_held(port, n, who, stall_s=30, delivered=lambda: 0):
-    """Until the bridge on port holds n, less those delivered() already."""
-    h.wait_progress(lambda: h.stats(port)["held"] + delivered(), n, stall_s,
-                    lambda k: "%s holds (or delivered) %d of %d" % (who, k, n))
+# /stats' wal.replication, or this while the bridge does not listen yet
+repl = functools.partial(h.replication, unreachable={"state": None})
 
 
 def check_held(port, want, c, what):
@@ -134,7 +125,7 @@ def test(ctx):
     sent, replaced = {}, set()
     publish(p, route, sent, replaced, 0, N1, "a")
     want1 = len([m for m in sent if m not in replaced])
-    wait_held(pa, want1, "A")
+    h.wait_held(pa, want1, "A")
 
     # 1. A clean restart resumes on the local log.
     a.stop()
@@ -170,10 +161,10 @@ def test(ctx):
     a.stop()
     check(os.path.exists(note), "no REPLICA note after the second clean stop")
     b.wait_ready(30)
-    wait_held(pb, want1, "B")
+    h.wait_held(pb, want1, "B")
     publish(p, route, sent, replaced, N1, N2, "b")
     want = {k: v for k, v in sent.items() if k not in replaced}
-    wait_held(pb, len(want), "B",
+    h.wait_held(pb, len(want), "B",
               delivered=lambda: len({m.message_id for m in c.snapshot()} & set(want)))
     b.stop()
     a.start(wait_ready=True)

@@ -20,11 +20,9 @@ naming the file and the fix; none at 0600, none without a password in the
 URI, none when the URI comes from the environment.
 """
 
-import http.client
 import json
 import os
 import secrets
-import subprocess
 import time
 import urllib.parse
 
@@ -37,16 +35,6 @@ WARNING = "holds the broker password and is readable by other users"
 
 
 free_port = harness.free_port  # one copy, in harness.py
-
-
-def get(port, path):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    try:
-        c.request("GET", path)
-        r = c.getresponse()
-        return r.status, r.read().decode("utf-8", "replace")
-    finally:
-        c.close()
 
 
 class Secrets(object):
@@ -65,18 +53,9 @@ class Secrets(object):
 def endpoint_texts(port):
     out = []
     for path in ("/healthz", "/readyz", "/stats", "/metrics"):
-        st, body = get(port, path)
+        st, body = harness.http_get(port, path)
         out.append((path, st, body))
     return out
-
-
-def run_cli(args, env=None):
-    e = dict(os.environ)
-    e.pop("DELAY_BRIDGE_BROKER_URI", None)
-    e.update(env or {})
-    r = subprocess.run([harness.bridge_bin()] + args, stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, universal_newlines=True, timeout=60, env=e)
-    return r.returncode, r.stdout, r.stderr
 
 
 def test(ctx):
@@ -131,11 +110,11 @@ def run_checks(ctx, user, core, pw_plain, wrong, host, port):
 
     # the same file at 0600: no warning
     os.chmod(b.config_path, 0o600)
-    rc, out, err = run_cli(["-c", b.config_path, "--check-config"])
+    rc, out, err = harness.bridge_cli("-c", b.config_path, "--check-config")
     check(rc == 0 and WARNING not in err, "--check-config at 0600: rc %d, stderr %r" % (rc, err))
     # 0644 again, warned by --check-config too
     os.chmod(b.config_path, 0o644)
-    rc, out, err = run_cli(["-c", b.config_path, "--check-config"])
+    rc, out, err = harness.bridge_cli("-c", b.config_path, "--check-config")
     check(rc == 0 and err.count(WARNING) == 1, "--check-config at 0644: rc %d, stderr %r" % (rc, err))
     S.check("--check-config of a good config", out + err)
 
@@ -153,7 +132,7 @@ def run_checks(ctx, user, core, pw_plain, wrong, host, port):
     nopw = ctx.bridge([ctx.route("nopw", target)], name="nopw", start=False,
                       broker={"uri": "amqp://%s:%d/%%2f" % (host, port)})
     os.chmod(nopw.config_path, 0o644)
-    rc, out, err = run_cli(["-c", nopw.config_path, "--check-config"])
+    rc, out, err = harness.bridge_cli("-c", nopw.config_path, "--check-config")
     check(rc == 0 and WARNING not in err, "no password, no warning: rc %d, stderr %r" % (rc, err))
 
     # 3. a wrong password: connection errors, readiness reasons
@@ -190,24 +169,27 @@ def run_checks(ctx, user, core, pw_plain, wrong, host, port):
         path = os.path.join(ctx.tmp, "bad-%s.json" % what.replace(" ", "-"))
         with open(path, "w") as f:
             json.dump(cfg, f)
-        rc, out, err = run_cli(["-c", path, "--check-config"])
+        rc, out, err = harness.bridge_cli("-c", path, "--check-config")
         check(rc == 3, "--check-config on %s: expected exit 3, got %d (%s)" % (what, rc, err))
         S.check("--check-config on a config with a %s" % what, out + err)
         log("  %s: %s" % (what, err.strip()[:200]))
 
     # 5. delay-bridge publish: a wrong password, and a channel error with the right one
-    rc, out, err = run_cli(["publish", "--uri", bad_uri, "--exchange", route["ingress_exchange"],
-                            "--routing-key", "k", "--delay", "0", "--timeout", "5000", "x"])
+    rc, out, err = harness.bridge_cli("publish", "--uri", bad_uri, "--exchange",
+                                      route["ingress_exchange"], "--routing-key", "k", "--delay",
+                                      "0", "--timeout", "5000", "x")
     check(rc == 1, "publish with a wrong password: exit %d, expected 1 (%s)" % (rc, err))
     S.check("delay-bridge publish with a wrong password", out + err)
     log("  publish, wrong password: %s" % err.strip()[:200])
-    rc, out, err = run_cli(["publish", "--exchange", ctx.n("no-such-exchange"), "--routing-key",
-                            "k", "--delay", "0", "x"], env={"DELAY_BRIDGE_BROKER_URI": uri})
+    rc, out, err = harness.bridge_cli("publish", "--exchange", ctx.n("no-such-exchange"),
+                                      "--routing-key", "k", "--delay", "0", "x",
+                                      env={"DELAY_BRIDGE_BROKER_URI": uri})
     check(rc == 1, "publish to a missing exchange: exit %d, expected 1 (%s)" % (rc, err))
     S.check("delay-bridge publish to a missing exchange", out + err)
     log("  publish, missing exchange: %s" % err.strip()[:200])
-    rc, out, err = run_cli(["publish", "--uri", "amqp://%s:%s@%s:%d/a/b" % (user, pw, host, port),
-                            "--exchange", "x", "--routing-key", "k", "--delay", "0", "x"])
+    rc, out, err = harness.bridge_cli("publish", "--uri",
+                                      "amqp://%s:%s@%s:%d/a/b" % (user, pw, host, port),
+                                      "--exchange", "x", "--routing-key", "k", "--delay", "0", "x")
     check(rc != 0, "publish with an invalid URI should fail")
     S.check("delay-bridge publish with an invalid URI", out + err)
 

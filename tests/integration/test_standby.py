@@ -18,10 +18,6 @@ from harness import check
 N = 300
 
 
-def held(port):
-    return h.stats(port)["held"]
-
-
 def publish_batch(p, ingress, prefix, sent, replaced):
     for i in range(N):
         mid = "%s%04d" % (prefix, i)
@@ -50,13 +46,13 @@ def test(ctx):
 
     publish_batch(p, route["ingress_exchange"], "x", sent, replaced)
     deadline = time.monotonic() + 20
-    while held(pa) + held(pb) < N - len(replaced):
-        check(time.monotonic() < deadline, "held %d + %d" % (held(pa), held(pb)))
+    while h.held(pa) + h.held(pb) < N - len(replaced):
+        check(time.monotonic() < deadline, "held %d + %d" % (h.held(pa), h.held(pb)))
         time.sleep(0.1)
-    h.log("batch 1: active A holds %d, standby B holds %d" % (held(pa), held(pb)))
-    check(held(pb) == 0 and held(pa) == N - len(replaced),
+    h.log("batch 1: active A holds %d, standby B holds %d" % (h.held(pa), h.held(pb)))
+    check(h.held(pb) == 0 and h.held(pa) == N - len(replaced),
           "single active consumer: A should hold all %d, B none; got %d / %d" % (
-              N - len(replaced), held(pa), held(pb)))
+              N - len(replaced), h.held(pa), h.held(pb)))
 
     # Held is logged, not yet acked: a kill before the ack would hand the
     # unacked ones to B, which never saw them and stores them again (case 2,
@@ -65,10 +61,10 @@ def test(ctx):
     a.kill9()
     publish_batch(p, route["ingress_exchange"], "y", sent, replaced)
     deadline = time.monotonic() + 20
-    while held(pb) < N - len(replaced) // 2:
-        check(time.monotonic() < deadline, "B took over %d of %d" % (held(pb), N))
+    while h.held(pb) < N - len(replaced) // 2:
+        check(time.monotonic() < deadline, "B took over %d of %d" % (h.held(pb), N))
         time.sleep(0.1)
-    h.log("batch 2 after A was killed: B holds %d" % held(pb))
+    h.log("batch 2 after A was killed: B holds %d" % h.held(pb))
     a.start()  # recovers what it held and fires it; it consumes nothing new (standby)
 
     want = {k: v for k, v in sent.items() if k not in replaced}

@@ -182,10 +182,7 @@ def test(ctx):
         with open(place, "wb") as f:
             f.write(bad)
         b.start(wait_ready=False)
-        try:
-            rc = b.proc.wait(30)
-        except Exception:
-            h.fail("the bridge still runs 30 s after starting on a place file with %s" % what)
+        rc = b.wait_exit(30, "the bridge still runs 30 s after starting on a place file with %s" % what)
         text = b.log_text()
         lines = [l for l in text.splitlines() if place in l]
         h.log("place file with %s: exit %d; %s" % (what, rc, lines[0] if lines else "(no line names it)"))

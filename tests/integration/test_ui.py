@@ -43,6 +43,7 @@ from harness import check
 
 MIN, HOUR, DAY = 60000, 3600000, 86400000
 TOKEN = "ui-test-token-0123456789"
+AUTH = {"Authorization": "Bearer " + TOKEN}
 
 
 class CDP(object):
@@ -176,22 +177,11 @@ def get(port, path, method="GET"):
     import http.client
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
-        c.request(method, path, headers={"Authorization": "Bearer " + TOKEN})
+        c.request(method, path, headers=AUTH)
         r = c.getresponse()
         return r.status, json.loads(r.read().decode() or "null")
     finally:
         c.close()
-
-
-def all_pending(port, route):
-    out, after = [], None
-    while True:
-        st, j = get(port, "/pending?route=%s&limit=1000%s" % (route, "&after=" + after if after else ""))
-        check(st == 200, "/pending %s: %d %r" % (route, st, j))
-        out += j["messages"]
-        after = j["next"]
-        if not after:
-            return out
 
 
 def page_numbers(cdp):
@@ -291,7 +281,7 @@ def run_page(ctx, b, port, ra, rb, cons, cdp):
     # The chart: page vs /due, and every known message in its bucket.
     st, due = get(port, "/due")
     check(st == 200, "/due: %d" % st)
-    dues = [m["due_ms"] for m in all_pending(port, ra["name"]) + all_pending(port, rb["name"])]
+    dues = [m["due_ms"] for r in (ra, rb) for m in h.pending_all(port, r["name"], headers=AUTH)]
     check(len(dues) == held, "/pending lists %d messages, expected %d" % (len(dues), held))
     waiting = sum(r["waiting"] for r in s["routes"])
     check(due["total"] == waiting, "/due total %d, /stats waiting %d" % (due["total"], waiting))
@@ -399,10 +389,7 @@ def run_page(ctx, b, port, ra, rb, cons, cdp):
     res = cdp.wait("(function(){var t=document.getElementById('action-result').textContent;"
                    "return /draining/.test(t) && t;})()", 10, "the drain result")
     check(res.startswith("draining"), "drain result on the page: %r" % res)
-    try:
-        rc = b.proc.wait(60)
-    except Exception:
-        h.fail("the bridge did not exit within 60 s of a drain started from the page")
+    rc = b.wait_exit(60, "the bridge did not exit within 60 s of a drain started from the page")
     check(rc == 0, "the bridge exited %d after a drain started from the page" % rc)
     h.log("drained through the page: %r; the bridge exited 0" % res)
 

@@ -17,7 +17,6 @@
 - routable messages on the same routes are unaffected (no extra headers).
 """
 
-import http.client
 import time
 
 import harness as h
@@ -25,36 +24,6 @@ from harness import check
 
 
 free_port = h.free_port  # one copy, in harness.py
-
-
-def metrics(port):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        c.request("GET", "/metrics")
-        r = c.getresponse()
-        check(r.status == 200, "/metrics: %d" % r.status)
-        return r.read().decode()
-    finally:
-        c.close()
-
-
-def metric(port, name, route):
-    want = '%s{route="%s"} ' % (name, route)
-    for line in metrics(port).splitlines():
-        if line.startswith(want):
-            return float(line.split()[-1])
-    h.fail("/metrics lacks %s" % want)
-
-
-def wait_metric(port, name, route, want, timeout=15):
-    deadline = time.monotonic() + timeout
-    v = None
-    while time.monotonic() < deadline:
-        v = metric(port, name, route)
-        if v == want:
-            return
-        time.sleep(0.1)
-    h.fail('%s{route="%s"} is %r, expected %r' % (name, route, v, want))
 
 
 def test(ctx):
@@ -90,10 +59,10 @@ def test(ctx):
 
     want = {"keep-lost", "keep-now", "keep-dl", "keep-ok", "drop-ok", "both-ok"}
     c.wait_ids(want, 15)
-    wait_metric(port, "delay_bridge_returned_total", "keep", 3)
-    wait_metric(port, "delay_bridge_returned_total", "drop", 1)
+    h.wait_metric(port, "delay_bridge_returned_total", "keep", 3, timeout=15)
+    h.wait_metric(port, "delay_bridge_returned_total", "drop", 1, timeout=15)
     for r in ("keep", "drop", "both"):
-        wait_metric(port, "delay_bridge_pending_messages", r, 0)
+        h.wait_metric(port, "delay_bridge_pending_messages", r, 0, timeout=15)
     msgs = c.quiet(2.0)
     got = sorted(m.message_id for m in msgs)
     check(got == sorted(want), "arrived %s, expected %s (each once)" % (got, sorted(want)))
@@ -130,15 +99,16 @@ def test(ctx):
     check("unroutable message dropped" in text and "route=drop" in text,
           "no 'unroutable message dropped' log line for route drop:\n%s" % text[-1500:])
     # the unroutable exchange that routes nowhere: dropped, not bounced forever
-    returned_both = metric(port, "delay_bridge_returned_total", "both")
+    returned_both = h.route_metric(port, "delay_bridge_returned_total", "both")
     check(returned_both >= 1, "returned_total{both} = %r" % returned_both)
     check("returned by the unroutable exchange too" in text,
           "no log line for the message the unroutable exchange returned too")
     time.sleep(1.0)
-    check(metric(port, "delay_bridge_returned_total", "both") == returned_both,
+    check(h.route_metric(port, "delay_bridge_returned_total", "both") == returned_both,
           "returned_total{both} keeps growing: a message bounces between the exchanges")
     for r in ("keep", "drop", "both"):
-        check(metric(port, "delay_bridge_confirmed_total", r) >= 2, "confirmed_total{%s} < 2" % r)
+        check(h.route_metric(port, "delay_bridge_confirmed_total", r) >= 2,
+              "confirmed_total{%s} < 2" % r)
 
     # done means done: nothing comes back after a kill -9 and restart
     n = len(c.snapshot())
@@ -146,7 +116,7 @@ def test(ctx):
     b.start()
     time.sleep(2.0)
     for r in ("keep", "drop", "both"):
-        check(metric(port, "delay_bridge_pending_messages", r) == 0,
+        check(h.route_metric(port, "delay_bridge_pending_messages", r) == 0,
               "after kill -9 + restart route %s holds messages again" % r)
     check(len(c.snapshot()) == n, "messages published again after kill -9 + restart: %s" % (
         [m.message_id for m in c.snapshot()[n:]]))

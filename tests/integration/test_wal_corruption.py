@@ -17,27 +17,17 @@
       exactly once, and new messages after it get fresh ids (none reused).
 """
 
+import functools
 import hashlib
-import json
 import os
-import subprocess
 import time
 
 import harness as h
+import harness_wal as hw
 from harness import check
 
-SEGHDR = 56
-RECHDR = 24
-
-
-def run_cli(*args):
-    cmd = [h.bridge_bin()] + [str(a) for a in args]
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
-    return r.returncode, r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
-
-
-def segments(d):
-    return sorted(n for n in os.listdir(d) if n.endswith(".wal"))
+# the CLI on a log of several 1 MiB segments: salvage reads and rewrites them all
+run_cli = functools.partial(h.bridge_cli, timeout=120)
 
 
 def snapshot(d):
@@ -46,28 +36,6 @@ def snapshot(d):
         with open(os.path.join(d, name), "rb") as f:
             snap[name] = hashlib.sha256(f.read()).hexdigest()
     return snap
-
-
-def dump(d):
-    rc, out, err = run_cli("wal", "dump", d, "--json")
-    check(rc == 0, "wal dump %s exited %d: %s" % (d, rc, err))
-    return json.loads(out)
-
-
-def records(path):
-    """(offset, length, type, lsn) of every complete record of a segment file."""
-    import struct
-    with open(path, "rb") as f:
-        data = f.read()
-    out, off = [], SEGHDR
-    while off + RECHDR <= len(data):
-        n, t = struct.unpack_from("<IB", data, off)
-        lsn = struct.unpack_from("<Q", data, off + 8)[0]
-        if off + RECHDR + n > len(data):
-            break
-        out.append((off, RECHDR + n, t, lsn))
-        off += RECHDR + n
-    return out
 
 
 def hold(ctx, b, p, route, rk, n, delay_ms, size, tag, port=None):
@@ -98,11 +66,11 @@ def torn_tail(ctx, ex, qs):
     t0 = time.monotonic()
     ids = hold(ctx, b, p, r, "k", 12, 6000, 2000, "torn", port=port)
     b.stop()
-    pend = dump(wal)
+    pend = hw.dump(wal, timeout=120)
     check(sorted(m["message_id"] for m in pend) == sorted(ids),
           "(a) the log should hold all %d messages after SIGTERM, holds %d" % (len(ids), len(pend)))
-    newest = os.path.join(wal, segments(wal)[-1])
-    recs = records(newest)
+    newest = os.path.join(wal, hw.segments(wal)[-1])
+    recs = hw.records(newest)
     off, ln, typ, lsn = recs[-1]
     check(typ == 1, "(a) the newest segment's last record should be an ADD (type %d)" % typ)
     victim = [m["message_id"] for m in pend if m["lsn"] == lsn]
@@ -141,7 +109,7 @@ def flipped_bit(ctx, ex, qs):
     wal = b.config["wal"]["dir"]
     p = ctx.publisher()
     ids = hold(ctx, b, p, r, "k", 30, 20000, 100 * 1024, "flip")
-    segs = segments(wal)
+    segs = hw.segments(wal)
     check(len(segs) >= 3, "(b) expected the 1 MiB segments to roll at least twice: %s" % segs)
 
     # Refused while the daemon holds the lock.
@@ -149,13 +117,13 @@ def flipped_bit(ctx, ex, qs):
     check(rc == 5 and "locked" in err, "(b) salvage on a running daemon's directory: exit %d, "
           "expected 5\n%s%s" % (rc, out, err))
     b.stop()
-    pend = {m["message_id"]: m for m in dump(wal)}
+    pend = {m["message_id"]: m for m in hw.dump(wal, timeout=120)}
     check(sorted(pend) == sorted(ids), "(b) the log should hold all %d messages" % len(ids))
 
     # A bit in the middle of a record of the second segment (older than the newest).
     seg = segs[1]
     path = os.path.join(wal, seg)
-    recs = [x for x in records(path) if x[2] == 1]
+    recs = [x for x in hw.records(path) if x[2] == 1]
     off, ln, _, lsn = recs[len(recs) // 2]
     victim = [mid for mid, m in pend.items() if m["lsn"] == lsn]
     check(len(victim) == 1, "(b) no pending message at lsn %d" % lsn)
@@ -170,10 +138,7 @@ def flipped_bit(ctx, ex, qs):
           % (seg, off + ln // 2, off, victim, msg_id))
 
     b.start(wait_ready=False)
-    try:
-        rc = b.proc.wait(30)
-    except subprocess.TimeoutExpired:
-        h.fail("(b) the daemon kept running on a corrupt log")
+    rc = b.wait_exit(30, "(b) the daemon kept running on a corrupt log")
     text = b.log_text()
     check(rc == 4, "(b) the daemon on a corrupt log exited %d, expected 4\n%s" % (rc, text))
     line = [l for l in text.splitlines() if "level=error" in l and seg in l]
@@ -203,10 +168,10 @@ def flipped_bit(ctx, ex, qs):
         damaged = f.read()
     check(hashlib.sha256(damaged).hexdigest() == before[seg],
           "(b) the file kept aside is not the damaged segment as it was")
-    check(segments(wal) == segs, "(b) segment names changed: %s -> %s" % (segs, segments(wal)))
+    check(hw.segments(wal) == segs, "(b) segment names changed: %s -> %s" % (segs, hw.segments(wal)))
     rc, out, err = run_cli("wal", "check", wal)
     check(rc == 0, "(b) wal check after salvage: exit %d\n%s%s" % (rc, out, err))
-    after = {m["message_id"]: m for m in dump(wal)}
+    after = {m["message_id"]: m for m in hw.dump(wal, timeout=120)}
     want = sorted(i for i in ids if i != victim)
     check(sorted(after) == want, "(b) after salvage the log should hold every message but %s" % victim)
     for mid in want:

@@ -3,7 +3,6 @@
 another process") with a message naming the directory, and the first keeps
 running and delivering."""
 
-import subprocess
 
 import harness as h
 from harness import check
@@ -15,10 +14,7 @@ def test(ctx):
     b = ctx.bridge([ctx.route("lock", ex)])
     second = h.Bridge(ctx, b.config, name="second")
     second.start(wait_ready=False)
-    try:
-        rc = second.proc.wait(15)
-    except subprocess.TimeoutExpired:
-        h.fail("a second daemon on the same WAL directory is still running after 15s")
+    rc = second.wait_exit(15, "a second daemon on the same WAL directory is still running after 15s")
     out = second.log_text()
     h.log("second daemon: exit %d: %s" % (rc, out.strip().replace("\n", " | ")[:300]))
     check(rc == 4, "second daemon on the same WAL directory exited %d, expected 4" % rc)

@@ -1,0 +1,42 @@
+"""harness_wal.py -- the daemon's WAL files as the integration tests read
+them (harness.py has the rest): the segment and record headers' sizes, the
+segments of a directory, the records of a segment, `delay-bridge wal dump`.
+
+    import harness_wal as hw
+    for off, length, rtype, lsn in hw.records(path): ...
+"""
+
+import json
+import os
+import struct
+
+import harness as h
+
+SEGHDR = 56  # a segment file's header
+RECHDR = 24  # a record's header: u32 payload length, u8 type, ..., u64 lsn at 8
+
+
+def segments(d):
+    """The segment files of WAL directory d, oldest first."""
+    return sorted(n for n in os.listdir(d) if n.endswith(".wal"))
+
+
+def records(path):
+    """(offset, length, type, lsn) of every complete record of a segment file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    out, off = [], SEGHDR
+    while off + RECHDR <= len(data):
+        n, t = struct.unpack_from("<IB", data, off)
+        lsn = struct.unpack_from("<Q", data, off + 8)[0]
+        if off + RECHDR + n > len(data):
+            break
+        out.append((off, RECHDR + n, t, lsn))
+        off += RECHDR + n
+    return out
+
+
+def dump(d, *extra, timeout=60):
+    """`delay-bridge wal dump D --json EXTRA...` (it must exit 0), parsed."""
+    _, out, _ = h.bridge_cli("wal", "dump", d, "--json", *extra, expect=0, timeout=timeout)
+    return json.loads(out)
