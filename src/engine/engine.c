@@ -220,7 +220,7 @@ int eng_seen(struct engine *e, uint16_t route, uint64_t fp, uint64_t *first_ms)
 int eng_open(struct engine **out, const struct eng_opts *o)
 {
     struct engine *e;
-    uint64_t now = o->now_ms ? o->now_ms : clock_now_ms(), t0 = clock_mono_ns();
+    uint64_t now = o->now_ms ? o->now_ms : clock_now_ms(), t0 = clock_mono_ms();
     int r;
 
     *out = NULL;
@@ -244,7 +244,7 @@ int eng_open(struct engine **out, const struct eng_opts *o)
     e->ck_min_bytes = o->checkpoint_min_bytes;
     e->ck_step = o->checkpoint_step ? o->checkpoint_step : CK_STEP;
     e->wheel_split = o->wheel_split;
-    e->ck_last_begin_ms = clock_mono_ns() / 1000000;
+    e->ck_last_begin_ms = clock_mono_ms();
     keymap_init(&e->keys);
 
     wlog_set_ckpt_fn(e->log, engine_ck_load, e);
@@ -258,7 +258,7 @@ int eng_open(struct engine **out, const struct eng_opts *o)
     /* The id index was for replay only: give its memory back. */
     idmap_destroy(&e->ids);
     malloc_trim(0);
-    e->recovery_seconds = (double)(clock_mono_ns() - t0) / 1e9;
+    e->recovery_seconds = (double)(clock_mono_ms() - t0) / 1000.0;
     if (e->orphaned)
         log_warn("engine", "messages held for routes missing from the configuration",
                  "count=%llu action=\"kept in the log, not published; restore the route\"",
