@@ -125,8 +125,7 @@ int eng_open(struct engine **out, const struct eng_opts *o)
     e->ck_last_begin_ms = clock_mono_ms();
     keymap_init(&e->keys);
 
-    wlog_set_ckpt_fn(e->log, engine_ck_load, e);
-    r = wlog_recover(e->log, engine_replay, e, o->progress);
+    r = wlog_recover(e->log, engine_replay, engine_ck_load, e, o->progress);
     if (r < 0) {
         eng_close(e);
         return r;
