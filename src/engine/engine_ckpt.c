@@ -56,6 +56,11 @@
  * done since or a later copy of it is replayed. Any other inconsistency is
  * ENG_ECORRUPT; routes renamed, added or reordered return 1 and the log is
  * replayed whole.
+ *
+ * Layering: engine.c calls this file (eng_open loads, eng_maintain walks,
+ * eng_take records a taken key); what it needs of the held set -- reading
+ * a record back, the pending DONE and CANCEL records, the redelivery
+ * rings -- comes from engine_state.c, never back from engine.c.
  */
 #include "engine_int.h"
 
