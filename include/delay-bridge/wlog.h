@@ -35,29 +35,78 @@
  * One exception: a commit that fails with -ENOSPC or -EDQUOT left nothing
  * of the batch on disk and may be tried again (the batch stays appended).
  *
- * Who calls what. The ops table is one struct, but each caller uses a
- * group of it:
+ * Who calls what, and why each is an operation. 22 operations; each has
+ * a caller outside the tests, and each differs between the two
+ * implementations -- the segment log (src/wal/wal_log.c, "wal" below) and
+ * the replicated log (src/repl/wrepl.c, "repl"), which wraps a segment log
+ * (its "inner" log) -- or is one a third kind of log may need to differ
+ * on. The engine reaches them through its eng_* functions; the daemon
+ * (src/daemon) calls those, and calls the log itself only where marked.
+ * The tools (src/cli) call none: they read the directory through wal.h.
  *
- *   the engine's six needs (engine.c, engine_recover.c)
- *     recover      recover, set_ckpt_fn (before recover)
- *     append       append, pending
- *     commit       commit, and for a log that completes later: set_notify
- *                  (woken from its thread), poll (completes on the loop),
- *                  flush (waits for the commit out)
- *     read         read
- *     live         live
- *     reclaim      reclaim
- *   the engine's checkpoint (engine_ckpt.c; optional, NULL without)
- *                  ckpt_begin, ckpt_write, ckpt_end, ckpt_abort, ckpt_poll,
- *                  has (and wlog_has_ckpt())
- *   the engine's figures and ids (engine_admin.c, engine_ckpt.c)
- *                  stats, id, next_lsn
- *   the daemon (bridge.c, bridge_stats.c): repl_stats and cancel
- *                  (replicated logs only), close (the owner's, once)
+ *   operation   caller (daemon via)             wal / repl
+ *   ----------  ------------------------------  ----------------------------------
+ *   recover     engine.c eng_open (bridge.c)    wal: opens the segments, hands the
+ *                                               checkpoint then the records / repl:
+ *                                               takes the lease, imports the stream
+ *                                               into the inner log, then recovers it
+ *   append      engine.c eng_add, engine_       wal: buffers the record / repl: the
+ *               state.c (DONE, CANCEL)          same (the stream copy is taken by a
+ *                                               tap in wal.c, not here)
+ *   pending     engine.c eng_dirty (bridge.c,   wal: bytes buffered / repl: those
+ *               bridge_http.c)                  plus the stream batch not yet sent
+ *   commit      engine.c eng_commit (bridge.c)  wal: write + fdatasync (inline or on
+ *                                               its sync thread) / repl: that and the
+ *                                               stream's publisher confirms
+ *   read        engine_state.c (eng_take,       wal: reads the segment / repl:
+ *               keys, checkpoint walk, purge)   the inner log's
+ *   live        engine.c eng_add, engine_       wal: space accounting / repl: the
+ *               state.c, engine_recover.c,      inner log's
+ *               engine_ckpt.c
+ *   reclaim     engine.c eng_maintain           wal: compacts and deletes segments
+ *               (bridge.c)                      (skipped while a sync is out) / repl:
+ *                                               also starts and ends horizons
+ *   stats       engine_admin.c eng_stats,       wal: the segment log's figures /
+ *               engine.c, engine_ckpt.c         repl: those, failed set by the
+ *                                               stream too
+ *   id          engine_admin.c eng_log_id       both the segment log's random id
+ *               (bridge.c)                      (repl forwards: one id per log dir)
+ *   next_lsn    engine.c eng_add, engine_       both the inner log's counter (repl
+ *               ckpt.c                          forwards; a log numbering records
+ *                                               elsewhere would differ)
+ *   close       engine.c eng_close; bridge.c    wal: closes files, stops its thread
+ *               (a log recovery never took)     / repl: also the connections
+ *   poll        engine.c eng_poll (bridge.c)    wal: completes a synced batch / repl:
+ *                                               that and the stream's confirms
+ *   set_notify  engine.c eng_set_notify         wal: its sync thread wakes the loop /
+ *               (bridge.c)                      repl: so does its publisher thread
+ *   flush       engine.c eng_flush (bridge.c    wal: waits for its sync thread /
+ *               bridge_commit_and_wait)         repl: and for the stream's confirms
+ *   ckpt_begin  engine_ckpt.c eng_checkpoint    wal: fixes the LSN replay starts
+ *   ckpt_write  engine_ckpt.c                   from, writes and installs the file
+ *   ckpt_end    engine_ckpt.c                   / repl: the inner log's (the stream
+ *   ckpt_poll   engine.c eng_maintain           has horizons instead); a log with
+ *   has         engine_ckpt.c (loading)         no checkpoint file leaves them NULL
+ *   repl_stats  bridge_stats.c (directly)       wal: NULL / repl: lease, stream,
+ *                                               import figures
+ *   cancel      bridge.c (directly, a stop      wal: NULL (its recover never waits)
+ *               asked during recovery)          / repl: gives up waiting for the
+ *                                               lease or the broker
+ *   intake      engine_admin.c eng_intake       wal: the space gate (wal_space.c) /
+ *               (bridge_intake.c)               repl: the inner log's
  *
- * A new log implements the first group and stats, id, next_lsn, close;
- * everything else may be NULL (the inline wrappers below say what NULL
- * means).
+ * Why these are separate. recover takes the checkpoint callback with the
+ * record callback (they were two operations, always called one after the
+ * other). ckpt_poll stays apart from reclaim although eng_maintain calls
+ * both: reclaim is budgeted and skipped while a sync is out, a sealed
+ * checkpoint's install is not. The checkpoint's three steps are separate
+ * because the walk between begin and end spans many eng_maintain() calls.
+ * (Removed: ckpt_abort, which no caller used: a log that fails a
+ * checkpoint drops it itself.)
+ *
+ * A new log implements recover, append, pending, commit, read, live,
+ * reclaim, stats, id, next_lsn and close; everything else may be NULL (the
+ * inline wrappers below say what NULL means).
  */
 #ifndef DB_WLOG_H
 #define DB_WLOG_H
@@ -187,7 +236,12 @@ struct wlog;
 
 struct wlog_ops {
     const char *name;
-    int (*recover)(struct wlog *l, wlog_replay_fn *fn, void *arg, struct db_progress *progress);
+    /*
+     * fn gets each record; ckpt, if not NULL, first gets the newest valid
+     * checkpoint's chunks (wlog_ckpt_fn); both get arg.
+     */
+    int (*recover)(struct wlog *l, wlog_replay_fn *fn, wlog_ckpt_fn *ckpt, void *arg,
+                   struct db_progress *progress);
     int (*append)(struct wlog *l, uint8_t type, const struct walrec_piece *pieces, int npieces,
                   uint64_t *lsn, struct wlog_loc *loc);
     size_t (*pending)(const struct wlog *l);
@@ -211,8 +265,8 @@ struct wlog_ops {
     void (*flush)(struct wlog *l);
 
     /*
-     * Checkpoints; a log without them leaves these NULL. Call set_ckpt_fn
-     * before recover to be handed the newest checkpoint. A checkpoint is
+     * Checkpoints; a log without them leaves these NULL. recover's ckpt
+     * callback is handed the newest checkpoint. A checkpoint is
      * fuzzy: ckpt_begin fixes the LSN replay will start from (the first one
      * not durable yet), the owner then writes its state in chunks while it
      * keeps changing, and ckpt_end seals it. Recovery replays every record
@@ -222,16 +276,14 @@ struct wlog_ops {
      * appended before ckpt_end is durable, so no chunk can describe a
      * record that a crash then loses; until it is installed the previous
      * checkpoint stays the one recovery uses. ckpt_poll drives that (call it
-     * now and then); ckpt_abort drops a checkpoint being written.
+     * now and then). A checkpoint whose write fails is dropped by the log.
      * has(loc): does the unit holding loc still exist? (A snapshot may name
      * a record whose unit reclamation deleted since; such a message is gone,
      * or a later copy of it is among the replayed records.)
      */
-    void (*set_ckpt_fn)(struct wlog *l, wlog_ckpt_fn *fn, void *arg);
     int (*ckpt_begin)(struct wlog *l);
     int (*ckpt_write)(struct wlog *l, uint8_t kind, const void *p, size_t n);
     int (*ckpt_end)(struct wlog *l);
-    void (*ckpt_abort)(struct wlog *l);
     void (*ckpt_poll)(struct wlog *l);
     int (*has)(const struct wlog *l, struct wlog_loc loc);
 
@@ -261,10 +313,10 @@ struct wlog {
     const struct wlog_ops *ops;
 };
 
-static inline int wlog_recover(struct wlog *l, wlog_replay_fn *fn, void *arg,
+static inline int wlog_recover(struct wlog *l, wlog_replay_fn *fn, wlog_ckpt_fn *ckpt, void *arg,
                                struct db_progress *progress)
 {
-    return l->ops->recover(l, fn, arg, progress);
+    return l->ops->recover(l, fn, ckpt, arg, progress);
 }
 static inline int wlog_append(struct wlog *l, uint8_t type, const struct walrec_piece *pieces,
                               int npieces, uint64_t *lsn, struct wlog_loc *loc)
@@ -327,11 +379,6 @@ static inline int wlog_has_ckpt(const struct wlog *l)
 {
     return l->ops->ckpt_begin != NULL;
 }
-static inline void wlog_set_ckpt_fn(struct wlog *l, wlog_ckpt_fn *fn, void *arg)
-{
-    if (l->ops->set_ckpt_fn)
-        l->ops->set_ckpt_fn(l, fn, arg);
-}
 static inline int wlog_ckpt_begin(struct wlog *l)
 {
     return l->ops->ckpt_begin ? l->ops->ckpt_begin(l) : -ENOTSUP;
@@ -343,11 +390,6 @@ static inline int wlog_ckpt_write(struct wlog *l, uint8_t kind, const void *p, s
 static inline int wlog_ckpt_end(struct wlog *l)
 {
     return l->ops->ckpt_end(l);
-}
-static inline void wlog_ckpt_abort(struct wlog *l)
-{
-    if (l->ops->ckpt_abort)
-        l->ops->ckpt_abort(l);
 }
 static inline void wlog_ckpt_poll(struct wlog *l)
 {

@@ -446,23 +446,9 @@ static int parse_log(struct ctx *x, struct config *c, json_object *root)
 }
 
 
-static int parse_route(struct ctx *x, struct config_route *r, json_object *o, int idx)
+/* A route's values before its keys are read: what an absent key means. */
+static void route_defaults(struct config_route *r)
 {
-    static const char *const keys[] = {
-        "name", "ingress_exchange", "ingress_queue", "target_exchange", "queue_type",
-        "declare_target", "target_type", "prefetch", "max_inflight", "max_delay_ms",
-        "invalid_delay", "dead_letter_exchange", "unroutable_exchange",
-        "single_active_consumer", "share_keys", "stream_max_age", "stream_max_mb", "delay_from",
-        NULL
-    };
-    char pre[32], path[64], got[96], q[96];
-    snprintf(pre, sizeof pre, "routes[%d]", idx);
-    if (json_object_get_type(o) != json_type_object)
-        return cfg_fail(x, pre, "expected an object, got %s", cfg_show(o, got, sizeof got));
-    if (cfg_check_keys(x, o, pre, keys) < 0)
-        return -1;
-
-    /* defaults */
     r->queue_type = QUEUE_CLASSIC;
     r->declare_target = 0;
     snprintf(r->target_type, sizeof r->target_type, "direct");
@@ -472,6 +458,12 @@ static int parse_route(struct ctx *x, struct config_route *r, json_object *o, in
     r->invalid_delay = INVALID_DELAY_PUBLISH;
     r->dead_letter_exchange[0] = '\0';
     r->unroutable_exchange[0] = '\0';
+}
+
+/* routes[i]: its name and the exchanges and queue it names (each checked alone). */
+static int route_names(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
+{
+    char path[64], q[96];
 
     if (cfg_get_str(x, o, pre, "name", REQUIRED | NONEMPTY, r->name, CONFIG_NAME_MAX) < 0)
         return -1;
@@ -488,7 +480,12 @@ static int parse_route(struct ctx *x, struct config_route *r, json_object *o, in
         return -1;
     if (cfg_get_str(x, o, pre, "target_exchange", REQUIRED, r->target_exchange, CONFIG_NAME_MAX) < 0)
         return -1;
+    return 0;
+}
 
+/* routes[i]: the kinds of its queue and target, and the switches on them. */
+static int route_kinds(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
+{
     static const char *const queue_types[] = { "classic", "quorum", "stream", NULL };
     int choice = -1;
     if (cfg_get_choice(x, o, pre, "queue_type", queue_types,
@@ -515,7 +512,12 @@ static int parse_route(struct ctx *x, struct config_route *r, json_object *o, in
         return -1;
     if (choice >= 0)
         memcpy(r->target_type, types[choice], strlen(types[choice]) + 1);
+    return 0;
+}
 
+/* routes[i]: flow limits (prefetch, in flight, longest delay) and where delays count from. */
+static int route_limits(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
+{
     uint64_t v = r->prefetch;
     if (cfg_get_int(x, o, pre, "prefetch", 1, 65535, &v) < 0)
         return -1;
@@ -529,15 +531,21 @@ static int parse_route(struct ctx *x, struct config_route *r, json_object *o, in
         return -1;
     r->max_delay_ms = v;
     static const char *const froms[] = { "bridge", "broker", NULL };
-    choice = -1;
+    int choice = -1;
     r->delay_from = DELAY_FROM_BRIDGE;
     if (cfg_get_choice(x, o, pre, "delay_from", froms, "\"bridge\" or \"broker\"", &choice) < 0)
         return -1;
     if (choice == 1)
         r->delay_from = DELAY_FROM_BROKER;
+    return 0;
+}
 
+/* routes[i]: where a message goes when its delay is invalid or its target unroutable. */
+static int route_side_exits(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
+{
+    char path[64];
     static const char *const policies[] = { "publish", "dead-letter", NULL };
-    choice = -1;
+    int choice = -1;
     if (cfg_get_choice(x, o, pre, "invalid_delay", policies, "\"publish\" or \"dead-letter\"",
                    &choice) < 0)
         return -1;
@@ -555,8 +563,14 @@ static int parse_route(struct ctx *x, struct config_route *r, json_object *o, in
         return cfg_fail(x, path, "must differ from ingress_exchange and target_exchange: an "
                              "unroutable message would come back or bounce again");
     }
+    return 0;
+}
 
-    /* rules between keys of one route */
+/* routes[i]: the rules between its keys (reserved names, loops, what cannot be declared). */
+static int route_check_rules(struct ctx *x, const struct config_route *r, const char *pre)
+{
+    char path[64], q[96];
+
     if (cfg_reserved(r->ingress_exchange)) {
         snprintf(path, sizeof path, "%s.ingress_exchange", pre);
         return cfg_fail(x, path, "the \"amq.\" prefix is reserved by RabbitMQ; choose another name");
@@ -592,6 +606,33 @@ static int parse_route(struct ctx *x, struct config_route *r, json_object *o, in
                         cfg_quote(r->ingress_exchange, strlen(r->ingress_exchange), q, sizeof q));
     }
     return 0;
+}
+
+/*
+ * routes[idx] into r: its keys checked, the defaults set, then each group of
+ * keys read in turn (the first error wins, so the order is the messages'),
+ * then the rules between keys.
+ */
+static int parse_route(struct ctx *x, struct config_route *r, json_object *o, int idx)
+{
+    static const char *const keys[] = {
+        "name", "ingress_exchange", "ingress_queue", "target_exchange", "queue_type",
+        "declare_target", "target_type", "prefetch", "max_inflight", "max_delay_ms",
+        "invalid_delay", "dead_letter_exchange", "unroutable_exchange",
+        "single_active_consumer", "share_keys", "stream_max_age", "stream_max_mb", "delay_from",
+        NULL
+    };
+    char pre[32], got[96];
+    snprintf(pre, sizeof pre, "routes[%d]", idx);
+    if (json_object_get_type(o) != json_type_object)
+        return cfg_fail(x, pre, "expected an object, got %s", cfg_show(o, got, sizeof got));
+    if (cfg_check_keys(x, o, pre, keys) < 0)
+        return -1;
+    route_defaults(r);
+    if (route_names(x, r, o, pre) < 0 || route_kinds(x, r, o, pre) < 0 ||
+        route_limits(x, r, o, pre) < 0 || route_side_exits(x, r, o, pre) < 0)
+        return -1;
+    return route_check_rules(x, r, pre);
 }
 
 

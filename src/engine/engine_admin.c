@@ -7,7 +7,9 @@
  * handles per call, so a purge of ten million messages never holds up the
  * loop: the held set may change between steps, and the walk only ever
  * sees each handle once. Figures are O(1): every counter is kept on each
- * state move (engine.c), nothing is counted here.
+ * state move (engine_state.c), nothing is counted here. Purge's cancel
+ * and record reads are engine_state.c's too: this file, on top, calls
+ * down into the engine's files, and none of them calls it.
  */
 #include "engine_int.h"
 

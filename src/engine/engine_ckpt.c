@@ -56,6 +56,11 @@
  * done since or a later copy of it is replayed. Any other inconsistency is
  * ENG_ECORRUPT; routes renamed, added or reordered return 1 and the log is
  * replayed whole.
+ *
+ * Layering: engine.c calls this file (eng_open loads, eng_maintain walks,
+ * eng_take records a taken key); what it needs of the held set -- reading
+ * a record back, the pending DONE and CANCEL records, the redelivery
+ * rings -- comes from engine_state.c, never back from engine.c.
  */
 #include "engine_int.h"
 
@@ -232,7 +237,7 @@ int eng_checkpoint(struct engine *e)
     e->ck_cursor = 1;
     e->ck_tk_n = 0;
     e->ck_end = e->pool.next_fresh; /* later handles hold ADDs the replay will see */
-    e->ck_last_begin_ms = clock_mono_ns() / 1000000;
+    e->ck_last_begin_ms = clock_mono_ms();
     e->ck_appended_at_begin = ls.appended_bytes;
 
     /* meta: the routes and their recent rings as of now */
@@ -357,7 +362,7 @@ void engine_ck_key(struct engine *e, uint64_t id, uint64_t kh)
 void engine_ck_policy(struct engine *e)
 {
     struct wlog_stats ls;
-    uint64_t now = clock_mono_ns() / 1000000;
+    uint64_t now = clock_mono_ms();
 
     if (!e->ck_interval_ms || e->ck_active || !wlog_has_ckpt(e->log) ||
         now - e->ck_last_begin_ms < e->ck_interval_ms)

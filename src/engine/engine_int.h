@@ -2,14 +2,21 @@
  * engine_int.h -- the engine's state, shared by its files (internal: only
  * engine*.c include it; engine.h is the contract).
  *
- *   engine.c        the message path: route lists, keys, ingest and group
- *                   commit, firing and publishing, reclamation, open
- *                   and close
+ *   engine.c        the message path: keys, ingest and group commit,
+ *                   firing and publishing, reclamation, open and close
  *   engine_recover.c  recovery: the log replayed, the wheel built
  *   engine_ckpt.c   the checkpoint: its chunk format, the walk that writes
  *                   it, the policy that starts one, and loading it
  *   engine_admin.c  what operators ask outside the message path: browse,
  *                   purge, and the figures
+ *   engine_state.c  the held set's moves they all use: route lists, state
+ *                   and counters, release, redelivery rings, reading a
+ *                   record back, cancel, the DONE and CANCEL records
+ *
+ * Calls point down only: engine_admin.c and engine.c on top; engine.c
+ * calls engine_recover.c and engine_ckpt.c (eng_open, eng_maintain,
+ * eng_take); all four call engine_state.c, which calls none of them. No
+ * file split out of engine.c calls back into it.
  *
  * Every struct held lives in e->pool and is reached by handle (H()); the
  * engine owns every pointer in struct engine.
@@ -179,28 +186,33 @@ static inline struct held *H(const struct engine *e, pool_handle h)
     return (struct held *)pool_at(&e->pool, h);
 }
 
-/* engine.c: moves between the structures (see the essay there) */
+/*
+ * engine_state.c: the held set's moves, which every other engine file uses
+ * (it calls none of them back).
+ */
 void engine_list_link(struct engine *e, struct hlist *l, pool_handle prev, pool_handle h);
 void engine_list_unlink(struct engine *e, struct hlist *l, pool_handle h);
+/* Insert h into due list l in (due, id) order, searching from the head or the tail. */
+void engine_due_insert(struct engine *e, struct hlist *l, pool_handle h, int from_head);
+/* Move m to state s, keeping the per-route counters right. */
 void engine_set_state(struct engine *e, struct held *m, enum eng_state s);
 /* Release h: out of the pool, the counters and the log's live set. */
 void engine_forget(struct engine *e, pool_handle h);
+/* Fingerprint fp (first taken at `at` ms, 0 = unknown) onto route's redelivery ring. */
+void engine_ring_push(struct engine *e, uint16_t route, uint64_t fp, uint64_t at);
+/* A fresh ADD's fingerprint onto its route's redelivery ring. */
+void engine_recent_push(struct engine *e, uint16_t route, const struct walrec_add *a);
+/* Read m's record into b and decode it. 0 or a negative code. */
+int engine_read_record(struct engine *e, const struct held *m, struct wlog_buf *b,
+                       struct walrec_add *a);
+/* Cancel h (key hash kh): out of its structure and the key map, id queued for CANCEL. */
+void engine_cancel_msg(struct engine *e, pool_handle h, uint64_t kh);
 /*
  * Append the DONE and CANCEL records of the messages confirmed or cancelled
  * since the last commit (eng_commit does, first; so does a checkpoint before
  * it is sealed). 0 or the log's error.
  */
 int engine_append_ends(struct engine *e);
-/* A checkpoint in progress gets a key entry for taken keyed message id with key hash kh. */
-void engine_ck_key(struct engine *e, uint64_t id, uint64_t kh);
-/* Read m's record into b and decode it. 0 or a negative code. */
-int engine_read_record(struct engine *e, const struct held *m, struct wlog_buf *b,
-                       struct walrec_add *a);
-void engine_ring_push(struct engine *e, uint16_t route, uint64_t fp, uint64_t at);
-/* A fresh ADD's fingerprint onto its route's redelivery ring. */
-void engine_recent_push(struct engine *e, uint16_t route, const struct walrec_add *a);
-/* Cancel h (key hash kh): out of its structure and the key map, id queued for CANCEL. */
-void engine_cancel_msg(struct engine *e, pool_handle h, uint64_t kh);
 
 /* engine_recover.c */
 /* wlog_replay_fn: one record of the log replayed into the held set. */
@@ -210,6 +222,8 @@ int engine_replay(void *arg, const struct walrec_hdr *hdr, const uint8_t *payloa
 void engine_build_wheel(struct engine *e, uint64_t now);
 
 /* engine_ckpt.c */
+/* A checkpoint in progress gets a key entry for taken keyed message id with key hash kh. */
+void engine_ck_key(struct engine *e, uint64_t id, uint64_t kh);
 /* wlog_ckpt_fn: one chunk of a checkpoint being loaded. 0, 1 (not usable: replay all) or ENG_E*. */
 int engine_ck_load(void *arg, uint8_t kind, const uint8_t *p, size_t n);
 /* One step of the checkpoint walk in progress (eng_maintain). */

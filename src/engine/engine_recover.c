@@ -14,6 +14,10 @@
  *
  * The wheel's clock starts just before the earliest due time, so the first
  * eng_advance() to the present fires the overdue messages in due order.
+ *
+ * Layering: eng_open() (engine.c) calls this file; what it changes in the
+ * held set goes through engine_state.c (states, release, redelivery
+ * rings), never back through engine.c.
  */
 #include "engine_int.h"
 #include "wal/walreplay.h"

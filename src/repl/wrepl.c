@@ -335,7 +335,8 @@ static int lock_dir(const char *dir, int *lockfd)
     return wal_lock_dir(dir, lockfd);
 }
 
-static int wr_recover(struct wlog *l, wlog_replay_fn *fn, void *arg, struct db_progress *progress)
+static int wr_recover(struct wlog *l, wlog_replay_fn *fn, wlog_ckpt_fn *ckpt, void *arg,
+                      struct db_progress *progress)
 {
     struct wrepl *r = R(l);
     uint64_t t0 = now_ms();
@@ -374,7 +375,7 @@ static int wr_recover(struct wlog *l, wlog_replay_fn *fn, void *arg, struct db_p
     }
     close(lockfd); /* wal_open takes it again */
     lockfd = -1;
-    if ((e = wlog_recover(r->inner, fn, arg, progress)) < 0)
+    if ((e = wlog_recover(r->inner, fn, ckpt, arg, progress)) < 0)
         goto out;
     if (r->resume && (e = wrepl_resume_apply(r, fn, arg)) < 0)
         goto out;
@@ -712,11 +713,6 @@ static void wr_close(struct wlog *l)
     free(r);
 }
 
-static void wr_set_ckpt_fn(struct wlog *l, wlog_ckpt_fn *fn, void *arg)
-{
-    wlog_set_ckpt_fn(R(l)->inner, fn, arg);
-}
-
 static int wr_ckpt_begin(struct wlog *l)
 {
     return wlog_ckpt_begin(R(l)->inner);
@@ -730,11 +726,6 @@ static int wr_ckpt_write(struct wlog *l, uint8_t kind, const void *p, size_t n)
 static int wr_ckpt_end(struct wlog *l)
 {
     return wlog_ckpt_end(R(l)->inner);
-}
-
-static void wr_ckpt_abort(struct wlog *l)
-{
-    wlog_ckpt_abort(R(l)->inner);
 }
 
 static void wr_ckpt_poll(struct wlog *l)
@@ -768,11 +759,9 @@ static const struct wlog_ops wrepl_ops = {
     .poll = wr_poll,
     .set_notify = wr_set_notify,
     .flush = wr_flush,
-    .set_ckpt_fn = wr_set_ckpt_fn,
     .ckpt_begin = wr_ckpt_begin,
     .ckpt_write = wr_ckpt_write,
     .ckpt_end = wr_ckpt_end,
-    .ckpt_abort = wr_ckpt_abort,
     .ckpt_poll = wr_ckpt_poll,
     .has = wr_has,
     .repl_stats = wr_repl_stats,

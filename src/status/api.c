@@ -66,7 +66,9 @@
  *                   "lateness": { "count", "sum_seconds" } } ] }
  *
  * Pure: the snapshot comes from api_ops, the answer goes to a strbuf; the
- * json-c objects live only inside render_stats().
+ * json-c objects live only inside render_stats() and the section builders
+ * it calls (recovery_json, wal_json, checkpoint_json, replication_json,
+ * add_operations), each a part of the document in its order above.
  */
 #include "delay-bridge/api.h"
 
@@ -194,40 +196,59 @@ static json_object *route_json(const struct db_route_stats *r)
     return o;
 }
 
-static void render_stats(const struct db_stats *s, struct strbuf *out)
+/* /stats "recovery": whether the held set is back, and how long it took. */
+static json_object *recovery_json(const struct db_stats *s)
 {
-    json_object *root = json_object_new_object();
-    add(root, "version", jstr(s->version));
-    add(root, "instance", jstr(s->instance));
-    add_u64(root, "now_ms", s->now_ms);
-    add_u64(root, "start_ms", s->start_ms);
-    add(root, "uptime_seconds",
-        jdouble(s->now_ms > s->start_ms ? (double)(s->now_ms - s->start_ms) / 1000.0 : 0.0));
-
     json_object *rec = json_object_new_object();
     add(rec, "recovered", json_object_new_boolean(s->recovered != 0));
     add(rec, "seconds", jdouble(s->recovery_seconds));
     add(rec, "progress", jdouble(s->recovery_progress));
-    add(root, "recovery", rec);
+    return rec;
+}
 
-    json_object *conns = json_object_new_object();
-    add(conns, "consumer", jstr(conn_name(s->consumer)));
-    add(conns, "publisher", jstr(conn_name(s->publisher)));
-    add(root, "connections", conns);
+/* /stats "wal.checkpoint": the checkpoint being written and the one installed. */
+static json_object *checkpoint_json(const struct db_wal_stats *w)
+{
+    json_object *ck = json_object_new_object();
+    add(ck, "state", jstr(w->ckpt_state ? w->ckpt_state : "idle"));
+    add(ck, "progress", jdouble(w->ckpt_progress));
+    add_u64(ck, "installed", w->ckpt_installed);
+    add_u64(ck, "failed", w->ckpt_failed);
+    add_u64(ck, "lsn", w->ckpt_lsn);
+    add_u64(ck, "bytes", w->ckpt_bytes);
+    add(ck, "age_seconds", jdouble(w->ckpt_age_seconds));
+    add(ck, "seconds", jdouble(w->ckpt_seconds));
+    add(ck, "used_at_start", json_object_new_boolean(w->ckpt_used_at_start != 0));
+    return ck;
+}
 
-    const char *reason = db_not_ready_reason(s);
-    add(root, "stopping", json_object_new_boolean(s->stopping != 0));
-    add(root, "ready", json_object_new_boolean(reason[0] == '\0'));
-    add(root, "reason", reason[0] ? jstr(reason) : NULL);
+/* /stats "wal.replication": a replicated log's stream, lease and import (w->repl only). */
+static json_object *replication_json(const struct db_wal_stats *w)
+{
+    json_object *rj = json_object_new_object();
+    add(rj, "state", jstr(w->repl_state));
+    add(rj, "stream", jstr(w->repl_stream));
+    add(rj, "complete", json_object_new_boolean(w->repl_complete != 0));
+    add_u64(rj, "imported_records", w->repl_imported_records);
+    add_u64(rj, "imported_bytes", w->repl_imported_bytes);
+    add(rj, "import_seconds", jdouble(w->repl_import_seconds));
+    add(rj, "standby_seconds", jdouble(w->repl_standby_seconds));
+    add_u64(rj, "published_messages", w->repl_published_messages);
+    add_u64(rj, "published_bytes", w->repl_published_bytes);
+    add_u64(rj, "horizons", w->repl_horizons);
+    add_u64(rj, "horizon_lsn", w->repl_horizon_lsn);
+    add(rj, "horizon_running", json_object_new_boolean(w->repl_horizon_running != 0));
+    add_u64(rj, "needed_bytes", w->repl_needed_bytes);
+    add_u64(rj, "max_bytes", w->repl_max_bytes);
+    add(rj, "confirm", hist_summary(&w->repl_confirm));
+    add_u64(rj, "lease_renewals", w->repl_lease_renewals);
+    add(rj, "resumed", json_object_new_boolean(w->repl_resumed != 0));
+    return rj;
+}
 
-    add_u64(root, "held", s->held);
-    add_u64(root, "orphaned", s->orphaned);
-    add_u64(root, "next_due_ms", s->next_due_ms);
-    add(root, "next_due", jtime(s->next_due_ms));
-    add_u64(root, "ram_bytes", s->ram_bytes);
-    add_u64(root, "rss_bytes", s->rss_bytes);
-
-    const struct db_wal_stats *w = &s->wal;
+/* /stats "wal": the log's size, space, intake gate, compaction, checkpoint, replication. */
+static json_object *wal_json(const struct db_wal_stats *w)
+{
     json_object *wal = json_object_new_object();
     add_u64(wal, "segments", w->segments);
     add_u64(wal, "disk_bytes", w->disk_bytes);
@@ -254,40 +275,15 @@ static void render_stats(const struct db_stats *s, struct strbuf *out)
         add(cj, "progress", jdouble(w->compact_progress));
         add(wal, "compaction", cj);
     }
-    json_object *ck = json_object_new_object();
-    add(ck, "state", jstr(w->ckpt_state ? w->ckpt_state : "idle"));
-    add(ck, "progress", jdouble(w->ckpt_progress));
-    add_u64(ck, "installed", w->ckpt_installed);
-    add_u64(ck, "failed", w->ckpt_failed);
-    add_u64(ck, "lsn", w->ckpt_lsn);
-    add_u64(ck, "bytes", w->ckpt_bytes);
-    add(ck, "age_seconds", jdouble(w->ckpt_age_seconds));
-    add(ck, "seconds", jdouble(w->ckpt_seconds));
-    add(ck, "used_at_start", json_object_new_boolean(w->ckpt_used_at_start != 0));
-    add(wal, "checkpoint", ck);
-    if (w->repl) {
-        json_object *rj = json_object_new_object();
-        add(rj, "state", jstr(w->repl_state));
-        add(rj, "stream", jstr(w->repl_stream));
-        add(rj, "complete", json_object_new_boolean(w->repl_complete != 0));
-        add_u64(rj, "imported_records", w->repl_imported_records);
-        add_u64(rj, "imported_bytes", w->repl_imported_bytes);
-        add(rj, "import_seconds", jdouble(w->repl_import_seconds));
-        add(rj, "standby_seconds", jdouble(w->repl_standby_seconds));
-        add_u64(rj, "published_messages", w->repl_published_messages);
-        add_u64(rj, "published_bytes", w->repl_published_bytes);
-        add_u64(rj, "horizons", w->repl_horizons);
-        add_u64(rj, "horizon_lsn", w->repl_horizon_lsn);
-        add(rj, "horizon_running", json_object_new_boolean(w->repl_horizon_running != 0));
-        add_u64(rj, "needed_bytes", w->repl_needed_bytes);
-        add_u64(rj, "max_bytes", w->repl_max_bytes);
-        add(rj, "confirm", hist_summary(&w->repl_confirm));
-        add_u64(rj, "lease_renewals", w->repl_lease_renewals);
-        add(rj, "resumed", json_object_new_boolean(w->repl_resumed != 0));
-        add(wal, "replication", rj);
-    }
-    add(root, "wal", wal);
+    add(wal, "checkpoint", checkpoint_json(w));
+    if (w->repl)
+        add(wal, "replication", replication_json(w));
+    return wal;
+}
 
+/* /stats "purge" (a purge started) and "drain" (a drain active), added to root. */
+static void add_operations(json_object *root, const struct db_stats *s)
+{
     if (s->purge.started) {
         json_object *pj = json_object_new_object();
         add(pj, "route", jstr(s->purge.route));
@@ -304,6 +300,38 @@ static void render_stats(const struct db_stats *s, struct strbuf *out)
         add(dj, "done", json_object_new_boolean(s->drain.done != 0));
         add(root, "drain", dj);
     }
+}
+
+/* The /stats document: the top-level figures, then each section in a fixed order. */
+static void render_stats(const struct db_stats *s, struct strbuf *out)
+{
+    json_object *root = json_object_new_object();
+    add(root, "version", jstr(s->version));
+    add(root, "instance", jstr(s->instance));
+    add_u64(root, "now_ms", s->now_ms);
+    add_u64(root, "start_ms", s->start_ms);
+    add(root, "uptime_seconds",
+        jdouble(s->now_ms > s->start_ms ? (double)(s->now_ms - s->start_ms) / 1000.0 : 0.0));
+    add(root, "recovery", recovery_json(s));
+
+    json_object *conns = json_object_new_object();
+    add(conns, "consumer", jstr(conn_name(s->consumer)));
+    add(conns, "publisher", jstr(conn_name(s->publisher)));
+    add(root, "connections", conns);
+
+    const char *reason = db_not_ready_reason(s);
+    add(root, "stopping", json_object_new_boolean(s->stopping != 0));
+    add(root, "ready", json_object_new_boolean(reason[0] == '\0'));
+    add(root, "reason", reason[0] ? jstr(reason) : NULL);
+
+    add_u64(root, "held", s->held);
+    add_u64(root, "orphaned", s->orphaned);
+    add_u64(root, "next_due_ms", s->next_due_ms);
+    add(root, "next_due", jtime(s->next_due_ms));
+    add_u64(root, "ram_bytes", s->ram_bytes);
+    add_u64(root, "rss_bytes", s->rss_bytes);
+    add(root, "wal", wal_json(&s->wal));
+    add_operations(root, s);
 
     json_object *routes = json_object_new_array();
     for (int i = 0; s->routes && i < s->nroutes; i++)

@@ -65,12 +65,6 @@ struct wal_log {
 
 #define WAL_LOG(l) ((struct wal_log *)(l))
 
-static void wl_set_ckpt_fn(struct wlog *l, wlog_ckpt_fn *fn, void *arg)
-{
-    WAL_LOG(l)->opts.ckpt_fn = fn;
-    WAL_LOG(l)->opts.ckpt_arg = arg;
-}
-
 static int wl_ckpt_begin(struct wlog *l)
 {
     return wal_ckpt_begin(WAL_LOG(l)->w);
@@ -86,11 +80,6 @@ static int wl_ckpt_end(struct wlog *l)
     return wal_ckpt_end(WAL_LOG(l)->w);
 }
 
-static void wl_ckpt_abort(struct wlog *l)
-{
-    wal_ckpt_abort(WAL_LOG(l)->w);
-}
-
 static void wl_ckpt_poll(struct wlog *l)
 {
     wal_ckpt_poll(WAL_LOG(l)->w);
@@ -101,12 +90,17 @@ static int wl_has(const struct wlog *l, struct wlog_loc loc)
     return wal_has_segment(WAL_LOG(l)->w, loc.seg);
 }
 
-static int wl_recover(struct wlog *l, wlog_replay_fn *fn, void *arg, struct db_progress *progress)
+static int wl_recover(struct wlog *l, wlog_replay_fn *fn, wlog_ckpt_fn *ckpt, void *arg,
+                      struct db_progress *progress)
 {
     struct wal_log *wl = WAL_LOG(l);
 
     if (wl->w)
         return -EALREADY;
+    if (ckpt) {
+        wl->opts.ckpt_fn = ckpt;
+        wl->opts.ckpt_arg = arg;
+    }
     if (progress)
         wl->opts.progress = progress;
     return wal_open(&wl->w, &wl->opts, fn, arg);
@@ -357,8 +351,8 @@ static int wl_intake(const struct wlog *l, uint64_t bytes)
 static const struct wlog_ops wal_log_ops = {
     "segment files", wl_recover, wl_append, wl_pending, wl_commit, wl_read,
     wl_live, wl_reclaim, wl_stats, wl_id, wl_next_lsn, wl_close, wl_poll, wl_set_notify,
-    wl_flush, wl_set_ckpt_fn, wl_ckpt_begin, wl_ckpt_write, wl_ckpt_end, wl_ckpt_abort,
-    wl_ckpt_poll, wl_has, NULL, NULL, wl_intake,
+    wl_flush, wl_ckpt_begin, wl_ckpt_write, wl_ckpt_end, wl_ckpt_poll, wl_has, NULL, NULL,
+    wl_intake,
 };
 
 struct wal *wal_file_log_wal(struct wlog *l)

@@ -54,9 +54,11 @@ struct async_log {
 static struct async_log *g_async;
 
 #define INNER(l) (((struct async_log *)(l))->inner)
-static int al_recover(struct wlog *l, wlog_replay_fn *fn, void *arg, struct db_progress *p)
+static int al_recover(struct wlog *l, wlog_replay_fn *fn, wlog_ckpt_fn *ck, void *arg,
+                      struct db_progress *p)
 {
-    return wlog_recover(INNER(l), fn, arg, p);
+    (void)ck; /* no checkpoints through this log (its ckpt_begin is NULL) */
+    return wlog_recover(INNER(l), fn, NULL, arg, p);
 }
 static int al_append(struct wlog *l, uint8_t t, const struct walrec_piece *p, int n, uint64_t *lsn,
                      struct wlog_loc *loc)
@@ -112,8 +114,7 @@ static void al_close(struct wlog *l)
 static const struct wlog_ops async_ops = {"async test log", al_recover, al_append, al_pending,
                                           al_commit, al_read, al_live, al_reclaim, al_stats,
                                           al_id, al_next_lsn, al_close, NULL, NULL, NULL,
-                                          NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                                          NULL};
+                                          NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 
 /* The "disk" finished: write and sync for real, then complete. */
 static void async_complete(void)
