@@ -692,8 +692,7 @@ struct consumer *consumer_new(struct ev_loop *loop, const struct config *cfg,
     c->stream_upto = xmalloc((size_t)cfg->nroutes * sizeof(*c->stream_upto));
     for (int i = 0; i < cfg->nroutes; i++)
         c->stream_next[i] = c->stream_upto[i] = -1;
-    backoff_init(&c->bo, cfg->reconnect_min_ms, cfg->reconnect_max_ms, 30000,
-                 clock_mono_ns() | 1);
+    backoff_init(&c->bo, cfg->reconnect_min_ms, cfg->reconnect_max_ms, 30000);
     return c;
 }
 

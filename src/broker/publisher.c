@@ -523,7 +523,6 @@ struct publisher *publisher_new(struct ev_loop *loop, const struct config *cfg,
                                 const struct publisher_ops *ops)
 {
     struct publisher *p = xcalloc(1, sizeof(*p));
-    uint64_t seed = clock_mono_ns() | 1;
     int i;
 
     p->loop = loop;
@@ -536,9 +535,9 @@ struct publisher *publisher_new(struct ev_loop *loop, const struct config *cfg,
         p->routes[i].cfg = &cfg->routes[i];
         p->routes[i].ch = (amqp_channel_t)(i + 2);
         backoff_init(&p->routes[i].bo, cfg->publish_retry_min_ms, cfg->publish_retry_max_ms,
-                     30000, seed + (uint64_t)i * 2);
+                     30000);
     }
-    backoff_init(&p->bo, cfg->reconnect_min_ms, cfg->reconnect_max_ms, 30000, seed ^ 0x5a5a);
+    backoff_init(&p->bo, cfg->reconnect_min_ms, cfg->reconnect_max_ms, 30000);
     init_amqp_pool(&p->pool, 65536);
     return p;
 }
