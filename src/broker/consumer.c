@@ -49,6 +49,11 @@
  * An ack waits for the events sent up to the moment it was asked for (two
  * slots: one ack waiting on a fixed event, the next merging the later
  * ones), so a steady stream of events cannot hold acks back for good.
+ *
+ * Every duration here (the reconnect backoff, the events' confirm clock,
+ * the heartbeat poll) is in monotonic ms, clock_mono_ms(), as is the now
+ * consumer_turn() is given; the one wall-clock time is a delivery's now_ms,
+ * the base of its due time.
  */
 #include "delay-bridge/consumer.h"
 
@@ -108,14 +113,15 @@ struct consumer {
     int events_on;           /* the channel is open in confirm mode */
     uint64_t ev_sent, ev_confirmed;
     uint64_t ev_lost;        /* failpoint keys.event_unconfirmed: never confirmed; else 0 */
-    uint64_t ev_progress_ms; /* last time ev_confirmed moved, or the first event went out */
+    uint64_t ev_progress_ms; /* last time ev_confirmed moved, or the first event went out
+                                (monotonic ms) */
     uint8_t ev_done[EVENT_WINDOW]; /* confirmed out of order, above ev_confirmed */
     struct {
         uint64_t tag, need;  /* ack tag once ev_confirmed >= need; tag 0 = empty */
     } held[2];
     int uri_next;
     struct backoff bo;
-    uint64_t last_poll_ms;
+    uint64_t last_poll_ms; /* monotonic */
     struct assembly as;
     amqp_basic_properties_t no_props;
     uint8_t *props_buf; /* the current delivery's properties, AMQP-encoded */
@@ -148,7 +154,7 @@ static void conn_down(struct consumer *c, const char *why)
     c->as.active = 0;
     c->acked_tag = 0;
     events_reset(c);
-    backoff_fail(&c->bo, clock_now_ms()); /* reconnect after a pause; "lost" was logged */
+    backoff_fail(&c->bo, clock_mono_ms()); /* reconnect after a pause; "lost" was logged */
     if (c->up) {
         c->up = 0;
         c->ops.state(c->ops.arg, 0);
@@ -351,7 +357,7 @@ int consumer_publish_key_event(struct consumer *c, int route, const char *kind, 
     p.delivery_mode = 2;
     p.headers = headers;
     if (++c->ev_sent == c->ev_confirmed + 1)
-        c->ev_progress_ms = clock_now_ms(); /* the confirm clock starts */
+        c->ev_progress_ms = clock_mono_ms(); /* the confirm clock starts */
     if (FAILPOINT_ERR("keys.event_unconfirmed")) {
         /* Lost as the broker lost one: it takes its sequence number (sent
          * where nothing is bound), and its confirm is never counted. */
@@ -379,7 +385,7 @@ static void events_confirmed(struct consumer *c, uint64_t tag, int multiple)
         c->ev_done[(c->ev_confirmed + 1) % EVENT_WINDOW] = 0;
         c->ev_confirmed++;
     }
-    c->ev_progress_ms = clock_now_ms();
+    c->ev_progress_ms = clock_mono_ms();
     acks_release(c);
 }
 
@@ -437,7 +443,7 @@ static void open_connection(struct consumer *c)
 fail_close:
     amqp_conn_close(&c->conn, 0);
 fail:
-    st = backoff_fail(&c->bo, clock_now_ms());
+    st = backoff_fail(&c->bo, clock_mono_ms());
     if (st.log_events)
         log_warn("consume", "cannot start consuming",
                  "error=\"%s\" retry_in_ms=%" PRIu64 " attempts=%" PRIu64, err, st.retry_in_ms,
@@ -530,7 +536,7 @@ static void read_headers(struct consumer *c, struct delivery *d,
     /* x-delay-until, x-opt-delivery-time or x-delay (amqp_msg_due): the delay from now */
     const struct config_route *rc = &c->cfg->routes[d->route];
     d->unstamped = 0;
-    d->now_ms = clock_now_ms();
+    d->now_ms = clock_now_ms(); /* wall clock on purpose: the base of a due time */
     if (rc->delay_from == DELAY_FROM_BROKER)
         d->xdelay = amqp_msg_due_stamped(h, d->now_ms, rc->max_delay_ms, &d->delay_ms,
                                          &d->unstamped);
@@ -885,11 +891,12 @@ int consumer_busy(const struct consumer *c)
     return c->up && amqp_conn_buffered(&c->conn);
 }
 
-uint64_t consumer_next_wakeup(const struct consumer *c)
+uint64_t consumer_wait_ms(const struct consumer *c, uint64_t now)
 {
+    uint64_t at;
+
     if (c->stopped || c->paused)
         return UINT64_MAX;
-    if (!c->conn.st)
-        return c->bo.retry_at;
-    return c->last_poll_ms + HEARTBEAT_POLL_MS;
+    at = c->conn.st ? c->last_poll_ms + HEARTBEAT_POLL_MS : c->bo.retry_at;
+    return at > now ? at - now : 0;
 }

@@ -27,6 +27,10 @@
  * and written once per burst without blocking; after login rabbitmq-c
  * writes on the socket only for the polite close, and on TLS. The why is
  * at the top of that file.
+ *
+ * Time: every deadline, heartbeat and backoff here is in monotonic ms
+ * (clock_mono_ms()), the clock publisher_turn() is given too, so a step of
+ * the wall clock neither drops a connection nor stalls a reconnect.
  */
 #include "publisher_int.h"
 
@@ -48,11 +52,6 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents);
 static void on_wio(struct ev_loop *loop, ev_io *w, int revents);
 
 static const uint8_t heartbeat_frame[8] = {AMQP_FRAME_HEARTBEAT, 0, 0, 0, 0, 0, 0, AMQP_FRAME_END};
-
-uint64_t pub_mono_ms(void)
-{
-    return clock_mono_ns() / 1000000;
-}
 
 /* ---- the in-flight window ---------------------------------------------------- */
 
@@ -107,12 +106,12 @@ void pub_conn_down(struct publisher *p, const char *why)
         backoff_reset(&p->routes[i].bo);
         route_lost(p, &p->routes[i]);
     }
-    backoff_fail(&p->bo, clock_now_ms()); /* reconnect after a pause; "lost" was logged */
+    backoff_fail(&p->bo, clock_mono_ms()); /* reconnect after a pause; "lost" was logged */
 }
 
 static void channel_failed(struct publisher *p, struct route_pub *r, const char *why)
 {
-    struct backoff_step st = backoff_fail(&r->bo, clock_now_ms());
+    struct backoff_step st = backoff_fail(&r->bo, clock_mono_ms());
     size_t was = r->n;
 
     route_lost(p, r);
@@ -170,7 +169,7 @@ static void setup_send(struct publisher *p, struct route_pub *r, amqp_method_num
                        void *decoded, amqp_method_number_t await)
 {
     r->await = await;
-    r->setup_deadline = pub_mono_ms() + p->cfg->connect_timeout_ms;
+    r->setup_deadline = clock_mono_ms() + p->cfg->connect_timeout_ms;
     pub_send_method(p, r->ch, id, decoded);
 }
 
@@ -222,7 +221,7 @@ static void channel_open(struct publisher *p, struct route_pub *r)
  */
 static void setup_timeouts(struct publisher *p)
 {
-    uint64_t now = pub_mono_ms();
+    uint64_t now = clock_mono_ms();
     /* why holds what (300) and a route name (up to 255) with the words around them */
     char what[300], why[300 + 256 + 64];
     int i;
@@ -257,7 +256,7 @@ static void open_connection(struct publisher *p)
                                 cfg->tls.verify_hostname};
     if (amqp_conn_open(&p->conn, uri, name, &tls, cfg->heartbeat_s,
                        cfg->connect_timeout_ms, err, sizeof(err)) < 0) {
-        struct backoff_step st = backoff_fail(&p->bo, clock_now_ms());
+        struct backoff_step st = backoff_fail(&p->bo, clock_mono_ms());
         if (st.log_events)
             log_warn("publish", "cannot connect",
                      "error=\"%s\" retry_in_ms=%" PRIu64 " attempts=%" PRIu64, err,
@@ -272,12 +271,12 @@ static void open_connection(struct publisher *p)
             log_warn("publish", "cannot take over heartbeats, dropping the connection",
                      "broker=\"%s\" error=\"%s\"", p->conn.uri_masked, amqp_error_string2(hb));
             amqp_conn_close(&p->conn, 0);
-            backoff_fail(&p->bo, clock_now_ms());
+            backoff_fail(&p->bo, clock_mono_ms());
             return;
         }
         p->hb_ms = (uint64_t)hb * 1000;
     }
-    p->last_read_ms = p->last_write_ms = pub_mono_ms();
+    p->last_read_ms = p->last_write_ms = clock_mono_ms();
     p->up = 1;
     ev_io_init(&p->io, on_io, p->conn.fd, EV_READ);
     p->io.data = p;
@@ -459,7 +458,7 @@ static void drain(struct publisher *p)
      * broker has been quiet for half the interval, look before it reads.
      */
     if (p->hb_ms) {
-        uint64_t now = pub_mono_ms();
+        uint64_t now = clock_mono_ms();
         if (now - p->last_read_ms >= p->hb_ms / 2 && pub_broker_spoke(p))
             p->last_read_ms = now;
     }
@@ -474,7 +473,7 @@ static void drain(struct publisher *p)
         handle_frame(p, &f);
     }
     if (i && p->hb_ms)
-        p->last_read_ms = pub_mono_ms();
+        p->last_read_ms = clock_mono_ms();
     if (p->up)
         amqp_maybe_release_buffers(p->conn.st);
 }
@@ -496,7 +495,7 @@ static void on_wio(struct ev_loop *loop, ev_io *w, int revents)
  */
 static void heartbeats(struct publisher *p)
 {
-    uint64_t now = pub_mono_ms();
+    uint64_t now = clock_mono_ms();
 
     if (!p->hb_ms || !p->up)
         return;
@@ -696,20 +695,18 @@ int publisher_busy(const struct publisher *p)
     return p->up && amqp_conn_buffered(&p->conn);
 }
 
-uint64_t publisher_next_wakeup(const struct publisher *p)
+uint64_t publisher_wait_ms(const struct publisher *p, uint64_t now)
 {
-    uint64_t next = UINT64_MAX;
+    uint64_t next = p->last_poll_ms + HEARTBEAT_POLL_MS;
     int i;
 
     if (!p->conn.st)
-        return p->bo.retry_at;
+        next = p->bo.retry_at;
     /* Channels reopen once unblocked: reading connection.unblocked wakes us then. */
-    for (i = 0; i < p->nroutes && !p->blocked; i++)
+    for (i = 0; p->conn.st && i < p->nroutes && !p->blocked; i++)
         if (!p->routes[i].open && !p->routes[i].opening && p->routes[i].bo.retry_at < next)
             next = p->routes[i].bo.retry_at;
-    if (p->last_poll_ms + HEARTBEAT_POLL_MS < next)
-        next = p->last_poll_ms + HEARTBEAT_POLL_MS;
-    return next;
+    return next > now ? next - now : 0;
 }
 
 void publisher_route_stats(const struct publisher *p, int route, struct db_route_stats *s)

@@ -83,7 +83,7 @@ struct publisher {
     int up, blocked;
     int uri_next;
     struct backoff bo;
-    uint64_t last_poll_ms;
+    uint64_t last_poll_ms; /* monotonic, as every time here */
     struct route_pub *routes;
     int nroutes;
     struct returning ret;
@@ -93,8 +93,6 @@ struct publisher {
 /* publisher.c */
 /* The connection is lost (why: for the log); what is unconfirmed is due again. */
 void pub_conn_down(struct publisher *p, const char *why);
-/* The monotonic clock in ms. */
-uint64_t pub_mono_ms(void);
 
 /* publisher_out.c */
 /* The publisher writes the socket itself (not TLS). */

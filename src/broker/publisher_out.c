@@ -71,6 +71,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/xalloc.h"
 
@@ -139,7 +140,7 @@ int pub_out_write(struct publisher *p)
     }
     if (n > 0) {
         p->out.off += (size_t)n;
-        p->last_write_ms = pub_mono_ms();
+        p->last_write_ms = clock_mono_ms();
     }
     if (pub_out_pending(p)) {
         ev_io_start(p->loop, &p->wio); /* the kernel is full: the rest when it has room */
