@@ -87,7 +87,8 @@ static void route_lost(struct publisher *p, struct route_pub *r)
 
 /* ---- connection and channels -------------------------------------------------- */
 
-void pub_conn_down(struct publisher *p, const char *why)
+/* The connection is lost (why: for the log); what is unconfirmed is due again. */
+static void conn_down(struct publisher *p, const char *why)
 {
     int i;
 
@@ -107,6 +108,12 @@ void pub_conn_down(struct publisher *p, const char *why)
         route_lost(p, &p->routes[i]);
     }
     backoff_fail(&p->bo, clock_mono_ms()); /* reconnect after a pause; "lost" was logged */
+}
+
+/* A write or send in publisher_out.c failed: the connection is lost, for the reason it kept. */
+static void out_lost(struct publisher *p)
+{
+    conn_down(p, p->out.why);
 }
 
 static void channel_failed(struct publisher *p, struct route_pub *r, const char *why)
@@ -170,7 +177,8 @@ static void setup_send(struct publisher *p, struct route_pub *r, amqp_method_num
 {
     r->await = await;
     r->setup_deadline = clock_mono_ms() + p->cfg->connect_timeout_ms;
-    pub_send_method(p, r->ch, id, decoded);
+    if (pub_send_method(p, r->ch, id, decoded) < 0)
+        out_lost(p);
 }
 
 /* The answer route r waited for came: send the next request, or the channel is open. */
@@ -235,7 +243,7 @@ static void setup_timeouts(struct publisher *p)
         } else if (now > r->setup_deadline) {
             snprintf(why, sizeof(why), "%s: no answer within connect_timeout_ms (route %s)",
                      setup_what(r, what, sizeof(what)), r->cfg->name);
-            pub_conn_down(p, why);
+            conn_down(p, why);
         }
     }
 }
@@ -354,7 +362,8 @@ static void answer_close(struct publisher *p, const amqp_frame_t *f, char *why, 
 {
     amqp_channel_close_ok_t ok; /* both close-ok methods have no arguments */
 
-    pub_send_method(p, f->channel, amqp_conn_describe_close(f, why, len), &ok);
+    if (pub_send_method(p, f->channel, amqp_conn_describe_close(f, why, len), &ok) < 0)
+        out_lost(p);
 }
 
 static void handle_frame(struct publisher *p, amqp_frame_t *f)
@@ -431,7 +440,7 @@ static void handle_frame(struct publisher *p, amqp_frame_t *f)
     }
     case AMQP_CONNECTION_CLOSE_METHOD:
         answer_close(p, f, why, sizeof(why));
-        pub_conn_down(p, why);
+        conn_down(p, why);
         break;
     case AMQP_CONNECTION_BLOCKED_METHOD:
         p->blocked = 1;
@@ -467,7 +476,7 @@ static void drain(struct publisher *p)
         if (r == AMQP_STATUS_TIMEOUT)
             break;
         if (r != AMQP_STATUS_OK) {
-            pub_conn_down(p, amqp_error_string2(r));
+            conn_down(p, amqp_error_string2(r));
             return;
         }
         handle_frame(p, &f);
@@ -485,7 +494,8 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents)
 
 static void on_wio(struct ev_loop *loop, ev_io *w, int revents)
 {
-    pub_out_write(w->data);
+    if (pub_out_write(w->data) < 0)
+        out_lost(w->data);
 }
 
 /*
@@ -504,7 +514,7 @@ static void heartbeats(struct publisher *p)
             char why[128];
             snprintf(why, sizeof(why), "missed heartbeats: nothing from the broker for %" PRIu64
                      " ms (heartbeat_s %" PRIu64 ")", now - p->last_read_ms, p->hb_ms / 1000);
-            pub_conn_down(p, why);
+            conn_down(p, why);
             return;
         }
         p->last_read_ms = now;
@@ -512,7 +522,8 @@ static void heartbeats(struct publisher *p)
     if (!pub_out_pending(p) && now - p->last_write_ms >= p->hb_ms / 2) {
         memcpy(pub_out_reserve(p, sizeof(heartbeat_frame)), heartbeat_frame, sizeof(heartbeat_frame));
         p->out.len += sizeof(heartbeat_frame);
-        pub_out_write(p);
+        if (pub_out_write(p) < 0)
+            out_lost(p);
     }
 }
 
@@ -571,8 +582,10 @@ void publisher_turn(struct publisher *p, uint64_t now)
     }
     heartbeats(p);
     setup_timeouts(p);
-    if (pub_out_kick(p) < 0)
+    if (pub_out_kick(p) < 0) {
+        out_lost(p);
         return;
+    }
     for (i = 0; i < p->nroutes && p->up; i++) {
         struct route_pub *r = &p->routes[i];
         if (!r->open && !r->opening && !p->blocked && backoff_ready(&r->bo, now))
@@ -641,7 +654,7 @@ int publisher_send(struct publisher *p, int route, uint32_t ref, const struct wa
     }
     win_push(r, r->next_tag++, a->msg_id, ref);
     if (res != AMQP_STATUS_OK) {
-        pub_conn_down(p, amqp_error_string2(res));
+        conn_down(p, amqp_error_string2(res));
         return -1;
     }
     r->published++;
@@ -650,7 +663,11 @@ int publisher_send(struct publisher *p, int route, uint32_t ref, const struct wa
 
 void publisher_flush(struct publisher *p)
 {
-    if (p->up && pub_out_kick(p) == 0 && p->up)
+    if (!p->up)
+        return;
+    if (pub_out_kick(p) < 0)
+        out_lost(p);
+    else
         drain(p);
 }
 
@@ -666,11 +683,12 @@ size_t publisher_inflight(const struct publisher *p)
 
 void publisher_close(struct publisher *p)
 {
-    int graceful;
+    int graceful = 0;
 
     if (!p->conn.st)
         return;
-    graceful = p->up && pub_sync_write_ok(p); /* may find the connection down */
+    if (p->up && (graceful = pub_sync_write_ok(p)) < 0)
+        out_lost(p); /* the connection is gone: nothing left to close */
     if (!p->conn.st)
         return;
     ev_io_stop(p->loop, &p->io);

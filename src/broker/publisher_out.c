@@ -15,7 +15,10 @@
  * are unwritten, so a broker that stops reading (a full socket, a resource
  * alarm it has not announced) stops the taking of due messages, never the
  * loop: consuming, acks, timers and the HTTP endpoint go on. A failed write
- * is a lost connection (conn_down), as it always was.
+ * is a lost connection, as it always was; but this file only writes: it
+ * returns -1 with the reason in out.why, and the caller in publisher.c
+ * takes the connection down (out_lost), so calls run one way, from
+ * the connection to its buffer.
  *
  * Delivery tags are still counted at send time: the broker numbers a
  * channel's publishes in the order it reads them, which is the buffer's.
@@ -120,7 +123,7 @@ void pub_out_reset(struct publisher *p)
 
 /*
  * One send of everything unwritten. What the kernel leaves waits for the
- * EV_WRITE watcher. Returns 0, or -1 when the connection went down.
+ * EV_WRITE watcher. Returns 0, or -1 with the reason in p->out.why.
  */
 int pub_out_write(struct publisher *p)
 {
@@ -132,9 +135,7 @@ int pub_out_write(struct publisher *p)
                      MSG_NOSIGNAL | MSG_DONTWAIT);
         while (n < 0 && errno == EINTR);
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-            char why[128];
-            snprintf(why, sizeof(why), "write to broker: %s", strerror(errno));
-            pub_conn_down(p, why);
+            snprintf(p->out.why, sizeof(p->out.why), "write to broker: %s", strerror(errno));
             return -1;
         }
     }
@@ -161,8 +162,8 @@ int pub_out_kick(struct publisher *p)
 
 /*
  * Send one method (set-up requests, close-ok): behind our unwritten frames
- * on plain TCP, through rabbitmq-c on TLS. Returns 0, or -1 when the
- * connection went down.
+ * on plain TCP, through rabbitmq-c on TLS. Returns 0, or -1 with the
+ * reason in p->out.why.
  */
 int pub_send_method(struct publisher *p, amqp_channel_t ch, amqp_method_number_t id,
                        void *decoded)
@@ -181,14 +182,14 @@ int pub_send_method(struct publisher *p, amqp_channel_t ch, amqp_method_number_t
         if (n >= 0)
             return 0;
     }
-    pub_conn_down(p, amqp_error_string2((int)n));
+    snprintf(p->out.why, sizeof(p->out.why), "%s", amqp_error_string2((int)n));
     return -1;
 }
 
 /*
  * May rabbitmq-c write on the socket now (the polite connection.close)?
  * Only when none of our bytes are unwritten and the kernel has room (see
- * the top of the file).
+ * the top of the file). 1 yes, 0 no, -1 the last write failed (p->out.why).
  */
 int pub_sync_write_ok(struct publisher *p)
 {
@@ -196,7 +197,9 @@ int pub_sync_write_ok(struct publisher *p)
 
     if (!pub_own_writes(p))
         return p->conn.st != NULL;
-    if (pub_out_kick(p) < 0 || pub_out_pending(p))
+    if (pub_out_kick(p) < 0)
+        return -1;
+    if (pub_out_pending(p))
         return 0;
     return poll(&pf, 1, 0) == 1 && (pf.revents & POLLOUT);
 }
