@@ -119,7 +119,7 @@ struct consumer {
     struct {
         uint64_t tag, need;  /* ack tag once ev_confirmed >= need; tag 0 = empty */
     } held[2];
-    int uri_next;
+    unsigned uri_next; /* amqp_conn_open_next()'s place in broker.uris */
     struct backoff bo;
     uint64_t last_poll_ms; /* monotonic */
     struct assembly as;
@@ -396,16 +396,7 @@ static void open_connection(struct consumer *c)
     char err[1024];
     int i;
 
-    const char *uri = cfg->uris[c->uri_next % cfg->nuris];
-    char name[128];
-
-    c->uri_next++;
-    snprintf(name, sizeof(name), "delay-bridge consumer%s%s", cfg->instance[0] ? " " : "",
-             cfg->instance);
-    struct amqp_conn_tls tls = {cfg->tls.ca_file, cfg->tls.cert_file, cfg->tls.key_file,
-                                cfg->tls.verify_hostname};
-    if (amqp_conn_open(&c->conn, uri, name, &tls, cfg->heartbeat_s,
-                       cfg->connect_timeout_ms, err, sizeof(err)) < 0)
+    if (amqp_conn_open_next(&c->conn, cfg, "consumer", &c->uri_next, err, sizeof(err)) < 0)
         goto fail;
     amqp_channel_open(c->conn.st, CONSUMER_CHANNEL);
     if (amqp_conn_check(&c->conn, "channel.open", err, sizeof(err)) < 0)

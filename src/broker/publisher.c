@@ -254,16 +254,7 @@ static void open_connection(struct publisher *p)
     char err[600];
     int i;
 
-    const char *uri = cfg->uris[p->uri_next % cfg->nuris];
-    char name[128];
-
-    p->uri_next++;
-    snprintf(name, sizeof(name), "delay-bridge publisher%s%s", cfg->instance[0] ? " " : "",
-             cfg->instance);
-    struct amqp_conn_tls tls = {cfg->tls.ca_file, cfg->tls.cert_file, cfg->tls.key_file,
-                                cfg->tls.verify_hostname};
-    if (amqp_conn_open(&p->conn, uri, name, &tls, cfg->heartbeat_s,
-                       cfg->connect_timeout_ms, err, sizeof(err)) < 0) {
+    if (amqp_conn_open_next(&p->conn, cfg, "publisher", &p->uri_next, err, sizeof(err)) < 0) {
         struct backoff_step st = backoff_fail(&p->bo, clock_mono_ms());
         if (st.log_events)
             log_warn("publish", "cannot connect",

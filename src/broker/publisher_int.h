@@ -82,7 +82,7 @@ struct publisher {
     uint64_t hb_ms;                    /* heartbeats we keep (plain TCP); 0: none */
     uint64_t last_read_ms, last_write_ms; /* monotonic */
     int up, blocked;
-    int uri_next;
+    unsigned uri_next; /* amqp_conn_open_next()'s place in broker.uris */
     struct backoff bo;
     uint64_t last_poll_ms; /* monotonic, as every time here */
     struct route_pub *routes;

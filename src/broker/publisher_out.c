@@ -55,7 +55,7 @@
  *                for TCP: the send queue is below its limit, so one small
  *                frame goes out at once -- and is abrupt otherwise; its wait
  *                for close-ok is bounded by connect_timeout_ms. Connecting
- *                and logging in (amqp_conn_open) block too, bounded by
+ *                and logging in (amqp_conn_open_next) block too, bounded by
  *                connect_timeout_ms, once per (re)connection.
  *
  * TLS (amqps://): the socket carries TLS records that only rabbitmq-c's

@@ -376,20 +376,16 @@ static void token_hint(struct wrepl *r, const amqp_bytes_t *body)
 int wrepl_connect_lease(struct wrepl *r)
 {
     const struct config *cfg = r->cfg;
-    struct amqp_conn_tls tls = {cfg->tls.ca_file, cfg->tls.cert_file, cfg->tls.key_file,
-                                cfg->tls.verify_hostname};
     amqp_table_entry_t e[4];
     amqp_table_t args = {0, e};
     amqp_connection_state_t st;
     uint32_t tokens = 0;
-    char name[300], err[1024] = "";
+    unsigned next = 0; /* every attempt tries broker.uris from the first */
+    char err[1024] = "";
     int i;
 
-    snprintf(name, sizeof(name), "delay-bridge wal-replica%s%s", cfg->instance[0] ? " " : "",
-             cfg->instance);
     for (i = 0; i < cfg->nuris; i++)
-        if (amqp_conn_open(&r->conn, cfg->uris[i], name, &tls, cfg->heartbeat_s,
-                           cfg->connect_timeout_ms, err, sizeof(err)) == 0)
+        if (amqp_conn_open_next(&r->conn, cfg, "wal-replica", &next, err, sizeof(err)) == 0)
             break;
     if (i == cfg->nuris) {
         log_warn("wal-replica", "cannot reach the broker; retrying", "error=\"%s\" retry_ms=%d",
