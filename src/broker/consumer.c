@@ -7,7 +7,9 @@
  * with a zero timeout, at most FRAMES_PER_TURN per wakeup so that one busy
  * connection cannot starve the loop. Connection set-up (login, declares,
  * basic.consume) is synchronous, bounded by broker.connect_timeout_ms; it
- * runs only when (re)connecting.
+ * runs only when (re)connecting: the login is amqp_conn_open_next()'s
+ * (amqp_conn.c), what each route declares and consumes is
+ * consumer_declare.c's.
  *
  * A delivery arrives as a basic.deliver method frame, a header frame with
  * the properties and body size, and zero or more body frames. The method's
@@ -64,23 +66,19 @@
 
 #include <amqp.h>
 
-#include "amqp_msg.h"
+#include "base/backoff.h"
 #include "base/clock.h"
+#include "base/failpoint.h"
 #include "base/log.h"
 #include "base/xalloc.h"
 #include "amqp_conn.h"
-#include "base/backoff.h"
-#include "base/failpoint.h"
+#include "amqp_msg.h"
+#include "consumer_int.h"
 
-#define CONSUMER_CHANNEL 1
-#define EVENTS_CHANNEL 2      /* key events, confirm mode */
-#define DECLARE_CHANNEL 3     /* ingress declares an old queue may refuse (amqp_conn.h) */
 #define EVENT_CONFIRM_MS 5000 /* an event unconfirmed this long drops the connection */
 #define EVENT_WINDOW 4096     /* events in flight at most (then acks wait, and so do deliveries) */
 #define FRAMES_PER_TURN 4096 /* frames read per wakeup before yielding */
 #define HEARTBEAT_POLL_MS 500
-#define TAG_PREFIX "delay-bridge:"
-#define KEYS_TAG_PREFIX "delay-bridge-keys:"
 
 #define H_KEY "x-delay-key"
 #define H_CANCEL "x-delay-cancel"
@@ -159,142 +157,6 @@ static void conn_down(struct consumer *c, const char *why)
         c->up = 0;
         c->ops.state(c->ops.arg, 0);
     }
-}
-
-/* The consumer tag of the route's ingress consumer: "delay-bridge:<route>". */
-static amqp_bytes_t ingress_tag(const struct config_route *rc, char *buf, size_t n)
-{
-    snprintf(buf, n, TAG_PREFIX "%s", rc->name);
-    return amqp_cstring_bytes(buf);
-}
-
-/* One entry added to a table of arguments (its entries array has room). */
-static void arg_str(amqp_table_t *t, const char *k, const char *v)
-{
-    amqp_table_entry_t *e = &t->entries[t->num_entries++];
-    e->key = amqp_cstring_bytes(k);
-    e->value.kind = AMQP_FIELD_KIND_UTF8;
-    e->value.value.bytes = amqp_cstring_bytes(v);
-}
-
-static void arg_i64(amqp_table_t *t, const char *k, int64_t v)
-{
-    amqp_table_entry_t *e = &t->entries[t->num_entries++];
-    e->key = amqp_cstring_bytes(k);
-    e->value.kind = AMQP_FIELD_KIND_I64;
-    e->value.value.i64 = v;
-}
-
-/* basic.consume of the route's ingress queue; a stream from the route's place. */
-static int consume_ingress(struct consumer *c, const struct config_route *rc, char *err,
-                           size_t len)
-{
-    char tag[300];
-    amqp_table_entry_t arg;
-    amqp_table_t args = {0, &arg};
-    int route = (int)(rc - c->cfg->routes);
-
-    if (rc->queue_type == QUEUE_STREAM) {
-        int64_t next = c->stream_next[route];
-        if (next < 0) {
-            arg_str(&args, "x-stream-offset", "first");
-            log_info("consume", "reading the stream ingress from its first message",
-                     "route=%s queue=\"%s\"", rc->name, rc->ingress_queue);
-        } else {
-            arg_i64(&args, "x-stream-offset", next);
-            log_info("consume", "reading the stream ingress", "route=%s queue=\"%s\" from=%" PRId64,
-                     rc->name, rc->ingress_queue, next);
-        }
-    }
-    amqp_basic_consume(c->conn.st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_queue),
-                       ingress_tag(rc, tag, sizeof(tag)), 0, 0, 0, args);
-    return amqp_conn_check(&c->conn, "basic.consume", err, len);
-}
-
-static int declare_route(struct consumer *c, const struct config_route *rc, char *err, size_t len)
-{
-    amqp_connection_state_t st = c->conn.st;
-    amqp_table_entry_t qarg[4];
-    amqp_table_t qargs = {0, qarg};
-    char tag[300];
-
-    amqp_exchange_declare(st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_exchange),
-                          amqp_cstring_bytes("fanout"), 0, 1, 0, 0, amqp_empty_table);
-    if (amqp_conn_check(&c->conn, "declare ingress exchange", err, len) < 0)
-        return -1;
-    if (rc->queue_type == QUEUE_QUORUM)
-        arg_str(&qargs, "x-queue-type", "quorum");
-    if (rc->queue_type == QUEUE_STREAM) {
-        arg_str(&qargs, "x-queue-type", "stream");
-        arg_str(&qargs, "x-max-age", rc->stream_max_age);
-        if (rc->stream_max_bytes)
-            arg_i64(&qargs, "x-max-length-bytes", (int64_t)rc->stream_max_bytes);
-    }
-    if (rc->single_active_consumer) {
-        /* One bridge at a time gets the route's messages; the others wait their turn. */
-        qarg[qargs.num_entries].key = amqp_cstring_bytes("x-single-active-consumer");
-        qarg[qargs.num_entries].value.kind = AMQP_FIELD_KIND_BOOLEAN;
-        qarg[qargs.num_entries++].value.value.boolean = 1;
-    }
-    /* Arguments an old queue may refuse (406), dropped last first: README "Supported brokers" */
-    int v = rc->queue_type == QUEUE_QUORUM ? amqp_conn_server_version(&c->conn) : 0;
-    int extra = (v >= 400) + (v >= 403) + (rc->queue_type == QUEUE_CLASSIC);
-    if (rc->queue_type == QUEUE_CLASSIC)
-        arg_str(&qargs, "x-queue-type", "classic");
-    if (v >= 400)
-        arg_i64(&qargs, "x-delivery-limit", -1);
-    if (v >= 403)
-        arg_i64(&qargs, "x-consumer-disconnected-timeout", 1000);
-    if (amqp_conn_declare_queue(&c->conn, DECLARE_CHANNEL, amqp_cstring_bytes(rc->ingress_queue),
-                                &qargs, extra, err, len) < 0)
-        return -1;
-    amqp_queue_bind(st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_queue),
-                    amqp_cstring_bytes(rc->ingress_exchange), amqp_empty_bytes, amqp_empty_table);
-    if (amqp_conn_check(&c->conn, "bind ingress queue", err, len) < 0)
-        return -1;
-    if (rc->declare_target && rc->target_exchange[0]) {
-        amqp_exchange_declare(st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->target_exchange),
-                              amqp_cstring_bytes(rc->target_type), 0, 1, 0, 0, amqp_empty_table);
-        if (amqp_conn_check(&c->conn, "declare target exchange", err, len) < 0)
-            return -1;
-    }
-    amqp_basic_qos(st, CONSUMER_CHANNEL, 0, rc->prefetch, 0);
-    if (amqp_conn_check(&c->conn, "basic.qos", err, len) < 0)
-        return -1;
-    if (!c->ingress_held && consume_ingress(c, rc, err, len) < 0)
-        return -1;
-    if (rc->share_keys) {
-        /* Key events of the other bridges on this route (bridge.c, "Keys across bridges"). */
-        char ex[CONFIG_NAME_MAX + 8], q[2 * CONFIG_NAME_MAX + 8];
-        consumer_key_names(rc, config_key_holder(c->cfg), ex, sizeof(ex), q, sizeof(q));
-        amqp_exchange_declare(st, CONSUMER_CHANNEL, amqp_cstring_bytes(ex),
-                              amqp_cstring_bytes("fanout"), 0, 1, 0, 0, amqp_empty_table);
-        if (amqp_conn_check(&c->conn, "declare the key-event exchange", err, len) < 0)
-            return -1;
-        qargs.num_entries = 0;
-        if (rc->queue_type == QUEUE_QUORUM)
-            arg_str(&qargs, "x-queue-type", "quorum");
-        amqp_queue_declare(st, CONSUMER_CHANNEL, amqp_cstring_bytes(q), 0, 1, 0, 0, qargs);
-        if (amqp_conn_check(&c->conn, "declare the key-event queue", err, len) < 0)
-            return -1;
-        amqp_queue_bind(st, CONSUMER_CHANNEL, amqp_cstring_bytes(q), amqp_cstring_bytes(ex),
-                        amqp_empty_bytes, amqp_empty_table);
-        if (amqp_conn_check(&c->conn, "bind the key-event queue", err, len) < 0)
-            return -1;
-        snprintf(tag, sizeof(tag), KEYS_TAG_PREFIX "%s", rc->name);
-        amqp_basic_consume(st, CONSUMER_CHANNEL, amqp_cstring_bytes(q), amqp_cstring_bytes(tag),
-                           0, 0, 0, amqp_empty_table);
-        if (amqp_conn_check(&c->conn, "consume the key-event queue", err, len) < 0)
-            return -1;
-    }
-    return 0;
-}
-
-void consumer_key_names(const struct config_route *rc, const char *holder, char *ex,
-                        size_t exlen, char *q, size_t qlen)
-{
-    snprintf(ex, exlen, "%s.keys", rc->ingress_exchange);
-    snprintf(q, qlen, "%s.keys.%s", rc->ingress_queue, holder);
 }
 
 /* basic.ack of every delivery up to tag. */
@@ -415,7 +277,8 @@ static void open_connection(struct consumer *c)
     }
     for (i = 0; i < cfg->nroutes; i++) {
         char e2[600];
-        if (declare_route(c, &cfg->routes[i], e2, sizeof(e2)) < 0) {
+        if (cons_declare_route(&c->conn, &cfg->routes[i], config_key_holder(cfg),
+                               c->ingress_held, c->stream_next[i], e2, sizeof(e2)) < 0) {
             snprintf(err, sizeof(err), "route %s: %s", cfg->routes[i].name, e2);
             goto fail_close;
         }
@@ -819,7 +682,7 @@ void consumer_hold_ingress(struct consumer *c)
         return;
     for (int i = 0; i < c->cfg->nroutes; i++) {
         amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL,
-                          ingress_tag(&c->cfg->routes[i], tag, sizeof(tag)));
+                          cons_ingress_tag(&c->cfg->routes[i], tag, sizeof(tag)));
         if (amqp_conn_check(&c->conn, "basic.cancel", err, sizeof(err)) < 0) {
             conn_down(c, err);
             return;
@@ -838,7 +701,8 @@ void consumer_release_ingress(struct consumer *c)
     if (!c->up || c->stopped || c->paused)
         return;
     for (int i = 0; i < c->cfg->nroutes; i++)
-        if (consume_ingress(c, &c->cfg->routes[i], err, sizeof(err)) < 0) {
+        if (cons_consume_ingress(&c->conn, &c->cfg->routes[i], c->stream_next[i], err,
+                                 sizeof(err)) < 0) {
             conn_down(c, err);
             return;
         }
