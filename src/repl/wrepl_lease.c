@@ -30,6 +30,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/xalloc.h"
 
@@ -226,12 +227,12 @@ static int publish_token(struct wrepl *r, const char *body, size_t len, char *wh
  */
 static int publish_spare(struct wrepl *r, char *why, size_t n)
 {
-    uint64_t deadline = now_ms() + r->rc->confirm_timeout_ms;
+    uint64_t deadline = clock_mono_ms() + r->rc->confirm_timeout_ms;
     struct event ev;
 
     if (publish_token(r, TOKEN, sizeof(TOKEN) - 1, why, n) < 0)
         return -1;
-    while (now_ms() < deadline) {
+    while (clock_mono_ms() < deadline) {
         if (wrepl_next_event(r, 200, &ev, why, n) < 0)
             return -1;
         if (ev.ch == CH_RENEW && ev.kind == EV_ACK && ev.tag >= r->renew_tag)
@@ -484,7 +485,7 @@ refused:
  */
 int wrepl_renew_wait_ms(const struct wrepl *r)
 {
-    uint64_t now = now_ms(), at;
+    uint64_t now = clock_mono_ms(), at;
 
     if (!r->have_lease)
         return 1000;
@@ -500,13 +501,13 @@ static int ack_token(struct wrepl *r, char *why, size_t n)
     }
     r->lease_tag = 0;
     r->renew = RENEW_DELIVER;
-    r->renew_deadline = now_ms() + r->rc->confirm_timeout_ms;
+    r->renew_deadline = clock_mono_ms() + r->rc->confirm_timeout_ms;
     return 0;
 }
 
 int wrepl_renew_step(struct wrepl *r, char *why, size_t n)
 {
-    uint64_t now = now_ms();
+    uint64_t now = clock_mono_ms();
 
     if (!r->have_lease)
         return 0;
@@ -544,14 +545,14 @@ int wrepl_renew_event(struct wrepl *r, const struct event *ev, char *why, size_t
             amqp_basic_ack(r->conn.st, CH_LEASE, r->lease_tag, 0);
         r->lease_tag = ev->tag;
         if (!r->have_lease)
-            r->renew_at = now_ms(); /* a fresh token at once: this one carries its deliveries */
+            r->renew_at = clock_mono_ms(); /* a fresh token at once: this one carries its deliveries */
         r->have_lease = 1;
         if (r->renew == RENEW_DELIVER) {
             r->renew = RENEW_IDLE;
             pthread_mutex_lock(&r->mu);
             r->st.lease_renewals++; /* completed: a fresh token is held */
             pthread_mutex_unlock(&r->mu);
-            r->renew_at = now_ms() + r->rc->lease_renew_ms;
+            r->renew_at = clock_mono_ms() + r->rc->lease_renew_ms;
         }
         return 1;
     }
@@ -563,7 +564,7 @@ int wrepl_renew_event(struct wrepl *r, const struct event *ev, char *why, size_t
         log_warn("wal-replica", "the broker refused (nack) a fresh lease token; the held one "
                  "stays, trying again in 1 s", "lease_queue=%s", r->rc->lease_queue);
         r->renew = RENEW_IDLE;
-        r->renew_at = now_ms() + 1000;
+        r->renew_at = clock_mono_ms() + 1000;
         return 1;
     }
     return ack_token(r, why, n) < 0 ? -1 : 1;
