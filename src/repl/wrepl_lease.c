@@ -545,7 +545,7 @@ int wrepl_renew_event(struct wrepl *r, const struct event *ev, char *why, size_t
             amqp_basic_ack(r->conn.st, CH_LEASE, r->lease_tag, 0);
         r->lease_tag = ev->tag;
         if (!r->have_lease)
-            r->renew_at = clock_mono_ms(); /* a fresh token at once: this one carries its deliveries */
+            r->renew_at = clock_mono_ms(); /* a fresh token at once: it carries its deliveries */
         r->have_lease = 1;
         if (r->renew == RENEW_DELIVER) {
             r->renew = RENEW_IDLE;
