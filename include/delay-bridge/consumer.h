@@ -100,6 +100,7 @@ void consumer_free(struct consumer *c);
 /*
  * Once per loop turn: connect when the backoff allows, and hand over
  * deliveries rabbitmq-c has already buffered (the socket may be quiet).
+ * now: clock_mono_ms() (its backoff and timeouts are durations).
  */
 void consumer_turn(struct consumer *c, uint64_t now);
 
@@ -172,7 +173,10 @@ int consumer_up(const struct consumer *c);
 uint32_t consumer_gen(const struct consumer *c);
 /* Frames are waiting in rabbitmq-c's buffer: the loop must not sleep. */
 int consumer_busy(const struct consumer *c);
-/* When consumer_turn() next has something to do (ms), UINT64_MAX if nothing. */
-uint64_t consumer_next_wakeup(const struct consumer *c);
+/*
+ * How long from now (clock_mono_ms()) until consumer_turn() next has
+ * something to do, in ms: 0 at once, UINT64_MAX if nothing.
+ */
+uint64_t consumer_wait_ms(const struct consumer *c, uint64_t now);
 
 #endif

@@ -74,6 +74,7 @@ void publisher_free(struct publisher *p);
 /*
  * Once per loop turn: connect when the backoff allows, reopen route
  * channels whose retry time has come, read buffered confirms.
+ * now: clock_mono_ms() (its backoffs and timeouts are durations).
  */
 void publisher_turn(struct publisher *p, uint64_t now);
 
@@ -117,7 +118,11 @@ void publisher_close(struct publisher *p);
 int publisher_up(const struct publisher *p);
 int publisher_blocked(const struct publisher *p);
 int publisher_busy(const struct publisher *p);
-uint64_t publisher_next_wakeup(const struct publisher *p);
+/*
+ * How long from now (clock_mono_ms()) until publisher_turn() next has
+ * something to do, in ms: 0 at once, UINT64_MAX if nothing.
+ */
+uint64_t publisher_wait_ms(const struct publisher *p, uint64_t now);
 
 /* Fill the publisher's part of a route's figures. */
 void publisher_route_stats(const struct publisher *p, int route, struct db_route_stats *s);

@@ -1,27 +1,23 @@
 /*
  * backoff.c -- exponential backoff with jitter and a rate-limited log.
+ *
+ * The jitter comes from clock_rand64(), not from a generator of its own:
+ * the kernel's randomness in the daemon, the simulator's seeded one under
+ * DB_SIM, so every random draw in the process has one source to replay.
+ * Two bridges (or a consumer and a publisher) that failed at the same
+ * moment therefore draw independent delays and do not retry in step.
  */
 #include "backoff.h"
 
-static uint64_t next_rand(struct backoff *b)
-{
-    uint64_t x = b->rng;
+#include "clock.h"
 
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return b->rng = x;
-}
-
-void backoff_init(struct backoff *b, uint32_t min_ms, uint32_t max_ms, uint64_t log_interval_ms,
-                  uint64_t seed)
+void backoff_init(struct backoff *b, uint32_t min_ms, uint32_t max_ms, uint64_t log_interval_ms)
 {
     b->min_ms = min_ms ? min_ms : 1;
     b->max_ms = max_ms < b->min_ms ? b->min_ms : max_ms;
     b->cur_ms = 0;
     b->retry_at = 0;
     b->log_interval_ms = log_interval_ms ? log_interval_ms : 30000;
-    b->rng = seed ? seed : 0x9e3779b97f4a7c15ull;
     b->failures = 0;
     b->rl.last_ms = 0;
     b->rl.suppressed = 0;
@@ -38,7 +34,7 @@ struct backoff_step backoff_fail(struct backoff *b, uint64_t now)
     b->cur_ms = (uint32_t)d;
     span = b->cur_ms / 5; /* +-20% */
     if (span)
-        d = b->cur_ms - span + next_rand(b) % (2ull * span + 1);
+        d = b->cur_ms - span + clock_rand64() % (2ull * span + 1);
     b->retry_at = now + d;
     b->failures++;
     st.retry_at = b->retry_at;

@@ -4,6 +4,14 @@
  * Everything here blocks, bounded by the timeout given at open: it runs
  * when a connection is (re)established, never per message.
  *
+ * amqp_conn_open_next() is the daemon's one way to a broker: the consumer,
+ * the publisher and the replicated log's thread each keep a counter, and
+ * each attempt takes the next of broker.uris, so a side whose broker went
+ * away tries the next one on its next attempt, without the three agreeing
+ * on anything. The connection's name ("delay-bridge consumer", ...
+ * "publisher", "wal-replica", then the instance) is how an operator, and
+ * the tests, tell them apart in the broker's list of connections.
+ *
  * TLS (amqps://) goes through rabbitmq-c's OpenSSL socket, which completes
  * the handshake, then checks the chain (SSL_get_verify_result) and, when
  * asked, the host name, and closes the socket on any failure: there is no
@@ -224,6 +232,63 @@ static void tls_error(const struct amqp_conn *c, const char *host, const char *c
     }
 }
 
+/*
+ * Log in on c's open socket as u says, with the connection's name and the
+ * capabilities the daemon relies on. 0, or -1 with the reason in err.
+ */
+static int login(struct amqp_conn *c, const struct uri *u, const char *name,
+                 uint16_t heartbeat_s, char *err, size_t errlen)
+{
+    amqp_table_entry_t props[2], caps[2];
+    amqp_table_t ptable;
+    amqp_rpc_reply_t r;
+    char text[512];
+
+    props[0].key = amqp_cstring_bytes("connection_name");
+    props[0].value.kind = AMQP_FIELD_KIND_UTF8;
+    props[0].value.value.bytes = amqp_cstring_bytes(name);
+    /*
+     * RabbitMQ tells a client about a resource alarm (connection.blocked)
+     * only if the client says it understands it; rabbitmq-c merges this with
+     * its own capabilities. Without it the publisher would write into a
+     * connection the broker no longer reads, and block.
+     */
+    caps[0].key = amqp_cstring_bytes("connection.blocked");
+    caps[0].value.kind = AMQP_FIELD_KIND_BOOLEAN;
+    caps[0].value.value.boolean = 1;
+    /*
+     * basic.cancel for a consumer the broker ends (queue deleted; from 4.3
+     * also a delivery acknowledgement timeout on a quorum queue, which
+     * otherwise closes the whole channel). Every consumer here handles it.
+     */
+    caps[1].key = amqp_cstring_bytes("consumer_cancel_notify");
+    caps[1].value.kind = AMQP_FIELD_KIND_BOOLEAN;
+    caps[1].value.value.boolean = 1;
+    props[1].key = amqp_cstring_bytes("capabilities");
+    props[1].value.kind = AMQP_FIELD_KIND_TABLE;
+    props[1].value.value.table.num_entries = 2;
+    props[1].value.value.table.entries = caps;
+    ptable.num_entries = 2;
+    ptable.entries = props;
+    r = amqp_login_with_properties(c->st, u->vhost, 0, 131072, heartbeat_s, &ptable,
+                                   AMQP_SASL_METHOD_PLAIN, u->user, u->password);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        /* TLS 1.3: a broker that wants a client certificate says so after the handshake */
+        int tls_hint = u->tls && r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
+                       (r.library_error == AMQP_STATUS_SSL_ERROR ||
+                        r.library_error == AMQP_STATUS_CONNECTION_CLOSED ||
+                        r.library_error == AMQP_STATUS_SOCKET_ERROR);
+        snprintf(err, errlen, "login to %s failed: %s%s", c->uri_masked,
+                 amqp_conn_reply_text(r, text, sizeof(text)),
+                 tls_hint ? " (TLS: the broker may require a client certificate or have "
+                            "refused it: broker.tls.cert_file and key_file, --cert-file and "
+                            "--key-file)"
+                          : "");
+        return -1;
+    }
+    return 0;
+}
+
 int amqp_conn_open(struct amqp_conn *c, const char *uri, const char *name,
                    const struct amqp_conn_tls *tls, uint16_t heartbeat_s, uint32_t timeout_ms,
                    char *err, size_t errlen)
@@ -231,9 +296,6 @@ int amqp_conn_open(struct amqp_conn *c, const char *uri, const char *name,
     struct uri u;
     struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
     amqp_socket_t *sock;
-    amqp_table_entry_t props[2], caps[2];
-    amqp_table_t ptable;
-    amqp_rpc_reply_t r;
     char text[512];
     int status;
 
@@ -271,49 +333,8 @@ int amqp_conn_open(struct amqp_conn *c, const char *uri, const char *name,
     }
     amqp_set_handshake_timeout(c->st, &tv);
     amqp_set_rpc_timeout(c->st, &tv);
-
-    props[0].key = amqp_cstring_bytes("connection_name");
-    props[0].value.kind = AMQP_FIELD_KIND_UTF8;
-    props[0].value.value.bytes = amqp_cstring_bytes(name);
-    /*
-     * RabbitMQ tells a client about a resource alarm (connection.blocked)
-     * only if the client says it understands it; rabbitmq-c merges this with
-     * its own capabilities. Without it the publisher would write into a
-     * connection the broker no longer reads, and block.
-     */
-    caps[0].key = amqp_cstring_bytes("connection.blocked");
-    caps[0].value.kind = AMQP_FIELD_KIND_BOOLEAN;
-    caps[0].value.value.boolean = 1;
-    /*
-     * basic.cancel for a consumer the broker ends (queue deleted; from 4.3
-     * also a delivery acknowledgement timeout on a quorum queue, which
-     * otherwise closes the whole channel). Every consumer here handles it.
-     */
-    caps[1].key = amqp_cstring_bytes("consumer_cancel_notify");
-    caps[1].value.kind = AMQP_FIELD_KIND_BOOLEAN;
-    caps[1].value.value.boolean = 1;
-    props[1].key = amqp_cstring_bytes("capabilities");
-    props[1].value.kind = AMQP_FIELD_KIND_TABLE;
-    props[1].value.value.table.num_entries = 2;
-    props[1].value.value.table.entries = caps;
-    ptable.num_entries = 2;
-    ptable.entries = props;
-    r = amqp_login_with_properties(c->st, u.vhost, 0, 131072, heartbeat_s, &ptable,
-                                   AMQP_SASL_METHOD_PLAIN, u.user, u.password);
-    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-        /* TLS 1.3: a broker that wants a client certificate says so after the handshake */
-        int tls_hint = u.tls && r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
-                       (r.library_error == AMQP_STATUS_SSL_ERROR ||
-                        r.library_error == AMQP_STATUS_CONNECTION_CLOSED ||
-                        r.library_error == AMQP_STATUS_SOCKET_ERROR);
-        snprintf(err, errlen, "login to %s failed: %s%s", c->uri_masked,
-                 amqp_conn_reply_text(r, text, sizeof(text)),
-                 tls_hint ? " (TLS: the broker may require a client certificate or have "
-                            "refused it: broker.tls.cert_file and key_file, --cert-file and "
-                            "--key-file)"
-                          : "");
+    if (login(c, &u, name, heartbeat_s, err, errlen) < 0)
         goto fail;
-    }
     c->fd = amqp_get_sockfd(c->st);
     c->tls = u.tls;
     memset(&u, 0, sizeof(u)); /* the password */
@@ -324,6 +345,21 @@ fail:
     c->st = NULL;
     memset(&u, 0, sizeof(u));
     return -1;
+}
+
+int amqp_conn_open_next(struct amqp_conn *c, const struct config *cfg, const char *role,
+                        unsigned *next, char *err, size_t errlen)
+{
+    const char *uri = cfg->uris[*next % (unsigned)cfg->nuris];
+    struct amqp_conn_tls tls = {cfg->tls.ca_file, cfg->tls.cert_file, cfg->tls.key_file,
+                                cfg->tls.verify_hostname};
+    char name[sizeof("delay-bridge ") + 32 + sizeof(cfg->instance)];
+
+    (*next)++;
+    snprintf(name, sizeof(name), "delay-bridge %s%s%s", role, cfg->instance[0] ? " " : "",
+             cfg->instance);
+    return amqp_conn_open(c, uri, name, &tls, cfg->heartbeat_s, cfg->connect_timeout_ms, err,
+                          errlen);
 }
 
 void amqp_conn_close(struct amqp_conn *c, int graceful)

@@ -6,7 +6,11 @@
  * loop, reading frames with amqp_simple_wait_frame_noblock() when the
  * socket is readable. This module hides the synchronous part: resolving a
  * URI, TCP or TLS, login with a connection name, and turning library and
- * server errors into one line of text.
+ * server errors into one line of text. Every side of the daemon that talks
+ * to the broker (consumer, publisher, the replicated log) opens its
+ * connection with amqp_conn_open_next(): the same failover over
+ * broker.uris, the same naming, TLS settings, heartbeat and timeout; each
+ * side keeps only its channels and what it declares on them.
  *
  * For a caller that writes the socket itself (the publisher, on plain TCP),
  * it encodes whole AMQP frames into the caller's memory with rabbitmq-c's
@@ -57,6 +61,21 @@ struct amqp_conn_tls {
 int amqp_conn_open(struct amqp_conn *c, const char *uri, const char *name,
                    const struct amqp_conn_tls *tls, uint16_t heartbeat_s, uint32_t timeout_ms,
                    char *err, size_t errlen);
+
+struct config;
+
+/*
+ * One side of the daemon opens its connection: to the URI after the one
+ * *next last tried (broker.uris in turn; *next is advanced whatever the
+ * outcome, so a broker that fails hands over to the next URI at the next
+ * attempt), named "delay-bridge <role>", then " <instance>" when
+ * broker.instance is set (what `rabbitmqctl list_connections` shows), with
+ * cfg's TLS settings, heartbeat and connect_timeout_ms. c->uri_masked
+ * names the URI tried, on success and failure alike. 0, or -1 with the
+ * reason in err (amqp_conn_open).
+ */
+int amqp_conn_open_next(struct amqp_conn *c, const struct config *cfg, const char *role,
+                        unsigned *next, char *err, size_t errlen);
 
 /* Close politely (graceful != 0: connection.close handshake) and free. */
 void amqp_conn_close(struct amqp_conn *c, int graceful);

@@ -7,7 +7,9 @@
  * with a zero timeout, at most FRAMES_PER_TURN per wakeup so that one busy
  * connection cannot starve the loop. Connection set-up (login, declares,
  * basic.consume) is synchronous, bounded by broker.connect_timeout_ms; it
- * runs only when (re)connecting.
+ * runs only when (re)connecting: the login is amqp_conn_open_next()'s
+ * (amqp_conn.c), what each route declares and consumes is
+ * consumer_declare.c's.
  *
  * A delivery arrives as a basic.deliver method frame, a header frame with
  * the properties and body size, and zero or more body frames. The method's
@@ -49,6 +51,11 @@
  * An ack waits for the events sent up to the moment it was asked for (two
  * slots: one ack waiting on a fixed event, the next merging the later
  * ones), so a steady stream of events cannot hold acks back for good.
+ *
+ * Every duration here (the reconnect backoff, the events' confirm clock,
+ * the heartbeat poll) is in monotonic ms, clock_mono_ms(), as is the now
+ * consumer_turn() is given; the one wall-clock time is a delivery's now_ms,
+ * the base of its due time.
  */
 #include "delay-bridge/consumer.h"
 
@@ -59,23 +66,19 @@
 
 #include <amqp.h>
 
-#include "amqp_msg.h"
+#include "base/backoff.h"
 #include "base/clock.h"
+#include "base/failpoint.h"
 #include "base/log.h"
 #include "base/xalloc.h"
 #include "amqp_conn.h"
-#include "base/backoff.h"
-#include "base/failpoint.h"
+#include "amqp_msg.h"
+#include "consumer_int.h"
 
-#define CONSUMER_CHANNEL 1
-#define EVENTS_CHANNEL 2      /* key events, confirm mode */
-#define DECLARE_CHANNEL 3     /* ingress declares an old queue may refuse (amqp_conn.h) */
 #define EVENT_CONFIRM_MS 5000 /* an event unconfirmed this long drops the connection */
 #define EVENT_WINDOW 4096     /* events in flight at most (then acks wait, and so do deliveries) */
 #define FRAMES_PER_TURN 4096 /* frames read per wakeup before yielding */
 #define HEARTBEAT_POLL_MS 500
-#define TAG_PREFIX "delay-bridge:"
-#define KEYS_TAG_PREFIX "delay-bridge-keys:"
 
 #define H_KEY "x-delay-key"
 #define H_CANCEL "x-delay-cancel"
@@ -108,14 +111,15 @@ struct consumer {
     int events_on;           /* the channel is open in confirm mode */
     uint64_t ev_sent, ev_confirmed;
     uint64_t ev_lost;        /* failpoint keys.event_unconfirmed: never confirmed; else 0 */
-    uint64_t ev_progress_ms; /* last time ev_confirmed moved, or the first event went out */
+    uint64_t ev_progress_ms; /* last time ev_confirmed moved, or the first event went out
+                                (monotonic ms) */
     uint8_t ev_done[EVENT_WINDOW]; /* confirmed out of order, above ev_confirmed */
     struct {
         uint64_t tag, need;  /* ack tag once ev_confirmed >= need; tag 0 = empty */
     } held[2];
-    int uri_next;
+    unsigned uri_next; /* amqp_conn_open_next()'s place in broker.uris */
     struct backoff bo;
-    uint64_t last_poll_ms;
+    uint64_t last_poll_ms; /* monotonic */
     struct assembly as;
     amqp_basic_properties_t no_props;
     uint8_t *props_buf; /* the current delivery's properties, AMQP-encoded */
@@ -148,147 +152,11 @@ static void conn_down(struct consumer *c, const char *why)
     c->as.active = 0;
     c->acked_tag = 0;
     events_reset(c);
-    backoff_fail(&c->bo, clock_now_ms()); /* reconnect after a pause; "lost" was logged */
+    backoff_fail(&c->bo, clock_mono_ms()); /* reconnect after a pause; "lost" was logged */
     if (c->up) {
         c->up = 0;
         c->ops.state(c->ops.arg, 0);
     }
-}
-
-/* The consumer tag of the route's ingress consumer: "delay-bridge:<route>". */
-static amqp_bytes_t ingress_tag(const struct config_route *rc, char *buf, size_t n)
-{
-    snprintf(buf, n, TAG_PREFIX "%s", rc->name);
-    return amqp_cstring_bytes(buf);
-}
-
-/* One entry added to a table of arguments (its entries array has room). */
-static void arg_str(amqp_table_t *t, const char *k, const char *v)
-{
-    amqp_table_entry_t *e = &t->entries[t->num_entries++];
-    e->key = amqp_cstring_bytes(k);
-    e->value.kind = AMQP_FIELD_KIND_UTF8;
-    e->value.value.bytes = amqp_cstring_bytes(v);
-}
-
-static void arg_i64(amqp_table_t *t, const char *k, int64_t v)
-{
-    amqp_table_entry_t *e = &t->entries[t->num_entries++];
-    e->key = amqp_cstring_bytes(k);
-    e->value.kind = AMQP_FIELD_KIND_I64;
-    e->value.value.i64 = v;
-}
-
-/* basic.consume of the route's ingress queue; a stream from the route's place. */
-static int consume_ingress(struct consumer *c, const struct config_route *rc, char *err,
-                           size_t len)
-{
-    char tag[300];
-    amqp_table_entry_t arg;
-    amqp_table_t args = {0, &arg};
-    int route = (int)(rc - c->cfg->routes);
-
-    if (rc->queue_type == QUEUE_STREAM) {
-        int64_t next = c->stream_next[route];
-        if (next < 0) {
-            arg_str(&args, "x-stream-offset", "first");
-            log_info("consume", "reading the stream ingress from its first message",
-                     "route=%s queue=\"%s\"", rc->name, rc->ingress_queue);
-        } else {
-            arg_i64(&args, "x-stream-offset", next);
-            log_info("consume", "reading the stream ingress", "route=%s queue=\"%s\" from=%" PRId64,
-                     rc->name, rc->ingress_queue, next);
-        }
-    }
-    amqp_basic_consume(c->conn.st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_queue),
-                       ingress_tag(rc, tag, sizeof(tag)), 0, 0, 0, args);
-    return amqp_conn_check(&c->conn, "basic.consume", err, len);
-}
-
-static int declare_route(struct consumer *c, const struct config_route *rc, char *err, size_t len)
-{
-    amqp_connection_state_t st = c->conn.st;
-    amqp_table_entry_t qarg[4];
-    amqp_table_t qargs = {0, qarg};
-    char tag[300];
-
-    amqp_exchange_declare(st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_exchange),
-                          amqp_cstring_bytes("fanout"), 0, 1, 0, 0, amqp_empty_table);
-    if (amqp_conn_check(&c->conn, "declare ingress exchange", err, len) < 0)
-        return -1;
-    if (rc->queue_type == QUEUE_QUORUM)
-        arg_str(&qargs, "x-queue-type", "quorum");
-    if (rc->queue_type == QUEUE_STREAM) {
-        arg_str(&qargs, "x-queue-type", "stream");
-        arg_str(&qargs, "x-max-age", rc->stream_max_age);
-        if (rc->stream_max_bytes)
-            arg_i64(&qargs, "x-max-length-bytes", (int64_t)rc->stream_max_bytes);
-    }
-    if (rc->single_active_consumer) {
-        /* One bridge at a time gets the route's messages; the others wait their turn. */
-        qarg[qargs.num_entries].key = amqp_cstring_bytes("x-single-active-consumer");
-        qarg[qargs.num_entries].value.kind = AMQP_FIELD_KIND_BOOLEAN;
-        qarg[qargs.num_entries++].value.value.boolean = 1;
-    }
-    /* Arguments an old queue may refuse (406), dropped last first: README "Supported brokers" */
-    int v = rc->queue_type == QUEUE_QUORUM ? amqp_conn_server_version(&c->conn) : 0;
-    int extra = (v >= 400) + (v >= 403) + (rc->queue_type == QUEUE_CLASSIC);
-    if (rc->queue_type == QUEUE_CLASSIC)
-        arg_str(&qargs, "x-queue-type", "classic");
-    if (v >= 400)
-        arg_i64(&qargs, "x-delivery-limit", -1);
-    if (v >= 403)
-        arg_i64(&qargs, "x-consumer-disconnected-timeout", 1000);
-    if (amqp_conn_declare_queue(&c->conn, DECLARE_CHANNEL, amqp_cstring_bytes(rc->ingress_queue),
-                                &qargs, extra, err, len) < 0)
-        return -1;
-    amqp_queue_bind(st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_queue),
-                    amqp_cstring_bytes(rc->ingress_exchange), amqp_empty_bytes, amqp_empty_table);
-    if (amqp_conn_check(&c->conn, "bind ingress queue", err, len) < 0)
-        return -1;
-    if (rc->declare_target && rc->target_exchange[0]) {
-        amqp_exchange_declare(st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->target_exchange),
-                              amqp_cstring_bytes(rc->target_type), 0, 1, 0, 0, amqp_empty_table);
-        if (amqp_conn_check(&c->conn, "declare target exchange", err, len) < 0)
-            return -1;
-    }
-    amqp_basic_qos(st, CONSUMER_CHANNEL, 0, rc->prefetch, 0);
-    if (amqp_conn_check(&c->conn, "basic.qos", err, len) < 0)
-        return -1;
-    if (!c->ingress_held && consume_ingress(c, rc, err, len) < 0)
-        return -1;
-    if (rc->share_keys) {
-        /* Key events of the other bridges on this route (bridge.c, "Keys across bridges"). */
-        char ex[CONFIG_NAME_MAX + 8], q[2 * CONFIG_NAME_MAX + 8];
-        consumer_key_names(rc, config_key_holder(c->cfg), ex, sizeof(ex), q, sizeof(q));
-        amqp_exchange_declare(st, CONSUMER_CHANNEL, amqp_cstring_bytes(ex),
-                              amqp_cstring_bytes("fanout"), 0, 1, 0, 0, amqp_empty_table);
-        if (amqp_conn_check(&c->conn, "declare the key-event exchange", err, len) < 0)
-            return -1;
-        qargs.num_entries = 0;
-        if (rc->queue_type == QUEUE_QUORUM)
-            arg_str(&qargs, "x-queue-type", "quorum");
-        amqp_queue_declare(st, CONSUMER_CHANNEL, amqp_cstring_bytes(q), 0, 1, 0, 0, qargs);
-        if (amqp_conn_check(&c->conn, "declare the key-event queue", err, len) < 0)
-            return -1;
-        amqp_queue_bind(st, CONSUMER_CHANNEL, amqp_cstring_bytes(q), amqp_cstring_bytes(ex),
-                        amqp_empty_bytes, amqp_empty_table);
-        if (amqp_conn_check(&c->conn, "bind the key-event queue", err, len) < 0)
-            return -1;
-        snprintf(tag, sizeof(tag), KEYS_TAG_PREFIX "%s", rc->name);
-        amqp_basic_consume(st, CONSUMER_CHANNEL, amqp_cstring_bytes(q), amqp_cstring_bytes(tag),
-                           0, 0, 0, amqp_empty_table);
-        if (amqp_conn_check(&c->conn, "consume the key-event queue", err, len) < 0)
-            return -1;
-    }
-    return 0;
-}
-
-void consumer_key_names(const struct config_route *rc, const char *holder, char *ex,
-                        size_t exlen, char *q, size_t qlen)
-{
-    snprintf(ex, exlen, "%s.keys", rc->ingress_exchange);
-    snprintf(q, qlen, "%s.keys.%s", rc->ingress_queue, holder);
 }
 
 /* basic.ack of every delivery up to tag. */
@@ -351,7 +219,7 @@ int consumer_publish_key_event(struct consumer *c, int route, const char *kind, 
     p.delivery_mode = 2;
     p.headers = headers;
     if (++c->ev_sent == c->ev_confirmed + 1)
-        c->ev_progress_ms = clock_now_ms(); /* the confirm clock starts */
+        c->ev_progress_ms = clock_mono_ms(); /* the confirm clock starts */
     if (FAILPOINT_ERR("keys.event_unconfirmed")) {
         /* Lost as the broker lost one: it takes its sequence number (sent
          * where nothing is bound), and its confirm is never counted. */
@@ -379,7 +247,7 @@ static void events_confirmed(struct consumer *c, uint64_t tag, int multiple)
         c->ev_done[(c->ev_confirmed + 1) % EVENT_WINDOW] = 0;
         c->ev_confirmed++;
     }
-    c->ev_progress_ms = clock_now_ms();
+    c->ev_progress_ms = clock_mono_ms();
     acks_release(c);
 }
 
@@ -390,16 +258,7 @@ static void open_connection(struct consumer *c)
     char err[1024];
     int i;
 
-    const char *uri = cfg->uris[c->uri_next % cfg->nuris];
-    char name[128];
-
-    c->uri_next++;
-    snprintf(name, sizeof(name), "delay-bridge consumer%s%s", cfg->instance[0] ? " " : "",
-             cfg->instance);
-    struct amqp_conn_tls tls = {cfg->tls.ca_file, cfg->tls.cert_file, cfg->tls.key_file,
-                                cfg->tls.verify_hostname};
-    if (amqp_conn_open(&c->conn, uri, name, &tls, cfg->heartbeat_s,
-                       cfg->connect_timeout_ms, err, sizeof(err)) < 0)
+    if (amqp_conn_open_next(&c->conn, cfg, "consumer", &c->uri_next, err, sizeof(err)) < 0)
         goto fail;
     amqp_channel_open(c->conn.st, CONSUMER_CHANNEL);
     if (amqp_conn_check(&c->conn, "channel.open", err, sizeof(err)) < 0)
@@ -418,7 +277,8 @@ static void open_connection(struct consumer *c)
     }
     for (i = 0; i < cfg->nroutes; i++) {
         char e2[600];
-        if (declare_route(c, &cfg->routes[i], e2, sizeof(e2)) < 0) {
+        if (cons_declare_route(&c->conn, &cfg->routes[i], config_key_holder(cfg),
+                               c->ingress_held, c->stream_next[i], e2, sizeof(e2)) < 0) {
             snprintf(err, sizeof(err), "route %s: %s", cfg->routes[i].name, e2);
             goto fail_close;
         }
@@ -437,7 +297,7 @@ static void open_connection(struct consumer *c)
 fail_close:
     amqp_conn_close(&c->conn, 0);
 fail:
-    st = backoff_fail(&c->bo, clock_now_ms());
+    st = backoff_fail(&c->bo, clock_mono_ms());
     if (st.log_events)
         log_warn("consume", "cannot start consuming",
                  "error=\"%s\" retry_in_ms=%" PRIu64 " attempts=%" PRIu64, err, st.retry_in_ms,
@@ -530,7 +390,7 @@ static void read_headers(struct consumer *c, struct delivery *d,
     /* x-delay-until, x-opt-delivery-time or x-delay (amqp_msg_due): the delay from now */
     const struct config_route *rc = &c->cfg->routes[d->route];
     d->unstamped = 0;
-    d->now_ms = clock_now_ms();
+    d->now_ms = clock_now_ms(); /* wall clock on purpose: the base of a due time */
     if (rc->delay_from == DELAY_FROM_BROKER)
         d->xdelay = amqp_msg_due_stamped(h, d->now_ms, rc->max_delay_ms, &d->delay_ms,
                                          &d->unstamped);
@@ -692,8 +552,7 @@ struct consumer *consumer_new(struct ev_loop *loop, const struct config *cfg,
     c->stream_upto = xmalloc((size_t)cfg->nroutes * sizeof(*c->stream_upto));
     for (int i = 0; i < cfg->nroutes; i++)
         c->stream_next[i] = c->stream_upto[i] = -1;
-    backoff_init(&c->bo, cfg->reconnect_min_ms, cfg->reconnect_max_ms, 30000,
-                 clock_mono_ns() | 1);
+    backoff_init(&c->bo, cfg->reconnect_min_ms, cfg->reconnect_max_ms, 30000);
     return c;
 }
 
@@ -823,7 +682,7 @@ void consumer_hold_ingress(struct consumer *c)
         return;
     for (int i = 0; i < c->cfg->nroutes; i++) {
         amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL,
-                          ingress_tag(&c->cfg->routes[i], tag, sizeof(tag)));
+                          cons_ingress_tag(&c->cfg->routes[i], tag, sizeof(tag)));
         if (amqp_conn_check(&c->conn, "basic.cancel", err, sizeof(err)) < 0) {
             conn_down(c, err);
             return;
@@ -842,7 +701,8 @@ void consumer_release_ingress(struct consumer *c)
     if (!c->up || c->stopped || c->paused)
         return;
     for (int i = 0; i < c->cfg->nroutes; i++)
-        if (consume_ingress(c, &c->cfg->routes[i], err, sizeof(err)) < 0) {
+        if (cons_consume_ingress(&c->conn, &c->cfg->routes[i], c->stream_next[i], err,
+                                 sizeof(err)) < 0) {
             conn_down(c, err);
             return;
         }
@@ -886,11 +746,12 @@ int consumer_busy(const struct consumer *c)
     return c->up && amqp_conn_buffered(&c->conn);
 }
 
-uint64_t consumer_next_wakeup(const struct consumer *c)
+uint64_t consumer_wait_ms(const struct consumer *c, uint64_t now)
 {
+    uint64_t at;
+
     if (c->stopped || c->paused)
         return UINT64_MAX;
-    if (!c->conn.st)
-        return c->bo.retry_at;
-    return c->last_poll_ms + HEARTBEAT_POLL_MS;
+    at = c->conn.st ? c->last_poll_ms + HEARTBEAT_POLL_MS : c->bo.retry_at;
+    return at > now ? at - now : 0;
 }

@@ -27,6 +27,10 @@
  * and written once per burst without blocking; after login rabbitmq-c
  * writes on the socket only for the polite close, and on TLS. The why is
  * at the top of that file.
+ *
+ * Time: every deadline, heartbeat and backoff here is in monotonic ms
+ * (clock_mono_ms()), the clock publisher_turn() is given too, so a step of
+ * the wall clock neither drops a connection nor stalls a reconnect.
  */
 #include "publisher_int.h"
 
@@ -48,11 +52,6 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents);
 static void on_wio(struct ev_loop *loop, ev_io *w, int revents);
 
 static const uint8_t heartbeat_frame[8] = {AMQP_FRAME_HEARTBEAT, 0, 0, 0, 0, 0, 0, AMQP_FRAME_END};
-
-uint64_t pub_mono_ms(void)
-{
-    return clock_mono_ns() / 1000000;
-}
 
 /* ---- the in-flight window ---------------------------------------------------- */
 
@@ -88,7 +87,8 @@ static void route_lost(struct publisher *p, struct route_pub *r)
 
 /* ---- connection and channels -------------------------------------------------- */
 
-void pub_conn_down(struct publisher *p, const char *why)
+/* The connection is lost (why: for the log); what is unconfirmed is due again. */
+static void conn_down(struct publisher *p, const char *why)
 {
     int i;
 
@@ -107,12 +107,18 @@ void pub_conn_down(struct publisher *p, const char *why)
         backoff_reset(&p->routes[i].bo);
         route_lost(p, &p->routes[i]);
     }
-    backoff_fail(&p->bo, clock_now_ms()); /* reconnect after a pause; "lost" was logged */
+    backoff_fail(&p->bo, clock_mono_ms()); /* reconnect after a pause; "lost" was logged */
+}
+
+/* A write or send in publisher_out.c failed: the connection is lost, for the reason it kept. */
+static void out_lost(struct publisher *p)
+{
+    conn_down(p, p->out.why);
 }
 
 static void channel_failed(struct publisher *p, struct route_pub *r, const char *why)
 {
-    struct backoff_step st = backoff_fail(&r->bo, clock_now_ms());
+    struct backoff_step st = backoff_fail(&r->bo, clock_mono_ms());
     size_t was = r->n;
 
     route_lost(p, r);
@@ -170,8 +176,9 @@ static void setup_send(struct publisher *p, struct route_pub *r, amqp_method_num
                        void *decoded, amqp_method_number_t await)
 {
     r->await = await;
-    r->setup_deadline = pub_mono_ms() + p->cfg->connect_timeout_ms;
-    pub_send_method(p, r->ch, id, decoded);
+    r->setup_deadline = clock_mono_ms() + p->cfg->connect_timeout_ms;
+    if (pub_send_method(p, r->ch, id, decoded) < 0)
+        out_lost(p);
 }
 
 /* The answer route r waited for came: send the next request, or the channel is open. */
@@ -222,7 +229,7 @@ static void channel_open(struct publisher *p, struct route_pub *r)
  */
 static void setup_timeouts(struct publisher *p)
 {
-    uint64_t now = pub_mono_ms();
+    uint64_t now = clock_mono_ms();
     /* why holds what (300) and a route name (up to 255) with the words around them */
     char what[300], why[300 + 256 + 64];
     int i;
@@ -236,7 +243,7 @@ static void setup_timeouts(struct publisher *p)
         } else if (now > r->setup_deadline) {
             snprintf(why, sizeof(why), "%s: no answer within connect_timeout_ms (route %s)",
                      setup_what(r, what, sizeof(what)), r->cfg->name);
-            pub_conn_down(p, why);
+            conn_down(p, why);
         }
     }
 }
@@ -247,17 +254,8 @@ static void open_connection(struct publisher *p)
     char err[600];
     int i;
 
-    const char *uri = cfg->uris[p->uri_next % cfg->nuris];
-    char name[128];
-
-    p->uri_next++;
-    snprintf(name, sizeof(name), "delay-bridge publisher%s%s", cfg->instance[0] ? " " : "",
-             cfg->instance);
-    struct amqp_conn_tls tls = {cfg->tls.ca_file, cfg->tls.cert_file, cfg->tls.key_file,
-                                cfg->tls.verify_hostname};
-    if (amqp_conn_open(&p->conn, uri, name, &tls, cfg->heartbeat_s,
-                       cfg->connect_timeout_ms, err, sizeof(err)) < 0) {
-        struct backoff_step st = backoff_fail(&p->bo, clock_now_ms());
+    if (amqp_conn_open_next(&p->conn, cfg, "publisher", &p->uri_next, err, sizeof(err)) < 0) {
+        struct backoff_step st = backoff_fail(&p->bo, clock_mono_ms());
         if (st.log_events)
             log_warn("publish", "cannot connect",
                      "error=\"%s\" retry_in_ms=%" PRIu64 " attempts=%" PRIu64, err,
@@ -272,12 +270,12 @@ static void open_connection(struct publisher *p)
             log_warn("publish", "cannot take over heartbeats, dropping the connection",
                      "broker=\"%s\" error=\"%s\"", p->conn.uri_masked, amqp_error_string2(hb));
             amqp_conn_close(&p->conn, 0);
-            backoff_fail(&p->bo, clock_now_ms());
+            backoff_fail(&p->bo, clock_mono_ms());
             return;
         }
         p->hb_ms = (uint64_t)hb * 1000;
     }
-    p->last_read_ms = p->last_write_ms = pub_mono_ms();
+    p->last_read_ms = p->last_write_ms = clock_mono_ms();
     p->up = 1;
     ev_io_init(&p->io, on_io, p->conn.fd, EV_READ);
     p->io.data = p;
@@ -355,7 +353,8 @@ static void answer_close(struct publisher *p, const amqp_frame_t *f, char *why, 
 {
     amqp_channel_close_ok_t ok; /* both close-ok methods have no arguments */
 
-    pub_send_method(p, f->channel, amqp_conn_describe_close(f, why, len), &ok);
+    if (pub_send_method(p, f->channel, amqp_conn_describe_close(f, why, len), &ok) < 0)
+        out_lost(p);
 }
 
 static void handle_frame(struct publisher *p, amqp_frame_t *f)
@@ -432,7 +431,7 @@ static void handle_frame(struct publisher *p, amqp_frame_t *f)
     }
     case AMQP_CONNECTION_CLOSE_METHOD:
         answer_close(p, f, why, sizeof(why));
-        pub_conn_down(p, why);
+        conn_down(p, why);
         break;
     case AMQP_CONNECTION_BLOCKED_METHOD:
         p->blocked = 1;
@@ -459,7 +458,7 @@ static void drain(struct publisher *p)
      * broker has been quiet for half the interval, look before it reads.
      */
     if (p->hb_ms) {
-        uint64_t now = pub_mono_ms();
+        uint64_t now = clock_mono_ms();
         if (now - p->last_read_ms >= p->hb_ms / 2 && pub_broker_spoke(p))
             p->last_read_ms = now;
     }
@@ -468,13 +467,13 @@ static void drain(struct publisher *p)
         if (r == AMQP_STATUS_TIMEOUT)
             break;
         if (r != AMQP_STATUS_OK) {
-            pub_conn_down(p, amqp_error_string2(r));
+            conn_down(p, amqp_error_string2(r));
             return;
         }
         handle_frame(p, &f);
     }
     if (i && p->hb_ms)
-        p->last_read_ms = pub_mono_ms();
+        p->last_read_ms = clock_mono_ms();
     if (p->up)
         amqp_maybe_release_buffers(p->conn.st);
 }
@@ -486,7 +485,8 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents)
 
 static void on_wio(struct ev_loop *loop, ev_io *w, int revents)
 {
-    pub_out_write(w->data);
+    if (pub_out_write(w->data) < 0)
+        out_lost(w->data);
 }
 
 /*
@@ -496,7 +496,7 @@ static void on_wio(struct ev_loop *loop, ev_io *w, int revents)
  */
 static void heartbeats(struct publisher *p)
 {
-    uint64_t now = pub_mono_ms();
+    uint64_t now = clock_mono_ms();
 
     if (!p->hb_ms || !p->up)
         return;
@@ -505,7 +505,7 @@ static void heartbeats(struct publisher *p)
             char why[128];
             snprintf(why, sizeof(why), "missed heartbeats: nothing from the broker for %" PRIu64
                      " ms (heartbeat_s %" PRIu64 ")", now - p->last_read_ms, p->hb_ms / 1000);
-            pub_conn_down(p, why);
+            conn_down(p, why);
             return;
         }
         p->last_read_ms = now;
@@ -513,7 +513,8 @@ static void heartbeats(struct publisher *p)
     if (!pub_out_pending(p) && now - p->last_write_ms >= p->hb_ms / 2) {
         memcpy(pub_out_reserve(p, sizeof(heartbeat_frame)), heartbeat_frame, sizeof(heartbeat_frame));
         p->out.len += sizeof(heartbeat_frame);
-        pub_out_write(p);
+        if (pub_out_write(p) < 0)
+            out_lost(p);
     }
 }
 
@@ -523,7 +524,6 @@ struct publisher *publisher_new(struct ev_loop *loop, const struct config *cfg,
                                 const struct publisher_ops *ops)
 {
     struct publisher *p = xcalloc(1, sizeof(*p));
-    uint64_t seed = clock_mono_ns() | 1;
     int i;
 
     p->loop = loop;
@@ -536,9 +536,9 @@ struct publisher *publisher_new(struct ev_loop *loop, const struct config *cfg,
         p->routes[i].cfg = &cfg->routes[i];
         p->routes[i].ch = (amqp_channel_t)(i + 2);
         backoff_init(&p->routes[i].bo, cfg->publish_retry_min_ms, cfg->publish_retry_max_ms,
-                     30000, seed + (uint64_t)i * 2);
+                     30000);
     }
-    backoff_init(&p->bo, cfg->reconnect_min_ms, cfg->reconnect_max_ms, 30000, seed ^ 0x5a5a);
+    backoff_init(&p->bo, cfg->reconnect_min_ms, cfg->reconnect_max_ms, 30000);
     init_amqp_pool(&p->pool, 65536);
     return p;
 }
@@ -573,8 +573,10 @@ void publisher_turn(struct publisher *p, uint64_t now)
     }
     heartbeats(p);
     setup_timeouts(p);
-    if (pub_out_kick(p) < 0)
+    if (pub_out_kick(p) < 0) {
+        out_lost(p);
         return;
+    }
     for (i = 0; i < p->nroutes && p->up; i++) {
         struct route_pub *r = &p->routes[i];
         if (!r->open && !r->opening && !p->blocked && backoff_ready(&r->bo, now))
@@ -643,7 +645,7 @@ int publisher_send(struct publisher *p, int route, uint32_t ref, const struct wa
     }
     win_push(r, r->next_tag++, a->msg_id, ref);
     if (res != AMQP_STATUS_OK) {
-        pub_conn_down(p, amqp_error_string2(res));
+        conn_down(p, amqp_error_string2(res));
         return -1;
     }
     r->published++;
@@ -652,7 +654,11 @@ int publisher_send(struct publisher *p, int route, uint32_t ref, const struct wa
 
 void publisher_flush(struct publisher *p)
 {
-    if (p->up && pub_out_kick(p) == 0 && p->up)
+    if (!p->up)
+        return;
+    if (pub_out_kick(p) < 0)
+        out_lost(p);
+    else
         drain(p);
 }
 
@@ -668,11 +674,12 @@ size_t publisher_inflight(const struct publisher *p)
 
 void publisher_close(struct publisher *p)
 {
-    int graceful;
+    int graceful = 0;
 
     if (!p->conn.st)
         return;
-    graceful = p->up && pub_sync_write_ok(p); /* may find the connection down */
+    if (p->up && (graceful = pub_sync_write_ok(p)) < 0)
+        out_lost(p); /* the connection is gone: nothing left to close */
     if (!p->conn.st)
         return;
     ev_io_stop(p->loop, &p->io);
@@ -697,20 +704,18 @@ int publisher_busy(const struct publisher *p)
     return p->up && amqp_conn_buffered(&p->conn);
 }
 
-uint64_t publisher_next_wakeup(const struct publisher *p)
+uint64_t publisher_wait_ms(const struct publisher *p, uint64_t now)
 {
-    uint64_t next = UINT64_MAX;
+    uint64_t next = p->last_poll_ms + HEARTBEAT_POLL_MS;
     int i;
 
     if (!p->conn.st)
-        return p->bo.retry_at;
+        next = p->bo.retry_at;
     /* Channels reopen once unblocked: reading connection.unblocked wakes us then. */
-    for (i = 0; i < p->nroutes && !p->blocked; i++)
+    for (i = 0; p->conn.st && i < p->nroutes && !p->blocked; i++)
         if (!p->routes[i].open && !p->routes[i].opening && p->routes[i].bo.retry_at < next)
             next = p->routes[i].bo.retry_at;
-    if (p->last_poll_ms + HEARTBEAT_POLL_MS < next)
-        next = p->last_poll_ms + HEARTBEAT_POLL_MS;
-    return next;
+    return next > now ? next - now : 0;
 }
 
 void publisher_route_stats(const struct publisher *p, int route, struct db_route_stats *s)

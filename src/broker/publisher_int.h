@@ -67,6 +67,7 @@ struct returning {
 struct outbuf {
     uint8_t *b;
     size_t off, len, cap;
+    char why[128]; /* the last failed write or send, for the "connection lost" line */
 };
 
 struct publisher {
@@ -81,22 +82,20 @@ struct publisher {
     uint64_t hb_ms;                    /* heartbeats we keep (plain TCP); 0: none */
     uint64_t last_read_ms, last_write_ms; /* monotonic */
     int up, blocked;
-    int uri_next;
+    unsigned uri_next; /* amqp_conn_open_next()'s place in broker.uris */
     struct backoff bo;
-    uint64_t last_poll_ms;
+    uint64_t last_poll_ms; /* monotonic, as every time here */
     struct route_pub *routes;
     int nroutes;
     struct returning ret;
     amqp_pool_t pool; /* per publish: decoded and rewritten properties */
 };
 
-/* publisher.c */
-/* The connection is lost (why: for the log); what is unconfirmed is due again. */
-void pub_conn_down(struct publisher *p, const char *why);
-/* The monotonic clock in ms. */
-uint64_t pub_mono_ms(void);
-
-/* publisher_out.c */
+/*
+ * publisher_out.c (called from publisher.c only; it calls nothing back: a
+ * failed write returns -1 with the reason in out.why, and publisher.c takes
+ * the connection down)
+ */
 /* The publisher writes the socket itself (not TLS). */
 int pub_own_writes(const struct publisher *p);
 /* Bytes encoded and not yet written. */
@@ -110,21 +109,22 @@ uint8_t *pub_out_reserve(struct publisher *p, size_t need);
 void pub_out_reset(struct publisher *p);
 /*
  * One send of everything unwritten. What the kernel leaves waits for the
- * EV_WRITE watcher. Returns 0, or -1 when the connection went down.
+ * EV_WRITE watcher. Returns 0, or -1 when the write failed (out.why).
  */
 int pub_out_write(struct publisher *p);
-/* Write what is unwritten, unless the EV_WRITE watcher is already waiting for room. */
+/* Write what is unwritten, unless the EV_WRITE watcher is already waiting for room (0 or -1). */
 int pub_out_kick(struct publisher *p);
 /*
  * Send one method (set-up requests, close-ok): behind our unwritten frames
- * on plain TCP, through rabbitmq-c on TLS. Returns 0, or -1 when the
- * connection went down.
+ * on plain TCP, through rabbitmq-c on TLS. Returns 0, or -1 when it failed
+ * (out.why).
  */
 int pub_send_method(struct publisher *p, amqp_channel_t ch, amqp_method_number_t id,
                     void *decoded);
 /*
  * May rabbitmq-c write on the socket now (the polite connection.close)?
  * Only when none of our bytes are unwritten and the kernel has room.
+ * 1 yes, 0 no, -1 a write failed (out.why).
  */
 int pub_sync_write_ok(struct publisher *p);
 /* Bytes from the broker wait on the socket (or it was closed: drain() will tell). */

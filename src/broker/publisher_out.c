@@ -15,7 +15,10 @@
  * are unwritten, so a broker that stops reading (a full socket, a resource
  * alarm it has not announced) stops the taking of due messages, never the
  * loop: consuming, acks, timers and the HTTP endpoint go on. A failed write
- * is a lost connection (conn_down), as it always was.
+ * is a lost connection, as it always was; but this file only writes: it
+ * returns -1 with the reason in out.why, and the caller in publisher.c
+ * takes the connection down (out_lost), so calls run one way, from
+ * the connection to its buffer.
  *
  * Delivery tags are still counted at send time: the broker numbers a
  * channel's publishes in the order it reads them, which is the buffer's.
@@ -52,7 +55,7 @@
  *                for TCP: the send queue is below its limit, so one small
  *                frame goes out at once -- and is abrupt otherwise; its wait
  *                for close-ok is bounded by connect_timeout_ms. Connecting
- *                and logging in (amqp_conn_open) block too, bounded by
+ *                and logging in (amqp_conn_open_next) block too, bounded by
  *                connect_timeout_ms, once per (re)connection.
  *
  * TLS (amqps://): the socket carries TLS records that only rabbitmq-c's
@@ -71,6 +74,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/xalloc.h"
 
@@ -119,7 +123,7 @@ void pub_out_reset(struct publisher *p)
 
 /*
  * One send of everything unwritten. What the kernel leaves waits for the
- * EV_WRITE watcher. Returns 0, or -1 when the connection went down.
+ * EV_WRITE watcher. Returns 0, or -1 with the reason in p->out.why.
  */
 int pub_out_write(struct publisher *p)
 {
@@ -131,15 +135,13 @@ int pub_out_write(struct publisher *p)
                      MSG_NOSIGNAL | MSG_DONTWAIT);
         while (n < 0 && errno == EINTR);
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-            char why[128];
-            snprintf(why, sizeof(why), "write to broker: %s", strerror(errno));
-            pub_conn_down(p, why);
+            snprintf(p->out.why, sizeof(p->out.why), "write to broker: %s", strerror(errno));
             return -1;
         }
     }
     if (n > 0) {
         p->out.off += (size_t)n;
-        p->last_write_ms = pub_mono_ms();
+        p->last_write_ms = clock_mono_ms();
     }
     if (pub_out_pending(p)) {
         ev_io_start(p->loop, &p->wio); /* the kernel is full: the rest when it has room */
@@ -160,8 +162,8 @@ int pub_out_kick(struct publisher *p)
 
 /*
  * Send one method (set-up requests, close-ok): behind our unwritten frames
- * on plain TCP, through rabbitmq-c on TLS. Returns 0, or -1 when the
- * connection went down.
+ * on plain TCP, through rabbitmq-c on TLS. Returns 0, or -1 with the
+ * reason in p->out.why.
  */
 int pub_send_method(struct publisher *p, amqp_channel_t ch, amqp_method_number_t id,
                        void *decoded)
@@ -180,14 +182,14 @@ int pub_send_method(struct publisher *p, amqp_channel_t ch, amqp_method_number_t
         if (n >= 0)
             return 0;
     }
-    pub_conn_down(p, amqp_error_string2((int)n));
+    snprintf(p->out.why, sizeof(p->out.why), "%s", amqp_error_string2((int)n));
     return -1;
 }
 
 /*
  * May rabbitmq-c write on the socket now (the polite connection.close)?
  * Only when none of our bytes are unwritten and the kernel has room (see
- * the top of the file).
+ * the top of the file). 1 yes, 0 no, -1 the last write failed (p->out.why).
  */
 int pub_sync_write_ok(struct publisher *p)
 {
@@ -195,7 +197,9 @@ int pub_sync_write_ok(struct publisher *p)
 
     if (!pub_own_writes(p))
         return p->conn.st != NULL;
-    if (pub_out_kick(p) < 0 || pub_out_pending(p))
+    if (pub_out_kick(p) < 0)
+        return -1;
+    if (pub_out_pending(p))
         return 0;
     return poll(&pf, 1, 0) == 1 && (pf.revents & POLLOUT);
 }

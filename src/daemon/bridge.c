@@ -357,7 +357,7 @@ static void drain_step(struct bridge *b, uint64_t now);
 static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 {
     struct bridge *b = w->data;
-    uint64_t now = clock_now_ms(), next;
+    uint64_t now = clock_now_ms(), mono = clock_mono_ms(), next;
     int r;
 
     b->turn_ms = now;
@@ -370,8 +370,8 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
         ev_timer_start(loop, &b->wake);
         return;
     }
-    consumer_turn(b->cons, now);
-    publisher_turn(b->pub, now);
+    consumer_turn(b->cons, mono);
+    publisher_turn(b->pub, mono);
     if (!b->ready_logged && consumer_up(b->cons) && publisher_up(b->pub)) {
         b->ready_logged = 1;
         log_info("bridge", "ready", "routes=%d", b->cfg->nroutes);
@@ -416,8 +416,8 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
     next = now + MAX_SLEEP_MS;
     if (!b->stopping)
         next = min_u64(next, eng_next_event(b->eng));
-    next = min_u64(next, consumer_next_wakeup(b->cons));
-    next = min_u64(next, publisher_next_wakeup(b->pub));
+    next = min_u64(next, now + min_u64(consumer_wait_ms(b->cons, mono), MAX_SLEEP_MS));
+    next = min_u64(next, now + min_u64(publisher_wait_ms(b->pub, mono), MAX_SLEEP_MS));
     if (consumer_busy(b->cons) || publisher_busy(b->pub) || b->purge.active ||
         (eng_dirty(b->eng) && !eng_committing(b->eng) && !b->disk_full))
         next = now;

@@ -30,6 +30,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/xalloc.h"
 
@@ -226,12 +227,12 @@ static int publish_token(struct wrepl *r, const char *body, size_t len, char *wh
  */
 static int publish_spare(struct wrepl *r, char *why, size_t n)
 {
-    uint64_t deadline = now_ms() + r->rc->confirm_timeout_ms;
+    uint64_t deadline = clock_mono_ms() + r->rc->confirm_timeout_ms;
     struct event ev;
 
     if (publish_token(r, TOKEN, sizeof(TOKEN) - 1, why, n) < 0)
         return -1;
-    while (now_ms() < deadline) {
+    while (clock_mono_ms() < deadline) {
         if (wrepl_next_event(r, 200, &ev, why, n) < 0)
             return -1;
         if (ev.ch == CH_RENEW && ev.kind == EV_ACK && ev.tag >= r->renew_tag)
@@ -376,20 +377,16 @@ static void token_hint(struct wrepl *r, const amqp_bytes_t *body)
 int wrepl_connect_lease(struct wrepl *r)
 {
     const struct config *cfg = r->cfg;
-    struct amqp_conn_tls tls = {cfg->tls.ca_file, cfg->tls.cert_file, cfg->tls.key_file,
-                                cfg->tls.verify_hostname};
     amqp_table_entry_t e[4];
     amqp_table_t args = {0, e};
     amqp_connection_state_t st;
     uint32_t tokens = 0;
-    char name[300], err[1024] = "";
+    unsigned next = 0; /* every attempt tries broker.uris from the first */
+    char err[1024] = "";
     int i;
 
-    snprintf(name, sizeof(name), "delay-bridge wal-replica%s%s", cfg->instance[0] ? " " : "",
-             cfg->instance);
     for (i = 0; i < cfg->nuris; i++)
-        if (amqp_conn_open(&r->conn, cfg->uris[i], name, &tls, cfg->heartbeat_s,
-                           cfg->connect_timeout_ms, err, sizeof(err)) == 0)
+        if (amqp_conn_open_next(&r->conn, cfg, "wal-replica", &next, err, sizeof(err)) == 0)
             break;
     if (i == cfg->nuris) {
         log_warn("wal-replica", "cannot reach the broker; retrying", "error=\"%s\" retry_ms=%d",
@@ -488,7 +485,7 @@ refused:
  */
 int wrepl_renew_wait_ms(const struct wrepl *r)
 {
-    uint64_t now = now_ms(), at;
+    uint64_t now = clock_mono_ms(), at;
 
     if (!r->have_lease)
         return 1000;
@@ -504,13 +501,13 @@ static int ack_token(struct wrepl *r, char *why, size_t n)
     }
     r->lease_tag = 0;
     r->renew = RENEW_DELIVER;
-    r->renew_deadline = now_ms() + r->rc->confirm_timeout_ms;
+    r->renew_deadline = clock_mono_ms() + r->rc->confirm_timeout_ms;
     return 0;
 }
 
 int wrepl_renew_step(struct wrepl *r, char *why, size_t n)
 {
-    uint64_t now = now_ms();
+    uint64_t now = clock_mono_ms();
 
     if (!r->have_lease)
         return 0;
@@ -548,14 +545,14 @@ int wrepl_renew_event(struct wrepl *r, const struct event *ev, char *why, size_t
             amqp_basic_ack(r->conn.st, CH_LEASE, r->lease_tag, 0);
         r->lease_tag = ev->tag;
         if (!r->have_lease)
-            r->renew_at = now_ms(); /* a fresh token at once: this one carries its deliveries */
+            r->renew_at = clock_mono_ms(); /* a fresh token at once: it carries its deliveries */
         r->have_lease = 1;
         if (r->renew == RENEW_DELIVER) {
             r->renew = RENEW_IDLE;
             pthread_mutex_lock(&r->mu);
             r->st.lease_renewals++; /* completed: a fresh token is held */
             pthread_mutex_unlock(&r->mu);
-            r->renew_at = now_ms() + r->rc->lease_renew_ms;
+            r->renew_at = clock_mono_ms() + r->rc->lease_renew_ms;
         }
         return 1;
     }
@@ -567,7 +564,7 @@ int wrepl_renew_event(struct wrepl *r, const struct event *ev, char *why, size_t
         log_warn("wal-replica", "the broker refused (nack) a fresh lease token; the held one "
                  "stays, trying again in 1 s", "lease_queue=%s", r->rc->lease_queue);
         r->renew = RENEW_IDLE;
-        r->renew_at = now_ms() + 1000;
+        r->renew_at = clock_mono_ms() + 1000;
         return 1;
     }
     return ack_token(r, why, n) < 0 ? -1 : 1;
