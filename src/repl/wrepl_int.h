@@ -1,10 +1,12 @@
 /*
- * wrepl_int.h -- what the four files of the replicated log share: its
+ * wrepl_int.h -- what the five files of the replicated log share: its
  * state (struct wrepl), the broker connection's events, and the helpers
  * each of them calls. Private to src/repl/wrepl*.c; the contract is wrepl.h.
  *
  *   wrepl.c         the wlog interface: commits, the tap that turns records
- *                   into stream messages, the publishing thread, horizons
+ *                   into stream messages, horizons
+ *   wrepl_thread.c  the replication thread: publishes each commit's
+ *                   messages, waits for their confirms
  *   wrepl_lease.c   the broker connection: frames, publishes, the lease
  *                   (take it, stand by, renew it so no broker timer ends it)
  *   wrepl_import.c  reading the stream back into the local log: the
@@ -12,8 +14,9 @@
  *   wrepl_resume.c  resuming on an intact local log: the REPLICA note, the
  *                   resume sink, where the stream stands (offsets)
  *
- * Calls go one way, never back up: wrepl.c -> wrepl_import.c ->
- * wrepl_resume.c -> wrepl_lease.c (a file may call any file below it).
+ * Calls go one way, never back up: wrepl.c -> wrepl_thread.c ->
+ * wrepl_import.c -> wrepl_resume.c -> wrepl_lease.c (a file may call any
+ * file below it, never one above).
  * What two of them need goes to the lower one.
  *
  * Threads: recover (connect, lease, import) runs on the recovery thread;
@@ -256,6 +259,14 @@ enum { RENEW_IDLE, RENEW_CONFIRM, RENEW_DELIVER };
 int wrepl_renew_step(struct wrepl *r, char *why, size_t n);
 int wrepl_renew_event(struct wrepl *r, const struct event *ev, char *why, size_t n);
 int wrepl_renew_wait_ms(const struct wrepl *r);
+
+/* ---- the replication thread (wrepl_thread.c) ------------------------------------ */
+
+/*
+ * The thread's body (pthread_create() in wr_recover, once recover holds
+ * the lease): publish each posted job, wait for its confirms; until quit.
+ */
+void *repl_main(void *arg);
 
 /* ---- the import (wrepl_import.c) ------------------------------------------------- */
 
