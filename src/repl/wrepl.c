@@ -39,15 +39,16 @@
  * shown as wal.replication.needed_bytes and warned about when it comes
  * within one stream segment of wal.replicate.max_mb.
  *
- * The lease (one writer per log) is wrepl_lease.c's; reading the stream
- * back is wrepl_import.c's; what they share is wrepl_int.h.
+ * The publishing thread is wrepl_thread.c's; the lease (one writer per
+ * log) is wrepl_lease.c's; reading the stream back is wrepl_import.c's,
+ * resuming on an intact local log wrepl_resume.c's; what they share is
+ * wrepl_int.h.
  */
 #define _GNU_SOURCE
 #include "wrepl_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,7 +58,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "base/failpoint.h"
 #include "base/log.h"
 #include "wal/replrec.h"
 
@@ -106,213 +106,6 @@ static void tap(void *arg, const struct walrec_hdr *h, const uint8_t *payload)
     r->cur_count++;
     r->tapped += need;
     r->tap_next = h->lsn + 1;
-}
-
-static void thread_fail(struct wrepl *r, const char *why)
-{
-    void (*fn)(void *);
-    void *arg;
-
-    pthread_mutex_lock(&r->mu);
-    if (!r->failed) {
-        r->failed = WLOG_EREPLICA;
-        log_error("wal-replica", "replication failed: the log stops (the lease goes with the "
-                  "connection)", "stream=%s error=\"%s\"", r->rc->stream, why);
-    }
-    r->job_err = WLOG_EREPLICA;
-    r->job_done = 1;
-    fn = r->notify;
-    arg = r->notify_arg;
-    pthread_cond_broadcast(&r->cv);
-    pthread_mutex_unlock(&r->mu);
-    set_state(r, WLOG_REPL_FAILED);
-    if (fn)
-        fn(arg);
-}
-
-/* Publish every message of a job (CH_PUB); their tags follow r->next_tag. 0 or -1 + why. */
-static int publish_job(struct wrepl *r, const struct buf *job, size_t *nmsg, uint64_t *bytes,
-                       char *why, size_t wn)
-{
-    *nmsg = 0;
-    *bytes = 0;
-    for (size_t off = 0; off < job->len;) {
-        uint32_t n = walrec_get32(job->p + off);
-        r->fp_lose = FAILPOINT_ERR("repl.lose_message");
-        if (wrepl_publish(r, job->p + off + 4, n, why, wn) < 0)
-            return -1;
-        off += 4 + (size_t)n;
-        (*nmsg)++;
-        *bytes += n;
-    }
-    return 0;
-}
-
-static void *repl_main(void *arg)
-{
-    struct wrepl *r = arg;
-    struct buf job = {0};
-    uint8_t *acked = NULL;
-    size_t nmsg = 0, nacked = 0;
-    int returned = 0, redeclared = 0, resend = 0;
-    uint64_t first_tag = 0, deadline = 0, t0 = 0, bytes = 0;
-    int inflight = 0, dead = 0;
-    char why[1024];
-
-    for (;;) {
-        int take = 0;
-
-        pthread_mutex_lock(&r->mu);
-        if (r->quit) {
-            pthread_mutex_unlock(&r->mu);
-            break;
-        }
-        if (!inflight && r->job_posted && !dead) {
-            struct buf t = job;
-            job = r->job;
-            r->job = t;
-            r->job.len = 0;
-            r->job_posted = 0;
-            take = 1;
-        }
-        pthread_mutex_unlock(&r->mu);
-
-        if (take || resend) { /* a job taken, or taken again for a stream declared again */
-            if (take) {
-                redeclared = 0;
-                t0 = clock_mono_ns();
-            }
-            resend = 0;
-            first_tag = r->next_tag + 1;
-            if (publish_job(r, &job, &nmsg, &bytes, why, sizeof(why)) < 0)
-                goto fail;
-            acked = xrealloc(acked, nmsg ? nmsg : 1);
-            memset(acked, 0, nmsg ? nmsg : 1);
-            nacked = 0;
-            returned = 0;
-            inflight = 1;
-            deadline = now_ms() + r->rc->confirm_timeout_ms;
-        }
-        if (!dead && !amqp_conn_buffered(&r->conn)) {
-            struct pollfd p[2] = {{r->efd, POLLIN, 0}, {r->conn.fd, POLLIN, 0}};
-            int timeout = wrepl_renew_wait_ms(r);
-            if (inflight) {
-                uint64_t now = now_ms();
-                int t = now >= deadline ? 0 : (int)(deadline - now < 1000 ? deadline - now : 1000);
-                timeout = t < timeout ? t : timeout;
-                if (r->conn.tls && timeout > 20)
-                    timeout = 20; /* TLS may hold a record rabbitmq-c has not seen yet */
-            }
-            poll(p, 2, timeout);
-        } else if (dead) {
-            struct pollfd p = {r->efd, POLLIN, 0};
-            poll(&p, 1, 1000);
-        }
-        uint64_t v;
-        if (read(r->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-            continue;
-        if (dead)
-            continue;
-        if (wrepl_renew_step(r, why, sizeof(why)) < 0)
-            goto fail;
-        if (!inflight)
-            wrepl_note_step(r, 0);
-        for (;;) {
-            struct event ev;
-            int mine;
-            if (wrepl_next_event(r, 0, &ev, why, sizeof(why)) < 0)
-                goto fail;
-            if (ev.kind == EV_NONE)
-                break;
-            if ((mine = wrepl_renew_event(r, &ev, why, sizeof(why))) < 0)
-                goto fail;
-            if (mine)
-                continue;
-            if (ev.kind == EV_DELIVER) {
-                amqp_destroy_message(&ev.msg);
-            } else if (ev.kind == EV_NACK && ev.ch == CH_PUB) {
-                snprintf(why, sizeof(why), "the stream refused (nack) a batch");
-                goto fail;
-            } else if (ev.kind == EV_CANCEL) {
-                snprintf(why, sizeof(why), "the broker cancelled the lease consumer");
-                goto fail;
-            } else if (ev.kind == EV_RETURN && ev.ch == CH_PUB) {
-                returned = 1; /* the stream is gone; the confirm of the message follows */
-            } else if (ev.kind == EV_ACK && ev.ch == CH_PUB && inflight) {
-                uint64_t lo = ev.multiple ? first_tag : ev.tag;
-                for (uint64_t t = lo; t <= ev.tag; t++)
-                    if (t >= first_tag && t < first_tag + nmsg && !acked[t - first_tag]) {
-                        acked[t - first_tag] = 1;
-                        nacked++;
-                    }
-            }
-        }
-        if (inflight && nacked == nmsg && returned) {
-            /*
-             * The stream was deleted under us, and the broker confirmed the
-             * publishes it could not route. Declare it again and publish the
-             * whole batch again (an importer skips what overlaps); the loop
-             * then starts a stream checkpoint at once, since the new stream
-             * starts in the middle of the log. Stopping instead would hand
-             * the lease to a standby, which would take its own local log
-             * for the log on the new, empty stream.
-             */
-            if (++redeclared > 3) {
-                snprintf(why, sizeof(why), "the stream %s keeps vanishing: deleted again each "
-                         "time it is declared", r->rc->stream);
-                goto fail;
-            }
-            log_warn("wal-replica", "the stream was deleted while in use: declaring it again and "
-                     "publishing the batch again; a stream checkpoint follows at once",
-                     "stream=%s messages=%zu", r->rc->stream, nmsg);
-            if (wrepl_reopen_stream(r, why, sizeof(why)) < 0)
-                goto fail;
-            pthread_mutex_lock(&r->mu);
-            r->stream_recreated = 1;
-            pthread_mutex_unlock(&r->mu);
-            r->note_from_prev = -1; /* the old stream's offsets mean nothing now */
-            resend = 1;
-            continue;
-        }
-        if (inflight && nacked == nmsg) {
-            void (*fn)(void *);
-            void *narg;
-
-            inflight = 0;
-            job.len = 0;
-            pthread_mutex_lock(&r->mu);
-            r->job_done = 1;
-            r->job_err = 0;
-            r->st.published_messages += nmsg;
-            r->st.confirmed_messages += nmsg;
-            r->st.published_bytes += bytes;
-            db_hist_observe(&r->st.confirm, (double)(clock_mono_ns() - t0) / 1e9);
-            fn = r->notify;
-            narg = r->notify_arg;
-            pthread_cond_broadcast(&r->cv);
-            pthread_mutex_unlock(&r->mu);
-            if (fn)
-                fn(narg);
-        } else if (inflight && now_ms() >= deadline) {
-            snprintf(why, sizeof(why), "no confirm from the stream within %u ms",
-                     r->rc->confirm_timeout_ms);
-            goto fail;
-        }
-        continue;
-fail:
-        /* Drop the connection at once: the lease goes back to the broker. */
-        amqp_conn_close(&r->conn, 0);
-        dead = 1;
-        inflight = 0;
-        thread_fail(r, why);
-    }
-    if (!dead && !inflight)
-        r->close_from = wrepl_stream_last_offset(r);
-    if (!dead)
-        amqp_conn_close(&r->conn, 1);
-    free(job.p);
-    free(acked);
-    return NULL;
 }
 
 /* ---- the wlog interface ---------------------------------------------------------- */
@@ -598,7 +391,7 @@ static int wr_reclaim(struct wlog *l, size_t budget, const struct wlog_compact_o
 {
     struct wrepl *r = R(l);
     struct wal *w = wal_file_log_wal(r->inner);
-    uint64_t now = now_ms();
+    uint64_t now = clock_mono_ms(); /* last_horizon_ms, warned_ms: monotonic too */
     int e;
 
     if ((e = wr_failed(r)) < 0)

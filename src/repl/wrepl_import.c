@@ -108,34 +108,6 @@ static int imp_record(void *arg, const struct walrec_hdr *h, const uint8_t *payl
     return 0;
 }
 
-/* Resuming on an intact local log: keep only what it lacks (wrepl_resume.c). */
-static int res_reset(void *arg, uint64_t wal_id, uint64_t base_lsn)
-{
-    struct wrepl *r = arg;
-
-    /* From the note's next_lsn on, every record must be there: the first run starts by it. */
-    uint64_t from = r->resume_resets++ == 0 ? r->resume_note_next : r->resume_read_next;
-
-    if (from > r->resume_next)
-        from = r->resume_next;
-    if (base_lsn > r->resume_next || wal_id != r->resume_wal_id) {
-        r->resume_bad = 1; /* records past the local log are missing, or not this log */
-    } else if (base_lsn > from) {
-        /* A hole the local log fills: its records are here, durable (wrepl_resume.c). */
-        if (!r->resume_hole_to)
-            r->resume_hole_from = from;
-        r->resume_hole_to = base_lsn;
-        r->resume_hole_records += base_lsn - from;
-    }
-    r->resume_read_next = base_lsn;
-    return 0;
-}
-
-static int res_record(void *arg, const struct walrec_hdr *h, const uint8_t *payload)
-{
-    return wrepl_resume_record(arg, h, payload);
-}
-
 /* Replace the segments of dir by the imported ones (their names do not collide: dir's go first). */
 static int imp_install(struct wrepl *r, int dirfd)
 {
@@ -187,25 +159,6 @@ static void imp_remove(struct wrepl *r)
     }
     snprintf(path, sizeof(path), "%s/%s", r->dir, IMPORT_DIR);
     rmdir(path);
-}
-
-/* The stream offset a delivery carries (header x-stream-offset), or -1. */
-int64_t wrepl_delivery_offset(const amqp_message_t *m)
-{
-    const amqp_table_t *t = &m->properties.headers;
-
-    if (!(m->properties._flags & AMQP_BASIC_HEADERS_FLAG))
-        return -1;
-    for (int i = 0; i < t->num_entries; i++) {
-        const amqp_table_entry_t *e = &t->entries[i];
-        if (e->key.len == 15 && memcmp(e->key.bytes, "x-stream-offset", 15) == 0) {
-            if (e->value.kind == AMQP_FIELD_KIND_I64)
-                return e->value.value.i64;
-            if (e->value.kind == AMQP_FIELD_KIND_U64)
-                return (int64_t)e->value.value.u64;
-        }
-    }
-    return -1;
 }
 
 /*
@@ -314,33 +267,49 @@ static void resume_off(struct wrepl *r, const char *why)
 }
 
 /*
- * Standing by and taking over, on one connection. The stream is read from
- * the start (or from where an earlier pass found a horizon) into
- * dir/import/ while another bridge holds the lease: a hot standby. Once
- * the lease token comes, a FENCE with this term's token goes out, the read
- * goes on up to it, and the imported log replaces the local one. 0;
- * -EAGAIN (nothing local changed: connect again); or a negative code
- * (logged).
+ * THE TAKEOVER, STEP BY STEP
+ *
+ * wrepl_import() below is the list of its steps; what they share is one
+ * struct import_run. A step inside the read returns STEP_ON (go on),
+ * STEP_LOST (why is set: nothing local changed, let go of the connection
+ * and connect again, import_let_go()) or a final negative code it has
+ * cleaned up after itself.
  */
-int wrepl_import(struct wrepl *r, int dirfd)
-{
-    amqp_connection_state_t st = r->conn.st;
-    struct replrec_sink sink = {imp_reset, imp_record, r};
-    struct replrec_sink resume_sink = {res_reset, res_record, r};
-    struct replrec_import im;
-    struct replrec_hdr fh = {REPLREC_FENCE, 0, 0, 0, 0};
-    struct batch_index index = {0};
-    uint8_t fence[REPLREC_HDR_SIZE];
-    uint64_t t0 = now_ms(), last = t0, unacked = 0, tag = 0, said = 0, seen_horizons = 0;
-    uint64_t t_lease = 0, hint_from = 0, fence_tag = 0, fence_acked = 0, read_any = 0;
-    amqp_channel_t rch = CH_READ;
-    char why[1024] = "";
-    int res = 0, fenced = 0, again = 0;
+enum { STEP_ON = 0, STEP_LOST = 1, STEP_DELIVERY = 2 };
 
+struct import_run {
+    struct wrepl *r;
+    struct replrec_sink sink;        /* into dir/import/ */
+    struct replrec_sink resume_sink; /* resuming: into r->delta (wrepl_resume.c) */
+    struct replrec_import im;        /* what replrec.c made of the stream so far */
+    struct batch_index index;        /* where batches since the last horizon start */
+    uint8_t fence[REPLREC_HDR_SIZE]; /* this term's FENCE, published once the lease comes */
+    amqp_channel_t rch;              /* the read's channel: CH_READ, or CH_READ_HINT */
+    uint64_t t0, last, said;         /* monotonic ms: began; last delivery; last "standing by" */
+    uint64_t unacked, tag;           /* deliveries not acked yet; the last one's tag */
+    uint64_t seen_horizons;          /* im.horizons when passed_horizon() last looked */
+    uint64_t t_lease;                /* monotonic ms the lease came */
+    uint64_t hint_from;              /* wall ms the read starts at (a horizon's time), 0: none */
+    uint64_t fence_tag, fence_acked; /* the fence's publish tag; monotonic ms its confirm came */
+    int read_any, fenced, again, res;
+    char why[1024];
+};
+
+/* Open the import: a fresh term token and its fence, the read's consumer from tail_from. */
+static int import_open(struct import_run *ir, struct wrepl *r)
+{
+    struct replrec_hdr fh = {REPLREC_FENCE, 0, 0, 0, 0};
+
+    memset(ir, 0, sizeof(*ir));
+    ir->r = r;
+    ir->sink = (struct replrec_sink){imp_reset, imp_record, r};
+    ir->resume_sink = wrepl_resume_sink(r);
+    ir->rch = CH_READ;
+    ir->t0 = ir->last = clock_mono_ms();
     r->token = clock_rand64();
     fh.owner = r->token;
-    replrec_hdr_encode(fence, &fh);
-    replrec_import_init(&im, r->token);
+    replrec_hdr_encode(ir->fence, &fh);
+    replrec_import_init(&ir->im, r->token);
     r->resume_bad = 0;
     r->resume_resets = 0;
     r->resume_read_next = 0;
@@ -348,173 +317,259 @@ int wrepl_import(struct wrepl *r, int dirfd)
     r->delta.len = 0;
     r->delta_count = 0;
     r->imp_commit_bytes = STANDBY_COMMIT_BYTES;
-    if (start_tail(r, rch, 0, why, sizeof(why)) < 0)
-        goto lost;
+    if (start_tail(r, ir->rch, 0, ir->why, sizeof(ir->why)) < 0)
+        return STEP_LOST;
     set_state(r, WLOG_REPL_STANDBY);
+    return STEP_ON;
+}
 
-    while (res == 0) {
+/*
+ * Granted the lease with a horizon named in the token that the read has
+ * not passed yet (an empty disk, little standby time): read from the
+ * horizon's time instead of going on from the stream's first message.
+ * What the first read took is dropped; the fence follows.
+ */
+static int read_from_hint(struct import_run *ir)
+{
+    struct wrepl *r = ir->r;
+
+    if (!(r->have_lease && !ir->fenced && r->grant_ms && !r->no_hint && !r->resume &&
+          r->tail_from < 0 && r->grant_lsn > ir->im.horizon && r->grant_ms > HINT_MARGIN_MS))
+        return STEP_ON;
+    amqp_channel_close(r->conn.st, ir->rch, AMQP_REPLY_SUCCESS);
+    if (amqp_conn_check(&r->conn, "close the stream consumer", ir->why, sizeof(ir->why)) < 0)
+        return STEP_LOST;
+    imp_remove(r);
+    replrec_import_init(&ir->im, r->token);
+    ir->index.n = 0;
+    ir->unacked = 0;
+    ir->rch = CH_READ_HINT;
+    ir->hint_from = r->grant_ms - HINT_MARGIN_MS; /* wall clock: the stream's timestamps */
+    if (start_tail(r, ir->rch, ir->hint_from, ir->why, sizeof(ir->why)) < 0)
+        return STEP_LOST;
+    log_info("wal-replica", "reading the stream from its newest horizon",
+             "horizon_lsn=%llu from_ms=%llu", (unsigned long long)r->grant_lsn,
+             (unsigned long long)ir->hint_from);
+    return STEP_ON;
+}
+
+/*
+ * Fence: once the lease came, publish this term's FENCE; the read goes on
+ * up to it, in large writes. Its confirm is not waited for: reading it
+ * back from the stream says more.
+ */
+static int fence_on_lease(struct import_run *ir)
+{
+    struct wrepl *r = ir->r;
+
+    if (!r->have_lease || ir->fenced)
+        return STEP_ON;
+    if (wrepl_publish(r, ir->fence, sizeof(ir->fence), ir->why, sizeof(ir->why)) < 0)
+        return STEP_LOST;
+    ir->fence_tag = r->next_tag;
+    ir->fenced = 1;
+    r->imp_commit_bytes = IMPORT_COMMIT_BYTES;
+    ir->last = ir->t_lease = r->lease_at = clock_mono_ms();
+    pthread_mutex_lock(&r->mu);
+    r->st.standby_seconds = (double)(ir->t_lease - r->recover_t0) / 1000.0;
+    pthread_mutex_unlock(&r->mu);
+    log_info("wal-replica", "lease granted: this bridge owns the log",
+             "stream=%s waited_ms=%llu read_ahead_records=%llu", r->rc->stream,
+             (unsigned long long)(ir->t_lease - r->recover_t0),
+             (unsigned long long)ir->im.records);
+    set_state(r, WLOG_REPL_IMPORTING);
+    return STEP_ON;
+}
+
+/* Standing by: say so after a second, then once a minute. */
+static void say_standing_by(struct import_run *ir)
+{
+    struct wrepl *r = ir->r;
+
+    if (ir->fenced || clock_mono_ms() - ir->t0 < 1000 ||
+        (ir->said != 0 && clock_mono_ms() - ir->said < 60000))
+        return;
+    ir->said = clock_mono_ms();
+    log_info("wal-replica", "standing by: another bridge holds the lease of this log",
+             "stream=%s lease_queue=%s waited_s=%llu read_ahead_records=%llu", r->rc->stream,
+             r->rc->lease_queue, (unsigned long long)((clock_mono_ms() - ir->t0) / 1000),
+             (unsigned long long)ir->im.records);
+}
+
+/*
+ * Every event but the read's own deliveries: the fence's confirm, a
+ * resume that reads nothing, a cancelled consumer or the fence returned,
+ * and what a quiet stream allows (ack, write what was read ahead, give up
+ * when fenced and idle). STEP_DELIVERY leaves ev to read_delivery().
+ */
+static int take_event(struct import_run *ir, struct event *ev)
+{
+    struct wrepl *r = ir->r;
+
+    if (ev->kind == EV_ACK && ev->ch == CH_PUB && ir->fence_tag && ev->tag >= ir->fence_tag &&
+        !ir->fence_acked)
+        ir->fence_acked = clock_mono_ms();
+    if (r->resume && ir->fence_acked && !ir->read_any &&
+        clock_mono_ms() - ir->fence_acked > RESUME_QUIET_MS) {
+        /*
+         * The fence is in the stream, yet a read from the note's offset
+         * delivers nothing: the stream ends before that offset (deleted
+         * and declared again) and the reader, put at its end, may have
+         * started after the fence. Not the note's stream: read it all.
+         */
+        resume_off(r, "the stream holds nothing from the note's offset on: it is not the "
+                   "stream the note speaks of (deleted and declared again?)");
+        r->retry_now = 1;
+        imp_remove(r);
+        amqp_conn_close(&r->conn, 0);
+        return -EAGAIN;
+    }
+    if (ev->kind == EV_CANCEL) {
+        snprintf(ir->why, sizeof(ir->why), "the broker cancelled a consumer (lease queue or "
+                 "stream deleted?)");
+        return STEP_LOST;
+    }
+    if (ev->kind == EV_RETURN) {
+        snprintf(ir->why, sizeof(ir->why), "the fence came back unroutable: the stream was "
+                 "deleted");
+        return STEP_LOST;
+    }
+    if (ev->kind == EV_NONE && ir->unacked) {
+        /* Quiet: settle what was read (a delivery held unacked meets consumer_timeout). */
+        amqp_basic_ack(r->conn.st, ir->rch, ir->tag, 1);
+        ir->unacked = 0;
+    }
+    if (!ir->fenced && ev->kind == EV_NONE && r->imp && r->imp_pending) {
+        /* The stream is quiet: write what was read ahead, so it is not held in memory. */
+        r->imp_pending = 0;
+        ir->res = wal_commit(r->imp); /* < 0 ends the read */
+        return STEP_ON;
+    }
+    if (ir->fenced && ev->kind == EV_NONE && clock_mono_ms() - ir->last > IMPORT_IDLE_MS) {
+        snprintf(ir->why, sizeof(ir->why), "the stream sent nothing for %d s before our fence",
+                 IMPORT_IDLE_MS / 1000);
+        return STEP_LOST;
+    }
+    if (ev->kind != EV_DELIVER)
+        return STEP_ON;
+    if (ev->ch != ir->rch) { /* the lease's, or the first read's after it moved */
+        amqp_destroy_message(&ev->msg);
+        return STEP_ON;
+    }
+    return STEP_DELIVERY;
+}
+
+/*
+ * One message of the stream: index its batch, hand it to replrec.c (which
+ * sets res to 1 at this term's fence), ack every IMPORT_ACK_EVERY. Standing
+ * by, it may decide to read again: a resume that cannot work, or a
+ * horizon passed far from the start (STEP_LOST with again set).
+ */
+static int read_delivery(struct import_run *ir, struct event *ev)
+{
+    struct wrepl *r = ir->r;
+    struct replrec_hdr bh;
+    struct batch_pos pos = {0, 0, wrepl_delivery_offset(&ev->msg), ir->im.bytes};
+
+    ir->last = clock_mono_ms();
+    ir->read_any = 1;
+    if (replrec_hdr_decode(ev->msg.body.bytes, ev->msg.body.len, &bh) > 0) {
+        if (r->resume && bh.owner == r->resume_term)
+            r->resume_seen = 1;
+        if (bh.kind == REPLREC_RECORDS) {
+            pos.first = bh.lsn;
+            pos.count = bh.count;
+            index_add(&ir->index, &pos);
+        }
+    }
+    ir->res = replrec_import_msg(&ir->im, ev->msg.body.bytes, ev->msg.body.len,
+                                 r->resume ? &ir->resume_sink : &ir->sink, ir->why,
+                                 sizeof(ir->why));
+    if (ir->res == 1)
+        r->fence_off = pos.offset; /* this term's fence: the running note starts there */
+    if (r->resume && ir->im.last_owner == r->resume_term && ir->im.next_lsn)
+        r->term_max = ir->im.next_lsn - 1;
+    amqp_destroy_message(&ev->msg);
+    ir->tag = ev->tag;
+    if (++ir->unacked >= IMPORT_ACK_EVERY) {
+        amqp_basic_ack(r->conn.st, ir->rch, ir->tag, 1);
+        ir->unacked = 0;
+    }
+    pthread_mutex_lock(&r->mu);
+    r->st.imported_records = ir->im.records;
+    r->st.imported_bytes = ir->im.bytes;
+    pthread_mutex_unlock(&r->mu);
+    if (r->resume && r->resume_bad && !ir->fenced) {
+        /* Standing by while another owner writes more than a resume takes: read it all. */
+        resume_off(r, "the stream past the local log is not its continuation, or too long");
+        ir->again = 1;
+        snprintf(ir->why, sizeof(ir->why), "reading the whole stream");
+        return STEP_LOST;
+    }
+    if (ir->res == 0 && ir->im.horizons != ir->seen_horizons) {
+        ir->seen_horizons = ir->im.horizons;
+        if (!ir->fenced && !r->resume && passed_horizon(r, &ir->im, &ir->index)) {
+            ir->again = 1;
+            snprintf(ir->why, sizeof(ir->why), "reading again from the newest horizon");
+            return STEP_LOST;
+        }
+    }
+    return STEP_ON;
+}
+
+/*
+ * Stand by, fence, drain to the fence: read the stream until replrec.c
+ * meets this term's fence (res 1) or fails (res < 0). STEP_ON then, with
+ * the read's channel still open; STEP_LOST; -ECANCELED; -EAGAIN (not
+ * resuming after all: cleaned up, connect again at once).
+ */
+static int import_read(struct import_run *ir)
+{
+    struct wrepl *r = ir->r;
+    int e;
+
+    while (ir->res == 0) {
         struct event ev;
+        int mine;
 
         if (atomic_load(&r->cancel)) {
             imp_remove(r);
-            free(index.v);
             return -ECANCELED;
         }
-        if (r->have_lease && !fenced && r->grant_ms && !r->no_hint && !r->resume &&
-            r->tail_from < 0 && r->grant_lsn > im.horizon && r->grant_ms > HINT_MARGIN_MS) {
-            /*
-             * Granted the lease with a horizon named in the token that the
-             * read has not passed yet (an empty disk, little standby time):
-             * read from the horizon's time instead of going on from the
-             * stream's first message. What the first read took is dropped.
-             */
-            amqp_channel_close(st, rch, AMQP_REPLY_SUCCESS);
-            if (amqp_conn_check(&r->conn, "close the stream consumer", why, sizeof(why)) < 0)
-                goto lost;
-            imp_remove(r);
-            replrec_import_init(&im, r->token);
-            index.n = 0;
-            unacked = 0;
-            rch = CH_READ_HINT;
-            hint_from = r->grant_ms - HINT_MARGIN_MS;
-            if (start_tail(r, rch, hint_from, why, sizeof(why)) < 0)
-                goto lost;
-            log_info("wal-replica", "reading the stream from its newest horizon",
-                     "horizon_lsn=%llu from_ms=%llu", (unsigned long long)r->grant_lsn,
-                     (unsigned long long)hint_from);
-        }
-        if (r->have_lease && !fenced) {
-            /* Its confirm is not waited for: reading it back from the stream says more. */
-            if (wrepl_publish(r, fence, sizeof(fence), why, sizeof(why)) < 0)
-                goto lost;
-            fence_tag = r->next_tag;
-            fenced = 1;
-            r->imp_commit_bytes = IMPORT_COMMIT_BYTES;
-            last = t_lease = r->lease_at = now_ms();
-            pthread_mutex_lock(&r->mu);
-            r->st.standby_seconds = (double)(t_lease - r->recover_t0) / 1000.0;
-            pthread_mutex_unlock(&r->mu);
-            log_info("wal-replica", "lease granted: this bridge owns the log",
-                     "stream=%s waited_ms=%llu read_ahead_records=%llu", r->rc->stream,
-                     (unsigned long long)(t_lease - r->recover_t0),
-                     (unsigned long long)im.records);
-            set_state(r, WLOG_REPL_IMPORTING);
-        }
-        if (!fenced && now_ms() - t0 >= 1000 && (said == 0 || now_ms() - said >= 60000)) {
-            said = now_ms();
-            log_info("wal-replica", "standing by: another bridge holds the lease of this log",
-                     "stream=%s lease_queue=%s waited_s=%llu read_ahead_records=%llu",
-                     r->rc->stream, r->rc->lease_queue,
-                     (unsigned long long)((now_ms() - t0) / 1000),
-                     (unsigned long long)im.records);
-        }
-        if (wrepl_renew_step(r, why, sizeof(why)) < 0 ||
-            wrepl_next_event(r, 250, &ev, why, sizeof(why)) < 0)
-            goto lost;
-        int mine = wrepl_renew_event(r, &ev, why, sizeof(why));
-        if (mine < 0)
-            goto lost;
+        if ((e = read_from_hint(ir)) != STEP_ON || (e = fence_on_lease(ir)) != STEP_ON)
+            return e;
+        say_standing_by(ir);
+        if (wrepl_renew_step(r, ir->why, sizeof(ir->why)) < 0 ||
+            wrepl_next_event(r, 250, &ev, ir->why, sizeof(ir->why)) < 0)
+            return STEP_LOST;
+        if ((mine = wrepl_renew_event(r, &ev, ir->why, sizeof(ir->why))) < 0)
+            return STEP_LOST;
         if (mine)
             continue;
-        if (ev.kind == EV_ACK && ev.ch == CH_PUB && fence_tag && ev.tag >= fence_tag &&
-            !fence_acked)
-            fence_acked = now_ms();
-        if (r->resume && fence_acked && !read_any && now_ms() - fence_acked > RESUME_QUIET_MS) {
-            /*
-             * The fence is in the stream, yet a read from the note's offset
-             * delivers nothing: the stream ends before that offset (deleted
-             * and declared again) and the reader, put at its end, may have
-             * started after the fence. Not the note's stream: read it all.
-             */
-            resume_off(r, "the stream holds nothing from the note's offset on: it is not the "
-                       "stream the note speaks of (deleted and declared again?)");
-            r->retry_now = 1;
-            imp_remove(r);
-            amqp_conn_close(&r->conn, 0);
-            return -EAGAIN;
-        }
-        if (ev.kind == EV_CANCEL) {
-            snprintf(why, sizeof(why), "the broker cancelled a consumer (lease queue or stream "
-                     "deleted?)");
-            goto lost;
-        }
-        if (ev.kind == EV_RETURN) {
-            snprintf(why, sizeof(why), "the fence came back unroutable: the stream was deleted");
-            goto lost;
-        }
-        if (ev.kind == EV_NONE && unacked) {
-            /* Quiet: settle what was read (a delivery held unacked meets consumer_timeout). */
-            amqp_basic_ack(st, rch, tag, 1);
-            unacked = 0;
-        }
-        if (!fenced && ev.kind == EV_NONE && r->imp && r->imp_pending) {
-            /* The stream is quiet: write what was read ahead, so it is not held in memory. */
-            r->imp_pending = 0;
-            if ((res = wal_commit(r->imp)) < 0)
-                break;
-        }
-        if (fenced && ev.kind == EV_NONE && now_ms() - last > IMPORT_IDLE_MS) {
-            snprintf(why, sizeof(why), "the stream sent nothing for %d s before our fence",
-                     IMPORT_IDLE_MS / 1000);
-            goto lost;
-        }
-        if (ev.kind != EV_DELIVER)
-            continue;
-        if (ev.ch != rch) { /* the lease's, or the first read's after it moved */
-            amqp_destroy_message(&ev.msg);
-            continue;
-        }
-        last = now_ms();
-        read_any = 1;
-        struct replrec_hdr bh;
-        struct batch_pos pos = {0, 0, wrepl_delivery_offset(&ev.msg), im.bytes};
-        if (replrec_hdr_decode(ev.msg.body.bytes, ev.msg.body.len, &bh) > 0) {
-            if (r->resume && bh.owner == r->resume_term)
-                r->resume_seen = 1;
-            if (bh.kind == REPLREC_RECORDS) {
-                pos.first = bh.lsn;
-                pos.count = bh.count;
-                index_add(&index, &pos);
-            }
-        }
-        res = replrec_import_msg(&im, ev.msg.body.bytes, ev.msg.body.len,
-                                 r->resume ? &resume_sink : &sink, why, sizeof(why));
-        if (res == 1)
-            r->fence_off = pos.offset; /* this term's fence: the running note starts there */
-        if (r->resume && im.last_owner == r->resume_term && im.next_lsn)
-            r->term_max = im.next_lsn - 1;
-        amqp_destroy_message(&ev.msg);
-        tag = ev.tag;
-        if (++unacked >= IMPORT_ACK_EVERY) {
-            amqp_basic_ack(st, rch, tag, 1);
-            unacked = 0;
-        }
-        pthread_mutex_lock(&r->mu);
-        r->st.imported_records = im.records;
-        r->st.imported_bytes = im.bytes;
-        pthread_mutex_unlock(&r->mu);
-        if (r->resume && r->resume_bad && !fenced) {
-            /* Standing by while another owner writes more than a resume takes: read it all. */
-            resume_off(r, "the stream past the local log is not its continuation, or too long");
-            again = 1;
-            snprintf(why, sizeof(why), "reading the whole stream");
-            goto lost;
-        }
-        if (res == 0 && im.horizons != seen_horizons) {
-            seen_horizons = im.horizons;
-            if (!fenced && !r->resume && passed_horizon(r, &im, &index)) {
-                again = 1;
-                snprintf(why, sizeof(why), "reading again from the newest horizon");
-                goto lost;
-            }
-        }
+        if ((e = take_event(ir, &ev)) == STEP_DELIVERY)
+            e = read_delivery(ir, &ev);
+        if (e != STEP_ON)
+            return e;
     }
-    free(index.v);
-    index.v = NULL;
-    if (unacked)
-        amqp_basic_ack(st, rch, tag, 1);
-    amqp_channel_close(st, rch, AMQP_REPLY_SUCCESS);
-    if (res == -ENOSPC || res == -EDQUOT) {
+    return STEP_ON;
+}
+
+/* The read ended: settle its deliveries and close its channel. */
+static void import_close_read(struct import_run *ir)
+{
+    amqp_connection_state_t st = ir->r->conn.st;
+
+    if (ir->unacked)
+        amqp_basic_ack(st, ir->rch, ir->tag, 1);
+    amqp_channel_close(st, ir->rch, AMQP_REPLY_SUCCESS);
+}
+
+/* The read failed (res < 0): a full disk reads again in a while; anything else is final. */
+static int import_failed(struct import_run *ir)
+{
+    struct wrepl *r = ir->r;
+
+    if (ir->res == -ENOSPC || ir->res == -EDQUOT) {
         /*
          * dir/import/ filled the disk: nothing local changed (the import
          * is a copy beside the log), so this is not a reason to stop. Drop
@@ -524,87 +579,112 @@ int wrepl_import(struct wrepl *r, int dirfd)
          */
         log_warn("wal-replica", "the log's disk is full: the copy read from the stream is "
                  "dropped and read again in a while", "stream=%s dir=%s fenced=%d",
-                 r->rc->stream, r->dir, fenced);
+                 r->rc->stream, r->dir, ir->fenced);
         imp_remove(r);
         amqp_conn_close(&r->conn, 0);
         return -EAGAIN;
     }
-    if (res < 0) {
-        log_error("wal-replica", "cannot read the stream back", "stream=%s error=\"%s\"",
-                  r->rc->stream, res == -1 ? why : wlog_strerror(res));
-        imp_remove(r);
-        return res == -1 ? WLOG_EREPLICA : res;
-    }
+    log_error("wal-replica", "cannot read the stream back", "stream=%s error=\"%s\"",
+              r->rc->stream, ir->res == -1 ? ir->why : wlog_strerror(ir->res));
+    imp_remove(r);
+    return ir->res == -1 ? WLOG_EREPLICA : ir->res;
+}
 
-    double secs = (double)(now_ms() - t_lease) / 1000.0;
-    if (r->resume) {
-        /* A message of the stopped term was read: this is still its stream (wrepl_resume.c). */
-        uint64_t L = r->resume_next - 1; /* the local log's last durable record */
-        int confirmed = L < r->resume_note_next || L <= r->term_max;
-        if (r->resume_seen && !r->resume_bad && !im.ambiguous && confirmed &&
-            (im.next_lsn == 0 ? L + 1 == r->resume_note_next
-                              : im.wal_id == r->resume_wal_id && im.first_lsn <= L + 1 &&
-                                    im.next_lsn >= L + 1)) {
-            imp_remove(r);
-            r->need_horizon = r->resume_hole_to != 0;
-            pthread_mutex_lock(&r->mu);
-            r->st.resumed = 1;
-            pthread_mutex_unlock(&r->mu);
-            if (r->resume_hole_to)
-                log_warn("wal-replica", "the stream lacks records of this log that the local log "
-                         "holds (confirmed by the broker, yet not in the stream: a broker "
-                         "before 4.0.x can do so across a stream leader change); resuming on "
-                         "the local log, and a stream checkpoint starts at once to make the "
-                         "stream whole again",
-                         "stream=%s first_missing_lsn=%llu missing_records=%llu local_next_lsn=%llu",
-                         r->rc->stream, (unsigned long long)r->resume_hole_from,
-                         (unsigned long long)r->resume_hole_records,
-                         (unsigned long long)r->resume_next);
-            log_info("wal-replica", "the stream continues the local log: resuming on it",
-                     "stream=%s read_from=%lld local_next_lsn=%llu new_records=%llu messages=%llu "
-                     "seconds_after_lease=%.3f", r->rc->stream, (long long)r->tail_from,
-                     (unsigned long long)r->resume_next, (unsigned long long)r->delta_count,
-                     (unsigned long long)im.messages, secs);
-            return 0;
-        }
-        resume_off(r, confirmed ? "the stream read from the note does not continue the local log"
-                                : "the local log has records the stream never confirmed");
-        r->retry_now = 1;
-        amqp_conn_close(&r->conn, 0);
-        return -EAGAIN;
+/*
+ * Resume: the read kept only what the local log lacks (r->delta). 0 when
+ * the stream continues the local log (wrepl_resume.c's rules; the delta is
+ * appended after recovery); else -EAGAIN to read the whole stream at once.
+ */
+static int import_resume(struct import_run *ir)
+{
+    struct wrepl *r = ir->r;
+    const struct replrec_import *im = &ir->im;
+    double secs = (double)(clock_mono_ms() - ir->t_lease) / 1000.0;
+    /* A message of the stopped term was read: this is still its stream (wrepl_resume.c). */
+    uint64_t L = r->resume_next - 1; /* the local log's last durable record */
+    int confirmed = L < r->resume_note_next || L <= r->term_max;
+
+    if (r->resume_seen && !r->resume_bad && !im->ambiguous && confirmed &&
+        (im->next_lsn == 0 ? L + 1 == r->resume_note_next
+                           : im->wal_id == r->resume_wal_id && im->first_lsn <= L + 1 &&
+                                 im->next_lsn >= L + 1)) {
+        imp_remove(r);
+        r->need_horizon = r->resume_hole_to != 0;
+        pthread_mutex_lock(&r->mu);
+        r->st.resumed = 1;
+        pthread_mutex_unlock(&r->mu);
+        if (r->resume_hole_to)
+            log_warn("wal-replica", "the stream lacks records of this log that the local log "
+                     "holds (confirmed by the broker, yet not in the stream: a broker "
+                     "before 4.0.x can do so across a stream leader change); resuming on "
+                     "the local log, and a stream checkpoint starts at once to make the "
+                     "stream whole again",
+                     "stream=%s first_missing_lsn=%llu missing_records=%llu local_next_lsn=%llu",
+                     r->rc->stream, (unsigned long long)r->resume_hole_from,
+                     (unsigned long long)r->resume_hole_records,
+                     (unsigned long long)r->resume_next);
+        log_info("wal-replica", "the stream continues the local log: resuming on it",
+                 "stream=%s read_from=%lld local_next_lsn=%llu new_records=%llu messages=%llu "
+                 "seconds_after_lease=%.3f", r->rc->stream, (long long)r->tail_from,
+                 (unsigned long long)r->resume_next, (unsigned long long)r->delta_count,
+                 (unsigned long long)im->messages, secs);
+        return 0;
     }
-    if (im.next_lsn == 0) {
+    resume_off(r, confirmed ? "the stream read from the note does not continue the local log"
+                            : "the local log has records the stream never confirmed");
+    r->retry_now = 1;
+    amqp_conn_close(&r->conn, 0);
+    return -EAGAIN;
+}
+
+/* A read from a horizon was not whole: drop it and read again at once (how: the caller). */
+static int read_again(struct import_run *ir)
+{
+    ir->r->retry_now = 1;
+    imp_remove(ir->r);
+    amqp_conn_close(&ir->r->conn, 0);
+    return -EAGAIN;
+}
+
+/*
+ * Install: the stream's records, if whole, are swapped in for the local
+ * log's; none at all leaves the local log the log; a read from a horizon
+ * that was not whole reads again from the start. 0, -EAGAIN, or a code.
+ */
+static int import_swap_in(struct import_run *ir, int dirfd)
+{
+    struct wrepl *r = ir->r;
+    const struct replrec_import *im = &ir->im;
+    double secs = (double)(clock_mono_ms() - ir->t_lease) / 1000.0;
+    int e;
+
+    if (im->next_lsn == 0) {
         imp_remove(r);
         log_info("wal-replica", "the stream holds no records: the local log is the log",
                  "stream=%s messages=%llu ms=%llu", r->rc->stream,
-                 (unsigned long long)im.messages, (unsigned long long)(now_ms() - t_lease));
+                 (unsigned long long)im->messages,
+                 (unsigned long long)(clock_mono_ms() - ir->t_lease));
         r->need_horizon = -1; /* decided once the local log is open */
         return 0;
     }
-    if (!replrec_import_complete(&im) && hint_from) {
+    if (!replrec_import_complete(im) && ir->hint_from) {
         log_warn("wal-replica", "the stream read from its newest horizon's time is not whole "
                  "(clocks apart by more than the margin?); reading it from the start",
                  "stream=%s first_lsn=%llu next_lsn=%llu margin_ms=%d", r->rc->stream,
-                 (unsigned long long)im.first_lsn, (unsigned long long)im.next_lsn,
+                 (unsigned long long)im->first_lsn, (unsigned long long)im->next_lsn,
                  HINT_MARGIN_MS);
         r->no_hint = 1;
-        r->retry_now = 1;
-        imp_remove(r);
-        amqp_conn_close(&r->conn, 0);
-        return -EAGAIN;
+        return read_again(ir);
     }
-    if (!replrec_import_complete(&im) && r->tail_from >= 0) {
+    if (!replrec_import_complete(im) && r->tail_from >= 0) {
         /* Read from a horizon's batch, the run was not whole after all: read everything. */
         log_warn("wal-replica", "the stream read from the newest horizon is not whole; reading "
                  "it from the start", "stream=%s first_lsn=%llu next_lsn=%llu", r->rc->stream,
-                 (unsigned long long)im.first_lsn, (unsigned long long)im.next_lsn);
+                 (unsigned long long)im->first_lsn, (unsigned long long)im->next_lsn);
         r->tail_from = -1;
-        r->retry_now = 1;
-        imp_remove(r);
-        amqp_conn_close(&r->conn, 0);
-        return -EAGAIN;
+        return read_again(ir);
     }
-    if (!replrec_import_complete(&im)) {
+    if (!replrec_import_complete(im)) {
         log_error("wal-replica",
                   "the stream no longer holds the whole log: its first records start at an LSN "
                   "no completed stream checkpoint covers (retention cut too early, or the "
@@ -612,40 +692,43 @@ int wrepl_import(struct wrepl *r, int dirfd)
                   "lost. The local log is left as it is; to run from it, remove wal.replicate, "
                   "or delete the stream to start replicating afresh",
                   "stream=%s first_lsn=%llu next_lsn=%llu gaps=%llu", r->rc->stream,
-                  (unsigned long long)im.first_lsn, (unsigned long long)im.next_lsn,
-                  (unsigned long long)im.gaps);
+                  (unsigned long long)im->first_lsn, (unsigned long long)im->next_lsn,
+                  (unsigned long long)im->gaps);
         imp_remove(r);
         return WLOG_EREPLICA;
     }
-    int ie = imp_install(r, dirfd);
+    e = imp_install(r, dirfd);
     imp_remove(r);
-    if (ie < 0) {
+    if (e < 0) {
         log_error("wal-replica", "cannot install the log read back from the stream",
-                  "dir=%s error=\"%s\"", r->dir, wlog_strerror(ie));
-        return ie;
+                  "dir=%s error=\"%s\"", r->dir, wlog_strerror(e));
+        return e;
     }
     log_info("wal-replica", "local log rebuilt from the stream",
              "stream=%s wal_id=%016llx first_lsn=%llu next_lsn=%llu records=%llu bytes=%llu "
              "messages=%llu strays=%llu horizons=%llu read_from=%lld from_ms=%llu "
              "seconds_after_lease=%.3f",
-             r->rc->stream, (unsigned long long)im.wal_id, (unsigned long long)im.first_lsn,
-             (unsigned long long)im.next_lsn, (unsigned long long)im.records,
-             (unsigned long long)im.bytes, (unsigned long long)im.messages,
-             (unsigned long long)im.strays, (unsigned long long)im.horizons,
-             (long long)r->tail_from, (unsigned long long)hint_from, secs);
+             r->rc->stream, (unsigned long long)im->wal_id, (unsigned long long)im->first_lsn,
+             (unsigned long long)im->next_lsn, (unsigned long long)im->records,
+             (unsigned long long)im->bytes, (unsigned long long)im->messages,
+             (unsigned long long)im->strays, (unsigned long long)im->horizons,
+             (long long)r->tail_from, (unsigned long long)ir->hint_from, secs);
     return 0;
+}
 
-lost:
-    /* Nothing local changed: let go of the lease and try again (a stream electing a leader). */
-    free(index.v);
-    if (again) {
+/* Nothing local changed: let go of the lease and try again (a stream electing a leader). */
+static int import_let_go(struct import_run *ir)
+{
+    struct wrepl *r = ir->r;
+
+    if (ir->again) {
         log_info("wal-replica", "standby: connecting again", "stream=%s reason=\"%s\"",
-                 r->rc->stream, why);
+                 r->rc->stream, ir->why);
         r->retry_now = 1;
     } else {
-        log_warn("wal-replica", fenced ? "cannot read the stream back; retrying"
-                                       : "lost the broker while standing by; reconnecting",
-                 "stream=%s error=\"%s\"", r->rc->stream, why);
+        log_warn("wal-replica", ir->fenced ? "cannot read the stream back; retrying"
+                                           : "lost the broker while standing by; reconnecting",
+                 "stream=%s error=\"%s\"", r->rc->stream, ir->why);
         /*
          * The broker was there and the stream refused: while a lost node's
          * stream gets a new writer, 3.10 closes the connection (541) and
@@ -661,4 +744,33 @@ lost:
     imp_remove(r);
     amqp_conn_close(&r->conn, 0);
     return -EAGAIN;
+}
+
+/*
+ * Standing by and taking over, on one connection. The stream is read from
+ * the start (or from where an earlier pass found a horizon) into
+ * dir/import/ while another bridge holds the lease: a hot standby. Once
+ * the lease token comes, a FENCE with this term's token goes out, the read
+ * goes on up to it, and the imported log replaces the local one. 0;
+ * -EAGAIN (nothing local changed: connect again); or a negative code
+ * (logged).
+ */
+int wrepl_import(struct wrepl *r, int dirfd)
+{
+    struct import_run ir;
+    int e;
+
+    if ((e = import_open(&ir, r)) == STEP_ON)
+        e = import_read(&ir);
+    free(ir.index.v);
+    if (e == STEP_LOST)
+        return import_let_go(&ir);
+    if (e < 0)
+        return e; /* cancelled, or not resuming after all: import_read cleaned up */
+    import_close_read(&ir);
+    if (ir.res < 0)
+        return import_failed(&ir);
+    if (r->resume)
+        return import_resume(&ir);
+    return import_swap_in(&ir, dirfd);
 }

@@ -1,13 +1,23 @@
 /*
- * wrepl_int.h -- what the three files of the replicated log share: its
+ * wrepl_int.h -- what the five files of the replicated log share: its
  * state (struct wrepl), the broker connection's events, and the helpers
- * each of them calls. Private to src/wrepl*.c; the contract is wrepl.h.
+ * each of them calls. Private to src/repl/wrepl*.c; the contract is wrepl.h.
  *
  *   wrepl.c         the wlog interface: commits, the tap that turns records
- *                   into stream messages, the publishing thread, horizons
+ *                   into stream messages, horizons
+ *   wrepl_thread.c  the replication thread: publishes each commit's
+ *                   messages, waits for their confirms
  *   wrepl_lease.c   the broker connection: frames, publishes, the lease
  *                   (take it, stand by, renew it so no broker timer ends it)
- *   wrepl_import.c  reading the stream back into the local log
+ *   wrepl_import.c  reading the stream back into the local log: the
+ *                   standby and the takeover, step by step
+ *   wrepl_resume.c  resuming on an intact local log: the REPLICA note, the
+ *                   resume sink, where the stream stands (offsets)
+ *
+ * Calls go one way, never back up: wrepl.c -> wrepl_thread.c ->
+ * wrepl_import.c -> wrepl_resume.c -> wrepl_lease.c (a file may call any
+ * file below it, never one above).
+ * What two of them need goes to the lower one.
  *
  * Threads: recover (connect, lease, import) runs on the recovery thread;
  * once it returns, the connection belongs to the publishing thread
@@ -27,6 +37,7 @@
 #include "broker/amqp_conn.h"
 #include "base/clock.h"
 #include "delay-bridge/wrepl.h"
+#include "wal/replrec.h"
 
 #include "base/xalloc.h"
 
@@ -249,6 +260,14 @@ int wrepl_renew_step(struct wrepl *r, char *why, size_t n);
 int wrepl_renew_event(struct wrepl *r, const struct event *ev, char *why, size_t n);
 int wrepl_renew_wait_ms(const struct wrepl *r);
 
+/* ---- the replication thread (wrepl_thread.c) ------------------------------------ */
+
+/*
+ * The thread's body (pthread_create() in wr_recover, once recover holds
+ * the lease): publish each posted job, wait for its confirms; until quit.
+ */
+void *repl_main(void *arg);
+
 /* ---- the import (wrepl_import.c) ------------------------------------------------- */
 
 /*
@@ -261,9 +280,6 @@ int wrepl_import(struct wrepl *r, int dirfd);
 
 /* ---- resuming on an intact local log (wrepl_resume.c) ----------------------------- */
 
-/* The stream offset a delivery carries (header x-stream-offset), or -1. */
-int64_t wrepl_delivery_offset(const amqp_message_t *m);
-
 /* Note where the stream stands in dir/REPLICA (quiet: no info line). 0 or -errno (logged). */
 int wrepl_replica_write(struct wrepl *r, uint64_t wal_id, uint64_t next_lsn, int64_t from,
                         int quiet);
@@ -274,11 +290,18 @@ int wrepl_replica_write(struct wrepl *r, uint64_t wal_id, uint64_t next_lsn, int
  */
 int wrepl_replica_take(struct wrepl *r, int dirfd);
 
-/* The resume sink's records: keep those from resume_next on. */
-int wrepl_resume_record(struct wrepl *r, const struct walrec_hdr *h, const uint8_t *payload);
+/*
+ * The sink a resuming import reads into (replrec.h): records the local log
+ * lacks are kept in r->delta; a run that does not continue the local log
+ * sets r->resume_bad; holes the local log fills are counted.
+ */
+struct replrec_sink wrepl_resume_sink(struct wrepl *r);
 
 /* After the local log's recovery: append the kept records and replay them through fn. */
 int wrepl_resume_apply(struct wrepl *r, wlog_replay_fn *fn, void *arg);
+
+/* The stream offset a delivery carries (header x-stream-offset), or -1. */
+int64_t wrepl_delivery_offset(const amqp_message_t *m);
 
 /* On the replication thread at a clean stop: the first offset of the last chunk, or -1. */
 int64_t wrepl_stream_last_offset(struct wrepl *r);

@@ -224,8 +224,38 @@ int wrepl_replica_take(struct wrepl *r, int dirfd)
 
 /* ---- the records the local log lacks ----------------------------------------------- */
 
-int wrepl_resume_record(struct wrepl *r, const struct walrec_hdr *h, const uint8_t *payload)
+/*
+ * The resume sink's runs: from the note's next_lsn on, every record must
+ * be there, so the first run starts by it; a later run starts where the
+ * read left off. A run that starts past the local log, or another log's,
+ * spoils the resume; a hole below L + 1 is one the local log fills.
+ */
+static int resume_reset(void *arg, uint64_t wal_id, uint64_t base_lsn)
 {
+    struct wrepl *r = arg;
+
+    /* From the note's next_lsn on, every record must be there: the first run starts by it. */
+    uint64_t from = r->resume_resets++ == 0 ? r->resume_note_next : r->resume_read_next;
+
+    if (from > r->resume_next)
+        from = r->resume_next;
+    if (base_lsn > r->resume_next || wal_id != r->resume_wal_id) {
+        r->resume_bad = 1; /* records past the local log are missing, or not this log */
+    } else if (base_lsn > from) {
+        /* A hole the local log fills: its records are here, durable (see the essay). */
+        if (!r->resume_hole_to)
+            r->resume_hole_from = from;
+        r->resume_hole_to = base_lsn;
+        r->resume_hole_records += base_lsn - from;
+    }
+    r->resume_read_next = base_lsn;
+    return 0;
+}
+
+/* The records: keep those from resume_next on (L + 1), in order, up to RESUME_MAX_BYTES. */
+static int wrepl_resume_record(void *arg, const struct walrec_hdr *h, const uint8_t *payload)
+{
+    struct wrepl *r = arg;
     struct buf *d = &r->delta;
 
     r->resume_read_next = h->lsn + 1;
@@ -242,6 +272,11 @@ int wrepl_resume_record(struct wrepl *r, const struct walrec_hdr *h, const uint8
     d->len += 5 + h->len;
     r->delta_count++;
     return 0;
+}
+
+struct replrec_sink wrepl_resume_sink(struct wrepl *r)
+{
+    return (struct replrec_sink){resume_reset, wrepl_resume_record, r};
 }
 
 int wrepl_resume_apply(struct wrepl *r, wlog_replay_fn *fn, void *arg)
@@ -288,6 +323,26 @@ int wrepl_resume_apply(struct wrepl *r, wlog_replay_fn *fn, void *arg)
     return e;
 }
 
+/* ---- where the stream stands ------------------------------------------------------ */
+
+int64_t wrepl_delivery_offset(const amqp_message_t *m)
+{
+    const amqp_table_t *t = &m->properties.headers;
+
+    if (!(m->properties._flags & AMQP_BASIC_HEADERS_FLAG))
+        return -1;
+    for (int i = 0; i < t->num_entries; i++) {
+        const amqp_table_entry_t *e = &t->entries[i];
+        if (e->key.len == 15 && memcmp(e->key.bytes, "x-stream-offset", 15) == 0) {
+            if (e->value.kind == AMQP_FIELD_KIND_I64)
+                return e->value.value.i64;
+            if (e->value.kind == AMQP_FIELD_KIND_U64)
+                return (int64_t)e->value.value.u64;
+        }
+    }
+    return -1;
+}
+
 /*
  * At a clean stop, on the replication thread: the first offset of the
  * stream's last chunk (a consumer at "last" gets that chunk first), or -1.
@@ -297,7 +352,7 @@ int64_t wrepl_stream_last_offset(struct wrepl *r)
     amqp_connection_state_t st = r->conn.st;
     amqp_table_entry_t e[1];
     amqp_table_t args = {1, e};
-    uint64_t deadline = now_ms() + 2000;
+    uint64_t deadline = clock_mono_ms() + 2000;
     int64_t off = -1;
     char why[512];
 
@@ -310,7 +365,7 @@ int64_t wrepl_stream_last_offset(struct wrepl *r)
                        amqp_cstring_bytes("wal-last"), 0, 0, 0, args);
     if (amqp_conn_check(&r->conn, "consume the stream at its last chunk", why, sizeof(why)) < 0)
         return -1;
-    while (off < 0 && now_ms() < deadline) {
+    while (off < 0 && clock_mono_ms() < deadline) {
         struct event ev;
         if (wrepl_next_event(r, 200, &ev, why, sizeof(why)) < 0)
             return -1;
@@ -333,7 +388,7 @@ int64_t wrepl_stream_last_offset(struct wrepl *r)
 
 void wrepl_note_step(struct wrepl *r, int force)
 {
-    uint64_t now = now_ms(), published, durable;
+    uint64_t now = clock_mono_ms(), published, durable;
 
     pthread_mutex_lock(&r->mu);
     published = r->st.published_bytes;
