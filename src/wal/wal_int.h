@@ -111,7 +111,7 @@ struct wal {
     int ck_installing;     /* its install thread runs */
     uint64_t ck_start_lsn; /* of the one being written */
     uint64_t ck_end_lsn;   /* installable once durable_lsn + 1 >= this */
-    uint64_t ck_began_ns, ck_began_ms;
+    uint64_t ck_began_mono_ms, ck_began_ms; /* clock_mono_ms(), clock_now_ms() */
     uint64_t ck_installed, ck_failed, ck_lsn, ck_bytes, ck_lsn_ms, ck_loaded_lsn;
     double ck_seconds;
 };
@@ -132,7 +132,6 @@ struct wal_batch {
 
 /* ---- wal.c ---- */
 
-uint64_t wal_mono_ms(void); /* the monotonic clock in ms */
 int wal_sync_dir(struct wal *w);
 int wal_mkdir_p(const char *dir);
 struct seg *wal_seg_find(struct wal *w, uint64_t segno);
