@@ -55,6 +55,11 @@
  *
  * RECOVERY is in wal_open.c, SPACE in wal_space.c, the wlog interface and
  * its sync thread in wal_log.c; wal_int.h holds what they share.
+ *
+ * WHO CALLS WHOM: wal_open.c, wal_space.c and wal_log.c call down into this
+ * file; this file calls down only into wal_reserve.c (a full disk spends the
+ * reserve, a durable commit looks at the volume), wal_dir.c, walckpt.c and
+ * walscan.c, never back up.
  */
 #define _GNU_SOURCE
 #include "wal_int.h"

@@ -8,6 +8,8 @@
  *                 checkpoint loaded, records replayed, a torn tail cut
  *   wal_space.c   space: live accounting, deleting dead head segments,
  *                 compaction, the horizon, figures
+ *   wal_reserve.c the space reserve (dir/RESERVE) and the intake gate
+ *   wal_dir.c     the directory: its files, modes, lock, segment swaps
  *   wal_log.c     struct wal as a struct wlog, and the sync thread
  *
  * struct wal owns every fd, buffer and segment entry in it; wal_close()
@@ -150,7 +152,7 @@ void wal_batch_durable(struct wal *w, const struct wal_batch *b);
 /* pread n bytes of segment s at off (or out of the write buffer). */
 int wal_seg_read(struct wal *w, struct seg *s, uint64_t off, uint8_t *dst, size_t n);
 
-/* ---- wal_space.c ---- */
+/* ---- wal_reserve.c (the floor under wal.c and wal_space.c: calls neither) ---- */
 
 /* Open dir/RESERVE and fill it to bytes (wal_open; 0: none). 0 or negative. */
 int wal_reserve_open(struct wal *w, uint64_t bytes);
@@ -158,5 +160,7 @@ int wal_reserve_open(struct wal *w, uint64_t bytes);
 int wal_reserve_spend(struct wal *w);
 /* Look at the volume's free space, refill the reserve, move the intake gate. */
 void wal_space_poll(struct wal *w);
+/* Free space (the reserve apart) at which paused intake resumes: two segments. */
+uint64_t wal_resume_mark(const struct wal *w);
 
 #endif
