@@ -8,11 +8,11 @@
  *
  * FILES
  *
- *   dir/LOCK                    flock(LOCK_EX|LOCK_NB) for the life of the
- *                               struct wal: a second daemon on the same
- *                               directory gets WAL_ELOCKED.
  *   dir/00000000000000000001.wal
  *   dir/00000000000000000002.wal ...  segments, in LSN order.
+ *
+ * (wal_dir.c's essay has the one table of every file in the directory:
+ * writer, mode, fsync and crash rule; the lock is wal_lock_dir()'s.)
  *
  * A segment is born with O_CREAT|O_EXCL; its header is written, the file is
  * fdatasync'ed and the directory fsync'ed before any record goes in, so a
@@ -58,8 +58,8 @@
  *
  * WHO CALLS WHOM: wal_open.c, wal_space.c and wal_log.c call down into this
  * file; this file calls down only into wal_reserve.c (a full disk spends the
- * reserve, a durable commit looks at the volume), wal_dir.c, walckpt.c and
- * walscan.c, never back up.
+ * reserve, a durable commit looks at the volume), walckpt.c and walscan.c,
+ * never back up.
  */
 #define _GNU_SOURCE
 #include "wal_int.h"
@@ -122,28 +122,6 @@ int wal_sync_dir(struct wal *w)
     if (walfs_fsync(w->dirfd) < 0)
         return -errno;
     return 0;
-}
-
-int wal_mkdir_p(const char *dir)
-{
-    char *p = xstrdup(dir);
-    int r = 0;
-
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/')
-            continue;
-        *s = 0;
-        if (walfs_mkdir(p, 0755) < 0 && errno != EEXIST) {
-            r = -errno;
-            goto cleanup;
-        }
-        *s = '/';
-    }
-    if (walfs_mkdir(p, 0755) < 0 && errno != EEXIST)
-        r = -errno;
-cleanup:
-    free(p);
-    return r;
 }
 
 struct seg *wal_seg_find(struct wal *w, uint64_t segno)
@@ -230,7 +208,7 @@ int wal_seg_create(struct wal *w, struct seg *s)
     int fd, r;
 
     walscan_seg_name(name, s->segno);
-    fd = walfs_openat(w->dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    fd = walfs_openat(w->dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, WAL_FILE_MODE);
     if (fd < 0)
         return -errno;
     FAILPOINT("wal.mid_roll"); /* an empty newest segment: recovery must delete it */

@@ -135,7 +135,6 @@ struct wal_batch {
 /* ---- wal.c ---- */
 
 int wal_sync_dir(struct wal *w);
-int wal_mkdir_p(const char *dir);
 struct seg *wal_seg_find(struct wal *w, uint64_t segno);
 struct seg *wal_seg_push(struct wal *w);
 struct seg *wal_active(struct wal *w);

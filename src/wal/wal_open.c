@@ -412,14 +412,14 @@ int wal_open(struct wal **out, const struct wal_opts *o, wlog_replay_fn *replay,
     w->no_sync = o->no_sync;
     w->progress = o->progress;
 
-    if ((r = wal_mkdir_p(o->dir)) < 0) {
+    if ((r = wal_dir_make(o->dir)) < 0) {
         log_error("wal", "cannot create the log directory", "dir=%s err=\"%s\"", o->dir,
                   strerror(-r));
         goto fail;
     }
-    w->dirfd = walfs_open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    w->dirfd = wal_dir_open(o->dir);
     if (w->dirfd < 0) {
-        r = -errno;
+        r = w->dirfd;
         log_error("wal", "cannot open the log directory", "dir=%s err=\"%s\"", o->dir,
                   strerror(-r));
         goto fail;

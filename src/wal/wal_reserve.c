@@ -181,7 +181,7 @@ int wal_reserve_open(struct wal *w, uint64_t bytes)
     w->reserve_bytes = bytes;
     if (!bytes)
         return 0;
-    fd = walfs_openat(w->dirfd, RESERVE_NAME, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    fd = walfs_openat(w->dirfd, RESERVE_NAME, O_RDWR | O_CREAT | O_CLOEXEC, WAL_FILE_MODE);
     if (fd < 0 || walfs_fstat(fd, &st) < 0) {
         int r = -errno;
         log_error("wal", "cannot open the space reserve", "file=%s/%s err=\"%s\"", w->dir,
