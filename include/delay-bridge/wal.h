@@ -35,6 +35,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "delay-bridge/stats.h"
 #include "delay-bridge/walrec.h"
@@ -239,13 +240,56 @@ int wal_has_segment(const struct wal *w, uint32_t segno);
 /* ---- the directory: one owner of its files (src/wal/wal_dir.c) ----
  *
  * Every process or tool that takes a WAL directory, or puts segment files
- * into one, goes through these two functions: the daemon's log (wal_open),
- * "delay-bridge wal salvage", and the replicated log's import (wrepl.c).
+ * into one, goes through the lock and the swap below: the daemon's log
+ * (wal_open), "delay-bridge wal salvage", and the replicated log's import
+ * (wrepl.c). Every other layer that keeps a file in the directory (the
+ * replicated log's REPLICA note and import/) makes, writes, renames and
+ * deletes it with the wal_dir_* functions, never with system calls of its
+ * own: wal_dir.c's essay lists every file, its writer, mode, fsync and
+ * crash rule. All return 0 (or what they say) or -errno, and log nothing.
  */
+
+/* What the log creates: the directory (its parents 0755), and every file in it. */
+#define WAL_DIR_MODE 0700
+#define WAL_FILE_MODE 0600
+/* The longest name wal_dir_replace_file() takes (its tmp adds ".tmp"). */
+#define WAL_DIR_NAME_MAX 200
+
+/* mkdir -p dir: missing parents 0755, dir itself WAL_DIR_MODE; an existing one is kept. */
+int wal_dir_make(const char *dir);
+/* Open dir (O_RDONLY | O_DIRECTORY) for *at calls. The fd (caller closes) or -errno. */
+int wal_dir_open(const char *dir);
+/* fsync dir itself: the names created in it are durable. */
+int wal_dir_sync(const char *dir);
+/*
+ * Open dir/name, a directory the log layer keeps inside the WAL directory
+ * (import/); with create it is made (WAL_DIR_MODE) if missing. The fd
+ * (caller closes) or -errno (-ENOENT: none, and create was 0).
+ */
+int wal_dir_open_sub(const char *dir, const char *name, int create);
+/*
+ * Remove dir/name made by wal_dir_open_sub() and the log in it: its
+ * segments and CHECKPOINT (deleted and synced first, as WAL_REPLACE_ALL
+ * does), CHECKPOINT.tmp, RESERVE, LOCK, then the directory. 0 when it is
+ * gone or was not there; -ENOTEMPTY when it holds files that are not the
+ * log's (they are left for people). Nobody may hold it open as a log.
+ */
+int wal_dir_remove_sub(const char *dir, const char *name);
+/*
+ * Replace dir/name atomically with the n bytes at p: dir/name.tmp is
+ * created (O_TRUNC, WAL_FILE_MODE), written, fsync'ed and renamed over
+ * dir/name, then dir is fsync'ed. On a failure before the rename dir/name
+ * is untouched and the tmp removed; after it (the directory's fsync)
+ * dir/name is the new file, not yet durable. name is shorter than
+ * WAL_DIR_NAME_MAX (else -ENAMETOOLONG).
+ */
+int wal_dir_replace_file(const char *dir, const char *name, const void *p, size_t n);
+/* Read up to n bytes of dir/name from its start: the bytes read, or -errno (-ENOENT: none). */
+ssize_t wal_dir_read_file(const char *dir, const char *name, void *p, size_t n);
 
 /*
  * Lock the WAL directory dir (it must exist) against every other owner:
- * dir/LOCK is created if missing (mode 0644) and flock(LOCK_EX|LOCK_NB)'ed.
+ * dir/LOCK is created if missing (WAL_FILE_MODE) and flock(LOCK_EX|LOCK_NB)'ed.
  * The lock lasts as long as *lockfd stays open; close it to release.
  * Returns 0 with *lockfd set, WAL_ELOCKED when another process holds it (a
  * daemon running on dir), or -errno. Every failure is logged (module "wal",

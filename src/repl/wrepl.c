@@ -123,9 +123,9 @@ static int wr_failed(struct wrepl *r)
 /* The directory must exist for the log layer's lock (a new bridge's first start). */
 static int lock_dir(const char *dir, int *lockfd)
 {
-    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-        return -errno;
-    return wal_lock_dir(dir, lockfd);
+    int e = wal_dir_make(dir);
+
+    return e < 0 ? e : wal_lock_dir(dir, lockfd);
 }
 
 static int wr_recover(struct wlog *l, wlog_replay_fn *fn, wlog_ckpt_fn *ckpt, void *arg,
@@ -139,9 +139,9 @@ static int wr_recover(struct wlog *l, wlog_replay_fn *fn, wlog_ckpt_fn *ckpt, vo
 
     if ((e = lock_dir(r->dir, &lockfd)) < 0)
         return e;
-    dirfd = open(r->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    dirfd = wal_dir_open(r->dir);
     if (dirfd < 0) {
-        e = -errno;
+        e = dirfd;
         goto out;
     }
     if ((e = wrepl_replica_take(r, dirfd)) < 0)

@@ -52,15 +52,14 @@ static int drop_segments(int dirfd)
 
 static int imp_dirfd(struct wrepl *r, int create)
 {
-    char path[4200];
+    int fd;
 
     if (r->impfd >= 0)
         return r->impfd;
-    snprintf(path, sizeof(path), "%s/%s", r->dir, IMPORT_DIR);
-    if (create && mkdir(path, 0700) < 0 && errno != EEXIST)
-        return -errno;
-    r->impfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    return r->impfd >= 0 ? r->impfd : -errno;
+    fd = wal_dir_open_sub(r->dir, IMPORT_DIR, create); /* the log layer makes it, 0700 */
+    if (fd >= 0)
+        r->impfd = fd;
+    return fd;
 }
 
 static int imp_reset(void *arg, uint64_t wal_id, uint64_t base_lsn)
@@ -144,21 +143,15 @@ static int imp_install(struct wrepl *r, int dirfd)
 /* Remove dir/import (what a crashed or unneeded import left). */
 static void imp_remove(struct wrepl *r)
 {
-    char path[4200];
-    int fd = imp_dirfd(r, 0);
-
     if (r->imp) {
         wal_close(r->imp);
         r->imp = NULL;
     }
-    if (fd >= 0) {
-        drop_segments(fd);
-        unlinkat(fd, "LOCK", 0);
-        close(fd);
+    if (r->impfd >= 0) {
+        close(r->impfd);
         r->impfd = -1;
     }
-    snprintf(path, sizeof(path), "%s/%s", r->dir, IMPORT_DIR);
-    rmdir(path);
+    (void)wal_dir_remove_sub(r->dir, IMPORT_DIR); /* the log's files, then the directory */
 }
 
 /*

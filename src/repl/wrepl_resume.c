@@ -91,7 +91,6 @@
 #include "base/xalloc.h"
 
 #define REPLICA_NAME "REPLICA"
-#define REPLICA_TMP "REPLICA.tmp"
 #define REPLICA_SIZE 44
 #define RESUME_MAX_BYTES (32ull << 20) /* held in memory: a standby reads the rest to disk */
 
@@ -101,7 +100,7 @@ int wrepl_replica_write(struct wrepl *r, uint64_t wal_id, uint64_t next_lsn, int
                         int quiet)
 {
     uint8_t b[REPLICA_SIZE];
-    int dfd = -1, fd = -1, e = 0;
+    int e;
 
     memcpy(b, magic, 4);
     walrec_put32(b + 4, 1);
@@ -110,17 +109,8 @@ int wrepl_replica_write(struct wrepl *r, uint64_t wal_id, uint64_t next_lsn, int
     walrec_put64(b + 24, (uint64_t)from);
     walrec_put64(b + 32, r->token);
     walrec_put32(b + 40, crc32c(0, b, 40));
-    if ((dfd = open(r->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
-        (fd = openat(dfd, REPLICA_TMP, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0 ||
-        write(fd, b, sizeof(b)) != (ssize_t)sizeof(b) || fsync(fd) < 0 ||
-        renameat(dfd, REPLICA_TMP, dfd, REPLICA_NAME) < 0 || fsync(dfd) < 0)
-        e = errno ? -errno : -EIO;
-    if (fd >= 0)
-        close(fd);
-    if (e < 0 && dfd >= 0)
-        unlinkat(dfd, REPLICA_TMP, 0);
-    if (dfd >= 0)
-        close(dfd);
+    /* REPLICA.tmp, fsync, rename, directory fsync: the old note or the new one */
+    e = wal_dir_replace_file(r->dir, REPLICA_NAME, b, sizeof(b));
     if (e < 0)
         log_warn("wal-replica", "cannot note where the stream stands; the next start reads the "
                  "whole stream", "dir=%s error=\"%s\"", r->dir, strerror(-e));
@@ -139,67 +129,18 @@ int wrepl_replica_write(struct wrepl *r, uint64_t wal_id, uint64_t next_lsn, int
  */
 static int local_end(int dirfd, uint64_t *wal_id, uint64_t *next)
 {
-    uint64_t *nos = NULL;
-    size_t n = 0;
-    int res = -1;
-
-    if (walscan_list(dirfd, &nos, &n, NULL, 0) < 0 || n == 0) {
-        free(nos);
-        return -1;
-    }
-    for (size_t k = n; k-- > 0 && res < 0;) {
-        char name[WALSCAN_NAME_SIZE];
-        struct walrec_seghdr h;
-        struct walscan sc;
-        struct walscan_rec rec;
-        struct stat st;
-        int fd, e;
-
-        walscan_seg_name(name, nos[k]);
-        if ((fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC)) < 0)
-            break;
-        if (fstat(fd, &st) < 0 ||
-            (e = walscan_seghdr(fd, nos[k], (uint64_t)st.st_size, k == n - 1, &h)) < 0) {
-            close(fd);
-            break;
-        }
-        if (e == WALSCAN_HDR_CREATING) { /* a segment being created: the one before ends it */
-            close(fd);
-            continue;
-        }
-        if (e != WALSCAN_HDR_OK) {
-            close(fd);
-            break;
-        }
-        walscan_init(&sc, 4u << 20, NULL, NULL);
-        walscan_start(&sc, fd, (uint64_t)st.st_size, h.salt, h.base_lsn, k == n - 1);
-        while ((e = walscan_next(&sc, &rec)) > 0)
-            ;
-        if (e == 0 && (sc.end == WALSCAN_CLEAN || sc.end == WALSCAN_TORN)) {
-            *wal_id = h.wal_id;
-            *next = sc.next_lsn;
-            res = 0;
-        }
-        walscan_free(&sc);
-        close(fd);
-        break;
-    }
-    free(nos);
-    return res;
+    return walscan_log_end(dirfd, wal_id, next); /* the log layer's reading rule */
 }
 
 int wrepl_replica_take(struct wrepl *r, int dirfd)
 {
     uint8_t b[REPLICA_SIZE];
     uint64_t id = 0, next = 0;
-    int fd = openat(dirfd, REPLICA_NAME, O_RDONLY | O_CLOEXEC);
-    ssize_t n;
+    ssize_t n = wal_dir_read_file(r->dir, REPLICA_NAME, b, sizeof(b));
 
     r->resume = 0;
-    if (fd < 0)
-        return errno == ENOENT ? 0 : -errno;
-    n = read(fd, b, sizeof(b));
-    close(fd);
+    if (n < 0)
+        return n == -ENOENT ? 0 : (int)n;
     if (n != (ssize_t)sizeof(b) || memcmp(b, magic, 4) != 0 || walrec_get32(b + 4) != 1 ||
         walrec_get32(b + 40) != crc32c(0, b, 40)) {
         log_warn("wal-replica", "ignoring a damaged REPLICA note; reading the whole stream",

@@ -5,6 +5,10 @@
  * place with one pwrite(2) of 32 bytes at offset 0: within one sector, so
  * a crash leaves the old bytes or the new ones, and the CRC tells a torn
  * or foreign file from a good one.
+ *
+ * The file lives in the WAL directory, so its system calls are the log
+ * layer's (walfs.h) and its mode the directory's policy (WAL_FILE_MODE,
+ * wal_dir.c's table).
  */
 #define _GNU_SOURCE
 #include "ingress_off.h"
@@ -17,6 +21,8 @@
 #include <unistd.h>
 
 #include "base/crc32c.h"
+#include "delay-bridge/wal.h" /* WAL_FILE_MODE, wal_dir_sync(): the directory's owner */
+#include "walfs.h"
 
 static const uint8_t MAGIC[8] = {'D', 'B', 'S', 'T', 'R', 'O', 'F', 'F'};
 #define VERSION 1
@@ -75,9 +81,9 @@ int ingress_off_open(struct ingress_off *o, const char *dir, const char *route, 
     o->fd = -1;
     o->stored = o->upto = *next = *upto = INGRESS_OFF_NONE;
     snprintf(o->path, sizeof(o->path), "%s/ingress-%s.offset", dir, route);
-    o->fd = open(o->path, O_RDWR | O_CLOEXEC);
+    o->fd = walfs_open(o->path, O_RDWR | O_CLOEXEC);
     if (o->fd < 0 && errno == ENOENT) {
-        o->fd = open(o->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        o->fd = walfs_open(o->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, WAL_FILE_MODE);
         created = 1;
     }
     if (o->fd < 0) {
@@ -87,21 +93,17 @@ int ingress_off_open(struct ingress_off *o, const char *dir, const char *route, 
     }
     if (created) {
         /* The name itself durable: without it a machine crash reads from the first again. */
-        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) {
-            (void)fsync(dfd);
-            close(dfd);
-        }
+        (void)wal_dir_sync(dir);
         return 0;
     }
-    if (fstat(o->fd, &st) < 0) {
+    if (walfs_fstat(o->fd, &st) < 0) {
         e = -errno;
         snprintf(err, errlen, "cannot stat %s: %s", o->path, strerror(-e));
         goto fail;
     }
     if (st.st_size == 0)
         return 0; /* created, never written: from the first */
-    n = st.st_size == INGRESS_OFF_SIZE ? pread(o->fd, buf, sizeof(buf), 0) : 0;
+    n = st.st_size == INGRESS_OFF_SIZE ? walfs_pread(o->fd, buf, sizeof(buf), 0) : 0;
     if (n < 0) {
         e = -errno;
         snprintf(err, errlen, "cannot read %s: %s", o->path, strerror(-e));
@@ -119,7 +121,7 @@ int ingress_off_open(struct ingress_off *o, const char *dir, const char *route, 
     o->upto = *upto = (int64_t)u;
     return 0;
 fail:
-    close(o->fd);
+    walfs_close(o->fd);
     o->fd = -1;
     return e;
 }
@@ -130,7 +132,7 @@ static int put(struct ingress_off *o, int64_t next, int64_t upto)
 
     ingress_off_encode(buf, (uint64_t)next, (uint64_t)upto);
     errno = 0;
-    if (pwrite(o->fd, buf, sizeof(buf), 0) != (ssize_t)sizeof(buf))
+    if (walfs_pwrite(o->fd, buf, sizeof(buf), 0) != (ssize_t)sizeof(buf))
         return errno ? -errno : -EIO;
     o->stored = next;
     o->upto = upto;
@@ -158,7 +160,7 @@ int ingress_off_sync(struct ingress_off *o)
 {
     if (o->fd < 0 || !o->dirty)
         return 0;
-    if (fdatasync(o->fd) < 0)
+    if (walfs_fdatasync(o->fd) < 0)
         return -errno;
     o->dirty = 0;
     return 0;
@@ -168,7 +170,7 @@ void ingress_off_close(struct ingress_off *o)
 {
     if (o->fd >= 0) {
         (void)ingress_off_sync(o);
-        close(o->fd);
+        walfs_close(o->fd);
     }
     o->fd = -1;
 }

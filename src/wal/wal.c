@@ -8,11 +8,11 @@
  *
  * FILES
  *
- *   dir/LOCK                    flock(LOCK_EX|LOCK_NB) for the life of the
- *                               struct wal: a second daemon on the same
- *                               directory gets WAL_ELOCKED.
  *   dir/00000000000000000001.wal
  *   dir/00000000000000000002.wal ...  segments, in LSN order.
+ *
+ * (wal_dir.c's essay has the one table of every file in the directory:
+ * writer, mode, fsync and crash rule; the lock is wal_lock_dir()'s.)
  *
  * A segment is born with O_CREAT|O_EXCL; its header is written, the file is
  * fdatasync'ed and the directory fsync'ed before any record goes in, so a
@@ -55,6 +55,11 @@
  *
  * RECOVERY is in wal_open.c, SPACE in wal_space.c, the wlog interface and
  * its sync thread in wal_log.c; wal_int.h holds what they share.
+ *
+ * WHO CALLS WHOM: wal_open.c, wal_space.c and wal_log.c call down into this
+ * file; this file calls down only into wal_reserve.c (a full disk spends the
+ * reserve, a durable commit looks at the volume), walckpt.c and walscan.c,
+ * never back up.
  */
 #define _GNU_SOURCE
 #include "wal_int.h"
@@ -77,11 +82,6 @@
 #include "walscan.h"
 
 /* ---- small helpers ----------------------------------------------------- */
-
-uint64_t wal_mono_ms(void)
-{
-    return clock_mono_ns() / 1000000u;
-}
 
 static int wal_pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
 {
@@ -108,7 +108,7 @@ static int wal_sync_fd(struct wal *w, int fd)
 
     if (w->no_sync)
         return 0;
-    t0 = clock_mono_ns();
+    t0 = clock_mono_ns(); /* in ns, not clock_mono_ms(): an fdatasync often takes under 1 ms */
     if (walfs_fdatasync(fd) < 0)
         r = -errno;
     db_hist_observe(&w->fsync, (double)(clock_mono_ns() - t0) / 1e9);
@@ -122,28 +122,6 @@ int wal_sync_dir(struct wal *w)
     if (walfs_fsync(w->dirfd) < 0)
         return -errno;
     return 0;
-}
-
-int wal_mkdir_p(const char *dir)
-{
-    char *p = xstrdup(dir);
-    int r = 0;
-
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/')
-            continue;
-        *s = 0;
-        if (walfs_mkdir(p, 0755) < 0 && errno != EEXIST) {
-            r = -errno;
-            goto cleanup;
-        }
-        *s = '/';
-    }
-    if (walfs_mkdir(p, 0755) < 0 && errno != EEXIST)
-        r = -errno;
-cleanup:
-    free(p);
-    return r;
 }
 
 struct seg *wal_seg_find(struct wal *w, uint64_t segno)
@@ -230,7 +208,7 @@ int wal_seg_create(struct wal *w, struct seg *s)
     int fd, r;
 
     walscan_seg_name(name, s->segno);
-    fd = walfs_openat(w->dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    fd = walfs_openat(w->dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, WAL_FILE_MODE);
     if (fd < 0)
         return -errno;
     FAILPOINT("wal.mid_roll"); /* an empty newest segment: recovery must delete it */
@@ -620,7 +598,7 @@ int wal_ckpt_begin(struct wal *w)
         return wal_ckpt_failed(w, r, "create");
     w->ck_state = WLOG_CKPT_WRITING;
     w->ck_start_lsn = w->durable_lsn + 1;
-    w->ck_began_ns = clock_mono_ns();
+    w->ck_began_mono_ms = clock_mono_ms();
     w->ck_began_ms = clock_now_ms();
     return 0;
 }
@@ -689,7 +667,7 @@ void wal_ckpt_poll(struct wal *w)
     w->ck_lsn = w->ck_start_lsn;
     w->ck_lsn_ms = w->ck_began_ms;
     w->ck_bytes = walckpt_size(w->ck);
-    w->ck_seconds = (double)(clock_mono_ns() - w->ck_began_ns) / 1e9;
+    w->ck_seconds = (double)(clock_mono_ms() - w->ck_began_mono_ms) / 1e3;
     log_info("wal", "checkpoint installed",
              "file=%s/%s bytes=%llu start_lsn=%llu end_lsn=%llu seconds=%.3f", w->dir,
              WALCKPT_NAME, (unsigned long long)w->ck_bytes, (unsigned long long)w->ck_lsn,

@@ -8,6 +8,8 @@
  *                 checkpoint loaded, records replayed, a torn tail cut
  *   wal_space.c   space: live accounting, deleting dead head segments,
  *                 compaction, the horizon, figures
+ *   wal_reserve.c the space reserve (dir/RESERVE) and the intake gate
+ *   wal_dir.c     the directory: its files, modes, lock, segment swaps
  *   wal_log.c     struct wal as a struct wlog, and the sync thread
  *
  * struct wal owns every fd, buffer and segment entry in it; wal_close()
@@ -111,7 +113,7 @@ struct wal {
     int ck_installing;     /* its install thread runs */
     uint64_t ck_start_lsn; /* of the one being written */
     uint64_t ck_end_lsn;   /* installable once durable_lsn + 1 >= this */
-    uint64_t ck_began_ns, ck_began_ms;
+    uint64_t ck_began_mono_ms, ck_began_ms; /* clock_mono_ms(), clock_now_ms() */
     uint64_t ck_installed, ck_failed, ck_lsn, ck_bytes, ck_lsn_ms, ck_loaded_lsn;
     double ck_seconds;
 };
@@ -132,9 +134,7 @@ struct wal_batch {
 
 /* ---- wal.c ---- */
 
-uint64_t wal_mono_ms(void); /* the monotonic clock in ms */
 int wal_sync_dir(struct wal *w);
-int wal_mkdir_p(const char *dir);
 struct seg *wal_seg_find(struct wal *w, uint64_t segno);
 struct seg *wal_seg_push(struct wal *w);
 struct seg *wal_active(struct wal *w);
@@ -151,7 +151,7 @@ void wal_batch_durable(struct wal *w, const struct wal_batch *b);
 /* pread n bytes of segment s at off (or out of the write buffer). */
 int wal_seg_read(struct wal *w, struct seg *s, uint64_t off, uint8_t *dst, size_t n);
 
-/* ---- wal_space.c ---- */
+/* ---- wal_reserve.c (the floor under wal.c and wal_space.c: calls neither) ---- */
 
 /* Open dir/RESERVE and fill it to bytes (wal_open; 0: none). 0 or negative. */
 int wal_reserve_open(struct wal *w, uint64_t bytes);
@@ -159,5 +159,7 @@ int wal_reserve_open(struct wal *w, uint64_t bytes);
 int wal_reserve_spend(struct wal *w);
 /* Look at the volume's free space, refill the reserve, move the intake gate. */
 void wal_space_poll(struct wal *w);
+/* Free space (the reserve apart) at which paused intake resumes: two segments. */
+uint64_t wal_resume_mark(const struct wal *w);
 
 #endif

@@ -213,7 +213,7 @@ struct replay_state {
 static void replay_progress(void *arg, uint64_t read_to)
 {
     struct replay_state *st = arg;
-    uint64_t now = wal_mono_ms(), done = st->done_bytes + read_to;
+    uint64_t now = clock_mono_ms(), done = st->done_bytes + read_to;
 
     if (st->progress)
         atomic_store_explicit(&st->progress->done, done, memory_order_relaxed);
@@ -292,7 +292,7 @@ static int wal_replay_all(struct wal *w, wlog_replay_fn *fn, void *arg, uint64_t
     st.from_lsn = from_lsn;
     st.done_bytes = base;
     st.total_bytes = base + w->total_size;
-    st.start_ms = st.last_log_ms = wal_mono_ms();
+    st.start_ms = st.last_log_ms = clock_mono_ms();
     st.progress = w->progress;
     if (st.progress) {
         atomic_store_explicit(&st.progress->total, st.total_bytes, memory_order_relaxed);
@@ -328,7 +328,7 @@ static int wal_replay_all(struct wal *w, wlog_replay_fn *fn, void *arg, uint64_t
     w->next_lsn = expect;
     if (st.progress)
         atomic_store_explicit(&st.progress->done, w->total_size, memory_order_relaxed);
-    uint64_t ms = wal_mono_ms() - st.start_ms;
+    uint64_t ms = clock_mono_ms() - st.start_ms;
     log_info("wal", "log replayed",
              "dir=%s segments=%zu segments_read=%zu records=%llu bytes=%llu bytes_skipped=%llu "
              "from_lsn=%llu ms=%llu next_lsn=%llu",
@@ -360,7 +360,7 @@ static int wal_load_ckpt(struct wal *w, const struct wal_opts *o, uint64_t *from
                               memory_order_relaxed);
         atomic_store_explicit(&w->progress->done, 0, memory_order_relaxed);
     }
-    uint64_t t0 = wal_mono_ms();
+    uint64_t t0 = clock_mono_ms();
     r = walckpt_read(w->dirfd, w->id, o->ckpt_fn, o->ckpt_arg, &info, why, sizeof(why),
                      w->progress);
     if (r == 1) {
@@ -388,7 +388,7 @@ static int wal_load_ckpt(struct wal *w, const struct wal_opts *o, uint64_t *from
     log_info("wal", "checkpoint loaded",
              "file=%s/%s bytes=%llu chunks=%llu start_lsn=%llu ms=%llu", w->dir, WALCKPT_NAME,
              (unsigned long long)info.bytes, (unsigned long long)info.chunks,
-             (unsigned long long)info.start_lsn, (unsigned long long)(wal_mono_ms() - t0));
+             (unsigned long long)info.start_lsn, (unsigned long long)(clock_mono_ms() - t0));
     return 0;
 }
 
@@ -412,14 +412,14 @@ int wal_open(struct wal **out, const struct wal_opts *o, wlog_replay_fn *replay,
     w->no_sync = o->no_sync;
     w->progress = o->progress;
 
-    if ((r = wal_mkdir_p(o->dir)) < 0) {
+    if ((r = wal_dir_make(o->dir)) < 0) {
         log_error("wal", "cannot create the log directory", "dir=%s err=\"%s\"", o->dir,
                   strerror(-r));
         goto fail;
     }
-    w->dirfd = walfs_open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    w->dirfd = wal_dir_open(o->dir);
     if (w->dirfd < 0) {
-        r = -errno;
+        r = w->dirfd;
         log_error("wal", "cannot open the log directory", "dir=%s err=\"%s\"", o->dir,
                   strerror(-r));
         goto fail;

@@ -61,6 +61,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "delay-bridge/wal.h" /* WAL_FILE_MODE */
 #include "delay-bridge/walrec.h"
 #include "base/xalloc.h"
 #include "base/crc32c.h"
@@ -127,7 +128,8 @@ int walckpt_create(struct walckpt **out, int dirfd, const char *dir, uint64_t wa
     c = xcalloc(1, sizeof(*c));
     c->dirfd = dirfd;
     c->dir = dir;
-    c->fd = walfs_openat(dirfd, WALCKPT_TMP_NAME, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    c->fd = walfs_openat(dirfd, WALCKPT_TMP_NAME, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                         WAL_FILE_MODE);
     if (c->fd < 0) {
         r = -errno;
         free(c);

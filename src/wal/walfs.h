@@ -2,7 +2,9 @@
  * walfs.h -- the file system calls of the segment log, behind one seam.
  *
  * Every system call the log layer makes on its directory (wal*.c,
- * walckpt.c, walscan.c) is spelled walfs_NAME here. In every build of the
+ * walckpt.c, walscan.c, ingress_off.c) is spelled walfs_NAME here, and so
+ * is every one other layers need there: they call wal_dir.c's functions
+ * (wal.h), which are written with these names. In every build of the
  * daemon, its tools and its tests walfs_NAME is a macro for the system
  * call NAME itself: the preprocessor replaces the one word with the other,
  * so the object code is the same as before the seam existed (there is no
@@ -24,7 +26,9 @@
  * drives the log with synchronous commits.
  *
  * Only the log layer includes this header; nothing else changes when
- * DB_SIM is set.
+ * DB_SIM is set. (The simulator links the log, not src/repl/ nor
+ * ingress_off.c: their calls go through the seam for the one policy and
+ * the seam-cost check, not to be simulated.)
  */
 #ifndef DELAY_BRIDGE_WALFS_H
 #define DELAY_BRIDGE_WALFS_H
@@ -54,6 +58,7 @@
 #define walfs_renameat renameat
 #define walfs_linkat linkat
 #define walfs_mkdir mkdir
+#define walfs_mkdirat mkdirat
 #define walfs_fstat fstat
 #define walfs_fstatat fstatat
 #define walfs_fstatvfs fstatvfs
@@ -83,6 +88,7 @@ int simfs_unlinkat(int dirfd, const char *name, int flags);
 int simfs_renameat(int olddirfd, const char *oldname, int newdirfd, const char *newname);
 int simfs_linkat(int olddirfd, const char *oldname, int newdirfd, const char *newname, int flags);
 int simfs_mkdir(const char *path, mode_t mode);
+int simfs_mkdirat(int dirfd, const char *name, mode_t mode);
 int simfs_fstat(int fd, struct stat *st);
 int simfs_fstatat(int dirfd, const char *name, struct stat *st, int flags);
 int simfs_fstatvfs(int fd, struct statvfs *st);
@@ -108,6 +114,7 @@ int simfs_thread_join(pthread_t t, void **ret);
 #define walfs_renameat simfs_renameat
 #define walfs_linkat simfs_linkat
 #define walfs_mkdir simfs_mkdir
+#define walfs_mkdirat simfs_mkdirat
 #define walfs_fstat simfs_fstat
 #define walfs_fstatat simfs_fstatat
 #define walfs_fstatvfs simfs_fstatvfs

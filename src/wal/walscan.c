@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "delay-bridge/wlog.h"
@@ -431,4 +432,57 @@ int walscan_next(struct walscan *sc, struct walscan_rec *rec)
         if ((r = refill(sc)) < 0)
             return r;
     }
+}
+
+/* ---- the whole log ---------------------------------------------------------- */
+
+int walscan_log_end(int dirfd, uint64_t *wal_id, uint64_t *next)
+{
+    uint64_t *nos = NULL;
+    size_t n = 0;
+    int res = -1;
+
+    if (walscan_list(dirfd, &nos, &n, NULL, 0) < 0 || n == 0) {
+        free(nos);
+        return -1;
+    }
+    for (size_t k = n; k-- > 0 && res < 0;) {
+        char name[WALSCAN_NAME_SIZE];
+        struct walrec_seghdr h;
+        struct walscan sc;
+        struct walscan_rec rec;
+        struct stat st;
+        int fd, e;
+
+        walscan_seg_name(name, nos[k]);
+        if ((fd = walfs_openat(dirfd, name, O_RDONLY | O_CLOEXEC)) < 0)
+            break;
+        if (walfs_fstat(fd, &st) < 0 ||
+            (e = walscan_seghdr(fd, nos[k], (uint64_t)st.st_size, k == n - 1, &h)) < 0) {
+            walfs_close(fd);
+            break;
+        }
+        if (e == WALSCAN_HDR_CREATING) { /* a segment being created: the one before ends it */
+            walfs_close(fd);
+            continue;
+        }
+        if (e != WALSCAN_HDR_OK) {
+            walfs_close(fd);
+            break;
+        }
+        walscan_init(&sc, 4u << 20, NULL, NULL);
+        walscan_start(&sc, fd, (uint64_t)st.st_size, h.salt, h.base_lsn, k == n - 1);
+        while ((e = walscan_next(&sc, &rec)) > 0)
+            ;
+        if (e == 0 && (sc.end == WALSCAN_CLEAN || sc.end == WALSCAN_TORN)) {
+            *wal_id = h.wal_id;
+            *next = sc.next_lsn;
+            res = 0;
+        }
+        walscan_free(&sc);
+        walfs_close(fd);
+        break;
+    }
+    free(nos);
+    return res;
 }

@@ -17,6 +17,8 @@
  *             ".wal" that is not named like a segment is WLOG_EFORMAT (the
  *             daemon refuses to open such a log).
  * Header:     walscan_seghdr() reads and judges one segment's header.
+ * Log end:    walscan_log_end() where a directory's log ends (its newest
+ *             segment scanned), for a reader that must not open the log.
  * Records:    struct walscan iterates over the records of one segment file
  *             descriptor; walscan_next() returns each valid record, and at
  *             the end says in sc->end how the file ended:
@@ -215,5 +217,16 @@ int walscan_next(struct walscan *sc, struct walscan_rec *rec);
  * daemon's scan and "wal salvage" (its resync) both search with.
  */
 int walscan_plausible(const uint8_t *p, uint64_t avail, uint64_t lsn_min, uint64_t lsn_end);
+
+/* ---- the whole log -------------------------------------------------------- */
+
+/*
+ * Where the log in dirfd ends: its id and the LSN after its last durable
+ * record, from a scan of the newest segment with a valid header (what
+ * recovery will find, less the torn tail it truncates; a newest segment
+ * still being created is passed over for the one before). 0, or -1 when it
+ * cannot tell (no segment, a bad one, a read error). Reads only.
+ */
+int walscan_log_end(int dirfd, uint64_t *wal_id, uint64_t *next);
 
 #endif

@@ -13,7 +13,7 @@ trap 'rm -rf "$tmp"' EXIT
 mkdir "$tmp/seam" "$tmp/plain"
 cp -r "$root"/src/. "$tmp/seam/"
 cp -r "$root"/src/. "$tmp/plain/"
-files="wal/wal wal/wal_open wal/wal_space wal/wal_dir wal/wal_log wal/walckpt wal/walscan base/clock"
+files="wal/wal wal/wal_open wal/wal_space wal/wal_reserve wal/wal_dir wal/wal_log wal/walckpt wal/walscan wal/ingress_off base/clock"
 for f in $files; do
     perl -pi -e 's/\bwalfs_thread_create\b/pthread_create/g; s/\bwalfs_thread_join\b/pthread_join/g;
                  s/\bwalfs_dir\b/DIR/g; s/\bwalfs_(\w+)\(/$1(/g' "$tmp/plain/$f.c"

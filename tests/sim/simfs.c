@@ -96,7 +96,7 @@
  * NOT SIMULATED
  *
  * Other directories (the replicated log's dir/import, wal_replace_segments
- * into it), file modes, short reads, EINTR, flock between processes (one
+ * into it: simfs_mkdirat refuses with EPERM), file modes, short reads, EINTR, flock between processes (one
  * simulated process owns the directory at a time), a directory entry made
  * durable by an fsync of the file alone (the log never relies on it), and
  * media errors on read (EIO from pread). Metadata other than names and
@@ -1097,6 +1097,17 @@ int simfs_mkdir(const char *path, mode_t mode)
 {
     S.calls++;
     errno = EEXIST; /* "/", "/sim" and SIMFS_DIR always exist */
+    return -1;
+}
+
+/* One directory only (NOT SIMULATED): the log never makes another; wal_dir_open_sub() would. */
+int simfs_mkdirat(int dirfd, const char *name, mode_t mode)
+{
+    (void)dirfd;
+    (void)name;
+    (void)mode;
+    S.calls++;
+    errno = EPERM;
     return -1;
 }
 
