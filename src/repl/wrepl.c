@@ -132,7 +132,7 @@ static int wr_recover(struct wlog *l, wlog_replay_fn *fn, wlog_ckpt_fn *ckpt, vo
                       struct db_progress *progress)
 {
     struct wrepl *r = R(l);
-    uint64_t t0 = now_ms();
+    uint64_t t0 = clock_mono_ms();
     int lockfd = -1, dirfd = -1, e;
 
     r->recover_t0 = t0;
@@ -189,10 +189,10 @@ static int wr_recover(struct wlog *l, wlog_replay_fn *fn, wlog_ckpt_fn *ckpt, vo
     if (r->fence_off >= 0)
         wrepl_replica_write(r, r->wal_id, wal_next_lsn(w), r->fence_off, 1);
     r->note_from_prev = r->fence_off;
-    r->note_ms = now_ms();
-    r->last_horizon_ms = now_ms();
+    r->note_ms = clock_mono_ms();
+    r->last_horizon_ms = clock_mono_ms();
     pthread_mutex_lock(&r->mu);
-    r->st.import_seconds = (double)(now_ms() - r->lease_at) / 1000.0;
+    r->st.import_seconds = (double)(clock_mono_ms() - r->lease_at) / 1000.0;
     r->st.complete = !r->need_horizon;
     pthread_mutex_unlock(&r->mu);
     if ((e = pthread_create(&r->th, NULL, repl_main, r)) != 0) {
@@ -403,7 +403,7 @@ static int wr_reclaim(struct wlog *l, size_t budget, const struct wlog_compact_o
         if (r->need_horizon || since >= r->rc->checkpoint_bytes || by_time) {
             if ((e = wal_force_horizon(w, &r->horizon_target)) < 0)
                 return e;
-            r->horizon_roll_ms = clock_now_ms();
+            r->horizon_roll_ms = clock_mono_ms();
             r->horizon_began_at = r->tapped;
             log_info("wal-replica", "stream checkpoint begins: live records are copied forward",
                      "horizon_lsn=%llu published_since_last=%llu", (unsigned long long)r->horizon_target,

@@ -188,11 +188,6 @@ struct wrepl {
 
 /* ---- shared helpers (wrepl_lease.c) ---------------------------------------------- */
 
-static inline uint64_t now_ms(void)
-{
-    return clock_mono_ns() / 1000000u;
-}
-
 static inline void set_state(struct wrepl *r, int s)
 {
     atomic_store(&r->state, s);
