@@ -209,7 +209,6 @@ int wal_intake(const struct wal *w, uint64_t bytes);
 int wal_ckpt_begin(struct wal *w);
 int wal_ckpt_write(struct wal *w, uint8_t kind, const void *p, size_t n);
 int wal_ckpt_end(struct wal *w);
-void wal_ckpt_abort(struct wal *w);
 void wal_ckpt_poll(struct wal *w);
 
 /*

@@ -630,14 +630,6 @@ int wal_ckpt_end(struct wal *w)
     return 0;
 }
 
-void wal_ckpt_abort(struct wal *w)
-{
-    walckpt_free(w->ck); /* waits for an install in progress */
-    w->ck = NULL;
-    w->ck_state = WLOG_CKPT_IDLE;
-    w->ck_installing = 0;
-}
-
 void wal_ckpt_poll(struct wal *w)
 {
     int r;
