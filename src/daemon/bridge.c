@@ -17,11 +17,12 @@
  *               Nothing is acked yet. It arrives as a plain struct
  *               delivery: the consumer has read its headers and encoded
  *               its properties, so no rabbitmq-c type reaches this file.
- *   a commit    commit_and_ack() is the one place the log commits: once per
- *               loop turn, before the loop sleeps (ev_prepare, like Redis's
- *               beforeSleep), it covers every delivery appended so far and
- *               every confirm; when the commit completes, basic.ack
- *               (multiple) goes out up to the last delivery it covered.
+ *   a commit    bridge_commit_and_ack() (bridge_commit.c) is the one place
+ *               the log commits: once per loop turn, before the loop sleeps
+ *               (ev_prepare, like Redis's beforeSleep), it covers every
+ *               delivery appended so far and every confirm; when the commit
+ *               completes, basic.ack (multiple) goes out up to the last
+ *               delivery it covered (a stream ingress: its place is written).
  *   a publish   due messages are taken from the engine route by route while
  *               the publisher has room (max_inflight unconfirmed per route).
  *   a confirm   ack: the message is done (engine: DONE record at the next
@@ -36,15 +37,6 @@
  *               shutdown_timeout_ms for outstanding confirms, commit their
  *               DONE records, close, exit 0. A second signal cuts the wait.
  *
- * A stream ingress. A route whose ingress queue is a stream is read from
- * a place (consumer.h), not acked away: the place each commit covers is
- * taken with the commit's ack tag (commit_and_ack), written to the route's
- * place file (ingress_off.h) as "upto" before the commit and as the place
- * once it is durable, where a classic queue would be acked. A restart
- * reads the file and consumes from the place, so nothing read past is
- * missing from the log, and takes what lies below upto as redeliveries
- * (eng_seen), so nothing is logged twice either.
- *
  * Start. The HTTP endpoint and the signal handlers come up at once; the
  * engine recovers the held set from the log on a thread of its own (it
  * touches nothing the loop uses), so /healthz answers and /readyz says
@@ -56,12 +48,14 @@
  * The loop turn (on_prepare) in order: connections and channel retries,
  * buffered frames, commit and ack, advance the wheel, publish, reclaim log
  * space (at most every 100 ms, a bounded amount), then arm one timer for
- * the earliest of: next wheel event, a reconnect or retry, a heartbeat
+ * the earliest of: next wheel event, a reconnect or retry, a heartbeat.
  *
  * Deliveries in (the intake gate, the stash) are in bridge_intake.c, the
- * key-event protocol in bridge_keys.c, the HTTP handlers in bridge_http.c,
- * the /stats snapshot in bridge_stats.c; bridge_int.h holds what they
- * share.
+ * key-event protocol in bridge_keys.c, the commit and its acks in
+ * bridge_commit.c, the HTTP handlers in bridge_http.c, the /stats snapshot
+ * in bridge_stats.c, the fatal stop and the route lookup in bridge_core.c;
+ * bridge_int.h holds what they share and draws their floors. This file is
+ * the top floor: it calls them, none of them calls it.
  */
 #include "bridge_int.h"
 
@@ -88,151 +82,6 @@
 #include "base/xalloc.h"
 #include "base/failpoint.h"
 
-
-void bridge_fatal(struct bridge *b, const char *what, int err)
-{
-    if (b->exit_code)
-        return;
-    log_error("bridge", "fatal error, stopping without acking more", "what=\"%s\" error=\"%s\"",
-              what, eng_strerror(err));
-    b->exit_code = EXIT_FATAL;
-    /* Abrupt close: unacked deliveries go back to their queues. */
-    if (b->cons)
-        consumer_abort(b->cons);
-    ev_break(b->loop, EVBREAK_ALL);
-}
-
-/* ---- commit and ack ------------------------------------------------------------ */
-
-/*
- * Stream ingresses: write each route's place file, before a commit (begin:
- * "the commit under way reaches next") or once it is durable ("everything
- * below next is in the log"). A failed write is fatal, like the log's.
- */
-static int write_places(struct bridge *b, const int64_t *next, int begin)
-{
-    int r;
-
-    for (int i = 0; b->ioff && i < b->cfg->nroutes; i++) {
-        r = begin ? ingress_off_begin(&b->ioff[i], next[i])
-                  : ingress_off_store(&b->ioff[i], next[i]);
-        if (r < 0) {
-            log_error("bridge", "cannot write a stream ingress's place", "file=\"%s\" error=\"%s\"",
-                      b->ioff[i].path, strerror(-r));
-            bridge_fatal(b, "stream ingress place", r);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-/* The place of each stream ingress now: everything before it is appended (the stash is not). */
-static void take_places(struct bridge *b, int64_t *next)
-{
-    for (int i = 0; b->ioff && i < b->cfg->nroutes; i++) {
-        next[i] = b->ioff[i].fd >= 0 ? consumer_stream_next(b->cons, i) : -1;
-        if (next[i] >= 0 && b->stash.n) {
-            int64_t low = dstash_min_offset(&b->stash, i);
-            if (low < next[i])
-                next[i] = low;
-        }
-    }
-}
-
-/* The highest tag an ack may cover: what was logged, below anything still in the stash. */
-static uint64_t ack_tag(const struct bridge *b)
-{
-    uint64_t low = b->stash.n ? dstash_min_tag(&b->stash, b->logged_gen) : UINT64_MAX;
-
-    return b->logged_tag < low ? b->logged_tag : low - 1;
-}
-
-static void on_committed(void *arg, int err)
-{
-    struct bridge *b = arg;
-
-    if (err < 0) {
-        bridge_fatal(b, "WAL commit", err);
-        return;
-    }
-    if (b->ioff && write_places(b, b->commit_next, 0) < 0)
-        return;
-    bridge_intake_gate(b);
-    if (b->disk_full) {
-        b->disk_full = 0;
-        log_info("bridge", "WAL commit has space again", NULL);
-        if (!b->space_paused && !b->stopping && !b->drain.active)
-            consumer_release_ingress(b->cons);
-    }
-    FAILPOINT("bridge.before_ack");
-    consumer_ack(b->cons, b->commit_gen, b->commit_tag);
-}
-
-/*
- * The one place the log commits: everything appended and confirmed so far
- * becomes durable, then the broker is acked up to the last delivery that
- * commit covered. A commit still running (an asynchronous log) just means
- * this turn's work goes into the next one.
- */
-static void commit_and_ack(struct bridge *b)
-{
-    int r;
-
-    if (b->exit_code || eng_committing(b->eng))
-        return;
-    if (!eng_dirty(b->eng)) {
-        /* Everything appended is durable: the acks, and the places, may go out. */
-        if (b->ioff) {
-            take_places(b, b->commit_next);
-            if (write_places(b, b->commit_next, 0) < 0)
-                return;
-        }
-        consumer_ack(b->cons, b->logged_gen, ack_tag(b));
-        return;
-    }
-    if (b->disk_full && clock_now_ms() < b->disk_retry_at)
-        return;
-    b->commit_gen = b->logged_gen;
-    b->commit_tag = ack_tag(b);
-    take_places(b, b->commit_next);
-    if (write_places(b, b->commit_next, 1) < 0)
-        return;
-    r = eng_commit(b->eng, on_committed, b);
-    if (r == -ENOSPC || r == -EDQUOT) {
-        /*
-         * Disk full: the ingress consumers stop (consumer_hold_ingress());
-         * what was received stays unacked on the open channel, in the
-         * log's batch, until a commit gets space; key events from the other
-         * bridges are still taken and applied (a CANCEL waits in the same
-         * batch, the message it cancels no longer fires). Held messages
-         * keep firing, and their segments are deleted as they are
-         * confirmed, which is how space usually comes back. Try again
-         * every second.
-         */
-        b->disk_retry_at = clock_now_ms() + DISK_RETRY_MS;
-        if (!b->disk_full) {
-            b->disk_full = 1;
-            log_error("bridge", "WAL disk full: consuming paused, messages stay in the broker; "
-                      "held messages keep firing; resumes by itself when space returns",
-                      "wal_dir=\"%s\"", b->cfg->wal_dir);
-            consumer_hold_ingress(b->cons);
-        }
-        return;
-    }
-    if (r < 0 && r != ENG_EBUSY)
-        bridge_fatal(b, "WAL commit", r);
-}
-
-/*
- * Commit now and wait for it: for an operator's request that answers
- * "durable" (DELETE /pending, POST /purge). The loop waits one fsync.
- */
-void bridge_commit_and_wait(struct bridge *b)
-{
-    eng_flush(b->eng);  /* the commit already out, if any */
-    commit_and_ack(b);  /* one with everything so far */
-    eng_flush(b->eng);
-}
 
 /* ---- publishes out --------------------------------------------------------------- */
 
@@ -342,7 +191,7 @@ static void shutdown_step(struct bridge *b, uint64_t now)
     if (inflight)
         log_warn("bridge", "shutdown timeout: unconfirmed publishes stay held and will be "
                  "published again on restart", "unconfirmed=%zu", inflight);
-    commit_and_ack(b);
+    bridge_commit_and_ack(b);
     if (b->exit_code)
         return;
     if (eng_committing(b->eng))
@@ -376,7 +225,7 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
         b->ready_logged = 1;
         log_info("bridge", "ready", "routes=%d", b->cfg->nroutes);
     }
-    commit_and_ack(b);
+    bridge_commit_and_ack(b);
     if (!b->stopping) {
         /* Draining: every message is due now, for the ingress or its target. */
         eng_advance(b->eng, b->drain.active ? DRAIN_HORIZON_MS : now);
@@ -483,24 +332,13 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
         return;
     }
     /* Make what was received durable, ack it, and stop consuming. */
-    commit_and_ack(b);
+    bridge_commit_and_ack(b);
     consumer_stop(b->cons);
 }
 
 /* ---- recovery ---------------------------------------------------------------------- */
 
-/* Route names found in the log -> route index. */
-int bridge_route_index(void *arg, const char *name, size_t len)
-{
-    const struct config *cfg = arg;
-    int i;
-
-    for (i = 0; i < cfg->nroutes; i++)
-        if (strlen(cfg->routes[i].name) == len && memcmp(cfg->routes[i].name, name, len) == 0)
-            return i;
-    return -1;
-}
-
+/* Route index -> name, for the engine's log messages (bridge_route_index is the other way). */
 static const char *route_name(void *arg, int i)
 {
     return ((const struct config *)arg)->routes[i].name;

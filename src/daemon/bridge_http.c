@@ -30,8 +30,6 @@ static void api_stats(void *arg, struct db_stats *s)
     bridge_stats(arg, s);
 }
 
-int bridge_route_index(void *arg, const char *name, size_t len);
-
 static int route_by_name(const struct bridge *b, const char *name)
 {
     return bridge_route_index((void *)b->cfg, name, strlen(name));

@@ -6,8 +6,9 @@
  * multiple-ack could cover them), x-delay-cancel cancels by key, a
  * redelivery already logged is recognised (eng_seen) and only acked,
  * everything else is judged (xdelay.c), encoded (msgrec.c) and appended
- * (engine: PENDING). Nothing is acked here: bridge.c's commit_and_ack()
- * acks up to the last delivery a durable commit covered.
+ * (engine: PENDING). Nothing is acked here: bridge_commit_and_ack()
+ * (bridge_commit.c) acks up to the last delivery a durable commit covered,
+ * and calls the gate here when a commit completes: this file is below it.
  *
  * THE INTAKE GATE. The log pauses intake when its volume runs short
  * (wal_space.c: free space under one segment, its space reserve not
@@ -26,7 +27,7 @@
  * that end messages. When the gate opens, bridge_stash_drain() appends
  * them, oldest first, while the log keeps room. Acks stay below the oldest
  * stashed tag and a stream ingress's place at or below its oldest stashed
- * offset (bridge.c: ack_tag, take_places), so a crash gives the stash back
+ * offset (bridge_commit.c: ack_tag, take_places), so a crash gives the stash back
  * to the broker: nothing acked was only in memory. A lost connection drops
  * the stash (the broker has those deliveries again). Key events and
  * oversized rejects never wait: they append no message.
