@@ -89,7 +89,7 @@ static void on_confirmed(void *arg, int route, uint32_t ref, int ok, int returne
 {
     struct bridge *b = arg;
     const struct config_route *rc = &b->cfg->routes[route];
-    uint64_t now = clock_now_ms(), ev;
+    uint64_t now = clock_now_ms(), mono = clock_mono_ms(), ev;
 
     if (!ok) {
         eng_unsent(b->eng, ref);
@@ -98,7 +98,7 @@ static void on_confirmed(void *arg, int route, uint32_t ref, int ok, int returne
     if (b->drain.active && eng_due_ms(b->eng, ref) > now) {
         if (returned) {
             /* The ingress queue is gone: keep it and try again (logged). */
-            if ((ev = log_ratelimit(&b->counts[route].rl_return, now, 10000)))
+            if ((ev = log_ratelimit(&b->counts[route].rl_return, mono, 10000)))
                 log_warn("bridge", "drain: a message handed back came back (no queue bound to "
                          "the ingress exchange); kept and tried again",
                          "route=%s ingress=\"%s\" events=%" PRIu64, rc->name,
@@ -114,7 +114,7 @@ static void on_confirmed(void *arg, int route, uint32_t ref, int ok, int returne
             eng_divert(b->eng, ref);
             return;
         }
-        if ((ev = log_ratelimit(&b->counts[route].rl_return, now, 10000)))
+        if ((ev = log_ratelimit(&b->counts[route].rl_return, mono, 10000)))
             log_warn("publish",
                      rc->unroutable_exchange[0]
                          ? "unroutable message returned by the unroutable exchange too: dropped"
@@ -182,11 +182,18 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
     return a < b ? a : b;
 }
 
-static void shutdown_step(struct bridge *b, uint64_t now)
+/* ms from now until at, on one clock; 0 if at has passed. */
+static uint64_t ms_until(uint64_t at, uint64_t now)
+{
+    return at > now ? at - now : 0;
+}
+
+/* Stopping: once nothing is in flight (or the deadline, monotonic, passed), commit and end. */
+static void shutdown_step(struct bridge *b, uint64_t mono)
 {
     size_t inflight = publisher_inflight(b->pub);
 
-    if (inflight && publisher_up(b->pub) && now < b->stop_deadline)
+    if (inflight && publisher_up(b->pub) && mono < b->stop_deadline)
         return;
     if (inflight)
         log_warn("bridge", "shutdown timeout: unconfirmed publishes stay held and will be "
@@ -201,12 +208,13 @@ static void shutdown_step(struct bridge *b, uint64_t now)
     ev_break(b->loop, EVBREAK_ALL);
 }
 
-static void drain_step(struct bridge *b, uint64_t now);
+static void drain_step(struct bridge *b, uint64_t mono);
+static void arm_wake(struct bridge *b, uint64_t now, uint64_t mono);
 
 static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 {
     struct bridge *b = w->data;
-    uint64_t now = clock_now_ms(), next;
+    uint64_t now = clock_now_ms(), mono = clock_mono_ms();
     int r;
 
     b->turn_ms = now;
@@ -231,7 +239,7 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
         eng_advance(b->eng, b->drain.active ? DRAIN_HORIZON_MS : now);
         pump(b);
         if (b->drain.active)
-            drain_step(b, now);
+            drain_step(b, mono);
     }
     if (b->exit_code)
         return;
@@ -244,8 +252,8 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
         log_info("bridge", "purge done", "route=%s removed=%" PRIu64,
                  b->cfg->routes[b->purge.job.route].name, b->purge.job.removed);
     }
-    if (now - b->last_maintain >= MAINTAIN_EVERY_MS) {
-        b->last_maintain = now;
+    if (mono - b->last_maintain >= MAINTAIN_EVERY_MS) {
+        b->last_maintain = mono;
         r = eng_maintain(b->eng, MAINTAIN_BUDGET);
         if (r < 0) {
             bridge_fatal(b, "WAL maintenance", r);
@@ -256,29 +264,40 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
     if (b->stash.n && !b->stopping)
         bridge_stash_drain(b);
     if (b->stopping) {
-        shutdown_step(b, now);
+        shutdown_step(b, mono);
         if (b->exit_code || b->done)
             return;
     }
 
-    /* Sleep until the next thing to do. */
-    next = now + MAX_SLEEP_MS;
+    arm_wake(b, now, mono);
+}
+
+/*
+ * Arm the one timer for the earliest thing to do. Each time is measured on
+ * its own clock: due times on the wall clock (now), the disk retry on the
+ * monotonic one (mono); the parts' wakeups on the clock their turn was
+ * given.
+ */
+static void arm_wake(struct bridge *b, uint64_t now, uint64_t mono)
+{
+    uint64_t sleep = MAX_SLEEP_MS;
+
     if (!b->stopping)
-        next = min_u64(next, eng_next_event(b->eng));
-    next = min_u64(next, consumer_next_wakeup(b->cons));
-    next = min_u64(next, publisher_next_wakeup(b->pub));
+        sleep = min_u64(sleep, ms_until(eng_next_event(b->eng), now));
+    sleep = min_u64(sleep, ms_until(consumer_next_wakeup(b->cons), now));
+    sleep = min_u64(sleep, ms_until(publisher_next_wakeup(b->pub), now));
     if (consumer_busy(b->cons) || publisher_busy(b->pub) || b->purge.active ||
         (eng_dirty(b->eng) && !eng_committing(b->eng) && !b->disk_full))
-        next = now;
+        sleep = 0;
     if (b->disk_full)
-        next = min_u64(next, b->disk_retry_at);
+        sleep = min_u64(sleep, ms_until(b->disk_retry_at, mono));
     if (b->drain.done)
-        next = min_u64(next, now + 50);
+        sleep = min_u64(sleep, 50);
     if (b->stopping)
-        next = min_u64(next, now + 10);
-    ev_timer_stop(loop, &b->wake);
-    ev_timer_set(&b->wake, next > now ? (double)(next - now) / 1000.0 : 0.0, 0.0);
-    ev_timer_start(loop, &b->wake);
+        sleep = min_u64(sleep, 10);
+    ev_timer_stop(b->loop, &b->wake);
+    ev_timer_set(&b->wake, (double)sleep / 1000.0, 0.0);
+    ev_timer_start(b->loop, &b->wake);
 }
 
 /*
@@ -286,7 +305,7 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
  * to: they stay in the log) and every DONE record is durable: then stop as
  * on SIGTERM, with nothing left to wait for, and exit 0.
  */
-static void drain_step(struct bridge *b, uint64_t now)
+static void drain_step(struct bridge *b, uint64_t mono)
 {
     struct eng_stats es;
 
@@ -296,14 +315,14 @@ static void drain_step(struct bridge *b, uint64_t now)
             return;
         log_info("bridge", "drain done: every held message was handed back; exiting",
                  "handed_back=%" PRIu64 " orphaned_kept=%" PRIu64 " seconds=%.3f",
-                 b->drain.handed_back, es.orphaned, (double)(now - b->drain.started_ms) / 1000.0);
+                 b->drain.handed_back, es.orphaned, (double)(mono - b->drain.started_ms) / 1000.0);
         b->drain.done = 1;
-        b->drain.done_ms = now;
+        b->drain.done_ms = mono;
     }
-    if (now - b->drain.done_ms < DRAIN_LINGER_MS)
+    if (mono - b->drain.done_ms < DRAIN_LINGER_MS)
         return;
     b->stopping = 1;
-    b->stop_deadline = now + b->cfg->shutdown_timeout_ms;
+    b->stop_deadline = mono + b->cfg->shutdown_timeout_ms;
     consumer_stop(b->cons);
 }
 
@@ -324,7 +343,7 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
     log_info("bridge", "stopping", "signal=%d timeout_ms=%u", w->signum,
              b->cfg->shutdown_timeout_ms);
     b->stopping = 1;
-    b->stop_deadline = clock_now_ms() + b->cfg->shutdown_timeout_ms;
+    b->stop_deadline = clock_mono_ms() + b->cfg->shutdown_timeout_ms;
     if (!b->eng) {
         /* still recovering: stop as soon as it is done; a standby stops waiting */
         if (b->rec.opts.log)
@@ -520,6 +539,7 @@ struct bridge *bridge_new(struct ev_loop *loop, const struct config *cfg, struct
     b->loop = loop;
     b->cfg = cfg;
     b->start_ms = clock_now_ms();
+    b->start_mono_ms = clock_mono_ms();
     b->counts = xcalloc((size_t)cfg->nroutes, sizeof(*b->counts));
     b->snap = xcalloc((size_t)cfg->nroutes, sizeof(*b->snap));
     signal(SIGPIPE, SIG_IGN);

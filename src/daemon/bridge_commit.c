@@ -131,7 +131,7 @@ void bridge_commit_and_ack(struct bridge *b)
         consumer_ack(b->cons, b->logged_gen, ack_tag(b));
         return;
     }
-    if (b->disk_full && clock_now_ms() < b->disk_retry_at)
+    if (b->disk_full && clock_mono_ms() < b->disk_retry_at)
         return;
     b->commit_gen = b->logged_gen;
     b->commit_tag = ack_tag(b);
@@ -150,7 +150,7 @@ void bridge_commit_and_ack(struct bridge *b)
          * confirmed, which is how space usually comes back. Try again
          * every second.
          */
-        b->disk_retry_at = clock_now_ms() + DISK_RETRY_MS;
+        b->disk_retry_at = clock_mono_ms() + DISK_RETRY_MS;
         if (!b->disk_full) {
             b->disk_full = 1;
             log_error("bridge", "WAL disk full: consuming paused, messages stay in the broker; "

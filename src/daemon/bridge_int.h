@@ -91,15 +91,21 @@ struct bridge {
     ev_prepare prepare;
     ev_timer wake;
     ev_signal sigterm, sigint;
-    uint64_t start_ms, turn_ms, last_maintain;
+    /*
+     * Clocks: start_ms and turn_ms are wall-clock times /stats shows;
+     * every duration, deadline and retry below is on the monotonic clock
+     * (clock_mono_ms: a step of the wall clock must not fire or stall it).
+     */
+    uint64_t start_ms, turn_ms;
+    uint64_t start_mono_ms, last_maintain;
     int ready_logged;
     int disk_full;          /* the last commit found no space: consuming paused */
     int space_paused;       /* the log asks for no new messages: consuming paused */
     uint64_t space_pauses;  /* times consuming paused so (/stats wal.intake_pauses) */
     struct dstash stash;    /* deliveries taken while paused, not yet in the log */
-    uint64_t disk_retry_at; /* when to try the commit again */
+    uint64_t disk_retry_at; /* when to try the commit again (monotonic) */
     int stopping;
-    uint64_t stop_deadline;
+    uint64_t stop_deadline; /* monotonic */
     int exit_code, done;
 
     struct db_route_stats *snap; /* bridge_stats() output */
@@ -118,7 +124,7 @@ struct bridge {
      */
     struct {
         int active, done;
-        uint64_t handed_back, started_ms, done_ms;
+        uint64_t handed_back, started_ms, done_ms; /* started, done: monotonic */
     } drain;
 
     /* Recovery on a thread: the loop learns it is over through `recovered`. */

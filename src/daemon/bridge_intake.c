@@ -104,7 +104,8 @@ static void take_delivery(struct bridge *b, const struct delivery *d)
     const struct config_route *rc = &b->cfg->routes[d->route];
     struct route_counts *n = &b->counts[d->route];
     struct walrec_add a;
-    uint64_t now = clock_now_ms(), ev, first_ms;
+    uint64_t now = clock_now_ms(); /* wall: the time a key event carries */
+    uint64_t mono = clock_mono_ms(), ev, first_ms;
     int r;
 
     if (b->exit_code)
@@ -136,7 +137,7 @@ static void take_delivery(struct bridge *b, const struct delivery *d)
     if (d->cancel != 0) {
         if (d->cancel < 0 || key_len > MSGREC_KEY_MAX) {
             n->invalid_key++;
-            if ((ev = log_ratelimit(&n->rl_delay, now, 10000)))
+            if ((ev = log_ratelimit(&n->rl_delay, mono, 10000)))
                 log_warn("consume", "invalid x-delay-cancel (not a string of at most 255 bytes): "
                          "dropped", "route=%s events=%" PRIu64, rc->name, ev);
         } else if ((r = eng_cancel(b->eng, (uint16_t)d->route, key, key_len)) < 0) {
@@ -173,7 +174,7 @@ static void take_delivery(struct bridge *b, const struct delivery *d)
             n->invalid_key++;
         if (a.flags & WALREC_ADD_DEADLETTER)
             n->dead_lettered++;
-        if ((ev = log_ratelimit(&n->rl_delay, now, 10000)))
+        if ((ev = log_ratelimit(&n->rl_delay, mono, 10000)))
             log_warn("consume",
                      r & MSGREC_INVALID_DELAY ? xdelay_strerror(d->xdelay)
                                               : "invalid x-delay-key (not a string of at most 255 "
@@ -191,7 +192,7 @@ static void take_delivery(struct bridge *b, const struct delivery *d)
         bridge_key_event_out(b, d->route, "replace", a.key, a.key_len, a.enqueue_ms);
     if (d->unstamped)
         n->unstamped++;
-    if (d->unstamped && (ev = log_ratelimit(&n->rl_stamp, now, 60000)))
+    if (d->unstamped && (ev = log_ratelimit(&n->rl_stamp, mono, 60000)))
         log_warn("consume", "delay_from is \"broker\" but a message has no timestamp_in_ms: its "
                  "x-delay counts from its receipt here", "route=%s events=%" PRIu64 " hint=\""
                  "message_interceptors.incoming.set_header_timestamp.overwrite = true in "
