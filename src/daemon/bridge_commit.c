@@ -44,7 +44,6 @@
 #include "delay-bridge/engine.h"
 #include "wal/ingress_off.h"
 
-
 /*
  * Stream ingresses: write each route's place file, before a commit (begin:
  * "the commit under way reaches next") or once it is durable ("everything
