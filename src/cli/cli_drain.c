@@ -54,8 +54,12 @@ static void usage(FILE *f)
             "or exited before it reported the drain done.\n");
 }
 
-/* "handed_back", "remaining" and "done" of /stats "drain"; 0 when they could be read. */
-static int progress(const struct cli_http *h, uint64_t *handed, uint64_t *remaining, int *done)
+/*
+ * The drain's progress as the daemon reports it: "handed_back", "remaining"
+ * and "done" of /stats "drain" (one GET). 0 when they could be read.
+ */
+static int drain_progress(const struct cli_http *h, uint64_t *handed, uint64_t *remaining,
+                          int *done)
 {
     struct strbuf body = STRBUF_INIT;
     int status = 0, r = cli_http_request(h, "GET", "/stats", &status, &body);
@@ -121,15 +125,15 @@ int cli_drain_main(int argc, char **argv)
     printf("%s", body.p ? body.p : "");
     fflush(stdout);
 
-    uint64_t t0 = clock_mono_ns(), last_print = 0, last_remaining = 0;
+    uint64_t t0 = clock_mono_ms(), last_print = 0, last_remaining = 0;
     int done = 0;
     for (;;) {
-        uint64_t handed = 0, remaining = 0, now = clock_mono_ns();
+        uint64_t handed = 0, remaining = 0, now = clock_mono_ms();
         int was_done = done;
-        r = progress(&h, &handed, &remaining, &done);
+        r = drain_progress(&h, &handed, &remaining, &done);
         if (r == CLI_HTTP_REFUSED) {
             if (done) {
-                printf("drained: the daemon has exited (%.1f s)\n", (double)(now - t0) / 1e9);
+                printf("drained: the daemon has exited (%.1f s)\n", (double)(now - t0) / 1e3);
                 rc = DRAIN_DONE;
             } else {
                 fprintf(stderr, PROG ": the daemon exited before it reported the drain done "
@@ -145,13 +149,13 @@ int cli_drain_main(int argc, char **argv)
                    (unsigned long long)handed);
             fflush(stdout);
         }
-        if (r == 0 && now - last_print >= 1000000000ull) {
+        if (r == 0 && now - last_print >= 1000) {
             printf("draining: %llu handed back, %llu remaining\n", (unsigned long long)handed,
                    (unsigned long long)remaining);
             fflush(stdout);
             last_print = now;
         }
-        if (now - t0 >= (uint64_t)timeout * 1000000000ull) {
+        if (now - t0 >= (uint64_t)timeout * 1000) {
             fprintf(stderr, PROG ": still draining after %ld s; the daemon goes on\n", timeout);
             rc = DRAIN_TIMEOUT;
             break;

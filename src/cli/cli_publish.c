@@ -133,22 +133,17 @@ static int read_stdin(char **out, size_t *n)
     return 0;
 }
 
-static uint64_t mono_ms(void)
-{
-    return clock_mono_ns() / 1000000u;
-}
-
 /*
  * Wait for the confirm of delivery tag 1. Returns PUB_OK on ack, else
  * PUB_FAIL with the reason in err.
  */
 static int wait_confirm(struct amqp_conn *c, uint32_t timeout_ms, char *err, size_t errlen)
 {
-    uint64_t deadline = mono_ms() + timeout_ms;
+    uint64_t deadline = clock_mono_ms() + timeout_ms;
     char returned[512] = "";
 
     for (;;) {
-        uint64_t now = mono_ms();
+        uint64_t now = clock_mono_ms();
         uint64_t left = deadline > now ? deadline - now : 0;
         struct timeval tv = {(time_t)(left / 1000), (suseconds_t)(left % 1000) * 1000};
         amqp_frame_t f;
@@ -208,202 +203,263 @@ static int wait_confirm(struct amqp_conn *c, uint32_t timeout_ms, char *err, siz
     }
 }
 
-int cli_publish_main(int argc, char **argv)
-{
-    static const struct option opts[] = {
-        {"uri", required_argument, NULL, 'u'},
-        {"exchange", required_argument, NULL, 'x'},
-        {"routing-key", required_argument, NULL, 'k'},
-        {"delay", required_argument, NULL, 'd'},
-        {"header", required_argument, NULL, 'H'},
-        {"persistent", no_argument, NULL, 'p'},
-        {"message-id", required_argument, NULL, 'm'},
-        {"content-type", required_argument, NULL, 't'},
-        {"timeout", required_argument, NULL, 'T'},
-        {"ca-file", required_argument, NULL, 'A'},
-        {"cert-file", required_argument, NULL, 'C'},
-        {"key-file", required_argument, NULL, 'K'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *uri = NULL, *exchange = NULL, *rk = NULL, *message_id = NULL, *ctype = NULL;
-    char *uri_env = NULL, *body = NULL;
-    int64_t delay = 0, v;
-    int have_delay = 0, persistent = 0, c, rc = PUB_USAGE, nheaders = 0;
-    uint32_t timeout_ms = DEFAULT_TIMEOUT_MS;
-    amqp_table_entry_t *entries = NULL;
-    size_t body_len = 0;
-    int body_owned = 0;
-    struct amqp_conn conn;
-    struct amqp_conn_tls tls = {NULL, NULL, NULL, 1};
-    amqp_basic_properties_t props;
-    char err[1024];
+/* What the command line asks for: the message and how to reach the broker. */
+struct pub_args {
+    const char *uri, *exchange, *rk, *message_id, *ctype;
+    char *uri_env;              /* owned: the first entry of $DELAY_BRIDGE_BROKER_URI */
+    char *body;                 /* owned when body_owned (read from stdin), else argv's */
+    size_t body_len;
+    int body_owned;
+    int64_t delay;
+    int have_delay, persistent;
+    uint32_t timeout_ms;
+    amqp_table_entry_t *entries; /* owned: x-delay first, then each --header */
+    int nheaders;
+    struct amqp_conn_tls tls;
+};
 
-    memset(&conn, 0, sizeof(conn));
-    entries = xrealloc(NULL, (size_t)argc * sizeof(*entries)); /* x-delay + at most argc headers */
-    nheaders = 1;
+static const struct option pub_options[] = {
+    {"uri", required_argument, NULL, 'u'},
+    {"exchange", required_argument, NULL, 'x'},
+    {"routing-key", required_argument, NULL, 'k'},
+    {"delay", required_argument, NULL, 'd'},
+    {"header", required_argument, NULL, 'H'},
+    {"persistent", no_argument, NULL, 'p'},
+    {"message-id", required_argument, NULL, 'm'},
+    {"content-type", required_argument, NULL, 't'},
+    {"timeout", required_argument, NULL, 'T'},
+    {"ca-file", required_argument, NULL, 'A'},
+    {"cert-file", required_argument, NULL, 'C'},
+    {"key-file", required_argument, NULL, 'K'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+/* One --header KEY=VALUE into a's table, as a long string. 0, or -1 (said on stderr). */
+static int take_header(struct pub_args *a, char *arg)
+{
+    char *eq = strchr(arg, '=');
+    size_t klen = eq ? (size_t)(eq - arg) : 0;
+
+    if (!eq || klen == 0 || klen > 255) {
+        fprintf(stderr, "delay-bridge publish: --header %s: expected KEY=VALUE with a "
+                "key of 1 to 255 bytes\n", arg);
+        return -1;
+    }
+    if (klen == 7 && strncmp(arg, "x-delay", 7) == 0) {
+        fprintf(stderr, "delay-bridge publish: --header x-delay=...: set the delay "
+                "with --delay MS\n");
+        return -1;
+    }
+    amqp_table_entry_t *e = &a->entries[a->nheaders++];
+    e->key = (amqp_bytes_t){klen, arg};
+    e->value.kind = AMQP_FIELD_KIND_UTF8;
+    e->value.value.bytes = amqp_cstring_bytes(eq + 1);
+    return 0;
+}
+
+/*
+ * The options, one by one, into a. 0 to go on; 1 after --help (printed:
+ * exit 0); -1 on a usage error (said on stderr).
+ */
+static int take_options(struct pub_args *a, int argc, char **argv)
+{
+    int64_t v;
+    int c;
+
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", pub_options, NULL)) != -1) {
         switch (c) {
         case 'u':
-            uri = optarg;
+            a->uri = optarg;
             break;
         case 'x':
-            exchange = optarg;
+            a->exchange = optarg;
             break;
         case 'k':
-            rk = optarg;
+            a->rk = optarg;
             break;
         case 'd':
-            if (parse_i64(optarg, &delay) < 0) {
+            if (parse_i64(optarg, &a->delay) < 0) {
                 fprintf(stderr, "delay-bridge publish: --delay %s: expected milliseconds, a "
                         "64-bit integer\n", optarg);
-                goto cleanup;
+                return -1;
             }
-            have_delay = 1;
+            a->have_delay = 1;
             break;
-        case 'H': {
-            char *eq = strchr(optarg, '=');
-            size_t klen = eq ? (size_t)(eq - optarg) : 0;
-            if (!eq || klen == 0 || klen > 255) {
-                fprintf(stderr, "delay-bridge publish: --header %s: expected KEY=VALUE with a "
-                        "key of 1 to 255 bytes\n", optarg);
-                goto cleanup;
-            }
-            if (klen == 7 && strncmp(optarg, "x-delay", 7) == 0) {
-                fprintf(stderr, "delay-bridge publish: --header x-delay=...: set the delay "
-                        "with --delay MS\n");
-                goto cleanup;
-            }
-            amqp_table_entry_t *e = &entries[nheaders++];
-            e->key = (amqp_bytes_t){klen, optarg};
-            e->value.kind = AMQP_FIELD_KIND_UTF8;
-            e->value.value.bytes = amqp_cstring_bytes(eq + 1);
+        case 'H':
+            if (take_header(a, optarg) < 0)
+                return -1;
             break;
-        }
         case 'p':
-            persistent = 1;
+            a->persistent = 1;
             break;
         case 'm':
-            message_id = optarg;
+            a->message_id = optarg;
             break;
         case 't':
-            ctype = optarg;
+            a->ctype = optarg;
             break;
         case 'T':
             if (parse_i64(optarg, &v) < 0 || v <= 0 || v > 3600000) {
                 fprintf(stderr, "delay-bridge publish: --timeout %s: expected 1 to 3600000 ms\n",
                         optarg);
-                goto cleanup;
+                return -1;
             }
-            timeout_ms = (uint32_t)v;
+            a->timeout_ms = (uint32_t)v;
             break;
         case 'A':
-            tls.ca_file = optarg;
+            a->tls.ca_file = optarg;
             break;
         case 'C':
-            tls.cert_file = optarg;
+            a->tls.cert_file = optarg;
             break;
         case 'K':
-            tls.key_file = optarg;
+            a->tls.key_file = optarg;
             break;
         case 'h':
             usage(stdout);
-            rc = PUB_OK;
-            goto cleanup;
+            return 1;
         default:
             usage(stderr);
-            goto cleanup;
+            return -1;
         }
     }
-    if (!uri && getenv("DELAY_BRIDGE_BROKER_URI") && *getenv("DELAY_BRIDGE_BROKER_URI")) {
-        uri_env = xstrdup(getenv("DELAY_BRIDGE_BROKER_URI"));
-        uri_env[strcspn(uri_env, ",")] = '\0';
-        uri = uri_env;
+    return 0;
+}
+
+/* What the options leave open: the URI from the environment, then what must be given. */
+static int check_options(struct pub_args *a, int argc, char **argv)
+{
+    if (!a->uri && getenv("DELAY_BRIDGE_BROKER_URI") && *getenv("DELAY_BRIDGE_BROKER_URI")) {
+        a->uri_env = xstrdup(getenv("DELAY_BRIDGE_BROKER_URI"));
+        a->uri_env[strcspn(a->uri_env, ",")] = '\0';
+        a->uri = a->uri_env;
     }
-    if (!uri || !exchange || !rk || !have_delay) {
+    if (!a->uri || !a->exchange || !a->rk || !a->have_delay) {
         fprintf(stderr, "delay-bridge publish: missing %s\n",
-                !uri ? "--uri (or DELAY_BRIDGE_BROKER_URI)"
-                     : !exchange ? "--exchange" : !rk ? "--routing-key" : "--delay");
+                !a->uri ? "--uri (or DELAY_BRIDGE_BROKER_URI)"
+                     : !a->exchange ? "--exchange" : !a->rk ? "--routing-key" : "--delay");
         usage(stderr);
-        goto cleanup;
+        return -1;
     }
-    if (!tls.cert_file != !tls.key_file) {
+    if (!a->tls.cert_file != !a->tls.key_file) {
         fprintf(stderr, "delay-bridge publish: --cert-file and --key-file go together\n");
-        goto cleanup;
+        return -1;
     }
-    if (strlen(exchange) > 255 || strlen(rk) > 255) {
+    if (strlen(a->exchange) > 255 || strlen(a->rk) > 255) {
         fprintf(stderr, "delay-bridge publish: exchange and routing key are at most 255 bytes\n");
-        goto cleanup;
+        return -1;
     }
     if (optind + 1 < argc) {
         fprintf(stderr, "delay-bridge publish: one BODY argument at most (quote it)\n");
-        goto cleanup;
+        return -1;
     }
+    return 0;
+}
+
+/* The body: the BODY argument, standard input for "-", or empty. 0, or -1 (said). */
+static int take_body(struct pub_args *a, int argc, char **argv)
+{
     if (optind < argc && strcmp(argv[optind], "-") == 0) {
-        int r = read_stdin(&body, &body_len);
+        int r = read_stdin(&a->body, &a->body_len);
         if (r < 0) {
             fprintf(stderr, "delay-bridge publish: cannot read the body from stdin: %s\n",
                     strerror(-r));
-            rc = PUB_FAIL;
-            goto cleanup;
+            return -1;
         }
-        body_owned = 1;
+        a->body_owned = 1;
     } else if (optind < argc) {
-        body = argv[optind];
-        body_len = strlen(body);
+        a->body = argv[optind];
+        a->body_len = strlen(a->body);
     }
+    return 0;
+}
 
-    rc = PUB_FAIL;
-    if (amqp_conn_open(&conn, uri, "delay-bridge publish", &tls, 0, timeout_ms, err,
+/* Connect, open the channel and put it in confirm mode. 0, or -1 (said on stderr). */
+static int open_confirm_channel(struct amqp_conn *conn, const struct pub_args *a)
+{
+    char err[1024];
+
+    if (amqp_conn_open(conn, a->uri, "delay-bridge publish", &a->tls, 0, a->timeout_ms, err,
                        sizeof(err)) < 0) {
         fprintf(stderr, "delay-bridge publish: %s\n", err);
-        goto cleanup;
+        return -1;
     }
-    amqp_channel_open(conn.st, PUB_CHANNEL);
-    if (amqp_conn_check(&conn, "channel.open", err, sizeof(err)) < 0) {
-        fprintf(stderr, "delay-bridge publish: %s: %s\n", conn.uri_masked, err);
-        goto cleanup;
+    amqp_channel_open(conn->st, PUB_CHANNEL);
+    if (amqp_conn_check(conn, "channel.open", err, sizeof(err)) < 0) {
+        fprintf(stderr, "delay-bridge publish: %s: %s\n", conn->uri_masked, err);
+        return -1;
     }
-    amqp_confirm_select(conn.st, PUB_CHANNEL);
-    if (amqp_conn_check(&conn, "confirm.select", err, sizeof(err)) < 0) {
-        fprintf(stderr, "delay-bridge publish: %s: %s\n", conn.uri_masked, err);
-        goto cleanup;
+    amqp_confirm_select(conn->st, PUB_CHANNEL);
+    if (amqp_conn_check(conn, "confirm.select", err, sizeof(err)) < 0) {
+        fprintf(stderr, "delay-bridge publish: %s: %s\n", conn->uri_masked, err);
+        return -1;
     }
+    return 0;
+}
 
-    entries[0].key = amqp_cstring_bytes("x-delay");
-    entries[0].value.kind = AMQP_FIELD_KIND_I64;
-    entries[0].value.value.i64 = delay;
+/* basic.publish, mandatory, with x-delay and the properties asked for. 0, or -1 (said). */
+static int publish_message(struct amqp_conn *conn, struct pub_args *a)
+{
+    amqp_basic_properties_t props;
+
+    a->entries[0].key = amqp_cstring_bytes("x-delay");
+    a->entries[0].value.kind = AMQP_FIELD_KIND_I64;
+    a->entries[0].value.value.i64 = a->delay;
     memset(&props, 0, sizeof(props));
     props._flags = AMQP_BASIC_HEADERS_FLAG;
-    props.headers.num_entries = nheaders;
-    props.headers.entries = entries;
-    if (persistent) {
+    props.headers.num_entries = a->nheaders;
+    props.headers.entries = a->entries;
+    if (a->persistent) {
         props._flags |= AMQP_BASIC_DELIVERY_MODE_FLAG;
         props.delivery_mode = AMQP_DELIVERY_PERSISTENT;
     }
-    if (message_id) {
+    if (a->message_id) {
         props._flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
-        props.message_id = amqp_cstring_bytes(message_id);
+        props.message_id = amqp_cstring_bytes(a->message_id);
     }
-    if (ctype) {
+    if (a->ctype) {
         props._flags |= AMQP_BASIC_CONTENT_TYPE_FLAG;
-        props.content_type = amqp_cstring_bytes(ctype);
+        props.content_type = amqp_cstring_bytes(a->ctype);
     }
-    int r = amqp_basic_publish(conn.st, PUB_CHANNEL, amqp_cstring_bytes(exchange),
-                               amqp_cstring_bytes(rk), 1, 0, &props,
-                               (amqp_bytes_t){body_len, body_len ? body : NULL});
+    int r = amqp_basic_publish(conn->st, PUB_CHANNEL, amqp_cstring_bytes(a->exchange),
+                               amqp_cstring_bytes(a->rk), 1, 0, &props,
+                               (amqp_bytes_t){a->body_len, a->body_len ? a->body : NULL});
     if (r != AMQP_STATUS_OK) {
-        fprintf(stderr, "delay-bridge publish: publish to %s failed: %s\n", conn.uri_masked,
+        fprintf(stderr, "delay-bridge publish: publish to %s failed: %s\n", conn->uri_masked,
                 amqp_error_string2(r));
+        return -1;
+    }
+    return 0;
+}
+
+int cli_publish_main(int argc, char **argv)
+{
+    struct pub_args a = {.timeout_ms = DEFAULT_TIMEOUT_MS, .tls = {NULL, NULL, NULL, 1}};
+    struct amqp_conn conn;
+    int rc = PUB_USAGE, r;
+    char err[1024];
+
+    memset(&conn, 0, sizeof(conn));
+    a.entries = xrealloc(NULL, (size_t)argc * sizeof(*a.entries)); /* x-delay + argc headers */
+    a.nheaders = 1;
+    if ((r = take_options(&a, argc, argv)) != 0) {
+        rc = r > 0 ? PUB_OK : PUB_USAGE;
         goto cleanup;
     }
-    if (wait_confirm(&conn, timeout_ms, err, sizeof(err)) != PUB_OK) {
+    if (check_options(&a, argc, argv) < 0)
+        goto cleanup;
+    rc = PUB_FAIL;
+    if (take_body(&a, argc, argv) < 0 || open_confirm_channel(&conn, &a) < 0 ||
+        publish_message(&conn, &a) < 0)
+        goto cleanup;
+    if (wait_confirm(&conn, a.timeout_ms, err, sizeof(err)) != PUB_OK) {
         fprintf(stderr, "delay-bridge publish: %s\n", err);
         goto cleanup;
     }
     printf("published and confirmed: exchange \"%s\" routing key \"%s\" x-delay %" PRId64
-           " ms, %zu bytes\n", exchange, rk, delay, body_len);
+           " ms, %zu bytes\n", a.exchange, a.rk, a.delay, a.body_len);
     rc = PUB_OK;
 
 cleanup:
@@ -412,10 +468,10 @@ cleanup:
             amqp_channel_close(conn.st, PUB_CHANNEL, AMQP_REPLY_SUCCESS);
         amqp_conn_close(&conn, rc == PUB_OK);
     }
-    if (body_owned)
-        free(body);
-    free(uri_env);
-    free(entries);
+    if (a.body_owned)
+        free(a.body);
+    free(a.uri_env);
+    free(a.entries);
     if (fflush(stdout) != 0 && rc == PUB_OK)
         rc = PUB_FAIL;
     return rc;

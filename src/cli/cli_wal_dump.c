@@ -149,19 +149,23 @@ static void props_text(FILE *f, const amqp_basic_properties_t *p)
         fprintf(f, "    timestamp %" PRIu64 "\n", p->timestamp);
 }
 
+/* One pending message read back: its ADD record, decoded properties and its times as text. */
+struct dumped {
+    struct walrec_add a;             /* points into the scan's buffer */
+    amqp_basic_properties_t *props;  /* in the pool; NULL: none, or they do not decode */
+    char due[48], enq[48], bid[48];  /* due and enqueue time (ISO 8601), x-delay-bridge-id */
+    int has_mid, has_hdr;            /* props carry a message-id, headers */
+};
+
 /*
- * Print one pending message. Reads its record back from the open segment
- * and checks it again. 0, or CLI_EIO (reported).
+ * Read m's record back from the open segment, check it again and decode it
+ * into d (its properties into pool). 0, or CLI_EIO (reported).
  */
-static int dump_one(struct scan *s, const struct dump_opts *o, const struct live *m,
-                    amqp_pool_t *pool, int first)
+static int read_back(struct scan *s, const struct live *m, amqp_pool_t *pool, struct dumped *d)
 {
     struct seg *g = &s->segs[m->seg];
     struct walrec_hdr h;
-    struct walrec_add a;
     const uint8_t *pl;
-    amqp_basic_properties_t *props = NULL;
-    char due[48], enq[48], bid[48];
     ssize_t got;
 
     if (m->len > s->cap) {
@@ -171,102 +175,136 @@ static int dump_one(struct scan *s, const struct dump_opts *o, const struct live
     got = walscan_pread(g->fd, s->buf, m->len, m->off);
     if (got < 0 || (size_t)got != m->len ||
         walrec_decode(s->buf, m->len, g->salt, &h, &pl) != (int)m->len ||
-        walrec_add_decode(pl, h.len, &a) != (int)h.len) {
+        walrec_add_decode(pl, h.len, &d->a) != (int)h.len) {
         fprintf(stderr, "delay-bridge wal dump: cannot read back the record at %s/%s offset %"
                 PRIu32 ": %s\n", s->dir, g->name, m->off,
                 got < 0 ? strerror((int)-got) : "it changed since the scan");
         return CLI_EIO;
     }
     recycle_amqp_pool(pool);
-    if (a.props_len &&
-        amqp_decode_properties(AMQP_BASIC_CLASS, pool, (amqp_bytes_t){a.props_len, (void *)a.props},
-                               (void **)&props) < 0) {
-        props = NULL;
+    d->props = NULL;
+    if (d->a.props_len &&
+        amqp_decode_properties(AMQP_BASIC_CLASS, pool,
+                               (amqp_bytes_t){d->a.props_len, (void *)d->a.props},
+                               (void **)&d->props) < 0) {
+        d->props = NULL;
         fprintf(stderr, "delay-bridge wal dump: msg_id %" PRIu64 ": stored AMQP properties do "
                 "not decode\n", m->msg_id);
     }
-    cw_fmt_iso(m->due_ms, due, sizeof(due));
-    cw_fmt_iso(m->enqueue_ms, enq, sizeof(enq));
-    snprintf(bid, sizeof(bid), "%016" PRIx64 "-%" PRIu64, s->wal_id, m->msg_id);
-    int has_mid = props && (props->_flags & AMQP_BASIC_MESSAGE_ID_FLAG);
-    int has_hdr = props && (props->_flags & AMQP_BASIC_HEADERS_FLAG);
+    cw_fmt_iso(m->due_ms, d->due, sizeof(d->due));
+    cw_fmt_iso(m->enqueue_ms, d->enq, sizeof(d->enq));
+    snprintf(d->bid, sizeof(d->bid), "%016" PRIx64 "-%" PRIu64, s->wal_id, m->msg_id);
+    d->has_mid = d->props && (d->props->_flags & AMQP_BASIC_MESSAGE_ID_FLAG);
+    d->has_hdr = d->props && (d->props->_flags & AMQP_BASIC_HEADERS_FLAG);
+    return 0;
+}
 
-    if (o->json) {
-        json_object *j = json_object_new_object();
-        json_object_object_add(j, "due", json_object_new_string(due));
-        json_object_object_add(j, "due_ms", json_object_new_uint64(m->due_ms));
-        json_object_object_add(j, "enqueue", json_object_new_string(enq));
-        json_object_object_add(j, "enqueue_ms", json_object_new_uint64(m->enqueue_ms));
-        json_object_object_add(j, "route", str_json(a.route, a.route_len));
-        json_object_object_add(j, "exchange", str_json(a.exchange, a.exchange_len));
-        json_object_object_add(j, "routing_key", str_json(a.routing_key, a.routing_key_len));
-        json_object_object_add(j, "size", json_object_new_int64(a.body_len));
-        json_object_object_add(j, "message_id",
-                               has_mid ? str_json(props->message_id.bytes, props->message_id.len)
-                                       : NULL);
-        json_object_object_add(j, "msg_id", json_object_new_uint64(m->msg_id));
-        json_object_object_add(j, "key", (a.flags & WALREC_ADD_KEYED) ? str_json(a.key, a.key_len)
-                                                                       : NULL);
-        json_object_object_add(j, "bridge_id", json_object_new_string(bid));
-        json_object_object_add(j, "lsn", json_object_new_uint64(m->lsn));
-        json_object_object_add(j, "segment", json_object_new_uint64(g->segno));
-        json_object_object_add(j, "offset", json_object_new_int64(m->off));
-        json_object_object_add(j, "dead_letter",
-                               json_object_new_boolean((a.flags & WALREC_ADD_DEADLETTER) != 0));
-        if (a.flags & WALREC_ADD_DEADLETTER)
-            json_object_object_add(j, "error", json_object_new_int64(a.error));
-        if (o->headers) {
-            /* the daemon's own rendering (amqp_msg.c), headers lifted beside the rest */
-            json_object *pj = amqp_msg_props_json(a.props, a.props_len), *hj = NULL;
-            if (!pj)
-                pj = json_object_new_object();
-            if (json_object_object_get_ex(pj, "headers", &hj)) {
-                json_object_get(hj);
-                json_object_object_del(pj, "headers");
-            }
-            json_object_object_add(j, "headers", hj ? hj : json_object_new_object());
-            json_object_object_add(j, "properties", pj);
+/* One message as an element of the --json array (first: no comma before it). */
+static void dump_json(const struct dump_opts *o, const struct live *m, uint64_t segno,
+                      const struct dumped *d, int first)
+{
+    const struct walrec_add *a = &d->a;
+    json_object *j = json_object_new_object();
+
+    json_object_object_add(j, "due", json_object_new_string(d->due));
+    json_object_object_add(j, "due_ms", json_object_new_uint64(m->due_ms));
+    json_object_object_add(j, "enqueue", json_object_new_string(d->enq));
+    json_object_object_add(j, "enqueue_ms", json_object_new_uint64(m->enqueue_ms));
+    json_object_object_add(j, "route", str_json(a->route, a->route_len));
+    json_object_object_add(j, "exchange", str_json(a->exchange, a->exchange_len));
+    json_object_object_add(j, "routing_key", str_json(a->routing_key, a->routing_key_len));
+    json_object_object_add(j, "size", json_object_new_int64(a->body_len));
+    json_object_object_add(j, "message_id",
+                           d->has_mid ? str_json(d->props->message_id.bytes,
+                                                 d->props->message_id.len)
+                                      : NULL);
+    json_object_object_add(j, "msg_id", json_object_new_uint64(m->msg_id));
+    json_object_object_add(j, "key", (a->flags & WALREC_ADD_KEYED) ? str_json(a->key, a->key_len)
+                                                                    : NULL);
+    json_object_object_add(j, "bridge_id", json_object_new_string(d->bid));
+    json_object_object_add(j, "lsn", json_object_new_uint64(m->lsn));
+    json_object_object_add(j, "segment", json_object_new_uint64(segno));
+    json_object_object_add(j, "offset", json_object_new_int64(m->off));
+    json_object_object_add(j, "dead_letter",
+                           json_object_new_boolean((a->flags & WALREC_ADD_DEADLETTER) != 0));
+    if (a->flags & WALREC_ADD_DEADLETTER)
+        json_object_object_add(j, "error", json_object_new_int64(a->error));
+    if (o->headers) {
+        /* the daemon's own rendering (amqp_msg.c), headers lifted beside the rest */
+        json_object *pj = amqp_msg_props_json(a->props, a->props_len), *hj = NULL;
+        if (!pj)
+            pj = json_object_new_object();
+        if (json_object_object_get_ex(pj, "headers", &hj)) {
+            json_object_get(hj);
+            json_object_object_del(pj, "headers");
         }
-        printf("%s  %s", first ? "" : ",\n",
-               json_object_to_json_string_ext(j, JSON_C_TO_STRING_SPACED |
-                                                     JSON_C_TO_STRING_NOSLASHESCAPE));
-        json_object_put(j);
-        return 0;
+        json_object_object_add(j, "headers", hj ? hj : json_object_new_object());
+        json_object_object_add(j, "properties", pj);
     }
-    printf("%s %" PRIu64 " ", due, m->due_ms);
-    cw_put_field(stdout, a.route, a.route_len);
+    printf("%s  %s", first ? "" : ",\n",
+           json_object_to_json_string_ext(j, JSON_C_TO_STRING_SPACED |
+                                                 JSON_C_TO_STRING_NOSLASHESCAPE));
+    json_object_put(j);
+}
+
+/* One message as a line of text, with --headers its headers and properties below it. */
+static void dump_text(const struct dump_opts *o, const struct live *m, const struct dumped *d)
+{
+    const struct walrec_add *a = &d->a;
+    const amqp_basic_properties_t *props = d->props;
+
+    printf("%s %" PRIu64 " ", d->due, m->due_ms);
+    cw_put_field(stdout, a->route, a->route_len);
     putchar(' ');
-    cw_put_field(stdout, a.exchange, a.exchange_len);
+    cw_put_field(stdout, a->exchange, a->exchange_len);
     putchar(' ');
-    cw_put_field(stdout, a.routing_key, a.routing_key_len);
-    printf(" %" PRIu32 " ", a.body_len);
-    if (has_mid)
+    cw_put_field(stdout, a->routing_key, a->routing_key_len);
+    printf(" %" PRIu32 " ", a->body_len);
+    if (d->has_mid)
         cw_put_field(stdout, props->message_id.bytes, props->message_id.len);
     else
         putchar('-');
     printf(" %" PRIu64 " ", m->msg_id);
-    if (a.flags & WALREC_ADD_KEYED)
-        cw_put_field(stdout, a.key, a.key_len);
+    if (a->flags & WALREC_ADD_KEYED)
+        cw_put_field(stdout, a->key, a->key_len);
     else
         putchar('-');
-    printf("%s\n", (a.flags & WALREC_ADD_DEADLETTER) ? " dead-letter" : "");
-    if (o->headers) {
-        if (has_hdr)
-            for (int i = 0; i < props->headers.num_entries; i++) {
-                const amqp_table_entry_t *e = &props->headers.entries[i];
-                fputs("    header ", stdout);
-                cw_put_field(stdout, e->key.bytes, e->key.len);
-                fputs(" = ", stdout);
-                field_text(stdout, &e->value);
-                putchar('\n');
-            }
-        if (props)
-            props_text(stdout, props);
-    }
+    printf("%s\n", (a->flags & WALREC_ADD_DEADLETTER) ? " dead-letter" : "");
+    if (!o->headers)
+        return;
+    if (d->has_hdr)
+        for (int i = 0; i < props->headers.num_entries; i++) {
+            const amqp_table_entry_t *e = &props->headers.entries[i];
+            fputs("    header ", stdout);
+            cw_put_field(stdout, e->key.bytes, e->key.len);
+            fputs(" = ", stdout);
+            field_text(stdout, &e->value);
+            putchar('\n');
+        }
+    if (props)
+        props_text(stdout, props);
+}
+
+/*
+ * Print one pending message. Reads its record back from the open segment
+ * and checks it again. 0, or CLI_EIO (reported).
+ */
+static int dump_one(struct scan *s, const struct dump_opts *o, const struct live *m,
+                    amqp_pool_t *pool, int first)
+{
+    struct dumped d;
+
+    if (read_back(s, m, pool, &d) != 0)
+        return CLI_EIO;
+    if (o->json)
+        dump_json(o, m, s->segs[m->seg].segno, &d, first);
+    else
+        dump_text(o, m, &d);
     return 0;
 }
 
-int cw_dump(int argc, char **argv)
+/* The command line into o. -1 to go on, or the exit code (help, usage). */
+static int dump_options(int argc, char **argv, struct dump_opts *o)
 {
     static const struct option opts[] = {
         {"route", required_argument, NULL, 'r'},
@@ -278,25 +316,20 @@ int cw_dump(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    struct dump_opts o = {NULL, NULL, 0, 0, 0, 0};
-    struct scan s;
-    pool_handle *v;
-    amqp_pool_t pool;
-    size_t n, shown = 0, matched = 0;
-    int c, rc;
     char *end;
+    int c;
 
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'r':
-            o.route = optarg;
+            o->route = optarg;
             break;
         case 'k':
-            o.key = optarg;
+            o->key = optarg;
             break;
         case 'b':
-            if (cw_parse_time(optarg, &o.due_before) < 0) {
+            if (cw_parse_time(optarg, &o->due_before) < 0) {
                 fprintf(stderr, "delay-bridge wal dump: --due-before %s: expected ms since the "
                         "epoch or ISO-8601 like 2026-11-23T10:00:00Z\n", optarg);
                 return CLI_USAGE;
@@ -304,18 +337,18 @@ int cw_dump(int argc, char **argv)
             break;
         case 'n':
             errno = 0;
-            o.limit = strtoull(optarg, &end, 10);
-            if (errno || *end || !*optarg || optarg[0] == '-' || o.limit == 0) {
+            o->limit = strtoull(optarg, &end, 10);
+            if (errno || *end || !*optarg || optarg[0] == '-' || o->limit == 0) {
                 fprintf(stderr, "delay-bridge wal dump: --limit %s: expected a positive count\n",
                         optarg);
                 return CLI_USAGE;
             }
             break;
         case 'H':
-            o.headers = 1;
+            o->headers = 1;
             break;
         case 'j':
-            o.json = 1;
+            o->json = 1;
             break;
         case 'h':
             dump_usage(stdout);
@@ -330,6 +363,24 @@ int cw_dump(int argc, char **argv)
         dump_usage(stderr);
         return CLI_USAGE;
     }
+    return -1;
+}
+
+/*
+ * delay-bridge wal dump DIR: scan, sort the pending messages by due time,
+ * print those that match, then a footer.
+ */
+int cw_dump(int argc, char **argv)
+{
+    struct dump_opts o = {NULL, NULL, 0, 0, 0, 0};
+    struct scan s;
+    pool_handle *v;
+    amqp_pool_t pool;
+    size_t n, shown = 0, matched = 0;
+    int rc;
+
+    if ((rc = dump_options(argc, argv, &o)) >= 0)
+        return rc;
     rc = cw_scan_dir(&s, argv[optind], o.key);
     if (rc != CLI_OK) {
         cw_scan_free(&s);

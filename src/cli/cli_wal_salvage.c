@@ -609,28 +609,21 @@ static void salvage_usage(FILE *f)
             "left as it was; 5 locked by a running daemon.\n");
 }
 
-int cw_salvage(int argc, char **argv)
+/* The command line: DIR and --yes. -1 to go on, or the exit code (help, usage). */
+static int salvage_options(int argc, char **argv, const char **dir, int *yes)
 {
     static const struct option opts[] = {
         {"yes", no_argument, NULL, 'y'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    struct scan s;
-    struct salv v;
-    const char *dir;
-    char stamp[32];
-    uint64_t drop_bytes = 0, drop_recs = 0, pending, finished, survived, maybe;
-    int c, rc, r, yes = 0, lockfd = -1, unknown = 0;
-    const char *op = "lock";
-    time_t now = (time_t)(clock_now_ms() / 1000);
-    struct tm tm;
+    int c;
 
     optind = 1;
     while ((c = getopt_long(argc, argv, "hy", opts, NULL)) != -1) {
         switch (c) {
         case 'y':
-            yes = 1;
+            *yes = 1;
             break;
         case 'h':
             salvage_usage(stdout);
@@ -645,35 +638,160 @@ int cw_salvage(int argc, char **argv)
         salvage_usage(stderr);
         return CLI_USAGE;
     }
-    dir = argv[optind];
-    memset(&v, 0, sizeof(v));
-    cw_scan_init(&s, dir, NULL);
-    s.on_rec = salv_note;
-    s.on_rec_arg = &v;
-    s.dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (s.dirfd < 0) {
+    *dir = argv[optind];
+    return -1;
+}
+
+/*
+ * Open the directory and take the daemon's lock, held until we exit, so no
+ * daemon starts meanwhile. A dry run creates nothing (no LOCK file: nobody
+ * holds it). -1 to go on, or the exit code (said on stderr).
+ */
+static int salvage_lock(struct scan *s, const char *dir, int yes, int *lockfd)
+{
+    const char *op = "lock";
+    int r;
+
+    s->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (s->dirfd < 0) {
         fprintf(stderr, "delay-bridge wal salvage: cannot open WAL directory %s: %s\n", dir,
                 strerror(errno));
-        rc = CLI_EIO;
-        goto cleanup;
+        return CLI_EIO;
     }
-    /*
-     * The daemon's lock: held until we exit, so no daemon starts meanwhile.
-     * A dry run creates nothing (no LOCK file: nobody holds it).
-     */
-    r = wal_lock_dir_flags(dir, WAL_LOCK_QUIET | (yes ? 0 : WAL_LOCK_NO_CREATE), &lockfd, &op);
+    r = wal_lock_dir_flags(dir, WAL_LOCK_QUIET | (yes ? 0 : WAL_LOCK_NO_CREATE), lockfd, &op);
     if (r == WAL_ELOCKED) {
         fprintf(stderr, "delay-bridge wal salvage: %s is locked by a running daemon "
                 "(%s/LOCK); stop it first\n", dir, dir);
-        rc = CLI_LOCKED;
-        goto cleanup;
+        return CLI_LOCKED;
     }
     if (r < 0) {
         fprintf(stderr, "delay-bridge wal salvage: cannot %s %s/LOCK: %s\n", op, dir,
                 strerror(-r));
-        rc = CLI_EIO;
-        goto cleanup;
+        return CLI_EIO;
     }
+    return -1;
+}
+
+/* Now in UTC for the damaged files' names (wall clock: a time a person reads). */
+static void salvage_stamp(char *stamp, size_t n)
+{
+    time_t now = (time_t)(clock_now_ms() / 1000);
+    struct tm tm;
+
+    if (!gmtime_r(&now, &tm) || strftime(stamp, n, "%Y%m%dT%H%M%SZ", &tm) == 0)
+        snprintf(stamp, n, "%lld", (long long)now);
+}
+
+/* What the salvage dropped in all: the report's totals. */
+struct salv_totals {
+    uint64_t drop_bytes, drop_recs;
+    int unknown; /* a torn tail whose records cannot be counted */
+};
+
+/* One dropped span of a damaged segment, as a report line; counted into t. */
+static void report_drop(const struct drop *d, struct salv_totals *t)
+{
+    t->drop_bytes += d->bytes;
+    t->drop_recs += d->nrec;
+    printf("  dropped:      offset %" PRIu64 ", %" PRIu64 " bytes: ", d->off, d->bytes);
+    if (d->unknown) {
+        t->unknown = 1;
+        printf("a torn tail (records from lsn %" PRIu64 " on, count unknown)", d->lsn);
+    } else if (d->nrec == 0) {
+        printf("no record lost (no LSN missing)");
+    } else if (d->nrec == 1) {
+        printf("1 record, lsn %" PRIu64, d->lsn);
+    } else {
+        printf("%" PRIu64 " records, lsn %" PRIu64 "..%" PRIu64, d->nrec, d->lsn,
+               d->lsn + d->nrec - 1);
+    }
+    printf(": %s\n", d->why);
+}
+
+/*
+ * One damaged segment: what is dropped, kept and filled, and with --yes the
+ * repair written (salv_write). 0, or a negative code (said on stderr).
+ */
+static int repair_segment(struct scan *s, const struct salv *v, struct repair *rp,
+                          const char *dir, int yes, const char *stamp, struct salv_totals *t)
+{
+    const struct seg *g = &s->segs[rp->idx];
+
+    snprintf(rp->aside, sizeof(rp->aside), "%s.damaged-%s", g->name, stamp);
+    printf("segment %" PRIu64 " (%s/%s): damaged\n", g->segno, dir, g->name);
+    for (size_t k = 0; k < v->ndrops; k++)
+        if (v->drops[k].idx == rp->idx)
+            report_drop(&v->drops[k], t);
+    printf("  kept:         %" PRIu64 " records, %" PRIu64 " bytes, unchanged\n", rp->kept,
+           rp->kept_bytes);
+    if (rp->fills)
+        printf("  fillers:      %" PRIu64 " empty DONE record(s) hold the lost LSNs (ids are "
+               "never handed out twice)\n", rp->fills);
+    printf("  %s%s/%s\n", yes ? "moved aside:  " : "would keep:   ", dir, rp->aside);
+    printf("  %s%s/%s, %" PRIu64 " bytes\n", yes ? "replaced by:  " : "would write:  ",
+           dir, g->name, (uint64_t)WALREC_SEGHDR_SIZE + rp->kept_bytes +
+           rp->fills * FILLER_SIZE);
+    return yes ? salv_write(s, rp, stamp) : 0;
+}
+
+/* The totals, the msg ids possibly lost, and the warning a dropped DONE or CANCEL earns. */
+static void report_losses(const struct salv *v, const struct salv_totals *t)
+{
+    uint64_t finished, survived, maybe;
+
+    printf("dropped:        %" PRIu64 " record(s)%s, %" PRIu64 " bytes\n", t->drop_recs,
+           t->unknown ? " (and a torn tail of unknown count)" : "", t->drop_bytes);
+    printf("possibly lost:  msg ids");
+    maybe = print_lost_ids(v, &finished, &survived);
+    if (!maybe)
+        printf(" none");
+    printf("\n");
+    printf("                (a message is lost if its ADD was among the dropped records; %"
+           PRIu64 " of the lost LSNs are ids a surviving DONE/CANCEL names, %" PRIu64
+           " ids a surviving copy keeps)\n", finished, survived);
+    if (t->drop_recs > finished + survived || t->unknown)
+        printf("warning:        a dropped DONE or CANCEL cannot be identified: a message "
+               "published before may be published again, a cancelled or replaced one may be "
+               "published after all (consumers deduplicate on x-delay-bridge-id)\n");
+}
+
+/* Check the salvaged log the way the daemon will read it. Returns the exit code. */
+static int check_salvaged(const char *dir)
+{
+    struct scan t;
+    int rc = cw_scan_dir(&t, dir, NULL);
+
+    if (rc == CLI_OK)
+        printf("result:         salvaged: the log checks out, %zu pending messages\n",
+               t.ids.count);
+    else
+        printf("result:         STILL CORRUPT after the salvage%s%s\n",
+               rc == CLI_CORRUPT ? ": " : "", rc == CLI_CORRUPT ? t.corrupt : "");
+    cw_scan_free(&t);
+    return rc;
+}
+
+/*
+ * delay-bridge wal salvage DIR [--yes]: lock, plan (salv_plan), report and,
+ * with --yes, repair each damaged segment, then check the result.
+ */
+int cw_salvage(int argc, char **argv)
+{
+    struct scan s;
+    struct salv v;
+    struct salv_totals t = {0, 0, 0};
+    const char *dir = NULL;
+    char stamp[32];
+    int rc, r, yes = 0, lockfd = -1;
+
+    if ((rc = salvage_options(argc, argv, &dir, &yes)) >= 0)
+        return rc;
+    memset(&v, 0, sizeof(v));
+    cw_scan_init(&s, dir, NULL);
+    s.on_rec = salv_note;
+    s.on_rec_arg = &v;
+    if ((rc = salvage_lock(&s, dir, yes, &lockfd)) >= 0)
+        goto cleanup;
 
     r = salv_plan(&s, &v);
     if (r == CLI_CORRUPT) {
@@ -695,81 +813,21 @@ int cw_salvage(int argc, char **argv)
         rc = CLI_OK;
         goto cleanup;
     }
-    if (!gmtime_r(&now, &tm) || strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm) == 0)
-        snprintf(stamp, sizeof(stamp), "%lld", (long long)now);
+    salvage_stamp(stamp, sizeof(stamp));
     for (size_t i = 0; i < v.nrep; i++) {
-        struct repair *rp = &v.rep[i];
-        const struct seg *g = &s.segs[rp->idx];
-
-        snprintf(rp->aside, sizeof(rp->aside), "%s.damaged-%s", g->name, stamp);
-        printf("segment %" PRIu64 " (%s/%s): damaged\n", g->segno, dir, g->name);
-        for (size_t k = 0; k < v.ndrops; k++) {
-            const struct drop *d = &v.drops[k];
-            if (d->idx != rp->idx)
-                continue;
-            drop_bytes += d->bytes;
-            drop_recs += d->nrec;
-            printf("  dropped:      offset %" PRIu64 ", %" PRIu64 " bytes: ", d->off, d->bytes);
-            if (d->unknown) {
-                unknown = 1;
-                printf("a torn tail (records from lsn %" PRIu64 " on, count unknown)", d->lsn);
-            } else if (d->nrec == 0) {
-                printf("no record lost (no LSN missing)");
-            } else if (d->nrec == 1) {
-                printf("1 record, lsn %" PRIu64, d->lsn);
-            } else {
-                printf("%" PRIu64 " records, lsn %" PRIu64 "..%" PRIu64, d->nrec, d->lsn,
-                       d->lsn + d->nrec - 1);
-            }
-            printf(": %s\n", d->why);
-        }
-        printf("  kept:         %" PRIu64 " records, %" PRIu64 " bytes, unchanged\n", rp->kept,
-               rp->kept_bytes);
-        if (rp->fills)
-            printf("  fillers:      %" PRIu64 " empty DONE record(s) hold the lost LSNs (ids are "
-                   "never handed out twice)\n", rp->fills);
-        printf("  %s%s/%s\n", yes ? "moved aside:  " : "would keep:   ", dir, rp->aside);
-        printf("  %s%s/%s, %" PRIu64 " bytes\n", yes ? "replaced by:  " : "would write:  ",
-               dir, g->name, (uint64_t)WALREC_SEGHDR_SIZE + rp->kept_bytes +
-               rp->fills * FILLER_SIZE);
-        if (yes && (r = salv_write(&s, rp, stamp)) < 0) {
+        if (repair_segment(&s, &v, &v.rep[i], dir, yes, stamp, &t) < 0) {
             rc = CLI_EIO;
             goto cleanup;
         }
     }
-    printf("dropped:        %" PRIu64 " record(s)%s, %" PRIu64 " bytes\n", drop_recs,
-           unknown ? " (and a torn tail of unknown count)" : "", drop_bytes);
-    printf("possibly lost:  msg ids");
-    maybe = print_lost_ids(&v, &finished, &survived);
-    if (!maybe)
-        printf(" none");
-    printf("\n");
-    printf("                (a message is lost if its ADD was among the dropped records; %"
-           PRIu64 " of the lost LSNs are ids a surviving DONE/CANCEL names, %" PRIu64
-           " ids a surviving copy keeps)\n", finished, survived);
-    if (drop_recs > finished + survived || unknown)
-        printf("warning:        a dropped DONE or CANCEL cannot be identified: a message "
-               "published before may be published again, a cancelled or replaced one may be "
-               "published after all (consumers deduplicate on x-delay-bridge-id)\n");
-    pending = s.ids.count;
+    report_losses(&v, &t);
     if (!yes) {
         printf("result:         CORRUPT, nothing changed: would keep %" PRIu64 " pending "
-               "messages; run again with --yes to salvage\n", pending);
+               "messages; run again with --yes to salvage\n", (uint64_t)s.ids.count);
         rc = CLI_CORRUPT;
         goto cleanup;
     }
-    /* Check the result the way the daemon will read it. */
-    {
-        struct scan t;
-        rc = cw_scan_dir(&t, dir, NULL);
-        if (rc == CLI_OK)
-            printf("result:         salvaged: the log checks out, %zu pending messages\n",
-                   t.ids.count);
-        else
-            printf("result:         STILL CORRUPT after the salvage%s%s\n",
-                   rc == CLI_CORRUPT ? ": " : "", rc == CLI_CORRUPT ? t.corrupt : "");
-        cw_scan_free(&t);
-    }
+    rc = check_salvaged(dir);
 cleanup:
     fflush(stdout);
     if (lockfd >= 0)
@@ -778,4 +836,3 @@ cleanup:
     cw_scan_free(&s);
     return rc;
 }
-

@@ -17,11 +17,12 @@
  *               Nothing is acked yet. It arrives as a plain struct
  *               delivery: the consumer has read its headers and encoded
  *               its properties, so no rabbitmq-c type reaches this file.
- *   a commit    commit_and_ack() is the one place the log commits: once per
- *               loop turn, before the loop sleeps (ev_prepare, like Redis's
- *               beforeSleep), it covers every delivery appended so far and
- *               every confirm; when the commit completes, basic.ack
- *               (multiple) goes out up to the last delivery it covered.
+ *   a commit    bridge_commit_and_ack() (bridge_commit.c) is the one place
+ *               the log commits: once per loop turn, before the loop sleeps
+ *               (ev_prepare, like Redis's beforeSleep), it covers every
+ *               delivery appended so far and every confirm; when the commit
+ *               completes, basic.ack (multiple) goes out up to the last
+ *               delivery it covered (a stream ingress: its place is written).
  *   a publish   due messages are taken from the engine route by route while
  *               the publisher has room (max_inflight unconfirmed per route).
  *   a confirm   ack: the message is done (engine: DONE record at the next
@@ -36,15 +37,6 @@
  *               shutdown_timeout_ms for outstanding confirms, commit their
  *               DONE records, close, exit 0. A second signal cuts the wait.
  *
- * A stream ingress. A route whose ingress queue is a stream is read from
- * a place (consumer.h), not acked away: the place each commit covers is
- * taken with the commit's ack tag (commit_and_ack), written to the route's
- * place file (ingress_off.h) as "upto" before the commit and as the place
- * once it is durable, where a classic queue would be acked. A restart
- * reads the file and consumes from the place, so nothing read past is
- * missing from the log, and takes what lies below upto as redeliveries
- * (eng_seen), so nothing is logged twice either.
- *
  * Start. The HTTP endpoint and the signal handlers come up at once; the
  * engine recovers the held set from the log on a thread of its own (it
  * touches nothing the loop uses), so /healthz answers and /readyz says
@@ -56,12 +48,14 @@
  * The loop turn (on_prepare) in order: connections and channel retries,
  * buffered frames, commit and ack, advance the wheel, publish, reclaim log
  * space (at most every 100 ms, a bounded amount), then arm one timer for
- * the earliest of: next wheel event, a reconnect or retry, a heartbeat
+ * the earliest of: next wheel event, a reconnect or retry, a heartbeat.
  *
  * Deliveries in (the intake gate, the stash) are in bridge_intake.c, the
- * key-event protocol in bridge_keys.c, the HTTP handlers in bridge_http.c,
- * the /stats snapshot in bridge_stats.c; bridge_int.h holds what they
- * share.
+ * key-event protocol in bridge_keys.c, the commit and its acks in
+ * bridge_commit.c, the HTTP handlers in bridge_http.c, the /stats snapshot
+ * in bridge_stats.c, the fatal stop and the route lookup in bridge_core.c;
+ * bridge_int.h holds what they share and draws their floors. This file is
+ * the top floor: it calls them, none of them calls it.
  */
 #include "bridge_int.h"
 
@@ -89,158 +83,13 @@
 #include "base/failpoint.h"
 
 
-void bridge_fatal(struct bridge *b, const char *what, int err)
-{
-    if (b->exit_code)
-        return;
-    log_error("bridge", "fatal error, stopping without acking more", "what=\"%s\" error=\"%s\"",
-              what, eng_strerror(err));
-    b->exit_code = EXIT_FATAL;
-    /* Abrupt close: unacked deliveries go back to their queues. */
-    if (b->cons)
-        consumer_abort(b->cons);
-    ev_break(b->loop, EVBREAK_ALL);
-}
-
-/* ---- commit and ack ------------------------------------------------------------ */
-
-/*
- * Stream ingresses: write each route's place file, before a commit (begin:
- * "the commit under way reaches next") or once it is durable ("everything
- * below next is in the log"). A failed write is fatal, like the log's.
- */
-static int write_places(struct bridge *b, const int64_t *next, int begin)
-{
-    int r;
-
-    for (int i = 0; b->ioff && i < b->cfg->nroutes; i++) {
-        r = begin ? ingress_off_begin(&b->ioff[i], next[i])
-                  : ingress_off_store(&b->ioff[i], next[i]);
-        if (r < 0) {
-            log_error("bridge", "cannot write a stream ingress's place", "file=\"%s\" error=\"%s\"",
-                      b->ioff[i].path, strerror(-r));
-            bridge_fatal(b, "stream ingress place", r);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-/* The place of each stream ingress now: everything before it is appended (the stash is not). */
-static void take_places(struct bridge *b, int64_t *next)
-{
-    for (int i = 0; b->ioff && i < b->cfg->nroutes; i++) {
-        next[i] = b->ioff[i].fd >= 0 ? consumer_stream_next(b->cons, i) : -1;
-        if (next[i] >= 0 && b->stash.n) {
-            int64_t low = dstash_min_offset(&b->stash, i);
-            if (low < next[i])
-                next[i] = low;
-        }
-    }
-}
-
-/* The highest tag an ack may cover: what was logged, below anything still in the stash. */
-static uint64_t ack_tag(const struct bridge *b)
-{
-    uint64_t low = b->stash.n ? dstash_min_tag(&b->stash, b->logged_gen) : UINT64_MAX;
-
-    return b->logged_tag < low ? b->logged_tag : low - 1;
-}
-
-static void on_committed(void *arg, int err)
-{
-    struct bridge *b = arg;
-
-    if (err < 0) {
-        bridge_fatal(b, "WAL commit", err);
-        return;
-    }
-    if (b->ioff && write_places(b, b->commit_next, 0) < 0)
-        return;
-    bridge_intake_gate(b);
-    if (b->disk_full) {
-        b->disk_full = 0;
-        log_info("bridge", "WAL commit has space again", NULL);
-        if (!b->space_paused && !b->stopping && !b->drain.active)
-            consumer_release_ingress(b->cons);
-    }
-    FAILPOINT("bridge.before_ack");
-    consumer_ack(b->cons, b->commit_gen, b->commit_tag);
-}
-
-/*
- * The one place the log commits: everything appended and confirmed so far
- * becomes durable, then the broker is acked up to the last delivery that
- * commit covered. A commit still running (an asynchronous log) just means
- * this turn's work goes into the next one.
- */
-static void commit_and_ack(struct bridge *b)
-{
-    int r;
-
-    if (b->exit_code || eng_committing(b->eng))
-        return;
-    if (!eng_dirty(b->eng)) {
-        /* Everything appended is durable: the acks, and the places, may go out. */
-        if (b->ioff) {
-            take_places(b, b->commit_next);
-            if (write_places(b, b->commit_next, 0) < 0)
-                return;
-        }
-        consumer_ack(b->cons, b->logged_gen, ack_tag(b));
-        return;
-    }
-    if (b->disk_full && clock_now_ms() < b->disk_retry_at)
-        return;
-    b->commit_gen = b->logged_gen;
-    b->commit_tag = ack_tag(b);
-    take_places(b, b->commit_next);
-    if (write_places(b, b->commit_next, 1) < 0)
-        return;
-    r = eng_commit(b->eng, on_committed, b);
-    if (r == -ENOSPC || r == -EDQUOT) {
-        /*
-         * Disk full: the ingress consumers stop (consumer_hold_ingress());
-         * what was received stays unacked on the open channel, in the
-         * log's batch, until a commit gets space; key events from the other
-         * bridges are still taken and applied (a CANCEL waits in the same
-         * batch, the message it cancels no longer fires). Held messages
-         * keep firing, and their segments are deleted as they are
-         * confirmed, which is how space usually comes back. Try again
-         * every second.
-         */
-        b->disk_retry_at = clock_now_ms() + DISK_RETRY_MS;
-        if (!b->disk_full) {
-            b->disk_full = 1;
-            log_error("bridge", "WAL disk full: consuming paused, messages stay in the broker; "
-                      "held messages keep firing; resumes by itself when space returns",
-                      "wal_dir=\"%s\"", b->cfg->wal_dir);
-            consumer_hold_ingress(b->cons);
-        }
-        return;
-    }
-    if (r < 0 && r != ENG_EBUSY)
-        bridge_fatal(b, "WAL commit", r);
-}
-
-/*
- * Commit now and wait for it: for an operator's request that answers
- * "durable" (DELETE /pending, POST /purge). The loop waits one fsync.
- */
-void bridge_commit_and_wait(struct bridge *b)
-{
-    eng_flush(b->eng);  /* the commit already out, if any */
-    commit_and_ack(b);  /* one with everything so far */
-    eng_flush(b->eng);
-}
-
 /* ---- publishes out --------------------------------------------------------------- */
 
 static void on_confirmed(void *arg, int route, uint32_t ref, int ok, int returned)
 {
     struct bridge *b = arg;
     const struct config_route *rc = &b->cfg->routes[route];
-    uint64_t now = clock_now_ms(), ev;
+    uint64_t now = clock_now_ms(), mono = clock_mono_ms(), ev;
 
     if (!ok) {
         eng_unsent(b->eng, ref);
@@ -249,7 +98,7 @@ static void on_confirmed(void *arg, int route, uint32_t ref, int ok, int returne
     if (b->drain.active && eng_due_ms(b->eng, ref) > now) {
         if (returned) {
             /* The ingress queue is gone: keep it and try again (logged). */
-            if ((ev = log_ratelimit(&b->counts[route].rl_return, now, 10000)))
+            if ((ev = log_ratelimit(&b->counts[route].rl_return, mono, 10000)))
                 log_warn("bridge", "drain: a message handed back came back (no queue bound to "
                          "the ingress exchange); kept and tried again",
                          "route=%s ingress=\"%s\" events=%" PRIu64, rc->name,
@@ -265,7 +114,7 @@ static void on_confirmed(void *arg, int route, uint32_t ref, int ok, int returne
             eng_divert(b->eng, ref);
             return;
         }
-        if ((ev = log_ratelimit(&b->counts[route].rl_return, now, 10000)))
+        if ((ev = log_ratelimit(&b->counts[route].rl_return, mono, 10000)))
             log_warn("publish",
                      rc->unroutable_exchange[0]
                          ? "unroutable message returned by the unroutable exchange too: dropped"
@@ -333,16 +182,23 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
     return a < b ? a : b;
 }
 
-static void shutdown_step(struct bridge *b, uint64_t now)
+/* ms from now until at, on one clock; 0 if at has passed. */
+static uint64_t ms_until(uint64_t at, uint64_t now)
+{
+    return at > now ? at - now : 0;
+}
+
+/* Stopping: once nothing is in flight (or the deadline, monotonic, passed), commit and end. */
+static void shutdown_step(struct bridge *b, uint64_t mono)
 {
     size_t inflight = publisher_inflight(b->pub);
 
-    if (inflight && publisher_up(b->pub) && now < b->stop_deadline)
+    if (inflight && publisher_up(b->pub) && mono < b->stop_deadline)
         return;
     if (inflight)
         log_warn("bridge", "shutdown timeout: unconfirmed publishes stay held and will be "
                  "published again on restart", "unconfirmed=%zu", inflight);
-    commit_and_ack(b);
+    bridge_commit_and_ack(b);
     if (b->exit_code)
         return;
     if (eng_committing(b->eng))
@@ -352,12 +208,13 @@ static void shutdown_step(struct bridge *b, uint64_t now)
     ev_break(b->loop, EVBREAK_ALL);
 }
 
-static void drain_step(struct bridge *b, uint64_t now);
+static void drain_step(struct bridge *b, uint64_t mono);
+static void arm_wake(struct bridge *b, uint64_t now, uint64_t mono);
 
 static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 {
     struct bridge *b = w->data;
-    uint64_t now = clock_now_ms(), mono = clock_mono_ms(), next;
+    uint64_t now = clock_now_ms(), mono = clock_mono_ms();
     int r;
 
     b->turn_ms = now;
@@ -376,13 +233,13 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
         b->ready_logged = 1;
         log_info("bridge", "ready", "routes=%d", b->cfg->nroutes);
     }
-    commit_and_ack(b);
+    bridge_commit_and_ack(b);
     if (!b->stopping) {
         /* Draining: every message is due now, for the ingress or its target. */
         eng_advance(b->eng, b->drain.active ? DRAIN_HORIZON_MS : now);
         pump(b);
         if (b->drain.active)
-            drain_step(b, now);
+            drain_step(b, mono);
     }
     if (b->exit_code)
         return;
@@ -395,8 +252,8 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
         log_info("bridge", "purge done", "route=%s removed=%" PRIu64,
                  b->cfg->routes[b->purge.job.route].name, b->purge.job.removed);
     }
-    if (now - b->last_maintain >= MAINTAIN_EVERY_MS) {
-        b->last_maintain = now;
+    if (mono - b->last_maintain >= MAINTAIN_EVERY_MS) {
+        b->last_maintain = mono;
         r = eng_maintain(b->eng, MAINTAIN_BUDGET);
         if (r < 0) {
             bridge_fatal(b, "WAL maintenance", r);
@@ -407,29 +264,40 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
     if (b->stash.n && !b->stopping)
         bridge_stash_drain(b);
     if (b->stopping) {
-        shutdown_step(b, now);
+        shutdown_step(b, mono);
         if (b->exit_code || b->done)
             return;
     }
 
-    /* Sleep until the next thing to do. */
-    next = now + MAX_SLEEP_MS;
+    arm_wake(b, now, mono);
+}
+
+/*
+ * Arm the one timer for the earliest thing to do. Each time is measured on
+ * its own clock: due times on the wall clock (now); the disk retry and the
+ * consumer's and publisher's waits (ms from mono, the clock their turn is
+ * given) on the monotonic one.
+ */
+static void arm_wake(struct bridge *b, uint64_t now, uint64_t mono)
+{
+    uint64_t sleep = MAX_SLEEP_MS;
+
     if (!b->stopping)
-        next = min_u64(next, eng_next_event(b->eng));
-    next = min_u64(next, now + min_u64(consumer_wait_ms(b->cons, mono), MAX_SLEEP_MS));
-    next = min_u64(next, now + min_u64(publisher_wait_ms(b->pub, mono), MAX_SLEEP_MS));
+        sleep = min_u64(sleep, ms_until(eng_next_event(b->eng), now));
+    sleep = min_u64(sleep, consumer_wait_ms(b->cons, mono));
+    sleep = min_u64(sleep, publisher_wait_ms(b->pub, mono));
     if (consumer_busy(b->cons) || publisher_busy(b->pub) || b->purge.active ||
         (eng_dirty(b->eng) && !eng_committing(b->eng) && !b->disk_full))
-        next = now;
+        sleep = 0;
     if (b->disk_full)
-        next = min_u64(next, b->disk_retry_at);
+        sleep = min_u64(sleep, ms_until(b->disk_retry_at, mono));
     if (b->drain.done)
-        next = min_u64(next, now + 50);
+        sleep = min_u64(sleep, 50);
     if (b->stopping)
-        next = min_u64(next, now + 10);
-    ev_timer_stop(loop, &b->wake);
-    ev_timer_set(&b->wake, next > now ? (double)(next - now) / 1000.0 : 0.0, 0.0);
-    ev_timer_start(loop, &b->wake);
+        sleep = min_u64(sleep, 10);
+    ev_timer_stop(b->loop, &b->wake);
+    ev_timer_set(&b->wake, (double)sleep / 1000.0, 0.0);
+    ev_timer_start(b->loop, &b->wake);
 }
 
 /*
@@ -437,7 +305,7 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
  * to: they stay in the log) and every DONE record is durable: then stop as
  * on SIGTERM, with nothing left to wait for, and exit 0.
  */
-static void drain_step(struct bridge *b, uint64_t now)
+static void drain_step(struct bridge *b, uint64_t mono)
 {
     struct eng_stats es;
 
@@ -447,14 +315,14 @@ static void drain_step(struct bridge *b, uint64_t now)
             return;
         log_info("bridge", "drain done: every held message was handed back; exiting",
                  "handed_back=%" PRIu64 " orphaned_kept=%" PRIu64 " seconds=%.3f",
-                 b->drain.handed_back, es.orphaned, (double)(now - b->drain.started_ms) / 1000.0);
+                 b->drain.handed_back, es.orphaned, (double)(mono - b->drain.started_ms) / 1000.0);
         b->drain.done = 1;
-        b->drain.done_ms = now;
+        b->drain.done_ms = mono;
     }
-    if (now - b->drain.done_ms < DRAIN_LINGER_MS)
+    if (mono - b->drain.done_ms < DRAIN_LINGER_MS)
         return;
     b->stopping = 1;
-    b->stop_deadline = now + b->cfg->shutdown_timeout_ms;
+    b->stop_deadline = mono + b->cfg->shutdown_timeout_ms;
     consumer_stop(b->cons);
 }
 
@@ -475,7 +343,7 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
     log_info("bridge", "stopping", "signal=%d timeout_ms=%u", w->signum,
              b->cfg->shutdown_timeout_ms);
     b->stopping = 1;
-    b->stop_deadline = clock_now_ms() + b->cfg->shutdown_timeout_ms;
+    b->stop_deadline = clock_mono_ms() + b->cfg->shutdown_timeout_ms;
     if (!b->eng) {
         /* still recovering: stop as soon as it is done; a standby stops waiting */
         if (b->rec.opts.log)
@@ -483,24 +351,13 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
         return;
     }
     /* Make what was received durable, ack it, and stop consuming. */
-    commit_and_ack(b);
+    bridge_commit_and_ack(b);
     consumer_stop(b->cons);
 }
 
 /* ---- recovery ---------------------------------------------------------------------- */
 
-/* Route names found in the log -> route index. */
-int bridge_route_index(void *arg, const char *name, size_t len)
-{
-    const struct config *cfg = arg;
-    int i;
-
-    for (i = 0; i < cfg->nroutes; i++)
-        if (strlen(cfg->routes[i].name) == len && memcmp(cfg->routes[i].name, name, len) == 0)
-            return i;
-    return -1;
-}
-
+/* Route index -> name, for the engine's log messages (bridge_route_index is the other way). */
 static const char *route_name(void *arg, int i)
 {
     return ((const struct config *)arg)->routes[i].name;
@@ -682,6 +539,7 @@ struct bridge *bridge_new(struct ev_loop *loop, const struct config *cfg, struct
     b->loop = loop;
     b->cfg = cfg;
     b->start_ms = clock_now_ms();
+    b->start_mono_ms = clock_mono_ms();
     b->counts = xcalloc((size_t)cfg->nroutes, sizeof(*b->counts));
     b->snap = xcalloc((size_t)cfg->nroutes, sizeof(*b->snap));
     signal(SIGPIPE, SIG_IGN);

@@ -30,8 +30,6 @@ static void api_stats(void *arg, struct db_stats *s)
     bridge_stats(arg, s);
 }
 
-int bridge_route_index(void *arg, const char *name, size_t len);
-
 static int route_by_name(const struct bridge *b, const char *name)
 {
     return bridge_route_index((void *)b->cfg, name, strlen(name));
@@ -172,7 +170,7 @@ static int api_drain(void *arg, struct json_object *out)
             return api_fail(out, 500, "WAL commit failed");
         consumer_pause(b->cons);
         b->drain.active = 1;
-        b->drain.started_ms = clock_now_ms();
+        b->drain.started_ms = clock_mono_ms(); /* for the drain's duration */
         log_info("bridge", "drain started: consuming stopped, handing every held message back "
                  "to its ingress exchange", "held=%" PRIu64 " orphaned=%" PRIu64, es.held,
                  es.orphaned);

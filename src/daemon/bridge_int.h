@@ -2,11 +2,30 @@
  * bridge_int.h -- the bridge's state, shared by its files (internal: only
  * bridge*.c include it; bridge.h is the contract main.c sees).
  *
- *   bridge.c        orchestration: commit and ack, deliveries in,
- *                   publishes out, the loop turn, recovery, life
- *   bridge_keys.c   the key-event protocol between bridges (share_keys)
- *   bridge_http.c   the HTTP endpoint's handlers (api.c renders)
- *   bridge_stats.c  the /stats snapshot and the summary logged at exit
+ *   bridge.c         orchestration: publishes out, the loop turn,
+ *                    recovery, signals, life
+ *   bridge_http.c    the HTTP endpoint's handlers (api.c renders)
+ *   bridge_commit.c  the one commit per turn and the acks it lets out
+ *   bridge_intake.c  deliveries in: the intake gate, the stash, the log
+ *   bridge_keys.c    the key-event protocol between bridges (share_keys)
+ *   bridge_stats.c   the /stats snapshot and the summary logged at exit
+ *   bridge_core.c    the fatal stop and the route lookup
+ *
+ * The floors. A file calls only files on a floor below its own, never one
+ * above, and none calls back into bridge.c; what two floors both need
+ * goes down, not up:
+ *
+ *   5  bridge.c          -> every file below
+ *   4  bridge_http.c     -> commit, stats, core
+ *   3  bridge_commit.c   -> intake (a durable commit reopens the gate), core
+ *   2  bridge_intake.c   -> keys, core
+ *   1  bridge_keys.c     -> core
+ *      bridge_stats.c    -> nothing of the bridge
+ *   0  bridge_core.c     -> nothing of the bridge
+ *
+ * A new function goes on the lowest floor whose files it calls; a file that
+ * would need one from above has found something that belongs lower down
+ * (or in the caller, which can pass it in).
  *
  * struct bridge owns the parts (consumer, publisher, engine, http) and every
  * buffer in it; bridge_free() releases them. Everything runs on the loop
@@ -72,15 +91,21 @@ struct bridge {
     ev_prepare prepare;
     ev_timer wake;
     ev_signal sigterm, sigint;
-    uint64_t start_ms, turn_ms, last_maintain;
+    /*
+     * Clocks: start_ms and turn_ms are wall-clock times /stats shows;
+     * every duration, deadline and retry below is on the monotonic clock
+     * (clock_mono_ms: a step of the wall clock must not fire or stall it).
+     */
+    uint64_t start_ms, turn_ms;
+    uint64_t start_mono_ms, last_maintain;
     int ready_logged;
     int disk_full;          /* the last commit found no space: consuming paused */
     int space_paused;       /* the log asks for no new messages: consuming paused */
     uint64_t space_pauses;  /* times consuming paused so (/stats wal.intake_pauses) */
     struct dstash stash;    /* deliveries taken while paused, not yet in the log */
-    uint64_t disk_retry_at; /* when to try the commit again */
+    uint64_t disk_retry_at; /* when to try the commit again (monotonic) */
     int stopping;
-    uint64_t stop_deadline;
+    uint64_t stop_deadline; /* monotonic */
     int exit_code, done;
 
     struct db_route_stats *snap; /* bridge_stats() output */
@@ -99,7 +124,7 @@ struct bridge {
      */
     struct {
         int active, done;
-        uint64_t handed_back, started_ms, done_ms;
+        uint64_t handed_back, started_ms, done_ms; /* started, done: monotonic */
     } drain;
 
     /* Recovery on a thread: the loop learns it is over through `recovered`. */
@@ -116,11 +141,9 @@ struct bridge {
 };
 
 
-/* bridge.c */
+/* bridge_core.c */
 /* A failed log write, fsync or read: stop without acking anything more (exit 1). */
 void bridge_fatal(struct bridge *b, const char *what, int err);
-/* Commit now and wait for it (an operator's request that answers "durable"). */
-void bridge_commit_and_wait(struct bridge *b);
 /* Route names found in the log -> route index (arg: the struct config). -1: unknown. */
 int bridge_route_index(void *arg, const char *name, size_t len);
 
@@ -130,6 +153,10 @@ void bridge_key_event_out(struct bridge *b, int route, const char *kind, const c
                           size_t key_len, uint64_t at);
 /* Another bridge's key event: cancel our older version of the key, if we hold one. */
 void bridge_key_event_in(struct bridge *b, const struct delivery *d);
+/* A keyed delivery recognised as a redelivery of a logged message: its event again, dated
+ * when the logged copy was first taken (first_ms, from eng_seen; 0 = not known). */
+void bridge_key_event_again(struct bridge *b, int route, const struct walrec_add *a,
+                            uint64_t first_ms);
 
 /* bridge_intake.c: deliveries in. */
 /* The consumer's delivery callback: into the log, or the stash while the gate is closed. */
@@ -140,17 +167,19 @@ void bridge_on_consumer_state(void *arg, int up);
 void bridge_intake_gate(struct bridge *b);
 /* The gate is open: append the stash, oldest first, while the log has room. */
 void bridge_stash_drain(struct bridge *b);
-/* A keyed delivery recognised as a redelivery of a logged message: its event again, dated
- * when the logged copy was first taken (first_ms, from eng_seen; 0 = not known). */
-void bridge_key_event_again(struct bridge *b, int route, const struct walrec_add *a,
-                            uint64_t first_ms);
 
-/* bridge_http.c */
-/* Start the HTTP endpoint if http.listen is set. 0, or -1 (logged). */
-int bridge_start_http(struct bridge *b);
+/* bridge_commit.c */
+/* Commit what was appended and confirmed (unless a commit runs); ack what it covers. */
+void bridge_commit_and_ack(struct bridge *b);
+/* Commit now and wait for it (an operator's request that answers "durable"). */
+void bridge_commit_and_wait(struct bridge *b);
 
 /* bridge_stats.c */
 /* The totals per route and of the WAL, one log line each, at a clean exit. */
 void bridge_log_summary(struct bridge *b);
+
+/* bridge_http.c */
+/* Start the HTTP endpoint if http.listen is set. 0, or -1 (logged). */
+int bridge_start_http(struct bridge *b);
 
 #endif

@@ -6,8 +6,9 @@
  * multiple-ack could cover them), x-delay-cancel cancels by key, a
  * redelivery already logged is recognised (eng_seen) and only acked,
  * everything else is judged (xdelay.c), encoded (msgrec.c) and appended
- * (engine: PENDING). Nothing is acked here: bridge.c's commit_and_ack()
- * acks up to the last delivery a durable commit covered.
+ * (engine: PENDING). Nothing is acked here: bridge_commit_and_ack()
+ * (bridge_commit.c) acks up to the last delivery a durable commit covered,
+ * and calls the gate here when a commit completes: this file is below it.
  *
  * THE INTAKE GATE. The log pauses intake when its volume runs short
  * (wal_space.c: free space under one segment, its space reserve not
@@ -26,7 +27,7 @@
  * that end messages. When the gate opens, bridge_stash_drain() appends
  * them, oldest first, while the log keeps room. Acks stay below the oldest
  * stashed tag and a stream ingress's place at or below its oldest stashed
- * offset (bridge.c: ack_tag, take_places), so a crash gives the stash back
+ * offset (bridge_commit.c: ack_tag, take_places), so a crash gives the stash back
  * to the broker: nothing acked was only in memory. A lost connection drops
  * the stash (the broker has those deliveries again). Key events and
  * oversized rejects never wait: they append no message.
@@ -98,54 +99,116 @@ static int delivery_record(const struct bridge *b, const struct delivery *d, str
                                 d->delay_ms);
 }
 
-static void take_delivery(struct bridge *b, const struct delivery *d)
+/* Larger than wal.max_message_bytes: rejected now, before any later multiple-ack covers it. */
+static void reject_oversized(struct bridge *b, const struct delivery *d)
+{
+    const struct config_route *rc = &b->cfg->routes[d->route];
+
+    b->counts[d->route].rejected++;
+    if (rc->queue_type == QUEUE_STREAM)
+        log_error("consume", "message larger than wal.max_message_bytes skipped",
+                  "route=%s bytes=%" PRIu64 " limit=%u offset=%" PRId64 " action=\"not "
+                  "logged; it stays in the stream until retention removes it\"",
+                  rc->name, d->body_size, b->cfg->max_message_bytes, d->stream_offset);
+    else
+        log_error("consume", "message larger than wal.max_message_bytes rejected",
+                  "route=%s bytes=%" PRIu64 " limit=%u action=\"basic.reject, requeue=false: "
+                  "dead-lettered if the ingress queue has a dead-letter exchange\"",
+                  rc->name, d->body_size, b->cfg->max_message_bytes);
+    consumer_reject(b->cons, d->route, d->gen, d->tag);
+}
+
+/*
+ * x-delay-cancel: remove the pending message with that key (and tell the
+ * route's other bridges, dated now on the wall clock); not forwarded.
+ * Acked once the CANCEL record is durable.
+ */
+static void take_cancel(struct bridge *b, const struct delivery *d, uint64_t now, uint64_t mono)
+{
+    struct route_counts *n = &b->counts[d->route];
+    const char *key = d->cancel_key;
+    size_t key_len = d->cancel_key_len;
+    uint64_t ev;
+    int r;
+
+    if (d->cancel < 0 || key_len > MSGREC_KEY_MAX) {
+        n->invalid_key++;
+        if ((ev = log_ratelimit(&n->rl_delay, mono, 10000)))
+            log_warn("consume", "invalid x-delay-cancel (not a string of at most 255 bytes): "
+                     "dropped", "route=%s events=%" PRIu64, b->cfg->routes[d->route].name, ev);
+    } else if ((r = eng_cancel(b->eng, (uint16_t)d->route, key, key_len)) < 0) {
+        bridge_fatal(b, "WAL read (cancel)", r);
+        return;
+    } else {
+        bridge_key_event_out(b, d->route, "cancel", key, key_len, now);
+    }
+    b->logged_gen = d->gen; /* acked once the CANCEL record is durable */
+    b->logged_tag = d->tag;
+}
+
+/* An invalid x-delay or x-delay-key (msgrec_from_delivery's flags r): counted, logged. */
+static void note_invalid(struct bridge *b, const struct delivery *d, const struct walrec_add *a,
+                         int r, uint64_t mono)
 {
     const struct config_route *rc = &b->cfg->routes[d->route];
     struct route_counts *n = &b->counts[d->route];
+    uint64_t ev;
+
+    if (r & MSGREC_INVALID_DELAY)
+        n->invalid_delay++;
+    if (r & MSGREC_INVALID_KEY)
+        n->invalid_key++;
+    if (a->flags & WALREC_ADD_DEADLETTER)
+        n->dead_lettered++;
+    if ((ev = log_ratelimit(&n->rl_delay, mono, 10000)))
+        log_warn("consume",
+                 r & MSGREC_INVALID_DELAY ? xdelay_strerror(d->xdelay)
+                                          : "invalid x-delay-key (not a string of at most 255 "
+                                            "bytes)",
+                 "route=%s action=%s events=%" PRIu64, rc->name,
+                 rc->invalid_delay == INVALID_DELAY_DEAD_LETTER ? "dead-letter" : "publish-now",
+                 ev);
+}
+
+/* delay_from "broker" and no timestamp_in_ms: counted, and logged with the broker's fix. */
+static void note_unstamped(struct bridge *b, const struct delivery *d, uint64_t mono)
+{
+    struct route_counts *n = &b->counts[d->route];
+    uint64_t ev;
+
+    n->unstamped++;
+    if ((ev = log_ratelimit(&n->rl_stamp, mono, 60000)))
+        log_warn("consume", "delay_from is \"broker\" but a message has no timestamp_in_ms: its "
+                 "x-delay counts from its receipt here", "route=%s events=%" PRIu64 " hint=\""
+                 "message_interceptors.incoming.set_header_timestamp.overwrite = true in "
+                 "rabbitmq.conf (RabbitMQ 3.12 or later)\"", b->cfg->routes[d->route].name, ev);
+}
+
+/*
+ * One delivery into the log: an oversized one rejected, a key event or a
+ * cancel applied, a redelivery already logged recognised, everything else
+ * appended as an ADD record. The ack waits for the commit that covers it.
+ */
+static void take_delivery(struct bridge *b, const struct delivery *d)
+{
+    struct route_counts *n = &b->counts[d->route];
     struct walrec_add a;
-    uint64_t now = clock_now_ms(), ev, first_ms;
+    uint64_t now = clock_now_ms(); /* wall: the time a key event carries */
+    uint64_t mono = clock_mono_ms(), first_ms;
     int r;
 
     if (b->exit_code)
         return;
     if (d->too_big) {
-        /* Rejected now, before any later multiple-ack could cover its tag. */
-        n->rejected++;
-        if (rc->queue_type == QUEUE_STREAM)
-            log_error("consume", "message larger than wal.max_message_bytes skipped",
-                      "route=%s bytes=%" PRIu64 " limit=%u offset=%" PRId64 " action=\"not "
-                      "logged; it stays in the stream until retention removes it\"",
-                      rc->name, d->body_size, b->cfg->max_message_bytes, d->stream_offset);
-        else
-            log_error("consume", "message larger than wal.max_message_bytes rejected",
-                      "route=%s bytes=%" PRIu64 " limit=%u action=\"basic.reject, requeue=false: "
-                      "dead-lettered if the ingress queue has a dead-letter exchange\"",
-                      rc->name, d->body_size, b->cfg->max_message_bytes);
-        consumer_reject(b->cons, d->route, d->gen, d->tag);
+        reject_oversized(b, d);
         return;
     }
     if (d->key_event) {
         bridge_key_event_in(b, d);
         return;
     }
-
-    /* x-delay-cancel: remove the pending message with that key; not forwarded. */
-    const char *key = d->cancel_key;
-    size_t key_len = d->cancel_key_len;
     if (d->cancel != 0) {
-        if (d->cancel < 0 || key_len > MSGREC_KEY_MAX) {
-            n->invalid_key++;
-            if ((ev = log_ratelimit(&n->rl_delay, now, 10000)))
-                log_warn("consume", "invalid x-delay-cancel (not a string of at most 255 bytes): "
-                         "dropped", "route=%s events=%" PRIu64, rc->name, ev);
-        } else if ((r = eng_cancel(b->eng, (uint16_t)d->route, key, key_len)) < 0) {
-            bridge_fatal(b, "WAL read (cancel)", r);
-            return;
-        } else {
-            bridge_key_event_out(b, d->route, "cancel", key, key_len, now);
-        }
-        b->logged_gen = d->gen; /* acked once the CANCEL record is durable */
-        b->logged_tag = d->tag;
+        take_cancel(b, d, now, mono);
         return;
     }
 
@@ -165,22 +228,8 @@ static void take_delivery(struct bridge *b, const struct delivery *d)
         b->logged_tag = d->tag;
         return;
     }
-    if (r) {
-        if (r & MSGREC_INVALID_DELAY)
-            n->invalid_delay++;
-        if (r & MSGREC_INVALID_KEY)
-            n->invalid_key++;
-        if (a.flags & WALREC_ADD_DEADLETTER)
-            n->dead_lettered++;
-        if ((ev = log_ratelimit(&n->rl_delay, now, 10000)))
-            log_warn("consume",
-                     r & MSGREC_INVALID_DELAY ? xdelay_strerror(d->xdelay)
-                                              : "invalid x-delay-key (not a string of at most 255 "
-                                                "bytes)",
-                     "route=%s action=%s events=%" PRIu64, rc->name,
-                     rc->invalid_delay == INVALID_DELAY_DEAD_LETTER ? "dead-letter" : "publish-now",
-                     ev);
-    }
+    if (r)
+        note_invalid(b, d, &a, r, mono);
     r = eng_add(b->eng, (uint16_t)d->route, &a, NULL);
     if (r < 0) {
         bridge_fatal(b, "WAL append", r);
@@ -189,12 +238,7 @@ static void take_delivery(struct bridge *b, const struct delivery *d)
     if (a.flags & WALREC_ADD_KEYED)
         bridge_key_event_out(b, d->route, "replace", a.key, a.key_len, a.enqueue_ms);
     if (d->unstamped)
-        n->unstamped++;
-    if (d->unstamped && (ev = log_ratelimit(&n->rl_stamp, now, 60000)))
-        log_warn("consume", "delay_from is \"broker\" but a message has no timestamp_in_ms: its "
-                 "x-delay counts from its receipt here", "route=%s events=%" PRIu64 " hint=\""
-                 "message_interceptors.incoming.set_header_timestamp.overwrite = true in "
-                 "rabbitmq.conf (RabbitMQ 3.12 or later)\"", rc->name, ev);
+        note_unstamped(b, d, mono);
     n->received++;
     b->logged_gen = d->gen;
     b->logged_tag = d->tag;

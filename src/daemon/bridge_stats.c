@@ -34,10 +34,148 @@ static uint64_t rss_bytes(void)
 }
 
 
+/* Recovery: the engine's figures once it is done, the thread's progress while it runs. */
+static void stats_recovery(const struct bridge *b, const struct eng_stats *es, struct db_stats *s)
+{
+    s->recovered = b->eng != NULL;
+    if (b->eng) {
+        s->recovery_seconds = es->recovery_seconds;
+        s->recovery_progress = 1.0;
+    } else {
+        uint64_t done = atomic_load(&b->rec.progress.done);
+        uint64_t total = atomic_load(&b->rec.progress.total);
+        s->recovery_seconds = (double)(clock_mono_ms() - b->start_mono_ms) / 1000.0;
+        s->recovery_progress = total ? (double)done / (double)total : 0.0;
+    }
+}
+
+/* The log: its files, space and intake, compaction and checkpoint. */
+static void stats_wal(const struct bridge *b, const struct eng_stats *es, struct db_stats *s)
+{
+    s->wal.segments = es->log_segments;
+    s->wal.disk_bytes = es->log_disk_bytes;
+    s->wal.live_bytes = es->log_live_bytes;
+    s->wal.live_records = es->log_live_records;
+    s->wal.commits = es->log_commits;
+    s->wal.appended_bytes = es->log_appended_bytes;
+    s->wal.compacted_bytes = es->log_compacted_bytes;
+    s->wal.failed = es->log_failed != 0;
+    s->wal.no_space = b->disk_full || es->log_no_space;
+    s->wal.writable = !s->wal.failed && !s->wal.no_space;
+    s->wal.intake_paused = b->space_paused || es->log_intake_paused;
+    s->wal.intake_pauses = b->space_pauses; /* the daemon's: the log's gate, or a message's size */
+    s->wal.free_bytes = es->log_free_bytes;
+    s->wal.reserve_bytes = es->log_reserve_bytes;
+    s->wal.reserve_held = es->log_reserve_held;
+    s->wal.reserve_spent = es->log_reserve_spent;
+    s->wal.intake_waiting = b->stash.n;
+    s->wal.intake_waiting_bytes = b->stash.bytes;
+    s->wal.fsync = es->fsync;
+    s->wal.compact_segment = es->compact_segment;
+    s->wal.compact_progress =
+        es->compact_total ? (double)es->compact_done / (double)es->compact_total : 0.0;
+    s->wal.ckpt_state = es->ckpt_state == WLOG_CKPT_WRITING   ? "writing"
+                        : es->ckpt_state == WLOG_CKPT_SEALING ? "sealing"
+                                                              : "idle";
+    s->wal.ckpt_progress =
+        es->ckpt_total ? (double)es->ckpt_walked / (double)es->ckpt_total : 0.0;
+    s->wal.ckpt_installed = es->ckpt_installed;
+    s->wal.ckpt_failed = es->ckpt_failed;
+    s->wal.ckpt_lsn = es->ckpt_lsn;
+    s->wal.ckpt_bytes = es->ckpt_bytes;
+    s->wal.ckpt_age_seconds = (double)es->ckpt_age_ms / 1000.0;
+    s->wal.ckpt_seconds = es->ckpt_seconds;
+    s->wal.ckpt_used_at_start = es->ckpt_loaded_lsn != 0;
+}
+
+/* A replicated log (wal.replicate): its state and figures; a failed one is not writable. */
+static void stats_repl(const struct bridge *b, struct db_stats *s)
+{
+    static const char *const names[] = {"off", "connecting", "standby", "importing",
+                                        "owner", "failed"};
+    struct wlog_repl_stats rs;
+
+    memset(&rs, 0, sizeof(rs));
+    if (!b->rec.opts.log || !wlog_repl_stats(b->rec.opts.log, &rs))
+        return;
+    s->wal.repl = 1;
+    s->wal.repl_state = rs.state >= 0 && rs.state <= WLOG_REPL_FAILED ? names[rs.state] : "?";
+    s->wal.repl_stream = rs.stream;
+    s->wal.repl_complete = rs.complete;
+    s->wal.repl_imported_records = rs.imported_records;
+    s->wal.repl_imported_bytes = rs.imported_bytes;
+    s->wal.repl_import_seconds = rs.import_seconds;
+    s->wal.repl_standby_seconds = rs.standby_seconds;
+    s->wal.repl_published_messages = rs.published_messages;
+    s->wal.repl_published_bytes = rs.published_bytes;
+    s->wal.repl_horizons = rs.horizons;
+    s->wal.repl_horizon_lsn = rs.horizon_lsn;
+    s->wal.repl_horizon_running = rs.horizon_running;
+    s->wal.repl_needed_bytes = rs.needed_bytes;
+    s->wal.repl_max_bytes = b->cfg->repl.max_bytes;
+    s->wal.repl_confirm = rs.confirm;
+    s->wal.repl_lease_renewals = rs.lease_renewals;
+    s->wal.repl_resumed = rs.resumed;
+    if (rs.state == WLOG_REPL_FAILED)
+        s->wal.writable = 0;
+}
+
+/* The last purge asked for (POST /purge), running or done. */
+static void stats_purge(const struct bridge *b, struct db_stats *s)
+{
+    const struct eng_purge *j = &b->purge.job;
+
+    if (!b->purge.started)
+        return;
+    s->purge.started = 1;
+    s->purge.done = !b->purge.active;
+    s->purge.route = b->cfg->routes[j->route].name;
+    s->purge.due_before = j->due_before;
+    s->purge.removed = j->removed;
+    s->purge.progress = j->end > 1 ? (double)(j->cursor - 1) / (double)(j->end - 1) : 1.0;
+}
+
+/* Route i: the bridge's counters, the publisher's and the engine's figures. */
+static void stats_route(const struct bridge *b, int i, struct db_route_stats *r)
+{
+    const struct route_counts *n = &b->counts[i];
+    struct eng_route_stats ers;
+
+    memset(r, 0, sizeof(*r));
+    r->name = b->cfg->routes[i].name;
+    r->target_exchange = b->cfg->routes[i].target_exchange;
+    r->received = n->received;
+    r->rejected = n->rejected;
+    r->invalid_delay = n->invalid_delay;
+    r->invalid_key = n->invalid_key;
+    r->deduplicated = n->deduplicated;
+    r->unstamped = n->unstamped;
+    r->key_events_sent = n->key_events_sent;
+    r->key_events_received = n->key_events_received;
+    r->key_events_applied = n->key_events_applied;
+    r->dead_lettered = n->dead_lettered;
+    r->stream_offset = b->cfg->routes[i].queue_type != QUEUE_STREAM ? -2
+                       : b->cons ? consumer_stream_next(b->cons, i)
+                                 : b->ioff ? b->ioff[i].stored : -1;
+    if (b->pub)
+        publisher_route_stats(b->pub, i, r);
+    memset(&ers, 0, sizeof(ers));
+    if (b->eng)
+        eng_route_stats(b->eng, (uint16_t)i, &ers);
+    r->confirmed = ers.confirmed;
+    r->cancelled = ers.cancelled + ers.replaced;
+    r->cancel_missed = ers.cancel_missed;
+    r->waiting = ers.waiting;
+    r->due = ers.due;
+    r->inflight = ers.inflight;
+    r->pending = ers.held;
+    r->oldest_due_ms = ers.oldest_due_ms;
+    r->lateness = ers.lateness;
+}
+
 void bridge_stats(struct bridge *b, struct db_stats *s)
 {
     struct eng_stats es;
-    int i;
 
     memset(s, 0, sizeof(*s));
     memset(&es, 0, sizeof(es));
@@ -48,16 +186,7 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
     s->now_ms = clock_now_ms();
     s->start_ms = b->start_ms;
     s->loop_turn_ms = b->turn_ms;
-    s->recovered = b->eng != NULL;
-    if (b->eng) {
-        s->recovery_seconds = es.recovery_seconds;
-        s->recovery_progress = 1.0;
-    } else {
-        uint64_t done = atomic_load(&b->rec.progress.done);
-        uint64_t total = atomic_load(&b->rec.progress.total);
-        s->recovery_seconds = (double)(s->now_ms - b->start_ms) / 1000.0;
-        s->recovery_progress = total ? (double)done / (double)total : 0.0;
-    }
+    stats_recovery(b, &es, s);
     s->consumer = b->cons && consumer_up(b->cons) ? DB_CONN_UP : DB_CONN_DOWN;
     s->publisher = !b->pub || !publisher_up(b->pub) ? DB_CONN_DOWN
                    : publisher_blocked(b->pub)      ? DB_CONN_BLOCKED
@@ -72,111 +201,11 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
     s->next_due_ms = es.next_due_ms;
     s->ram_bytes = es.ram_bytes;
     s->rss_bytes = rss_bytes();
-    s->wal.segments = es.log_segments;
-    s->wal.disk_bytes = es.log_disk_bytes;
-    s->wal.live_bytes = es.log_live_bytes;
-    s->wal.live_records = es.log_live_records;
-    s->wal.commits = es.log_commits;
-    s->wal.appended_bytes = es.log_appended_bytes;
-    s->wal.compacted_bytes = es.log_compacted_bytes;
-    s->wal.failed = es.log_failed != 0;
-    s->wal.no_space = b->disk_full || es.log_no_space;
-    s->wal.writable = !s->wal.failed && !s->wal.no_space;
-    s->wal.intake_paused = b->space_paused || es.log_intake_paused;
-    s->wal.intake_pauses = b->space_pauses; /* the daemon's: the log's gate, or a message's size */
-    s->wal.free_bytes = es.log_free_bytes;
-    s->wal.reserve_bytes = es.log_reserve_bytes;
-    s->wal.reserve_held = es.log_reserve_held;
-    s->wal.reserve_spent = es.log_reserve_spent;
-    s->wal.intake_waiting = b->stash.n;
-    s->wal.intake_waiting_bytes = b->stash.bytes;
-    s->wal.fsync = es.fsync;
-    s->wal.compact_segment = es.compact_segment;
-    s->wal.compact_progress =
-        es.compact_total ? (double)es.compact_done / (double)es.compact_total : 0.0;
-    s->wal.ckpt_state = es.ckpt_state == WLOG_CKPT_WRITING   ? "writing"
-                        : es.ckpt_state == WLOG_CKPT_SEALING ? "sealing"
-                                                             : "idle";
-    s->wal.ckpt_progress =
-        es.ckpt_total ? (double)es.ckpt_walked / (double)es.ckpt_total : 0.0;
-    s->wal.ckpt_installed = es.ckpt_installed;
-    s->wal.ckpt_failed = es.ckpt_failed;
-    s->wal.ckpt_lsn = es.ckpt_lsn;
-    s->wal.ckpt_bytes = es.ckpt_bytes;
-    s->wal.ckpt_age_seconds = (double)es.ckpt_age_ms / 1000.0;
-    s->wal.ckpt_seconds = es.ckpt_seconds;
-    s->wal.ckpt_used_at_start = es.ckpt_loaded_lsn != 0;
-    struct wlog_repl_stats rs;
-    memset(&rs, 0, sizeof(rs));
-    if (b->rec.opts.log && wlog_repl_stats(b->rec.opts.log, &rs)) {
-        static const char *const names[] = {"off", "connecting", "standby", "importing",
-                                            "owner", "failed"};
-        s->wal.repl = 1;
-        s->wal.repl_state = rs.state >= 0 && rs.state <= WLOG_REPL_FAILED ? names[rs.state] : "?";
-        s->wal.repl_stream = rs.stream;
-        s->wal.repl_complete = rs.complete;
-        s->wal.repl_imported_records = rs.imported_records;
-        s->wal.repl_imported_bytes = rs.imported_bytes;
-        s->wal.repl_import_seconds = rs.import_seconds;
-        s->wal.repl_standby_seconds = rs.standby_seconds;
-        s->wal.repl_published_messages = rs.published_messages;
-        s->wal.repl_published_bytes = rs.published_bytes;
-        s->wal.repl_horizons = rs.horizons;
-        s->wal.repl_horizon_lsn = rs.horizon_lsn;
-        s->wal.repl_horizon_running = rs.horizon_running;
-        s->wal.repl_needed_bytes = rs.needed_bytes;
-        s->wal.repl_max_bytes = b->cfg->repl.max_bytes;
-        s->wal.repl_confirm = rs.confirm;
-        s->wal.repl_lease_renewals = rs.lease_renewals;
-        s->wal.repl_resumed = rs.resumed;
-        if (rs.state == WLOG_REPL_FAILED)
-            s->wal.writable = 0;
-    }
-    if (b->purge.started) {
-        const struct eng_purge *j = &b->purge.job;
-        s->purge.started = 1;
-        s->purge.done = !b->purge.active;
-        s->purge.route = b->cfg->routes[j->route].name;
-        s->purge.due_before = j->due_before;
-        s->purge.removed = j->removed;
-        s->purge.progress = j->end > 1 ? (double)(j->cursor - 1) / (double)(j->end - 1) : 1.0;
-    }
-    for (i = 0; i < b->cfg->nroutes; i++) {
-        struct db_route_stats *r = &b->snap[i];
-        const struct route_counts *n = &b->counts[i];
-        struct eng_route_stats ers;
-
-        memset(r, 0, sizeof(*r));
-        r->name = b->cfg->routes[i].name;
-        r->target_exchange = b->cfg->routes[i].target_exchange;
-        r->received = n->received;
-        r->rejected = n->rejected;
-        r->invalid_delay = n->invalid_delay;
-        r->invalid_key = n->invalid_key;
-        r->deduplicated = n->deduplicated;
-        r->unstamped = n->unstamped;
-        r->key_events_sent = n->key_events_sent;
-        r->key_events_received = n->key_events_received;
-        r->key_events_applied = n->key_events_applied;
-        r->dead_lettered = n->dead_lettered;
-        r->stream_offset = b->cfg->routes[i].queue_type != QUEUE_STREAM ? -2
-                           : b->cons ? consumer_stream_next(b->cons, i)
-                                     : b->ioff ? b->ioff[i].stored : -1;
-        if (b->pub)
-            publisher_route_stats(b->pub, i, r);
-        memset(&ers, 0, sizeof(ers));
-        if (b->eng)
-            eng_route_stats(b->eng, (uint16_t)i, &ers);
-        r->confirmed = ers.confirmed;
-        r->cancelled = ers.cancelled + ers.replaced;
-        r->cancel_missed = ers.cancel_missed;
-        r->waiting = ers.waiting;
-        r->due = ers.due;
-        r->inflight = ers.inflight;
-        r->pending = ers.held;
-        r->oldest_due_ms = ers.oldest_due_ms;
-        r->lateness = ers.lateness;
-    }
+    stats_wal(b, &es, s);
+    stats_repl(b, s);
+    stats_purge(b, s);
+    for (int i = 0; i < b->cfg->nroutes; i++)
+        stats_route(b, i, &b->snap[i]);
     s->nroutes = b->cfg->nroutes;
     s->routes = b->snap;
 }

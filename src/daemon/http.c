@@ -116,7 +116,7 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
             snprintf(s->start_err, s->start_errlen, "%s", msg);
         return;
     }
-    uint64_t allowed = log_ratelimit(&s->log_rl, clock_mono_ns() / 1000000, HTTP_LOG_INTERVAL_MS);
+    uint64_t allowed = log_ratelimit(&s->log_rl, clock_mono_ms(), HTTP_LOG_INTERVAL_MS);
     if (allowed)
         log_warn("http", msg, "from=libmicrohttpd suppressed=%llu",
                  (unsigned long long)(allowed - 1)); /* msg: log.c quotes and escapes it */

@@ -1,0 +1,175 @@
+/*
+ * bridge_commit.c -- the one place the log commits, and the acks it lets
+ * out.
+ *
+ * commit_and_ack. Once per loop turn, before the loop sleeps (bridge.c's
+ * ev_prepare, like Redis's beforeSleep), bridge_commit_and_ack() covers
+ * every delivery appended so far and every confirm; when the commit
+ * completes (on_committed), basic.ack (multiple) goes out up to the last
+ * delivery it covered. Nothing is acked before the log holds it. The ack
+ * stays below the oldest delivery still in the stash (ack_tag), so a crash
+ * gives the stash back to the broker (bridge_intake.c).
+ *
+ * A stream ingress. A route whose ingress queue is a stream is read from
+ * a place (consumer.h), not acked away: the place each commit covers is
+ * taken with the commit's ack tag (take_places), written to the route's
+ * place file (ingress_off.h) as "upto" before the commit and as the place
+ * once it is durable, where a classic queue would be acked. A restart
+ * reads the file and consumes from the place, so nothing read past is
+ * missing from the log, and takes what lies below upto as redeliveries
+ * (eng_seen), so nothing is logged twice either.
+ *
+ * A full disk. A commit that meets ENOSPC or EDQUOT is no failure of the
+ * log (nothing of the batch was made durable): consuming pauses and the
+ * commit is tried again every DISK_RETRY_MS, measured on the monotonic
+ * clock. Any other failure of the commit is fatal (bridge_fatal).
+ *
+ * A durable answer. An operator's request that answers "durable" (DELETE
+ * /pending, POST /purge, POST /drain) waits for one commit
+ * (bridge_commit_and_wait).
+ *
+ * Floors: a completed commit may reopen the intake gate
+ * (bridge_intake.c), so this file stands above intake and below bridge.c
+ * and bridge_http.c, which call it.
+ */
+#include "bridge_int.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/failpoint.h"
+#include "base/log.h"
+#include "delay-bridge/consumer.h"
+#include "delay-bridge/engine.h"
+#include "wal/ingress_off.h"
+
+/*
+ * Stream ingresses: write each route's place file, before a commit (begin:
+ * "the commit under way reaches next") or once it is durable ("everything
+ * below next is in the log"). A failed write is fatal, like the log's.
+ */
+static int write_places(struct bridge *b, const int64_t *next, int begin)
+{
+    int r;
+
+    for (int i = 0; b->ioff && i < b->cfg->nroutes; i++) {
+        r = begin ? ingress_off_begin(&b->ioff[i], next[i])
+                  : ingress_off_store(&b->ioff[i], next[i]);
+        if (r < 0) {
+            log_error("bridge", "cannot write a stream ingress's place", "file=\"%s\" error=\"%s\"",
+                      b->ioff[i].path, strerror(-r));
+            bridge_fatal(b, "stream ingress place", r);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The place of each stream ingress now: everything before it is appended (the stash is not). */
+static void take_places(struct bridge *b, int64_t *next)
+{
+    for (int i = 0; b->ioff && i < b->cfg->nroutes; i++) {
+        next[i] = b->ioff[i].fd >= 0 ? consumer_stream_next(b->cons, i) : -1;
+        if (next[i] >= 0 && b->stash.n) {
+            int64_t low = dstash_min_offset(&b->stash, i);
+            if (low < next[i])
+                next[i] = low;
+        }
+    }
+}
+
+/* The highest tag an ack may cover: what was logged, below anything still in the stash. */
+static uint64_t ack_tag(const struct bridge *b)
+{
+    uint64_t low = b->stash.n ? dstash_min_tag(&b->stash, b->logged_gen) : UINT64_MAX;
+
+    return b->logged_tag < low ? b->logged_tag : low - 1;
+}
+
+static void on_committed(void *arg, int err)
+{
+    struct bridge *b = arg;
+
+    if (err < 0) {
+        bridge_fatal(b, "WAL commit", err);
+        return;
+    }
+    if (b->ioff && write_places(b, b->commit_next, 0) < 0)
+        return;
+    bridge_intake_gate(b);
+    if (b->disk_full) {
+        b->disk_full = 0;
+        log_info("bridge", "WAL commit has space again", NULL);
+        if (!b->space_paused && !b->stopping && !b->drain.active)
+            consumer_release_ingress(b->cons);
+    }
+    FAILPOINT("bridge.before_ack");
+    consumer_ack(b->cons, b->commit_gen, b->commit_tag);
+}
+
+/*
+ * The one place the log commits: everything appended and confirmed so far
+ * becomes durable, then the broker is acked up to the last delivery that
+ * commit covered. A commit still running (an asynchronous log) just means
+ * this turn's work goes into the next one.
+ */
+void bridge_commit_and_ack(struct bridge *b)
+{
+    int r;
+
+    if (b->exit_code || eng_committing(b->eng))
+        return;
+    if (!eng_dirty(b->eng)) {
+        /* Everything appended is durable: the acks, and the places, may go out. */
+        if (b->ioff) {
+            take_places(b, b->commit_next);
+            if (write_places(b, b->commit_next, 0) < 0)
+                return;
+        }
+        consumer_ack(b->cons, b->logged_gen, ack_tag(b));
+        return;
+    }
+    if (b->disk_full && clock_mono_ms() < b->disk_retry_at)
+        return;
+    b->commit_gen = b->logged_gen;
+    b->commit_tag = ack_tag(b);
+    take_places(b, b->commit_next);
+    if (write_places(b, b->commit_next, 1) < 0)
+        return;
+    r = eng_commit(b->eng, on_committed, b);
+    if (r == -ENOSPC || r == -EDQUOT) {
+        /*
+         * Disk full: the ingress consumers stop (consumer_hold_ingress());
+         * what was received stays unacked on the open channel, in the
+         * log's batch, until a commit gets space; key events from the other
+         * bridges are still taken and applied (a CANCEL waits in the same
+         * batch, the message it cancels no longer fires). Held messages
+         * keep firing, and their segments are deleted as they are
+         * confirmed, which is how space usually comes back. Try again
+         * every second.
+         */
+        b->disk_retry_at = clock_mono_ms() + DISK_RETRY_MS;
+        if (!b->disk_full) {
+            b->disk_full = 1;
+            log_error("bridge", "WAL disk full: consuming paused, messages stay in the broker; "
+                      "held messages keep firing; resumes by itself when space returns",
+                      "wal_dir=\"%s\"", b->cfg->wal_dir);
+            consumer_hold_ingress(b->cons);
+        }
+        return;
+    }
+    if (r < 0 && r != ENG_EBUSY)
+        bridge_fatal(b, "WAL commit", r);
+}
+
+/*
+ * Commit now and wait for it: for an operator's request that answers
+ * "durable" (DELETE /pending, POST /purge). The loop waits one fsync.
+ */
+void bridge_commit_and_wait(struct bridge *b)
+{
+    eng_flush(b->eng);  /* the commit already out, if any */
+    bridge_commit_and_ack(b); /* one with everything so far */
+    eng_flush(b->eng);
+}
