@@ -81,7 +81,7 @@
 #define MAX_FILL (1ull << 26) /* LSNs one gap may fill (1.8 GB of fillers) */
 #define OUTBUF (1u << 20)
 
-struct piece {
+struct salv_piece {
     int fill;   /* 0: copy bytes [a, a + b) of the old file; 1: b fillers from LSN a */
     uint64_t a, b;
 };
@@ -89,7 +89,7 @@ struct piece {
 struct repair {
     size_t idx;             /* index into scan.segs */
     struct walrec_seghdr h; /* its header: written again as it was */
-    struct piece *p;
+    struct salv_piece *p;
     size_t np;
     uint64_t kept, kept_bytes, fills;
     char aside[WALSCAN_NAME_SIZE + 48];
@@ -156,7 +156,7 @@ static void salv_free(struct salv *v)
 
 static void plan_keep(struct repair *rp, uint64_t from, uint64_t to)
 {
-    struct piece *last = rp->np ? &rp->p[rp->np - 1] : NULL;
+    struct salv_piece *last = rp->np ? &rp->p[rp->np - 1] : NULL;
 
     if (to <= from)
         return;
@@ -166,7 +166,7 @@ static void plan_keep(struct repair *rp, uint64_t from, uint64_t to)
         return;
     }
     rp->p = xrealloc(rp->p, (rp->np + 1) * sizeof(*rp->p));
-    rp->p[rp->np++] = (struct piece){0, from, to - from};
+    rp->p[rp->np++] = (struct salv_piece){0, from, to - from};
 }
 
 /* Bytes [off, off + bytes) dropped, LSNs [lsn, lsn + nrec) lost (fillers), or from lsn on. */
@@ -187,7 +187,7 @@ static void plan_drop(struct salv *v, struct repair *rp, uint64_t off, uint64_t 
     if (!nrec)
         return;
     rp->p = xrealloc(rp->p, (rp->np + 1) * sizeof(*rp->p));
-    rp->p[rp->np++] = (struct piece){1, lsn, nrec};
+    rp->p[rp->np++] = (struct salv_piece){1, lsn, nrec};
     rp->fills += nrec;
     v->lost = xrealloc(v->lost, (v->nlost + 1) * sizeof(*v->lost));
     v->lost[v->nlost].lsn = lsn;
@@ -497,7 +497,7 @@ static int salv_write(struct scan *s, struct repair *rp, const char *stamp)
     walrec_seghdr_encode(o.buf, &rp->h);
     o.n = WALREC_SEGHDR_SIZE;
     for (size_t i = 0; i < rp->np && r == 0; i++) {
-        const struct piece *p = &rp->p[i];
+        const struct salv_piece *p = &rp->p[i];
         if (!p->fill) {
             r = out_put(&o, (const uint8_t *)map + p->a, p->b);
             continue;

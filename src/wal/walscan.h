@@ -214,7 +214,8 @@ int walscan_next(struct walscan *sc, struct walscan_rec *rec);
  * the CRC: a known type, zero reserved fields, a length that fits in avail
  * and in WALREC_MAX_PAYLOAD, and an LSN >= lsn_min and, when lsn_end is
  * not 0, < lsn_end. 1 if it may be a record, else 0. The one rule the
- * daemon's scan and "wal salvage" (its resync) both search with.
+ * daemon's scan and "wal salvage" both search with, past damage, for the
+ * next record.
  */
 int walscan_plausible(const uint8_t *p, uint64_t avail, uint64_t lsn_min, uint64_t lsn_end);
 
