@@ -35,6 +35,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "delay-bridge/stats.h"
@@ -285,6 +286,21 @@ int wal_dir_remove_sub(const char *dir, const char *name);
 int wal_dir_replace_file(const char *dir, const char *name, const void *p, size_t n);
 /* Read up to n bytes of dir/name from its start: the bytes read, or -errno (-ENOENT: none). */
 ssize_t wal_dir_read_file(const char *dir, const char *name, void *p, size_t n);
+
+/*
+ * The WAL tools' files (src/cli/). wal_dir_open_file: name in the
+ * directory dirfd, read-only; the fd or -errno. wal_dir_create_file: name
+ * created or truncated for writing with mode (less the umask); the fd or
+ * -errno. wal_dir_write_at: all n bytes at off, EINTR retried; 0 or -errno
+ * (-EIO: the device took none). wal_dir_seal_file: with like, the file
+ * takes its owner (where allowed) and mode; then fdatasync; 0 or -errno.
+ * wal_dir_discard_file: closes fd (if >= 0) and deletes name.
+ */
+int wal_dir_open_file(int dirfd, const char *name);
+int wal_dir_create_file(int dirfd, const char *name, mode_t mode);
+int wal_dir_write_at(int fd, const void *p, size_t n, uint64_t off);
+int wal_dir_seal_file(int fd, const struct stat *like);
+void wal_dir_discard_file(int dirfd, const char *name, int fd);
 
 /*
  * Lock the WAL directory dir (it must exist) against every other owner:

@@ -428,20 +428,10 @@ struct outf {
 
 static int out_flush(struct outf *o)
 {
-    int r = 0;
-    size_t done = 0;
+    int r = wal_dir_write_at(o->fd, o->buf, o->n, o->off);
 
-    while (done < o->n) {
-        ssize_t w = pwrite(o->fd, o->buf + done, o->n - done, (off_t)(o->off + done));
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            r = w < 0 ? -errno : -EIO;
-            break;
-        }
-        done += (size_t)w;
-    }
-    o->off += done;
+    if (r == 0)
+        o->off += o->n;
     o->n = 0;
     return r;
 }
@@ -488,9 +478,9 @@ static int salv_write(struct scan *s, struct repair *rp, const char *stamp)
     }
     o.buf = xrealloc(NULL, OUTBUF);
     file = tmp;
-    o.fd = openat(s->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, st.st_mode & 0777);
+    o.fd = wal_dir_create_file(s->dirfd, tmp, st.st_mode & 0777);
     if (o.fd < 0) {
-        r = -errno;
+        r = o.fd;
         what = "create";
         goto cleanup;
     }
@@ -516,11 +506,7 @@ static int salv_write(struct scan *s, struct repair *rp, const char *stamp)
         r = out_flush(&o);
     if (r < 0)
         goto cleanup;
-    if (fchown(o.fd, st.st_uid, st.st_gid) < 0) {
-        /* not root: the file is ours already */
-    }
-    if (fchmod(o.fd, st.st_mode & 0777) < 0 || fdatasync(o.fd) < 0) {
-        r = -errno;
+    if ((r = wal_dir_seal_file(o.fd, &st)) < 0) { /* the damaged one's owner and mode */
         what = "sync";
         goto cleanup;
     }
@@ -532,10 +518,10 @@ cleanup:
     if (r < 0)
         fprintf(stderr, "delay-bridge wal salvage: cannot %s %s/%s: %s\n", what, s->dir, file,
                 strerror(-r));
-    if (o.fd >= 0)
-        close(o.fd);
     if (r < 0 && o.fd >= 0)
-        unlinkat(s->dirfd, tmp, 0);
+        wal_dir_discard_file(s->dirfd, tmp, o.fd);
+    else if (o.fd >= 0)
+        close(o.fd);
     if (map != MAP_FAILED)
         munmap(map, (size_t)g->size);
     free(o.buf);
@@ -652,10 +638,10 @@ static int salvage_lock(struct scan *s, const char *dir, int yes, int *lockfd)
     const char *op = "lock";
     int r;
 
-    s->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    s->dirfd = wal_dir_open(dir);
     if (s->dirfd < 0) {
         fprintf(stderr, "delay-bridge wal salvage: cannot open WAL directory %s: %s\n", dir,
-                strerror(errno));
+                strerror(-s->dirfd));
         return CLI_EIO;
     }
     r = wal_lock_dir_flags(dir, WAL_LOCK_QUIET | (yes ? 0 : WAL_LOCK_NO_CREATE), lockfd, &op);

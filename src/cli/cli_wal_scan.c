@@ -61,6 +61,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "delay-bridge/wal.h"
 #include "delay-bridge/walrec.h"
 #include "wal/walreplay.h"
 #include "base/xalloc.h"
@@ -235,9 +236,9 @@ static int open_segs_once(struct scan *s)
         struct seg *g = &s->segs[i];
         struct stat st;
 
-        g->fd = openat(s->dirfd, g->name, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        g->fd = wal_dir_open_file(s->dirfd, g->name);
         if (g->fd < 0 || fstat(g->fd, &st) < 0) {
-            r = -errno;
+            r = g->fd < 0 ? g->fd : -errno;
             if (r == -ENOENT) {
                 r = 1; /* deleted by a running daemon since the listing */
                 goto cleanup;
@@ -501,10 +502,10 @@ int cw_scan_dir(struct scan *s, const char *dir, const char *key)
     int r;
 
     cw_scan_init(s, dir, key);
-    s->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    s->dirfd = wal_dir_open(dir);
     if (s->dirfd < 0) {
         fprintf(stderr, "delay-bridge wal: cannot open WAL directory %s: %s\n", dir,
-                strerror(errno));
+                strerror(-s->dirfd));
         return CLI_EIO;
     }
     r = cw_scan_run(s);

@@ -9,8 +9,8 @@
  * open cleans it up or trusts it). Every create, write, rename, unlink,
  * mkdir and fsync below goes through walfs.h (so the simulator sees the
  * log's own), whether made by the log's files or by the functions of this
- * file that the replicated log (src/repl/) calls -- all but salvage's
- * own (cli_wal_salvage.c writes its tmp with plain system calls).
+ * file that the replicated log (src/repl/) and the WAL tools (src/cli/:
+ * "wal check|dump" read, "wal salvage" writes its repaired segment) call.
  *
  * file           writer, how                mode  fsync              crash: what it leaves; open
  * -------------  -------------------------  ----  -----------------  -----------------------------
@@ -47,8 +47,8 @@
  *                                                 at a clean stop    corrupt: the daemon refuses to
  *                                                 only (ingress_     start and says to delete it
  *                                                 off.h)
- * NAME.salvage-  "wal salvage"              the   fdatasync, then    not a segment (walscan_list
- * tmp            (cli_wal_salvage.c)        seg-  the swap's dir     skips it): delete it by hand
+ * NAME.salvage-  "wal salvage" through      the   fdatasync, then    not a segment (walscan_list
+ * tmp            wal_dir_create_file()      seg-  the swap's dir     skips it): delete it by hand
  *                                           ment's fsync
  * NAME.damaged-  "wal salvage": the damaged the   the swap's dir     kept for people, never read
  * <time>         segment, linked aside      seg-  fsync
@@ -93,6 +93,15 @@
  * (and removes the tmp); one after it leaves the new NAME, durable or not:
  * a crash between the rename and the directory's fsync may bring back the
  * old one, never a mix. A reader checks its own format (REPLICA has a CRC).
+ *
+ * THE TOOLS' FILES
+ *
+ * "wal check" and "wal dump" open the directory and its segments read-only
+ * (wal_dir_open, wal_dir_open_file); "wal salvage" writes a repaired
+ * segment beside the damaged one with wal_dir_create_file,
+ * wal_dir_write_at and wal_dir_seal_file (the damaged one's owner and mode,
+ * then fdatasync) and swaps it in with wal_replace_segments(); on a failure
+ * wal_dir_discard_file deletes the tmp.
  *
  * WHO CALLS WHOM: wal_open.c (make, open, lock), the replicated log and the
  * tools call this file; it calls walscan.c (the segment names) and nothing
@@ -274,6 +283,56 @@ ssize_t wal_dir_read_file(const char *dir, const char *name, void *p, size_t n)
     }
     walfs_close(fd);
     return r < 0 ? r : (ssize_t)done;
+}
+
+/* ---- the tools' files --------------------------------------------------- */
+
+int wal_dir_open_file(int dirfd, const char *name)
+{
+    int fd = walfs_openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+
+    return fd >= 0 ? fd : -errno;
+}
+
+int wal_dir_create_file(int dirfd, const char *name, mode_t mode)
+{
+    int fd = walfs_openat(dirfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+
+    return fd >= 0 ? fd : -errno;
+}
+
+int wal_dir_write_at(int fd, const void *p, size_t n, uint64_t off)
+{
+    size_t done = 0;
+
+    while (done < n) {
+        ssize_t w = walfs_pwrite(fd, (const uint8_t *)p + done, n - done, (off_t)(off + done));
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return w < 0 ? -errno : -EIO;
+        done += (size_t)w;
+    }
+    return 0;
+}
+
+int wal_dir_seal_file(int fd, const struct stat *like)
+{
+    if (like) {
+        if (walfs_fchown(fd, like->st_uid, like->st_gid) < 0) {
+            /* not root: the file is ours already */
+        }
+        if (walfs_fchmod(fd, like->st_mode & 0777) < 0)
+            return -errno;
+    }
+    return walfs_fdatasync(fd) < 0 ? -errno : 0;
+}
+
+void wal_dir_discard_file(int dirfd, const char *name, int fd)
+{
+    if (fd >= 0)
+        walfs_close(fd);
+    (void)walfs_unlinkat(dirfd, name, 0);
 }
 
 /* ---- the lock ------------------------------------------------------------- */

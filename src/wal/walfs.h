@@ -60,6 +60,8 @@
 #define walfs_mkdir mkdir
 #define walfs_mkdirat mkdirat
 #define walfs_fstat fstat
+#define walfs_fchmod fchmod
+#define walfs_fchown fchown
 #define walfs_fstatat fstatat
 #define walfs_fstatvfs fstatvfs
 #define walfs_fallocate fallocate
@@ -90,6 +92,8 @@ int simfs_linkat(int olddirfd, const char *oldname, int newdirfd, const char *ne
 int simfs_mkdir(const char *path, mode_t mode);
 int simfs_mkdirat(int dirfd, const char *name, mode_t mode);
 int simfs_fstat(int fd, struct stat *st);
+int simfs_fchmod(int fd, mode_t mode);
+int simfs_fchown(int fd, uid_t uid, gid_t gid);
 int simfs_fstatat(int dirfd, const char *name, struct stat *st, int flags);
 int simfs_fstatvfs(int fd, struct statvfs *st);
 int simfs_fallocate(int fd, int mode, off_t off, off_t len);
@@ -116,6 +120,8 @@ int simfs_thread_join(pthread_t t, void **ret);
 #define walfs_mkdir simfs_mkdir
 #define walfs_mkdirat simfs_mkdirat
 #define walfs_fstat simfs_fstat
+#define walfs_fchmod simfs_fchmod
+#define walfs_fchown simfs_fchown
 #define walfs_fstatat simfs_fstatat
 #define walfs_fstatvfs simfs_fstatvfs
 #define walfs_fallocate simfs_fallocate
