@@ -403,7 +403,7 @@ static int wr_reclaim(struct wlog *l, size_t budget, const struct wlog_compact_o
         if (r->need_horizon || since >= r->rc->checkpoint_bytes || by_time) {
             if ((e = wal_force_horizon(w, &r->horizon_target)) < 0)
                 return e;
-            r->horizon_roll_ms = clock_mono_ms();
+            r->horizon_roll_ms = clock_now_ms(); /* wall clock: a stream timestamp */
             r->horizon_began_at = r->tapped;
             log_info("wal-replica", "stream checkpoint begins: live records are copied forward",
                      "horizon_lsn=%llu published_since_last=%llu", (unsigned long long)r->horizon_target,
