@@ -17,7 +17,7 @@
 #             build-asan/'s daemon (ASan + UBSan), the volume, fault and
 #             multi-node ones against build/'s, each test once (see
 #             tests/integration/tests.cmake; DB_TEST_BROKER_URI uses your
-#             own broker) --, the client matrix (tests/clients), the 3-minute
+#             own broker) --, the client matrix (tests/clients), the 2-minute
 #             HA soak (tests/soak, its own node on :5697), the benchmark's
 #             smoke run (:5695), and with DB_CONTAINER_TESTS=1 the container
 #             tests (root podman; they change host settings, so they are off

@@ -30,7 +30,7 @@ published to its target whose DONE was not yet durable fires again from the
 new owner (README "Delivery guarantees", case 1/2).
 
   tests/soak/ha_soak.py --minutes 10                   # the README's run
-  tests/soak/ha_soak.py --minutes 3 --kill-every 50    # the suite's (ctest -L soak)
+  tests/soak/ha_soak.py --minutes 2 --kill-every 50    # the suite's (ctest -L soak)
   tests/soak/ha_soak.py --minutes 30 --kill-every 1200 --rss-log rss.txt   # RSS over 30 min
 
 --rss-log FILE writes, every --rss-every seconds (30), each bridge process's

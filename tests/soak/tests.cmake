@@ -4,12 +4,12 @@
 # is run by hand and its figures go to the README:
 #
 #   DB_BRIDGE_BIN=build/delay-bridge tests/soak/ha_soak.py --minutes 10
-#   ctest --test-dir build -L soak --output-on-failure      # the 3-minute form
+#   ctest --test-dir build -L soak --output-on-failure      # the 2-minute form
 
 if(DB_PYTHON3)
   add_test(NAME soak.ha
            COMMAND ${DB_PYTHON3} -u ${CMAKE_CURRENT_SOURCE_DIR}/soak/ha_soak.py
-                   --minutes 3 --kill-every 50)
+                   --minutes 2 --kill-every 50)
   set_tests_properties(soak.ha PROPERTIES
     LABELS soak
     RESOURCE_LOCK soak_broker
@@ -22,7 +22,8 @@ endif()
 # cluster on 127.0.0.1:DB_CHAOS_PORT..+2 (5751..5753), two bridge groups
 # (a1/a2 replicated with a standby, b plain; shared keys), kill -9, SIGSTOP,
 # node kills, stalled and black-holed proxies, full WAL disks. The suite's
-# form runs seed 11 (see below; replay any run: --seed S --minutes 3); the
+# form runs seed 11 for 2 minutes (see below; replay any run: --seed S --minutes 2;
+# 3 minutes until the suite had to fit in 10 minutes, issue 28); the
 # long form is the README's table:
 #
 #   DB_BRIDGE_BIN=build/delay-bridge tests/soak/chaos_soak.py --minutes 10 --seed 1
@@ -43,7 +44,7 @@ if(DB_PYTHON3)
   # --seed: one is drawn and printed).
   add_test(NAME soak.chaos
            COMMAND ${DB_PYTHON3} -u ${CMAKE_CURRENT_SOURCE_DIR}/soak/chaos_soak.py
-                   --minutes 3 --seed 11)
+                   --minutes 2 --seed 11)
   set_tests_properties(soak.chaos PROPERTIES
     LABELS soak
     RESOURCE_LOCK chaos
