@@ -8,7 +8,7 @@
  * queue bound to it, the target exchange when routes[].declare_target asks
  * for it, the prefetch (basic.qos), then basic.consume of the ingress
  * queue with the consumer tag "delay-bridge:<route>" -- the tag is how a
- * delivery names its route (consumer.c, route_of_tag). All of it runs on
+ * delivery names its route (consumer.c reads it back). All of it runs on
  * CONSUMER_CHANNEL, synchronously, bounded by broker.connect_timeout_ms.
  *
  * The ingress queue's arguments: its type (quorum, stream, classic), a

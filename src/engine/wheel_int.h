@@ -224,10 +224,10 @@ void tree_del(struct wheel *w, struct bucket *b, pool_handle h, struct wheel_nod
 /*
  * Slot (level, idx) is split and now's digit level is idx: hand its
  * entries down to level-1 slots -- a child split again moves whole, one
- * grandchild per slot; a leaf child's entries go through place (see
- * wheel_tree.c, "Firing").
+ * grandchild per slot; a leaf child's entries go through move, the
+ * wheel's own placing function (see wheel_tree.c, "Firing").
  */
-void tree_cascade(struct wheel *w, unsigned level, unsigned idx, bucket_move_fn *place);
+void tree_cascade(struct wheel *w, unsigned level, unsigned idx, bucket_move_fn *move);
 
 /* Level-0 slot b is split: call take(w, leaf) on its leaves in key order, emptying it. */
 typedef void tree_take_fn(struct wheel *w, struct bucket *leaf);

@@ -187,7 +187,7 @@ void tree_del(struct wheel *w, struct bucket *b, pool_handle h, struct wheel_nod
         }
 }
 
-void tree_cascade(struct wheel *w, unsigned level, unsigned idx, bucket_move_fn *place)
+void tree_cascade(struct wheel *w, unsigned level, unsigned idx, bucket_move_fn *move)
 {
     struct bucket *b = &w->slots[level][idx];
 
@@ -198,7 +198,7 @@ void tree_cascade(struct wheel *w, unsigned level, unsigned idx, bucket_move_fn 
         if (!c)
             continue;
         if (!c->child) {
-            bucket_drain(w, c, place, NULL); /* at most split_at entries */
+            bucket_drain(w, c, move, NULL); /* at most split_at entries */
         } else {
             assert(c->digit == slot_digit(level) - 2);
             for (unsigned lo = 0; lo < WHEEL_FANOUT; lo++) {
