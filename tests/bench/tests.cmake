@@ -18,14 +18,14 @@ foreach(db_load load_publish load_consume)
   target_link_libraries(${db_load} PRIVATE PkgConfig::RABBITMQ)
 endforeach()
 
-# DEPENDS integration.broker.start orders, it does not require (each smoke
-# runs a broker of its own): once a fixture's setup ends, ctest starts the
-# tests that wait on it before any other, whatever their COST, so without it
-# the two smokes (69 s one after the other, lock "bench") started last and
-# were the suite's tail.
+# FIXTURES_REQUIRED rabbitmq only orders them (each smoke runs a broker of
+# its own): once a fixture's setup ends, ctest (3.25) starts every test that
+# requires it before any test that does not, whatever their COST, so without
+# it the two smokes (69 s one after the other, lock "bench") started after
+# the ~100 integration tests and were the suite's tail.
 add_test(NAME bench.smoke COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/run.sh --smoke)
 set_tests_properties(bench.smoke PROPERTIES
-  DEPENDS integration.broker.start
+  FIXTURES_REQUIRED rabbitmq
   LABELS bench-smoke
   RESOURCE_LOCK bench
   COST 60
@@ -38,7 +38,7 @@ set_tests_properties(bench.smoke PROPERTIES
 # message of every phase arrived.
 add_test(NAME bench.hops.smoke COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/hops.sh --smoke)
 set_tests_properties(bench.hops.smoke PROPERTIES
-  DEPENDS integration.broker.start
+  FIXTURES_REQUIRED rabbitmq
   LABELS bench-smoke
   RESOURCE_LOCK bench
   COST 40

@@ -73,9 +73,9 @@ if(DB_PYTHON3)
       LABELS soak
       RESOURCE_LOCK chaos_regress
       COST 100 # one after another (~50 s each): started late, they were the suite's tail
-      # ordering only (tests/bench/tests.cmake says why): with the integration
-      # tests' priority, not after them
-      DEPENDS integration.broker.start
+      # ordering only (tests/bench/tests.cmake says why): by COST among the
+      # integration tests, not after them
+      FIXTURES_REQUIRED rabbitmq
       SKIP_RETURN_CODE 77
       TIMEOUT 300
       ENVIRONMENT "DB_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;DB_CHAOS_PORT=5754;PYTHONDONTWRITEBYTECODE=1")
