@@ -3,12 +3,14 @@
  * their lateness (receive time - intended due time) as one key=value line.
  *
  *   load_consume --uri URI --queue Q --count N [--exchange X --routing-key K]
- *                [--purge] [--tag T] [--ready-file F] [--first-wait S] [--idle S]
- *                [--dump FILE] [--manual-ack N [--prefetch P]] [--queue-type T]
- *                [--queue-version V]
+ *                [--exchange-type T [--delayed-type D]] [--purge] [--tag T]
+ *                [--ready-file F] [--first-wait S] [--idle S] [--dump FILE]
+ *                [--manual-ack N [--prefetch P]] [--queue-type T] [--queue-version V]
  *
- * With --exchange, declares X (direct, durable) and Q (durable; with
- * x-queue-type T and x-queue-version V when given), binds Q to X with K;
+ * With --exchange, declares X (durable; direct, or of --exchange-type T,
+ * with argument x-delayed-type D when --delayed-type D is given: the
+ * delayed-message plugin's exchange, run.sh's plugin rows) and Q (durable;
+ * with x-queue-type T and x-queue-version V when given), binds Q to X with K;
  * --purge empties Q before consuming. Then consumes with automatic acks
  * (the broker's fastest path, so the consumer is never the bottleneck of a
  * figure) -- or, with --manual-ack N, the way delay-bridge takes its
@@ -41,7 +43,7 @@ static const char *prog = "load_consume";
 
 struct opts {
     struct load_common c; /* --uri, --exchange, --routing-key, --count, --tag */
-    const char *queue, *ready_file, *dump, *queue_type;
+    const char *queue, *ready_file, *dump, *queue_type, *exchange_type, *delayed_type;
     uint64_t first_wait, idle, manual_ack, prefetch, queue_version;
     bool purge;
 };
@@ -49,9 +51,10 @@ struct opts {
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: %s --uri URI --queue Q --count N [--exchange X --routing-key K] [--purge]\n"
-            "       [--tag T] [--ready-file F] [--first-wait S] [--idle S] [--dump FILE]\n"
-            "       [--manual-ack N [--prefetch P]] [--queue-type T] [--queue-version V]\n",
+            "usage: %s --uri URI --queue Q --count N [--exchange X --routing-key K]\n"
+            "       [--exchange-type T [--delayed-type D]] [--purge] [--tag T] [--ready-file F]\n"
+            "       [--first-wait S] [--idle S] [--dump FILE] [--manual-ack N [--prefetch P]]\n"
+            "       [--queue-type T] [--queue-version V]\n",
             prog);
     exit(2);
 }
@@ -59,7 +62,7 @@ static void usage(void)
 static void parse(int argc, char **argv, struct opts *o)
 {
     *o = (struct opts){ .c = LOAD_COMMON_DEFAULTS, .queue = "bench.out", .first_wait = 600,
-                        .idle = 30, .prefetch = 1000 };
+                        .idle = 30, .prefetch = 1000, .exchange_type = "direct" };
     const struct load_opt opts[] = {
         LOAD_COMMON_OPTS(&o->c),
         { "--purge", LOAD_OPT_FLAG, &o->purge, NULL, NULL },
@@ -71,6 +74,8 @@ static void parse(int argc, char **argv, struct opts *o)
         { "--manual-ack", LOAD_OPT_U64, &o->manual_ack, NULL, NULL },
         { "--prefetch", LOAD_OPT_U64, &o->prefetch, NULL, NULL },
         { "--queue-type", LOAD_OPT_STR, &o->queue_type, NULL, NULL },
+        { "--exchange-type", LOAD_OPT_STR, &o->exchange_type, NULL, NULL },
+        { "--delayed-type", LOAD_OPT_STR, &o->delayed_type, NULL, NULL },
         { "--queue-version", LOAD_OPT_U64, &o->queue_version, NULL, NULL },
     };
     load_parse_opts(prog, argc, argv, opts, sizeof opts / sizeof opts[0], usage);
@@ -105,8 +110,16 @@ int main(int argc, char **argv)
     amqp_bytes_t q = amqp_cstring_bytes(o.queue);
 
     if (o.c.exchange) {
-        amqp_exchange_declare(c, 1, amqp_cstring_bytes(o.c.exchange), amqp_cstring_bytes("direct"),
-                              0, 1, 0, 0, amqp_empty_table);
+        amqp_table_entry_t xa[1];
+        amqp_table_t xargs = {0, xa};
+        if (o.delayed_type) {
+            xa[0].key = amqp_cstring_bytes("x-delayed-type");
+            xa[0].value.kind = AMQP_FIELD_KIND_UTF8;
+            xa[0].value.value.bytes = amqp_cstring_bytes(o.delayed_type);
+            xargs.num_entries = 1;
+        }
+        amqp_exchange_declare(c, 1, amqp_cstring_bytes(o.c.exchange),
+                              amqp_cstring_bytes(o.exchange_type), 0, 1, 0, 0, xargs);
         load_check_reply(prog, amqp_get_rpc_reply(c), "exchange.declare");
         amqp_table_entry_t qa[2];
         amqp_table_t qargs = {0, qa};
