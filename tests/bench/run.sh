@@ -1,6 +1,7 @@
 #!/bin/bash
-# run.sh -- delay-bridge, the broker alone and the TTL + dead-letter recipe,
-# measured side by side in one command on one broker (tests/bench/README.md).
+# run.sh -- delay-bridge, the broker alone, the TTL + dead-letter recipe and,
+# on RabbitMQ 4.0, the delayed-message plugin 4.0.7, measured side by side in
+# one command on one broker (tests/bench/README.md).
 #
 #   tests/bench/run.sh [--scenarios steady,burst,hold,restart,mixed,replicate] [--smoke]
 #                      [--big] [--perf] [--keep]
@@ -13,7 +14,8 @@
 #                is not listed); replicate runs the steady load twice through
 #                fresh bridges, without and with wal.replicate (a stream new
 #                to the run), and prints the ratio with / without.
-#   --smoke      tiny sizes (2k messages, 20k held), about a minute: for CI
+#   --smoke      tiny sizes (2k messages, 20k held), about 35 s: for CI (with
+#                the plugin, when it runs, about 10 s more)
 #   --big        hold 10M messages instead of 1M (about 3.5 GiB of WAL)
 #   --perf       perf record -g the bridge during steady (WORK/perf.data, kept)
 #   --keep       keep the work directory (configs, logs, WALs, summaries)
@@ -40,6 +42,18 @@
 #   replicate) add header timestamp_in_ms, as RabbitMQ 3.12+ does with
 #   message_interceptors.incoming.set_header_timestamp; with
 #   BENCH_ROUTE='{"delay_from": "broker"}' the bridge counts from it.
+# The plugin beside the bridge: with steady or burst listed, on RabbitMQ 4.0
+#   (DB_RABBITMQ=4.0) the broker starts with the delayed-message plugin 4.0.7
+#   enabled and the same loads (count, size, delays, confirm window, the same
+#   load_publish and load_consume) go through an exchange bench.plugin of type
+#   x-delayed-message (x-delayed-type direct, bench.out bound with key bench:
+#   the route's target exchange and binding), the bridge stopped: rows
+#   "plugin 4.0.7" of the side-by-side table. It takes the plugin as
+#   tests/integration/test_plugin_compat.py builds it, from
+#   ${DB_PLUGIN_CACHE:-/var/cache/delay-bridge/plugin-4.0.7}, and builds
+#   nothing: without it the plugin's rows say why and the run goes on. On
+#   3.10 they say it is not measured here; on 4.3 that it cannot run there
+#   (Mnesia removed). BENCH_PLUGIN=0 leaves it out.
 # Work directory (configs, WALs, logs): a new directory under
 #   ${BENCH_TMP:-/var/tmp} (the disk the WAL benchmarks use), removed at the end
 #   unless --keep or --perf.
@@ -65,7 +79,7 @@ while [ $# -gt 0 ]; do
     --big) BIG=1; shift ;;
     --perf) PERF=1; KEEP=1; shift ;;
     --keep) KEEP=1; shift ;;
-    -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set -E/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
     esac
 done
@@ -90,13 +104,14 @@ BRIDGE_SRC=$BRIDGE BRIDGE_BUILT=$(date -u -r "$BRIDGE" +%FT%TZ)
 cp "$BRIDGE" "$WORK/delay-bridge"
 BRIDGE=$WORK/delay-bridge
 
-# Sizes. Delays of steady and mixed are uniform in DELAY ms.
+# Sizes. Delays of steady and mixed are uniform in DELAY ms. A burst falls
+# due MARGIN0 ms plus 1.5 times the time its publishing should take from now.
 if [ "$SMOKE" = 1 ]; then
     N_CEIL=2000 N_STEADY=2000 N_BURST=2000 N_MIXED=2000 N_HOLD=20000
-    DELAY=1000-3000 SPREAD=1000
+    DELAY=1000-3000 SPREAD=1000 MARGIN0=2000
 else
     N_CEIL=100000 N_STEADY=100000 N_BURST=200000 N_MIXED=100000 N_HOLD=1000000
-    DELAY=2000-6000 SPREAD=2000
+    DELAY=2000-6000 SPREAD=2000 MARGIN0=5000
 fi
 [ "$BIG" = 1 ] && N_HOLD=10000000
 SPREAD=${BENCH_BURST_SPREAD:-$SPREAD}
@@ -113,6 +128,61 @@ TTL_Q=bench.ttl
 BRIDGE_PID="" CONS_PID="" PERF_PID="" PERF_ALL_PID="" HTTP_PORT="" FAILED=()
 declare -A R     # results: R[scenario.figure]=value
 
+# The broker as every report line names it: "RabbitMQ 4.0.5", from the
+# package here, then from the node's own log once it runs.
+BROKER_VSN=$(sed -E 's/^(RabbitMQ [0-9]+(\.[0-9]+)*).*/\1/' <<<"${BROKER_DESC:-RabbitMQ ?}")
+
+# ---------------------------------------------------------------- the plugin: whether it runs
+# The delayed-message plugin as test_plugin_compat.py builds it (ebin/ and
+# its .app under the cache); this script only copies it into the broker's
+# root, never builds or fetches it. PLUGIN=1 when it runs beside the bridge,
+# else PLUGIN_WHY says why not, in the words of the report.
+PLUGIN_VSN=4.0.7
+PLUGIN_APP=rabbitmq_delayed_message_exchange
+PLUGIN_NAME="plugin $PLUGIN_VSN"
+PLUGIN_CACHE=${DB_PLUGIN_CACHE:-/var/cache/delay-bridge/plugin-$PLUGIN_VSN}
+PLUGIN_EX=bench.plugin
+PLUGIN=0 PLUGIN_WHY="" PLUGIN_TMP="" PLUGIN_LIB=""
+plugin_decide() {
+    local built=$PLUGIN_CACHE/$PLUGIN_APP-$PLUGIN_VSN root libs
+    case "${DB_RABBITMQ:-3.10}" in
+    4.0) ;;
+    4.3) PLUGIN_WHY="absent: the plugin cannot run on RabbitMQ 4.3 (it keeps its messages in Mnesia, which 4.3 removed)"; return ;;
+    *) PLUGIN_WHY="absent: not measured here (the plugin runs beside the bridge on RabbitMQ 4.0: DB_RABBITMQ=4.0)"; return ;;
+    esac
+    if [ "${BENCH_PLUGIN:-1}" = 0 ]; then PLUGIN_WHY="absent: left out (BENCH_PLUGIN=0)"; return; fi
+    if ! want steady && ! want burst; then
+        PLUGIN_WHY="absent: it runs the steady and burst loads, and neither is listed"; return
+    fi
+    if [ ! -f "$built/ebin/$PLUGIN_APP.app" ]; then
+        PLUGIN_WHY="skipped: the plugin is not built on this machine (no $built/ebin/$PLUGIN_APP.app; ctest -R integration.plugin_compat.reference builds it from $PLUGIN_CACHE/src: tests/integration/test_plugin_compat.py)"
+        return
+    fi
+    # The node runs in broker.sh's root: the plugin must be inside it, and the
+    # node's plugin path is an in-root path.
+    root=${RABBITMQ_BIN_DIR%.bin}
+    libs=$(compgen -G "$root/usr/lib/rabbitmq/lib/rabbitmq_server-4.0.*/plugins" | tail -n 1 || true)
+    if [ "$root" = "$RABBITMQ_BIN_DIR" ] || [ -z "$libs" ]; then
+        PLUGIN_WHY="skipped: $RABBITMQ_BIN_DIR is not a RabbitMQ 4.0 root of broker.sh (no rabbitmq_server-4.0.*/plugins under ${root:-?})"
+        return
+    fi
+    if [ ! -w "$root/tmp" ]; then
+        PLUGIN_WHY="skipped: cannot write the plugin into the broker's root ($root/tmp)"; return
+    fi
+    PLUGIN_LIB=${libs#"$root"}
+    PLUGIN_TMP=$(mktemp -d "$root/tmp/delay-bridge-bench-plugin.XXXXXX")
+    chmod 755 "$PLUGIN_TMP"
+    # Under the build's lock, shared: a copy never meets test_plugin_compat rebuilding it.
+    if [ -e "$PLUGIN_CACHE/.lock" ]; then
+        flock -s "$PLUGIN_CACHE/.lock" cp -r "$built" "$PLUGIN_TMP/"
+    else
+        cp -r "$built" "$PLUGIN_TMP/"
+    fi
+    export RABBITMQ_PLUGINS_DIR="$PLUGIN_LIB:${PLUGIN_TMP#"$root"}"
+    export RABBITMQ_ENABLED_PLUGINS=$PLUGIN_APP
+    PLUGIN=1
+}
+
 cleanup() {
     local rc=$?
     set +e
@@ -122,6 +192,7 @@ cleanup() {
         kill -TERM "$BRIDGE_PID"; wait "$BRIDGE_PID" 2>/dev/null
     fi
     bash "$RABBITMQ_SH" stop "$BROKER_DIR" >/dev/null 2>&1
+    [ -z "$PLUGIN_TMP" ] || rm -rf "$PLUGIN_TMP"
     if [ "$KEEP" = 1 ]; then
         say "work directory kept: $WORK"
     else
@@ -263,8 +334,29 @@ say "work directory $WORK, broker state $BROKER_DIR, port $PORT"
 say "delay-bridge: $BRIDGE_SRC (built $BRIDGE_BUILT), run from a copy in the work directory"
 bash "$RABBITMQ_SH" stop "$BROKER_DIR" >/dev/null 2>&1 || true
 rm -rf "$BROKER_DIR/mnesia"
+plugin_decide
+if [ "$PLUGIN" = 1 ]; then
+    say "$PLUGIN_NAME: runs beside the bridge on this node (the steady and burst loads through" \
+        "exchange $PLUGIN_EX; RABBITMQ_PLUGINS_DIR=$RABBITMQ_PLUGINS_DIR)"
+else
+    say "$PLUGIN_NAME: $PLUGIN_WHY"
+fi
 bash "$RABBITMQ_SH" start "$BROKER_DIR" "$PORT" "$DIST"
 BROKER_SID=$(cat "$BROKER_DIR/node.pid")
+# What the node says of itself at its last start: its version, and the plugin started.
+NODE_LOG=$BROKER_DIR/log/dbtest$PORT@localhost.log
+LAST_START=$(awk '/Starting RabbitMQ / { buf = "" } { buf = buf $0 "\n" } END { printf "%s", buf }' \
+             "$NODE_LOG" 2>/dev/null || true)
+node_vsn=$(grep -oE 'Starting RabbitMQ [0-9]+(\.[0-9]+)*' <<<"$LAST_START" | head -n 1 | sed 's/^Starting //' || true)
+[ -z "$node_vsn" ] || BROKER_VSN=$node_vsn
+say "the node is $BROKER_VSN"
+# (Without the startup summary in the log, the consumer's exchange.declare is the test.)
+if [ "$PLUGIN" = 1 ] && grep -q "plugins started" <<<"$LAST_START" &&
+    ! grep -q "$PLUGIN_APP" <<<"$LAST_START"; then
+    PLUGIN=0 PLUGIN_WHY="NOT STARTED: the node started without it (its log: $NODE_LOG)"
+    FAILED+=("$PLUGIN_NAME: the node started without it")
+    say "$PLUGIN_NAME: $PLUGIN_WHY"
+fi
 R[load.before]=$(cut -d' ' -f1 /proc/loadavg)
 
 # ---------------------------------------------------------------- ceiling
@@ -349,7 +441,7 @@ if want steady || want burst || want mixed; then
     fi
     if want burst; then
         rate=${R[steady.ingest_rate]:-5000}
-        margin=$(fmt 0 "$N_BURST / $rate * 1500 + 5000")
+        margin=$(fmt 0 "$N_BURST / $rate * 1500 + $MARGIN0")
         due_at=$(( $(now_ms) + margin ))
         say "== burst: $N_BURST x 256 B all due in [$margin, $((margin + SPREAD))] ms from now"
         run_bridge_load burst 4 "$N_BURST" "$received" --due-at "$due_at" --spread "$SPREAD"
@@ -373,6 +465,52 @@ if want steady || want burst || want mixed; then
         received=$((received + N_MIXED))
     fi
     bridge_stop
+fi
+
+# ---------------------------------------------------------------- the plugin beside
+# The steady and burst loads again, the bridge stopped, through the plugin's
+# exchange on the same node: the same publisher and consumer, counts, sizes,
+# delays and confirm window; only the exchange they go through differs. The
+# exchange is the route's target made delayed: type x-delayed-message,
+# x-delayed-type direct, bench.out bound to it with key bench (declared by
+# the consumer; its --exchange comes after consume()'s own and wins).
+# Accept means for each what its publisher confirm means: for the bridge,
+# the message is in its durable ingress queue; for the plugin, its one
+# gen_server has written it to its disc_copies Mnesia table (a dirty write:
+# logged by Mnesia, not synced to disk before the confirm).
+plugin_consume() {
+    consume "$1" "$2" "$3" --purge --exchange "$PLUGIN_EX" --exchange-type x-delayed-message \
+        --delayed-type direct
+}
+if [ "$PLUGIN" = 1 ] && want steady; then
+    say "== plugin-steady: $N_STEADY x 256 B through the $PLUGIN_NAME's exchange $PLUGIN_EX, delays $DELAY ms, full speed"
+    plugin_consume plugin-steady "$N_STEADY" 11
+    cpu_mark plugin-steady
+    publish plugin-steady --mode xdelay --exchange "$PLUGIN_EX" --routing-key bench --count "$N_STEADY" \
+        --tag 11 --delay "$DELAY" ${BENCH_STAMP:+--stamp}
+    consumed plugin-steady
+    cpu_per_msg plugin-steady "$N_STEADY"
+fi
+if [ "$PLUGIN" = 1 ] && want burst; then
+    # As the bridge's burst: every message accepted well before the first due
+    # time (margin from the plugin's own steady accept rate).
+    rate=$( [ -s "$WORK/plugin-steady.publish" ] && get "$WORK/plugin-steady.publish" rate || echo 5000)
+    margin=$(fmt 0 "$N_BURST / $rate * 1500 + $MARGIN0")
+    due_at=$(( $(now_ms) + margin ))
+    say "== plugin-burst: $N_BURST x 256 B through $PLUGIN_EX, all due in [$margin, $((margin + SPREAD))] ms from now"
+    plugin_consume plugin-burst "$N_BURST" 12
+    cpu_mark plugin-burst
+    publish plugin-burst --mode xdelay --exchange "$PLUGIN_EX" --routing-key bench --count "$N_BURST" \
+        --tag 12 --due-at "$due_at" --spread "$SPREAD" ${BENCH_STAMP:+--stamp}
+    done_ms=$(get "$WORK/plugin-burst.publish" end_ms)
+    if [ "$done_ms" -lt "$due_at" ]; then
+        R[plugin-burst.held_before_due]=yes
+    else
+        R[plugin-burst.held_before_due]=no
+        say "plugin-burst: NOTE the last confirm came $((done_ms - due_at)) ms after the first due time"
+    fi
+    consumed plugin-burst
+    cpu_per_msg plugin-burst "$N_BURST"
 fi
 
 # ---------------------------------------------------------------- replicate
@@ -491,13 +629,83 @@ row() { printf '| %-9s | %-50s | %14s | %14s | %14s | %8s |\n' "$1" "$2" "$3" "$
 # rrow SCENARIO FIGURE WITHOUT WITH CEILING: a row of the replicate table.
 rrow() { printf '| %-9s | %-50s | %14s | %18s | %8s | %14s |\n' "$1" "$2" "$3" "$4" "$(ratio "$4" "$3")" "$5"; }
 
+# The side-by-side table: a line per system and figure, each naming the
+# broker and who delays, so a line copied out of the report still says both.
+# srow WHO SCENARIO FIGURE VALUE BROKER_ALONE RATIO
+srow() { printf '| %-15s | %-22s | %-8s | %-52s | %22s | %22s | %12s |\n' "$BROKER_VSN" "$@"; }
+# lat3 NAME: lateness "p50 / p99 / max" of a consumer's summary, ms.
+lat3() { printf '%s / %s / %s' "$(c "$1" lat_p50_ms)" "$(c "$1" lat_p99_ms)" "$(c "$1" lat_max_ms)"; }
+# plus A B: A - B as "+12.3 ms", or "-" when either is not a number.
+plus() {
+    if [[ "$1" =~ ^-?[0-9.]+$ && "$2" =~ ^-?[0-9.]+$ ]]; then
+        calc "\"\" sprintf(\"%+.1f ms\", $1 - $2)"
+    else
+        printf -- '-'
+    fi
+}
+# firing NAME: n / (last receive - first due time), msg/s, or "-".
+firing() {
+    local n last first
+    [ -s "$WORK/$1.consume" ] || { printf -- '-'; return; }
+    n=$(c "$1" unique) last=$(c "$1" last_recv_ms) first=$(c "$1" min_due_ms)
+    if [ "$n" -gt 0 ] && [ "$last" -gt "$first" ]; then fmt 0 "$n / (($last - $first) / 1000.0)"; else printf -- '-'; fi
+}
+# sum A B: A + B, or "-".
+sum() { if [[ "$1" =~ ^[0-9.]+$ && "$2" =~ ^[0-9.]+$ ]]; then fmt 1 "$1 + $2"; else printf -- '-'; fi; }
+# cpu_rows WHO SCENARIO NAME: CPU per message of the broker (the plugin runs
+# inside it), of the bridge when one ran, and of both, against the ceiling's.
+cpu_rows() {
+    local all
+    srow "$1" "$2" "broker CPU per message, us" "$(v "$3.broker_us")" "$(v ceiling.broker_us)" \
+        "$(ratio "$(v "$3.broker_us")" "$(v ceiling.broker_us)")"
+    [ -n "${R[$3.bridge_us]:-}" ] || return 0
+    srow "$1" "$2" "delay-bridge's own CPU per message, us" "$(v "$3.bridge_us")" - -
+    all=$(sum "$(v "$3.broker_us")" "$(v "$3.bridge_us")")
+    srow "$1" "$2" "CPU per message, broker + delay-bridge, us" "$all" "$(v ceiling.broker_us)" \
+        "$(ratio "$all" "$(v ceiling.broker_us)")"
+}
+# delayed_rows WHO STEADY BURST: a delaying system's rows from its steady and burst runs.
+delayed_rows() {
+    local who=$1 st=$2 bu=$3 all
+    if want steady; then
+        srow "$who" steady "accept rate (publish confirms), msg/s" "$(p "$st" rate)" "$(p ceiling rate)" \
+            "$(ratio "$(p "$st" rate)" "$(p ceiling rate)")"
+        srow "$who" steady "lateness p50 / p99 / max, ms" "$(lat3 "$st")" "$(lat3 ceiling)" \
+            "p99 $(plus "$(c "$st" lat_p99_ms)" "$(c ceiling lat_p99_ms)")"
+        srow "$who" steady "early (before due) / arrived" "$(c "$st" early) / $(c "$st" unique)" - -
+        cpu_rows "$who" steady "$st"
+    fi
+    if want burst; then
+        srow "$who" burst "firing rate, msg/s: n / (last receive - first due)" "$(firing "$bu")" "$(c ceiling rate)" \
+            "$(ratio "$(firing "$bu")" "$(c ceiling rate)")"
+        srow "$who" burst "all accepted before the first due time" "$(v "$bu.held_before_due")" - -
+        srow "$who" burst "lateness p50 / p99 / max, ms" "$(lat3 "$bu")" - -
+        srow "$who" burst "early (before due) / arrived" "$(c "$bu" early) / $(c "$bu" unique)" - -
+        cpu_rows "$who" burst "$bu"
+    fi
+}
+# summary WHO STEADY BURST: one line of a delaying system's headline figures.
+summary() {
+    local st=$2 bu=$3 line="summary, $BROKER_VSN, $1:"
+    if want steady; then
+        line+=" steady accept $(p "$st" rate) msg/s ($(ratio "$(p "$st" rate)" "$(p ceiling rate)") the broker alone),"
+        line+=" lateness p50 / p99 / max $(lat3 "$st") ms (p99 $(plus "$(c "$st" lat_p99_ms)" "$(c ceiling lat_p99_ms)")"
+        line+=" over the broker alone's)"
+        if want burst; then line+=";"; fi
+    fi
+    if want burst; then
+        line+=" burst firing $(firing "$bu") msg/s ($(ratio "$(firing "$bu")" "$(c ceiling rate)") the broker alone)"
+    fi
+    echo "$line"
+}
+
 {
     echo
-    echo "delay-bridge benchmark, $(date -u +%FT%TZ), $(nproc) CPUs, load average before: $(v load.before), after: $(cut -d' ' -f1 /proc/loadavg)$([ "$SMOKE" = 1 ] && echo ', SMOKE sizes')"
+    echo "delay-bridge benchmark on $BROKER_VSN, $(date -u +%FT%TZ), $(nproc) CPUs, load average before: $(v load.before), after: $(cut -d' ' -f1 /proc/loadavg)$([ "$SMOKE" = 1 ] && echo ', SMOKE sizes')"
     [ -z "${BENCH_ROUTE:-}${BENCH_STAMP:-}" ] ||
         echo "route keys: ${BENCH_ROUTE:-none}; publishers stamp timestamp_in_ms: $([ -n "${BENCH_STAMP:-}" ] && echo yes || echo no)"
     echo
-    printf '| %-9s | %-50s | %14s | %14s | %14s | %8s |\n' scenario figure delay-bridge "ceiling" "TTL+DLX" "ratio"
+    printf '| %-9s | %-50s | %14s | %14s | %14s | %8s |\n' scenario figure delay-bridge "broker alone" "TTL+DLX alone" "ratio"
     printf '|%s|%s|%s|%s|%s|%s|\n' ----------- ---------------------------------------------------- ---------------- ---------------- ---------------- ----------
     row ceiling "publish rate, confirms, msg/s" - "$(p ceiling rate)" -
     row ceiling "consume rate, msg/s" - "$(c ceiling rate)" -
@@ -553,11 +761,13 @@ rrow() { printf '| %-9s | %-50s | %14s | %18s | %8s | %14s |\n' "$1" "$2" "$3" "
         row restart "held after restart / RSS per held message, B" "$(v restart.held) / $(v restart.rss_per_msg)" - -
     fi
     echo
-    echo "ratio = delay-bridge / ceiling (same broker, same run). Lateness = receive - intended due"
-    echo "time; for the ceiling it is the end-to-end latency of an undelayed message."
+    echo "ratio = delay-bridge / ceiling, the broker alone ($BROKER_VSN, same run). Lateness = receive -"
+    echo "intended due time; for the ceiling it is the end-to-end latency of an undelayed message."
     if want replicate; then
         # The same rows for the two bridges of the replicate scenario; the ratio
         # is with / without, and the ceiling column repeats the broker alone.
+        echo
+        echo "wal.replicate on $BROKER_VSN: delay-bridge without and with it, the broker alone beside"
         echo
         printf '| %-9s | %-50s | %14s | %18s | %8s | %14s |\n' scenario figure "without" "wal.replicate" "with/w-o" "ceiling"
         printf '|%s|%s|%s|%s|%s|%s|\n' ----------- ---------------------------------------------------- ---------------- -------------------- ---------- ----------------
@@ -579,11 +789,51 @@ rrow() { printf '| %-9s | %-50s | %14s | %18s | %8s | %14s |\n' "$1" "$2" "$3" "
         rrow replicate "stream: publisher confirm mean ms" - "$(v repl-on.confirm_ms)" -
         rrow replicate "replication state at the end" - "$(v repl-on.state)" -
     fi
+
+    # Side by side: who delays, the same loads, this broker, this run.
+    echo
+    echo "Side by side on $BROKER_VSN, one run: who delays the same loads (ratio = value / the broker alone's)"
+    echo
+    printf '| %-15s | %-22s | %-8s | %-52s | %22s | %22s | %12s |\n' broker "delays" scenario figure value \
+        "broker alone" ratio
+    printf '|%s|%s|%s|%s|%s|%s|%s|\n' ----------------- ------------------------ ---------- \
+        ------------------------------------------------------ ------------------------ ------------------------ --------------
+    srow "broker alone" ceiling "publish rate (confirms), msg/s" "$(p ceiling rate)" - -
+    srow "broker alone" ceiling "consume rate, msg/s" "$(c ceiling rate)" - -
+    srow "broker alone" ceiling "end-to-end latency p50 / p99 / max, ms (no delay)" "$(lat3 ceiling)" - -
+    srow "broker alone" ceiling "broker CPU per message, us" "$(v ceiling.broker_us)" - -
+    if want steady; then
+        srow "broker alone: TTL+DLX" steady "accept rate (publish confirms), msg/s" "$(p ttl rate)" "$(p ceiling rate)" \
+            "$(ratio "$(p ttl rate)" "$(p ceiling rate)")"
+        srow "broker alone: TTL+DLX" steady "lateness p50 / p99 / max, ms" "$(lat3 ttl)" "$(lat3 ceiling)" \
+            "p99 $(plus "$(c ttl lat_p99_ms)" "$(c ceiling lat_p99_ms)")"
+        srow "broker alone: TTL+DLX" steady "early (before due) / arrived" "$(c ttl early) / $(c ttl unique)" - -
+    fi
+    if want steady || want burst; then
+        delayed_rows delay-bridge steady burst
+    fi
+    if [ "$PLUGIN" = 1 ]; then
+        delayed_rows "$PLUGIN_NAME" plugin-steady plugin-burst
+    else
+        srow "$PLUGIN_NAME" - "$PLUGIN_WHY" - - -
+    fi
+    echo
+    echo "summary, $BROKER_VSN, broker alone: publish $(p ceiling rate) msg/s (confirms), consume $(c ceiling rate) msg/s," \
+        "end-to-end latency p50 / p99 / max $(lat3 ceiling) ms"
+    if want steady || want burst; then
+        summary delay-bridge steady burst
+        if [ "$PLUGIN" = 1 ]; then
+            summary "$PLUGIN_NAME" plugin-steady plugin-burst
+        fi
+    fi
+    [ "$PLUGIN" = 1 ] || echo "summary, $BROKER_VSN, $PLUGIN_NAME: $PLUGIN_WHY"
 } | tee "$WORK/report.txt"
 
+# Every scenario runs the bridge; the broker alone is always measured.
+WHO="delay-bridge, $([ "$PLUGIN" = 1 ] && echo "$PLUGIN_NAME, ")broker alone"
 if [ ${#FAILED[@]} -gt 0 ]; then
-    say "FAILED: ${FAILED[*]}"
+    say "$BROKER_VSN ($WHO): FAILED: ${FAILED[*]}"
     exit 1
 fi
-say "all messages arrived"
+say "$BROKER_VSN ($WHO): all messages arrived"
 exit 0
