@@ -4,7 +4,7 @@
 # one command on one broker (tests/bench/README.md).
 #
 #   tests/bench/run.sh [--scenarios steady,burst,hold,restart,mixed,replicate] [--smoke]
-#                      [--big] [--perf] [--keep]
+#                      [--count N] [--big] [--perf] [--keep]
 #
 #   --scenarios  which bridge scenarios to run (default: all six). The
 #                ceiling (plain publish -> consume) always runs: every ratio
@@ -16,6 +16,8 @@
 #                to the run), and prints the ratio with / without.
 #   --smoke      tiny sizes (2k messages, 20k held), about 35 s: for CI (with
 #                the plugin, when it runs, about 10 s more)
+#   --count N    N messages for the ceiling, steady, mixed and replicate,
+#                2N for burst (default 100k, 200k; --smoke 2k, 2k)
 #   --big        hold 10M messages instead of 1M (about 3.5 GiB of WAL)
 #   --perf       perf record -g the bridge during steady (WORK/perf.data, kept)
 #   --keep       keep the work directory (configs, logs, WALs, summaries)
@@ -70,12 +72,14 @@ say() { printf '[bench %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { say "error: $*"; exit 2; }
 
 SCENARIOS=steady,burst,hold,restart,mixed,replicate
-SMOKE=0 BIG=0 PERF=0 KEEP=0
+SMOKE=0 BIG=0 PERF=0 KEEP=0 COUNT=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --scenarios) [ $# -ge 2 ] || die "--scenarios needs a list"; SCENARIOS=$2; shift 2 ;;
     --scenarios=*) SCENARIOS=${1#*=}; shift ;;
     --smoke) SMOKE=1; shift ;;
+    --count) [ $# -ge 2 ] || die "--count needs a number"; COUNT=$2; shift 2 ;;
+    --count=*) COUNT=${1#*=}; shift ;;
     --big) BIG=1; shift ;;
     --perf) PERF=1; KEEP=1; shift ;;
     --keep) KEEP=1; shift ;;
@@ -87,6 +91,7 @@ for s in ${SCENARIOS//,/ }; do
     case "$s" in steady|burst|hold|restart|mixed|replicate) ;; *) die "unknown scenario $s" ;; esac
 done
 want() { [[ ",$SCENARIOS," == *",$1,"* ]]; }
+[ -z "$COUNT" ] || [[ "$COUNT" =~ ^[1-9][0-9]*$ ]] || die "--count $COUNT: expected a positive integer"
 
 # get, now_ms, calc, fmt, free_port, rss_kb, proc_cpu_ms, session_cpu_ms, ratio, bench_preflight
 . "$HERE/common.sh"
@@ -114,6 +119,7 @@ else
     DELAY=2000-6000 SPREAD=2000 MARGIN0=5000
 fi
 [ "$BIG" = 1 ] && N_HOLD=10000000
+[ -z "$COUNT" ] || { N_CEIL=$COUNT N_STEADY=$COUNT N_MIXED=$COUNT N_BURST=$((2 * COUNT)); }
 SPREAD=${BENCH_BURST_SPREAD:-$SPREAD}
 HOLD_DELAY=3600000
 RESTART_DELAY=50
@@ -701,7 +707,7 @@ summary() {
 
 {
     echo
-    echo "delay-bridge benchmark on $BROKER_VSN, $(date -u +%FT%TZ), $(nproc) CPUs, load average before: $(v load.before), after: $(cut -d' ' -f1 /proc/loadavg)$([ "$SMOKE" = 1 ] && echo ', SMOKE sizes')"
+    echo "delay-bridge benchmark on $BROKER_VSN, $(date -u +%FT%TZ), $(nproc) CPUs, load average before: $(v load.before), after: $(cut -d' ' -f1 /proc/loadavg)$([ "$SMOKE" = 1 ] && echo ', SMOKE sizes'), $N_STEADY messages a load (burst $N_BURST)"
     [ -z "${BENCH_ROUTE:-}${BENCH_STAMP:-}" ] ||
         echo "route keys: ${BENCH_ROUTE:-none}; publishers stamp timestamp_in_ms: $([ -n "${BENCH_STAMP:-}" ] && echo yes || echo no)"
     echo
