@@ -836,7 +836,8 @@ summary() {
 } | tee "$WORK/report.txt"
 
 # Every scenario runs the bridge; the broker alone is always measured.
-WHO="delay-bridge, $([ "$PLUGIN" = 1 ] && echo "$PLUGIN_NAME, ")broker alone"
+WHO="delay-bridge, broker alone"
+if [ "$PLUGIN" = 1 ]; then WHO="delay-bridge, $PLUGIN_NAME, broker alone"; fi
 if [ ${#FAILED[@]} -gt 0 ]; then
     say "$BROKER_VSN ($WHO): FAILED: ${FAILED[*]}"
     exit 1
