@@ -14,8 +14,8 @@
 #                is not listed); replicate runs the steady load twice through
 #                fresh bridges, without and with wal.replicate (a stream new
 #                to the run), and prints the ratio with / without.
-#   --smoke      tiny sizes (2k messages, 20k held), about 35 s: for CI (with
-#                the plugin, when it runs, about 10 s more)
+#   --smoke      tiny sizes (2k messages, 20k held), about 35 s: for CI (the
+#                plugin's two 2k loads included, when it runs)
 #   --count N    N messages for the ceiling, steady, mixed and replicate,
 #                2N for burst (default 100k, 200k; --smoke 2k, 2k)
 #   --big        hold 10M messages instead of 1M (about 3.5 GiB of WAL)

@@ -11,7 +11,7 @@
 # only that every message arrived, never a time. Exit 77 (skipped) when
 # rabbitmq-server is not installed. On RabbitMQ 4.0 (DB_RABBITMQ=4.0) it
 # also runs the delayed-message plugin's steady and burst loads when the
-# plugin is built on the machine (about 10 s more); without it, a line
+# plugin is built on the machine (36 s in all, measured); without it, a line
 # says so and nothing fails.
 #
 #   ctest --test-dir build -L bench-smoke --output-on-failure
