@@ -71,7 +71,7 @@ endif()
 # (stop whatever a previous run left, wipe its state, start).
 function(db_broker_node name dir port dist_port)
   add_test(NAME integration.${name}.start
-           COMMAND bash -c "set -e; bash \"$0\" stop \"$1\"; rm -rf \"$1/mnesia\"; bash \"$0\" start \"$1\" \"$2\" \"$3\""
+           COMMAND bash -c "set -e; bash \"$0\" stop \"$1\"; DB_RABBITMQ_FRESH=1 bash \"$0\" start \"$1\" \"$2\" \"$3\""
                    ${db_it_dir}/rabbitmq.sh ${dir} ${port} ${dist_port})
   add_test(NAME integration.${name}.stop COMMAND bash ${db_it_dir}/rabbitmq.sh stop ${dir})
 endfunction()
