@@ -265,19 +265,6 @@ void wrepl_arg_i64(amqp_table_entry_t *e, const char *key, int64_t v)
     e->value.value.i64 = v;
 }
 
-/* Answer the broker's channel.close that ended the last RPC on ch, and open ch again. */
-static int reopen(struct wrepl *r, amqp_channel_t ch, char *err, size_t n)
-{
-    amqp_channel_close_ok_t ok;
-
-    if (amqp_send_method(r->conn.st, ch, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) != AMQP_STATUS_OK) {
-        snprintf(err, n, "channel.close-ok: connection lost");
-        return -1;
-    }
-    amqp_channel_open(r->conn.st, ch);
-    return amqp_conn_check(&r->conn, "channel.open", err, n);
-}
-
 /*
  * The lease queue: an existing one is used as it is (its arguments cannot
  * change: a declaration that differs is refused with 406); a new one is a
@@ -317,7 +304,7 @@ static int declare_lease_queue(struct wrepl *r, uint32_t *ready, char *err, size
         amqp_conn_check(&r->conn, "look for the lease queue", err, n);
         return rr.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION ? -1 : -2;
     }
-    if (reopen(r, CH_LEASE, err, n) < 0)
+    if (amqp_conn_reopen(&r->conn, CH_LEASE, err, n) < 0)
         return -2;
     wrepl_arg_str(&e[args.num_entries++], "x-queue-type", "quorum");
     e[args.num_entries].key = amqp_cstring_bytes("x-single-active-consumer");
