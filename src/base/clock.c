@@ -3,7 +3,7 @@
  * source of random numbers.
  *
  * The deterministic simulator (tests/sim/, built with -DDB_SIM) supplies
- * its own clock_now_ms(), clock_mono_ns() and clock_rand64(): a simulated
+ * its own clock_now_ms(), clock_now_us(), clock_mono_ns() and clock_rand64(): a simulated
  * clock and a seeded generator, so one seed replays exactly. Every other
  * build compiles the three below.
  */
@@ -25,6 +25,14 @@ uint64_t clock_now_ms(void)
 
     clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+uint64_t clock_now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
 uint64_t clock_mono_ns(void)

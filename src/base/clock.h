@@ -16,8 +16,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Wall clock, ms since the epoch (CLOCK_REALTIME). */
+/* Wall clock, ms since the epoch (CLOCK_REALTIME), rounded down. */
 uint64_t clock_now_ms(void);
+
+/* Wall clock, us since the epoch. */
+uint64_t clock_now_us(void);
+
+/*
+ * The wall clock rounded up to the next whole ms: the base a delay is
+ * counted from. A due time is a whole ms; counted from the instant rounded
+ * down, it would end up to a millisecond before receipt + delay, and a
+ * message would go out early. Rounded up, due >= receipt + delay always
+ * (the cost: half a millisecond late on average, at most one).
+ */
+static inline uint64_t clock_receipt_ms(void)
+{
+    return (clock_now_us() + 999u) / 1000u;
+}
 
 /* Monotonic clock, ns (CLOCK_MONOTONIC): for measuring durations only. */
 uint64_t clock_mono_ns(void);

@@ -192,7 +192,9 @@ enum xdelay_status amqp_msg_due_stamped(const amqp_table_t *headers, uint64_t no
         *delay_ms = d;
         return s;
     }
-    if (at > now_ms)
+    /* The broker's receipt lies somewhere in the ms `at`: count from its end,
+     * as from our own receipt rounded up (clock_receipt_ms), never early. */
+    if (++at > now_ms)
         at = now_ms;
     *delay_ms = at + d > now_ms ? at + d - now_ms : 0;
     return s;

@@ -34,7 +34,9 @@ enum xdelay_status amqp_msg_due(const amqp_table_t *headers, uint64_t now_ms,
  * (delay_from "broker"): when headers carry timestamp_in_ms (an integer, ms
  * since the epoch, stamped by RabbitMQ >= 3.12's incoming message
  * interceptor set_header_timestamp) and no absolute due time, an x-delay
- * counts from that stamp, and *delay_ms is what remains of it at now_ms (0
+ * counts from the end of that stamp's millisecond (the receipt lies
+ * somewhere inside it: counted from its start, the message could go out
+ * before receipt + delay), and *delay_ms is what remains of it at now_ms (0
  * if already past: published at once). A stamp later than now_ms (the
  * broker's clock ahead of ours) counts as now_ms, so a message is never
  * later than counting from the bridge's receipt. Without a stamp (absent,

@@ -390,7 +390,7 @@ static void read_headers(struct consumer *c, struct delivery *d,
     /* x-delay-until, x-opt-delivery-time or x-delay (amqp_msg_due): the delay from now */
     const struct config_route *rc = &c->cfg->routes[d->route];
     d->unstamped = 0;
-    d->now_ms = clock_now_ms(); /* wall clock on purpose: the base of a due time */
+    d->now_ms = clock_receipt_ms(); /* wall clock, rounded up: the base of a due time */
     if (rc->delay_from == DELAY_FROM_BROKER)
         d->xdelay = amqp_msg_due_stamped(h, d->now_ms, rc->max_delay_ms, &d->delay_ms,
                                          &d->unstamped);

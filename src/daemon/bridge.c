@@ -47,8 +47,9 @@
  *
  * The loop turn (on_prepare) in order: connections and channel retries,
  * buffered frames, commit and ack, advance the wheel, publish, reclaim log
- * space (at most every 100 ms, a bounded amount), then arm one timer for
- * the earliest of: next wheel event, a reconnect or retry, a heartbeat.
+ * space (at most every 100 ms, a bounded amount), then arm the wall-clock
+ * timerfd for the next wheel event (duewake.c) and one ev_timer for the
+ * earliest of: a reconnect or retry, a heartbeat, the longest sleep.
  *
  * Deliveries in (the intake gate, the stash) are in bridge_intake.c, the
  * key-event protocol in bridge_keys.c, the commit and its acks in
@@ -273,17 +274,23 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 }
 
 /*
- * Arm the one timer for the earliest thing to do. Each time is measured on
- * its own clock: due times on the wall clock (now); the disk retry and the
- * consumer's and publisher's waits (ms from mono, the clock their turn is
- * given) on the monotonic one.
+ * Arm the timers for the earliest thing to do. Each time is measured on its
+ * own clock: the wheel's next due time on the wall clock, to the
+ * microsecond, by the timerfd of duewake.h (without one, counted in ms from
+ * now into the ev_timer); the disk retry and the consumer's and publisher's
+ * waits (ms from mono, the clock their turn is given) on the monotonic one,
+ * by the ev_timer.
  */
 static void arm_wake(struct bridge *b, uint64_t now, uint64_t mono)
 {
     uint64_t sleep = MAX_SLEEP_MS;
 
-    if (!b->stopping)
+    if (!b->stopping && duewake_on(&b->due))
+        duewake_arm(&b->due, b->loop, eng_next_event(b->eng));
+    else if (!b->stopping)
         sleep = min_u64(sleep, ms_until(eng_next_event(b->eng), now));
+    else
+        duewake_arm(&b->due, b->loop, 0);
     sleep = min_u64(sleep, consumer_wait_ms(b->cons, mono));
     sleep = min_u64(sleep, publisher_wait_ms(b->pub, mono));
     if (consumer_busy(b->cons) || publisher_busy(b->pub) || b->purge.active ||
@@ -550,6 +557,9 @@ struct bridge *bridge_new(struct ev_loop *loop, const struct config *cfg, struct
     ev_timer_init(&b->wake, on_wake, 0.0, 0.0);
     b->wake.data = b;
     ev_timer_start(loop, &b->wake);
+    if (duewake_init(&b->due, loop) < 0)
+        log_warn("bridge", "no timerfd: due times wake the loop by the ms timer (up to 2 ms late)",
+                 "error=\"%s\"", strerror(errno));
     ev_signal_init(&b->sigterm, on_signal, SIGTERM);
     b->sigterm.data = b;
     ev_signal_start(loop, &b->sigterm);
@@ -595,6 +605,7 @@ void bridge_free(struct bridge *b)
     ev_async_stop(b->loop, &b->rec.log_ready);
     ev_prepare_stop(b->loop, &b->prepare);
     ev_timer_stop(b->loop, &b->wake);
+    duewake_stop(&b->due, b->loop);
     ev_signal_stop(b->loop, &b->sigterm);
     ev_signal_stop(b->loop, &b->sigint);
     for (int i = 0; b->ioff && i < b->cfg->nroutes; i++)

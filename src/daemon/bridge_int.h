@@ -38,6 +38,7 @@
 #include <stdint.h>
 
 #include "dstash.h"
+#include "duewake.h"
 #include "delay-bridge/bridge.h"
 #include "delay-bridge/consumer.h"
 #include "delay-bridge/engine.h"
@@ -89,7 +90,8 @@ struct bridge {
 
 
     ev_prepare prepare;
-    ev_timer wake;
+    ev_timer wake;        /* the monotonic waits: retries, heartbeats, the longest sleep */
+    struct duewake due;   /* the wheel's next due time, on the wall clock (duewake.h) */
     ev_signal sigterm, sigint;
     /*
      * Clocks: start_ms and turn_ms are wall-clock times /stats shows;

@@ -27,8 +27,12 @@
  *     min_due_ms=.. max_due_ms=.. lat_min_ms=.. lat_p50_ms=.. lat_p90_ms=..
  *     lat_p99_ms=.. lat_p999_ms=.. lat_max_ms=.. lat_mean_ms=..
  *   rate = unique / (last receive - first receive).
- *   early counts messages received more than 1 ms before their due time
- *   (due times are whole ms).
+ *   Lateness is to the microsecond, against the publisher's send time +
+ *   delay (the stamp keeps the due time in whole ms and the send time in us:
+ *   due_us = due_ms * 1000 + send_us % 1000, because the delay it sent was
+ *   due_ms - floor(send_us / 1000)). Nothing that delays from its own
+ *   receipt, later than the send, may deliver before it: early counts the
+ *   messages that did, lat_min_ms says by how much (3 decimals).
  * Exit 0 when all N arrived, 1 when some are missing, 2 on an error.
  */
 #include <stdbool.h>
@@ -188,8 +192,9 @@ int main(int argc, char **argv)
                 dup++;
             } else {
                 seen[s.seq / 8] |= (unsigned char)(1u << (s.seq % 8));
-                double l = ((double)now - (double)s.due_ms * 1000.0) / 1000.0;
-                if (l < -1.0)
+                uint64_t due_us = s.due_ms * 1000u + s.pub_us % 1000u;
+                double l = ((double)now - (double)due_us) / 1000.0;
+                if (l < 0)
                     early++;
                 lat[unique++] = l;
                 if (!first_us)
@@ -256,7 +261,7 @@ int main(int argc, char **argv)
     double secs = (double)(last_us - first_us) / 1e6;
     printf("load_consume queue=%s expected=%llu received=%llu unique=%llu dup=%llu foreign=%llu "
            "early=%llu seconds=%.3f rate=%.0f first_recv_ms=%llu last_recv_ms=%llu "
-           "min_due_ms=%llu max_due_ms=%llu lat_min_ms=%.1f lat_p50_ms=%.1f lat_p90_ms=%.1f "
+           "min_due_ms=%llu max_due_ms=%llu lat_min_ms=%.3f lat_p50_ms=%.1f lat_p90_ms=%.1f "
            "lat_p99_ms=%.1f lat_p999_ms=%.1f lat_max_ms=%.1f lat_mean_ms=%.1f\n",
            o.queue, (unsigned long long)o.c.count, (unsigned long long)received,
            (unsigned long long)unique, (unsigned long long)dup, (unsigned long long)foreign,

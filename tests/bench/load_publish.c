@@ -5,7 +5,7 @@
  *   load_publish --uri URI --count N [--mode plain|xdelay|ttl]
  *                [--exchange X] [--routing-key K] [--delay MIN[-MAX]]
  *                [--due-at MS --spread MS] [--size B | --mix]
- *                [--window W] [--tag T] [--transient] [--seed S]
+ *                [--window W] [--tag T] [--transient] [--seed S] [--rate R]
  *
  * Modes (where the delay goes):
  *   plain   no delay: due = publish time (the broker's end-to-end ceiling)
@@ -37,6 +37,13 @@
  * then filler to --size bytes (default 256); --mix draws 256 B or 4 KiB
  * with equal odds. Messages are persistent unless --transient.
  *
+ * --rate R: open loop, the way real publishers load a broker: message i is
+ * sent at start + i / R seconds (R msg/s), whatever the confirms do, unless
+ * the window is full; a publisher that falls behind its schedule sends at
+ * once to catch up and reports how far behind it fell (behind_max_ms). It
+ * waits for its next slot reading confirms, to the microsecond (ppoll).
+ * Without --rate it publishes as fast as the window allows (saturation).
+ *
  * Confirms: at most --window (default 1000) unconfirmed publishes; the
  * delivery tags are tracked in a ring so single and multiple acks in any
  * order are counted exactly. The rate is count / (time from the first
@@ -47,6 +54,7 @@
  * Exit 0 when every message was confirmed (nacks are counted, not fatal),
  * 2 on any error.
  */
+#define _GNU_SOURCE 1 /* ppoll */
 #include <poll.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -70,6 +78,7 @@ struct opts {
     uint64_t seed;
     bool transient;
     bool bridge_headers, mandatory, stamp;
+    uint64_t rate; /* msg/s, open loop; 0 = as fast as the window allows */
     const char *bridge_id; /* "string" (default), "u64", "none" */
 };
 
@@ -153,6 +162,26 @@ static bool socket_readable(amqp_connection_state_t c)
     return poll(&p, 1, 0) > 0;
 }
 
+/* Until the monotonic time at_us, reading confirms as they come. */
+static void wait_until(amqp_connection_state_t c, struct window *w, uint64_t at_us)
+{
+    for (;;) {
+        uint64_t now = load_mono_us();
+        if (now >= at_us)
+            return;
+        if (amqp_data_in_buffer(c) || amqp_frames_enqueued(c)) {
+            read_frame(c, w, 0);
+            continue;
+        }
+        struct pollfd p = { .fd = amqp_get_sockfd(c), .events = POLLIN };
+        uint64_t left = at_us - now;
+        struct timespec ts = { .tv_sec = (time_t)(left / 1000000u),
+                               .tv_nsec = (long)(left % 1000000u) * 1000 };
+        if (ppoll(&p, 1, &ts, NULL) > 0)
+            read_frame(c, w, 0);
+    }
+}
+
 static void usage(void)
 {
     fprintf(stderr,
@@ -160,7 +189,7 @@ static void usage(void)
             "       [--routing-key K] [--ttl-queue Q] [--delay MIN[-MAX]] [--due-at MS --spread MS]\n"
             "       [--size B | --mix] [--window W] [--tag T] [--seed S] [--transient]\n"
             "       [--like-bridge | --bridge-headers | --mandatory] [--bridge-id string|u64|none]\n"
-            "       [--stamp]\n",
+            "       [--stamp] [--rate R]\n",
             prog);
     exit(2);
 }
@@ -188,6 +217,7 @@ static void parse(int argc, char **argv, struct opts *o)
         { "--window", LOAD_OPT_U64, &o->window, NULL, NULL },
         { "--bridge-id", LOAD_OPT_CHOICE, &o->bridge_id, NULL, bridge_ids },
         { "--seed", LOAD_OPT_U64, &o->seed, NULL, NULL },
+        { "--rate", LOAD_OPT_U64, &o->rate, NULL, NULL },
     };
     load_parse_opts(prog, argc, argv, opts, sizeof opts / sizeof opts[0], usage);
     o->seed |= 1;
@@ -244,8 +274,15 @@ int main(int argc, char **argv)
     char expiration[32];
 
     uint64_t rng = o.seed * 0x9E3779B97F4A7C15ULL | 1;
-    uint64_t bytes = 0, t0 = load_mono_us(), last_poll = 0;
+    uint64_t bytes = 0, t0 = load_mono_us(), last_poll = 0, behind_max = 0;
     for (uint64_t seq = 0; seq < o.c.count; seq++) {
+        if (o.rate) {
+            uint64_t slot = t0 + seq * 1000000u / o.rate, now = load_mono_us();
+            if (now < slot)
+                wait_until(c, &w, slot);
+            else if (now - slot > behind_max)
+                behind_max = now - slot;
+        }
         while (w.next - w.floor >= o.window)
             if (!read_frame(c, &w, 30000))
                 load_die(prog, "no confirm within 30 s");
@@ -328,12 +365,14 @@ int main(int argc, char **argv)
     double secs = (double)(t1 - t0) / 1e6;
 
     printf("load_publish mode=%s count=%llu bytes=%llu size=%s window=%llu seconds=%.3f "
-           "rate=%.0f mb_per_s=%.1f acked=%llu nacked=%llu end_ms=%llu\n",
+           "rate=%.0f mb_per_s=%.1f acked=%llu nacked=%llu end_ms=%llu target_rate=%llu "
+           "behind_max_ms=%.1f\n",
            o.mode, (unsigned long long)o.c.count, (unsigned long long)bytes,
            o.mix ? "mix" : "fixed", (unsigned long long)o.window, secs,
            secs > 0 ? (double)o.c.count / secs : 0.0, secs > 0 ? (double)bytes / secs / 1e6 : 0.0,
            (unsigned long long)w.acked, (unsigned long long)w.nacked,
-           (unsigned long long)(load_now_us() / 1000));
+           (unsigned long long)(load_now_us() / 1000), (unsigned long long)o.rate,
+           (double)behind_max / 1000.0);
     fflush(stdout);
     load_close(c);
     free(w.done);

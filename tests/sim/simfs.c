@@ -256,6 +256,11 @@ uint64_t clock_now_ms(void)
     return S.now_ms;
 }
 
+uint64_t clock_now_us(void)
+{
+    return S.now_ms * 1000u;
+}
+
 uint64_t clock_mono_ns(void)
 {
     return S.now_ms * 1000000u;

@@ -861,10 +861,14 @@ static void test_due_stamped(void)
     e[1] = entry("timestamp_in_ms", vstr(AMQP_FIELD_KIND_UTF8, "1763999998800", 13));
     t.num_entries = 2;
     CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 5000 && un == 1);
+    /* (counted from the end of the stamp's ms: the receipt was somewhere in it) */
     e[1] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I64, (int64_t)now - 1200));
-    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 3800 && un == 0);
+    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 3801 && un == 0);
     e[1] = entry("timestamp_in_ms", vu64(now - 1200));
-    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 3800 && un == 0);
+    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 3801 && un == 0);
+    /* stamped in the ms just before now's (rounded-up) receipt: the whole delay */
+    e[1] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I64, (int64_t)now - 1));
+    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 5000 && un == 0);
     /* stamped longer ago than the delay (a backlog): at once */
     e[1] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I64, (int64_t)now - 3600000));
     CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 0 && un == 0);
