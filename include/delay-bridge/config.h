@@ -126,6 +126,8 @@ struct config {
     char wal_dir[4096];          /* "dir": required */
     uint64_t segment_bytes;      /* "segment_mb": 64 */
     int fsync;                   /* "fsync": true; false is for tests on tmpfs only */
+    uint32_t commit_interval_ms; /* "commit_interval_ms": 10 -- the shortest time between the
+                                    starts of two commits; 0 = as soon as the last is durable */
     uint32_t max_message_bytes;  /* "max_message_bytes": 134217728 */
     uint32_t checkpoint_interval_s; /* "checkpoint_interval_s": 60; 0 = no checkpoints */
     uint32_t checkpoint_min_mb;  /* "checkpoint_min_mb": 64 -- and at least this much

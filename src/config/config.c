@@ -249,9 +249,9 @@ static int parse_broker(struct ctx *x, struct config *c, json_object *root)
 
 static int parse_wal(struct ctx *x, struct config *c, json_object *root)
 {
-    static const char *const keys[] = { "dir", "segment_mb", "fsync", "max_message_bytes",
-                                        "checkpoint_interval_s", "checkpoint_min_mb",
-                                        "replicate", NULL };
+    static const char *const keys[] = { "dir", "segment_mb", "fsync", "commit_interval_ms",
+                                        "max_message_bytes", "checkpoint_interval_s",
+                                        "checkpoint_min_mb", "replicate", NULL };
     json_object *w;
     if (cfg_section(x, root, "wal", keys, &w) < 0)
         return -1;
@@ -266,6 +266,10 @@ static int parse_wal(struct ctx *x, struct config *c, json_object *root)
     c->segment_bytes = v << 20;
     if (cfg_get_bool(x, w, "wal", "fsync", &c->fsync) < 0)
         return -1;
+    v = c->commit_interval_ms;
+    if (cfg_get_int(x, w, "wal", "commit_interval_ms", 0, 1000, &v) < 0)
+        return -1;
+    c->commit_interval_ms = (uint32_t)v;
     /* RabbitMQ's own ceiling for max_message_size is 512 MiB */
     v = c->max_message_bytes;
     if (cfg_get_int(x, w, "wal", "max_message_bytes", 1, 512u << 20, &v) < 0)
@@ -703,6 +707,7 @@ static void defaults(struct config *c)
     c->tls.verify_hostname = 1;
     c->segment_bytes = 64ull << 20;
     c->fsync = 1;
+    c->commit_interval_ms = 10;
     c->max_message_bytes = 134217728u;
     c->checkpoint_interval_s = 60;
     c->checkpoint_min_mb = 64;

@@ -293,8 +293,9 @@ static void arm_wake(struct bridge *b, uint64_t now, uint64_t mono)
         duewake_arm(&b->due, b->loop, 0);
     sleep = min_u64(sleep, consumer_wait_ms(b->cons, mono));
     sleep = min_u64(sleep, publisher_wait_ms(b->pub, mono));
-    if (consumer_busy(b->cons) || publisher_busy(b->pub) || b->purge.active ||
-        (eng_dirty(b->eng) && !eng_committing(b->eng) && !b->disk_full))
+    if (eng_dirty(b->eng) && !eng_committing(b->eng) && !b->disk_full)
+        sleep = min_u64(sleep, (bridge_commit_wait_us(b, clock_mono_ns() / 1000u) + 999u) / 1000u);
+    if (consumer_busy(b->cons) || publisher_busy(b->pub) || b->purge.active)
         sleep = 0;
     if (b->disk_full)
         sleep = min_u64(sleep, ms_until(b->disk_retry_at, mono));

@@ -78,6 +78,7 @@ struct bridge {
     /* The last delivery appended, and the last one the running commit covers. */
     uint32_t logged_gen, commit_gen;
     uint64_t logged_tag, commit_tag;
+    uint64_t commit_began_us; /* when the running or last commit began (monotonic) */
     /*
      * Stream ingresses (queue_type "stream"): each route's place file
      * (ingress_off.h; fd -1 for other routes; its stored/upto are what the
@@ -173,6 +174,8 @@ void bridge_stash_drain(struct bridge *b);
 /* bridge_commit.c */
 /* Commit what was appended and confirmed (unless a commit runs); ack what it covers. */
 void bridge_commit_and_ack(struct bridge *b);
+/* us until the pacing lets the next commit start (wal.commit_interval_ms); 0 = now. */
+uint64_t bridge_commit_wait_us(struct bridge *b, uint64_t mono_us);
 /* Commit now and wait for it (an operator's request that answers "durable"). */
 void bridge_commit_and_wait(struct bridge *b);
 
