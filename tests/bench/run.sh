@@ -139,55 +139,9 @@ declare -A R     # results: R[scenario.figure]=value
 BROKER_VSN=$(sed -E 's/^(RabbitMQ [0-9]+(\.[0-9]+)*).*/\1/' <<<"${BROKER_DESC:-RabbitMQ ?}")
 
 # ---------------------------------------------------------------- the plugin: whether it runs
-# The delayed-message plugin as test_plugin_compat.py builds it (ebin/ and
-# its .app under the cache); this script only copies it into the broker's
-# root, never builds or fetches it. PLUGIN=1 when it runs beside the bridge,
-# else PLUGIN_WHY says why not, in the words of the report.
-PLUGIN_VSN=4.0.7
-PLUGIN_APP=rabbitmq_delayed_message_exchange
-PLUGIN_NAME="plugin $PLUGIN_VSN"
-PLUGIN_CACHE=${DB_PLUGIN_CACHE:-/var/cache/delay-bridge/plugin-$PLUGIN_VSN}
-PLUGIN_EX=bench.plugin
-PLUGIN=0 PLUGIN_WHY="" PLUGIN_TMP="" PLUGIN_LIB=""
-plugin_decide() {
-    local built=$PLUGIN_CACHE/$PLUGIN_APP-$PLUGIN_VSN root libs
-    case "${DB_RABBITMQ:-3.10}" in
-    4.0) ;;
-    4.3) PLUGIN_WHY="absent: the plugin cannot run on RabbitMQ 4.3 (it keeps its messages in Mnesia, which 4.3 removed)"; return ;;
-    *) PLUGIN_WHY="absent: not measured here (the plugin runs beside the bridge on RabbitMQ 4.0: DB_RABBITMQ=4.0)"; return ;;
-    esac
-    if [ "${BENCH_PLUGIN:-1}" = 0 ]; then PLUGIN_WHY="absent: left out (BENCH_PLUGIN=0)"; return; fi
-    if ! want steady && ! want burst; then
-        PLUGIN_WHY="absent: it runs the steady and burst loads, and neither is listed"; return
-    fi
-    if [ ! -f "$built/ebin/$PLUGIN_APP.app" ]; then
-        PLUGIN_WHY="skipped: the plugin is not built on this machine (no $built/ebin/$PLUGIN_APP.app; ctest -R integration.plugin_compat.reference builds it from $PLUGIN_CACHE/src: tests/integration/test_plugin_compat.py)"
-        return
-    fi
-    # The node runs in broker.sh's root: the plugin must be inside it, and the
-    # node's plugin path is an in-root path.
-    root=${RABBITMQ_BIN_DIR%.bin}
-    libs=$(compgen -G "$root/usr/lib/rabbitmq/lib/rabbitmq_server-4.0.*/plugins" | tail -n 1 || true)
-    if [ "$root" = "$RABBITMQ_BIN_DIR" ] || [ -z "$libs" ]; then
-        PLUGIN_WHY="skipped: $RABBITMQ_BIN_DIR is not a RabbitMQ 4.0 root of broker.sh (no rabbitmq_server-4.0.*/plugins under ${root:-?})"
-        return
-    fi
-    if [ ! -w "$root/tmp" ]; then
-        PLUGIN_WHY="skipped: cannot write the plugin into the broker's root ($root/tmp)"; return
-    fi
-    PLUGIN_LIB=${libs#"$root"}
-    PLUGIN_TMP=$(mktemp -d "$root/tmp/delay-bridge-bench-plugin.XXXXXX")
-    chmod 755 "$PLUGIN_TMP"
-    # Under the build's lock, shared: a copy never meets test_plugin_compat rebuilding it.
-    if [ -e "$PLUGIN_CACHE/.lock" ]; then
-        flock -s "$PLUGIN_CACHE/.lock" cp -r "$built" "$PLUGIN_TMP/"
-    else
-        cp -r "$built" "$PLUGIN_TMP/"
-    fi
-    export RABBITMQ_PLUGINS_DIR="$PLUGIN_LIB:${PLUGIN_TMP#"$root"}"
-    export RABBITMQ_ENABLED_PLUGINS=$PLUGIN_APP
-    PLUGIN=1
-}
+# The delayed-message plugin: PLUGIN=1 when it runs beside the bridge, else
+# PLUGIN_WHY says why not, in the words of the report (plugin.sh).
+. "$HERE/plugin.sh"
 
 cleanup() {
     local rc=$?
@@ -212,99 +166,9 @@ trap 'exit 130' INT TERM
 
 # ---------------------------------------------------------------- helpers
 
-
-# consume NAME COUNT TAG [extra options]: a consumer on bench.out, in the background.
-consume() {
-    local name=$1 count=$2 tag=$3
-    shift 3
-    rm -f "$WORK/$name.ready"
-    "$CONS" --uri "$URI" --queue "$OUT_Q" --exchange "$TARGET_EX" --routing-key bench \
-        --count "$count" --tag "$tag" --ready-file "$WORK/$name.ready" "$@" \
-        >"$WORK/$name.consume" 2>"$WORK/$name.consume.err" &
-    CONS_PID=$!
-    for _ in $(seq 300); do
-        [ -e "$WORK/$name.ready" ] && return 0
-        kill -0 "$CONS_PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    cat "$WORK/$name.consume.err" >&2
-    die "consumer $name did not start"
-}
-
-# consumed NAME: wait for the consumer; note missing messages.
-consumed() {
-    local name=$1 rc=0
-    wait "$CONS_PID" || rc=$?
-    CONS_PID=""
-    cat "$WORK/$name.consume.err" >&2
-    if [ "$rc" != 0 ] || [ ! -s "$WORK/$name.consume" ]; then
-        FAILED+=("$name: $(get "$WORK/$name.consume" unique) of $(get "$WORK/$name.consume" expected) arrived")
-        say "$name: MISSING messages (consumer exit $rc)"
-    fi
-    say "$name consume: $(cat "$WORK/$name.consume")"
-}
-
-# publish NAME [options]: load_publish in the foreground.
-publish() {
-    local name=$1
-    shift
-    "$PUB" --uri "$URI" "$@" >"$WORK/$name.publish" 2>"$WORK/$name.publish.err" \
-        || { cat "$WORK/$name.publish.err" >&2; die "publisher $name failed"; }
-    say "$name publish: $(cat "$WORK/$name.publish")"
-}
-
-# bridge_config WALDIR [REPLICATE]: a config with one route and the HTTP endpoint
-# on a free port; REPLICATE, when given, is the wal.replicate object (JSON).
-ROUTE_EXTRA=""
-if [ -n "${BENCH_ROUTE:-}" ]; then
-    ROUTE_EXTRA=$(jq -ce 'if type == "object" then . else error("not an object") end' <<<"$BENCH_ROUTE" |
-                  sed 's/^{//; s/}$//') || die "BENCH_ROUTE is not a JSON object: $BENCH_ROUTE"
-    [ -z "$ROUTE_EXTRA" ] || ROUTE_EXTRA=", $ROUTE_EXTRA"
-fi
-bridge_config() {
-    local repl=""
-    [ -z "${2:-}" ] || repl=", \"replicate\": $2"
-    if [ "$(jq -r '.queue_type // ""' <<<"${BENCH_ROUTE:-null}")" = stream ]; then
-        INGRESS_EX=bench.delayed.$(basename "$1") INGRESS_Q=bench.delayed.q.$(basename "$1")
-    fi
-    HTTP_PORT=$(free_port)
-    cat >"$WORK/bridge.json" <<EOF
-{
-  "broker": { "uri": "$URI" },
-  "wal": { "dir": "$1", "fsync": true$repl },
-  "http": { "listen": "127.0.0.1:$HTTP_PORT" },
-  "log": { "level": "info" },
-  "routes": [
-    { "name": "bench", "ingress_exchange": "$INGRESS_EX", "ingress_queue": "$INGRESS_Q",
-      "target_exchange": "$TARGET_EX"$ROUTE_EXTRA }
-  ]
-}
-EOF
-}
-
-bridge_launch() {
-    "$BRIDGE" --config "$WORK/bridge.json" >>"$WORK/bridge.log" 2>&1 &
-    BRIDGE_PID=$!
-}
-
-# bridge_ready [TIMEOUT_S]: wait until /readyz answers 200.
-bridge_ready() {
-    local deadline=$((SECONDS + ${1:-120}))
-    while [ "$SECONDS" -lt "$deadline" ]; do
-        kill -0 "$BRIDGE_PID" 2>/dev/null || { tail -n 20 "$WORK/bridge.log" >&2; die "delay-bridge exited"; }
-        curl -sf -o /dev/null "http://127.0.0.1:$HTTP_PORT/readyz" && return 0
-        sleep 0.05
-    done
-    tail -n 20 "$WORK/bridge.log" >&2
-    die "delay-bridge not ready within ${1:-120} s"
-}
-
-bridge_stop() {
-    [ -n "$BRIDGE_PID" ] || return 0
-    kill -TERM "$BRIDGE_PID" 2>/dev/null || true
-    wait "$BRIDGE_PID" 2>/dev/null || true
-    BRIDGE_PID=""
-}
+# consume, consumed, publish, bridge_config, bridge_launch, bridge_ready, bridge_stop,
+# broker_start; c, p, srow, lat3, plus (the report)
+. "$HERE/harness.sh"
 
 stats() { curl -sf "http://127.0.0.1:$HTTP_PORT/stats" >"$WORK/stats.json" && jq -r "$1" "$WORK/stats.json"; }
 BROKER_SID=""
@@ -338,31 +202,15 @@ wait_received() {
 say "machine: $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 say "work directory $WORK, broker state $BROKER_DIR, port $PORT"
 say "delay-bridge: $BRIDGE_SRC (built $BRIDGE_BUILT), run from a copy in the work directory"
-bash "$RABBITMQ_SH" stop "$BROKER_DIR" >/dev/null 2>&1 || true
-rm -rf "$BROKER_DIR/mnesia"
-plugin_decide
+plugin_decide "$(want steady || want burst ||
+    echo "absent: it runs the steady and burst loads, and neither is listed")"
 if [ "$PLUGIN" = 1 ]; then
     say "$PLUGIN_NAME: runs beside the bridge on this node (the steady and burst loads through" \
         "exchange $PLUGIN_EX; RABBITMQ_PLUGINS_DIR=$RABBITMQ_PLUGINS_DIR)"
 else
     say "$PLUGIN_NAME: $PLUGIN_WHY"
 fi
-bash "$RABBITMQ_SH" start "$BROKER_DIR" "$PORT" "$DIST"
-BROKER_SID=$(cat "$BROKER_DIR/node.pid")
-# What the node says of itself at its last start: its version, and the plugin started.
-NODE_LOG=$BROKER_DIR/log/dbtest$PORT@localhost.log
-LAST_START=$(awk '/Starting RabbitMQ / { buf = "" } { buf = buf $0 "\n" } END { printf "%s", buf }' \
-             "$NODE_LOG" 2>/dev/null || true)
-node_vsn=$(grep -oE 'Starting RabbitMQ [0-9]+(\.[0-9]+)*' <<<"$LAST_START" | head -n 1 | sed 's/^Starting //' || true)
-[ -z "$node_vsn" ] || BROKER_VSN=$node_vsn
-say "the node is $BROKER_VSN"
-# (Without the startup summary in the log, the consumer's exchange.declare is the test.)
-if [ "$PLUGIN" = 1 ] && grep -q "plugins started" <<<"$LAST_START" &&
-    ! grep -q "$PLUGIN_APP" <<<"$LAST_START"; then
-    PLUGIN=0 PLUGIN_WHY="NOT STARTED: the node started without it (its log: $NODE_LOG)"
-    FAILED+=("$PLUGIN_NAME: the node started without it")
-    say "$PLUGIN_NAME: $PLUGIN_WHY"
-fi
+broker_start
 R[load.before]=$(cut -d' ' -f1 /proc/loadavg)
 
 # ---------------------------------------------------------------- ceiling
@@ -632,26 +480,10 @@ fi
 # ---------------------------------------------------------------- report
 
 v() { local x=${R[$1]:-}; [ -n "$x" ] && printf '%s' "$x" || printf '%s' '-'; }
-c() { local f=$WORK/$1.consume; [ -s "$f" ] && get "$f" "$2" || printf -- '-'; }
-p() { local f=$WORK/$1.publish; [ -s "$f" ] && get "$f" "$2" || printf -- '-'; }
 row() { printf '| %-9s | %-50s | %14s | %14s | %14s | %8s |\n' "$1" "$2" "$3" "$4" "$5" "$(ratio "$3" "$4")"; }
 # rrow SCENARIO FIGURE WITHOUT WITH CEILING: a row of the replicate table.
 rrow() { printf '| %-9s | %-50s | %14s | %18s | %8s | %14s |\n' "$1" "$2" "$3" "$4" "$(ratio "$4" "$3")" "$5"; }
 
-# The side-by-side table: a line per system and figure, each naming the
-# broker and who delays, so a line copied out of the report still says both.
-# srow WHO SCENARIO FIGURE VALUE BROKER_ALONE RATIO
-srow() { printf '| %-15s | %-22s | %-8s | %-52s | %22s | %22s | %12s |\n' "$BROKER_VSN" "$@"; }
-# lat3 NAME: lateness "p50 / p99 / max" of a consumer's summary, ms.
-lat3() { printf '%s / %s / %s' "$(c "$1" lat_p50_ms)" "$(c "$1" lat_p99_ms)" "$(c "$1" lat_max_ms)"; }
-# plus A B: A - B as "+12.3 ms", or "-" when either is not a number.
-plus() {
-    if [[ "$1" =~ ^-?[0-9.]+$ && "$2" =~ ^-?[0-9.]+$ ]]; then
-        calc "\"\" sprintf(\"%+.1f ms\", $1 - $2)"
-    else
-        printf -- '-'
-    fi
-}
 # firing NAME: n / (last receive - first due time), msg/s, or "-".
 firing() {
     local n last first

@@ -48,3 +48,26 @@ set_tests_properties(bench.hops.smoke PROPERTIES
   SKIP_RETURN_CODE 77
   TIMEOUT 300
   ENVIRONMENT "BUILD_DIR=${CMAKE_BINARY_DIR};BENCH_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;BENCH_TOOLS_DIR=$<TARGET_FILE_DIR:load_publish>")
+
+# bench.ontime.smoke: `ontime.sh --smoke`, lateness at 25/50/90 % of the
+# bridge's accept rate (2k messages a load, delays 1-3 s, its own RabbitMQ
+# on 127.0.0.1:5698; on 4.0 the plugin's loads too): checks only that every
+# message of every load arrived.
+add_test(NAME bench.ontime.smoke COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/ontime.sh --smoke)
+set_tests_properties(bench.ontime.smoke PROPERTIES
+  FIXTURES_REQUIRED rabbitmq
+  LABELS bench-smoke
+  RESOURCE_LOCK bench
+  COST 40
+  SKIP_RETURN_CODE 77
+  TIMEOUT 300
+  ENVIRONMENT "BUILD_DIR=${CMAKE_BINARY_DIR};BENCH_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;BENCH_TOOLS_DIR=$<TARGET_FILE_DIR:load_publish>")
+
+# bench.median: median.sh's parser (median.py) over two canned reports
+# (tests/bench/median-test/run-*.txt; numbers medianed, a cell that reads
+# differently, a row one run lacks, a table matched by position), its
+# output against expected.txt. No broker; label unit.
+add_test(NAME bench.median
+  COMMAND bash -c "set -o pipefail; /usr/bin/python3 ../median.py run-1.txt run-2.txt | diff -u expected.txt -"
+  WORKING_DIRECTORY ${CMAKE_CURRENT_LIST_DIR}/median-test)
+set_tests_properties(bench.median PROPERTIES LABELS unit TIMEOUT 60)

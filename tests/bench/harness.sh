@@ -1,0 +1,159 @@
+# shellcheck shell=bash disable=SC2034  # its globals are read by the scripts that source it
+# harness.sh -- one broker, the bridge and the load tools, as the end-to-end
+# benchmarks drive them (run.sh, ontime.sh); sourced, never run. Unlike
+# common.sh these read and set the caller's globals:
+#
+#   reads  WORK (the work directory), CONS and PUB (load_consume,
+#          load_publish), BRIDGE (the bridge's binary), URI, TARGET_EX and
+#          OUT_Q (the target exchange and its queue, key "bench"),
+#          INGRESS_EX and INGRESS_Q (the route's ingress), RABBITMQ_SH,
+#          BROKER_DIR, PORT, DIST, BENCH_ROUTE (extra route keys, JSON),
+#          and PLUGIN, PLUGIN_APP, PLUGIN_NAME (plugin.sh, sourced first)
+#   sets   CONS_PID, BRIDGE_PID, HTTP_PORT, FAILED (an array the caller
+#          declares: what went missing), BROKER_SID, NODE_LOG, LAST_START,
+#          BROKER_VSN, ROUTE_EXTRA
+#   calls  say, die; get, calc, free_port (common.sh)
+#
+# Each load writes WORK/NAME.publish and WORK/NAME.consume, the tools'
+# key=value summary lines, which c and p read back for the report.
+
+# consume NAME COUNT TAG [extra options]: a consumer on bench.out, in the background.
+consume() {
+    local name=$1 count=$2 tag=$3
+    shift 3
+    rm -f "$WORK/$name.ready"
+    "$CONS" --uri "$URI" --queue "$OUT_Q" --exchange "$TARGET_EX" --routing-key bench \
+        --count "$count" --tag "$tag" --ready-file "$WORK/$name.ready" "$@" \
+        >"$WORK/$name.consume" 2>"$WORK/$name.consume.err" &
+    CONS_PID=$!
+    for _ in $(seq 300); do
+        [ -e "$WORK/$name.ready" ] && return 0
+        kill -0 "$CONS_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    cat "$WORK/$name.consume.err" >&2
+    die "consumer $name did not start"
+}
+
+# consumed NAME: wait for the consumer; note missing messages.
+consumed() {
+    local name=$1 rc=0
+    wait "$CONS_PID" || rc=$?
+    CONS_PID=""
+    cat "$WORK/$name.consume.err" >&2
+    if [ "$rc" != 0 ] || [ ! -s "$WORK/$name.consume" ]; then
+        FAILED+=("$name: $(get "$WORK/$name.consume" unique) of $(get "$WORK/$name.consume" expected) arrived")
+        say "$name: MISSING messages (consumer exit $rc)"
+    fi
+    say "$name consume: $(cat "$WORK/$name.consume")"
+}
+
+# publish NAME [options]: load_publish in the foreground.
+publish() {
+    local name=$1
+    shift
+    "$PUB" --uri "$URI" "$@" >"$WORK/$name.publish" 2>"$WORK/$name.publish.err" \
+        || { cat "$WORK/$name.publish.err" >&2; die "publisher $name failed"; }
+    say "$name publish: $(cat "$WORK/$name.publish")"
+}
+
+# bridge_config WALDIR [REPLICATE]: a config with one route and the HTTP endpoint
+# on a free port; REPLICATE, when given, is the wal.replicate object (JSON).
+ROUTE_EXTRA=""
+if [ -n "${BENCH_ROUTE:-}" ]; then
+    ROUTE_EXTRA=$(jq -ce 'if type == "object" then . else error("not an object") end' <<<"$BENCH_ROUTE" |
+                  sed 's/^{//; s/}$//') || die "BENCH_ROUTE is not a JSON object: $BENCH_ROUTE"
+    [ -z "$ROUTE_EXTRA" ] || ROUTE_EXTRA=", $ROUTE_EXTRA"
+fi
+bridge_config() {
+    local repl=""
+    [ -z "${2:-}" ] || repl=", \"replicate\": $2"
+    if [ "$(jq -r '.queue_type // ""' <<<"${BENCH_ROUTE:-null}")" = stream ]; then
+        INGRESS_EX=bench.delayed.$(basename "$1") INGRESS_Q=bench.delayed.q.$(basename "$1")
+    fi
+    HTTP_PORT=$(free_port)
+    cat >"$WORK/bridge.json" <<EOF
+{
+  "broker": { "uri": "$URI" },
+  "wal": { "dir": "$1", "fsync": true$repl },
+  "http": { "listen": "127.0.0.1:$HTTP_PORT" },
+  "log": { "level": "info" },
+  "routes": [
+    { "name": "bench", "ingress_exchange": "$INGRESS_EX", "ingress_queue": "$INGRESS_Q",
+      "target_exchange": "$TARGET_EX"$ROUTE_EXTRA }
+  ]
+}
+EOF
+}
+
+bridge_launch() {
+    "$BRIDGE" --config "$WORK/bridge.json" >>"$WORK/bridge.log" 2>&1 &
+    BRIDGE_PID=$!
+}
+
+# bridge_ready [TIMEOUT_S]: wait until /readyz answers 200.
+bridge_ready() {
+    local deadline=$((SECONDS + ${1:-120}))
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        kill -0 "$BRIDGE_PID" 2>/dev/null || { tail -n 20 "$WORK/bridge.log" >&2; die "delay-bridge exited"; }
+        curl -sf -o /dev/null "http://127.0.0.1:$HTTP_PORT/readyz" && return 0
+        sleep 0.05
+    done
+    tail -n 20 "$WORK/bridge.log" >&2
+    die "delay-bridge not ready within ${1:-120} s"
+}
+
+bridge_stop() {
+    [ -n "$BRIDGE_PID" ] || return 0
+    kill -TERM "$BRIDGE_PID" 2>/dev/null || true
+    wait "$BRIDGE_PID" 2>/dev/null || true
+    BRIDGE_PID=""
+}
+
+# broker_start: a fresh node (state under BROKER_DIR wiped) on PORT/DIST;
+# then BROKER_SID (its session, for CPU), NODE_LOG and LAST_START (its log
+# since its last start), BROKER_VSN as the node names itself ("RabbitMQ
+# 4.0.5"), and plugin_check_started. Call plugin_decide before it.
+broker_start() {
+    local node_vsn
+    bash "$RABBITMQ_SH" stop "$BROKER_DIR" >/dev/null 2>&1 || true
+    rm -rf "$BROKER_DIR/mnesia"
+    bash "$RABBITMQ_SH" start "$BROKER_DIR" "$PORT" "$DIST"
+    BROKER_SID=$(cat "$BROKER_DIR/node.pid")
+    # What the node says of itself at its last start: its version, and the plugin started.
+    NODE_LOG=$BROKER_DIR/log/dbtest$PORT@localhost.log
+    LAST_START=$(awk '/Starting RabbitMQ / { buf = "" } { buf = buf $0 "\n" } END { printf "%s", buf }' \
+                 "$NODE_LOG" 2>/dev/null || true)
+    node_vsn=$(grep -oE 'Starting RabbitMQ [0-9]+(\.[0-9]+)*' <<<"$LAST_START" | head -n 1 | sed 's/^Starting //' || true)
+    [ -z "$node_vsn" ] || BROKER_VSN=$node_vsn
+    say "the node is $BROKER_VSN"
+    plugin_check_started
+}
+
+# ---------------------------------------------------------------- report helpers
+
+# c NAME KEY, p NAME KEY: KEY of load NAME's consumer or publisher summary, or "-".
+c() { local f=$WORK/$1.consume; [ -s "$f" ] && get "$f" "$2" || printf -- '-'; }
+p() { local f=$WORK/$1.publish; [ -s "$f" ] && get "$f" "$2" || printf -- '-'; }
+
+# The side-by-side table: a line per system and figure, each naming the
+# broker and who delays, so a line copied out of the report still says both.
+# srow WHO SCENARIO FIGURE VALUE BROKER_ALONE RATIO
+srow() { printf '| %-15s | %-22s | %-8s | %-52s | %22s | %22s | %12s |\n' "$BROKER_VSN" "$@"; }
+# lat3 NAME: lateness "p50 / p99 / max" of a consumer's summary, ms.
+lat3() { printf '%s / %s / %s' "$(c "$1" lat_p50_ms)" "$(c "$1" lat_p99_ms)" "$(c "$1" lat_max_ms)"; }
+# plus A B: A - B as "+12.3 ms", or "-" when either is not a number.
+plus() {
+    if [[ "$1" =~ ^-?[0-9.]+$ && "$2" =~ ^-?[0-9.]+$ ]]; then
+        calc "\"\" sprintf(\"%+.1f ms\", $1 - $2)"
+    else
+        printf -- '-'
+    fi
+}
+# srow_head: the side-by-side table's header and rule.
+srow_head() {
+    printf '| %-15s | %-22s | %-8s | %-52s | %22s | %22s | %12s |\n' broker "delays" scenario figure value \
+        "broker alone" ratio
+    printf '|%s|%s|%s|%s|%s|%s|%s|\n' ----------------- ------------------------ ---------- \
+        ------------------------------------------------------ ------------------------ ------------------------ --------------
+}

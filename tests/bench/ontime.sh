@@ -1,0 +1,324 @@
+#!/bin/bash
+# ontime.sh -- lateness at the loads people run: delay-bridge, the broker
+# alone and, on RabbitMQ 4.0, the delayed-message plugin 4.0.7, each at a
+# fraction of what the bridge accepts at full speed, on one broker in one
+# run (tests/bench/README.md, "Lateness at the loads people run").
+#
+#   tests/bench/ontime.sh [--count N] [--loads 25,50,90] [--smoke] [--keep]
+#
+# run.sh publishes at full speed: its lateness is that of a saturated
+# system. Publishers in production are open loop, below saturation; this
+# measures lateness there. On a fresh broker (as run.sh: its topology, its
+# bridge config, the same load_publish and load_consume), in this order:
+#   1. saturation: the broker alone (load_publish --mode plain, full speed,
+#      N messages through bench.target -> bench.out, key "bench"), then
+#      delay-bridge (--mode xdelay --delay DELAY, full speed, N messages to
+#      its ingress bench.delayed / bench.delayed.q); R, the bridge's accept
+#      rate, is that run's load_publish rate=.
+#   2. each load L of --loads: RATE = L % of R (msg/s, an integer), open
+#      loop (load_publish --rate RATE --count N): the broker alone (plain),
+#      then the bridge (xdelay, DELAY).
+#   3. on RabbitMQ 4.0 with the plugin (plugin.sh; run.sh's plugin rows:
+#      exchange bench.plugin of type x-delayed-message, x-delayed-type
+#      direct, bench.out bound with key bench), the bridge stopped: full
+#      speed, then each RATE of step 2 -- the bridge's R, so the two are
+#      compared at equal offered load. Elsewhere its rows say why not.
+#
+#   --count N   messages a load (default 40000; --smoke 2000)
+#   --loads L   percentages of R, comma-separated (default 25,50,90)
+#   --smoke     2000 messages a load, delays 1000-3000 ms: for CI
+#               (ctest bench.ontime.smoke)
+#   --keep      keep the work directory (config, logs, WAL, summaries)
+#
+# Delays: uniform in 2000-6000 ms (1000-3000 with --smoke). Lateness is
+# load_consume's: receive time - (send time + delay), to the microsecond;
+# for the broker alone (no delay) the end-to-end latency.
+#
+# Report (stdout): a markdown table with run.sh's side-by-side layout,
+#   | broker | delays | scenario | figure | value | broker alone | ratio |
+# delays "broker alone", "delay-bridge", "plugin 4.0.7"; scenario
+# "saturation" or "load L%"; the broker alone column is the broker alone
+# at the same rate (at saturation: at full speed). Figures: offered rate /
+# achieved (msg/s; load_publish's target_rate= and rate=), lateness p50 /
+# p99 / max (ms), the p99 over the broker alone's, the earliest delivery
+# (lat_min, ms), early (before send + delay) / arrived, and how far the
+# publisher fell behind its schedule at most (behind_max_ms). Then one
+# "summary, BROKER, WHO: ..." line per system. tests/bench/median.sh runs
+# it several times and prints the medians.
+#
+# Environment as run.sh's: BUILD_DIR, BENCH_BRIDGE_BIN, BENCH_TOOLS_DIR;
+#   DB_RABBITMQ (3.10, 4.0, 4.3); BENCH_PORT (default 5698), BENCH_DIST_PORT
+#   (default 25698), BENCH_BROKER_DIR (default $BUILD_DIR/bench-ontime-rabbitmq);
+#   BENCH_TMP (the work directory's parent, default /var/tmp); BENCH_PLUGIN=0,
+#   DB_PLUGIN_CACHE (plugin.sh); BENCH_ROUTE, BENCH_STAMP (run.sh).
+#
+# Never asserts on a time. Exit 0 when every message arrived, 1 when some
+# did not, 2 on a usage or setup error, 77 when rabbitmq-server is not
+# installed (skipped).
+set -Eeuo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+
+say() { printf '[ontime %s] %s\n' "$(date +%T)" "$*" >&2; }
+die() { say "error: $*"; exit 2; }
+
+N="" LOADS=25,50,90 SMOKE=0 KEEP=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --count) [ $# -ge 2 ] || die "--count needs a number"; N=$2; shift 2 ;;
+    --count=*) N=${1#*=}; shift ;;
+    --loads) [ $# -ge 2 ] || die "--loads needs a list"; LOADS=$2; shift 2 ;;
+    --loads=*) LOADS=${1#*=}; shift ;;
+    --smoke) SMOKE=1; shift ;;
+    --keep) KEEP=1; shift ;;
+    -h|--help) sed -n '2,/^set -E/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown option $1 (see --help)" ;;
+    esac
+done
+[ -z "$N" ] || [[ "$N" =~ ^[1-9][0-9]*$ ]] || die "--count $N: expected a positive integer"
+for l in ${LOADS//,/ }; do
+    [[ "$l" =~ ^[1-9][0-9]*$ ]] || die "--loads $LOADS: expected percentages (positive integers), comma-separated"
+done
+[ -n "${LOADS//,/}" ] || die "--loads is empty"
+if [ "$SMOKE" = 1 ]; then
+    N=${N:-2000} DELAY=1000-3000
+else
+    N=${N:-40000} DELAY=2000-6000
+fi
+
+# get, now_ms, calc, fmt, free_port, ratio, bench_preflight
+. "$HERE/common.sh"
+bench_preflight load_consume
+CONS=$TOOLS/load_consume
+
+PORT=${BENCH_PORT:-5698}
+DIST=${BENCH_DIST_PORT:-25698}
+BROKER_DIR=${BENCH_BROKER_DIR:-$BUILD_DIR/bench-ontime-rabbitmq}
+URI="amqp://guest:guest@127.0.0.1:$PORT/%2f"
+RABBITMQ_SH=$ROOT/tests/integration/rabbitmq.sh
+WORK=$(mktemp -d "${BENCH_TMP:-/var/tmp}/delay-bridge-ontime.XXXXXX")
+# A private copy: a rebuild of the tree during the run must not mix two builds.
+BRIDGE_SRC=$BRIDGE BRIDGE_BUILT=$(date -u -r "$BRIDGE" +%FT%TZ)
+cp "$BRIDGE" "$WORK/delay-bridge"
+BRIDGE=$WORK/delay-bridge
+
+# Topology, as run.sh's: bench.target (direct) -> bench.out, routing key "bench".
+TARGET_EX=bench.target
+OUT_Q=bench.out
+INGRESS_EX=bench.delayed
+INGRESS_Q=bench.delayed.q
+
+BRIDGE_PID="" CONS_PID="" HTTP_PORT="" BROKER_SID="" FAILED=()
+BROKER_VSN=$(sed -E 's/^(RabbitMQ [0-9]+(\.[0-9]+)*).*/\1/' <<<"${BROKER_DESC:-RabbitMQ ?}")
+
+# PLUGIN, PLUGIN_WHY, PLUGIN_NAME, PLUGIN_EX, plugin_decide, plugin_check_started
+. "$HERE/plugin.sh"
+
+cleanup() {
+    local rc=$?
+    set +e
+    [ -n "$CONS_PID" ] && kill "$CONS_PID" 2>/dev/null
+    if [ -n "$BRIDGE_PID" ] && kill -0 "$BRIDGE_PID" 2>/dev/null; then
+        kill -TERM "$BRIDGE_PID"; wait "$BRIDGE_PID" 2>/dev/null
+    fi
+    bash "$RABBITMQ_SH" stop "$BROKER_DIR" >/dev/null 2>&1
+    [ -z "$PLUGIN_TMP" ] || rm -rf "$PLUGIN_TMP"
+    if [ "$KEEP" = 1 ]; then
+        say "work directory kept: $WORK"
+    else
+        rm -rf "$WORK"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'say "error: line $LINENO: \"$BASH_COMMAND\" failed"' ERR
+trap 'exit 130' INT TERM
+
+# consume, consumed, publish, bridge_config, bridge_launch, bridge_ready, bridge_stop,
+# broker_start; c, p, srow, srow_head, lat3, plus
+. "$HERE/harness.sh"
+
+# load NAME RATE KIND: one load of N messages (tag: the next number), a
+# consumer on bench.out first; RATE 0 = full speed; KIND plain (to bench.target), bridge (x-delay
+# to the ingress exchange) or plugin (x-delay to the plugin's exchange).
+TAG=0
+load() {
+    local name=$1 rate=$2 kind=$3 pace=()
+    TAG=$((TAG + 1))
+    [ "$rate" = 0 ] || pace=(--rate "$rate")
+    say "== $name: $N x 256 B, $kind, $([ "$rate" = 0 ] && echo "full speed" || echo "$rate msg/s")$(
+        [ "$kind" = plain ] || echo ", delays $DELAY ms")"
+    case "$kind" in
+    plain)
+        consume "$name" "$N" "$TAG" --purge
+        publish "$name" --mode plain --exchange "$TARGET_EX" --routing-key bench --count "$N" --tag "$TAG" \
+            "${pace[@]}" ;;
+    bridge)
+        consume "$name" "$N" "$TAG" --purge
+        publish "$name" --mode xdelay --exchange "$INGRESS_EX" --routing-key bench --count "$N" --tag "$TAG" \
+            --delay "$DELAY" ${BENCH_STAMP:+--stamp} "${pace[@]}" ;;
+    plugin)
+        # The consumer declares the plugin's exchange and binds bench.out to it
+        # (its --exchange comes after consume()'s own and wins).
+        consume "$name" "$N" "$TAG" --purge --exchange "$PLUGIN_EX" --exchange-type x-delayed-message \
+            --delayed-type direct
+        publish "$name" --mode xdelay --exchange "$PLUGIN_EX" --routing-key bench --count "$N" --tag "$TAG" \
+            --delay "$DELAY" ${BENCH_STAMP:+--stamp} "${pace[@]}" ;;
+    esac
+    consumed "$name"
+}
+
+# ---------------------------------------------------------------- broker
+
+say "machine: $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+say "work directory $WORK, broker state $BROKER_DIR, port $PORT"
+say "delay-bridge: $BRIDGE_SRC (built $BRIDGE_BUILT), run from a copy in the work directory"
+plugin_decide
+if [ "$PLUGIN" = 1 ]; then
+    say "$PLUGIN_NAME: runs on this node (exchange $PLUGIN_EX, the bridge stopped; RABBITMQ_PLUGINS_DIR=$RABBITMQ_PLUGINS_DIR)"
+else
+    say "$PLUGIN_NAME: $PLUGIN_WHY"
+fi
+broker_start
+LOAD_BEFORE=$(cut -d' ' -f1 /proc/loadavg)
+
+# ---------------------------------------------------------------- the loads
+
+load alone-sat 0 plain
+mkdir -p "$WORK/wal"
+bridge_config "$WORK/wal"
+bridge_launch
+bridge_ready
+say "delay-bridge pid $BRIDGE_PID, http 127.0.0.1:$HTTP_PORT"
+load bridge-sat 0 bridge
+R_BRIDGE=$(p bridge-sat rate)
+[[ "$R_BRIDGE" =~ ^[1-9][0-9]*$ ]] || die "the bridge's accept rate at full speed is '$R_BRIDGE'"
+say "R = $R_BRIDGE msg/s: the loads are ${LOADS//,/, } % of it"
+declare -A RATE
+for l in ${LOADS//,/ }; do
+    RATE[$l]=$((R_BRIDGE * l / 100))
+    [ "${RATE[$l]}" -gt 0 ] || die "load $l %: a rate of 0 msg/s"
+    load "alone-$l" "${RATE[$l]}" plain
+    load "bridge-$l" "${RATE[$l]}" bridge
+done
+bridge_stop
+if [ "$PLUGIN" = 1 ]; then
+    load plugin-sat 0 plugin
+    for l in ${LOADS//,/ }; do load "plugin-$l" "${RATE[$l]}" plugin; done
+fi
+
+# ---------------------------------------------------------------- report
+
+# isnum X: whether X is a number (a missing figure is "-").
+isnum() { [[ "$1" =~ ^-?[0-9]+(\.[0-9]+)?$ ]]; }
+# offered NAME: the publisher's target rate, "full speed" without one.
+offered() {
+    local t
+    t=$(p "$1" target_rate)
+    if [ "$t" = 0 ]; then printf 'full speed'; else printf '%s' "$t"; fi
+}
+# p99x NAME ALONE: "p99 1.84x", the p99 over the broker alone's.
+p99x() { printf 'p99 %s' "$(ratio "$(c "$1" lat_p99_ms)" "$(c "$2" lat_p99_ms)")"; }
+# rows WHO NAME ALONE SCENARIO: the rows of one load; ALONE is the broker
+# alone's load at the same rate, empty for the broker alone's own rows.
+rows() {
+    local who=$1 n=$2 a=$3 sc=$4 sat=0
+    [ "$(p "$n" target_rate)" != 0 ] || sat=1
+    if [ -z "$a" ]; then
+        srow "$who" "$sc" "offered rate / achieved, msg/s" "$(offered "$n") / $(p "$n" rate)" - -
+        srow "$who" "$sc" "lateness p50 / p99 / max, ms" "$(lat3 "$n")" - -
+        srow "$who" "$sc" "earliest delivery (lat_min), ms" "$(c "$n" lat_min_ms)" - -
+        srow "$who" "$sc" "early (before send + delay) / arrived" "$(c "$n" early) / $(c "$n" unique)" - -
+        [ "$sat" = 1 ] || srow "$who" "$sc" "publisher behind its schedule at most, ms" "$(p "$n" behind_max_ms)" - -
+        return 0
+    fi
+    srow "$who" "$sc" "offered rate / achieved, msg/s" "$(offered "$n") / $(p "$n" rate)" \
+        "$(offered "$a") / $(p "$a" rate)" "$(ratio "$(p "$n" rate)" "$(p "$a" rate)")"
+    srow "$who" "$sc" "lateness p50 / p99 / max, ms" "$(lat3 "$n")" "$(lat3 "$a")" "$(p99x "$n" "$a")"
+    srow "$who" "$sc" "lateness p99 over the broker alone's at the same rate, ms" \
+        "$(plus "$(c "$n" lat_p99_ms)" "$(c "$a" lat_p99_ms)")" - -
+    srow "$who" "$sc" "earliest delivery (lat_min), ms" "$(c "$n" lat_min_ms)" "$(c "$a" lat_min_ms)" -
+    srow "$who" "$sc" "early (before send + delay) / arrived" "$(c "$n" early) / $(c "$n" unique)" - -
+    [ "$sat" = 1 ] || srow "$who" "$sc" "publisher behind its schedule at most, ms" "$(p "$n" behind_max_ms)" \
+        "$(p "$a" behind_max_ms)" -
+}
+# system_rows WHO PREFIX: saturation and every load of one system (PREFIX-sat, PREFIX-L).
+system_rows() {
+    local who=$1 pre=$2 alone l
+    for l in sat ${LOADS//,/ }; do
+        alone="alone-$l"
+        [ "$pre" != alone ] || alone=""
+        rows "$who" "$pre-$l" "$alone" "$([ "$l" = sat ] && echo saturation || echo "load $l%")"
+    done
+}
+# early_total PREFIX: "E of A": early deliveries and arrivals over a system's loads.
+early_total() {
+    local e=0 u=0 x l
+    for l in sat ${LOADS//,/ }; do
+        x=$(c "$1-$l" early); isnum "$x" && e=$((e + x))
+        x=$(c "$1-$l" unique); isnum "$x" && u=$((u + x))
+    done
+    printf '%s of %s' "$e" "$u"
+}
+# earliest PREFIX: the smallest lat_min over a system's loads, ms.
+earliest() {
+    local m="" x l
+    for l in sat ${LOADS//,/ }; do
+        x=$(c "$1-$l" lat_min_ms)
+        isnum "$x" || continue
+        if [ -z "$m" ] || awk "BEGIN { exit !($x < $m) }"; then m=$x; fi
+    done
+    printf '%s' "${m:--}"
+}
+# summary WHO PREFIX: one line of a delaying system's figures at each load.
+summary() {
+    local who=$1 pre=$2 l line
+    line="summary, $BROKER_VSN, $who: full speed $(p "$pre-sat" rate) msg/s"
+    line+=" ($(ratio "$(p "$pre-sat" rate)" "$(p alone-sat rate)") the broker alone);"
+    line+=" lateness p50 / p99 / max"
+    for l in ${LOADS//,/ }; do
+        line+=" at $l% (${RATE[$l]} msg/s) $(lat3 "$pre-$l") ms"
+        line+=" (p99 $(plus "$(c "$pre-$l" lat_p99_ms)" "$(c "alone-$l" lat_p99_ms)") over the broker alone's),"
+    done
+    line+=" at full speed $(lat3 "$pre-sat") ms; early $(early_total "$pre"), earliest $(earliest "$pre") ms"
+    echo "$line"
+}
+
+{
+    echo
+    echo "ontime benchmark on $BROKER_VSN, $(date -u +%FT%TZ), $(nproc) CPUs, load average before: $LOAD_BEFORE, after: $(cut -d' ' -f1 /proc/loadavg)$([ "$SMOKE" = 1 ] && echo ', SMOKE sizes'), $N messages a load, delays $DELAY ms"
+    echo "loads: ${LOADS//,/, } % of delay-bridge's accept rate at full speed, R = $R_BRIDGE msg/s"
+    [ -z "${BENCH_ROUTE:-}${BENCH_STAMP:-}" ] ||
+        echo "route keys: ${BENCH_ROUTE:-none}; publishers stamp timestamp_in_ms: $([ -n "${BENCH_STAMP:-}" ] && echo yes || echo no)"
+    echo
+    echo "Lateness at the loads people run on $BROKER_VSN, one run (broker alone = the broker alone at the same rate; ratio = value / the broker alone's)"
+    echo
+    srow_head
+    system_rows "broker alone" alone
+    system_rows delay-bridge bridge
+    if [ "$PLUGIN" = 1 ]; then
+        system_rows "$PLUGIN_NAME" plugin
+    else
+        srow "$PLUGIN_NAME" - "$PLUGIN_WHY" - - -
+    fi
+    echo
+    line="summary, $BROKER_VSN, broker alone: full speed $(p alone-sat rate) msg/s; end-to-end latency p50 / p99 / max"
+    for l in ${LOADS//,/ }; do line+=" at $l% (${RATE[$l]} msg/s) $(lat3 "alone-$l") ms,"; done
+    echo "$line at full speed $(lat3 alone-sat) ms"
+    summary delay-bridge bridge
+    if [ "$PLUGIN" = 1 ]; then
+        summary "$PLUGIN_NAME" plugin
+    else
+        echo "summary, $BROKER_VSN, $PLUGIN_NAME: $PLUGIN_WHY"
+    fi
+} | tee "$WORK/report.txt"
+
+WHO="delay-bridge, broker alone"
+if [ "$PLUGIN" = 1 ]; then WHO="delay-bridge, $PLUGIN_NAME, broker alone"; fi
+if [ ${#FAILED[@]} -gt 0 ]; then
+    say "$BROKER_VSN ($WHO): FAILED: ${FAILED[*]}"
+    exit 1
+fi
+say "$BROKER_VSN ($WHO): all messages arrived"
+exit 0
