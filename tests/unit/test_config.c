@@ -176,6 +176,7 @@ static void test_defaults(void)
     CHECK(c.log_level == LOG_LEVEL_INFO);
     CHECK(c.shutdown_timeout_ms == 10000);
     CHECK(c.checkpoint_interval_s == 60 && c.checkpoint_min_mb == 64);
+    CHECK(c.commit_interval_ms == 10);
     CHECK(c.nroutes == 1);
     const struct config_route *r = &c.routes[0];
     CHECK(r->queue_type == QUEUE_CLASSIC);
@@ -473,6 +474,10 @@ static void test_wal_http_log(void)
     ERR(W(",\"checkpoint_interval_s\":-1"), "wal.checkpoint_interval_s: expected an integer 0..604800, got -1");
     ERR(W(",\"checkpoint_interval_s\":604801"), "wal.checkpoint_interval_s:");
     ERR(W(",\"checkpoint_min_mb\":0"), "wal.checkpoint_min_mb: expected an integer 1..1048576, got 0");
+    ERR(W(",\"commit_interval_ms\":1001"), "wal.commit_interval_ms: expected an integer 0..1000, got 1001");
+    ERR(W(",\"commit_interval_ms\":\"10\""), "wal.commit_interval_ms: expected an integer 0..1000");
+    if (OK(W(",\"commit_interval_ms\":0"), &c) == 0)
+        CHECK(c.commit_interval_ms == 0);
     if (OK(W(",\"checkpoint_interval_s\":0,\"checkpoint_min_mb\":1"), &c) == 0) {
         CHECK(c.checkpoint_interval_s == 0 && c.checkpoint_min_mb == 1);
         config_free(&c);
