@@ -358,8 +358,13 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
             wlog_cancel(b->rec.opts.log);
         return;
     }
-    /* Make what was received durable, ack it, and stop consuming. */
-    bridge_commit_and_ack(b);
+    /*
+     * Make what was received durable, ack it, and stop consuming -- in that
+     * order, waiting for the commit (one fsync; the one running, if any,
+     * first): closing the channel before the acks went out would give the
+     * broker back messages already in the log, duplicates after a restart.
+     */
+    bridge_commit_and_wait(b);
     consumer_stop(b->cons);
 }
 

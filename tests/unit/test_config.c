@@ -476,8 +476,10 @@ static void test_wal_http_log(void)
     ERR(W(",\"checkpoint_min_mb\":0"), "wal.checkpoint_min_mb: expected an integer 1..1048576, got 0");
     ERR(W(",\"commit_interval_ms\":1001"), "wal.commit_interval_ms: expected an integer 0..1000, got 1001");
     ERR(W(",\"commit_interval_ms\":\"10\""), "wal.commit_interval_ms: expected an integer 0..1000");
-    if (OK(W(",\"commit_interval_ms\":0"), &c) == 0)
+    if (OK(W(",\"commit_interval_ms\":0"), &c) == 0) {
         CHECK(c.commit_interval_ms == 0);
+        config_free(&c);
+    }
     if (OK(W(",\"checkpoint_interval_s\":0,\"checkpoint_min_mb\":1"), &c) == 0) {
         CHECK(c.checkpoint_interval_s == 0 && c.checkpoint_min_mb == 1);
         config_free(&c);
