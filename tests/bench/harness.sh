@@ -118,7 +118,11 @@ broker_start() {
     local node_vsn
     bash "$RABBITMQ_SH" stop "$BROKER_DIR" >/dev/null 2>&1 || true
     rm -rf "$BROKER_DIR/mnesia"
-    bash "$RABBITMQ_SH" start "$BROKER_DIR" "$PORT" "$DIST"
+    # And FRESH, which wipes it again where the node will find it: when
+    # BROKER_DIR last ran another broker of the matrix, the rm above went
+    # through a link into that broker's root, and this one's root may still
+    # hold a mnesia/ of an earlier run (rabbitmq.sh, "A node in a root").
+    DB_RABBITMQ_FRESH=1 bash "$RABBITMQ_SH" start "$BROKER_DIR" "$PORT" "$DIST"
     BROKER_SID=$(cat "$BROKER_DIR/node.pid")
     # What the node says of itself at its last start: its version, and the plugin started.
     NODE_LOG=$BROKER_DIR/log/dbtest$PORT@localhost.log

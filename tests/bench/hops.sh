@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# hops.sh -- what a delayed message costs the broker, hop by hop.
+# hops.sh -- what a delayed message costs the broker, hop by hop, on each
+# broker of the matrix; on RabbitMQ 4.0 the delayed-message plugin beside.
 #
 #   tests/bench/hops.sh [--count N] [--variants base,cqv2,quorum,...] [--smoke] [--keep]
+#
+#   --count N     messages per phase (default 100000)
+#   --variants    comma-separated, each on a fresh broker (below; default base)
+#   --smoke       2000 per phase, shorter margins: for CI (ctest bench.hops.smoke)
+#   --keep        keep the work directory (configs, logs, WALs, summaries)
 #
 # A delayed message crosses the broker twice; an undelayed one once. This
 # takes the two paths apart into phases that run one at a time, on a
@@ -22,6 +28,20 @@
 #     ST   target hop: the N fall due together (all held well before); the
 #          bridge publishes them, a consumer takes them: until it has all
 #   delayed / plain = (SI + ST) / S0, the issue's "<= 2.3x".
+#     SP   the plugin (RabbitMQ 4.0 only, below), the bridge stopped: SI and
+#          ST's schedule through the plugin's exchange bench.plugin (type
+#          x-delayed-message, x-delayed-type direct, bench.out bound with
+#          key bench), a consumer with automatic acks on bench.out attached
+#          throughout; N published with x-delay, all due together (within
+#          100 ms) once the publishing is done. Charged as SI and ST are, in
+#          two windows: SPI from the first publish to the last confirm (the
+#          plugin has written every message to its Mnesia table, as SI ends
+#          when the bridge acked all), SPT from the due time until the
+#          consumer has all N. SP = SPI + SPT; the plugin runs inside the
+#          broker, so all of it is broker CPU.
+#   plugin / plain = SP / S0, beside delayed / plain. The broker's CPU
+#   between the end of SI (SPI) and the due time is printed too, not
+#   counted in either.
 #
 # Backlog -- each hop alone, the next one not running (what a queue that
 # fills costs; a classic queue then writes every message to disk):
@@ -33,25 +53,45 @@
 #     target: until /stats confirmed = N; D4 a consumer drains bench.out.
 #
 # It prints, per variant, µs of broker CPU per message for each phase (the
-# bridge's own CPU in brackets where it runs) and the ratios. The variants
-# are the levers of the performance issue, each alone, on a fresh broker:
+# bridge's own CPU in brackets where it runs) and the ratios, every line
+# and table naming the broker ("RabbitMQ 4.0.5", as the node names itself).
+# The variants are the levers of the performance issue, each alone, on a
+# fresh broker:
 #
 #   base       defaults: classic queues (version 1 on RabbitMQ 3.10-3.12)
 #   cqv2       the broker's classic_queue.default_version = 2: every classic
 #              queue, ingress, target and the plain hop's, is version 2 (the
-#              default from RabbitMQ 3.13; the only kind from 4.0)
+#              default from RabbitMQ 3.13). On 4.x skipped, a line saying
+#              why: classic queues are version 2 only there, so it is base
+#              (4.0.5 and 4.3.6 accept the key and change nothing; "= 1"
+#              stops the node from booting)
 #   quorum     the route's ingress queue is a quorum queue (one node)
-#   cqv2q      both: a quorum ingress, every classic queue version 2
+#   cqv2q      both: a quorum ingress, every classic queue version 2 (on
+#              4.x skipped: the same as quorum)
 #   stream     the route's ingress is a stream (queue_type "stream")
-#   cqv2s      a stream ingress, every classic queue version 2
+#   cqv2s      a stream ingress, every classic queue version 2 (on 4.x
+#              skipped: the same as stream)
 #   prefetch   the route's prefetch 5000 instead of 1000
 #   window     the route's max_inflight 5000 instead of 1000
 #   NAME=JSON  any other route keys, e.g. 'p200={"prefetch": 200}'
 #
-# BUILD_DIR, BENCH_PORT (default 5696), BENCH_DIST_PORT, BENCH_TMP as in
-# run.sh. Exit 0 when every message arrived in every variant, 1 when not,
-# 77 without rabbitmq-server. It asserts on no time or ratio.
-set -euo pipefail
+# Broker: DB_RABBITMQ (3.10, 4.0, 4.3; default 3.10) picks it
+#   (tests/integration/broker.sh), its own node on 127.0.0.1:${BENCH_PORT:-5696}
+#   (distribution port ${BENCH_DIST_PORT:-25696}), state in
+#   ${BENCH_BROKER_DIR:-$BUILD_DIR/bench-hops-rabbitmq}, wiped per variant.
+# The plugin: on RabbitMQ 4.0 every variant's node starts with the
+#   delayed-message plugin 4.0.7 enabled (tests/bench/plugin.sh, as run.sh
+#   and ontime.sh take it: built by tests/integration/test_plugin_compat.py
+#   under ${DB_PLUGIN_CACHE:-/var/cache/delay-bridge/plugin-4.0.7}; nothing
+#   built here) and SP runs. Elsewhere -- 3.10, 4.3 (no Mnesia), the plugin
+#   not built, BENCH_PLUGIN=0 -- a line says why SP is absent, and that is
+#   no failure.
+# BUILD_DIR, BENCH_BRIDGE_BIN, BENCH_TOOLS_DIR, BENCH_TMP as in run.sh.
+#
+# Exit 0 when every message arrived in every variant that ran, 1 when not,
+# 2 on a usage or setup error, 77 without rabbitmq-server (or when this
+# machine cannot run DB_RABBITMQ's broker). It asserts on no time or ratio.
+set -Eeuo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 
@@ -60,28 +100,45 @@ say() { printf '[hops %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { say "error: $*"; exit 2; }
 while [ $# -gt 0 ]; do
     case "$1" in
-    --count) N=$2; shift 2 ;;
-    --variants) VARIANTS=$2; shift 2 ;;
+    --count) [ $# -ge 2 ] || die "--count needs a number"; N=$2; shift 2 ;;
+    --variants) [ $# -ge 2 ] || die "--variants needs a list"; VARIANTS=$2; shift 2 ;;
     --smoke) N=2000 MIN_MARGIN_MS=8000; shift ;;
     --keep) KEEP=1; shift ;;
-    -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set -E/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument $1 (--help)" ;;
     esac
 done
+[[ "$N" =~ ^[1-9][0-9]*$ ]] || die "--count $N: expected a positive integer"
+IFS=, read -ra vs <<<"$VARIANTS"
+[ ${#vs[@]} -gt 0 ] || die "--variants is empty"
+for v in "${vs[@]}"; do
+    case "$v" in
+    base|cqv2|quorum|cqv2q|stream|cqv2s|prefetch|window) ;;
+    ?*=*) jq -e 'type == "object"' <<<"${v#*=}" >/dev/null 2>&1 || die "variant $v: expected NAME=JSON, a JSON object of route keys" ;;
+    *) die "unknown variant $v (--help)" ;;
+    esac
+done
 
+# get, now_ms, calc, fmt, free_port, proc_cpu_ms, session_cpu_ms, ratio, bench_preflight
 . "$HERE/common.sh"
 bench_preflight load_consume
 CONS=$TOOLS/load_consume
 PORT=${BENCH_PORT:-5696}
 DIST=${BENCH_DIST_PORT:-25696}
+BROKER_DIR=${BENCH_BROKER_DIR:-$BUILD_DIR/bench-hops-rabbitmq}
 URI="amqp://guest:guest@127.0.0.1:$PORT/%2f"
 RABBITMQ_SH=$ROOT/tests/integration/rabbitmq.sh
 WORK=$(mktemp -d "${BENCH_TMP:-/var/tmp}/delay-bridge-hops.XXXXXX")
-BROKER_DIR=$WORK/rabbitmq
 cp "$BRIDGE" "$WORK/delay-bridge"
 BRIDGE=$WORK/delay-bridge
-BRIDGE_PID="" CONS_PID="" HTTP_PORT="" BROKER_SID="" FAILED=()
+BRIDGE_PID="" CONS_PID="" HTTP_PORT="" BROKER_SID="" FAILED=() SKIPPED=()
 declare -A R
+# The broker as every report line names it: "RabbitMQ 4.0.5", from the
+# package here, then from the node's own log once it runs (broker_start).
+BROKER_VSN=$(sed -E 's/^(RabbitMQ [0-9]+(\.[0-9]+)*).*/\1/' <<<"${BROKER_DESC:-RabbitMQ ?}")
+
+# PLUGIN, PLUGIN_WHY, PLUGIN_NAME, PLUGIN_EX, plugin_decide, plugin_check_started
+. "$HERE/plugin.sh"
 
 cleanup() {
     local rc=$?
@@ -89,11 +146,17 @@ cleanup() {
     [ -n "$CONS_PID" ] && kill "$CONS_PID" 2>/dev/null
     [ -n "$BRIDGE_PID" ] && kill -TERM "$BRIDGE_PID" 2>/dev/null && wait "$BRIDGE_PID" 2>/dev/null
     bash "$RABBITMQ_SH" stop "$BROKER_DIR" >/dev/null 2>&1
+    [ -z "$PLUGIN_TMP" ] || rm -rf "$PLUGIN_TMP"
     if [ "$KEEP" = 1 ]; then say "work directory kept: $WORK"; else rm -rf "$WORK"; fi
     exit "$rc"
 }
 trap cleanup EXIT
+trap 'say "error: line $LINENO: \"$BASH_COMMAND\" failed"' ERR
 trap 'exit 130' INT TERM
+
+# broker_start (a fresh node: BROKER_SID, BROKER_VSN, plugin_check_started); the
+# rest of harness.sh is run.sh's and ontime.sh's, unused here.
+. "$HERE/harness.sh"
 
 stats() { curl -sf "http://127.0.0.1:$HTTP_PORT/stats" | jq -r "$1"; }
 
@@ -103,7 +166,7 @@ idle_rate() {
     local c0 t0
     c0=$(session_cpu_ms "$BROKER_SID") t0=$(now_ms)
     sleep 4
-    IDLE=$(calc "($(session_cpu_ms "$BROKER_SID") - $c0) / (($(now_ms) - $t0) / 1000.0)")
+    IDLE=$(fmt 2 "($(session_cpu_ms "$BROKER_SID") - $c0) / (($(now_ms) - $t0) / 1000.0)")
 }
 # phase_begin; ... ; phase_end KEY: broker µs per message (idle removed) into R[KEY].
 phase_begin() { P_CPU=$(session_cpu_ms "$BROKER_SID") P_T=$(now_ms) P_BR=$([ -n "$BRIDGE_PID" ] && proc_cpu_ms "$BRIDGE_PID" || echo 0); }
@@ -120,7 +183,7 @@ wait_stat() { # wait_stat JQ N TIMEOUT_S
         [ "${v:-0}" -ge "$2" ] && return 0
         sleep 0.05
     done
-    FAILED+=("$VAR: $1 = $v of $2 within $3 s"); return 1
+    FAILED+=("$BROKER_VSN $VAR: $1 = $v of $2 within $3 s"); return 1
 }
 drain_bg() { # drain_bg NAME TAG [consumer options]: a consumer in the background, ready
     local name=$1 tag=$2
@@ -129,11 +192,16 @@ drain_bg() { # drain_bg NAME TAG [consumer options]: a consumer in the backgroun
     "$CONS" --uri "$URI" --queue bench.out --count "$N" --tag "$tag" --idle 20 \
         --ready-file "$WORK/$name.ready" "$@" >"$WORK/$name.consume" 2>>"$WORK/$name.err" &
     CONS_PID=$!
-    for _ in $(seq 300); do [ -e "$WORK/$name.ready" ] && return 0; sleep 0.05; done
+    for _ in $(seq 300); do
+        [ -e "$WORK/$name.ready" ] && return 0
+        kill -0 "$CONS_PID" 2>/dev/null || break
+        sleep 0.05
+    done
+    cat "$WORK/$name.err" >&2
     die "consumer $name did not start"
 }
 drain_wait() { # drain_wait NAME
-    wait "$CONS_PID" || FAILED+=("$VAR $1: $(get "$WORK/$1.consume" unique) of $N arrived")
+    wait "$CONS_PID" || FAILED+=("$BROKER_VSN $VAR $1: $(get "$WORK/$1.consume" unique) of $N arrived")
     CONS_PID=""
 }
 drain() { drain_bg "$@"; drain_wait "$1"; } # drain NAME TAG [consumer options]: in the foreground
@@ -143,7 +211,24 @@ pub() { # pub NAME [publisher options]
     "$PUB" --uri "$URI" --count "$N" "$@" >"$WORK/$name.publish" 2>>"$WORK/$name.err" ||
         { cat "$WORK/$name.err" >&2; die "publisher $name failed"; }
 }
+# due_in MS_PER_100K: a due time that many ms per 100k messages from now, MIN_MARGIN_MS at least.
+due_in() {
+    local margin=$(( N * $1 / 100000 ))
+    [ "$margin" -ge "$MIN_MARGIN_MS" ] || margin=$MIN_MARGIN_MS
+    echo $(( $(now_ms) + margin ))
+}
+# Classic queues are version 2 only from RabbitMQ 4.0: classic_queue.default_version = 2
+# is then what every node does anyway (4.0.5 and 4.3.6 accept the key and change nothing).
+cq_v2_only() {
+    local v=${BROKER_VSN#RabbitMQ }
+    [[ "$v" =~ ^[0-9]+ ]] || v=${DB_RABBITMQ:-3.10}
+    [ "${v%%.*}" -ge 4 ]
+}
 
+# same_on_v2_only NAME: the variant a cqv2 one is where classic queues are version 2 only.
+same_on_v2_only() { case "$1" in cqv2) echo base ;; cqv2q) echo quorum ;; cqv2s) echo stream ;; esac; }
+
+# run_variant NAME: one variant on a fresh broker.
 run_variant() {
     local name=$1 route_extra="" conf="" wal
     case "$name" in
@@ -159,22 +244,20 @@ run_variant() {
     *) die "unknown variant $name" ;;
     esac
     VAR=$name
-    bash "$RABBITMQ_SH" stop "$BROKER_DIR" >/dev/null 2>&1 || true
-    rm -rf "$BROKER_DIR"
-    DB_RABBITMQ_CONF_EXTRA=$conf bash "$RABBITMQ_SH" start "$BROKER_DIR" "$PORT" "$DIST" >&2
-    BROKER_SID=$(cat "$BROKER_DIR/node.pid")
+    DB_RABBITMQ_CONF_EXTRA=$conf broker_start >&2
     # bench.target -> bench.out, declared (and emptied) by the consumer once.
     "$CONS" --uri "$URI" --queue bench.out --exchange bench.target --routing-key bench --count 1 \
         --purge --first-wait 1 >/dev/null 2>&1 || true
     wal=$WORK/wal-$name
+    rm -rf "$wal"
     mkdir -p "$wal"
     HTTP_PORT=$(free_port)
-    cat >"$WORK/$name.json" <<EOF
+    cat >"$WORK/$name.json" <<JSON
 { "broker": { "uri": "$URI" }, "wal": { "dir": "$wal", "fsync": true },
   "http": { "listen": "127.0.0.1:$HTTP_PORT" }, "log": { "level": "info" },
   "routes": [ { "name": "bench", "ingress_exchange": "bench.delayed", "ingress_queue": "bench.delayed.q",
                 "target_exchange": "bench.target"$route_extra } ] }
-EOF
+JSON
     start_bridge() {
         "$BRIDGE" --config "$WORK/$name.json" >>"$WORK/$name.bridge.log" 2>&1 &
         BRIDGE_PID=$!
@@ -189,7 +272,7 @@ EOF
     kill -TERM "$BRIDGE_PID"; wait "$BRIDGE_PID" || true; BRIDGE_PID=""
     sleep 2
     idle_rate
-    say "$name: broker idle ${IDLE} ms CPU/s; $N x 256 B per phase"
+    say "$BROKER_VSN $name: broker idle ${IDLE} ms CPU/s; $N x 256 B per phase"
 
     # Backlog: each hop alone, the next one not running.
     phase_begin; pub p1 --mode plain --exchange bench.target --routing-key bench --tag 1; phase_end "$name.P1"
@@ -201,13 +284,12 @@ EOF
     phase_begin; drain p2m 3 --manual-ack 50 --prefetch 1000; phase_end "$name.P2m"
 
     # Due together, well after D1 and D2 (margin: 40 s per 100k, at least 20 s; 8 s in --smoke).
-    local margin due
-    margin=$(( N * 40 / 100000 * 1000 )); [ "$margin" -ge "$MIN_MARGIN_MS" ] || margin=$MIN_MARGIN_MS
-    due=$(( $(now_ms) + margin ))
+    local due
+    due=$(due_in 40000)
     phase_begin; pub d1 --mode xdelay --exchange bench.delayed --routing-key bench --tag 4 \
         --due-at "$due" --spread 100; phase_end "$name.D1"
     phase_begin; start_bridge; wait_stat '.routes[0].received' "$N" 300 || true; phase_end "$name.D2"
-    [ "$(now_ms)" -lt "$due" ] || FAILED+=("$name: the bridge took them after the due time: raise the margin")
+    [ "$(now_ms)" -lt "$due" ] || FAILED+=("$BROKER_VSN $name: the bridge took them after the due time: raise the margin")
     while [ "$(now_ms)" -lt "$due" ]; do sleep 0.01; done
     phase_begin; wait_stat '.routes[0].confirmed' "$N" 300 || true; phase_end "$name.D3"
     phase_begin; drain d4 4; phase_end "$name.D4"
@@ -226,61 +308,137 @@ EOF
         phase_begin; pub "s0$qt" --mode plain --exchange "bench.$qt.x" --routing-key bench --tag 6
         drain_wait "s0$qt"; phase_end "$name.S0$qt"
     done
-    margin=$(( N * 15 / 100000 * 1000 )); [ "$margin" -ge "$MIN_MARGIN_MS" ] || margin=$MIN_MARGIN_MS
-    due=$(( $(now_ms) + margin ))
-    local r0 c0
-    r0=$(stats '.routes[0].received') c0=$(stats '.routes[0].confirmed')
+    due=$(due_in 15000)
+    local r0
+    r0=$(stats '.routes[0].received')
     drain_bg st 7
     phase_begin; pub si --mode xdelay --exchange bench.delayed --routing-key bench --tag 7 \
         --due-at "$due" --spread 100
     wait_stat '.routes[0].received' $((r0 + N)) 300 || true; phase_end "$name.SI"
-    [ "$(now_ms)" -lt "$due" ] || FAILED+=("$name: streaming: the bridge took them after the due time")
+    [ "$(now_ms)" -lt "$due" ] || FAILED+=("$BROKER_VSN $name: streaming: the bridge took them after the due time")
+    phase_begin
     while [ "$(now_ms)" -lt "$due" ]; do sleep 0.01; done
+    phase_end "$name.gapB"
     phase_begin; drain_wait st; phase_end "$name.ST"
     kill -TERM "$BRIDGE_PID"; wait "$BRIDGE_PID" || true; BRIDGE_PID=""
+
+    # The plugin, the bridge stopped: SI and ST's schedule through its exchange.
+    # The consumer declares bench.plugin and binds bench.out to it. The margin is
+    # D1's (40 s per 100k): the plugin accepts slower the more it holds (run.sh).
+    if [ "$PLUGIN" = 1 ]; then
+        drain_bg sp 8 --exchange "$PLUGIN_EX" --routing-key bench --exchange-type x-delayed-message \
+            --delayed-type direct
+        due=$(due_in 40000)
+        phase_begin; pub sp --mode xdelay --exchange "$PLUGIN_EX" --routing-key bench --tag 8 \
+            --due-at "$due" --spread 100; phase_end "$name.SPI"
+        [ "$(now_ms)" -lt "$due" ] ||
+            FAILED+=("$BROKER_VSN $name: $PLUGIN_NAME: the last confirm came after the due time: raise the margin")
+        phase_begin
+        while [ "$(now_ms)" -lt "$due" ]; do sleep 0.01; done
+        phase_end "$name.gapP"
+        phase_begin; drain_wait sp; phase_end "$name.SPT"
+        R[$name.SP]=$(fmt 1 "${R[$name.SPI]} + ${R[$name.SPT]}")
+    fi
+
     R[$name.bplain]=$(fmt 1 "${R[$name.P1]} + ${R[$name.P2]}")
     R[$name.bdelayed]=$(fmt 1 "${R[$name.D1]} + ${R[$name.D2]} + ${R[$name.D3]} + ${R[$name.D4]}")
     R[$name.delayed]=$(fmt 1 "${R[$name.SI]} + ${R[$name.ST]}")
     R[$name.plain]=${R[$name.S0]}
     R[$name.idle]=$IDLE
-    say "$name: backlog P1 ${R[$name.P1]} P1b ${R[$name.P1b]} P2 ${R[$name.P2]} P2m ${R[$name.P2m]} | D1 ${R[$name.D1]} D2 ${R[$name.D2]} D3 ${R[$name.D3]} D4 ${R[$name.D4]}; streaming S0 ${R[$name.S0]} S0m ${R[$name.S0m]} SI ${R[$name.SI]} ST ${R[$name.ST]} us/msg"
+    say "$BROKER_VSN $name: backlog P1 ${R[$name.P1]} P1b ${R[$name.P1b]} P2 ${R[$name.P2]} P2m ${R[$name.P2m]} | D1 ${R[$name.D1]} D2 ${R[$name.D2]} D3 ${R[$name.D3]} D4 ${R[$name.D4]}; streaming S0 ${R[$name.S0]} S0m ${R[$name.S0m]} SI ${R[$name.SI]} ST ${R[$name.ST]}$(
+        [ -z "${R[$name.SP]:-}" ] || echo " SP ${R[$name.SP]} (SPI ${R[$name.SPI]} + SPT ${R[$name.SPT]})") us/msg"
+    say "$BROKER_VSN $name: $(summary_of "$name" why)"
+}
+# summary_of NAME [WHY]: the variant's ratios, delay-bridge's and the plugin's
+# (with WHY, why the plugin's is absent when it is).
+summary_of() {
+    local n=$1 line
+    line="delayed / plain = (SI + ST) / S0 = $(ratio "${R[$n.delayed]}" "${R[$n.plain]}")"
+    line+=" (SI ${R[$n.SI]} + ST ${R[$n.ST]} over S0 ${R[$n.S0]} us)"
+    if [ -n "${R[$n.SP]:-}" ]; then
+        line+="; $PLUGIN_NAME: plugin / plain = SP / S0 = $(ratio "${R[$n.SP]}" "${R[$n.plain]}")"
+        line+=" (SPI ${R[$n.SPI]} + SPT ${R[$n.SPT]} over S0 ${R[$n.S0]} us),"
+        line+=" plugin / delay-bridge = SP / (SI + ST) = $(ratio "${R[$n.SP]}" "${R[$n.delayed]}")"
+    elif [ -n "${2:-}" ]; then
+        line+="; $PLUGIN_NAME: SP $PLUGIN_WHY"
+    fi
+    printf '%s' "$line"
 }
 
 say "machine: $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadavg); delay-bridge $(date -u -r "$BRIDGE" +%FT%TZ)"
+say "work directory $WORK, broker state $BROKER_DIR, port $PORT"
+plugin_decide
+SP_ROWS=$PLUGIN
+if [ "$PLUGIN" = 1 ]; then
+    say "$PLUGIN_NAME: runs on this node, phase SP through exchange $PLUGIN_EX (RABBITMQ_PLUGINS_DIR=$RABBITMQ_PLUGINS_DIR)"
+else
+    say "$PLUGIN_NAME: $PLUGIN_WHY"
+fi
 names=()
-IFS=, read -ra vs <<<"$VARIANTS"
-for v in "${vs[@]}"; do run_variant "$v"; names+=("${v%%=*}"); done
+for v in "${vs[@]}"; do
+    same=$(same_on_v2_only "$v")
+    if [ -n "$same" ] && cq_v2_only; then
+        SKIPPED+=("$v: skipped, the same as $same there: classic queues are version 2 only from RabbitMQ 4.0 (classic_queue.default_version = 2 changes nothing; 1 is refused)")
+        say "$BROKER_VSN ${SKIPPED[-1]}"
+        continue
+    fi
+    run_variant "$v"
+    names+=("${v%%=*}")
+done
 
 echo
-echo "Broker CPU per message, µs (idle removed), $N x 256 B per phase; bridge CPU in brackets"
-printf '| %-42s |' "phase"; for n in "${names[@]}"; do printf ' %14s |' "$n"; done; echo
-printf '|%s|' "$(printf -- '-%.0s' $(seq 44))"; for _ in "${names[@]}"; do printf -- '%s|' "$(printf -- '-%.0s' $(seq 15)):"; done; echo
-row() { printf '| %-42s |' "$1"; for n in "${names[@]}"; do
-        local v=${R[$n.$2]:--} b=${R[$n.$2.bridge]:-}
-        [ -z "$b" ] || v="$v [$b]"; printf ' %14s |' "$v"; done; echo; }
-echo "| **streaming** (each hop's consumer attached: the steady load) |"
-row "S0 plain hop (the ceiling: publish -> auto-ack consumer)" S0
-row "S0m plain hop, consumer acks as the bridge" S0m
-row "  the same through a quorum queue" S0quorum
-row "  the same through a stream" S0stream
-row "SI ingress hop: publish -> bridge logs, fsyncs, acks" SI
-row "ST target hop: bridge publishes -> consumer" ST
-row "delayed message (SI + ST)" delayed
-printf '| %-42s |' "**delayed / plain (goal <= 2.3x)**"; for n in "${names[@]}"; do printf ' %14s |' "$(ratio "${R[$n.delayed]}" "${R[$n.plain]}")"; done; echo
-echo "| **backlog** (each hop alone, its consumer not running) |"
-row "P1 plain: accept" P1
-row "P1b plain: accept, bridge's headers + mandatory" P1b
-row "P2 plain: deliver (auto ack)" P2
-row "P2m plain: deliver (acked as the bridge)" P2m
-row "D1 ingress: accept" D1
-row "D2 ingress: deliver + ack (bridge)" D2
-row "D3 target: publish + confirm + route" D3
-row "D4 target: deliver (auto ack)" D4
-row "plain hop (P1 + P2)" bplain
-row "delayed message (D1 + .. + D4)" bdelayed
-printf '| %-42s |' "delayed / plain"; for n in "${names[@]}"; do printf ' %14s |' "$(ratio "${R[$n.bdelayed]}" "${R[$n.bplain]}")"; done; echo
-row "broker idle, ms of CPU per s" idle
+echo "Broker CPU per message on $BROKER_VSN, µs (idle removed), $N x 256 B per phase; bridge CPU in brackets$(
+    [ ${#names[@]} -gt 0 ] || echo ": no variant ran (skipped, below)")"
+if [ ${#names[@]} -gt 0 ]; then
+    printf '| %-42s |' "phase ($BROKER_VSN)"; for n in "${names[@]}"; do printf ' %14s |' "$n"; done; echo
+    printf '|%s|' "$(printf -- '-%.0s' $(seq 44))"; for _ in "${names[@]}"; do printf -- '%s|' "$(printf -- '-%.0s' $(seq 15)):"; done; echo
+    row() { printf '| %-42s |' "$1"; for n in "${names[@]}"; do
+            local v=${R[$n.$2]:--} b=${R[$n.$2.bridge]:-}
+            [ -z "$b" ] || v="$v [$b]"; printf ' %14s |' "$v"; done; echo; }
+    rrow() { printf '| %-42s |' "$1"; for n in "${names[@]}"; do printf ' %14s |' "$(ratio "${R[$n.$2]:--}" "${R[$n.$3]:--}")"; done; echo; }
+    echo "| **streaming** (each hop's consumer attached: the steady load) |"
+    row "S0 plain hop (the ceiling: publish -> auto-ack consumer)" S0
+    row "S0m plain hop, consumer acks as the bridge" S0m
+    row "  the same through a quorum queue" S0quorum
+    row "  the same through a stream" S0stream
+    row "SI ingress hop: publish -> bridge logs, fsyncs, acks" SI
+    row "ST target hop: bridge publishes -> consumer" ST
+    row "  between SI and the due time (not counted)" gapB
+    row "delayed message (SI + ST)" delayed
+    rrow "**delayed / plain = (SI + ST) / S0 (goal <= 2.3x)**" delayed plain
+    if [ "$SP_ROWS" = 1 ]; then
+        row "SPI $PLUGIN_NAME accept: publish -> confirmed" SPI
+        row "SPT $PLUGIN_NAME fire: due -> consumer has all" SPT
+        row "  between SPI and the due time (not counted)" gapP
+        row "SP $PLUGIN_NAME delayed message (SPI + SPT)" SP
+        rrow "**plugin / plain = SP / S0**" SP plain
+        rrow "plugin / delay-bridge = SP / (SI + ST)" SP delayed
+    fi
+    echo "| **backlog** (each hop alone, its consumer not running) |"
+    row "P1 plain: accept" P1
+    row "P1b plain: accept, bridge's headers + mandatory" P1b
+    row "P2 plain: deliver (auto ack)" P2
+    row "P2m plain: deliver (acked as the bridge)" P2m
+    row "D1 ingress: accept" D1
+    row "D2 ingress: deliver + ack (bridge)" D2
+    row "D3 target: publish + confirm + route" D3
+    row "D4 target: deliver (auto ack)" D4
+    row "plain hop (P1 + P2)" bplain
+    row "delayed message (D1 + .. + D4)" bdelayed
+    rrow "delayed / plain" bdelayed bplain
+    row "broker idle, ms of CPU per s" idle
+fi
+echo
+for n in "${names[@]}"; do echo "summary, $BROKER_VSN, $n: $(summary_of "$n")"; done
+for s in "${SKIPPED[@]}"; do echo "summary, $BROKER_VSN, $s"; done
+[ "$SP_ROWS" = 1 ] || echo "summary, $BROKER_VSN, $PLUGIN_NAME: SP $PLUGIN_WHY"
 if [ ${#FAILED[@]} -gt 0 ]; then
     printf 'FAILED: %s\n' "${FAILED[@]}" >&2
     exit 1
 fi
+if [ ${#names[@]} -gt 0 ]; then
+    say "$BROKER_VSN: every message of every phase arrived (${names[*]})"
+else
+    say "$BROKER_VSN: no variant ran (${#SKIPPED[@]} skipped)"
+fi
+exit 0
