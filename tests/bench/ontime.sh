@@ -17,7 +17,12 @@
 #      rate, is that run's load_publish rate=.
 #   2. each load L of --loads: RATE = L % of R (msg/s, an integer), open
 #      loop (load_publish --rate RATE --count N): the broker alone (plain),
-#      then the bridge (xdelay, DELAY).
+#      then the broker alone carrying both hops of a delayed message at
+#      once ("both hops": two publishers at RATE, one to a queue whose
+#      consumer acks the way the bridge acks its ingress -- prefetch 1000,
+#      one multiple ack per 50 -- and one through bench.target -> bench.out,
+#      automatic acks: the broker's load under a delayed message, without
+#      the bridge), then the bridge (xdelay, DELAY).
 #   3. on RabbitMQ 4.0 with the plugin (plugin.sh; run.sh's plugin rows:
 #      exchange bench.plugin of type x-delayed-message, x-delayed-type
 #      direct, bench.out bound with key bench), the bridge stopped: full
@@ -141,10 +146,12 @@ trap 'exit 130' INT TERM
 
 # load NAME RATE KIND: one load of N messages (tag: the next number), a
 # consumer on bench.out first; RATE 0 = full speed; KIND plain (to bench.target), bridge (x-delay
-# to the ingress exchange) or plugin (x-delay to the plugin's exchange).
+# to the ingress exchange), plugin (x-delay to the plugin's exchange) or
+# twohop (plain to bench.out and, at the same time and rate, plain to
+# bench.hop1.q, consumed with the bridge's acks: NAME-in.*).
 TAG=0
 load() {
-    local name=$1 rate=$2 kind=$3 pace=()
+    local name=$1 rate=$2 kind=$3 pace=() in_pid pub_rc=0
     TAG=$((TAG + 1))
     [ "$rate" = 0 ] || pace=(--rate "$rate")
     say "== $name: $N x 256 B, $kind, $([ "$rate" = 0 ] && echo "full speed" || echo "$rate msg/s")$(
@@ -158,6 +165,25 @@ load() {
         consume "$name" "$N" "$TAG" --purge
         publish "$name" --mode xdelay --exchange "$INGRESS_EX" --routing-key bench --count "$N" --tag "$TAG" \
             --delay "$DELAY" ${BENCH_STAMP:+--stamp} "${pace[@]}" ;;
+    twohop)
+        rm -f "$WORK/$name-in.ready"
+        "$CONS" --uri "$URI" --queue bench.hop1.q --exchange bench.hop1 --routing-key bench \
+            --count "$N" --tag "$((TAG + 1000))" --purge --manual-ack 50 --prefetch 1000 \
+            --ready-file "$WORK/$name-in.ready" >"$WORK/$name-in.consume" 2>"$WORK/$name-in.consume.err" &
+        in_pid=$!
+        for _ in $(seq 300); do [ -e "$WORK/$name-in.ready" ] && break; sleep 0.1; done
+        [ -e "$WORK/$name-in.ready" ] || die "the acked hop's consumer of $name did not start"
+        consume "$name" "$N" "$TAG" --purge
+        "$PUB" --uri "$URI" --mode plain --exchange bench.hop1 --routing-key bench --count "$N" \
+            --tag "$((TAG + 1000))" "${pace[@]}" >"$WORK/$name-in.publish" 2>"$WORK/$name-in.publish.err" &
+        publish "$name" --mode plain --exchange "$TARGET_EX" --routing-key bench --count "$N" --tag "$TAG" \
+            "${pace[@]}"
+        wait "$!" || pub_rc=$?
+        [ "$pub_rc" = 0 ] || die "the acked hop's publisher of $name failed: $(cat "$WORK/$name-in.publish.err")"
+        if ! wait "$in_pid" || [ ! -s "$WORK/$name-in.consume" ]; then
+            FAILED+=("$name (acked hop): $(get "$WORK/$name-in.consume" unique) of $N arrived")
+        fi
+        say "$name acked hop: $(cat "$WORK/$name-in.consume")" ;;
     plugin)
         # The consumer declares the plugin's exchange and binds bench.out to it
         # (its --exchange comes after consume()'s own and wins).
@@ -200,6 +226,7 @@ for l in ${LOADS//,/ }; do
     RATE[$l]=$((R_BRIDGE * l / 100))
     [ "${RATE[$l]}" -gt 0 ] || die "load $l %: a rate of 0 msg/s"
     load "alone-$l" "${RATE[$l]}" plain
+    load "twohop-$l" "${RATE[$l]}" twohop
     load "bridge-$l" "${RATE[$l]}" bridge
 done
 bridge_stop
@@ -238,10 +265,35 @@ rows() {
     srow "$who" "$sc" "lateness p50 / p99 / max, ms" "$(lat3 "$n")" "$(lat3 "$a")" "$(p99x "$n" "$a")"
     srow "$who" "$sc" "lateness p99 over the broker alone's at the same rate, ms" \
         "$(plus "$(c "$n" lat_p99_ms)" "$(c "$a" lat_p99_ms)")" - -
+    if [ "$sat" = 0 ] && [ "$who" = delay-bridge ]; then
+        srow "$who" "$sc" "lateness p99 over the broker alone's both hops (p99s added), ms" \
+            "$(plus "$(c "$n" lat_p99_ms)" "$(hops_p99 "${n#bridge-}")")" - -
+    fi
     srow "$who" "$sc" "earliest delivery (lat_min), ms" "$(c "$n" lat_min_ms)" "$(c "$a" lat_min_ms)" -
     srow "$who" "$sc" "early (before send + delay) / arrived" "$(c "$n" early) / $(c "$n" unique)" - -
     [ "$sat" = 1 ] || srow "$who" "$sc" "publisher behind its schedule at most, ms" "$(p "$n" behind_max_ms)" \
         "$(p "$a" behind_max_ms)" -
+}
+# twohop_rows: the broker alone carrying both hops, at each load.
+twohop_rows() {
+    local l n sc
+    for l in ${LOADS//,/ }; do
+        n=twohop-$l sc="load $l%"
+        srow "broker alone: both hops" "$sc" "acked hop (the ingress's) lateness p50 / p99 / max, ms" \
+            "$(lat3 "$n-in")" "$(lat3 "alone-$l")" "$(p99x "$n-in" "alone-$l")"
+        srow "broker alone: both hops" "$sc" "plain hop (the target's) lateness p50 / p99 / max, ms" \
+            "$(lat3 "$n")" "$(lat3 "alone-$l")" "$(p99x "$n" "alone-$l")"
+        srow "broker alone: both hops" "$sc" "the two hops' p99 added, ms" "$(hops_p99 "$l")" \
+            "$(c "alone-$l" lat_p99_ms)" "$(ratio "$(hops_p99 "$l")" "$(c "alone-$l" lat_p99_ms)")"
+        srow "broker alone: both hops" "$sc" "publishers behind their schedule at most, ms" \
+            "$(p "$n-in" behind_max_ms) / $(p "$n" behind_max_ms)" - -
+    done
+}
+# hops_p99 L: the two hops' p99 added at load L, ms ("-" when either is missing).
+hops_p99() {
+    local a b
+    a=$(c "twohop-$1-in" lat_p99_ms) b=$(c "twohop-$1" lat_p99_ms)
+    if isnum "$a" && isnum "$b"; then fmt 1 "$a + $b"; else printf -- '-'; fi
 }
 # system_rows WHO PREFIX: saturation and every load of one system (PREFIX-sat, PREFIX-L).
 system_rows() {
@@ -279,7 +331,9 @@ summary() {
     line+=" lateness p50 / p99 / max"
     for l in ${LOADS//,/ }; do
         line+=" at $l% (${RATE[$l]} msg/s) $(lat3 "$pre-$l") ms"
-        line+=" (p99 $(plus "$(c "$pre-$l" lat_p99_ms)" "$(c "alone-$l" lat_p99_ms)") over the broker alone's),"
+        line+=" (p99 $(plus "$(c "$pre-$l" lat_p99_ms)" "$(c "alone-$l" lat_p99_ms)") over the broker alone's"
+        [ "$pre" != bridge ] || line+=", $(plus "$(c "$pre-$l" lat_p99_ms)" "$(hops_p99 "$l")") over its both hops'"
+        line+="),"
     done
     line+=" at full speed $(lat3 "$pre-sat") ms; early $(early_total "$pre"), earliest $(earliest "$pre") ms"
     echo "$line"
@@ -296,6 +350,7 @@ summary() {
     echo
     srow_head
     system_rows "broker alone" alone
+    twohop_rows
     system_rows delay-bridge bridge
     if [ "$PLUGIN" = 1 ]; then
         system_rows "$PLUGIN_NAME" plugin
@@ -306,6 +361,11 @@ summary() {
     line="summary, $BROKER_VSN, broker alone: full speed $(p alone-sat rate) msg/s; end-to-end latency p50 / p99 / max"
     for l in ${LOADS//,/ }; do line+=" at $l% (${RATE[$l]} msg/s) $(lat3 "alone-$l") ms,"; done
     echo "$line at full speed $(lat3 alone-sat) ms"
+    line="summary, $BROKER_VSN, broker alone, both hops at once: p99 of the acked + the plain hop"
+    for l in ${LOADS//,/ }; do
+        line+=" at $l% $(c "twohop-$l-in" lat_p99_ms) + $(c "twohop-$l" lat_p99_ms) = $(hops_p99 "$l") ms,"
+    done
+    echo "${line%,}"
     summary delay-bridge bridge
     if [ "$PLUGIN" = 1 ]; then
         summary "$PLUGIN_NAME" plugin
