@@ -19,7 +19,8 @@
 #             tests/integration/tests.cmake; DB_TEST_BROKER_URI uses your
 #             own broker) --, the client matrix (tests/clients), the 2-minute
 #             HA soak (tests/soak, its own node on :5697), the benchmark's
-#             smoke run (:5695), and with DB_CONTAINER_TESTS=1 the container
+#             smokes (run.sh :5695, hops.sh :5696, ontime.sh :5698; one at a
+#             time, lock "bench"), and with DB_CONTAINER_TESTS=1 the container
 #             tests (root podman; they change host settings, so they are off
 #             unless asked for -- .ci/run asks);
 #   [asan]    the unit tests under ASan + UBSan;
