@@ -228,6 +228,14 @@ ceiling() {
 
 say "== ceiling: plain publish -> consume through one queue, $N_CEIL x 256 B"
 ceiling ceiling 1 "$N_CEIL"
+if want burst; then
+    # What the bridge publishes when a burst falls due, published by the
+    # broker alone's publisher: its headers (x-delay negated, the string id
+    # x-delay-bridge-id) and mandatory, full speed, the burst's count: the
+    # most the broker takes of that publish (hops.sh: the id costs it).
+    say "== ceiling-like: the bridge's republish (headers, mandatory) -> consume, $N_BURST x 256 B"
+    ceiling ceiling-like 13 "$N_BURST" --like-bridge
+fi
 
 # ---------------------------------------------------------------- TTL + DLX
 if want steady; then
@@ -524,6 +532,9 @@ delayed_rows() {
         else
             srow "$who" burst "firing rate, msg/s: n / (last receive - first due)" "$(firing "$bu")" \
                 "$(c ceiling rate)" "$(ratio "$(firing "$bu")" "$(c ceiling rate)")"
+            [ "$who" != delay-bridge ] ||
+                srow "$who" burst "firing rate / the broker alone taking the bridge's republish" \
+                    "$(firing "$bu")" "$(c ceiling-like rate)" "$(ratio "$(firing "$bu")" "$(c ceiling-like rate)")"
         fi
         srow "$who" burst "all accepted before the first due time" "$(v "$bu.held_before_due")" - -
         srow "$who" burst "lateness p50 / p99 / max, ms" "$(lat3 "$bu")" - -
@@ -651,6 +662,13 @@ summary() {
     srow "broker alone" ceiling "consume rate, msg/s" "$(c ceiling rate)" - -
     srow "broker alone" ceiling "end-to-end latency p50 / p99 / max, ms (no delay)" "$(lat3 ceiling)" - -
     srow "broker alone" ceiling "broker CPU per message, us" "$(v ceiling.broker_us)" - -
+    if want burst; then
+        srow "broker alone: the bridge's republish" ceiling "consume rate, msg/s (headers + mandatory)" \
+            "$(c ceiling-like rate)" "$(c ceiling rate)" "$(ratio "$(c ceiling-like rate)" "$(c ceiling rate)")"
+        srow "broker alone: the bridge's republish" ceiling "broker CPU per message, us" \
+            "$(v ceiling-like.broker_us)" "$(v ceiling.broker_us)" \
+            "$(ratio "$(v ceiling-like.broker_us)" "$(v ceiling.broker_us)")"
+    fi
     if want steady; then
         srow "broker alone: TTL+DLX" steady "accept rate (publish confirms), msg/s" "$(p ttl rate)" "$(p ceiling rate)" \
             "$(ratio "$(p ttl rate)" "$(p ceiling rate)")"
