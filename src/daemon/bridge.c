@@ -286,11 +286,11 @@ static void arm_wake(struct bridge *b, uint64_t now, uint64_t mono)
     uint64_t sleep = MAX_SLEEP_MS;
 
     if (!b->stopping && duewake_on(&b->due))
-        duewake_arm(&b->due, b->loop, eng_next_event(b->eng));
+        duewake_arm(&b->due, eng_next_event(b->eng));
     else if (!b->stopping)
         sleep = min_u64(sleep, ms_until(eng_next_event(b->eng), now));
     else
-        duewake_arm(&b->due, b->loop, 0);
+        duewake_arm(&b->due, 0);
     sleep = min_u64(sleep, consumer_wait_ms(b->cons, mono));
     sleep = min_u64(sleep, publisher_wait_ms(b->pub, mono));
     if (eng_dirty(b->eng) && !eng_committing(b->eng) && !b->disk_full)
@@ -554,6 +554,7 @@ struct bridge *bridge_new(struct ev_loop *loop, const struct config *cfg, struct
     b->start_ms = clock_now_ms();
     b->start_mono_ms = clock_mono_ms();
     b->counts = xcalloc((size_t)cfg->nroutes, sizeof(*b->counts));
+    b->commit_early_at = bridge_commit_early_at(cfg);
     b->snap = xcalloc((size_t)cfg->nroutes, sizeof(*b->snap));
     signal(SIGPIPE, SIG_IGN);
 

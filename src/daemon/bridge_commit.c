@@ -131,16 +131,23 @@ static uint64_t unacked_since_commit(const struct bridge *b)
     return b->logged_tag > b->commit_tag ? b->logged_tag - b->commit_tag : 0;
 }
 
+uint64_t bridge_commit_early_at(const struct config *cfg)
+{
+    uint64_t at = UINT16_MAX;
+
+    for (int i = 0; i < cfg->nroutes; i++)
+        if (cfg->routes[i].prefetch / 2u < at)
+            at = cfg->routes[i].prefetch / 2u;
+    return at ? at : 1;
+}
+
 uint64_t bridge_commit_wait_us(struct bridge *b, uint64_t mono_us)
 {
-    uint64_t gap = (uint64_t)b->cfg->commit_interval_ms * 1000u, early_at = UINT16_MAX;
+    uint64_t gap = (uint64_t)b->cfg->commit_interval_ms * 1000u;
 
     if (!gap || b->stopping || b->drain.active || mono_us - b->commit_began_us >= gap)
         return 0;
-    for (int i = 0; i < b->cfg->nroutes; i++)
-        if (b->cfg->routes[i].prefetch / 2u < early_at)
-            early_at = b->cfg->routes[i].prefetch / 2u;
-    if (unacked_since_commit(b) >= (early_at ? early_at : 1))
+    if (unacked_since_commit(b) >= b->commit_early_at)
         return 0;
     return b->commit_began_us + gap - mono_us;
 }

@@ -79,6 +79,7 @@ struct bridge {
     uint32_t logged_gen, commit_gen;
     uint64_t logged_tag, commit_tag;
     uint64_t commit_began_us; /* when the running or last commit began (monotonic) */
+    uint64_t commit_early_at; /* deliveries that start a commit before the interval */
     /*
      * Stream ingresses (queue_type "stream"): each route's place file
      * (ingress_off.h; fd -1 for other routes; its stored/upto are what the
@@ -174,6 +175,8 @@ void bridge_stash_drain(struct bridge *b);
 /* bridge_commit.c */
 /* Commit what was appended and confirmed (unless a commit runs); ack what it covers. */
 void bridge_commit_and_ack(struct bridge *b);
+/* Half the smallest prefetch (at least 1): the deliveries that start a commit early. */
+uint64_t bridge_commit_early_at(const struct config *cfg);
 /* us until the pacing lets the next commit start (wal.commit_interval_ms); 0 = now. */
 uint64_t bridge_commit_wait_us(struct bridge *b, uint64_t mono_us);
 /* Commit now and wait for it (an operator's request that answers "durable"). */

@@ -41,11 +41,10 @@ int duewake_init(struct duewake *w, struct ev_loop *loop)
     return 0;
 }
 
-void duewake_arm(struct duewake *w, struct ev_loop *loop, uint64_t at_ms)
+void duewake_arm(struct duewake *w, uint64_t at_ms)
 {
     struct itimerspec its;
 
-    (void)loop;
     if (w->fd < 0)
         return;
     if (at_ms == UINT64_MAX)

@@ -32,7 +32,7 @@ struct duewake {
 /* 0, or -1 with errno (no timerfd: fd stays -1 and every other call is a no-op). */
 int duewake_init(struct duewake *w, struct ev_loop *loop);
 /* Arm at wall-clock ms at (disarm with 0 or UINT64_MAX); a no-op when already so. */
-void duewake_arm(struct duewake *w, struct ev_loop *loop, uint64_t at_ms);
+void duewake_arm(struct duewake *w, uint64_t at_ms);
 /* 1 when armed (the due time need not be counted into another timer). */
 static inline int duewake_on(const struct duewake *w)
 {

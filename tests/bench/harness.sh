@@ -1,6 +1,7 @@
 # shellcheck shell=bash disable=SC2034  # its globals are read by the scripts that source it
 # harness.sh -- one broker, the bridge and the load tools, as the end-to-end
-# benchmarks drive them (run.sh, ontime.sh); sourced, never run. Unlike
+# benchmarks drive them (run.sh, ontime.sh; hops.sh its broker and setup);
+# sourced, never run. Unlike
 # common.sh these read and set the caller's globals:
 #
 #   reads  WORK (the work directory), CONS and PUB (load_consume,
@@ -12,10 +13,68 @@
 #   sets   CONS_PID, BRIDGE_PID, HTTP_PORT, FAILED (an array the caller
 #          declares: what went missing), BROKER_SID, NODE_LOG, LAST_START,
 #          BROKER_VSN, ROUTE_EXTRA
-#   calls  say, die; get, calc, free_port (common.sh)
+#   calls  say, die; get, calc, free_port (common.sh); bench_setup and
+#          bench_cleanup also read ROOT, BUILD_DIR, BRIDGE, KEEP, PLUGIN_TMP
 #
 # Each load writes WORK/NAME.publish and WORK/NAME.consume, the tools'
 # key=value summary lines, which c and p read back for the report.
+
+# bench_setup NAME PORT STATE: the run's broker and work directory -- PORT,
+# DIST (2PORT), BROKER_DIR (BUILD_DIR/STATE), URI, RABBITMQ_SH; BENCH_PORT,
+# BENCH_DIST_PORT, BENCH_BROKER_DIR override -- and WORK (a new directory
+# delay-bridge-NAME.* under BENCH_TMP, default /var/tmp) with a private copy
+# of the bridge in it (a rebuild of the tree during the run must not mix
+# two builds): BRIDGE (the copy), BRIDGE_SRC, BRIDGE_BUILT.
+bench_setup() {
+    PORT=${BENCH_PORT:-$2}
+    DIST=${BENCH_DIST_PORT:-2$2}
+    BROKER_DIR=${BENCH_BROKER_DIR:-$BUILD_DIR/$3}
+    URI="amqp://guest:guest@127.0.0.1:$PORT/%2f"
+    RABBITMQ_SH=$ROOT/tests/integration/rabbitmq.sh
+    WORK=$(mktemp -d "${BENCH_TMP:-/var/tmp}/delay-bridge-$1.XXXXXX")
+    BRIDGE_SRC=$BRIDGE BRIDGE_BUILT=$(date -u -r "$BRIDGE" +%FT%TZ)
+    cp "$BRIDGE" "$WORK/delay-bridge"
+    BRIDGE=$WORK/delay-bridge
+}
+
+# bench_traps: on exit, however the run ended, bench_cleanup: the caller's
+# bench_cleanup_first when it defines one (run.sh: its perf recorders),
+# then the consumer, the bridge, the broker and the plugin's copy; the work
+# directory removed unless KEEP=1.
+bench_cleanup() {
+    local rc=$?
+    set +e
+    ! declare -F bench_cleanup_first >/dev/null || bench_cleanup_first
+    [ -n "$CONS_PID" ] && kill "$CONS_PID" 2>/dev/null
+    if [ -n "$BRIDGE_PID" ] && kill -0 "$BRIDGE_PID" 2>/dev/null; then
+        kill -TERM "$BRIDGE_PID"; wait "$BRIDGE_PID" 2>/dev/null
+    fi
+    bash "$RABBITMQ_SH" stop "$BROKER_DIR" >/dev/null 2>&1
+    [ -z "$PLUGIN_TMP" ] || rm -rf "$PLUGIN_TMP"
+    if [ "$KEEP" = 1 ]; then
+        say "work directory kept: $WORK"
+    else
+        rm -rf "$WORK"
+    fi
+    exit "$rc"
+}
+bench_traps() {
+    trap bench_cleanup EXIT
+    trap 'say "error: line $LINENO: \"$BASH_COMMAND\" failed"' ERR
+    trap 'exit 130' INT TERM
+}
+
+# wait_ready NAME PID ERRFILE: until consumer PID touched WORK/NAME.ready
+# (basic.consume-ok); die showing ERRFILE when it ended first or took 30 s.
+wait_ready() {
+    for _ in $(seq 300); do
+        [ -e "$WORK/$1.ready" ] && return 0
+        kill -0 "$2" 2>/dev/null || break
+        sleep 0.1
+    done
+    cat "$3" >&2
+    die "consumer $1 did not start"
+}
 
 # consume NAME COUNT TAG [extra options]: a consumer on bench.out, in the background.
 consume() {
@@ -26,13 +85,7 @@ consume() {
         --count "$count" --tag "$tag" --ready-file "$WORK/$name.ready" "$@" \
         >"$WORK/$name.consume" 2>"$WORK/$name.consume.err" &
     CONS_PID=$!
-    for _ in $(seq 300); do
-        [ -e "$WORK/$name.ready" ] && return 0
-        kill -0 "$CONS_PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    cat "$WORK/$name.consume.err" >&2
-    die "consumer $name did not start"
+    wait_ready "$name" "$CONS_PID" "$WORK/$name.consume.err"
 }
 
 # consumed NAME: wait for the consumer; note missing messages.

@@ -123,14 +123,10 @@ done
 . "$HERE/common.sh"
 bench_preflight load_consume
 CONS=$TOOLS/load_consume
-PORT=${BENCH_PORT:-5696}
-DIST=${BENCH_DIST_PORT:-25696}
-BROKER_DIR=${BENCH_BROKER_DIR:-$BUILD_DIR/bench-hops-rabbitmq}
-URI="amqp://guest:guest@127.0.0.1:$PORT/%2f"
-RABBITMQ_SH=$ROOT/tests/integration/rabbitmq.sh
-WORK=$(mktemp -d "${BENCH_TMP:-/var/tmp}/delay-bridge-hops.XXXXXX")
-cp "$BRIDGE" "$WORK/delay-bridge"
-BRIDGE=$WORK/delay-bridge
+# consume, consumed, publish, bridge_*, broker_start, bench_setup, bench_traps, wait_ready;
+# c, p, srow, lat3, plus (the report)
+. "$HERE/harness.sh"
+bench_setup hops 5696 bench-hops-rabbitmq
 BRIDGE_PID="" CONS_PID="" HTTP_PORT="" BROKER_SID="" FAILED=() SKIPPED=()
 declare -A R
 # The broker as every report line names it: "RabbitMQ 4.0.5", from the
@@ -140,23 +136,7 @@ BROKER_VSN=$(sed -E 's/^(RabbitMQ [0-9]+(\.[0-9]+)*).*/\1/' <<<"${BROKER_DESC:-R
 # PLUGIN, PLUGIN_WHY, PLUGIN_NAME, PLUGIN_EX, plugin_decide, plugin_check_started
 . "$HERE/plugin.sh"
 
-cleanup() {
-    local rc=$?
-    set +e
-    [ -n "$CONS_PID" ] && kill "$CONS_PID" 2>/dev/null
-    [ -n "$BRIDGE_PID" ] && kill -TERM "$BRIDGE_PID" 2>/dev/null && wait "$BRIDGE_PID" 2>/dev/null
-    bash "$RABBITMQ_SH" stop "$BROKER_DIR" >/dev/null 2>&1
-    [ -z "$PLUGIN_TMP" ] || rm -rf "$PLUGIN_TMP"
-    if [ "$KEEP" = 1 ]; then say "work directory kept: $WORK"; else rm -rf "$WORK"; fi
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'say "error: line $LINENO: \"$BASH_COMMAND\" failed"' ERR
-trap 'exit 130' INT TERM
-
-# broker_start (a fresh node: BROKER_SID, BROKER_VSN, plugin_check_started); the
-# rest of harness.sh is run.sh's and ontime.sh's, unused here.
-. "$HERE/harness.sh"
+bench_traps
 
 stats() { curl -sf "http://127.0.0.1:$HTTP_PORT/stats" | jq -r "$1"; }
 
@@ -192,13 +172,7 @@ drain_bg() { # drain_bg NAME TAG [consumer options]: a consumer in the backgroun
     "$CONS" --uri "$URI" --queue bench.out --count "$N" --tag "$tag" --idle 20 \
         --ready-file "$WORK/$name.ready" "$@" >"$WORK/$name.consume" 2>>"$WORK/$name.err" &
     CONS_PID=$!
-    for _ in $(seq 300); do
-        [ -e "$WORK/$name.ready" ] && return 0
-        kill -0 "$CONS_PID" 2>/dev/null || break
-        sleep 0.05
-    done
-    cat "$WORK/$name.err" >&2
-    die "consumer $name did not start"
+    wait_ready "$name" "$CONS_PID" "$WORK/$name.err"
 }
 drain_wait() { # drain_wait NAME
     wait "$CONS_PID" || FAILED+=("$BROKER_VSN $VAR $1: $(get "$WORK/$1.consume" unique) of $N arrived")

@@ -97,16 +97,10 @@ fi
 bench_preflight load_consume
 CONS=$TOOLS/load_consume
 
-PORT=${BENCH_PORT:-5698}
-DIST=${BENCH_DIST_PORT:-25698}
-BROKER_DIR=${BENCH_BROKER_DIR:-$BUILD_DIR/bench-ontime-rabbitmq}
-URI="amqp://guest:guest@127.0.0.1:$PORT/%2f"
-RABBITMQ_SH=$ROOT/tests/integration/rabbitmq.sh
-WORK=$(mktemp -d "${BENCH_TMP:-/var/tmp}/delay-bridge-ontime.XXXXXX")
-# A private copy: a rebuild of the tree during the run must not mix two builds.
-BRIDGE_SRC=$BRIDGE BRIDGE_BUILT=$(date -u -r "$BRIDGE" +%FT%TZ)
-cp "$BRIDGE" "$WORK/delay-bridge"
-BRIDGE=$WORK/delay-bridge
+# consume, consumed, publish, bridge_*, broker_start, bench_setup, bench_traps, wait_ready;
+# c, p, srow, lat3, plus (the report)
+. "$HERE/harness.sh"
+bench_setup ontime 5698 bench-ontime-rabbitmq
 
 # Topology, as run.sh's: bench.target (direct) -> bench.out, routing key "bench".
 TARGET_EX=bench.target
@@ -120,29 +114,7 @@ BROKER_VSN=$(sed -E 's/^(RabbitMQ [0-9]+(\.[0-9]+)*).*/\1/' <<<"${BROKER_DESC:-R
 # PLUGIN, PLUGIN_WHY, PLUGIN_NAME, PLUGIN_EX, plugin_decide, plugin_check_started
 . "$HERE/plugin.sh"
 
-cleanup() {
-    local rc=$?
-    set +e
-    [ -n "$CONS_PID" ] && kill "$CONS_PID" 2>/dev/null
-    if [ -n "$BRIDGE_PID" ] && kill -0 "$BRIDGE_PID" 2>/dev/null; then
-        kill -TERM "$BRIDGE_PID"; wait "$BRIDGE_PID" 2>/dev/null
-    fi
-    bash "$RABBITMQ_SH" stop "$BROKER_DIR" >/dev/null 2>&1
-    [ -z "$PLUGIN_TMP" ] || rm -rf "$PLUGIN_TMP"
-    if [ "$KEEP" = 1 ]; then
-        say "work directory kept: $WORK"
-    else
-        rm -rf "$WORK"
-    fi
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'say "error: line $LINENO: \"$BASH_COMMAND\" failed"' ERR
-trap 'exit 130' INT TERM
-
-# consume, consumed, publish, bridge_config, bridge_launch, bridge_ready, bridge_stop,
-# broker_start; c, p, srow, srow_head, lat3, plus
-. "$HERE/harness.sh"
+bench_traps
 
 # load NAME RATE KIND: one load of N messages (tag: the next number), a
 # consumer on bench.out first; RATE 0 = full speed; KIND plain (to bench.target), bridge (x-delay
@@ -171,8 +143,7 @@ load() {
             --count "$N" --tag "$((TAG + 1000))" --purge --manual-ack 50 --prefetch 1000 \
             --ready-file "$WORK/$name-in.ready" >"$WORK/$name-in.consume" 2>"$WORK/$name-in.consume.err" &
         in_pid=$!
-        for _ in $(seq 300); do [ -e "$WORK/$name-in.ready" ] && break; sleep 0.1; done
-        [ -e "$WORK/$name-in.ready" ] || die "the acked hop's consumer of $name did not start"
+        wait_ready "$name-in" "$in_pid" "$WORK/$name-in.consume.err"
         consume "$name" "$N" "$TAG" --purge
         "$PUB" --uri "$URI" --mode plain --exchange bench.hop1 --routing-key bench --count "$N" \
             --tag "$((TAG + 1000))" "${pace[@]}" >"$WORK/$name-in.publish" 2>"$WORK/$name-in.publish.err" &

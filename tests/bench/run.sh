@@ -98,16 +98,10 @@ want() { [[ ",$SCENARIOS," == *",$1,"* ]]; }
 bench_preflight load_consume
 CONS=$TOOLS/load_consume
 
-PORT=${BENCH_PORT:-5695}
-DIST=${BENCH_DIST_PORT:-25695}
-BROKER_DIR=${BENCH_BROKER_DIR:-$BUILD_DIR/bench-rabbitmq}
-URI="amqp://guest:guest@127.0.0.1:$PORT/%2f"
-RABBITMQ_SH=$ROOT/tests/integration/rabbitmq.sh
-WORK=$(mktemp -d "${BENCH_TMP:-/var/tmp}/delay-bridge-bench.XXXXXX")
-# A private copy: a rebuild of the tree during the run must not mix two builds.
-BRIDGE_SRC=$BRIDGE BRIDGE_BUILT=$(date -u -r "$BRIDGE" +%FT%TZ)
-cp "$BRIDGE" "$WORK/delay-bridge"
-BRIDGE=$WORK/delay-bridge
+# consume, consumed, publish, bridge_*, broker_start, bench_setup, bench_traps, wait_ready;
+# c, p, srow, lat3, plus (the report)
+. "$HERE/harness.sh"
+bench_setup bench 5695 bench-rabbitmq
 
 # Sizes. Delays of steady and mixed are uniform in DELAY ms. A burst falls
 # due MARGIN0 ms plus 1.5 times the time its publishing should take from now.
@@ -143,32 +137,13 @@ BROKER_VSN=$(sed -E 's/^(RabbitMQ [0-9]+(\.[0-9]+)*).*/\1/' <<<"${BROKER_DESC:-R
 # PLUGIN_WHY says why not, in the words of the report (plugin.sh).
 . "$HERE/plugin.sh"
 
-cleanup() {
-    local rc=$?
-    set +e
+# the perf recorders first, on any exit (bench_cleanup, harness.sh)
+bench_cleanup_first() {
     for pid in $PERF_PID $PERF_ALL_PID; do kill -INT "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; done
-    [ -n "$CONS_PID" ] && kill "$CONS_PID" 2>/dev/null
-    if [ -n "$BRIDGE_PID" ] && kill -0 "$BRIDGE_PID" 2>/dev/null; then
-        kill -TERM "$BRIDGE_PID"; wait "$BRIDGE_PID" 2>/dev/null
-    fi
-    bash "$RABBITMQ_SH" stop "$BROKER_DIR" >/dev/null 2>&1
-    [ -z "$PLUGIN_TMP" ] || rm -rf "$PLUGIN_TMP"
-    if [ "$KEEP" = 1 ]; then
-        say "work directory kept: $WORK"
-    else
-        rm -rf "$WORK"
-    fi
-    exit "$rc"
 }
-trap cleanup EXIT
-trap 'say "error: line $LINENO: \"$BASH_COMMAND\" failed"' ERR
-trap 'exit 130' INT TERM
+bench_traps
 
 # ---------------------------------------------------------------- helpers
-
-# consume, consumed, publish, bridge_config, bridge_launch, bridge_ready, bridge_stop,
-# broker_start; c, p, srow, lat3, plus (the report)
-. "$HERE/harness.sh"
 
 stats() { curl -sf "http://127.0.0.1:$HTTP_PORT/stats" >"$WORK/stats.json" && jq -r "$1" "$WORK/stats.json"; }
 BROKER_SID=""

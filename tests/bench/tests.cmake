@@ -21,49 +21,40 @@ foreach(db_load load_publish load_consume)
   target_link_libraries(${db_load} PRIVATE PkgConfig::RABBITMQ)
 endforeach()
 
+# db_bench_smoke(NAME SCRIPT COST): `SCRIPT --smoke`, one at a time (lock
+# "bench"), label bench-smoke, skipped (77) without RabbitMQ, the build's
+# bridge and load tools.
+function(db_bench_smoke name script cost)
+  add_test(NAME ${name} COMMAND bash ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/${script} --smoke)
+  set_tests_properties(${name} PROPERTIES
+  FIXTURES_REQUIRED rabbitmq
+  LABELS bench-smoke
+  RESOURCE_LOCK bench
+  COST ${cost}
+  SKIP_RETURN_CODE 77
+  TIMEOUT 300
+  ENVIRONMENT "BUILD_DIR=${CMAKE_BINARY_DIR};BENCH_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;BENCH_TOOLS_DIR=$<TARGET_FILE_DIR:load_publish>")
+endfunction()
+
 # FIXTURES_REQUIRED rabbitmq only orders them (each smoke runs a broker of
 # its own): once a fixture's setup ends, ctest (3.25) starts every test that
 # requires it before any test that does not, whatever their COST, so without
 # it the two smokes (69 s one after the other, lock "bench") started after
 # the ~100 integration tests and were the suite's tail.
-add_test(NAME bench.smoke COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/run.sh --smoke)
-set_tests_properties(bench.smoke PROPERTIES
-  FIXTURES_REQUIRED rabbitmq
-  LABELS bench-smoke
-  RESOURCE_LOCK bench
-  COST 60
-  SKIP_RETURN_CODE 77
-  TIMEOUT 300
-  ENVIRONMENT "BUILD_DIR=${CMAKE_BINARY_DIR};BENCH_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;BENCH_TOOLS_DIR=$<TARGET_FILE_DIR:load_publish>")
+db_bench_smoke(bench.smoke run.sh 60)
 
 # bench.hops.smoke: `hops.sh --smoke`, the broker's CPU per hop (2k messages
 # per phase, its own RabbitMQ on 127.0.0.1:5696): checks only that every
 # message of every phase arrived. On RabbitMQ 4.0 (DB_RABBITMQ=4.0) with the
 # delayed-message plugin built, also its phase SP (about 43 s in all);
 # without it, a line says why and nothing fails.
-add_test(NAME bench.hops.smoke COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/hops.sh --smoke)
-set_tests_properties(bench.hops.smoke PROPERTIES
-  FIXTURES_REQUIRED rabbitmq
-  LABELS bench-smoke
-  RESOURCE_LOCK bench
-  COST 40
-  SKIP_RETURN_CODE 77
-  TIMEOUT 300
-  ENVIRONMENT "BUILD_DIR=${CMAKE_BINARY_DIR};BENCH_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;BENCH_TOOLS_DIR=$<TARGET_FILE_DIR:load_publish>")
+db_bench_smoke(bench.hops.smoke hops.sh 40)
 
 # bench.ontime.smoke: `ontime.sh --smoke`, lateness at 25/50/90 % of the
 # bridge's accept rate (2k messages a load, delays 1-3 s, its own RabbitMQ
 # on 127.0.0.1:5698; on 4.0 the plugin's loads too): checks only that every
 # message of every load arrived.
-add_test(NAME bench.ontime.smoke COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/ontime.sh --smoke)
-set_tests_properties(bench.ontime.smoke PROPERTIES
-  FIXTURES_REQUIRED rabbitmq
-  LABELS bench-smoke
-  RESOURCE_LOCK bench
-  COST 40
-  SKIP_RETURN_CODE 77
-  TIMEOUT 300
-  ENVIRONMENT "BUILD_DIR=${CMAKE_BINARY_DIR};BENCH_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;BENCH_TOOLS_DIR=$<TARGET_FILE_DIR:load_publish>")
+db_bench_smoke(bench.ontime.smoke ontime.sh 40)
 
 # bench.median: median.sh's parser (median.py) over two canned reports
 # (tests/bench/median-test/run-*.txt; numbers medianed, a cell that reads
