@@ -285,12 +285,12 @@ static void arm_wake(struct bridge *b, uint64_t now, uint64_t mono)
 {
     uint64_t sleep = MAX_SLEEP_MS;
 
-    if (!b->stopping && duewake_on(&b->due))
+    if (b->stopping)
+        duewake_arm(&b->due, 0); /* nothing fires while stopping */
+    else if (duewake_on(&b->due))
         duewake_arm(&b->due, eng_next_event(b->eng));
-    else if (!b->stopping)
-        sleep = min_u64(sleep, ms_until(eng_next_event(b->eng), now));
     else
-        duewake_arm(&b->due, 0);
+        sleep = min_u64(sleep, ms_until(eng_next_event(b->eng), now));
     sleep = min_u64(sleep, consumer_wait_ms(b->cons, mono));
     sleep = min_u64(sleep, publisher_wait_ms(b->pub, mono));
     if (eng_dirty(b->eng) && !eng_committing(b->eng) && !b->disk_full)
