@@ -45,6 +45,53 @@ enum delay_from {
                           a message without it counts from the bridge's receipt */
 };
 
+/*
+ * routes[].retry: a retry route (README, "Retries with backoff"). Consumers'
+ * queues name its ingress exchange as their dead-letter exchange; each
+ * message they reject comes back to the queue it failed in after the
+ * policy's delay (retry.h), and is parked after its last attempt.
+ */
+enum retry_jitter {
+    RETRY_JITTER_NONE,  /* "none": the delay d */
+    RETRY_JITTER_FULL,  /* "full": uniform in [0, d] */
+    RETRY_JITTER_EQUAL, /* "equal": ceil(d/2) + uniform in [0, floor(d/2)] */
+};
+
+/* x-death reasons a retry route retries ("reasons"); the others are parked. */
+#define RETRY_REASON_REJECTED 0x1u       /* "rejected": basic.reject / nack, requeue false */
+#define RETRY_REASON_DELIVERY_LIMIT 0x2u /* "delivery_limit": a quorum queue's x-delivery-limit */
+#define RETRY_REASON_EXPIRED 0x4u        /* "expired": message or queue TTL */
+#define RETRY_REASON_MAXLEN 0x8u         /* "maxlen": x-max-length overflow (reject-publish-dlx) */
+
+#define CONFIG_RETRY_MAX_ATTEMPTS 10000
+#define CONFIG_RETRY_MAX_QUEUES 1024 /* entries of retry.queues */
+
+/* The five keys of a policy, for the route and for one queue (retry.queues.NAME). */
+struct config_retry_policy {
+    uint64_t initial_ms;    /* "initial_ms": 1000, 1..max_delay_ms: the delay after the first failure */
+    double multiplier;      /* "multiplier": 2.0, 1.0..100.0 */
+    uint64_t max_ms;        /* "max_ms": 3600000, initial_ms..max_delay_ms: the longest one delay */
+    enum retry_jitter jitter; /* "jitter": "none" | "full" | "equal" */
+    uint32_t max_attempts;  /* "max_attempts": 5, 1..10000: deliveries in all, the first included */
+};
+
+struct config_retry_queue {
+    char queue[CONFIG_NAME_MAX + 1];    /* the key of retry.queues */
+    struct config_retry_policy policy;  /* the route's, with this entry's keys over it */
+};
+
+struct config_retry {
+    struct config_retry_policy policy;
+    char parking_exchange[CONFIG_NAME_MAX + 1]; /* "parking_exchange": required */
+    char parking_queue[CONFIG_NAME_MAX + 1];    /* "parking_queue": "" = not declared; else the
+                                                   bridge declares parking_exchange (topic) and
+                                                   this queue bound to it with "#" */
+    unsigned reasons;                           /* "reasons": RETRY_REASON_REJECTED |
+                                                   RETRY_REASON_DELIVERY_LIMIT */
+    struct config_retry_queue *queues;          /* "queues": {} ; owned, malloc'd */
+    int nqueues;
+};
+
 enum invalid_delay_policy {
     INVALID_DELAY_PUBLISH,     /* publish at once, like the plugin (default) */
     INVALID_DELAY_DEAD_LETTER, /* publish to dead_letter_exchange with x-delay-error */
@@ -76,6 +123,14 @@ struct config_route {
     char dead_letter_exchange[CONFIG_NAME_MAX + 1]; /* required when invalid_delay is dead-letter */
     char unroutable_exchange[CONFIG_NAME_MAX + 1];  /* "": a returned (unroutable) message is
                                                        counted and logged; else it goes there */
+    /*
+     * "retry": NULL for a delayed route; owned, malloc'd. A retry route has
+     * target_exchange "" (messages go back through the default exchange,
+     * routing key = their queue), invalid_delay "dead-letter" and both
+     * dead_letter_exchange and unroutable_exchange set to
+     * retry->parking_exchange: config_parse fills them, the file may not.
+     */
+    struct config_retry *retry;
 };
 
 /*

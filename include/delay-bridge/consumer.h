@@ -73,6 +73,17 @@ struct delivery {
                                              now_ms + delay_ms, exactly what x-delay-until
                                              or the stamp asked for */
     int unstamped;                        /* delay_from "broker", no timestamp_in_ms: from now */
+    /*
+     * A retry route (routes[].retry, retry.h): the queue the message was
+     * dead-lettered from (NULL: none named; it becomes the record's routing
+     * key), the attempt that failed, and whether a drain handed it over
+     * mid-delay (xdelay and delay_ms are then its x-delay's, what remained).
+     * Otherwise xdelay says what retry_judge() decided: a delay or a park.
+     */
+    const char *retry_queue;
+    size_t retry_queue_len;
+    uint32_t retry_failed;
+    int retry_handback;
     const uint8_t *props;                 /* the properties AMQP-encoded, without the */
     int props_len;                        /* broker's x-delivery-count; < 0: cannot encode */
     /* key_event: the event's headers (bridge_keys.c); ok 0 when one is missing or mistyped */

@@ -150,6 +150,25 @@ struct db_wal_stats {
     int repl_resumed;
 };
 
+/*
+ * Retry routes (routes[].retry): one row per (route, queue the message
+ * failed in), in the order first seen; at most DB_RETRY_QUEUES_MAX queues
+ * a route, the rest counted together under queue "_other", so a client
+ * inventing queue names cannot grow the metrics without bound.
+ */
+#define DB_RETRY_QUEUES_MAX 256
+#define DB_RETRY_BUCKETS 9 /* failed attempt n: le 1, 2, 3, 5, 10, 20, 50, 100, +Inf */
+extern const uint32_t db_retry_le[DB_RETRY_BUCKETS - 1];
+
+struct db_retry_stats {
+    const char *route;
+    const char *queue;
+    uint64_t retries;             /* dead-letters held for another attempt */
+    uint64_t parked[5];           /* parked, by reason: retry.h's retry_park_reasons order */
+    uint64_t attempts[DB_RETRY_BUCKETS]; /* failed attempt number, per bucket, NOT cumulative */
+    uint64_t attempts_sum, attempts_n;
+};
+
 struct db_stats {
     const char *version;
     const char *instance;       /* instance name from the config, "" if none */
@@ -197,6 +216,8 @@ struct db_stats {
 
     int nroutes;
     struct db_route_stats *routes;
+    int nretry;
+    const struct db_retry_stats *retry; /* every retry route's rows (above) */
 };
 
 #endif

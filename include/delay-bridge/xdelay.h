@@ -40,6 +40,10 @@ enum xdelay_status {
     XDELAY_DT_ETOOBIG = 8,     /* x-opt-delivery-time more than max_delay_ms ahead */
     XDELAY_DD_EINVALID = 9,    /* x-opt-delivery-delay not a number we accept */
     XDELAY_DD_ETOOBIG = 10,    /* x-opt-delivery-delay above max_delay_ms */
+    /* A retry route's parks (retry.h): never a publisher's x-delay, always dead-lettered. */
+    XDELAY_RETRY_LAST = 11,    /* its last attempt failed (retry.max_attempts) */
+    XDELAY_RETRY_REASON = 12,  /* dead-lettered for a reason the route does not retry */
+    XDELAY_RETRY_NOQUEUE = 13, /* no x-death names a queue: not a dead-letter */
 };
 /* The numbers are stored in the WAL (dead-lettered records): never renumber. */
 

@@ -425,8 +425,8 @@ struct json_object *amqp_msg_props_json(const uint8_t *props, size_t len)
 }
 
 /* Set name = v in p's headers, in a copy of the table that lives in pool. */
-static void set_value(amqp_basic_properties_t *p, amqp_pool_t *pool, const char *name,
-                      amqp_field_value_t v)
+void amqp_msg_set_value(amqp_basic_properties_t *p, amqp_pool_t *pool, const char *name,
+                        amqp_field_value_t v)
 {
     int n = (p->_flags & AMQP_BASIC_HEADERS_FLAG) && p->headers.entries ? p->headers.num_entries
                                                                          : 0;
@@ -444,7 +444,7 @@ static void set_value(amqp_basic_properties_t *p, amqp_pool_t *pool, const char 
 void amqp_msg_set_header(amqp_basic_properties_t *p, amqp_pool_t *pool, const char *name,
                          const char *value)
 {
-    set_value(p, pool, name, pool_string(pool, value, strlen(value)));
+    amqp_msg_set_value(p, pool, name, pool_string(pool, value, strlen(value)));
 }
 
 void amqp_msg_set_delay(amqp_basic_properties_t *p, amqp_pool_t *pool, int64_t ms)
@@ -454,18 +454,23 @@ void amqp_msg_set_delay(amqp_basic_properties_t *p, amqp_pool_t *pool, int64_t m
     memset(&v, 0, sizeof(v));
     v.kind = AMQP_FIELD_KIND_I64;
     v.value.i64 = ms;
-    set_value(p, pool, H_XDELAY, v);
+    amqp_msg_set_value(p, pool, H_XDELAY, v);
     amqp_msg_drop_stamp(p); /* the table is the pool's copy now */
 }
 
-void amqp_msg_drop_stamp(amqp_basic_properties_t *p)
+void amqp_msg_drop_header(amqp_basic_properties_t *p, const char *name)
 {
     int k = 0;
 
     if (!(p->_flags & AMQP_BASIC_HEADERS_FLAG))
         return;
     for (int i = 0; i < p->headers.num_entries; i++)
-        if (!key_is(p->headers.entries[i].key, H_STAMP))
+        if (!key_is(p->headers.entries[i].key, name))
             p->headers.entries[k++] = p->headers.entries[i];
     p->headers.num_entries = k;
+}
+
+void amqp_msg_drop_stamp(amqp_basic_properties_t *p)
+{
+    amqp_msg_drop_header(p, H_STAMP);
 }

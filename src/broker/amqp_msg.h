@@ -90,6 +90,17 @@ void amqp_msg_set_header(amqp_basic_properties_t *p, amqp_pool_t *pool, const ch
                          const char *value);
 
 /*
+ * Set header name = v in p, replacing an entry of that name (later
+ * duplicates dropped) or appending one; the new table lives in pool, and
+ * so must whatever v points to.
+ */
+void amqp_msg_set_value(amqp_basic_properties_t *p, amqp_pool_t *pool, const char *name,
+                        amqp_field_value_t v);
+
+/* Remove every entry called name from p's header table, in place (the caller's table). */
+void amqp_msg_drop_header(amqp_basic_properties_t *p, const char *name);
+
+/*
  * The value of header name when it is a string (AMQP long string 'S' or byte
  * array 'x'): returns 1 with *p, *len pointing into headers; 0 when the
  * header is absent; -1 when it has another type.

@@ -73,6 +73,7 @@
 #include "base/xalloc.h"
 #include "amqp_conn.h"
 #include "amqp_msg.h"
+#include "amqp_retry.h"
 #include "consumer_int.h"
 
 #define EVENT_CONFIRM_MS 5000 /* an event unconfirmed this long drops the connection */
@@ -370,6 +371,27 @@ static int header_i64(const amqp_table_t *h, const char *name, int64_t *v)
     return 0;
 }
 
+/*
+ * A retry route's delivery: where it failed and what the policy says
+ * (retry.h). A drain's hand-back keeps what remained of its delay, in its
+ * x-delay; it has failed no new attempt.
+ */
+static void read_retry(struct delivery *d, const amqp_table_t *h, const struct config_route *rc)
+{
+    struct retry_in in;
+
+    amqp_retry_in(h, &in);
+    d->retry_queue = in.queue;
+    d->retry_queue_len = in.queue_len;
+    if (in.handback && in.queue) {
+        d->retry_handback = 1;
+        d->retry_failed = in.attempt >= 1 ? (uint32_t)in.attempt : 1;
+        d->xdelay = amqp_msg_due(h, d->now_ms, rc->max_delay_ms, &d->delay_ms);
+        return;
+    }
+    d->xdelay = retry_judge(rc->retry, &in, clock_rand64(), &d->retry_failed, &d->delay_ms);
+}
+
 /* What the owner needs of d's headers and properties (see the top of the file). */
 static void read_headers(struct consumer *c, struct delivery *d,
                          const amqp_basic_properties_t *props)
@@ -391,7 +413,9 @@ static void read_headers(struct consumer *c, struct delivery *d,
     const struct config_route *rc = &c->cfg->routes[d->route];
     d->unstamped = 0;
     d->now_ms = clock_receipt_ms(); /* wall clock, rounded up: the base of a due time */
-    if (rc->delay_from == DELAY_FROM_BROKER)
+    if (rc->retry)
+        read_retry(d, h, rc);
+    else if (rc->delay_from == DELAY_FROM_BROKER)
         d->xdelay = amqp_msg_due_stamped(h, d->now_ms, rc->max_delay_ms, &d->delay_ms,
                                          &d->unstamped);
     else

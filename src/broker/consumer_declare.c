@@ -159,10 +159,41 @@ static int declare_key_events(struct amqp_conn *conn, const struct config_route 
     return amqp_conn_check(conn, "consume the key-event queue", err, len);
 }
 
+/*
+ * A retry route's parking (retry.parking_queue set): the parking exchange,
+ * topic, so that an operator can bind per queue (a parked message's routing
+ * key is the queue it failed in), and the parking queue bound with "#", of
+ * the ingress queue's type (a stream ingress is refused for retry routes).
+ */
+static int declare_parking(struct amqp_conn *conn, const struct config_route *rc, char *err,
+                           size_t len)
+{
+    const struct config_retry *rt = rc->retry;
+    amqp_table_entry_t qarg[1];
+    amqp_table_t qargs = {0, qarg};
+
+    amqp_exchange_declare(conn->st, CONSUMER_CHANNEL, amqp_cstring_bytes(rt->parking_exchange),
+                          amqp_cstring_bytes("topic"), 0, 1, 0, 0, amqp_empty_table);
+    if (amqp_conn_check(conn, "declare the parking exchange", err, len) < 0)
+        return -1;
+    if (rc->queue_type == QUEUE_QUORUM)
+        arg_str(&qargs, "x-queue-type", "quorum");
+    amqp_queue_declare(conn->st, CONSUMER_CHANNEL, amqp_cstring_bytes(rt->parking_queue), 0, 1,
+                       0, 0, qargs);
+    if (amqp_conn_check(conn, "declare the parking queue", err, len) < 0)
+        return -1;
+    amqp_queue_bind(conn->st, CONSUMER_CHANNEL, amqp_cstring_bytes(rt->parking_queue),
+                    amqp_cstring_bytes(rt->parking_exchange), amqp_cstring_bytes("#"),
+                    amqp_empty_table);
+    return amqp_conn_check(conn, "bind the parking queue", err, len);
+}
+
 int cons_declare_route(struct amqp_conn *conn, const struct config_route *rc, const char *holder,
                        int ingress_held, int64_t stream_next, char *err, size_t len)
 {
     if (declare_ingress(conn, rc, err, len) < 0)
+        return -1;
+    if (rc->retry && rc->retry->parking_queue[0] && declare_parking(conn, rc, err, len) < 0)
         return -1;
     if (rc->declare_target && rc->target_exchange[0]) {
         amqp_exchange_declare(conn->st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->target_exchange),

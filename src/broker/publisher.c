@@ -43,6 +43,7 @@
 #include <sys/socket.h>
 
 #include "amqp_msg.h"
+#include "amqp_retry.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/xalloc.h"
@@ -598,6 +599,29 @@ int publisher_ready(const struct publisher *p, int route)
            pub_out_pending(p) < OUT_HIGH_WATER;
 }
 
+/*
+ * A retry route's message (amqp_retry.h): sent back to its queue (the
+ * record's routing key), parked (dead-lettered: retry.h's reason; or
+ * diverted, its queue gone), or handed back by a drain.
+ */
+static void retry_headers(struct publisher *p, amqp_basic_properties_t *out,
+                          const struct walrec_add *a, const struct msgrec_out *o)
+{
+    int parked = (a->flags & WALREC_ADD_DEADLETTER) != 0;
+    int gone = o->original_exchange && !parked;
+    char q[256];
+
+    snprintf(q, sizeof(q), "%.*s", (int)a->routing_key_len, a->routing_key);
+    if (o->handback)
+        amqp_retry_out(out, &p->pool, AMQP_RETRY_HANDBACK, a->enqueue_ms, NULL, NULL);
+    else if (parked || gone)
+        amqp_retry_out(out, &p->pool, AMQP_RETRY_PARK, a->enqueue_ms,
+                       a->error == XDELAY_RETRY_NOQUEUE ? NULL : q,
+                       retry_park_reason(a->error, gone));
+    else
+        amqp_retry_out(out, &p->pool, AMQP_RETRY_BACK, a->enqueue_ms, q, NULL);
+}
+
 int publisher_send(struct publisher *p, int route, uint32_t ref, const struct walrec_add *a,
                    const struct msgrec_out *o)
 {
@@ -628,6 +652,8 @@ int publisher_send(struct publisher *p, int route, uint32_t ref, const struct wa
         amqp_msg_set_header(&out, &p->pool, "x-original-exchange", o->original_exchange);
         amqp_msg_set_header(&out, &p->pool, "x-original-routing-key", rk);
     }
+    if (r->cfg->retry)
+        retry_headers(p, &out, a, o);
     amqp_bytes_t body = {a->body_len, (void *)a->body};
     amqp_basic_publish_t m = {.exchange = amqp_cstring_bytes(o->exchange),
                               .routing_key = {a->routing_key_len, (void *)a->routing_key},

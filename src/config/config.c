@@ -482,7 +482,9 @@ static int route_names(struct ctx *x, struct config_route *r, json_object *o, co
     if (cfg_get_str(x, o, pre, "ingress_queue", REQUIRED | NONEMPTY, r->ingress_queue,
                 CONFIG_NAME_MAX) < 0)
         return -1;
-    if (cfg_get_str(x, o, pre, "target_exchange", REQUIRED, r->target_exchange, CONFIG_NAME_MAX) < 0)
+    /* a retry route has none: it sends back through the default exchange (config_retry.c) */
+    if (!cfg_route_is_retry(o) &&
+        cfg_get_str(x, o, pre, "target_exchange", REQUIRED, r->target_exchange, CONFIG_NAME_MAX) < 0)
         return -1;
     return 0;
 }
@@ -624,7 +626,7 @@ static int parse_route(struct ctx *x, struct config_route *r, json_object *o, in
         "declare_target", "target_type", "prefetch", "max_inflight", "max_delay_ms",
         "invalid_delay", "dead_letter_exchange", "unroutable_exchange",
         "single_active_consumer", "share_keys", "stream_max_age", "stream_max_mb", "delay_from",
-        NULL
+        "retry", NULL
     };
     char pre[32], got[96];
     snprintf(pre, sizeof pre, "routes[%d]", idx);
@@ -634,7 +636,8 @@ static int parse_route(struct ctx *x, struct config_route *r, json_object *o, in
         return -1;
     route_defaults(r);
     if (route_names(x, r, o, pre) < 0 || route_kinds(x, r, o, pre) < 0 ||
-        route_limits(x, r, o, pre) < 0 || route_side_exits(x, r, o, pre) < 0)
+        route_limits(x, r, o, pre) < 0 || route_side_exits(x, r, o, pre) < 0 ||
+        cfg_parse_route_retry(x, r, o, pre) < 0)
         return -1;
     return route_check_rules(x, r, pre);
 }
@@ -655,8 +658,10 @@ static int parse_routes(struct ctx *x, struct config *c, json_object *root)
     memset(c->routes, 0, n * sizeof *c->routes);
     for (size_t i = 0; i < n; i++) {
         struct config_route *r = &c->routes[i];
-        if (parse_route(x, r, json_object_array_get_idx(a, i), (int)i) < 0)
+        if (parse_route(x, r, json_object_array_get_idx(a, i), (int)i) < 0) {
+            cfg_free_route_retry(r); /* not counted in nroutes yet */
             return -1;
+        }
         c->nroutes = (int)i + 1;
         for (size_t j = 0; j < i; j++) {
             const struct config_route *p = &c->routes[j];
@@ -855,6 +860,8 @@ void config_free(struct config *c)
         free(c->uris[i]);
         c->uris[i] = NULL;
     }
+    for (int i = 0; c->routes && i < c->nroutes; i++)
+        cfg_free_route_retry(&c->routes[i]);
     free(c->routes);
     memset(c, 0, sizeof *c);
 }

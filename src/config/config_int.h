@@ -151,6 +151,19 @@ int cfg_parse_route_stream(struct ctx *x, struct config_route *r, json_object *o
                            const char *pre);
 int cfg_check_stream_routes(struct ctx *x, const struct config *c);
 
+/* ---- config_retry.c ---- */
+
+/* o (a route object) has a "retry" key: a retry route. */
+int cfg_route_is_retry(json_object *o);
+/*
+ * routes[i].retry into r->retry (allocated; NULL when absent), after the
+ * route's other keys: refuses the keys a retry route cannot have, and
+ * fills target, dead-letter and unroutable exchanges for parking.
+ */
+int cfg_parse_route_retry(struct ctx *x, struct config_route *r, json_object *o,
+                          const char *pre);
+void cfg_free_route_retry(struct config_route *r);
+
 /* uri carries a password of its own: amqp[s]://user:PASSWORD@host... */
 int cfg_uri_has_password(const char *uri);
 

@@ -117,7 +117,9 @@ static void on_confirmed(void *arg, int route, uint32_t ref, int ok, int returne
         }
         if ((ev = log_ratelimit(&b->counts[route].rl_return, mono, 10000)))
             log_warn("publish",
-                     rc->unroutable_exchange[0]
+                     rc->retry ? "parked message returned by the parking exchange (no queue "
+                                 "bound to it): dropped; set routes[].retry.parking_queue"
+                     : rc->unroutable_exchange[0]
                          ? "unroutable message returned by the unroutable exchange too: dropped"
                          : "unroutable message dropped by the broker (no queue bound at the "
                            "target; set routes[].unroutable_exchange to keep them)",
@@ -163,6 +165,9 @@ static void pump(struct bridge *b)
                 else
                     msgrec_to_publish(&a, &b->cfg->routes[i], b->log_id,
                                       eng_diverted(b->eng, m), &o);
+                if (b->cfg->routes[i].retry && o.original_exchange &&
+                    !(a.flags & WALREC_ADD_DEADLETTER))
+                    bridge_retry_gone(b, i, &a);
                 if (publisher_send(b->pub, i, m, &a, &o) < 0)
                     return; /* connection lost: everything in flight is due again */
                 FAILPOINT("bridge.after_publish");
@@ -621,6 +626,7 @@ void bridge_free(struct bridge *b)
     free(b->commit_next);
     free(b->counts);
     free(b->snap);
+    bridge_retry_free(b);
     eng_close(b->eng);
     free(b);
 }

@@ -113,6 +113,8 @@ struct bridge {
     int exit_code, done;
 
     struct db_route_stats *snap; /* bridge_stats() output */
+    struct bridge_retry *retry;  /* retry routes' counts per queue (bridge_retry.c); NULL
+                                    until the first is counted */
 
     /* The purge job (POST /purge), a bounded step per loop turn. */
     struct {
@@ -165,6 +167,15 @@ void bridge_key_event_again(struct bridge *b, int route, const struct walrec_add
 /* bridge_intake.c: deliveries in. */
 /* The consumer's delivery callback: into the log, or the stash while the gate is closed. */
 void bridge_on_delivery(void *arg, const struct delivery *d);
+
+/* bridge_retry.c: a retry route's delivery d, logged as a (held or parked). */
+void bridge_retry_taken(struct bridge *b, const struct delivery *d, const struct walrec_add *a,
+                        uint64_t mono);
+/* A retry sent back to a queue that is gone (returned): parked now. */
+void bridge_retry_gone(struct bridge *b, int route, const struct walrec_add *a);
+/* Every retry row, for the snapshot (valid until the next call). */
+const struct db_retry_stats *bridge_retry_rows(struct bridge *b, int *n);
+void bridge_retry_free(struct bridge *b);
 /* The consumer's state callback: a lost connection drops the stash. */
 void bridge_on_consumer_state(void *arg, int up);
 /* Follow the log's intake gate: cancel or restore the ingress consumers. */

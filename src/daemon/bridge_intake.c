@@ -94,6 +94,11 @@ static int delivery_record(const struct bridge *b, const struct delivery *d, str
                            d->props, (uint32_t)d->props_len, d->body, (uint32_t)d->body_size,
                            d->key_str, d->key_str ? d->key_len : 0, d->key < 0};
 
+    if (d->retry_queue) { /* a retry goes back to the queue it failed in: its routing key */
+        in.routing_key = d->retry_queue;
+        in.routing_key_len = d->retry_queue_len;
+    }
+
     /* d->now_ms, not now: a due time asked for is stored to the ms, whenever the clock ticks */
     return msgrec_from_delivery(a, &b->cfg->routes[d->route], &in, d->now_ms, d->xdelay,
                                 d->delay_ms);
@@ -228,13 +233,15 @@ static void take_delivery(struct bridge *b, const struct delivery *d)
         b->logged_tag = d->tag;
         return;
     }
-    if (r)
+    if (r && !b->cfg->routes[d->route].retry)
         note_invalid(b, d, &a, r, mono);
     r = eng_add(b->eng, (uint16_t)d->route, &a, NULL);
     if (r < 0) {
         bridge_fatal(b, "WAL append", r);
         return;
     }
+    if (b->cfg->routes[d->route].retry)
+        bridge_retry_taken(b, d, &a, mono);
     if (a.flags & WALREC_ADD_KEYED)
         bridge_key_event_out(b, d->route, "replace", a.key, a.key_len, a.enqueue_ms);
     if (d->unstamped)

@@ -208,6 +208,7 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
         stats_route(b, i, &b->snap[i]);
     s->nroutes = b->cfg->nroutes;
     s->routes = b->snap;
+    s->retry = bridge_retry_rows(b, &s->nretry);
 }
 
 void bridge_log_summary(struct bridge *b)

@@ -41,7 +41,7 @@ void dstash_put(struct dstash *s, const struct delivery *d)
     size_t n = (d->exchange ? d->exchange_len : 0) + (d->routing_key ? d->routing_key_len : 0) +
                body + (d->cancel_key ? d->cancel_key_len : 0) + (d->key_str ? d->key_len : 0) +
                props + (d->ev.kind ? d->ev.kind_len : 0) + (d->ev.key ? d->ev.key_len : 0) +
-               (d->ev.origin ? d->ev.origin_len : 0);
+               (d->ev.origin ? d->ev.origin_len : 0) + (d->retry_queue ? d->retry_queue_len : 0);
     struct dstash_item *it = xmalloc(sizeof(*it) + n);
     uint8_t *at = it->data;
 
@@ -57,6 +57,7 @@ void dstash_put(struct dstash *s, const struct delivery *d)
     take(&at, d->ev.kind, d->ev.kind_len, (const void **)&it->d.ev.kind);
     take(&at, d->ev.key, d->ev.key_len, (const void **)&it->d.ev.key);
     take(&at, d->ev.origin, d->ev.origin_len, (const void **)&it->d.ev.origin);
+    take(&at, d->retry_queue, d->retry_queue_len, (const void **)&it->d.retry_queue);
     if (s->tail)
         s->tail->next = it;
     else

@@ -388,7 +388,8 @@ int xdelay_invalid(enum xdelay_status s)
 {
     return s == XDELAY_EINVALID || s == XDELAY_ETOOBIG || s == XDELAY_UNTIL_EINVALID ||
            s == XDELAY_UNTIL_ETOOBIG || s == XDELAY_DT_EINVALID || s == XDELAY_DT_ETOOBIG ||
-           s == XDELAY_DD_EINVALID || s == XDELAY_DD_ETOOBIG;
+           s == XDELAY_DD_EINVALID || s == XDELAY_DD_ETOOBIG || s == XDELAY_RETRY_LAST ||
+           s == XDELAY_RETRY_REASON || s == XDELAY_RETRY_NOQUEUE;
 }
 
 const char *xdelay_strerror(enum xdelay_status s)
@@ -403,6 +404,11 @@ const char *xdelay_strerror(enum xdelay_status s)
     case XDELAY_DT_ETOOBIG: return "x-opt-delivery-time beyond max_delay_ms";
     case XDELAY_DD_EINVALID: return "invalid x-opt-delivery-delay";
     case XDELAY_DD_ETOOBIG: return "x-opt-delivery-delay above max_delay_ms";
+    case XDELAY_RETRY_LAST: return "retry: the last attempt failed (retry.max_attempts)";
+    case XDELAY_RETRY_REASON: return "retry: dead-lettered for a reason the route does not retry "
+                                     "(retry.reasons)";
+    case XDELAY_RETRY_NOQUEUE: return "retry: no x-death names the queue it failed in (not "
+                                      "dead-lettered by a queue)";
     default: return "";
     }
 }

@@ -35,6 +35,9 @@ static const char *st_name(enum xdelay_status s)
     case XDELAY_DT_ETOOBIG: return "DT_ETOOBIG";
     case XDELAY_DD_EINVALID: return "DD_EINVALID";
     case XDELAY_DD_ETOOBIG: return "DD_ETOOBIG";
+    case XDELAY_RETRY_LAST: return "RETRY_LAST";
+    case XDELAY_RETRY_REASON: return "RETRY_REASON";
+    case XDELAY_RETRY_NOQUEUE: return "RETRY_NOQUEUE";
     }
     return "?";
 }

@@ -1,0 +1,49 @@
+/*
+ * amqp_retry.h -- a retry route's headers, in from the broker's
+ * dead-lettering and out on the message sent back or parked.
+ *
+ * The AMQP side of retry.h's decisions. In: x-death (an array of tables,
+ * the newest first: its first entry's queue and reason), falling back to
+ * x-last-death-queue (4.x) and x-first-death-queue; the bridge's own
+ * x-retry-attempt; the drain's hand-back mark. Out: the headers README
+ * ("Retries with backoff") lists for a returned and for a parked message.
+ * Unit-tested over hand-built tables (tests/unit/test_amqp_retry.c).
+ */
+#ifndef DB_AMQP_RETRY_H
+#define DB_AMQP_RETRY_H
+
+#include <stdint.h>
+
+#include <amqp.h>
+
+#include "delay-bridge/retry.h"
+
+#define H_RETRY_ATTEMPT "x-retry-attempt"   /* long: which attempt this delivery is (>= 2) */
+#define H_RETRY_ATTEMPTS "x-retry-attempts" /* long, parked: attempts made */
+#define H_RETRY_HISTORY "x-retry-history"   /* array of long: ms of each failure, oldest first */
+#define H_RETRY_PARKED "x-retry-parked-reason" /* string, parked: retry_park_reason() */
+#define H_RETRY_QUEUE "x-retry-queue"       /* string, parked: the queue it failed in */
+#define H_HANDBACK "x-delay-bridge-handback" /* a drain's hand-back of a retry, mid-delay */
+#define RETRY_HISTORY_MAX 32                /* failures x-retry-history keeps, the newest */
+
+/* What headers (may be NULL) say of a dead-letter: *in filled, pointers into headers. */
+void amqp_retry_in(const amqp_table_t *headers, struct retry_in *in);
+
+/* How a retry route's message leaves the bridge. */
+enum amqp_retry_way {
+    AMQP_RETRY_BACK,     /* to its queue: x-retry-attempt = failed + 1, history + failed_ms */
+    AMQP_RETRY_PARK,     /* to the parking exchange: reason, attempts, history, queue */
+    AMQP_RETRY_HANDBACK, /* a drain: to the retry ingress, marked, counts unchanged */
+};
+
+/*
+ * Rewrite p (the outgoing copy, its table in pool) for way. failed_ms is
+ * when the bridge received the failure (the record's enqueue time); queue
+ * (NUL-terminated) the queue it failed in, or NULL; reason the park's
+ * (AMQP_RETRY_PARK only). The hand-back mark is removed on every way but
+ * AMQP_RETRY_HANDBACK, so it never reaches a consumer.
+ */
+void amqp_retry_out(amqp_basic_properties_t *p, amqp_pool_t *pool, enum amqp_retry_way way,
+                    uint64_t failed_ms, const char *queue, const char *reason);
+
+#endif
