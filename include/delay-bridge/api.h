@@ -18,10 +18,13 @@
  *
  * Held messages (each answered with JSON; the daemon does the work through
  * the api_ops below, and says whether the change is durable):
- *   GET    /pending?route=R[&limit=N][&after=CURSOR]
+ *   GET    /pending?route=R[&limit=N][&after=CURSOR][&queue=Q]
  *                  R's pending messages in due order, N per page (default
  *                  100, at most 1000), and "next" -- the cursor of the next
- *                  page, null after the last
+ *                  page, null after the last. queue=Q keeps those whose
+ *                  routing key is Q: on a retry route, the retries of
+ *                  queue Q (a page then looks at up to 10,000 messages and
+ *                  may hold fewer than N with a "next" to follow)
  *   GET    /pending/R/KEY   the message with x-delay-key KEY, with its headers
  *   DELETE /pending/R/KEY   cancel it: 200 {"cancelled": true}, or 404 when no
  *                  such key is pending (unknown, published or in flight)
@@ -77,7 +80,7 @@ struct api_ops {
      * with {"error": "..."}). NULL: the endpoint answers 404.
      */
     int (*pending_list)(void *arg, const char *route, const char *after, unsigned limit,
-                        struct json_object *out);
+                        const char *queue, struct json_object *out);
     int (*pending_get)(void *arg, const char *route, const char *key, struct json_object *out);
     int (*pending_cancel)(void *arg, const char *route, const char *key,
                           struct json_object *out);

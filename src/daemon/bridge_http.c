@@ -49,14 +49,17 @@ static struct json_object *message_json(struct bridge *b, const struct eng_item 
                             amqp_msg_props_json(a->props, a->props_len), full);
 }
 
+/* Messages one filtered page of /pending looks at, at most (api.h). */
+#define PENDING_SCAN_MAX 10000
+
 static int api_pending_list(void *arg, const char *route, const char *after, unsigned limit,
-                            struct json_object *out)
+                            const char *queue, struct json_object *out)
 {
     struct bridge *b = arg;
-    int ri = route_by_name(b, route), more, r;
+    int ri = route_by_name(b, route), more = 1, r;
     uint64_t after_due = 0, after_id = 0, next_due, next_id;
+    size_t qlen = queue ? strlen(queue) : 0, scanned = 0, kept = 0, n, i;
     struct eng_item *items;
-    size_t n, i;
 
     if (!b->eng)
         return api_fail(out, 503, "recovering");
@@ -72,20 +75,41 @@ static int api_pending_list(void *arg, const char *route, const char *after, uns
             return api_fail(out, 400, "after: expected the cursor of a previous page");
     }
     items = xmalloc(limit * sizeof(*items));
-    n = eng_list(b->eng, (uint16_t)ri, after_due, after_id, items, limit, &more, &next_due,
-                 &next_id);
     struct json_object *arr = json_object_new_array();
-    for (i = 0; i < n; i++) {
-        struct walrec_add a;
-        if ((r = eng_read(b->eng, items[i].m, &a)) < 0) {
-            free(items);
-            json_object_put(arr);
-            return api_fail(out, 500, eng_strerror(r));
+    /* Unfiltered: one page. Filtered: pages until limit kept or the scan bound. */
+    int pages = 0;
+    do {
+        n = eng_list(b->eng, (uint16_t)ri, after_due, after_id, items, limit, &more, &next_due,
+                     &next_id);
+        scanned += n ? 0 : ENG_LIST_BUDGET / 64; /* an empty page walked, but did not stop */
+        for (i = 0; i < n && kept < limit; i++) {
+            struct walrec_add a;
+            if ((r = eng_read(b->eng, items[i].m, &a)) < 0) {
+                free(items);
+                json_object_put(arr);
+                return api_fail(out, 500, eng_strerror(r));
+            }
+            after_due = items[i].due_ms;
+            after_id = items[i].id;
+            scanned++;
+            if (queue && (a.routing_key_len != qlen || memcmp(a.routing_key, queue, qlen)))
+                continue;
+            json_object_array_add(arr, message_json(b, &items[i], &a, 0));
+            kept++;
         }
-        json_object_array_add(arr, message_json(b, &items[i], &a, 0));
-    }
+        if (i < n) { /* stopped inside the page: the rest of it comes next */
+            more = 1;
+            next_due = after_due;
+            next_id = after_id;
+        } else if (more) {
+            after_due = next_due;
+            after_id = next_id;
+        }
+    } while (queue && more && kept < limit && scanned < PENDING_SCAN_MAX && ++pages < 100);
     json_object_object_add(out, "route", json_object_new_string(route));
-    json_object_object_add(out, "count", json_object_new_uint64(n));
+    if (queue)
+        json_object_object_add(out, "queue", json_object_new_string(queue));
+    json_object_object_add(out, "count", json_object_new_uint64(kept));
     json_object_object_add(out, "messages", arr);
     if (more) {
         char cursor[48];

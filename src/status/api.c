@@ -63,7 +63,10 @@
  *     "routes": [ { "name", "target_exchange", <every counter and gauge of
  *                   struct db_route_stats under its field name>,
  *                   "next_due_ms", "next_due", "channel_open": bool,
- *                   "lateness": { "count", "sum_seconds" } } ] }
+ *                   "lateness": { "count", "sum_seconds" } } ],
+ *     "retry": [ { "route", "queue", "retries", "parked": { "max_attempts", "reason",
+ *                  "no_queue", "queue_gone", "invalid" }, "attempts_le": { "1", "2", ...,
+ *                  "+Inf": cumulative counts }, "attempts_sum" } ] (retry routes, per queue) }
  *
  * Pure: the snapshot comes from api_ops, the answer goes to a strbuf; the
  * json-c objects live only inside render_stats() and the section builders
@@ -81,6 +84,7 @@
 #include <json-c/json.h>
 
 #include "base/clock.h"
+#include "delay-bridge/retry.h"
 #include "delay-bridge/walrec.h"
 #include "metrics.h"
 #include "ui.h"
@@ -197,6 +201,38 @@ static json_object *route_json(const struct db_route_stats *r)
 }
 
 /* /stats "recovery": whether the held set is back, and how long it took. */
+/* Retry routes, a row per (route, queue): retries, parks by reason, attempts. */
+static json_object *retry_json(const struct db_stats *s)
+{
+    json_object *a = json_object_new_array();
+
+    for (int i = 0; s->retry && i < s->nretry; i++) {
+        const struct db_retry_stats *r = &s->retry[i];
+        json_object *o = json_object_new_object(), *p = json_object_new_object();
+        json_object *h = json_object_new_object();
+        uint64_t cum = 0;
+        char le[16];
+        add(o, "route", jstr(r->route));
+        add(o, "queue", jstr(r->queue));
+        add_u64(o, "retries", r->retries);
+        for (int j = 0; j < RETRY_PARK_REASONS; j++)
+            add_u64(p, retry_park_reasons[j], r->parked[j]);
+        add(o, "parked", p);
+        for (int j = 0; j < DB_RETRY_BUCKETS; j++) {
+            cum += r->attempts[j];
+            if (j == DB_RETRY_BUCKETS - 1)
+                snprintf(le, sizeof le, "+Inf");
+            else
+                snprintf(le, sizeof le, "%u", (unsigned)db_retry_le[j]);
+            add_u64(h, le, cum);
+        }
+        add(o, "attempts_le", h);
+        add_u64(o, "attempts_sum", r->attempts_sum);
+        json_object_array_add(a, o);
+    }
+    return a;
+}
+
 static json_object *recovery_json(const struct db_stats *s)
 {
     json_object *rec = json_object_new_object();
@@ -337,6 +373,7 @@ static void render_stats(const struct db_stats *s, struct strbuf *out)
     for (int i = 0; s->routes && i < s->nroutes; i++)
         json_object_array_add(routes, route_json(&s->routes[i]));
     add(root, "routes", routes);
+    add(root, "retry", retry_json(s));
 
     size_t n = 0;
     const char *text = json_object_to_json_string_length(
@@ -478,7 +515,8 @@ static void held_messages(const struct api_ops *ops, const struct api_request *r
             }
         }
         o = json_object_new_object();
-        status = ops->pending_list(ops->arg, route, arg(req, "after"), (unsigned)limit, o);
+        status = ops->pending_list(ops->arg, route, arg(req, "after"), (unsigned)limit,
+                                   arg(req, "queue"), o);
         json_answer(resp, status, o);
         return;
     }

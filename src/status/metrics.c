@@ -39,6 +39,8 @@
  */
 #include "metrics.h"
 
+#include "delay-bridge/retry.h"
+
 
 #include <inttypes.h>
 #include <math.h>
@@ -256,6 +258,67 @@ static void render_routes(const struct db_stats *s, struct strbuf *out)
                      &s->routes[i].lateness);
 }
 
+/* ---- retry routes: per (route, queue) ---- */
+
+/* name{route="R",queue="Q"[,k="v"]} and a space. */
+static void retry_head(struct strbuf *out, const char *name, const char *suffix,
+                       const struct db_retry_stats *r, const char *k, const char *v)
+{
+    strbuf_printf(out, PREFIX "%s%s{route=\"", name, suffix ? suffix : "");
+    put_escaped_label(out, r->route);
+    strbuf_puts(out, "\",queue=\"");
+    put_escaped_label(out, r->queue);
+    strbuf_puts(out, "\"");
+    if (k) {
+        strbuf_printf(out, ",%s=\"", k);
+        put_escaped_label(out, v);
+        strbuf_puts(out, "\"");
+    }
+    strbuf_puts(out, "} ");
+}
+
+static void render_retry(const struct db_stats *s, struct strbuf *out)
+{
+    int n = s->retry ? s->nretry : 0;
+    char le[16];
+
+    family(out, "retries_total", "counter",
+           "Retry routes: messages a consumer's queue dead-lettered, held for another attempt "
+           "at its queue.");
+    for (int i = 0; i < n; i++) {
+        retry_head(out, "retries_total", NULL, &s->retry[i], NULL, NULL);
+        strbuf_printf(out, "%" PRIu64 "\n", s->retry[i].retries);
+    }
+    family(out, "retry_parked_total", "counter",
+           "Retry routes: messages parked in the parking exchange, by reason (max_attempts, "
+           "reason, no_queue, queue_gone, invalid).");
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < RETRY_PARK_REASONS; j++) {
+            retry_head(out, "retry_parked_total", NULL, &s->retry[i], "reason",
+                       retry_park_reasons[j]);
+            strbuf_printf(out, "%" PRIu64 "\n", s->retry[i].parked[j]);
+        }
+    family(out, "retry_attempts", "histogram",
+           "Retry routes: the number of the attempt that failed, for each dead-letter received "
+           "(1 = the first delivery).");
+    for (int i = 0; i < n; i++) {
+        uint64_t cum = 0;
+        for (int j = 0; j < DB_RETRY_BUCKETS; j++) {
+            cum += s->retry[i].attempts[j];
+            if (j == DB_RETRY_BUCKETS - 1)
+                snprintf(le, sizeof le, "+Inf");
+            else
+                snprintf(le, sizeof le, "%" PRIu32, db_retry_le[j]);
+            retry_head(out, "retry_attempts", "_bucket", &s->retry[i], "le", le);
+            strbuf_printf(out, "%" PRIu64 "\n", cum);
+        }
+        retry_head(out, "retry_attempts", "_sum", &s->retry[i], NULL, NULL);
+        strbuf_printf(out, "%" PRIu64 "\n", s->retry[i].attempts_sum);
+        retry_head(out, "retry_attempts", "_count", &s->retry[i], NULL, NULL);
+        strbuf_printf(out, "%" PRIu64 "\n", cum);
+    }
+}
+
 /* ---- the rest ---- */
 
 static int conn_connected(enum db_conn_state c)
@@ -386,6 +449,7 @@ void metrics_render(const struct db_stats *s, struct strbuf *out)
                "Held messages of routes missing from the config: never published.", s->orphaned);
 
     render_routes(s, out);
+    render_retry(s, out);
     render_wal(&s->wal, out);
 
     scalar_u64(out, "engine_memory_bytes", "gauge",
