@@ -1,0 +1,225 @@
+#!/usr/bin/python3
+"""A retry route, case by case, against a real broker (README, "Retries with
+backoff"). Work queues name the route's ingress exchange as their
+x-dead-letter-exchange; a consumer here rejects with requeue=false.
+
+ - back to its queue: a message rejected once comes back to the queue it
+   failed in (exchange "", routing key = the queue), never before the
+   bridge's receipt of the failure + the backoff (x-retry-history[0] +
+   initial_ms, zero tolerance) and within DB_TEST_LATE_S after it; with
+   x-retry-attempt 2, its body, properties and headers kept; a second queue
+   with its own policy (retry.queues) uses that one; a queue bound to the
+   same original exchange does not get it;
+ - a poison message: rejected every time, it comes back max_attempts - 1
+   times at initial x multiplier^(n-1) apart, then is parked once
+   (x-retry-parked-reason max_attempts, x-retry-attempts, a history of
+   max_attempts times, x-retry-queue), routed by its queue's name;
+ - parks for the other reasons: published straight to the retry exchange
+   (no x-death: no_queue), expired in its queue (reason: "expired" is not
+   retried by default), and a queue deleted while its retry waits
+   (queue_gone, after the broker returned the send back);
+ - x-delay-key: GET /pending?queue= lists a waiting retry; DELETE
+   /pending/R/KEY cancels it, and it never comes back;
+ - kill -9 while a retry waits: it is durable (acked only after the
+   commit), comes back once after the restart, not before its due time;
+ - the metrics count each of these per (route, queue).
+"""
+
+import json
+import time
+
+import harness as h
+from harness import check
+
+INITIAL_MS = 400
+MAX_ATTEMPTS = 3
+
+
+def test(ctx):
+    ingress = ctx.n("retry")
+    parking = ctx.n("parked")
+    origin = ctx.declare_exchange(ctx.n("orders"), "direct")
+    work, fast, other, gone, ttlq = (ctx.n(x) for x in ("work", "fast", "other", "gone", "ttl"))
+    ch = ctx.admin()
+    for q in (work, fast, other, gone, ttlq):
+        ch.queue_declare(q, durable=True, arguments={"x-dead-letter-exchange": ingress})
+        ctx.queues.add(q)
+    ch.queue_bind(work, origin, routing_key="order.created")
+    ch.queue_bind(other, origin, routing_key="order.created")
+    route = {
+        "name": "retries", "ingress_exchange": ingress, "ingress_queue": ctx.n("retry.q"),
+        "retry": {"initial_ms": INITIAL_MS, "multiplier": 2, "max_attempts": MAX_ATTEMPTS,
+                  "parking_exchange": parking, "parking_queue": parking,
+                  "queues": {fast: {"initial_ms": 150, "max_attempts": 2},
+                             ctx.n("slow"): {"initial_ms": 60000}}},
+    }
+    ctx.exchanges.update([ingress, parking])
+    ctx.queues.update([route["ingress_queue"], parking])
+    port = h.free_port()
+    b = ctx.bridge([route], http={"listen": str(port)})
+    conn = h.connect(retry_s=10)
+    c = conn.channel()
+
+    def get(queue, timeout, what):
+        """Poll one message off queue: (method, props, body, receive time)."""
+        end = time.time() + timeout
+        while time.time() < end:
+            m, p, body = c.basic_get(queue)
+            if m:
+                return m, p, body, time.time()
+            time.sleep(0.005)
+        h.fail("%s: nothing in %s after %.1fs" % (what, queue, timeout))
+
+    def history(p):
+        v = h.header(p, "x-retry-history")
+        return [x.plain() if hasattr(x, "plain") else x for x in (v.plain() if v else [])]
+
+    def late():
+        return h.late_tolerance()
+
+    # --- back to its queue, once, on time, as it was ----------------------------------
+    props = dict(message_id="m1", content_type="application/json", correlation_id="c1",
+                 delivery_mode=2, headers={"app": h.lstr("kept")})
+    c.basic_publish(origin, "order.created", b'{"n": 1}', h.pika.BasicProperties(**props))
+    m, p, body, _ = get(other, 5, "the bystander queue")
+    c.basic_ack(m.delivery_tag)
+    m, p, body, _ = get(work, 5, "first delivery")
+    c.basic_reject(m.delivery_tag, requeue=False)
+    m, p, body, t = get(work, INITIAL_MS / 1000.0 + late() + 5, "the retry")
+    hist = history(p)
+    check(len(hist) == 1, "x-retry-history %r: one failure" % hist)
+    early = hist[0] + INITIAL_MS - t * 1000.0
+    check(early <= 0, "the retry came %.1f ms before receipt + initial_ms" % early)
+    check(-early <= late() * 1000, "the retry came %.0f ms after its due time" % -early)
+    h.log("retry 1 came %.1f ms after receipt + %d ms" % (-early, INITIAL_MS))
+    check(h.header_int(p, "x-retry-attempt") == 2, "x-retry-attempt %r" % h.header(p, "x-retry-attempt"))
+    check(m.exchange == "" and m.routing_key == work,
+          "sent back through %r with key %r, expected the default exchange and %s"
+          % (m.exchange, m.routing_key, work))
+    check(body == b'{"n": 1}' and p.message_id == "m1" and p.content_type == "application/json"
+          and p.correlation_id == "c1" and h.header_str(p, "app") == "kept",
+          "body or properties changed: %r %r" % (body, p))
+    death = h.header(p, "x-death")
+    check(death is not None, "the broker's x-death was not kept")
+    c.basic_ack(m.delivery_tag)
+    time.sleep(0.5)
+    check(c.basic_get(other)[0] is None, "the bystander queue got the retry too")
+
+    # --- a queue's own policy: 150 ms, and parked after its 2nd attempt -------------------
+    c.basic_publish("", fast, b"f", h.pika.BasicProperties(message_id="f1"))
+    m, p, body, _ = get(fast, 5, "fast: first delivery")
+    c.basic_reject(m.delivery_tag, requeue=False)
+    m, p, body, t = get(fast, 0.15 + late() + 5, "fast: the retry")
+    early = history(p)[0] + 150 - t * 1000.0
+    check(early <= 0 and -early < 350, "fast: retry %.1f ms from due: not its queue's 150 ms"
+          % -early)
+    c.basic_reject(m.delivery_tag, requeue=False)
+    m, p, body, _ = get(parking, 5, "fast: parked after attempt 2")
+    check(h.header_str(p, "x-retry-parked-reason") == "max_attempts" and
+          h.header_int(p, "x-retry-attempts") == 2, "fast: parked as %r" % p.headers)
+    c.basic_ack(m.delivery_tag)
+
+    # --- a poison message: max_attempts deliveries, backoff doubling, parked once ------
+    c.basic_publish("", work, b"poison", h.pika.BasicProperties(message_id="poison"))
+    times = []
+    for n in range(1, MAX_ATTEMPTS + 1):
+        m, p, body, t = get(work, INITIAL_MS * 2 ** n / 1000.0 + late() + 5, "poison %d" % n)
+        times.append(t)
+        check((h.header_int(p, "x-retry-attempt") or 1) == n, "poison: attempt %d said %r" %
+              (n, h.header(p, "x-retry-attempt")))
+        if n > 1:
+            due = history(p)[-1] + INITIAL_MS * 2 ** (n - 2)
+            check(t * 1000.0 >= due, "poison attempt %d early by %.1f ms" % (n, due - t * 1000.0))
+        c.basic_reject(m.delivery_tag, requeue=False)
+    m, p, body, _ = get(parking, 5, "poison: parked")
+    check(body == b"poison" and m.routing_key == work, "parked %r with key %r" % (body, m.routing_key))
+    check(h.header_str(p, "x-retry-parked-reason") == "max_attempts", "reason %r" % p.headers)
+    check(h.header_int(p, "x-retry-attempts") == MAX_ATTEMPTS, "attempts %r" % p.headers)
+    check(h.header_str(p, "x-retry-queue") == work, "x-retry-queue %r" % p.headers)
+    check(len(history(p)) == MAX_ATTEMPTS, "history %r" % history(p))
+    check("max_attempts" in (h.header_str(p, "x-delay-error") or ""), "x-delay-error %r" % p.headers)
+    c.basic_ack(m.delivery_tag)
+    time.sleep(INITIAL_MS * 4 / 1000.0)
+    check(c.basic_get(work)[0] is None, "the poison message came back after it was parked")
+    h.log("poison: %d deliveries %s s apart, then parked" %
+          (MAX_ATTEMPTS, ["%.2f" % (b_ - a_) for a_, b_ in zip(times, times[1:])]))
+
+    # --- parks for the other reasons --------------------------------------------------
+    c.basic_publish(ingress, "straight", b"nq", h.pika.BasicProperties(message_id="nq"))
+    m, p, body, _ = get(parking, 5, "no_queue")
+    check(h.header_str(p, "x-retry-parked-reason") == "no_queue" and m.routing_key == "straight"
+          and h.header(p, "x-retry-queue") is None, "no_queue parked as %r key %r" %
+          (p.headers, m.routing_key))
+    c.basic_ack(m.delivery_tag)
+    c.basic_publish("", ttlq, b"ttl", h.pika.BasicProperties(message_id="ttl", expiration="50"))
+    m, p, body, _ = get(parking, 5, "expired")
+    check(h.header_str(p, "x-retry-parked-reason") == "reason" and
+          h.header_str(p, "x-retry-queue") == ttlq, "expired parked as %r" % p.headers)
+    c.basic_ack(m.delivery_tag)
+    c.basic_publish("", gone, b"g", h.pika.BasicProperties(message_id="gone"))
+    m, p, body, _ = get(gone, 5, "gone: first delivery")
+    c.basic_reject(m.delivery_tag, requeue=False)
+    time.sleep(0.05)
+    c.queue_delete(gone)
+    m, p, body, _ = get(parking, INITIAL_MS / 1000.0 + 5, "queue_gone")
+    check(h.header_str(p, "x-retry-parked-reason") == "queue_gone" and
+          h.header_str(p, "x-retry-queue") == gone, "queue_gone parked as %r" % p.headers)
+    c.basic_ack(m.delivery_tag)
+
+    # --- x-delay-key: listed per queue, cancelled, never back --------------------------
+    slow = ctx.n("slow")
+    c.queue_declare(slow, durable=True, arguments={"x-dead-letter-exchange": ingress})
+    ctx.queues.add(slow)
+    c.basic_publish("", slow, b"k", h.pika.BasicProperties(headers={"x-delay-key": "order-7"}))
+    m, p, body, _ = get(slow, 5, "keyed: first delivery")
+    c.basic_reject(m.delivery_tag, requeue=False)
+    listed = h.wait_for("the keyed retry in /pending?queue=", lambda: h.http_req(
+        port, "GET", "/pending?route=retries&queue=" + h.url_arg(slow))[1]["messages"], 10)
+    check(len(listed) == 1 and listed[0]["key"] == "order-7" and listed[0]["routing_key"] == slow,
+          "/pending?queue= %r" % listed)
+    st, j = h.http_req(port, "GET", "/pending?route=retries&queue=" + h.url_arg(work))
+    check(st == 200 and j["count"] == 0, "/pending for another queue: %r" % j)
+    st, j = h.http_req(port, "DELETE", "/pending/retries/order-7")
+    check(st == 200 and j.get("cancelled"), "DELETE /pending/retries/order-7: %d %r" % (st, j))
+
+    # --- the metrics, before the restart (counters restart with the process) -------------
+    text = h.metrics(port)
+    lab = lambda q, extra="": 'route="retries",queue="%s"%s' % (q, extra)
+    want = {
+        ("delay_bridge_retries_total", lab(work)): 1 + (MAX_ATTEMPTS - 1),
+        ("delay_bridge_retry_parked_total", lab(work, ',reason="max_attempts"')): 1,
+        ("delay_bridge_retry_parked_total", lab(fast, ',reason="max_attempts"')): 1,
+        ("delay_bridge_retry_parked_total", lab(ttlq, ',reason="reason"')): 1,
+        ("delay_bridge_retry_parked_total", lab(gone, ',reason="queue_gone"')): 1,
+        ("delay_bridge_retry_parked_total", lab("", ',reason="no_queue"')): 1,
+        ("delay_bridge_retry_attempts_bucket", lab(work, ',le="1"')): 2,
+        ("delay_bridge_retry_attempts_bucket", lab(work, ',le="+Inf"')): 1 + MAX_ATTEMPTS,
+        ("delay_bridge_retry_attempts_sum", lab(work)): 1 + sum(range(1, MAX_ATTEMPTS + 1)),
+    }
+    for (name, labels), v in want.items():
+        got = h.metric_value(text, name, labels)
+        check(got == v, "%s{%s} = %r, expected %d" % (name, labels, got, v))
+    h.log("metrics: retries, parks by reason and attempts per queue as expected")
+
+    # --- kill -9 while a retry waits ------------------------------------------------------
+    c.basic_publish("", work, b"durable", h.pika.BasicProperties(message_id="durable"))
+    m, p, body, _ = get(work, 5, "durable: first delivery")
+    c.basic_reject(m.delivery_tag, requeue=False)
+    h.wait_for("the retry durable in /pending", lambda: h.http_req(
+        port, "GET", "/pending?route=retries&queue=" + h.url_arg(work))[1]["messages"], 10)
+    b.kill9()
+    b.start()
+    m, p, body, t = get(work, INITIAL_MS / 1000.0 + late() + 10, "durable: after kill -9")
+    check(body == b"durable" and t * 1000.0 >= history(p)[0] + INITIAL_MS,
+          "after kill -9: %r, %.1f ms before due" % (body, history(p)[0] + INITIAL_MS - t * 1000))
+    c.basic_ack(m.delivery_tag)
+    time.sleep(1.0)
+    check(c.basic_get(work)[0] is None, "the retry came twice after kill -9")
+    check(c.basic_get(slow)[0] is None, "the cancelled retry came back")
+
+    b.stop()
+    conn.close()
+
+
+if __name__ == "__main__":
+    h.run(test, budget_s=120)
