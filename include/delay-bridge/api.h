@@ -28,8 +28,10 @@
  *   GET    /pending/R/KEY   the message with x-delay-key KEY, with its headers
  *   DELETE /pending/R/KEY   cancel it: 200 {"cancelled": true}, or 404 when no
  *                  such key is pending (unknown, published or in flight)
- *   POST   /purge?route=R[&due_before=T]   cancel every pending message of R
- *                  (due before T: ms or ISO 8601), as a bounded background job:
+ *   POST   /purge?route=R[&due_before=T][&queue=Q]   cancel every pending
+ *                  message of R (due before T: ms or ISO 8601; with routing
+ *                  key Q: on a retry route, the retries of queue Q, each read
+ *                  back from the log to tell), as a bounded background job:
  *                  200 with "removed" when it finished at once, else 202; its
  *                  progress is in /stats under "purge"
  *   POST   /drain  stop consuming, hand every held message back to its
@@ -84,7 +86,8 @@ struct api_ops {
     int (*pending_get)(void *arg, const char *route, const char *key, struct json_object *out);
     int (*pending_cancel)(void *arg, const char *route, const char *key,
                           struct json_object *out);
-    int (*purge)(void *arg, const char *route, const char *due_before, struct json_object *out);
+    int (*purge)(void *arg, const char *route, const char *due_before, const char *queue,
+                 struct json_object *out);
     int (*drain)(void *arg, struct json_object *out);
     void *arg;
     /* GET /due: what falls due ahead (ui.h's ui_due_json); NULL: 404. */

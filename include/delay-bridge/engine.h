@@ -287,6 +287,9 @@ size_t eng_list(struct engine *e, uint16_t route, uint64_t after_due, uint64_t a
 struct eng_purge {
     uint16_t route;
     uint64_t due_before;
+    int by_key;               /* set after eng_purge_begin: only messages whose routing */
+    uint8_t routing_key_len;  /* key is routing_key (a retry route's queue); each one */
+    char routing_key[256];    /* looked at is then read back from the log */
     uint32_t cursor;  /* next handle to look at */
     uint32_t end;     /* handles at the start of the job */
     uint64_t removed; /* cancelled so far */

@@ -201,6 +201,7 @@ struct db_stats {
         int started;         /* a job ran since start */
         int done;            /* it finished */
         const char *route;
+        const char *queue;   /* only the messages with this routing key; NULL: all */
         uint64_t due_before; /* UINT64_MAX: everything */
         uint64_t removed;
         double progress;     /* 0..1 of the message table walked */

@@ -205,7 +205,7 @@ static int api_drain(void *arg, struct json_object *out)
     return 202;
 }
 
-static int api_purge(void *arg, const char *route, const char *due_before,
+static int api_purge(void *arg, const char *route, const char *due_before, const char *queue,
                      struct json_object *out)
 {
     struct bridge *b = arg;
@@ -218,13 +218,20 @@ static int api_purge(void *arg, const char *route, const char *due_before,
         return api_fail(out, 404, "no such route");
     if (due_before && *due_before && clock_parse(due_before, &before) < 0)
         return api_fail(out, 400, "due_before: expected ms since the epoch or ISO 8601 UTC");
+    if (queue && (!*queue || strlen(queue) > 255))
+        return api_fail(out, 400, "queue: expected a queue name of 1..255 bytes");
     if (b->purge.active)
         return api_fail(out, 409, "a purge is already running (see /stats)");
     eng_purge_begin(b->eng, &b->purge.job, (uint16_t)ri, before);
+    if (queue) {
+        b->purge.job.by_key = 1;
+        b->purge.job.routing_key_len = (uint8_t)strlen(queue);
+        memcpy(b->purge.job.routing_key, queue, strlen(queue) + 1);
+    }
     b->purge.started = 1;
     b->purge.active = 1;
-    log_info("bridge", "purge started", "route=%s due_before_ms=%" PRIu64, route,
-             before == UINT64_MAX ? 0 : before);
+    log_info("bridge", "purge started", "route=%s queue=\"%s\" due_before_ms=%" PRIu64, route,
+             queue ? queue : "", before == UINT64_MAX ? 0 : before);
     r = eng_purge_step(b->eng, &b->purge.job, PURGE_AT_ONCE);
     if (r < 0) {
         bridge_fatal(b, "WAL read (purge)", r);

@@ -323,6 +323,8 @@ static void add_operations(json_object *root, const struct db_stats *s)
     if (s->purge.started) {
         json_object *pj = json_object_new_object();
         add(pj, "route", jstr(s->purge.route));
+        if (s->purge.queue)
+            add(pj, "queue", jstr(s->purge.queue));
         add_u64(pj, "due_before_ms", s->purge.due_before == UINT64_MAX ? 0 : s->purge.due_before);
         add_u64(pj, "removed", s->purge.removed);
         add(pj, "done", json_object_new_boolean(s->purge.done != 0));
@@ -492,7 +494,7 @@ static void held_messages(const struct api_ops *ops, const struct api_request *r
             return;
         }
         o = json_object_new_object();
-        status = ops->purge(ops->arg, route, arg(req, "due_before"), o);
+        status = ops->purge(ops->arg, route, arg(req, "due_before"), arg(req, "queue"), o);
         json_answer(resp, status, o);
         return;
     }

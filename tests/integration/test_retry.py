@@ -19,7 +19,8 @@ x-dead-letter-exchange; a consumer here rejects with requeue=false.
    retried by default), and a queue deleted while its retry waits
    (queue_gone, after the broker returned the send back);
  - x-delay-key: GET /pending?queue= lists a waiting retry; DELETE
-   /pending/R/KEY cancels it, and it never comes back;
+   /pending/R/KEY cancels it, and it never comes back; POST /purge?queue=
+   removes the retries of one queue;
  - kill -9 while a retry waits: it is durable (acked only after the
    commit), comes back once after the restart, not before its due time;
  - the metrics count each of these per (route, queue).
@@ -181,6 +182,18 @@ def test(ctx):
     check(st == 200 and j["count"] == 0, "/pending for another queue: %r" % j)
     st, j = h.http_req(port, "DELETE", "/pending/retries/order-7")
     check(st == 200 and j.get("cancelled"), "DELETE /pending/retries/order-7: %d %r" % (st, j))
+    # purge by queue: the two retries of slow go, the one of fast (a second queue) stays
+    for body in (b"s1", b"s2"):
+        c.basic_publish("", slow, body)
+        m, p, _, _ = get(slow, 5, "purge: first delivery")
+        c.basic_reject(m.delivery_tag, requeue=False)
+    h.wait_for("two retries of slow in /pending", lambda: len(h.http_req(
+        port, "GET", "/pending?route=retries&queue=" + h.url_arg(slow))[1]["messages"]) == 2, 10)
+    st, j = h.http_req(port, "POST", "/purge?route=retries&queue=" + h.url_arg(slow))
+    check(st in (200, 202), "POST /purge?queue=: %d %r" % (st, j))
+    h.wait_for("the purge done", lambda: h.stats(port)["purge"]["done"], 10)
+    pj = h.stats(port)["purge"]
+    check(pj["removed"] == 2 and pj["queue"] == slow, "purge by queue: %r" % pj)
 
     # --- the metrics, before the restart (counters restart with the process) -------------
     text = h.metrics(port)
