@@ -209,19 +209,58 @@ def test(ctx):
     cons = ctx.consumer([qs["a"], qs["b"]])
     ra = ctx.route("ui-a", ex, max_delay_ms=500 * DAY)  # the default stops at 49.7 days
     rb = ctx.route("ui-b", ex)
+    # a retry route: its table and its per-queue browse (checked after the numbers)
+    rc = {"name": "ui-retry", "ingress_exchange": ctx.n("ui.retry"),
+          "ingress_queue": ctx.n("ui.retry.q"),
+          "retry": {"initial_ms": 10 * MIN, "parking_exchange": ctx.n("ui.parked"),
+                    "parking_queue": ctx.n("ui.parked")}}
+    ctx.exchanges.add(rc["ingress_exchange"])
+    ctx.queues.add(rc["ingress_queue"])
+    ctx.exchanges.add(rc["retry"]["parking_exchange"])
+    ctx.queues.add(rc["retry"]["parking_queue"])
     port = h.free_port()
-    b = ctx.bridge([ra, rb], name="ui", start=False, http={"listen": "127.0.0.1:%d" % port})
+    b = ctx.bridge([ra, rb, rc], name="ui", start=False, http={"listen": "127.0.0.1:%d" % port})
     b.start(env={"DELAY_BRIDGE_HTTP_TOKEN": TOKEN})
 
     proc, cdp = start_chromium(ctx)
     try:
-        run_page(ctx, b, port, ra, rb, cons, cdp)
+        run_page(ctx, b, port, ra, rb, rc, cons, cdp)
     finally:
         proc.kill()
         proc.wait()
 
 
-def run_page(ctx, b, port, ra, rb, cons, cdp):
+def retry_table(ctx, port, rc, cdp):
+    """One message rejected by a work queue whose dead-letter exchange is the
+    retry route's: the page's retry table shows it, and "waiting" lists it."""
+    work = ctx.n("ui.work")
+    ch = ctx.admin()
+    ch.queue_declare(work, durable=True, arguments={"x-dead-letter-exchange": rc["ingress_exchange"]})
+    ctx.queues.add(work)
+    ch.basic_publish("", work, b"ui-retry")
+    m = None
+    for _ in range(100):
+        m = ch.basic_get(work)[0]
+        if m:
+            break
+        time.sleep(0.05)
+    check(m is not None, "the work queue's message did not arrive")
+    ch.basic_reject(m.delivery_tag, requeue=False)
+    row = cdp.wait("(function(){var tr=document.querySelector('#retry tbody tr');"
+                   "return !document.getElementById('retry-section').hidden && tr && "
+                   "tr.querySelector('td[data-k=retries]').textContent === '1' && "
+                   "[tr.dataset.route, tr.dataset.queue];})()", 20, "the retry table")
+    check(row == [rc["name"], work], "retry row %r" % row)
+    cdp.js("document.querySelector('#retry tbody tr button.show-retries').click()")
+    rks = cdp.wait("(function(){var r=document.querySelectorAll('#pending tbody tr');"
+                   "if (document.getElementById('pending').dataset.loading) return null;"
+                   "return r.length ? Array.prototype.map.call(r, function(t){"
+                   "return t.cells[2].textContent;}) : null;})()", 15, "the queue's retries")
+    check(rks == [work], "the retries listed for %s: %r" % (work, rks))
+    h.log("retry table: %r; its waiting retries listed by queue" % row)
+
+
+def run_page(ctx, b, port, ra, rb, rc, cons, cdp):
     p = ctx.publisher()
     # route a: 25 s x2 (one cancelled through the page), 10 min x5, 3 h x7,
     # 10 days x4, 400 days x2; route b: 20 min x3, 2 invalid x-delay.
@@ -338,6 +377,8 @@ def run_page(ctx, b, port, ra, rb, cons, cdp):
     st, j = get(port, "/pending/%s/k-2" % ra["name"])
     check(st == 404, "k-2 still pending after the cancel: %d %r" % (st, j))
     h.log("k-2 cancelled through the page: %r" % res)
+
+    retry_table(ctx, port, rc, cdp)
 
     # Offline: every request the page made went to the bridge itself.
     urls = [e["params"]["request"]["url"] for e in cdp.events
