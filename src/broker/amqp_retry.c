@@ -149,14 +149,18 @@ void amqp_retry_out(amqp_basic_properties_t *p, amqp_pool_t *pool, enum amqp_ret
     struct retry_in in;
     int64_t failed;
 
+    amqp_retry_in(h, &in);
     if (way == AMQP_RETRY_HANDBACK) {
+        /* the failure's time goes with it: the next bridge received only the hand-back */
+        if (!in.handback)
+            amqp_msg_set_value(p, pool, H_RETRY_HISTORY, history(h, pool, failed_ms));
         amqp_msg_set_value(p, pool, H_HANDBACK, long_value(1));
         return;
     }
-    amqp_retry_in(h, &in);
     failed = in.attempt >= 1 ? in.attempt : 1;
     /* history() reads the old table: set it first, then the rest on the new one */
-    amqp_msg_set_value(p, pool, H_RETRY_HISTORY, history(h, pool, failed_ms));
+    if (!in.handback) /* a hand-back's history has its failure already */
+        amqp_msg_set_value(p, pool, H_RETRY_HISTORY, history(h, pool, failed_ms));
     amqp_msg_drop_header(p, H_HANDBACK);
     if (way == AMQP_RETRY_BACK) {
         amqp_msg_set_value(p, pool, H_RETRY_ATTEMPT,

@@ -41,7 +41,9 @@ enum amqp_retry_way {
  * when the bridge received the failure (the record's enqueue time); queue
  * (NUL-terminated) the queue it failed in, or NULL; reason the park's
  * (AMQP_RETRY_PARK only). The hand-back mark is removed on every way but
- * AMQP_RETRY_HANDBACK, so it never reaches a consumer.
+ * AMQP_RETRY_HANDBACK, so it never reaches a consumer. A hand-back carries
+ * the failure's time in x-retry-history (the next bridge's enqueue time is
+ * only the hand-back's), so the way out of a handed-back message adds none.
  */
 void amqp_retry_out(amqp_basic_properties_t *p, amqp_pool_t *pool, enum amqp_retry_way way,
                     uint64_t failed_ms, const char *queue, const char *reason);

@@ -23,6 +23,8 @@ x-dead-letter-exchange; a consumer here rejects with requeue=false.
    removes the retries of one queue;
  - kill -9 while a retry waits: it is durable (acked only after the
    commit), comes back once after the restart, not before its due time;
+ - a drain hands a waiting retry to the next bridge, which sends it back
+   when what remained of its delay has passed, still as attempt 2;
  - the metrics count each of these per (route, queue).
 """
 
@@ -230,7 +232,28 @@ def test(ctx):
     check(c.basic_get(work)[0] is None, "the retry came twice after kill -9")
     check(c.basic_get(slow)[0] is None, "the cancelled retry came back")
 
-    b.stop()
+    # --- a drain hands a waiting retry to another bridge: its remaining delay, its count --
+    c.basic_publish("", work, b"handed", h.pika.BasicProperties(message_id="handed"))
+    m, p, body, _ = get(work, 5, "handback: first delivery")
+    c.basic_reject(m.delivery_tag, requeue=False)
+    h.wait_for("the retry durable in /pending", lambda: h.http_req(
+        port, "GET", "/pending?route=retries&queue=" + h.url_arg(work))[1]["messages"], 10)
+    st, j = h.http_req(port, "POST", "/drain")
+    check(st == 202, "POST /drain: %d %r" % (st, j))
+    check(b.wait_exit(20, "the drained bridge did not exit") == 0, "the drain did not exit 0")
+    port2 = h.free_port()
+    b2 = ctx.bridge([route], name="second", http={"listen": str(port2)})
+    m, p, body, t = get(work, INITIAL_MS / 1000.0 + late() + 10, "handback: the retry")
+    hist = history(p)
+    check(body == b"handed" and len(hist) == 1 and h.header_int(p, "x-retry-attempt") == 2,
+          "handed back: %r attempt %r history %r" % (body, h.header(p, "x-retry-attempt"), hist))
+    check(t * 1000.0 >= hist[0] + INITIAL_MS, "handed back early by %.1f ms" %
+          (hist[0] + INITIAL_MS - t * 1000.0))
+    check(h.header(p, "x-delay-bridge-handback") is None, "the hand-back mark reached the consumer")
+    c.basic_ack(m.delivery_tag)
+    h.log("a drain handed a waiting retry over: back at %.0f ms after its failure, still attempt 2"
+          % (t * 1000.0 - hist[0]))
+    b2.stop()
     conn.close()
 
 

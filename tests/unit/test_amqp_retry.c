@@ -315,9 +315,17 @@ static void test_out(void)
     memset(&p, 0, sizeof p);
     p._flags = AMQP_BASIC_HEADERS_FLAG;
     p.headers = (amqp_table_t){1, h};
-    amqp_retry_out(&p, &pool, AMQP_RETRY_HANDBACK, 1, NULL, NULL);
-    CHECK(get(&p, "x-delay-bridge-handback") && !get(&p, "x-retry-attempt") &&
-          !get(&p, "x-retry-history"));
+    p.headers = (amqp_table_t){1, h};
+    amqp_retry_out(&p, &pool, AMQP_RETRY_HANDBACK, 77, NULL, NULL);
+    CHECK(get(&p, "x-delay-bridge-handback") && !get(&p, "x-retry-attempt"));
+    CHECK((v = get(&p, "x-retry-history")) && v->value.array.num_entries == 1 &&
+          v->value.array.entries[0].value.i64 == 77, "the failure's time goes with the hand-back");
+    /* the next bridge sends it back: no second entry for its receipt of the hand-back */
+    amqp_retry_out(&p, &pool, AMQP_RETRY_BACK, 99, "q", NULL);
+    CHECK(!get(&p, "x-delay-bridge-handback") && str_is(get(&p, "app"), "kept"));
+    CHECK((v = get(&p, "x-retry-history")) && v->value.array.num_entries == 1 &&
+          v->value.array.entries[0].value.i64 == 77);
+    CHECK((v = get(&p, "x-retry-attempt")) && v->value.i64 == 2);
     p.headers = (amqp_table_t){2, h};
     amqp_retry_out(&p, &pool, AMQP_RETRY_BACK, 5, "q", NULL);
     CHECK(!get(&p, "x-delay-bridge-handback") && str_is(get(&p, "app"), "kept"));
