@@ -567,7 +567,92 @@ static void test_no_routes(void)
     free(e.s);
 }
 
+/* Retry routes: three labels (route, queue, and reason or le), escaped; buckets cumulative. */
+static void test_retry(void)
+{
+    struct db_stats s;
+    struct expo e;
+    char *text;
+    struct db_retry_stats r[2];
+
+    fill(&s);
+    memset(r, 0, sizeof r);
+    r[0].route = "orders";
+    r[0].queue = "work";
+    r[0].retries = 7;
+    r[0].parked[0] = 2; /* max_attempts */
+    r[0].parked[3] = 1; /* queue_gone */
+    r[0].attempts[0] = 5; /* le 1 */
+    r[0].attempts[2] = 3; /* le 3 */
+    r[0].attempts[DB_RETRY_BUCKETS - 1] = 1; /* +Inf: over 100 */
+    r[0].attempts_sum = 5 + 9 + 250;
+    r[0].attempts_n = 9;
+    r[1].route = EVIL;
+    r[1].queue = "q\"x";
+    r[1].retries = 1;
+    s.retry = r;
+    s.nretry = 2;
+    render(&s, &e, &text);
+
+    struct family *f = find_family(&e, "delay_bridge_retries_total");
+    CHECK(f && !strcmp(f->type, "counter"));
+    f = find_family(&e, "delay_bridge_retry_attempts");
+    CHECK(f && !strcmp(f->type, "histogram"));
+    CHECK(count_samples(&e, "delay_bridge_retries_total") == 2);
+    CHECK(count_samples(&e, "delay_bridge_retry_parked_total") == 2 * 5);
+    CHECK(count_samples(&e, "delay_bridge_retry_attempts_bucket") == 2 * DB_RETRY_BUCKETS);
+    int seen_evil = 0, seen = 0;
+    for (int i = 0; i < e.ns; i++) {
+        const struct sample *x = &e.s[i];
+        const char *rt = label(x, "route"), *q = label(x, "queue"), *le = label(x, "le");
+        const char *why = label(x, "reason");
+        if (strncmp(x->name, "delay_bridge_retr", 17))
+            continue;
+        CHECK(rt && q, "%s without route and queue", x->name);
+        if (!rt || !q)
+            continue;
+        if (!strcmp(rt, EVIL)) {
+            CHECK(!strcmp(q, "q\"x"), "queue label %s", q);
+            seen_evil++;
+            continue;
+        }
+        if (!strcmp(x->name, "delay_bridge_retries_total"))
+            { CHECK(!strcmp(x->value, "7")); seen++; }
+        if (why && !strcmp(why, "max_attempts"))
+            { CHECK(!strcmp(x->value, "2")); seen++; }
+        if (why && !strcmp(why, "queue_gone"))
+            { CHECK(!strcmp(x->value, "1")); seen++; }
+        if (why && !strcmp(why, "reason"))
+            { CHECK(!strcmp(x->value, "0")); seen++; }
+        if (le && !strcmp(le, "1"))
+            { CHECK(!strcmp(x->value, "5")); seen++; }
+        if (le && !strcmp(le, "2"))
+            { CHECK(!strcmp(x->value, "5"), "cumulative: %s", x->value); seen++; }
+        if (le && !strcmp(le, "100"))
+            { CHECK(!strcmp(x->value, "8")); seen++; }
+        if (le && !strcmp(le, "+Inf"))
+            { CHECK(!strcmp(x->value, "9")); seen++; }
+        if (!strcmp(x->name, "delay_bridge_retry_attempts_count"))
+            { CHECK(!strcmp(x->value, "9")); seen++; }
+        if (!strcmp(x->name, "delay_bridge_retry_attempts_sum"))
+            { CHECK(!strcmp(x->value, "264")); seen++; }
+    }
+    CHECK(seen == 10, "%d of the 10 series checked", seen);
+    CHECK(seen_evil == 1 + 5 + DB_RETRY_BUCKETS + 2);
+    free(text);
+    free(e.s);
+
+    /* no retry route: the families are announced, without samples */
+    fill(&s);
+    render(&s, &e, &text);
+    f = find_family(&e, "delay_bridge_retry_parked_total");
+    CHECK(f && f->nsamples == 0);
+    free(text);
+    free(e.s);
+}
+
 static const struct check_case cases[] = {
+    { "retry", test_retry },
     { "hist_observe", test_hist_observe },
     { "families", test_families },
     { "values", test_values },
