@@ -427,6 +427,12 @@ def check_definitions(configs):
         return pattern != "" and re.search(pattern, name) is not None
 
     used = set()
+    # a vhost with a retry route lets the bridge write amq.default (the send back)
+    retry_vhosts = set()
+    for label, cfg, uris in configs:
+        if any(r.get("retry") for r in cfg["routes"]):
+            for u in uris:
+                retry_vhosts.add(urllib.parse.unquote(urllib.parse.urlsplit(u).path[1:]) or "/")
     for label, cfg, uris in configs:
         vh = set()
         for u in uris:
@@ -443,9 +449,17 @@ def check_definitions(configs):
             fail("definitions.json: no permissions for %s and %s on vhost %s" % (BRIDGE_USER, PUBLISHER_USER, vhost))
             continue
         for r in cfg["routes"]:
+            rt = r.get("retry")
+            if rt:  # a retry route: no target; back through amq.default, parks in parking_exchange
+                r = dict(r, target_exchange="", invalid_delay="dead-letter",
+                         dead_letter_exchange=rt["parking_exchange"])
             need = {"configure": [r["ingress_exchange"], r["ingress_queue"]],
                     "write": [r["ingress_queue"], r["target_exchange"] or "amq.default"],
                     "read": [r["ingress_exchange"], r["ingress_queue"]]}
+            if rt and rt.get("parking_queue"):
+                need["configure"] += [rt["parking_exchange"], rt["parking_queue"]]
+                need["write"].append(rt["parking_queue"])
+                need["read"].append(rt["parking_exchange"])
             if r.get("invalid_delay") == "dead-letter":
                 need["write"].append(r["dead_letter_exchange"])
             if r.get("declare_target"):
@@ -461,6 +475,8 @@ def check_definitions(configs):
                      % (label, r["name"], PUBLISHER_USER, r["ingress_exchange"], pp["write"]))
             for ex in filter(None, [r["target_exchange"],
                                     r.get("dead_letter_exchange") if r.get("invalid_delay") == "dead-letter" else ""]):
+                if rt and rt.get("parking_queue") and ex == rt["parking_exchange"]:
+                    continue  # the bridge declares it
                 if not r.get("declare_target") and (vhost, ex) not in exchanges:
                     fail("%s route %s: exchange %r is neither declared in definitions.json nor by the "
                          "bridge (declare_target false): publishes would fail" % (label, r["name"], ex))
@@ -469,7 +485,8 @@ def check_definitions(configs):
                 "configure": [r["target_exchange"], r.get("dead_letter_exchange") or "",
                               r["ingress_queue"] + ".x", "x" + r["ingress_exchange"], "amq.gen-abc",
                               "amq.default", "orders.close"] if not r.get("declare_target") else [],
-                "write": [r["ingress_exchange"], "amq.default" if r["target_exchange"] else "",
+                "write": [r["ingress_exchange"],
+                          "amq.default" if r["target_exchange"] and vhost not in retry_vhosts else "",
                           r["target_exchange"] + ".x" if r["target_exchange"] else "", "payments", "orders.secret"],
                 "read": [r["target_exchange"], r.get("dead_letter_exchange") or "", "orders.close",
                          "orders.delay-errors", r["ingress_queue"] + ".x", "amq.gen-abc"],
