@@ -77,7 +77,8 @@ def celery_cmd():
 
 
 NEST_PACKAGES = ["@nestjs/core@12", "@nestjs/common@12", "@nestjs/microservices@12", "amqplib@2",
-                 "amqp-connection-manager@5", "reflect-metadata@0.2", "rxjs@7", "typescript@5"]
+                 "amqp-connection-manager@5", "reflect-metadata@0.2", "rxjs@7", "typescript@5",
+                 "@types/node@20"]
 
 
 def nestjs_cmd():
@@ -85,12 +86,14 @@ def nestjs_cmd():
     nestjs/main.ts there (ES modules, legacy decorators, as `nest new` sets up)."""
     need(shutil.which("node") and shutil.which("npm"), "node or npm not found (apt-get install nodejs npm)")
     d = work_dir("retry-nestjs")
-    if not os.path.exists(os.path.join(d, "node_modules", "@nestjs", "microservices", "package.json")) or \
-            not os.path.exists(os.path.join(d, "node_modules", "typescript")):
+    stamp = os.path.join(d, "installed.txt")  # what the last npm install installed
+    if not os.path.exists(stamp) or open(stamp).read() != " ".join(NEST_PACKAGES):
         h.log("installing %s with npm into %s" % (" ".join(NEST_PACKAGES), d))
         r = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", d] + NEST_PACKAGES,
                            capture_output=True, text=True, timeout=300)
         need(r.returncode == 0, "npm install of NestJS failed (no registry?): %s" % r.stderr[-300:])
+        with open(stamp, "w") as f:
+            f.write(" ".join(NEST_PACKAGES))
     for f in ("main.ts", "tsconfig.json"):
         shutil.copy(os.path.join(HERE, "nestjs", f), os.path.join(d, f))
     with open(os.path.join(d, "package.json")) as f:
