@@ -19,7 +19,8 @@
 #   container  the container test (root podman; see ../shared notes in docs)
 #   clients    the client matrix (tests/clients): a client library per
 #              language and its toolchain; amqplib itself comes from npm
-#              when the test runs (it is not packaged in Debian 12)
+#              when the test runs (it is not packaged in Debian 12); Symfony
+#              Messenger and php-amqp for the retry recipes (tests/clients/retry-recipes)
 #
 # db_install_missing honours DB_SKIP_INSTALL=1 (install nothing, warn) and
 # uses sudo when not root. apt-get's output goes to $DB_APT_LOG if set.
@@ -27,7 +28,7 @@
 DB_PKG_build="librabbitmq-dev libev-dev libjson-c-dev libmicrohttpd-dev pkg-config make cmake gcc libc6-dev"
 DB_PKG_runtime="librabbitmq4 libev4 libjson-c5 libmicrohttpd12 ca-certificates"
 DB_PKG_test="clang libclang-rt-14-dev rabbitmq-server amqp-tools python3-pika python3-yaml systemd valgrind openssl curl jq prometheus chromium debootstrap xfsprogs python3-qpid-proton"
-DB_PKG_clients="nodejs npm php-cli php-amqplib ruby-bunny golang-go golang-github-rabbitmq-amqp091-go-dev default-jdk-headless librabbitmq-client-java libslf4j-java python3-pika python3-kombu python3-celery"
+DB_PKG_clients="nodejs npm php-cli php-amqplib ruby-bunny golang-go golang-github-rabbitmq-amqp091-go-dev default-jdk-headless librabbitmq-client-java libslf4j-java python3-pika python3-kombu python3-celery php-amqp php-symfony-messenger php-symfony-amqp-messenger"
 DB_PKG_container="podman buildah crun debootstrap uidmap podman-compose golang-github-containernetworking-plugin-dnsname"
 
 db_packages() {

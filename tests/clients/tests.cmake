@@ -20,3 +20,22 @@ foreach(client ${db_client_names})
     TIMEOUT 400
     ENVIRONMENT "DB_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;DB_TEST_BROKER_URI=${db_broker_uri};DB_TEST_BROKER_DIR=${db_broker_dir};DB_CLIENTS_WORK=${CMAKE_BINARY_DIR}/clients;PYTHONDONTWRITEBYTECODE=1")
 endforeach()
+
+# The README's retry recipes ("Retries with backoff"): a consumer written with
+# each framework fails some messages a chosen number of times, the bridge's
+# retry route sends them back with the configured backoff and parks the one
+# that fails every attempt (tests/clients/retry-recipes/run_recipe.py).
+#
+#   ctest --test-dir build -R clients.retry --output-on-failure
+set(db_retry_recipes kombu kombu-policy celery nestjs java symfony)
+foreach(recipe ${db_retry_recipes})
+  add_test(NAME clients.retry.${recipe}
+           COMMAND ${DB_PYTHON3} -u ${CMAKE_CURRENT_SOURCE_DIR}/clients/retry-recipes/run_recipe.py ${recipe})
+  set_tests_properties(clients.retry.${recipe} PROPERTIES
+    FIXTURES_REQUIRED rabbitmq
+    RESOURCE_LOCK clients
+    LABELS "clients;integration"
+    SKIP_RETURN_CODE 77
+    TIMEOUT 420
+    ENVIRONMENT "DB_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;DB_TEST_BROKER_URI=${db_broker_uri};DB_TEST_BROKER_DIR=${db_broker_dir};DB_CLIENTS_WORK=${CMAKE_BINARY_DIR}/clients;PYTHONDONTWRITEBYTECODE=1")
+endforeach()

@@ -4,7 +4,8 @@
 - `promtool check rules` accepts deploy/monitoring/delay-bridge.rules.yml,
   and `promtool test rules` runs its unit tests (delay-bridge.rules.test.yml:
   a log whose owner failed, needed bytes near max_mb, a consumer connection
-  down, a full disk, lateness p99 above 5 s);
+  down, a full disk, lateness p99 above 5 s; on retry routes a retry storm,
+  failures that keep repeating, parked and misrouted messages);
 - the dashboard is valid JSON, every panel has a query, and its template
   variables are the ones its queries use;
 - every delay_bridge_* metric named in the rules and the dashboard is one a
