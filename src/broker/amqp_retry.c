@@ -142,6 +142,20 @@ static amqp_field_value_t history(const amqp_table_t *h, amqp_pool_t *pool, uint
     return f;
 }
 
+/* headers carry an x-retry-history as the bridge writes it: 1..32 longs. */
+static int has_history(const amqp_table_t *h)
+{
+    const amqp_field_value_t *v = find(h, H_RETRY_HISTORY);
+
+    if (!v || v->kind != AMQP_FIELD_KIND_ARRAY || v->value.array.num_entries < 1 ||
+        v->value.array.num_entries > RETRY_HISTORY_MAX)
+        return 0;
+    for (int i = 0; i < v->value.array.num_entries; i++)
+        if (v->value.array.entries[i].kind != AMQP_FIELD_KIND_I64)
+            return 0;
+    return 1;
+}
+
 void amqp_retry_out(amqp_basic_properties_t *p, amqp_pool_t *pool, enum amqp_retry_way way,
                     uint64_t failed_ms, const char *queue, const char *reason)
 {
@@ -159,7 +173,7 @@ void amqp_retry_out(amqp_basic_properties_t *p, amqp_pool_t *pool, enum amqp_ret
     }
     failed = in.attempt >= 1 ? in.attempt : 1;
     /* history() reads the old table: set it first, then the rest on the new one */
-    if (!in.handback) /* a hand-back's history has its failure already */
+    if (!in.handback || !has_history(h)) /* a hand-back's has its failure already */
         amqp_msg_set_value(p, pool, H_RETRY_HISTORY, history(h, pool, failed_ms));
     amqp_msg_drop_header(p, H_HANDBACK);
     if (way == AMQP_RETRY_BACK) {

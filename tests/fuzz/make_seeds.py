@@ -214,6 +214,27 @@ def main():
     put("fuzz_xdelay", "until-timestamp", b"\x86" + M + NOW + struct.pack("<Q", 1764000030))
     put("fuzz_xdelay", "delivery-time-ms", b"\xc1" + M + NOW + struct.pack("<Q", 1764000009000))
 
+    # fuzz_retry: options byte (jitter, max_attempts - 1), random number, properties
+    L = lambda v: b"l" + struct.pack(">q", v)
+    S = lambda v: b"S" + lstr(v)
+    death = lambda q, reason: b"F" + table([("count", L(1)), ("reason", S(reason)), ("queue", S(q)),
+                                            ("exchange", S("")), ("routing-keys", b"A" + lstr(S(q))),
+                                            ("time", b"T" + struct.pack(">Q", 1764000000))])
+    put("fuzz_retry", "first-failure",
+        opt(4 << 2) + props(headers=[("x-death", b"A" + lstr(death("work", "rejected"))),
+                                     ("x-first-death-queue", S("work")),
+                                     ("x-first-death-reason", S("rejected"))]))
+    put("fuzz_retry", "third-failure-4x",
+        opt(1 | 4 << 2, 12345) + props(headers=[
+            ("x-death", b"A" + lstr(death("work.b", "delivery_limit") + death("work.a", "expired"))),
+            ("x-last-death-queue", S("work.b")), ("x-retry-attempt", L(3)),
+            ("x-retry-history", b"A" + lstr(L(1764000000000) + L(1764000001000)))]))
+    put("fuzz_retry", "handback",
+        opt(2, 99) + props(headers=[("x-last-death-queue", S("q")), ("x-delay", L(250)),
+                                    ("x-delay-bridge-handback", L(1)), ("x-retry-attempt", L(2))]))
+    put("fuzz_retry", "no-death", opt(0) + props(headers=[("x-retry-attempt", S("7"))]))
+    put("fuzz_retry", "no-props", opt(0) + props())
+
     # fuzz_uri
     for i, u in enumerate(["amqp://guest:guest@127.0.0.1:5672/%2f", "amqps://u@[::1]:5671/vh",
                            "amqp://h", "amqp://h/", "amqp://us%3Aer:pa%40ss@host:1/v%2Fh",
