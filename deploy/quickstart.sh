@@ -6,7 +6,9 @@
 # .tmp/quickstart/ (or uses the broker in DELAY_BRIDGE_BROKER_URI), runs the
 # bridge with a one-route demo config, and then:
 #   "close order #1 in 8 s, #2 in 3 s, #3 in 5 s", published in that order,
-# arrive #2, #3, #1, each at its time. Then it stops everything it started.
+# arrive #2, #3, #1, each at its time; then a consumer that fails: one
+# message comes back after 1 s and succeeds, one fails all 3 attempts (back
+# after 1 s, 2 s) and is parked. Then it stops everything it started.
 #
 # --broker 3.10|4.0|4.3 (or DB_RABBITMQ): which RabbitMQ it starts; 3.10,
 # the default, is Debian 12's own package; 4.0 and 4.3 come from a Debian
@@ -106,7 +108,10 @@ cat >"$WORK/config.json" <<EOF
   "http": {"listen": "127.0.0.1:$HTTP_PORT"},
   "routes": [
     {"name": "orders", "ingress_exchange": "orders.delayed", "ingress_queue": "orders.delayed.q",
-     "target_exchange": "orders"}
+     "target_exchange": "orders"},
+    {"name": "retries", "ingress_exchange": "orders.retry", "ingress_queue": "orders.retry.q",
+     "retry": {"initial_ms": 1000, "multiplier": 2, "max_attempts": 3,
+               "parking_exchange": "orders.parked", "parking_queue": "orders.parked"}}
   ]
 }
 EOF
@@ -185,6 +190,70 @@ if arrived != [2, 3, 1]:
 print("    Arrived #2, #3, #1: by due time, not in the order they were published.")
 EOF
 echo
+step "Retries: queue \"orders.email\" dead-letters to \"orders.retry\" (a retry route: 1 s, x2,"
+info "3 attempts, then parked in \"orders.parked\"); its consumer rejects without requeue"
+echo
+"$PYTHON" - "$URI" <<'EOF'
+import sys, time, uuid
+import pika
+
+conn = pika.BlockingConnection(pika.URLParameters(sys.argv[1]))
+ch = conn.channel()
+ch.queue_declare("orders.email", durable=True, arguments={"x-dead-letter-exchange": "orders.retry"})
+ch.queue_purge("orders.email")
+ch.queue_purge("orders.parked")
+run = uuid.uuid4().hex[:8]
+plan = {run + "-a": 1, run + "-b": 99}  # message id -> how many times the consumer fails it
+name = {run + "-a": "a", run + "-b": "b"}
+seen = {m: 0 for m in plan}
+t0 = time.monotonic()
+for mid in plan:
+    ch.basic_publish("", "orders.email", b"send email", pika.BasicProperties(message_id=mid))
+done = set()
+
+
+def on_msg(ch, method, props, body):
+    mid = props.message_id
+    if mid not in seen:
+        ch.basic_ack(method.delivery_tag)
+        return
+    seen[mid] += 1
+    attempt = (props.headers or {}).get("x-retry-attempt", 1)
+    fail = seen[mid] <= plan[mid]
+    print("    %6.3fs  email %s  attempt %d  %s" % (time.monotonic() - t0, name[mid], attempt,
+                                                  "fails: rejected" if fail else "done: acked"))
+    sys.stdout.flush()
+    if fail:
+        ch.basic_reject(method.delivery_tag, requeue=False)
+    else:
+        ch.basic_ack(method.delivery_tag)
+        done.add(mid)
+
+
+def on_parked(ch, method, props, body):
+    h = props.headers or {}
+    if props.message_id in seen:
+        print("    %6.3fs  email %s  parked in orders.parked: %s, %s attempts"
+              % (time.monotonic() - t0, name[props.message_id], h.get("x-retry-parked-reason"),
+                 h.get("x-retry-attempts")))
+        done.add("parked")
+    ch.basic_ack(method.delivery_tag)
+
+
+ch.basic_consume("orders.email", on_msg)
+ch.basic_consume("orders.parked", on_parked)
+deadline = time.monotonic() + 20
+while len(done) < 2 and time.monotonic() < deadline:
+    conn.process_data_events(time_limit=0.1)
+conn.close()
+print()
+if done != {run + "-a", "parked"}:
+    print("    unexpected: %s" % sorted(done))
+    sys.exit(1)
+print("    Email a came back after 1 s and succeeded; email b was parked after its 3rd attempt.")
+EOF
+echo
+
 
 # 6. Stop --------------------------------------------------------------------
 step "Stopping delay-bridge (SIGTERM)"
