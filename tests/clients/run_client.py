@@ -51,7 +51,8 @@ def work_dir(name):
     return d
 
 
-def node_cmd():
+def node_cmd(script=os.path.join(HERE, "node", "publish.js")):
+    """node running script with amqplib (npm-installed into the build tree once)."""
     need(have("node"), "node not found (apt-get install nodejs npm)")
     d = work_dir("node")
     env = dict(os.environ, NODE_PATH=os.path.join(d, "node_modules"))
@@ -63,7 +64,7 @@ def node_cmd():
         r = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", d, spec],
                            capture_output=True, text=True, timeout=180)
         need(r.returncode == 0, "npm install amqplib failed (no registry?): %s" % r.stderr[-300:])
-    return ["node", os.path.join(HERE, "node", "publish.js")], env
+    return ["node", script], env
 
 
 def php_cmd():
@@ -83,14 +84,15 @@ def ruby_cmd():
 GOPATH = "/usr/share/gocode"
 
 
-def go_cmd():
+def go_cmd(src=os.path.join(HERE, "go", "publish.go"), exe_name="publish"):
+    """src built against Debian's amqp091-go into the build tree: [executable]."""
     need(have("go"), "go not found (apt-get install golang-go golang-github-rabbitmq-amqp091-go-dev)")
     need(os.path.isdir(os.path.join(GOPATH, "src/github.com/rabbitmq/amqp091-go")),
          "amqp091-go not found (apt-get install golang-github-rabbitmq-amqp091-go-dev)")
     d = work_dir("go")
     env = dict(os.environ, GO111MODULE="off", GOPATH=GOPATH, GOCACHE=os.path.join(d, "cache"))
-    exe = os.path.join(d, "publish")
-    r = subprocess.run(["go", "build", "-o", exe, os.path.join(HERE, "go", "publish.go")],
+    exe = os.path.join(d, exe_name)
+    r = subprocess.run(["go", "build", "-o", exe, src],
                        env=env, capture_output=True, text=True, timeout=300)
     check(r.returncode == 0, "go build failed:\n%s" % r.stderr)
     return [exe], env
