@@ -39,3 +39,35 @@ foreach(recipe ${db_retry_recipes})
     TIMEOUT 420
     ENVIRONMENT "DB_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;DB_TEST_BROKER_URI=${db_broker_uri};DB_TEST_BROKER_DIR=${db_broker_dir};DB_CLIENTS_WORK=${CMAKE_BINARY_DIR}/clients;PYTHONDONTWRITEBYTECODE=1")
 endforeach()
+
+# A retry route under real consumers (issue 30; README "Retries with
+# backoff"): a consumer program per client library (pika, Node amqplib,
+# amqp091-go; tests/clients/retry-consumers/) fails chosen messages k times on
+# a classic and a quorum queue; run_consumers.py checks each ends acked after
+# k + 1 deliveries or parked after max_attempts, never early against the
+# bridge's x-retry-history (zero tolerance), at most 1.5 s late. .crash runs
+# the three at once through a kill -9 of the bridge and a broker restart, on
+# the owned broker (it restarts it: lock broker_owned, as integration.broker_restart).
+#
+#   ctest --test-dir build -R clients.retry_consumers --output-on-failure
+set(db_retry_consumers pika amqplib amqp091-go)
+foreach(client ${db_retry_consumers})
+  add_test(NAME clients.retry_consumers.${client}
+           COMMAND ${DB_PYTHON3} -u ${CMAKE_CURRENT_SOURCE_DIR}/clients/retry-consumers/run_consumers.py ${client})
+  set_tests_properties(clients.retry_consumers.${client} PROPERTIES
+    FIXTURES_REQUIRED rabbitmq
+    RESOURCE_LOCK clients
+    LABELS "clients;integration"
+    SKIP_RETURN_CODE 77
+    TIMEOUT 200
+    ENVIRONMENT "DB_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;DB_TEST_BROKER_URI=${db_broker_uri};DB_TEST_BROKER_DIR=${db_broker_dir};DB_CLIENTS_WORK=${CMAKE_BINARY_DIR}/clients;PYTHONDONTWRITEBYTECODE=1")
+endforeach()
+add_test(NAME clients.retry_consumers.crash
+         COMMAND ${DB_PYTHON3} -u ${CMAKE_CURRENT_SOURCE_DIR}/clients/retry-consumers/run_consumers.py crash)
+set_tests_properties(clients.retry_consumers.crash PROPERTIES
+  FIXTURES_REQUIRED rabbitmq_owned
+  RESOURCE_LOCK "clients;broker_owned"
+  LABELS "clients;integration"
+  SKIP_RETURN_CODE 77
+  TIMEOUT 240
+  ENVIRONMENT "DB_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;DB_TEST_BROKER_URI=${db_owned_uri};DB_TEST_BROKER_DIR=${db_owned_dir};DB_CLIENTS_WORK=${CMAKE_BINARY_DIR}/clients;PYTHONDONTWRITEBYTECODE=1")

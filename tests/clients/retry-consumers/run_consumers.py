@@ -41,17 +41,18 @@ the parking queue:
 `crash`: the same checks with every consumer program at once (those whose
 toolchain is here), each on its own classic and quorum queue, initial_ms
 1000 (backoffs 1, 2, 4 s: gaps long enough to pick the moments below), a
-kill -9 of the bridge 0.15 s after the first wave was published (while the
+kill -9 of the bridge two thirds into publishing the first wave (while the
 consumers' first rejections stream into its ingress queue: some logged and
 acked, some logged and not yet acked -- redelivered after the restart and
-recognised -- some not yet read), the bridge restarted at once, and a
-broker restart (rabbitmq.sh restart: the consumers and the bridge
-reconnect by themselves) while retries wait in the bridge, at a moment
-when none is being sent (nothing in flight, the next due >= 1.5 s away), so
-that neither event can catch a send between the broker's confirm and the
-bridge's DONE record (the one duplicate the bridge itself can make, README
-"Delivery guarantees": it would count as a failure here). A second wave
-is published after the broker is back. Allowed beyond the plan, exactly
+recognised -- some not yet read; the first retry is not due before 1 s),
+the bridge restarted at once, and a broker restart (rabbitmq.sh restart:
+the consumers and the bridge reconnect by themselves) while retries wait
+in the bridge, at a moment when none is being sent (nothing due or in
+flight, the next due >= 1.5 s away), so that neither event can catch a
+send between the broker's confirm and the bridge's DONE record (the one
+duplicate the bridge itself can make, README "Delivery guarantees": it
+would count as a failure here). A second wave is published once the
+consumers and the bridge consume again. Allowed beyond the plan, exactly
 this: a message delivered once more with the same attempt number, the same
 x-delay-bridge-id and the redelivered flag, the first copy received before
 the broker restart began -- its ack or reject was lost with the
@@ -198,13 +199,18 @@ class Run(object):
     def start(self, client, cmd, env):
         self.programs[client] = Program(client, cmd, env, self.queues[client])
 
-    def publish_wave(self, wave):
+    def publish_wave(self, wave, during=None):
+        """COPIES messages of each k to each queue; during(): called once
+        two thirds of them are published (confirmed)."""
         pub = self.ctx.publisher()
         n = 0
+        total = sum(len(qs) for qs in self.queues.values()) * len(FAILS) * COPIES
         for client, qs in self.queues.items():
             for q in qs:
                 for k in FAILS:
                     for c in range(COPIES):
+                        if during is not None and n == total * 2 // 3:
+                            during()
                         mid = "%s.%s.%s.k%d.%d" % (client, q.rsplit(".", 1)[1], wave, k, c)
                         pub.publish("", q, json.dumps({"id": mid, "fail-times": k}).encode(),
                                     headers={"fail-times": h.i64(k)}, message_id=mid, delivery_mode=2,
@@ -267,7 +273,7 @@ class Run(object):
         if unknown:
             failures.append("deliveries or parks of messages never sent: %s" % unknown[:10])
         restart = self.restart_began()
-        extras = {"redelivered": 0, "parked_redelivered": 0}
+        extras = {"redelivered": 0, "parked_redelivered": 0, "margins": []}
         for mid in sorted(self.sent):
             client, queue, k = self.sent[mid]
             ds = sorted(per_id.get(mid, []), key=lambda d: d["recv_ms"])
@@ -330,6 +336,7 @@ class Run(object):
                                        "the consumer received that delivery" % (n, n - 1, hist[-1],
                                                                                pd["recv_ms"] - hist[-1]))
                         due = hist[-1] + self.backoff(n - 1)
+                        extras["margins"].append(d["recv_ms"] - due)
                         if d["recv_ms"] < due:
                             bad.append("attempt %d EARLY: received %.1f ms before the bridge's receipt of "
                                        "failure %d + %d ms" % (n, due - d["recv_ms"], n - 1, self.backoff(n - 1)))
@@ -437,6 +444,10 @@ def verdict(run, extra_failures=()):
     versions = ", ".join("%s %s" % (c, p.version()) for c, p in run.programs.items())
     h.log("%s: %d messages, %d deliveries, %d parked\n    %s" % (
         versions, len(run.sent), deliveries, len(run.parked.snapshot()), "\n    ".join(rows)))
+    m = sorted(extras["margins"])
+    if m:
+        h.log("retries received after the bridge's receipt of the failure + backoff: min %+.1f ms, "
+              "median %+.1f ms, max %+.1f ms (%d retries)" % (m[0], m[len(m) // 2], m[-1], len(m)))
     if failures:
         h.fail("%d problem(s):\n  " % len(failures) + "\n  ".join(failures[:60]))
     return versions, deliveries, extras
@@ -460,19 +471,32 @@ def test_client(ctx, client):
 
 
 def quiet_moment(run, timeout=30.0, ahead_ms=1500.0):
-    """Until the bridge holds retries, sends none (nothing in flight, no
-    delivery in the last 0.3 s) and the next is due >= ahead_ms from now."""
+    """Until the bridge holds retries, sends none (nothing due or in flight,
+    no delivery in the last 0.3 s) and the next is due >= ahead_ms from
+    now: (held, ms to the next due time)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         r = h.stats(run.port)["routes"][0]
+        st, j = h.http_req(run.port, "GET", "/pending?route=retry&limit=1")
+        check(st == 200, "GET /pending: %d %r" % (st, j))
         last = max([d["recv_ms"] for d in run.deliveries()] or [0])
         now = now_ms()
-        if (r["pending"] > 0 and r["inflight"] == 0 and r["oldest_due_ms"] - now >= ahead_ms
-                and now - last >= 300):
-            return r
+        if (r["pending"] > 0 and r["inflight"] == 0 and r["due"] == 0 and j["messages"]
+                and j["messages"][0]["due_ms"] - now >= ahead_ms and now - last >= 300):
+            return r["pending"], j["messages"][0]["due_ms"] - now
         time.sleep(0.05)
     h.fail("no quiet moment (retries held, none sent, the next %.0f ms away) within %.0f s"
            % (ahead_ms, timeout))
+
+
+def ingress_consumers(run):
+    """How many consumers the route's ingress queue has (the bridge's)."""
+    conn = h.connect(retry_s=10)
+    try:
+        return conn.channel().queue_declare(run.route["ingress_queue"], passive=True).method.consumer_count
+    finally:
+        if conn.is_open:
+            conn.close()
 
 
 def test_crash(ctx):
@@ -484,22 +508,25 @@ def test_crash(ctx):
             run.start(client, cmd, env)
         for p in run.programs.values():
             p.wait_ready(1, 60)
-        run.publish_wave("a")
-        time.sleep(0.15)
-        r = h.stats(run.port)["routes"][0]
-        h.log("kill -9 with %d dead-letters received, %d pending" % (r["received"], r["pending"]))
-        t = now_ms()
-        run.bridge.kill9()
-        time.sleep(0.3)
-        run.bridge.start()
-        run.outages.append((t, now_ms(), "bridge kill -9"))
-        r = quiet_moment(run)
-        h.log("broker restart with %d retries held, the next due in %.0f ms" % (
-            r["pending"], r["oldest_due_ms"] - now_ms()))
+
+        def kill():
+            r = h.stats(run.port)["routes"][0]
+            h.log("kill -9 with %d dead-letters received, %d held" % (r["received"], r["pending"]))
+            t = now_ms()
+            run.bridge.kill9()
+            time.sleep(0.3)
+            run.bridge.start(wait_ready=False)
+            run.outages.append((t, None, "bridge kill -9"))
+        run.publish_wave("a", during=kill)
+        run.bridge.wait_ready(30)
+        run.outages[-1] = (run.outages[-1][0], now_ms(), run.outages[-1][2])
+        held, ahead = quiet_moment(run)
+        h.log("broker restart with %d retries held, the next due in %.0f ms" % (held, ahead))
         t = now_ms()
         h.broker_restart()
         for p in run.programs.values():
             p.wait_ready(2, 60)
+        h.wait_for("the bridge consuming its ingress queue again", lambda: ingress_consumers(run), 30)
         run.outages.append((t, now_ms(), "broker restart"))
         h.log("broker back after %.1f s; the consumers reconnected" % ((now_ms() - t) / 1000.0))
         run.publish_wave("b")
