@@ -4,9 +4,11 @@
 // times: a delivery whose attempt (x-retry-attempt, the bridge's count; 1
 // when absent) is <= the message's header "fail-times" is rejected without
 // requeue (Delivery.Reject(false): the broker dead-letters it to the retry
-// route), any later one is acked. The decision reads only the message, so a
-// reconnected consumer, or a delivery repeated after a lost ack, decides the
-// same way.
+// route), any later one is acked. The first delivery (attempt 1, not
+// redelivered) of a message with a header "hold-ms" is acked or rejected that
+// many ms later (the crash test holds some across a broker restart, so that
+// their ack is lost). The decision reads only the message, so a reconnected
+// consumer, or a delivery repeated after a lost ack, decides the same way.
 //
 // Protocol (run_consumers.py): environment DB_URI, DB_QUEUES (comma-separated),
 // DB_PREFETCH; one JSON object a line: {"event": "version" | "ready" |
@@ -79,12 +81,26 @@ func handle(queue string, d amqp.Delivery) {
 	recvMs := float64(time.Now().UnixNano()/1000) / 1000.0
 	attempt := asInt(d.Headers["x-retry-attempt"], 1)
 	failTimes := asInt(d.Headers["fail-times"], 0)
+	var holdMs int64
+	if attempt == 1 && !d.Redelivered {
+		holdMs = asInt(d.Headers["hold-ms"], 0)
+	}
 	action := "ack"
 	if attempt <= failTimes {
-		d.Reject(false) // dead-lettered to the retry route
 		action = "reject"
+	}
+	act := func() {
+		if action == "reject" {
+			d.Reject(false) // dead-lettered to the retry route
+		} else {
+			d.Ack(false)
+		}
+	}
+	if holdMs > 0 {
+		// held (still unacked) until then: a connection lost meanwhile loses the ack
+		time.AfterFunc(time.Duration(holdMs)*time.Millisecond, act)
 	} else {
-		d.Ack(false)
+		act()
 	}
 	var bid interface{}
 	if s, ok := d.Headers["x-delay-bridge-id"].(string); ok {
@@ -99,7 +115,7 @@ func handle(queue string, d amqp.Delivery) {
 		hist = h
 	}
 	out(map[string]interface{}{"event": "delivery", "id": d.MessageId, "queue": queue,
-		"attempt": attempt, "recv_ms": recvMs, "action": action, "redelivered": d.Redelivered,
+		"attempt": attempt, "recv_ms": recvMs, "action": action, "hold_ms": holdMs, "redelivered": d.Redelivered,
 		"bridge_id": bid, "history": hist})
 }
 

@@ -4,8 +4,11 @@
 // (x-retry-attempt, the bridge's count; 1 when absent) is <= the message's
 // header "fail-times" is nacked without requeue (channel.nack(msg, false,
 // false): the broker dead-letters it to the retry route), any later one is
-// acked. The decision reads only the message, so a reconnected consumer, or
-// a delivery repeated after a lost ack, decides the same way.
+// acked. The first delivery (attempt 1, not redelivered) of a message with a
+// header "hold-ms" is acked or nacked that many ms later (the crash test holds
+// some across a broker restart, so that their ack is lost). The decision reads
+// only the message, so a reconnected consumer, or a delivery repeated after a
+// lost ack, decides the same way.
 //
 // Protocol (run_consumers.py): environment DB_URI, DB_QUEUES (comma-separated),
 // DB_PREFETCH; one JSON object a line: {"event": "version" | "ready" |
@@ -35,18 +38,21 @@ function onMessage(ch, queue, msg) {
   const headers = msg.properties.headers || {};
   const attempt = asInt(headers['x-retry-attempt'], 1);
   const failTimes = asInt(headers['fail-times'], 0);
-  let action;
-  if (attempt <= failTimes) {
-    ch.nack(msg, false, false); // dead-lettered to the retry route
-    action = 'reject';
-  } else {
-    ch.ack(msg);
-    action = 'ack';
-  }
+  const holdMs = attempt === 1 && !msg.fields.redelivered ? asInt(headers['hold-ms'], 0) : 0;
+  const action = attempt <= failTimes ? 'reject' : 'ack';
+  const act = () => {
+    try {
+      if (action === 'reject') ch.nack(msg, false, false); // dead-lettered to the retry route
+      else ch.ack(msg);
+    } catch (e) { /* the channel is gone: the broker redelivers it */ }
+  };
+  // held (still unacked) until then: a connection lost meanwhile loses the ack
+  if (holdMs > 0) setTimeout(act, holdMs);
+  else act();
   const bid = headers['x-delay-bridge-id'];
   const hist = headers['x-retry-history'];
   out({
-    event: 'delivery', id: msg.properties.messageId, queue, attempt, recv_ms: recvMs, action,
+    event: 'delivery', id: msg.properties.messageId, queue, attempt, recv_ms: recvMs, action, hold_ms: holdMs,
     redelivered: msg.fields.redelivered,
     bridge_id: bid === undefined ? null : String(bid),
     history: Array.isArray(hist) ? hist.map((x) => Number(x)) : null,

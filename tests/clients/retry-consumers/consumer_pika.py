@@ -7,15 +7,18 @@ with manual acks. A message's header "fail-times" (k) says how many
 deliveries fail: the delivery whose attempt (x-retry-attempt, the bridge's
 count; 1 when absent) is <= k is rejected without requeue (basic.reject:
 the broker dead-letters it to the retry route), any later one is acked.
-The decision reads only the message, so a consumer restarted, or a
-delivery repeated after a lost ack, decides the same way.
+The first delivery (attempt 1, not redelivered) of a message with a
+header "hold-ms" is acked or rejected that many ms later (the crash test
+holds some across a broker restart, so that their ack is lost). The
+decision reads only the message, so a consumer restarted, or a delivery
+repeated after a lost ack, decides the same way.
 
 Protocol (run_consumers.py): environment DB_URI, DB_QUEUES, DB_PREFETCH;
 one JSON object a line on stdout:
     {"event": "version", "client": "pika", "version": "..."}
     {"event": "ready"}            after each (re)connection's consume-ok
     {"event": "delivery", "id": message-id, "queue": ..., "attempt": n,
-     "recv_ms": epoch ms on receipt, "action": "ack"|"reject",
+     "recv_ms": epoch ms on receipt, "action": "ack"|"reject", "hold_ms": n,
      "redelivered": bool, "bridge_id": x-delay-bridge-id or null,
      "history": x-retry-history or null}
     {"event": "disconnected", "error": "..."}
@@ -56,16 +59,23 @@ def on_message(queue):
         headers = props.headers or {}
         attempt = as_int(headers.get("x-retry-attempt"), 1)
         fail_times = as_int(headers.get("fail-times"), 0)
-        if attempt <= fail_times:
-            ch.basic_reject(method.delivery_tag, requeue=False)  # dead-lettered to the route
-            action = "reject"
+        hold_ms = as_int(headers.get("hold-ms"), 0) if attempt == 1 and not method.redelivered else 0
+        action = "reject" if attempt <= fail_times else "ack"
+
+        def act():
+            if action == "reject":
+                ch.basic_reject(method.delivery_tag, requeue=False)  # dead-lettered to the route
+            else:
+                ch.basic_ack(method.delivery_tag)
+        if hold_ms > 0:
+            # held (still unacked) until then: a connection lost meanwhile loses the ack
+            ch.connection.call_later(hold_ms / 1000.0, act)
         else:
-            ch.basic_ack(method.delivery_tag)
-            action = "ack"
+            act()
         bid = headers.get("x-delay-bridge-id")
         hist = headers.get("x-retry-history")
         out(event="delivery", id=props.message_id, queue=queue, attempt=attempt, recv_ms=round(recv_ms, 3),
-            action=action, redelivered=bool(method.redelivered),
+            action=action, hold_ms=hold_ms, redelivered=bool(method.redelivered),
             bridge_id=bid.decode() if isinstance(bid, bytes) else bid,
             history=[int(x) for x in hist] if hist is not None else None)
     return cb
