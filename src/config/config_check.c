@@ -326,6 +326,15 @@ void cfg_warn_loaded(const struct config *c, const char *path, FILE *f)
         log_warn("config", "TLS host name verification is off: any certificate from the CA is "
                  "accepted for any host",
                  "file=\"%s\" key=broker.tls.verify_hostname", path);
+    for (int i = 0; i < c->nroutes; i++)
+        if (c->routes[i].retry && c->routes[i].queue_type == QUEUE_QUORUM)
+            log_warn("config", "a retry route with a quorum ingress queue: RabbitMQ dead-letters "
+                     "at most once, and drops what a consumer rejects while that queue has no "
+                     "leader (for a moment after a broker restart); a classic ingress queue is "
+                     "recovered before the broker accepts connections",
+                     "file=\"%s\" key=routes[%d].queue_type hint=\"queue_type classic, or "
+                     "quorum work queues with x-dead-letter-strategy at-least-once (README, "
+                     "Retries with backoff)\"", path, i);
 }
 
 

@@ -25,10 +25,13 @@ x-dead-letter-exchange; a consumer here rejects with requeue=false.
    commit), comes back once after the restart, not before its due time;
  - a drain hands a waiting retry to the next bridge, which sends it back
    when what remained of its delay has passed, still as attempt 2;
- - the metrics count each of these per (route, queue).
+ - the metrics count each of these per (route, queue);
+ - --check-config warns about a retry route with a quorum ingress queue
+   (README: dead-lettering into it is dropped while it has no leader).
 """
 
 import json
+import os
 import time
 
 import harness as h
@@ -58,6 +61,14 @@ def test(ctx):
     }
     ctx.exchanges.update([ingress, parking])
     ctx.queues.update([route["ingress_queue"], parking])
+
+    # a quorum ingress is allowed, with the warning that says why classic is better
+    qpath = os.path.join(ctx.tmp, "quorum.json")
+    with open(qpath, "w") as f:
+        json.dump(ctx.config([dict(route, queue_type="quorum")]), f)
+    _, _, err = h.bridge_cli("-c", qpath, "--check-config", expect=0)
+    check("a retry route with a quorum ingress queue" in err and "routes[0].queue_type" in err,
+          "no warning about a quorum ingress: %r" % err[-400:])
     port = h.free_port()
     b = ctx.bridge([route], http={"listen": str(port)})
     conn = h.connect(retry_s=10)
