@@ -18,7 +18,8 @@ x-dead-letter-exchange; a consumer here rejects with requeue=false.
    (no x-death: no_queue), expired in its queue (reason: "expired" is not
    retried by default), and a queue deleted while its retry waits
    (queue_gone, after the broker returned the send back);
- - x-delay-key: GET /pending?queue= lists a waiting retry; DELETE
+ - x-delay-key: a newer failure of the same key replaces the waiting
+   retry; GET /pending?queue= lists a waiting retry; DELETE
    /pending/R/KEY cancels it, and it never comes back; POST /purge?queue=
    removes the retries of one queue;
  - kill -9 while a retry waits: it is durable (acked only after the
@@ -184,13 +185,18 @@ def test(ctx):
     slow = ctx.n("slow")
     c.queue_declare(slow, durable=True, arguments={"x-dead-letter-exchange": ingress})
     ctx.queues.add(slow)
-    c.basic_publish("", slow, b"k", h.pika.BasicProperties(headers={"x-delay-key": "order-7"}))
-    m, p, body, _ = get(slow, 5, "keyed: first delivery")
-    c.basic_reject(m.delivery_tag, requeue=False)
-    listed = h.wait_for("the keyed retry in /pending?queue=", lambda: h.http_req(
-        port, "GET", "/pending?route=retries&queue=" + h.url_arg(slow))[1]["messages"], 10)
-    check(len(listed) == 1 and listed[0]["key"] == "order-7" and listed[0]["routing_key"] == slow,
-          "/pending?queue= %r" % listed)
+    # two failures of one key: the newer replaces the waiting retry
+    for mid in ("k-old", "k-new"):
+        c.basic_publish("", slow, b"k", h.pika.BasicProperties(message_id=mid,
+                                                                headers={"x-delay-key": "order-7"}))
+        m, p, body, _ = get(slow, 5, "keyed: first delivery of " + mid)
+        c.basic_reject(m.delivery_tag, requeue=False)
+        h.wait_for("the keyed retry %s in /pending?queue=" % mid, lambda: [
+            x for x in h.http_req(port, "GET", "/pending?route=retries&queue=" +
+                                  h.url_arg(slow))[1]["messages"] if x.get("message_id") == mid], 10)
+    listed = h.http_req(port, "GET", "/pending?route=retries&queue=" + h.url_arg(slow))[1]["messages"]
+    check(len(listed) == 1 and listed[0]["key"] == "order-7" and listed[0]["routing_key"] == slow
+          and listed[0].get("message_id") == "k-new", "/pending?queue= after the replace: %r" % listed)
     st, j = h.http_req(port, "GET", "/pending?route=retries&queue=" + h.url_arg(work))
     check(st == 200 and j["count"] == 0, "/pending for another queue: %r" % j)
     st, j = h.http_req(port, "DELETE", "/pending/retries/order-7")
