@@ -19,6 +19,7 @@
  */
 #include <getopt.h>
 #include <malloc.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,10 @@ static int run_daemon(const char *path, int check)
     char err[1024];
     int rc;
 
+    /* SIGHUP reads the file again once the loop runs (bridge_reload.c); until then it must
+       not end the process, its default action */
+    if (!check)
+        signal(SIGHUP, SIG_IGN);
     if (config_load(&cfg, path, err, sizeof(err)) < 0) {
         fprintf(stderr, "delay-bridge: configuration error: %s\n", err);
         return EXIT_CONFIG;
@@ -87,6 +92,7 @@ static int run_daemon(const char *path, int check)
     loop = ev_default_loop(EVFLAG_AUTO);
     b = bridge_new(loop, &cfg, cfg.repl.enabled ? wrepl_log(&wo, &cfg) : wal_file_log(&wo), &rc);
     if (b) {
+        bridge_set_config_path(b, path);
         ev_run(loop, 0);
         rc = bridge_exit_code(b);
     }

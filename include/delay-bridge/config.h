@@ -236,6 +236,19 @@ int config_parse(struct config *c, const char *json, const char *name, char *err
 void config_free(struct config *c);
 
 /*
+ * What differs from a to b (a reload: a running, b the file read again),
+ * one call of cb per difference: what is "added", "removed" or "changed",
+ * path the key path -- "broker.uri", "wal.fsync", ..., or "routes[NAME]"
+ * for a whole route (routes are matched by name). cb may be NULL. Returns
+ * the number of differences (0: the same configuration).
+ */
+int config_diff(const struct config *a, const struct config *b,
+                void (*cb)(void *arg, const char *what, const char *path), void *arg);
+
+/* Routes a and b have the same name and the same value of every key. */
+int config_route_same(const struct config_route *a, const struct config_route *b);
+
+/*
  * Before the daemon touches the WAL: wal.dir, or its nearest existing
  * parent when it does not exist yet (the WAL creates it), must be a
  * directory this process can write to and search (access W_OK|X_OK; the

@@ -215,6 +215,15 @@ struct db_stats {
         uint64_t remaining;   /* still held */
     } drain;
 
+    /* SIGHUP: the configuration file read again (bridge_reload.c) */
+    struct {
+        uint64_t count;     /* SIGHUPs taken */
+        uint64_t refused;   /* ... whose file did not load: nothing changed */
+        uint64_t last_ms;   /* wall clock of the last, 0 = none */
+        int pending;        /* changes the last accepted file has that wait for a restart */
+        const char *error;  /* why the last one was refused; "" when it was not */
+    } reload;
+
     int nroutes;
     struct db_route_stats *routes;
     int nretry;

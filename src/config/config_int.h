@@ -7,6 +7,7 @@
  *                   config_parse / config_load / config_free
  *   config_json.c   access to the JSON: typed, range-checked getters, the
  *                   unknown-key check, values quoted back into messages
+ *   config_diff.c   what differs between two loaded configurations (a reload)
  *   config_retry.c  routes[].retry: a retry route's policy, parking and
  *                   per-queue overrides, and the route keys it refuses
  *   config_check.c  the checks beyond type and range (the list in config.c's

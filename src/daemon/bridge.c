@@ -578,6 +578,7 @@ struct bridge *bridge_new(struct ev_loop *loop, const struct config *cfg, struct
     ev_signal_init(&b->sigint, on_signal, SIGINT);
     b->sigint.data = b;
     ev_signal_start(loop, &b->sigint);
+    bridge_reload_init(b);
     if (bridge_start_http(b) < 0 || start_recovery(b, log) < 0) {
         if (!b->rec.running && !b->rec.opts.log)
             wlog_close(log);
@@ -620,6 +621,7 @@ void bridge_free(struct bridge *b)
     duewake_stop(&b->due, b->loop);
     ev_signal_stop(b->loop, &b->sigterm);
     ev_signal_stop(b->loop, &b->sigint);
+    ev_signal_stop(b->loop, &b->sighup);
     for (int i = 0; b->ioff && i < b->cfg->nroutes; i++)
         ingress_off_close(&b->ioff[i]); /* synced: a clean stop reads nothing twice */
     free(b->ioff);

@@ -94,7 +94,14 @@ struct bridge {
     ev_prepare prepare;
     ev_timer wake;        /* the monotonic waits: retries, heartbeats, the longest sleep */
     struct duewake due;   /* the wheel's next due time, on the wall clock (duewake.h) */
-    ev_signal sigterm, sigint;
+    ev_signal sigterm, sigint, sighup;
+    /* SIGHUP (bridge_reload.c): the file read again, what it changed and what waits */
+    struct {
+        const char *path;   /* the -c file; NULL: nothing to read again */
+        uint64_t count, refused, last_ms;
+        int pending;        /* changes in the file not applied until a restart */
+        char error[512];    /* why the last reload was refused; "" */
+    } reload;
     /*
      * Clocks: start_ms and turn_ms are wall-clock times /stats shows;
      * every duration, deadline and retry below is on the monotonic clock
@@ -176,6 +183,9 @@ void bridge_retry_gone(struct bridge *b, int route, const struct walrec_add *a);
 /* Every retry row, for the snapshot (valid until the next call). */
 const struct db_retry_stats *bridge_retry_rows(struct bridge *b, int *n);
 void bridge_retry_free(struct bridge *b);
+
+/* bridge_reload.c: handle SIGHUP (read the configuration again). */
+void bridge_reload_init(struct bridge *b);
 /* The consumer's state callback: a lost connection drops the stash. */
 void bridge_on_consumer_state(void *arg, int up);
 /* Follow the log's intake gate: cancel or restore the ingress consumers. */

@@ -210,6 +210,11 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
     s->nroutes = b->cfg->nroutes;
     s->routes = b->snap;
     s->retry = bridge_retry_rows(b, &s->nretry);
+    s->reload.count = b->reload.count;
+    s->reload.refused = b->reload.refused;
+    s->reload.last_ms = b->reload.last_ms;
+    s->reload.pending = b->reload.pending;
+    s->reload.error = b->reload.error;
 }
 
 void bridge_log_summary(struct bridge *b)

@@ -64,6 +64,7 @@
  *                   struct db_route_stats under its field name>,
  *                   "next_due_ms", "next_due", "channel_open": bool,
  *                   "lateness": { "count", "sum_seconds" } } ],
+ *     "reload": { "count", "refused", "last", "pending_changes", "error" } (SIGHUP),
  *     "retry": [ { "route", "queue", "retries", "parked": { "max_attempts", "reason",
  *                  "no_queue", "queue_gone", "invalid" }, "attempts_le": { "1", "2", ...,
  *                  "+Inf": cumulative counts }, "attempts_sum" } ] (retry routes, per queue) }
@@ -376,6 +377,13 @@ static void render_stats(const struct db_stats *s, struct strbuf *out)
         json_object_array_add(routes, route_json(&s->routes[i]));
     add(root, "routes", routes);
     add(root, "retry", retry_json(s));
+    json_object *rl = json_object_new_object();
+    add_u64(rl, "count", s->reload.count);
+    add_u64(rl, "refused", s->reload.refused);
+    add(rl, "last", s->reload.last_ms ? jtime(s->reload.last_ms) : NULL);
+    add_u64(rl, "pending_changes", (uint64_t)s->reload.pending);
+    add(rl, "error", s->reload.error && *s->reload.error ? jstr(s->reload.error) : NULL);
+    add(root, "reload", rl);
 
     size_t n = 0;
     const char *text = json_object_to_json_string_length(

@@ -450,6 +450,14 @@ void metrics_render(const struct db_stats *s, struct strbuf *out)
 
     render_routes(s, out);
     render_retry(s, out);
+    family(out, "config_reloads_total", "counter",
+           "SIGHUPs taken: the configuration file read again (result read), or refused because "
+           "it did not load (result refused: nothing changed).");
+    sample_u64(out, "config_reloads_total", "result", "read", s->reload.count - s->reload.refused);
+    sample_u64(out, "config_reloads_total", "result", "refused", s->reload.refused);
+    scalar_u64(out, "config_pending_changes", "gauge",
+               "Changes in the configuration file, as last read by a reload, that wait for a "
+               "restart (logged by key path).", (uint64_t)s->reload.pending);
     render_wal(&s->wal, out);
 
     scalar_u64(out, "engine_memory_bytes", "gauge",
