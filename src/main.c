@@ -92,7 +92,7 @@ static int run_daemon(const char *path, int check)
     loop = ev_default_loop(EVFLAG_AUTO);
     b = bridge_new(loop, &cfg, cfg.repl.enabled ? wrepl_log(&wo, &cfg) : wal_file_log(&wo), &rc);
     if (b) {
-        bridge_set_config_path(b, path);
+        bridge_set_reload(b, path, &cfg);
         ev_run(loop, 0);
         rc = bridge_exit_code(b);
     }

@@ -51,12 +51,14 @@ struct bridge *bridge_new(struct ev_loop *loop, const struct config *cfg, struct
 int bridge_exit_code(const struct bridge *b);
 
 /*
- * The file cfg was loaded from: SIGHUP reads it again (bridge_reload.c),
- * applies log.level and logs, by key path, what waits for a restart; a
- * file that does not load changes nothing. Without it SIGHUP is logged and
- * ignored -- never the default action, which would end the process.
+ * The file cfg was loaded from, and cfg itself (the object bridge_new got,
+ * writable): SIGHUP reads the file again (bridge_reload.c), writes what can
+ * change live into cfg, on the loop, and logs by key path what waits for a
+ * restart; a file that does not load changes nothing. Without it SIGHUP is
+ * logged and ignored -- never the default action, which would end the
+ * process.
  */
-void bridge_set_config_path(struct bridge *b, const char *path);
+void bridge_set_reload(struct bridge *b, const char *path, struct config *cfg);
 
 /*
  * A snapshot of every figure (stats.h); the routes array and strings stay

@@ -249,6 +249,15 @@ int config_diff(const struct config *a, const struct config *b,
 int config_route_same(const struct config_route *a, const struct config_route *b);
 
 /*
+ * Each key of a route that differs from a to b, one call of cb with its
+ * name as in the file ("prefetch", "retry" for the whole retry object, ...;
+ * the retry route's filled dead_letter_exchange and unroutable_exchange
+ * follow retry.parking_exchange). Returns how many.
+ */
+int config_route_keys_diff(const struct config_route *a, const struct config_route *b,
+                           void (*cb)(void *arg, const char *key), void *arg);
+
+/*
  * Before the daemon touches the WAL: wal.dir, or its nearest existing
  * parent when it does not exist yet (the WAL creates it), must be a
  * directory this process can write to and search (access W_OK|X_OK; the

@@ -40,21 +40,47 @@ static int same_retry(const struct config_retry *a, const struct config_retry *b
     return 1;
 }
 
+int config_route_keys_diff(const struct config_route *a, const struct config_route *b,
+                           void (*cb)(void *arg, const char *key), void *arg)
+{
+    const struct {
+        const char *key;
+        int differs;
+    } k[] = {
+        {"name", strcmp(a->name, b->name) != 0},
+        {"ingress_exchange", strcmp(a->ingress_exchange, b->ingress_exchange) != 0},
+        {"ingress_queue", strcmp(a->ingress_queue, b->ingress_queue) != 0},
+        {"target_exchange", strcmp(a->target_exchange, b->target_exchange) != 0},
+        {"queue_type", a->queue_type != b->queue_type},
+        {"stream_max_age", strcmp(a->stream_max_age, b->stream_max_age) != 0},
+        {"stream_max_mb", a->stream_max_bytes != b->stream_max_bytes},
+        {"single_active_consumer", a->single_active_consumer != b->single_active_consumer},
+        {"share_keys", a->share_keys != b->share_keys},
+        {"declare_target", a->declare_target != b->declare_target},
+        {"target_type", strcmp(a->target_type, b->target_type) != 0},
+        {"prefetch", a->prefetch != b->prefetch},
+        {"max_inflight", a->max_inflight != b->max_inflight},
+        {"max_delay_ms", a->max_delay_ms != b->max_delay_ms},
+        {"delay_from", a->delay_from != b->delay_from},
+        {"invalid_delay", a->invalid_delay != b->invalid_delay},
+        {"dead_letter_exchange", strcmp(a->dead_letter_exchange, b->dead_letter_exchange) != 0},
+        {"unroutable_exchange", strcmp(a->unroutable_exchange, b->unroutable_exchange) != 0},
+        {"retry", !same_retry(a->retry, b->retry)},
+    };
+    int n = 0;
+
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (k[i].differs) {
+            n++;
+            if (cb)
+                cb(arg, k[i].key);
+        }
+    return n;
+}
+
 int config_route_same(const struct config_route *a, const struct config_route *b)
 {
-    return !strcmp(a->name, b->name) && !strcmp(a->ingress_exchange, b->ingress_exchange) &&
-           !strcmp(a->ingress_queue, b->ingress_queue) &&
-           !strcmp(a->target_exchange, b->target_exchange) && a->queue_type == b->queue_type &&
-           !strcmp(a->stream_max_age, b->stream_max_age) &&
-           a->stream_max_bytes == b->stream_max_bytes &&
-           a->single_active_consumer == b->single_active_consumer &&
-           a->share_keys == b->share_keys && a->declare_target == b->declare_target &&
-           !strcmp(a->target_type, b->target_type) && a->prefetch == b->prefetch &&
-           a->max_inflight == b->max_inflight && a->max_delay_ms == b->max_delay_ms &&
-           a->delay_from == b->delay_from && a->invalid_delay == b->invalid_delay &&
-           !strcmp(a->dead_letter_exchange, b->dead_letter_exchange) &&
-           !strcmp(a->unroutable_exchange, b->unroutable_exchange) &&
-           same_retry(a->retry, b->retry);
+    return config_route_keys_diff(a, b, NULL, NULL) == 0;
 }
 
 static const struct config_route *route_named(const struct config *c, const char *name)

@@ -98,6 +98,7 @@ struct bridge {
     /* SIGHUP (bridge_reload.c): the file read again, what it changed and what waits */
     struct {
         const char *path;   /* the -c file; NULL: nothing to read again */
+        struct config *cfg; /* b->cfg, writable: the one writer is the reload, on the loop */
         uint64_t count, refused, last_ms;
         int pending;        /* changes in the file not applied until a restart */
         char error[512];    /* why the last reload was refused; "" */
