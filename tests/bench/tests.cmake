@@ -1,8 +1,9 @@
 # The end-to-end benchmark's load tools and its smoke test (included from
 # tests/CMakeLists.txt; see tests/bench/README.md).
 #
-# load_publish and load_consume speak AMQP through rabbitmq-c only, so they
-# are not bench_*.c (those link dbcore alone). tests/bench/run.sh drives
+# load_publish, load_consume and load_retry (retry.sh's consumer that fails
+# chosen messages, its topology and queue watcher) speak AMQP through
+# rabbitmq-c only, so they are not bench_*.c (those link dbcore alone). tests/bench/run.sh drives
 # them against a broker of its own; it builds nothing and takes the
 # binaries from BUILD_DIR.
 #
@@ -16,7 +17,7 @@
 #
 #   ctest --test-dir build -L bench-smoke --output-on-failure
 
-foreach(db_load load_publish load_consume)
+foreach(db_load load_publish load_consume load_retry)
   add_executable(${db_load} ${CMAKE_CURRENT_LIST_DIR}/${db_load}.c)
   target_link_libraries(${db_load} PRIVATE PkgConfig::RABBITMQ)
 endforeach()
