@@ -342,10 +342,10 @@ sustain_step() {
     ! grows "$ew" "$el" "$rate" || why+=("work queue grows")
     ! grows "$((eb + pe))" "$((lb + pl))" "$rate" || why+=("retries grow")
     if [ ${#why[@]} -eq 0 ]; then STEP_OK=1 verdict=sustained; else STEP_OK=0 verdict="no: $(IFS=,; echo "${why[*]}")"; fi
-    STEP_ROWS+=("$(printf '| %-15s | %-13s | %7s | %8s | %9s | %-22s | %-17s | %-15s | %-13s | %s |' \
-        "$BROKER_VSN" "$sys" "$rate" "$(p "$name" rate)" "$(p "$name" behind_max_ms)" \
+    STEP_ROWS+=("$(printf '| %-13s | %7s | %8s | %9s | %-22s | %-24s | %-15s | %-13s | %s |' \
+        "$sys" "$rate" "$(p "$name" rate)" "$(p "$name" behind_max_ms)" \
         "$(c "$name" lag_p50_ms) / $(c "$name" lag_p99_ms) / $(c "$name" lag_max_ms)" \
-        "$(c "$name" retry_late_p50_ms) / $(c "$name" retry_late_p99_ms) / $(c "$name" early)" \
+        "$(c "$name" retry_late_p50_ms) / $(c "$name" retry_late_p99_ms), $(c "$name" early) early" \
         "$((eb + pe)) -> $((lb + pl))" "$ew -> $el" "$verdict")")
     say "$sys $rate msg/s: $verdict; $(cat "$WORK/$name.consume")"
     drained "$qs" "$route"
@@ -402,44 +402,70 @@ parked=$("$LR" watch --uri "$URI" --queues bench.mladder.parked$([ "$WANT_RETRY"
          cut -d' ' -f2- || echo "?")
 
 # ---------------------------------------------------------------- report
+# Rows in the side-by-side layout of run.sh and ontime.sh (median.sh merges
+# them across runs): | broker | via | scenario | figure | value | baseline | ratio |.
+xrow() { printf '| %-15s | %-21s | %-26s | %-58s | %28s | %10s | %12s |\n' "$BROKER_VSN" "$@"; }
+xrow_head() {
+    printf '| %-15s | %-21s | %-26s | %-58s | %28s | %10s | %12s |\n' broker via scenario figure value baseline ratio
+    printf '|%s|%s|%s|%s|%s|%s|%s|\n' ----------------- ----------------------- ---------------------------- \
+        "$(printf -- '-%.0s' $(seq 60))" -----------------------------: -----------: -------------:
+}
+late_cell() { printf '%s / %s / %s, %s early' "$(c "$1" retry_late_p50_ms)" "$(c "$1" retry_late_p99_ms)" \
+              "$(c "$1" retry_late_max_ms)" "$(c "$1" early)"; }
 echo
 echo "Retries on $BROKER_VSN, delay-bridge built $BRIDGE_BUILT, $(nproc) CPUs"
 if [ ${#cpu_paths[@]} -gt 0 ]; then
+    B=${R[baseline]:--}
+    CPU="broker CPU per message, us"
     echo
-    echo "(a) Broker CPU per message, µs (idle ${IDLE} ms/s removed): $N x 256 B a path, open loop at $RATE msg/s,"
-    echo "    one consumer acking or rejecting each message; delay and backoff $DELAY ms; bridge CPU in brackets"
+    echo "(a) $N x 256 B a path, open loop at $RATE msg/s, one consumer acking or rejecting each message,"
+    echo "    delay and backoff $DELAY ms; broker idle ${IDLE} ms CPU/s removed; baseline: mean of the two broker-alone runs"
     echo
-    printf '| %-15s | %-62s | %14s | %12s | %14s | %-26s |\n' broker path "broker µs/msg" "vs baseline" \
-        "retry's extra" "retry late p50 / p99 / early"
-    printf '|%s|%s|%s|%s|%s|%s|\n' ----------------- "$(printf -- '-%.0s' $(seq 64))" ---------------: \
-        -------------: ---------------: ----------------------------
-    arow() { # arow KEY LABEL
-        local k=$1 v=${R[$1]:--} extra=-
-        [ -z "${R[$1.bridge]:-}" ] || [ "$1" = base ] || [ "$1" = base2 ] || v="$v [${R[$1.bridge]}]"
-        [ -z "${R[baseline]:-}" ] || [ "$k" = base ] || [ "$k" = base2 ] || [ "$k" = delayed ] ||
-            extra=$(fmt 1 "${R[$k]} - ${R[baseline]}")
-        printf '| %-15s | %-62s | %14s | %12s | %14s | %-26s |\n' "$BROKER_VSN" "$2" "$v" \
-            "$(ratio "${R[$k]:--}" "${R[baseline]:--}")" "$extra" \
-            "$( [ "$k" = retry ] || [ "$k" = ladder ] && echo "$(c "$k" retry_late_p50_ms) / $(c "$k" retry_late_p99_ms) / $(c "$k" early) ms" || echo -)"
-    }
-    [ -z "${R[base]:-}" ] || arow base "broker alone: publish -> consume (first)"
-    [ -z "${R[delayed]:-}" ] || arow delayed "delayed message through the bridge (x-delay)"
-    [ -z "${R[retry]:-}" ] || arow retry "retry through the bridge (reject once -> retry route -> ack)"
-    [ -z "${R[ladder]:-}" ] || arow ladder "retry through a TTL + DLX ladder (one level)"
-    [ -z "${R[base2]:-}" ] || arow base2 "broker alone: publish -> consume (again, last)"
-    [ -z "${R[baseline]:-}" ] || printf '| %-15s | %-62s | %14s | %12s | %14s | %-26s |\n' "$BROKER_VSN" \
-        "baseline: mean of the two" "${R[baseline]}" 1.00x - -
+    xrow_head
+    [ -z "${R[base]:-}" ] || xrow "broker alone" "publish -> consume" "$CPU (first)" "${R[base]}" "$B" "$(ratio "${R[base]}" "$B")"
+    if [ -n "${R[delayed]:-}" ]; then
+        xrow delay-bridge "delayed message" "$CPU" "${R[delayed]}" "$B" "$(ratio "${R[delayed]}" "$B")"
+        xrow delay-bridge "delayed message" "bridge CPU per message, us" "${R[delayed.bridge]}" - -
+    fi
+    if [ -n "${R[retry]:-}" ]; then
+        xrow delay-bridge "retry once" "$CPU" "${R[retry]}" "$B" "$(ratio "${R[retry]}" "$B")"
+        xrow delay-bridge "retry once" "bridge CPU per message, us" "${R[retry.bridge]}" - -
+        xrow delay-bridge "retry once" "retry late (redelivery - reject - backoff) p50/p99/max ms" "$(late_cell retry)" - -
+    fi
+    if [ -n "${R[ladder]:-}" ]; then
+        xrow "TTL ladder, 1 level" "retry once" "$CPU" "${R[ladder]}" "$B" "$(ratio "${R[ladder]}" "$B")"
+        xrow "TTL ladder, 1 level" "retry once" "retry late (redelivery - reject - backoff) p50/p99/max ms" "$(late_cell ladder)" - -
+    fi
+    if [ -n "${R[retry]:-}" ] && [ -n "${R[ladder]:-}" ] && [ "$B" != - ]; then
+        re=$(fmt 1 "${R[retry]} - $B") le=$(fmt 1 "${R[ladder]} - $B")
+        xrow delay-bridge "retry once" "the retry alone (minus baseline), us; ratio: / ladder's" "$re" - "$(ratio "$re" "$le")"
+        xrow "TTL ladder, 1 level" "retry once" "the retry alone (minus baseline), us" "$le" - -
+        xrow delay-bridge "retry once" "$CPU; ratio: / ladder's" "${R[retry]}" - "$(ratio "${R[retry]}" "${R[ladder]}")"
+    fi
+    [ -z "${R[base2]:-}" ] || xrow "broker alone" "publish -> consume" "$CPU (again, last)" "${R[base2]}" "$B" "$(ratio "${R[base2]}" "$B")"
 fi
 if [ ${#systems[@]} -gt 0 ]; then
     echo
-    echo "(b) Sustainable retry load: every 10th message failed 3 times (backoff 100/200/400 ms), $DURATION s a step;"
-    echo "    sustained = all acked, publisher on schedule, lag p99 <= $LAG_MS ms, no growing backlog"
+    echo "(b) Sustained retry load on $BROKER_VSN: every 10th message failed 3 times (backoff 100/200/400 ms), $DURATION s a step;"
+    echo "    sustained = all acked, publisher on schedule and lag p99 <= $LAG_MS ms, no growing backlog (ready messages"
+    echo "    and held retries, mean over the second quarter of the publishing -> over its last quarter)"
     echo
-    printf '| %-15s | %-13s | %7s | %8s | %9s | %-22s | %-17s | %-15s | %-13s | %s |\n' broker system offered \
-        achieved "behind ms" "lag p50 / p99 / max ms" "retry late / early" "retry backlog" "work queue" verdict
-    printf '|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n' ----------------- --------------- --------: ---------: \
-        ----------: ------------------------ ------------------- ----------------- --------------- --------
+    printf '| %-13s | %7s | %8s | %9s | %-22s | %-24s | %-15s | %-13s | %s |\n' system offered \
+        achieved "behind ms" "lag p50 / p99 / max ms" "retry late p50/p99, early" "retry backlog" "work queue" verdict
+    printf '|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n' --------------- --------: ---------: \
+        ----------: ------------------------ -------------------------- ----------------- --------------- --------
     printf '%s\n' "${STEP_ROWS[@]}"
+    echo
+    xrow_head
+    for s in "${systems[@]}"; do
+        case "$s" in
+        retry) via=delay-bridge
+               r=$( [ -z "${R[ladder.sustained]:-}" ] || ratio "${R[retry.sustained]}" "${R[ladder.sustained]}") ;;
+        ladder) via="TTL ladder, 3 levels" r=- ;;
+        esac
+        xrow "$via" "retry 10 % x 3" "highest sustained offered rate, msg/s$([ "$s" = retry ] && [ -n "$r" ] && echo "; ratio: / ladder's")" \
+            "${R[$s.sustained]}" - "${r:--}"
+    done
 fi
 echo
 if [ ${#cpu_paths[@]} -gt 0 ] && [ -n "${R[baseline]:-}" ]; then
@@ -449,20 +475,19 @@ if [ ${#cpu_paths[@]} -gt 0 ] && [ -n "${R[baseline]:-}" ]; then
     [ -z "${R[ladder]:-}" ] || line+="; retry through a TTL ladder ${R[ladder]} µs = $(ratio "${R[ladder]}" "${R[baseline]}")"
     echo "summary, $BROKER_VSN, (a): $line"
     if [ -n "${R[retry]:-}" ] && [ -n "${R[ladder]:-}" ]; then
-        re=$(fmt 1 "${R[retry]} - ${R[baseline]}") le=$(fmt 1 "${R[ladder]} - ${R[baseline]}")
         echo "summary, $BROKER_VSN, (a): one retry costs the broker $re µs through the bridge, $le µs through the ladder: bridge / ladder = $(ratio "$re" "$le") (whole message: $(ratio "${R[retry]}" "${R[ladder]}"))"
     fi
 fi
 if [ ${#systems[@]} -gt 0 ]; then
     line=""
     for s in "${systems[@]}"; do
-        line+="${line:+; }$s ${R[$s.sustained]} msg/s (not sustained at ${R[$s.failed_at]/#0/-})"
+        line+="${line:+; }$s ${R[$s.sustained]} msg/s (not at ${R[$s.failed_at]/#0/-})"
     done
     [ -z "${R[retry.sustained]:-}" ] || [ -z "${R[ladder.sustained]:-}" ] ||
         line+="; bridge / ladder = $(ratio "${R[retry.sustained]}" "${R[ladder.sustained]}")"
     echo "summary, $BROKER_VSN, (b): highest sustained offered rate: $line"
 fi
-echo "summary, $BROKER_VSN: parked (ladder, retry-a, retry-b): $parked"
+echo "summary, $BROKER_VSN: parked (ladder$([ "$WANT_RETRY" = 0 ] || echo ", retry-a, retry-b")): $parked"
 if [ ${#FAILED[@]} -gt 0 ]; then
     printf 'FAILED: %s\n' "${FAILED[@]}" >&2
     exit 1
