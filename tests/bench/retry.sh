@@ -4,16 +4,18 @@
 # sustains, on one fresh broker in one run (tests/bench/README.md, "What a
 # retry costs").
 #
-#   tests/bench/retry.sh [--count N] [--rate R] [--delay MS] [--duration S]
+#   tests/bench/retry.sh [--count N] [--rates R,R] [--delay MS] [--duration S]
 #                        [--start-rate R] [--max-rate R] [--resolution PCT] [--lag-ms MS]
 #                        [--cpu LIST] [--sustain LIST] [--smoke] [--keep]
 #
 # (a) The broker's CPU per message, four paths, N messages each (--count,
-# default 40000) published open loop at R msg/s (--rate, default 2000: a
-# load every path takes without a backlog, so each is charged at the same
-# offered load), one consumer (load_retry: one basic.ack or basic.reject
-# per message, prefetch 200, as client libraries consume) on the path's
-# queue throughout:
+# default 40000), at each rate of --rates (default 0,2000): 0 publishes as
+# fast as a confirm window of 1000 allows, as hops.sh's streaming phases do
+# (what a message costs a busy broker, its work batched); a rate publishes
+# open loop at that many msg/s (what it costs a broker that is not busy:
+# every message its own wake-ups, frames and syscalls). One consumer
+# (load_retry: one basic.ack or basic.reject per message, prefetch 200, as
+# client libraries consume) on the path's queue throughout:
 #   base     the broker alone: publish to bench.target -> bench.out, acked
 #   delayed  a delayed message through the bridge: x-delay DELAY (--delay,
 #            default 1000 ms) to route "bench"'s ingress bench.delayed; the
@@ -37,8 +39,8 @@
 # ready to the last ack, less what the broker burns idle over as long
 # (measured first, the bridge connected), over N. Printed as µs per message
 # and as a ratio to the baseline, and the cost of the retry itself (the
-# path's minus the baseline's) through the bridge against the ladder. The
-# bridge's own CPU per message in brackets.
+# path's minus the baseline's) through the bridge against the ladder; the
+# bridge's own CPU per message in rows of its own.
 #
 # (b) The sustainable retry load. A consumer fails every 10th message
 # three times (rejects it, no requeue) and acks it on its 4th delivery;
@@ -71,7 +73,7 @@
 #
 #   --cpu LIST       paths of (a), default base,delayed,retry,ladder ("none": skip (a))
 #   --sustain LIST   systems of (b), default retry,ladder ("none": skip (b))
-#   --smoke          (a) 400 messages a path at 400 msg/s, delay 300 ms;
+#   --smoke          (a) 400 messages a path at full speed and at 400 msg/s, delay 300 ms;
 #                    (b) one step each at 200 msg/s for 3 s, no search: for
 #                    CI (ctest bench.retry.smoke), about 50 s
 #   --keep           keep the work directory (config, logs, WAL, summaries)
@@ -95,16 +97,16 @@ ROOT=$(cd "$HERE/../.." && pwd)
 say() { printf '[retry %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { say "error: $*"; exit 2; }
 
-N=40000 RATE=2000 DELAY=1000 DURATION=15 START_RATE=1000 MAX_RATE=64000 RES=10 LAG_MS=1000
+N=40000 RATES=0,2000 DELAY=1000 DURATION=15 START_RATE=1000 MAX_RATE=64000 RES=10 LAG_MS=1000
 CPU_PATHS=base,delayed,retry,ladder SUSTAIN=retry,ladder SMOKE=0 KEEP=0
 num() { [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "$1 $2: expected a positive integer"; }
 while [ $# -gt 0 ]; do
     case "$1" in
-    --count|--rate|--delay|--duration|--start-rate|--max-rate|--resolution|--lag-ms|--cpu|--sustain)
+    --count|--rates|--delay|--duration|--start-rate|--max-rate|--resolution|--lag-ms|--cpu|--sustain)
         [ $# -ge 2 ] || die "$1 needs a value"
         case "$1" in
         --count) num "$1" "$2"; N=$2 ;;
-        --rate) num "$1" "$2"; RATE=$2 ;;
+        --rates) [[ "$2" =~ ^[0-9]+(,[0-9]+)*$ ]] || die "--rates $2: expected rates, comma-separated (0: full speed)"; RATES=$2 ;;
         --delay) num "$1" "$2"; DELAY=$2 ;;
         --duration) num "$1" "$2"; DURATION=$2 ;;
         --start-rate) num "$1" "$2"; START_RATE=$2 ;;
@@ -121,10 +123,11 @@ while [ $# -gt 0 ]; do
     *) die "unknown argument $1 (--help)" ;;
     esac
 done
-[ "$SMOKE" = 0 ] || { N=400 RATE=400 DELAY=300 DURATION=3 START_RATE=200; }
+[ "$SMOKE" = 0 ] || { N=400 RATES=0,400 DELAY=300 DURATION=3 START_RATE=200; }
 [ "$CPU_PATHS" != none ] || CPU_PATHS=""
 [ "$SUSTAIN" != none ] || SUSTAIN=""
 IFS=, read -ra cpu_paths <<<"$CPU_PATHS"
+IFS=, read -ra rates <<<"$RATES"
 IFS=, read -ra systems <<<"$SUSTAIN"
 for v in "${cpu_paths[@]}"; do
     case "$v" in base|delayed|retry|ladder) ;; *) die "--cpu: unknown path $v (base, delayed, retry, ladder)" ;; esac
@@ -254,8 +257,8 @@ pub() { # pub NAME [load_publish options]
         { cat "$WORK/$name.publish.err" >&2; die "publisher $name failed"; }
 }
 
-cpu_path() { # cpu_path PATH [KEY]
-    local path=$1 key=${2:-$1} queue pargs=() cargs=()
+cpu_path() { # cpu_path RATE PATH [KEY]: R[RATE.KEY] (KEY default PATH)
+    local rate=$1 path=$2 key=$1.${3:-$2} queue pargs=() cargs=()
     TAG=$((TAG + 1))
     case "$path" in
     base) queue=bench.out; pargs=(--mode plain --exchange bench.target --routing-key bench) ;;
@@ -267,7 +270,8 @@ cpu_path() { # cpu_path PATH [KEY]
     esac
     consumer_bg "$key" "$queue" "$N" --idle 20 "${cargs[@]}"
     phase_begin
-    pub "$key" "${pargs[@]}" --count "$N" --rate "$RATE"
+    [ "$rate" = 0 ] || pargs+=(--rate "$rate")
+    pub "$key" "${pargs[@]}" --count "$N"
     consumer_wait "$key" "$N"
     phase_end "$key" "$N"
     say "$key: broker ${R[$key]} µs/msg, bridge ${R[$key.bridge]} µs/msg over ${R[$key.s]} s; $(cat "$WORK/$key.consume")"
@@ -385,17 +389,17 @@ say "the bridge runs (pid $BRIDGE_PID, http $HTTP_PORT); topology declared"
 if [ ${#cpu_paths[@]} -gt 0 ]; then
     sleep 2
     idle_rate
-    say "(a) broker idle ${IDLE} ms CPU/s; $N x 256 B a path at $RATE msg/s, delay/backoff $DELAY ms"
-    ran=()
-    cpu_base=0
-    [[ ",$CPU_PATHS," != *,base,* ]] || { cpu_path base; ran+=(base); }
-    for v in delayed retry ladder; do
-        [[ ",$CPU_PATHS," != *,$v,* ]] || { cpu_path "$v"; ran+=("$v"); }
+    say "(a) broker idle ${IDLE} ms CPU/s; $N x 256 B a path at each of $RATES msg/s (0: full speed), delay/backoff $DELAY ms"
+    for rate in "${rates[@]}"; do
+        [[ ",$CPU_PATHS," != *,base,* ]] || cpu_path "$rate" base
+        for v in delayed retry ladder; do
+            [[ ",$CPU_PATHS," != *,$v,* ]] || cpu_path "$rate" "$v"
+        done
+        if [[ ",$CPU_PATHS," == *,base,* ]]; then
+            cpu_path "$rate" base base2
+            R[$rate.baseline]=$(fmt 1 "(${R[$rate.base]} + ${R[$rate.base2]}) / 2")
+        fi
     done
-    if [[ ",$CPU_PATHS," == *,base,* ]]; then
-        cpu_path base base2
-        R[baseline]=$(fmt 1 "(${R[base]} + ${R[base2]}) / 2")
-    fi
 fi
 for s in "${systems[@]}"; do sustain_search "$s"; done
 parked=$("$LR" watch --uri "$URI" --queues bench.mladder.parked$([ "$WANT_RETRY" = 0 ] || echo ,bench.parked.a,bench.parked.b) --once 2>/dev/null |
@@ -404,45 +408,51 @@ parked=$("$LR" watch --uri "$URI" --queues bench.mladder.parked$([ "$WANT_RETRY"
 # ---------------------------------------------------------------- report
 # Rows in the side-by-side layout of run.sh and ontime.sh (median.sh merges
 # them across runs): | broker | via | scenario | figure | value | baseline | ratio |.
-xrow() { printf '| %-15s | %-21s | %-26s | %-58s | %28s | %10s | %12s |\n' "$BROKER_VSN" "$@"; }
+xrow() { printf '| %-15s | %-21s | %-30s | %-58s | %28s | %10s | %12s |\n' "$BROKER_VSN" "$@"; }
 xrow_head() {
-    printf '| %-15s | %-21s | %-26s | %-58s | %28s | %10s | %12s |\n' broker via scenario figure value baseline ratio
-    printf '|%s|%s|%s|%s|%s|%s|%s|\n' ----------------- ----------------------- ---------------------------- \
+    printf '| %-15s | %-21s | %-30s | %-58s | %28s | %10s | %12s |\n' broker via scenario figure value baseline ratio
+    printf '|%s|%s|%s|%s|%s|%s|%s|\n' ----------------- ----------------------- -------------------------------- \
         "$(printf -- '-%.0s' $(seq 60))" -----------------------------: -----------: -------------:
 }
 late_cell() { printf '%s / %s / %s, %s early' "$(c "$1" retry_late_p50_ms)" "$(c "$1" retry_late_p99_ms)" \
               "$(c "$1" retry_late_max_ms)" "$(c "$1" early)"; }
 echo
 echo "Retries on $BROKER_VSN, delay-bridge built $BRIDGE_BUILT, $(nproc) CPUs"
+# a_rows RATE: (a)'s rows at one rate, each scenario naming it.
+a_rows() {
+    local k=$1 at B CPU="broker CPU per message, us" late="retry late (redelivery - reject - backoff) p50/p99/max ms"
+    B=${R[$k.baseline]:--}
+    if [ "$k" = 0 ]; then at="full speed"; else at="$k msg/s"; fi
+    [ -z "${R[$k.base]:-}" ] || xrow "broker alone" "publish -> consume, $at" "$CPU (first)" "${R[$k.base]}" "$B" "$(ratio "${R[$k.base]}" "$B")"
+    if [ -n "${R[$k.delayed]:-}" ]; then
+        xrow delay-bridge "delayed message, $at" "$CPU" "${R[$k.delayed]}" "$B" "$(ratio "${R[$k.delayed]}" "$B")"
+        xrow delay-bridge "delayed message, $at" "bridge CPU per message, us" "${R[$k.delayed.bridge]}" - -
+    fi
+    if [ -n "${R[$k.retry]:-}" ]; then
+        xrow delay-bridge "retry once, $at" "$CPU" "${R[$k.retry]}" "$B" "$(ratio "${R[$k.retry]}" "$B")"
+        xrow delay-bridge "retry once, $at" "bridge CPU per message, us" "${R[$k.retry.bridge]}" - -
+        xrow delay-bridge "retry once, $at" "$late" "$(late_cell "$k.retry")" - -
+    fi
+    if [ -n "${R[$k.ladder]:-}" ]; then
+        xrow "TTL ladder, 1 level" "retry once, $at" "$CPU" "${R[$k.ladder]}" "$B" "$(ratio "${R[$k.ladder]}" "$B")"
+        xrow "TTL ladder, 1 level" "retry once, $at" "$late" "$(late_cell "$k.ladder")" - -
+    fi
+    if [ -n "${R[$k.retry]:-}" ] && [ -n "${R[$k.ladder]:-}" ] && [ "$B" != - ]; then
+        R[$k.re]=$(fmt 1 "${R[$k.retry]} - $B") R[$k.le]=$(fmt 1 "${R[$k.ladder]} - $B")
+        xrow delay-bridge "retry once, $at" "the retry alone (minus baseline), us; ratio: / ladder's" "${R[$k.re]}" - "$(ratio "${R[$k.re]}" "${R[$k.le]}")"
+        xrow "TTL ladder, 1 level" "retry once, $at" "the retry alone (minus baseline), us" "${R[$k.le]}" - -
+        xrow delay-bridge "retry once, $at" "$CPU; ratio: / ladder's" "${R[$k.retry]}" - "$(ratio "${R[$k.retry]}" "${R[$k.ladder]}")"
+    fi
+    [ -z "${R[$k.base2]:-}" ] || xrow "broker alone" "publish -> consume, $at" "$CPU (again, last)" "${R[$k.base2]}" "$B" "$(ratio "${R[$k.base2]}" "$B")"
+}
 if [ ${#cpu_paths[@]} -gt 0 ]; then
-    B=${R[baseline]:--}
-    CPU="broker CPU per message, us"
     echo
-    echo "(a) $N x 256 B a path, open loop at $RATE msg/s, one consumer acking or rejecting each message,"
-    echo "    delay and backoff $DELAY ms; broker idle ${IDLE} ms CPU/s removed; baseline: mean of the two broker-alone runs"
+    echo "(a) $N x 256 B a path, published at full speed (confirm window 1000) or open loop at a rate, one consumer"
+    echo "    acking or rejecting each message (prefetch 200); delay and backoff $DELAY ms; broker idle ${IDLE} ms CPU/s"
+    echo "    removed; baseline: the mean of the two broker-alone runs at that rate"
     echo
     xrow_head
-    [ -z "${R[base]:-}" ] || xrow "broker alone" "publish -> consume" "$CPU (first)" "${R[base]}" "$B" "$(ratio "${R[base]}" "$B")"
-    if [ -n "${R[delayed]:-}" ]; then
-        xrow delay-bridge "delayed message" "$CPU" "${R[delayed]}" "$B" "$(ratio "${R[delayed]}" "$B")"
-        xrow delay-bridge "delayed message" "bridge CPU per message, us" "${R[delayed.bridge]}" - -
-    fi
-    if [ -n "${R[retry]:-}" ]; then
-        xrow delay-bridge "retry once" "$CPU" "${R[retry]}" "$B" "$(ratio "${R[retry]}" "$B")"
-        xrow delay-bridge "retry once" "bridge CPU per message, us" "${R[retry.bridge]}" - -
-        xrow delay-bridge "retry once" "retry late (redelivery - reject - backoff) p50/p99/max ms" "$(late_cell retry)" - -
-    fi
-    if [ -n "${R[ladder]:-}" ]; then
-        xrow "TTL ladder, 1 level" "retry once" "$CPU" "${R[ladder]}" "$B" "$(ratio "${R[ladder]}" "$B")"
-        xrow "TTL ladder, 1 level" "retry once" "retry late (redelivery - reject - backoff) p50/p99/max ms" "$(late_cell ladder)" - -
-    fi
-    if [ -n "${R[retry]:-}" ] && [ -n "${R[ladder]:-}" ] && [ "$B" != - ]; then
-        re=$(fmt 1 "${R[retry]} - $B") le=$(fmt 1 "${R[ladder]} - $B")
-        xrow delay-bridge "retry once" "the retry alone (minus baseline), us; ratio: / ladder's" "$re" - "$(ratio "$re" "$le")"
-        xrow "TTL ladder, 1 level" "retry once" "the retry alone (minus baseline), us" "$le" - -
-        xrow delay-bridge "retry once" "$CPU; ratio: / ladder's" "${R[retry]}" - "$(ratio "${R[retry]}" "${R[ladder]}")"
-    fi
-    [ -z "${R[base2]:-}" ] || xrow "broker alone" "publish -> consume" "$CPU (again, last)" "${R[base2]}" "$B" "$(ratio "${R[base2]}" "$B")"
+    for rate in "${rates[@]}"; do a_rows "$rate"; done
 fi
 if [ ${#systems[@]} -gt 0 ]; then
     echo
@@ -468,16 +478,17 @@ if [ ${#systems[@]} -gt 0 ]; then
     done
 fi
 echo
-if [ ${#cpu_paths[@]} -gt 0 ] && [ -n "${R[baseline]:-}" ]; then
-    line="broker CPU per message, baseline ${R[baseline]} µs"
-    [ -z "${R[delayed]:-}" ] || line+="; delayed through the bridge ${R[delayed]} µs = $(ratio "${R[delayed]}" "${R[baseline]}")"
-    [ -z "${R[retry]:-}" ] || line+="; retry through the bridge ${R[retry]} µs = $(ratio "${R[retry]}" "${R[baseline]}")"
-    [ -z "${R[ladder]:-}" ] || line+="; retry through a TTL ladder ${R[ladder]} µs = $(ratio "${R[ladder]}" "${R[baseline]}")"
-    echo "summary, $BROKER_VSN, (a): $line"
-    if [ -n "${R[retry]:-}" ] && [ -n "${R[ladder]:-}" ]; then
-        echo "summary, $BROKER_VSN, (a): one retry costs the broker $re µs through the bridge, $le µs through the ladder: bridge / ladder = $(ratio "$re" "$le") (whole message: $(ratio "${R[retry]}" "${R[ladder]}"))"
-    fi
-fi
+for k in "${rates[@]}"; do
+    [ ${#cpu_paths[@]} -gt 0 ] && [ -n "${R[$k.baseline]:-}" ] || continue
+    if [ "$k" = 0 ]; then at="full speed"; else at="$k msg/s"; fi
+    line="broker CPU per message, baseline ${R[$k.baseline]} µs"
+    [ -z "${R[$k.delayed]:-}" ] || line+="; delayed through the bridge ${R[$k.delayed]} µs = $(ratio "${R[$k.delayed]}" "${R[$k.baseline]}")"
+    [ -z "${R[$k.retry]:-}" ] || line+="; retry through the bridge ${R[$k.retry]} µs = $(ratio "${R[$k.retry]}" "${R[$k.baseline]}")"
+    [ -z "${R[$k.ladder]:-}" ] || line+="; retry through a TTL ladder ${R[$k.ladder]} µs = $(ratio "${R[$k.ladder]}" "${R[$k.baseline]}")"
+    echo "summary, $BROKER_VSN, (a) $at: $line"
+    [ -z "${R[$k.re]:-}" ] ||
+        echo "summary, $BROKER_VSN, (a) $at: one retry costs the broker ${R[$k.re]} µs through the bridge, ${R[$k.le]} µs through the ladder: bridge / ladder = $(ratio "${R[$k.re]}" "${R[$k.le]}") (whole message: $(ratio "${R[$k.retry]}" "${R[$k.ladder]}"))"
+done
 if [ ${#systems[@]} -gt 0 ]; then
     line=""
     for s in "${systems[@]}"; do
