@@ -411,11 +411,11 @@ parked=$("$LR" watch --uri "$URI" --queues bench.mladder.parked$([ "$WANT_RETRY"
 # ---------------------------------------------------------------- report
 # Rows in the side-by-side layout of run.sh and ontime.sh (median.sh merges
 # them across runs): | broker | via | scenario | figure | value | baseline | ratio |.
-xrow() { printf '| %-15s | %-21s | %-30s | %-58s | %28s | %10s | %12s |\n' "$BROKER_VSN" "$@"; }
+xrow() { printf '| %-15s | %-21s | %-30s | %-58s | %34s | %10s | %12s |\n' "$BROKER_VSN" "$@"; }
 xrow_head() {
-    printf '| %-15s | %-21s | %-30s | %-58s | %28s | %10s | %12s |\n' broker via scenario figure value baseline ratio
+    printf '| %-15s | %-21s | %-30s | %-58s | %34s | %10s | %12s |\n' broker via scenario figure value baseline ratio
     printf '|%s|%s|%s|%s|%s|%s|%s|\n' ----------------- ----------------------- -------------------------------- \
-        "$(printf -- '-%.0s' $(seq 60))" -----------------------------: -----------: -------------:
+        "$(printf -- '-%.0s' $(seq 60))" -----------------------------------: -----------: -------------:
 }
 late_cell() { printf '%s / %s / %s, %s early' "$(c "$1" retry_late_p50_ms)" "$(c "$1" retry_late_p99_ms)" \
               "$(c "$1" retry_late_max_ms)" "$(c "$1" early)"; }
