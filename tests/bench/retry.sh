@@ -77,7 +77,7 @@
 #   --sustain LIST   systems of (b), default retry,ladder ("none": skip (b))
 #   --smoke          (a) 400 messages a path at full speed and at 400 msg/s, delay 300 ms;
 #                    (b) one step each at 200 msg/s for 3 s, no search: for
-#                    CI (ctest bench.retry.smoke), about 50 s
+#                    CI (ctest bench.retry.smoke), about 40 s
 #   --keep           keep the work directory (config, logs, WAL, summaries)
 #
 # Broker: DB_RABBITMQ (3.10, 4.0, 4.3; default 3.10, as the others) picks it
@@ -304,6 +304,7 @@ drained() {
         sleep 0.5
     done
     say "not drained after 60 s ($qs: $line; pending $pend): purging"
+    # shellcheck disable=SC2046  # one p:QUEUE word a queue
     "$LR" declare --uri "$URI" $(tr ',' '\n' <<<"$qs" | sed 's/^/p:/') >/dev/null 2>&1 || true
     [ -z "$route" ] || curl -sf -X POST "http://127.0.0.1:$HTTP_PORT/purge?route=$route" >/dev/null || true
 }
@@ -405,7 +406,7 @@ if [ ${#cpu_paths[@]} -gt 0 ]; then
     done
 fi
 for s in "${systems[@]}"; do sustain_search "$s"; done
-parked=$("$LR" watch --uri "$URI" --queues bench.mladder.parked$([ "$WANT_RETRY" = 0 ] || echo ,bench.parked.a,bench.parked.b) --once 2>/dev/null |
+parked=$("$LR" watch --uri "$URI" --queues "bench.mladder.parked$([ "$WANT_RETRY" = 0 ] || echo ,bench.parked.a,bench.parked.b)" --once 2>/dev/null |
          cut -d' ' -f2- || echo "?")
 
 # ---------------------------------------------------------------- report
