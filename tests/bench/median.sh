@@ -5,7 +5,7 @@
 #   tests/bench/median.sh N SCRIPT [ARGS...]
 #
 #   N        how many runs (a positive integer; 3 or 5 make a median)
-#   SCRIPT   run.sh, ontime.sh or hops.sh (in tests/bench/); ARGS go to it
+#   SCRIPT   run.sh, ontime.sh, hops.sh or retry.sh (in tests/bench/); ARGS go to it
 #
 # Each run is `tests/bench/SCRIPT ARGS` and starts a broker of its own, as
 # the script always does; the environment (DB_RABBITMQ, BENCH_PORT, ...)
@@ -34,7 +34,7 @@ case "${1:-}" in -h|--help) sed -n '2,/^set -E/p' "$0" | sed '$d; s/^# \{0,1\}//
 N=$1 SCRIPT=$2
 shift 2
 [[ "$N" =~ ^[1-9][0-9]*$ ]] || die "N = $N: expected a positive integer"
-case "$SCRIPT" in run.sh|ontime.sh|hops.sh) ;; *) die "SCRIPT $SCRIPT: expected run.sh, ontime.sh or hops.sh" ;; esac
+case "$SCRIPT" in run.sh|ontime.sh|hops.sh|retry.sh) ;; *) die "SCRIPT $SCRIPT: expected run.sh, ontime.sh, hops.sh or retry.sh" ;; esac
 
 DIR=${BENCH_MEDIAN_DIR:-$(mktemp -d "${BENCH_TMP:-/var/tmp}/delay-bridge-median.XXXXXX")}
 mkdir -p "$DIR"

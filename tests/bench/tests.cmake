@@ -1,8 +1,9 @@
 # The end-to-end benchmark's load tools and its smoke test (included from
 # tests/CMakeLists.txt; see tests/bench/README.md).
 #
-# load_publish and load_consume speak AMQP through rabbitmq-c only, so they
-# are not bench_*.c (those link dbcore alone). tests/bench/run.sh drives
+# load_publish, load_consume and load_retry (retry.sh's consumer that fails
+# chosen messages, its topology and queue watcher) speak AMQP through
+# rabbitmq-c only, so they are not bench_*.c (those link dbcore alone). tests/bench/run.sh drives
 # them against a broker of its own; it builds nothing and takes the
 # binaries from BUILD_DIR.
 #
@@ -16,7 +17,7 @@
 #
 #   ctest --test-dir build -L bench-smoke --output-on-failure
 
-foreach(db_load load_publish load_consume)
+foreach(db_load load_publish load_consume load_retry)
   add_executable(${db_load} ${CMAKE_CURRENT_LIST_DIR}/${db_load}.c)
   target_link_libraries(${db_load} PRIVATE PkgConfig::RABBITMQ)
 endforeach()
@@ -55,6 +56,14 @@ db_bench_smoke(bench.hops.smoke hops.sh 40)
 # on 127.0.0.1:5698; on 4.0 the plugin's loads too): checks only that every
 # message of every load arrived.
 db_bench_smoke(bench.ontime.smoke ontime.sh 40)
+
+# bench.retry.smoke: `retry.sh --smoke`, what a retry costs the broker
+# through a retry route and through a TTL ladder (400 messages a path at
+# 400 msg/s), then one 3 s step of the sustained-rate search for each at
+# 200 msg/s, every 10th message failed three times; its own RabbitMQ on
+# 127.0.0.1:5694. Checks only that every message was acked, with the
+# bridge's x-retry-attempt matching the consumer's count (36 s measured).
+db_bench_smoke(bench.retry.smoke retry.sh 40)
 
 # bench.median: median.sh's parser (median.py) over two canned reports
 # (tests/bench/median-test/run-*.txt; numbers medianed, a cell that reads
