@@ -27,13 +27,23 @@ endforeach()
 # that fails every attempt (tests/clients/retry-recipes/run_recipe.py).
 #
 #   ctest --test-dir build -R clients.retry --output-on-failure
+#
+# Scheduling (tests/run.sh's ten minutes): the recipes and consumers that
+# need only Python or PHP are as light as any integration test and take no
+# lock; those that build with a toolchain (npm + tsc, javac, go build) take
+# the "clients" lock like the client matrix. COST starts them all early, so
+# they do not queue behind each other at the end of the run.
 set(db_retry_recipes kombu kombu-policy celery nestjs java symfony)
+set(db_retry_toolchains nestjs java amqplib amqp091-go)
 foreach(recipe ${db_retry_recipes})
   add_test(NAME clients.retry.${recipe}
            COMMAND ${DB_PYTHON3} -u ${CMAKE_CURRENT_SOURCE_DIR}/clients/retry-recipes/run_recipe.py ${recipe})
+  if(recipe IN_LIST db_retry_toolchains)
+    set_tests_properties(clients.retry.${recipe} PROPERTIES RESOURCE_LOCK clients)
+  endif()
   set_tests_properties(clients.retry.${recipe} PROPERTIES
     FIXTURES_REQUIRED rabbitmq
-    RESOURCE_LOCK clients
+    COST 30
     LABELS "clients;integration"
     SKIP_RETURN_CODE 77
     TIMEOUT 420
@@ -54,9 +64,12 @@ set(db_retry_consumers pika amqplib amqp091-go)
 foreach(client ${db_retry_consumers})
   add_test(NAME clients.retry_consumers.${client}
            COMMAND ${DB_PYTHON3} -u ${CMAKE_CURRENT_SOURCE_DIR}/clients/retry-consumers/run_consumers.py ${client})
+  if(client IN_LIST db_retry_toolchains)
+    set_tests_properties(clients.retry_consumers.${client} PROPERTIES RESOURCE_LOCK clients)
+  endif()
   set_tests_properties(clients.retry_consumers.${client} PROPERTIES
     FIXTURES_REQUIRED rabbitmq
-    RESOURCE_LOCK clients
+    COST 30
     LABELS "clients;integration"
     SKIP_RETURN_CODE 77
     TIMEOUT 200
@@ -67,6 +80,7 @@ add_test(NAME clients.retry_consumers.crash
 set_tests_properties(clients.retry_consumers.crash PROPERTIES
   FIXTURES_REQUIRED rabbitmq_owned
   RESOURCE_LOCK "clients;broker_owned"
+  COST 60
   LABELS "clients;integration"
   SKIP_RETURN_CODE 77
   TIMEOUT 240
