@@ -75,9 +75,9 @@
 #
 #   --cpu LIST       paths of (a), default base,delayed,retry,ladder ("none": skip (a))
 #   --sustain LIST   systems of (b), default retry,ladder ("none": skip (b))
-#   --smoke          (a) 400 messages a path at full speed and at 400 msg/s, delay 300 ms;
-#                    (b) one step each at 200 msg/s for 3 s, no search: for
-#                    CI (ctest bench.retry.smoke), about 40 s
+#   --smoke          (a) 300 messages a path at full speed, delay 300 ms;
+#                    (b) one step each at 200 msg/s for 2 s, no search: for
+#                    CI (ctest bench.retry.smoke), about 27 s
 #   --keep           keep the work directory (config, logs, WAL, summaries)
 #
 # Broker: DB_RABBITMQ (3.10, 4.0, 4.3; default 3.10, as the others) picks it
@@ -125,7 +125,7 @@ while [ $# -gt 0 ]; do
     *) die "unknown argument $1 (--help)" ;;
     esac
 done
-[ "$SMOKE" = 0 ] || { N=400 RATES=0,400 DELAY=300 DURATION=3 START_RATE=200; }
+[ "$SMOKE" = 0 ] || { N=300 RATES=0 DELAY=300 DURATION=2 START_RATE=200; }
 [ "$CPU_PATHS" != none ] || CPU_PATHS=""
 [ "$SUSTAIN" != none ] || SUSTAIN=""
 IFS=, read -ra cpu_paths <<<"$CPU_PATHS"

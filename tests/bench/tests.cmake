@@ -58,12 +58,12 @@ db_bench_smoke(bench.hops.smoke hops.sh 40)
 db_bench_smoke(bench.ontime.smoke ontime.sh 40)
 
 # bench.retry.smoke: `retry.sh --smoke`, what a retry costs the broker
-# through a retry route and through a TTL ladder (400 messages a path at
-# 400 msg/s), then one 3 s step of the sustained-rate search for each at
+# through a retry route and through a TTL ladder (300 messages a path at
+# full speed), then one 2 s step of the sustained-rate search for each at
 # 200 msg/s, every 10th message failed three times; its own RabbitMQ on
 # 127.0.0.1:5694. Checks only that every message was acked, with the
-# bridge's x-retry-attempt matching the consumer's count (36 s measured).
-db_bench_smoke(bench.retry.smoke retry.sh 40)
+# bridge's x-retry-attempt matching the consumer's count (26 s measured).
+db_bench_smoke(bench.retry.smoke retry.sh 30)
 
 # bench.median: median.sh's parser (median.py) over two canned reports
 # (tests/bench/median-test/run-*.txt; numbers medianed, a cell that reads
