@@ -24,7 +24,8 @@
  *
  * The owner never sees an AMQP type: before the hand-over the headers it
  * acts on are read (x-delay judged, x-delay-key, x-delay-cancel, a key
- * event's four headers) and the properties are encoded for the log without
+ * event's four headers; on a retry route x-death's queue and reason and
+ * x-retry-attempt, judged by retry.h instead of x-delay, read_retry) and the properties are encoded for the log without
  * the x-delivery-count a quorum queue adds when it redelivers (the ingress
  * queue's bookkeeping, not part of the message: neither stored nor
  * forwarded, so a redelivery looks like the original). The key events the

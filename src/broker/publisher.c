@@ -21,7 +21,10 @@
  * Delivery tags restart at 1 on every channel open.
  *
  * The stored properties are decoded into a pool that is recycled per
- * publish and rewritten (amqp_msg_outgoing).
+ * publish and rewritten (amqp_msg_outgoing; on a retry route also
+ * amqp_retry_out: the attempt, the history, a park's reason). A retry
+ * route's record carries the queue it goes back to as its routing key, and
+ * its target is the default exchange, so it is published like any other.
  *
  * Writing (publisher_out.c): publishes are encoded into one output buffer
  * and written once per burst without blocking; after login rabbitmq-c
