@@ -245,6 +245,9 @@ void config_free(struct config *c);
 int config_diff(const struct config *a, const struct config *b,
                 void (*cb)(void *arg, const char *what, const char *path), void *arg);
 
+/* The index of the route called name (len bytes, not NUL-terminated) in c, or -1. */
+int config_route_index(const struct config *c, const char *name, size_t len);
+
 /* Routes a and b have the same name and the same value of every key. */
 int config_route_same(const struct config_route *a, const struct config_route *b);
 

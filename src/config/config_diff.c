@@ -83,12 +83,19 @@ int config_route_same(const struct config_route *a, const struct config_route *b
     return config_route_keys_diff(a, b, NULL, NULL) == 0;
 }
 
-static const struct config_route *route_named(const struct config *c, const char *name)
+int config_route_index(const struct config *c, const char *name, size_t len)
 {
     for (int i = 0; i < c->nroutes; i++)
-        if (!strcmp(c->routes[i].name, name))
-            return &c->routes[i];
-    return NULL;
+        if (strlen(c->routes[i].name) == len && memcmp(c->routes[i].name, name, len) == 0)
+            return i;
+    return -1;
+}
+
+static const struct config_route *route_named(const struct config *c, const char *name)
+{
+    int i = config_route_index(c, name, strlen(name));
+
+    return i < 0 ? NULL : &c->routes[i];
 }
 
 struct diff {

@@ -39,11 +39,5 @@ void bridge_fatal(struct bridge *b, const char *what, int err)
 /* Route names found in the log, or named in a request -> route index; -1: not configured. */
 int bridge_route_index(void *arg, const char *name, size_t len)
 {
-    const struct config *cfg = arg;
-    int i;
-
-    for (i = 0; i < cfg->nroutes; i++)
-        if (strlen(cfg->routes[i].name) == len && memcmp(cfg->routes[i].name, name, len) == 0)
-            return i;
-    return -1;
+    return config_route_index(arg, name, len);
 }

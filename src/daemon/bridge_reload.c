@@ -56,10 +56,9 @@ struct reload {
 
 static struct config_route *route_named(struct config *c, const char *name)
 {
-    for (int i = 0; i < c->nroutes; i++)
-        if (!strcmp(c->routes[i].name, name))
-            return &c->routes[i];
-    return NULL;
+    int i = config_route_index(c, name, strlen(name));
+
+    return i < 0 ? NULL : &c->routes[i];
 }
 
 /* Key key of route r can be written in the running configuration now. */

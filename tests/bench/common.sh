@@ -33,6 +33,16 @@ session_cpu_ms() {
         '{ sub(/^.*\) /, ""); if ($4 == sid) t += $12 + $13 } END { printf "%.0f", t * 1000 / tck }'
 }
 
+# idle_rate: the broker's idle CPU, ms per s, over 4 s, into IDLE (hops.sh and
+# retry.sh subtract it from each phase). BROKER_SID: the node's session.
+IDLE=0
+idle_rate() {
+    local c0 t0
+    c0=$(session_cpu_ms "$BROKER_SID") t0=$(now_ms)
+    sleep 4
+    IDLE=$(fmt 2 "($(session_cpu_ms "$BROKER_SID") - $c0) / (($(now_ms) - $t0) / 1000.0)")
+}
+
 # ratio A B: A / B as "0.85x", or "-" when either is not a number or B is 0.
 ratio() {
     if [[ "$1" =~ ^-?[0-9.]+$ && "$2" =~ ^-?[0-9.]+$ ]] && awk "BEGIN { exit !($2 != 0) }"; then

@@ -140,14 +140,7 @@ bench_traps
 
 stats() { curl -sf "http://127.0.0.1:$HTTP_PORT/stats" | jq -r "$1"; }
 
-# Idle CPU of the broker, ms per s (measured per variant, subtracted per phase).
-IDLE=0
-idle_rate() {
-    local c0 t0
-    c0=$(session_cpu_ms "$BROKER_SID") t0=$(now_ms)
-    sleep 4
-    IDLE=$(fmt 2 "($(session_cpu_ms "$BROKER_SID") - $c0) / (($(now_ms) - $t0) / 1000.0)")
-}
+# Idle CPU of the broker: idle_rate (common.sh), measured per variant, subtracted per phase.
 # phase_begin; ... ; phase_end KEY: broker µs per message (idle removed) into R[KEY].
 phase_begin() { P_CPU=$(session_cpu_ms "$BROKER_SID") P_T=$(now_ms) P_BR=$([ -n "$BRIDGE_PID" ] && proc_cpu_ms "$BRIDGE_PID" || echo 0); }
 phase_end() {

@@ -139,6 +139,26 @@ static inline void load_check_reply(const char *prog, amqp_rpc_reply_t r, const 
 }
 
 /* Connect, log in, open channel 1. The URI string is parsed in place (copied first). */
+/*
+ * basic.consume_message() met a method that is not a delivery
+ * (AMQP_STATUS_UNEXPECTED_STATE): read it; the consumer's end (channel or
+ * connection closed, consumer cancelled) ends the tool, anything else
+ * (connection.blocked, ...) is passed over.
+ */
+static inline void load_other_method(const char *prog, amqp_connection_state_t c)
+{
+    amqp_frame_t f;
+    int rc = amqp_simple_wait_frame(c, &f);
+
+    if (rc != AMQP_STATUS_OK)
+        load_die(prog, "reading a frame: %s", amqp_error_string2(rc));
+    if (f.frame_type == AMQP_FRAME_METHOD &&
+        (f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ||
+         f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD ||
+         f.payload.method.id == AMQP_BASIC_CANCEL_METHOD))
+        load_die(prog, "the broker ended the consumer (method 0x%08x)", f.payload.method.id);
+}
+
 static inline amqp_connection_state_t load_connect(const char *prog, const char *uri)
 {
     struct amqp_connection_info ci;

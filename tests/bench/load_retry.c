@@ -313,16 +313,7 @@ static int consume(amqp_connection_state_t c, const struct copts *o)
         }
         if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
             r.library_error == AMQP_STATUS_UNEXPECTED_STATE) {
-            amqp_frame_t f;
-            int rc = amqp_simple_wait_frame(c, &f);
-            if (rc != AMQP_STATUS_OK)
-                load_die(prog, "reading a frame: %s", amqp_error_string2(rc));
-            if (f.frame_type == AMQP_FRAME_METHOD &&
-                (f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ||
-                 f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD ||
-                 f.payload.method.id == AMQP_BASIC_CANCEL_METHOD))
-                load_die(prog, "the broker ended the consumer (method 0x%08x)",
-                         f.payload.method.id);
+            load_other_method(prog, c);
             continue;
         }
         load_check_reply(prog, r, "consume");

@@ -214,13 +214,6 @@ declare_topology() {
 
 # ---------------------------------------------------------------- (a) CPU per message
 
-IDLE=0
-idle_rate() {
-    local c0 t0
-    c0=$(session_cpu_ms "$BROKER_SID") t0=$(now_ms)
-    sleep 4
-    IDLE=$(fmt 2 "($(session_cpu_ms "$BROKER_SID") - $c0) / (($(now_ms) - $t0) / 1000.0)")
-}
 phase_begin() { P_CPU=$(session_cpu_ms "$BROKER_SID") P_T=$(now_ms) P_BR=$(proc_cpu_ms "$BRIDGE_PID"); }
 phase_end() { # phase_end KEY COUNT
     local dt=$(( $(now_ms) - P_T ))

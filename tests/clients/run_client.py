@@ -21,8 +21,10 @@ client's toolchain or library is missing, with the package to install.
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -31,6 +33,52 @@ import harness as h  # noqa: E402
 from harness import check  # noqa: E402
 
 MAX_DELAY_MS = 3600000
+
+
+class LineProgram(object):
+    """A client program in a session of its own, its output read line by
+    line in a thread: each line is echoed with prefix and handed to
+    on_line() under self.cond, which wait() sleeps on. The retry tests'
+    consumers and recipes (tests/clients/retry-*) are its subclasses."""
+
+    def __init__(self, cmd, env, prefix):
+        self.cond = threading.Condition()
+        self.prefix = prefix
+        self.p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, start_new_session=True)
+        self.t = threading.Thread(target=self._read, daemon=True)
+        self.t.start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            sys.stdout.write(self.prefix + line)
+            with self.cond:
+                self.on_line(line.rstrip("\n"))
+                self.cond.notify_all()
+
+    def on_line(self, line):
+        pass
+
+    def wait(self, pred, timeout, what):
+        """Until pred() (called under self.cond); fails when the program exits or timeout passes."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while not pred():
+                check(self.p.poll() is None, "the program exited (%s) before %s" % (
+                    self.p.returncode, what))
+                left = deadline - time.monotonic()
+                check(left > 0, "timed out after %.0fs waiting for %s" % (timeout, what))
+                self.cond.wait(min(left, 0.2))
+
+    def stop(self):
+        if self.p.poll() is None:
+            os.killpg(self.p.pid, signal.SIGTERM)
+            try:
+                self.p.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.p.pid, signal.SIGKILL)
+                self.p.wait(10)
+        self.t.join(5)
 
 
 def have(cmd):

@@ -33,21 +33,23 @@ endforeach()
 # lock; those that build with a toolchain (npm + tsc, javac, go build) take
 # the "clients" lock like the client matrix. COST starts them all early, so
 # they do not queue behind each other at the end of the run.
-set(db_retry_recipes kombu kombu-policy celery nestjs java symfony)
 set(db_retry_toolchains nestjs java amqplib amqp091-go)
-foreach(recipe ${db_retry_recipes})
-  add_test(NAME clients.retry.${recipe}
-           COMMAND ${DB_PYTHON3} -u ${CMAKE_CURRENT_SOURCE_DIR}/clients/retry-recipes/run_recipe.py ${recipe})
-  if(recipe IN_LIST db_retry_toolchains)
-    set_tests_properties(clients.retry.${recipe} PROPERTIES RESOURCE_LOCK clients)
+# db_retry_client_test(NAME SCRIPT ARG TIMEOUT): one retry test on the suite's broker.
+function(db_retry_client_test name script arg timeout)
+  add_test(NAME ${name} COMMAND ${DB_PYTHON3} -u ${CMAKE_CURRENT_SOURCE_DIR}/clients/${script} ${arg})
+  if(arg IN_LIST db_retry_toolchains)
+    set_tests_properties(${name} PROPERTIES RESOURCE_LOCK clients)
   endif()
-  set_tests_properties(clients.retry.${recipe} PROPERTIES
+  set_tests_properties(${name} PROPERTIES
     FIXTURES_REQUIRED rabbitmq
     COST 30
     LABELS "clients;integration"
     SKIP_RETURN_CODE 77
-    TIMEOUT 420
+    TIMEOUT ${timeout}
     ENVIRONMENT "DB_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;DB_TEST_BROKER_URI=${db_broker_uri};DB_TEST_BROKER_DIR=${db_broker_dir};DB_CLIENTS_WORK=${CMAKE_BINARY_DIR}/clients;PYTHONDONTWRITEBYTECODE=1")
+endfunction()
+foreach(recipe kombu kombu-policy celery nestjs java symfony)
+  db_retry_client_test(clients.retry.${recipe} retry-recipes/run_recipe.py ${recipe} 420)
 endforeach()
 
 # A retry route under real consumers (issue 30; README "Retries with
@@ -60,20 +62,8 @@ endforeach()
 # the owned broker (it restarts it: lock broker_owned, as integration.broker_restart).
 #
 #   ctest --test-dir build -R clients.retry_consumers --output-on-failure
-set(db_retry_consumers pika amqplib amqp091-go)
-foreach(client ${db_retry_consumers})
-  add_test(NAME clients.retry_consumers.${client}
-           COMMAND ${DB_PYTHON3} -u ${CMAKE_CURRENT_SOURCE_DIR}/clients/retry-consumers/run_consumers.py ${client})
-  if(client IN_LIST db_retry_toolchains)
-    set_tests_properties(clients.retry_consumers.${client} PROPERTIES RESOURCE_LOCK clients)
-  endif()
-  set_tests_properties(clients.retry_consumers.${client} PROPERTIES
-    FIXTURES_REQUIRED rabbitmq
-    COST 30
-    LABELS "clients;integration"
-    SKIP_RETURN_CODE 77
-    TIMEOUT 200
-    ENVIRONMENT "DB_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;DB_TEST_BROKER_URI=${db_broker_uri};DB_TEST_BROKER_DIR=${db_broker_dir};DB_CLIENTS_WORK=${CMAKE_BINARY_DIR}/clients;PYTHONDONTWRITEBYTECODE=1")
+foreach(client pika amqplib amqp091-go)
+  db_retry_client_test(clients.retry_consumers.${client} retry-consumers/run_consumers.py ${client} 200)
 endforeach()
 add_test(NAME clients.retry_consumers.crash
          COMMAND ${DB_PYTHON3} -u ${CMAKE_CURRENT_SOURCE_DIR}/clients/retry-consumers/run_consumers.py crash)

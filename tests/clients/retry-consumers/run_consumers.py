@@ -87,10 +87,8 @@ build tree, go builds against Debian's golang-github-rabbitmq-amqp091-go-dev).
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -126,31 +124,23 @@ def now_ms():
     return time.time() * 1000.0
 
 
-class Program(object):
-    """A consumer program; its JSON lines read in a thread."""
+class Program(run_client.LineProgram):
+    """A consumer program: its JSON lines kept as events."""
 
     def __init__(self, client, cmd, env, queues):
         self.client = client
         self.events = []
-        self.cond = threading.Condition()
         env = dict(env or os.environ, DB_URI=h.broker_uri(), DB_QUEUES=",".join(queues), DB_PREFETCH="20")
         h.log("%s: running %s on %s" % (client, " ".join(cmd), ", ".join(queues)))
-        self.p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, start_new_session=True)
-        self.t = threading.Thread(target=self._read, daemon=True)
-        self.t.start()
+        run_client.LineProgram.__init__(self, cmd, env, "  %s| " % client)
 
-    def _read(self):
-        for line in self.p.stdout:
-            sys.stdout.write("  %s| %s" % (self.client, line))
-            try:
-                e = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(e, dict):
-                with self.cond:
-                    self.events.append(e)
-                    self.cond.notify_all()
+    def on_line(self, line):
+        try:
+            e = json.loads(line)
+        except ValueError:
+            return
+        if isinstance(e, dict):
+            self.events.append(e)
 
     def of(self, kind):
         with self.cond:
@@ -161,26 +151,12 @@ class Program(object):
         return v[0].get("version", "?") if v else "?"
 
     def wait_ready(self, n, timeout):
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while len([e for e in self.events if e.get("event") == "ready"]) < n:
-                check(self.p.poll() is None, "%s exited (%s) before it consumed" % (self.client, self.p.returncode))
-                left = deadline - time.monotonic()
-                check(left > 0, "%s: not consuming (ready #%d) after %.0f s" % (self.client, n, timeout))
-                self.cond.wait(min(left, 0.2))
+        self.wait(lambda: len([e for e in self.events if e.get("event") == "ready"]) >= n, timeout,
+                  "%s consuming (ready #%d)" % (self.client, n))
 
     def check_alive(self):
         check(self.p.poll() is None, "%s consumer exited with %s" % (self.client, self.p.returncode))
 
-    def stop(self):
-        if self.p.poll() is None:
-            os.killpg(self.p.pid, signal.SIGTERM)
-            try:
-                self.p.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.p.pid, signal.SIGKILL)
-                self.p.wait(10)
-        self.t.join(5)
 
 
 class Run(object):

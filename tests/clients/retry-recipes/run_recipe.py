@@ -35,34 +35,23 @@ framework or its toolchain is missing, with what to install.
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "integration"))
 import harness as h  # noqa: E402
 from harness import check  # noqa: E402
+import run_client  # noqa: E402
 
 RETRY = {"initial_ms": 400, "multiplier": 2.0, "max_ms": 1000, "jitter": "none", "max_attempts": 4}
 CASES = [("ok", 0), ("once", 1), ("thrice", 3), ("poison", 99)]
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
 
-def need(cond, what):
-    if not cond:
-        raise h.Skip(what)
-
-
-def work_dir(name):
-    """A per-recipe directory for tool caches (node_modules, compiled code)."""
-    base = os.environ.get("DB_CLIENTS_WORK") or os.path.join(
-        os.path.dirname(os.environ.get("DB_BRIDGE_BIN", "/tmp/x")), "clients")
-    d = os.path.join(base, name)
-    os.makedirs(d, exist_ok=True)
-    return d
+need, work_dir = run_client.need, run_client.work_dir
 
 
 def python_cmd(module, script, pkg):
@@ -147,23 +136,15 @@ def backoff(n):
     return min(RETRY["max_ms"], RETRY["initial_ms"] * RETRY["multiplier"] ** (n - 1))
 
 
-class Program(object):
-    """The recipe's program, its stdout read line by line in a thread."""
+class Program(run_client.LineProgram):
+    """The recipe's program: its output lines kept."""
 
     def __init__(self, cmd, env):
         self.lines = []
-        self.cond = threading.Condition()
-        self.p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, start_new_session=True)
-        self.t = threading.Thread(target=self._read, daemon=True)
-        self.t.start()
+        run_client.LineProgram.__init__(self, cmd, env, "  | ")
 
-    def _read(self):
-        for line in self.p.stdout:
-            sys.stdout.write("  | " + line)
-            with self.cond:
-                self.lines.append(line.rstrip("\n"))
-                self.cond.notify_all()
+    def on_line(self, line):
+        self.lines.append(line)
 
     def deliveries(self):
         with self.cond:
@@ -178,24 +159,6 @@ class Program(object):
         with self.cond:
             return next((l.split(" ", 1)[1] for l in self.lines if l.startswith("VERSION ")), "?")
 
-    def wait(self, pred, timeout, what):
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while not pred():
-                check(self.p.poll() is None, "the program exited (%s) before %s" % (self.p.returncode, what))
-                left = deadline - time.monotonic()
-                check(left > 0, "timed out after %.0fs waiting for %s" % (timeout, what))
-                self.cond.wait(min(left, 0.2))
-
-    def stop(self):
-        if self.p.poll() is None:
-            os.killpg(self.p.pid, signal.SIGTERM)
-            try:
-                self.p.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.p.pid, signal.SIGKILL)
-                self.p.wait(10)
-        self.t.join(5)
 
 
 def set_policy(ctx, queue, dlx):
