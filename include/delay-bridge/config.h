@@ -131,7 +131,42 @@ struct config_route {
      * retry->parking_exchange: config_parse fills them, the file may not.
      */
     struct config_retry *retry;
+
+    /*
+     * "vhost": "" = the broker URI's vhost (config_route_vhost()). Each vhost
+     * in use gets its own consumer and publisher connection; names
+     * (ingress_exchange, ingress_queue) are unique per vhost, route names
+     * across the whole bridge.
+     */
+    char vhost[CONFIG_NAME_MAX + 1];
+    /* "template": the route_templates entry it was made from ("" none). */
+    char template_name[CONFIG_NAME_MAX + 1];
+    /* Where it was read: CONFIG_SOURCE_FILE (the -c file) or CONFIG_SOURCE_STORE (routes_file). */
+    int source;
+    /*
+     * Run time only, never read from a file: the route was removed by a
+     * reload or DELETE /routes while it still held messages. It consumes
+     * nothing; what it holds is published when due; its index stays (the
+     * engine's, the metrics') until the process ends. config_diff and
+     * config_route_index skip it.
+     */
+    int retired;
 };
+
+enum { CONFIG_SOURCE_FILE = 0, CONFIG_SOURCE_STORE = 1 };
+
+/*
+ * route_templates.NAME: many look-alike routes from one entry. json is the
+ * template object as written (route keys whose string values may hold
+ * "{name}", replaced by each instance's name), kept as text so that a
+ * route put through the API later can name the template too. The
+ * template's "routes" array (instance names) becomes routes at load.
+ */
+struct config_template {
+    char name[CONFIG_NAME_MAX + 1];
+    char *json; /* owned, malloc'd */
+};
+#define CONFIG_MAX_TEMPLATES 64
 
 /*
  * wal.replicate: present = every WAL record is also published to a
@@ -204,9 +239,59 @@ struct config {
 
     uint32_t shutdown_timeout_ms; /* top-level "shutdown_timeout_ms": 10000 */
 
-    struct config_route *routes;  /* "routes": at least one; owned, malloc'd */
+    /*
+     * "routes_file": "" = WAL_DIR/routes.json. The routes put through the
+     * HTTP API (PUT /routes/NAME), kept across restarts; config_load_all()
+     * appends them after the file's. Format: {"version": 1, "routes": [ROUTE...]}.
+     */
+    char routes_file[4096];
+
+    struct config_template *templates; /* "route_templates": {} ; owned, malloc'd */
+    int ntemplates;
+
+    /*
+     * "routes": at least one (with route_templates and the routes file:
+     * at least one in all); owned, malloc'd, room for CONFIG_MAX_ROUTES
+     * always, so that the running configuration grows in place (a route
+     * added at run time never moves the others: threads reading route
+     * names keep valid pointers).
+     */
+    struct config_route *routes;
     int nroutes;
 };
+
+/* A route's vhost: its "vhost", or the first broker URI's. */
+const char *config_route_vhost(const struct config *c, const struct config_route *r);
+
+/*
+ * The routes of a routes file (json: its text; name: for messages) appended
+ * to c, each read as a route of the file is read (key paths
+ * "NAME: routes[ROUTE].key"), then every rule between routes checked again
+ * over the whole set. A route whose name the -c file already has is
+ * skipped, and *shadowed counts it (the file wins; the caller warns).
+ * 0, or -1 with the reason in err (c then unchanged).
+ */
+int config_add_routes(struct config *c, const char *json, const char *name, int *shadowed,
+                      char *err, size_t errlen);
+
+/*
+ * config_load, then the routes file (c->routes_file) if it exists. *text,
+ * when not NULL, gets the -c file's text (malloc'd; the caller frees):
+ * what a PUT re-reads, so that an API change never picks up an unreloaded
+ * edit of the file.
+ */
+int config_load_all(struct config *c, const char *path, char **text, char *err, size_t errlen);
+
+/*
+ * The routes file's text with route name put (route_json: a route object;
+ * its "name", when present, must be name) or deleted. New text, malloc'd,
+ * or NULL with the reason in err (bad JSON, name mismatch); store NULL or
+ * "" is an empty file. *found (delete): whether it was there.
+ */
+char *config_store_put(const char *store, const char *name, const char *route_json, char *err,
+                       size_t errlen);
+char *config_store_delete(const char *store, const char *name, int *found, char *err,
+                          size_t errlen);
 
 /*
  * routes[].share_keys: whom key events speak for -- the origin they carry
