@@ -102,6 +102,9 @@ struct bridge {
         uint64_t count, refused, last_ms;
         int pending;        /* changes in the file not applied until a restart */
         char error[512];    /* why the last reload was refused; "" */
+        char *text;         /* the -c file's text as last loaded (config_load_all) */
+        char *store;        /* the routes file's text as last read or written; NULL: none */
+        uint64_t api_changes; /* routes put or deleted through the API */
     } reload;
     /*
      * Clocks: start_ms and turn_ms are wall-clock times /stats shows;
@@ -187,6 +190,30 @@ void bridge_retry_free(struct bridge *b);
 
 /* bridge_reload.c: handle SIGHUP (read the configuration again). */
 void bridge_reload_init(struct bridge *b);
+
+/*
+ * bridge_routes.c: the running routes made what a new configuration says,
+ * without a restart (a SIGHUP, or the HTTP route API). Routes added start
+ * consuming; routes removed stop consuming and retire (what they hold is
+ * published when due, config_route.retired); routes changed apply each
+ * key that can change live. origin ("reload", "api") goes in the log
+ * lines. next is left holding what was not moved into the running
+ * configuration; the caller frees it.
+ */
+struct bridge_apply {
+    int applied, pending, added, removed;
+    char pending_keys[512]; /* the key paths that wait for a restart, ", "-separated */
+};
+void bridge_config_apply(struct bridge *b, struct config *next, const char *origin,
+                         struct bridge_apply *out);
+/*
+ * Dry run of bridge_config_apply (nothing changes): how many changes would
+ * wait for a restart, their key paths in keys. The API refuses those
+ * (409) rather than store what it cannot run.
+ */
+int bridge_config_pending(struct bridge *b, const struct config *next, char *keys, size_t len);
+/* Routes may change now: recovered, not draining or stopping. 0 = yes, else why in why. */
+int bridge_routes_busy(struct bridge *b, char *why, size_t len);
 /* The consumer's state callback: a lost connection drops the stash. */
 void bridge_on_consumer_state(void *arg, int up);
 /* Follow the log's intake gate: cancel or restore the ingress consumers. */
