@@ -1,5 +1,5 @@
 /*
- * consumer.h -- the ingress side: one connection, one consumer per route.
+ * consumer.h -- the ingress side: one connection per vhost, one consumer per route.
  *
  * The consumer connects (trying the configured URIs in turn, with backoff),
  * declares each route's ingress exchange and queue, consumes them on one
@@ -101,10 +101,33 @@ struct consumer_ops {
     /* The connection came up (up = 1) or went down (0). */
     void (*state)(void *arg, int up);
     void *arg;
+    /*
+     * Connection generations start after this one: an owner with several
+     * consumers (one per vhost) gives each its own range, so that a
+     * delivery's gen names its consumer as well as its connection.
+     */
+    uint32_t gen_base;
 };
 
-struct consumer *consumer_new(struct ev_loop *loop, const struct config *cfg,
+/*
+ * A consumer for the routes of one vhost: it logs in to vhost (NULL or "":
+ * the broker URI's) and reads no route until consumer_route_add().
+ */
+struct consumer *consumer_new(struct ev_loop *loop, const struct config *cfg, const char *vhost,
                               const struct consumer_ops *ops);
+
+/*
+ * Routes at run time. consumer_route_add(): read route i (an index of
+ * cfg->routes) from now on -- declared and consumed at once when connected
+ * (tried first on a scratch channel: a route the broker refuses does not
+ * consume, is logged and tried again with backoff, and never closes the
+ * channel the other routes are consumed on; consumer_route_failed() says
+ * so), else with the next connection. consumer_route_remove(): basic.cancel
+ * of its consumers; deliveries already sent still arrive, with its index.
+ */
+void consumer_route_add(struct consumer *c, int route);
+void consumer_route_remove(struct consumer *c, int route);
+int consumer_route_failed(const struct consumer *c, int route);
 /* Abrupt close (unacked deliveries go back to their queues) and free. NULL is fine. */
 void consumer_free(struct consumer *c);
 

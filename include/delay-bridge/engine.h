@@ -100,6 +100,7 @@ enum eng_state {
 struct eng_opts {
     struct wlog *log; /* the engine owns it from here on, even when eng_open fails */
     int nroutes;      /* routes 0..nroutes-1, at most ENG_ROUTE_UNKNOWN */
+    int max_routes;   /* room for eng_route_added() up to this many; 0 = nroutes */
     /* Map a route name found in the log to a route index, or -1 (orphan). */
     int (*route_index)(void *arg, const char *name, size_t len);
     /* The name of route i (for checkpoints; NULL: no checkpoints are written). */
@@ -192,6 +193,20 @@ void eng_due_view(const struct engine *e, uint64_t now, struct duecount_view *ou
 
 /* WAITING -> DUE for everything due at or before now. Returns how many. */
 size_t eng_advance(struct engine *e, uint64_t now);
+
+/*
+ * A route added at run time: route must be the next index (the engine's
+ * route count, below max_routes), or one it already has (a route removed
+ * and added back keeps its index: nothing to do). Orphans -- messages
+ * recovered for a route the configuration did not have -- whose record
+ * names route_name(route) are adopted: WAITING on the wheel, keyed again,
+ * fired when due. Reads each orphan's record once. Returns the number
+ * adopted, or a negative code (-EINVAL: no room; a log read failed).
+ */
+int eng_route_added(struct engine *e, int route);
+
+/* Routes the engine knows (eng_opts.nroutes plus those added). */
+int eng_routes(const struct engine *e);
 
 /* Messages of route in the DUE state. */
 size_t eng_due(const struct engine *e, uint16_t route);

@@ -1,5 +1,5 @@
 /*
- * publisher.h -- the egress side: one connection, a confirm channel per route.
+ * publisher.h -- the egress side: one connection per vhost, a confirm channel per route.
  *
  * The publisher connects (the configured URIs in turn, with backoff), opens
  * one channel per route in confirm mode and checks the route's exchanges
@@ -66,8 +66,15 @@ struct publisher_ops {
     void *arg;
 };
 
-struct publisher *publisher_new(struct ev_loop *loop, const struct config *cfg,
+/*
+ * A publisher for the routes of one vhost: it logs in to vhost (NULL or "":
+ * the broker URI's) and serves no route until publisher_route_add(route)
+ * (an index of cfg->routes; at run time too: its channel opens on the next
+ * turn). A route is served until the publisher is freed.
+ */
+struct publisher *publisher_new(struct ev_loop *loop, const struct config *cfg, const char *vhost,
                                 const struct publisher_ops *ops);
+void publisher_route_add(struct publisher *p, int route);
 /* Abrupt close and free; unconfirmed publishes are simply forgotten. NULL is fine. */
 void publisher_free(struct publisher *p);
 

@@ -126,8 +126,16 @@ int amqp_conn_declare_queue(struct amqp_conn *c, amqp_channel_t scratch, amqp_by
                  (const char *)k.bytes);
         args->num_entries--;
     }
-    if (amqp_conn_check(c, "declare ingress queue", err, errlen) < 0)
+    if (amqp_conn_check(c, "declare ingress queue", err, errlen) < 0) {
+        amqp_rpc_reply_t r = amqp_get_rpc_reply(c->st);
+        amqp_channel_close_ok_t ok;
+        /* Refused for good: answer the broker's channel.close, so the scratch channel is free */
+        if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
+            r.reply.id == AMQP_CHANNEL_CLOSE_METHOD &&
+            amqp_send_method(c->st, scratch, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) == AMQP_STATUS_OK)
+            return -3;
         return -1;
+    }
     amqp_channel_close(c->st, scratch, AMQP_REPLY_SUCCESS);
     return amqp_conn_check(c, "channel.close", err, errlen);
 }
@@ -289,9 +297,10 @@ static int login(struct amqp_conn *c, const struct uri *u, const char *name,
     return 0;
 }
 
-int amqp_conn_open(struct amqp_conn *c, const char *uri, const char *name,
-                   const struct amqp_conn_tls *tls, uint16_t heartbeat_s, uint32_t timeout_ms,
-                   char *err, size_t errlen)
+/* amqp_conn_open(), logging in to vhost instead of the URI's when vhost is not NULL. */
+static int open_uri(struct amqp_conn *c, const char *uri, const char *vhost, const char *name,
+                    const struct amqp_conn_tls *tls, uint16_t heartbeat_s, uint32_t timeout_ms,
+                    char *err, size_t errlen)
 {
     struct uri u;
     struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
@@ -307,6 +316,8 @@ int amqp_conn_open(struct amqp_conn *c, const char *uri, const char *name,
         return -1;
     }
     snprintf(c->user, sizeof(c->user), "%s", u.user);
+    if (vhost)
+        snprintf(u.vhost, sizeof(u.vhost), "%s", vhost);
 
     c->st = amqp_new_connection();
     if (u.tls) {
@@ -347,19 +358,40 @@ fail:
     return -1;
 }
 
-int amqp_conn_open_next(struct amqp_conn *c, const struct config *cfg, const char *role,
-                        unsigned *next, char *err, size_t errlen)
+int amqp_conn_open(struct amqp_conn *c, const char *uri, const char *name,
+                   const struct amqp_conn_tls *tls, uint16_t heartbeat_s, uint32_t timeout_ms,
+                   char *err, size_t errlen)
+{
+    return open_uri(c, uri, NULL, name, tls, heartbeat_s, timeout_ms, err, errlen);
+}
+
+int amqp_conn_open_vhost(struct amqp_conn *c, const struct config *cfg, const char *role,
+                         const char *vhost, unsigned *next, char *err, size_t errlen)
 {
     const char *uri = cfg->uris[*next % (unsigned)cfg->nuris];
     struct amqp_conn_tls tls = {cfg->tls.ca_file, cfg->tls.cert_file, cfg->tls.key_file,
                                 cfg->tls.verify_hostname};
-    char name[sizeof("delay-bridge ") + 32 + sizeof(cfg->instance)];
+    char name[sizeof("delay-bridge ") + 32 + sizeof(cfg->instance) + 8 + CONFIG_NAME_MAX];
+    int n;
 
     (*next)++;
-    snprintf(name, sizeof(name), "delay-bridge %s%s%s", role, cfg->instance[0] ? " " : "",
-             cfg->instance);
-    return amqp_conn_open(c, uri, name, &tls, cfg->heartbeat_s, cfg->connect_timeout_ms, err,
-                          errlen);
+    n = snprintf(name, sizeof(name), "delay-bridge %s%s%s", role, cfg->instance[0] ? " " : "",
+                 cfg->instance);
+    if (vhost && n > 0 && (size_t)n < sizeof(name))
+        snprintf(name + n, sizeof(name) - (size_t)n, " vhost=%s", vhost);
+    if (open_uri(c, uri, vhost, name, &tls, cfg->heartbeat_s, cfg->connect_timeout_ms, err,
+                 errlen) < 0)
+        return -1;
+    if (vhost) /* logs name the vhost the connection is in, not the URI's */
+        snprintf(c->uri_masked + strlen(c->uri_masked),
+                 sizeof(c->uri_masked) - strlen(c->uri_masked), " vhost=%s", vhost);
+    return 0;
+}
+
+int amqp_conn_open_next(struct amqp_conn *c, const struct config *cfg, const char *role,
+                        unsigned *next, char *err, size_t errlen)
+{
+    return amqp_conn_open_vhost(c, cfg, role, NULL, next, err, errlen);
 }
 
 void amqp_conn_close(struct amqp_conn *c, int graceful)

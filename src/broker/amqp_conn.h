@@ -77,6 +77,14 @@ struct config;
 int amqp_conn_open_next(struct amqp_conn *c, const struct config *cfg, const char *role,
                         unsigned *next, char *err, size_t errlen);
 
+/*
+ * The same, logged in to vhost (NULL: the URI's) instead of the URI's: a
+ * route's "vhost" (config.h). The connection's name, and c->uri_masked,
+ * then end with " vhost=VHOST".
+ */
+int amqp_conn_open_vhost(struct amqp_conn *c, const struct config *cfg, const char *role,
+                         const char *vhost, unsigned *next, char *err, size_t errlen);
+
 /* Close politely (graceful != 0: connection.close handshake) and free. */
 void amqp_conn_close(struct amqp_conn *c, int graceful);
 
@@ -97,7 +105,9 @@ int amqp_conn_reopen(struct amqp_conn *c, amqp_channel_t ch, char *err, size_t e
  * queue may refuse (406: declared without them): on a refusal the last one is
  * dropped and the declare tried again. It runs on channel scratch, opened
  * for it and closed after, so a refusal never closes a channel in use.
- * args->num_entries is left at what was accepted. 0, or -1 with err.
+ * args->num_entries is left at what was accepted. 0, or -1 with err; -3
+ * with err: refused for good, the scratch channel closed and answered
+ * (the connection and its other channels are fine).
  */
 int amqp_conn_declare_queue(struct amqp_conn *c, amqp_channel_t scratch, amqp_bytes_t name,
                             amqp_table_t *args, int optional, char *err, size_t errlen);

@@ -130,9 +130,24 @@ struct consumer {
     size_t hdr_cap;
     int64_t *stream_next; /* per route: a stream ingress's next offset, -1 = first */
     int64_t *stream_upto; /* per route: below this, a delivery may be logged already */
+    char vhost[CONFIG_NAME_MAX + 1]; /* logged in to this vhost; "" = the URI's */
+    int nmine;                       /* routes with mine[i].on */
+    /*
+     * Per route index: on = this consumer reads the route (consumer_route_add);
+     * failed = added while connected and refused by the broker (its declare
+     * tried on a scratch channel, cons_check_route): not consumed, tried
+     * again at retry_at (monotonic) and at every connect, alone, so that it
+     * never takes the other routes down with it.
+     */
+    struct mine {
+        uint8_t on, failed;
+        uint64_t retry_at;
+        struct backoff bo;
+    } *mine;
 };
 
 static void on_io(struct ev_loop *loop, ev_io *w, int revents);
+static void route_start(struct consumer *c, int i);
 
 /* A new connection: nothing sent, nothing waiting (unacked deliveries come back). */
 static void events_reset(struct consumer *c)
@@ -253,6 +268,44 @@ static void events_confirmed(struct consumer *c, uint64_t tag, int multiple)
     acks_release(c);
 }
 
+/* The key-event channel, in confirm mode: before any delivery can cause an event. */
+static int events_open(struct consumer *c, char *err, size_t len)
+{
+    if (c->events_on)
+        return 0;
+    amqp_channel_open(c->conn.st, EVENTS_CHANNEL);
+    if (amqp_conn_check(&c->conn, "channel.open (key events)", err, len) < 0)
+        return -1;
+    amqp_confirm_select(c->conn.st, EVENTS_CHANNEL);
+    if (amqp_conn_check(&c->conn, "confirm.select (key events)", err, len) < 0)
+        return -1;
+    c->events_on = 1;
+    return 0;
+}
+
+static void route_refused(struct consumer *c, int i, const char *why)
+{
+    struct mine *m = &c->mine[i];
+    struct backoff_step st = backoff_fail(&m->bo, clock_mono_ms());
+
+    m->failed = 1;
+    m->retry_at = clock_mono_ms() + st.retry_in_ms;
+    if (st.log_events)
+        log_error("consume", "the broker refused a route's exchanges or queues: the route does "
+                  "not consume; the others do; tried again",
+                  "route=%s error=\"%s\" retry_in_ms=%" PRIu64 " attempts=%" PRIu64,
+                  c->cfg->routes[i].name, why, st.retry_in_ms, st.log_events);
+}
+
+static void route_accepted(struct consumer *c, int i)
+{
+    if (c->mine[i].failed)
+        log_info("consume", "a refused route's declares were accepted: consuming",
+                 "route=%s", c->cfg->routes[i].name);
+    c->mine[i].failed = 0;
+    backoff_reset(&c->mine[i].bo);
+}
+
 static void open_connection(struct consumer *c)
 {
     const struct config *cfg = c->cfg;
@@ -260,25 +313,32 @@ static void open_connection(struct consumer *c)
     char err[1024];
     int i;
 
-    if (amqp_conn_open_next(&c->conn, cfg, "consumer", &c->uri_next, err, sizeof(err)) < 0)
+    if (amqp_conn_open_vhost(&c->conn, cfg, "consumer", c->vhost[0] ? c->vhost : NULL,
+                             &c->uri_next, err, sizeof(err)) < 0)
         goto fail;
     amqp_channel_open(c->conn.st, CONSUMER_CHANNEL);
     if (amqp_conn_check(&c->conn, "channel.open", err, sizeof(err)) < 0)
         goto fail_close;
     events_reset(c);
-    for (i = 0; i < cfg->nroutes && !cfg->routes[i].share_keys; i++)
-        ;
-    if (i < cfg->nroutes) { /* key events: before any delivery can cause one */
-        amqp_channel_open(c->conn.st, EVENTS_CHANNEL);
-        if (amqp_conn_check(&c->conn, "channel.open (key events)", err, sizeof(err)) < 0)
+    for (i = 0; i < cfg->nroutes; i++)
+        if (c->mine[i].on && cfg->routes[i].share_keys && events_open(c, err, sizeof(err)) < 0)
             goto fail_close;
-        amqp_confirm_select(c->conn.st, EVENTS_CHANNEL);
-        if (amqp_conn_check(&c->conn, "confirm.select (key events)", err, sizeof(err)) < 0)
-            goto fail_close;
-        c->events_on = 1;
-    }
     for (i = 0; i < cfg->nroutes; i++) {
         char e2[600];
+        if (!c->mine[i].on)
+            continue;
+        if (c->mine[i].failed) { /* refused before: tried alone, first */
+            int r = cons_check_route(&c->conn, &cfg->routes[i], e2, sizeof(e2));
+            if (r == -2) {
+                snprintf(err, sizeof(err), "route %s: %s", cfg->routes[i].name, e2);
+                goto fail_close;
+            }
+            if (r < 0) {
+                route_refused(c, i, e2);
+                continue;
+            }
+            route_accepted(c, i);
+        }
         if (cons_declare_route(&c->conn, &cfg->routes[i], config_key_holder(cfg),
                                c->ingress_held, c->stream_next[i], e2, sizeof(e2)) < 0) {
             snprintf(err, sizeof(err), "route %s: %s", cfg->routes[i].name, e2);
@@ -292,7 +352,7 @@ static void open_connection(struct consumer *c)
     ev_io_init(&c->io, on_io, c->conn.fd, EV_READ);
     c->io.data = c;
     ev_io_start(c->loop, &c->io);
-    log_info("consume", "consuming", "broker=\"%s\" routes=%d", c->conn.uri_masked, cfg->nroutes);
+    log_info("consume", "consuming", "broker=\"%s\" routes=%d", c->conn.uri_masked, c->nmine);
     c->ops.state(c->ops.arg, 1);
     return;
 
@@ -564,7 +624,7 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents)
     drain(w->data);
 }
 
-struct consumer *consumer_new(struct ev_loop *loop, const struct config *cfg,
+struct consumer *consumer_new(struct ev_loop *loop, const struct config *cfg, const char *vhost,
                               const struct consumer_ops *ops)
 {
     struct consumer *c = xcalloc(1, sizeof(*c));
@@ -573,10 +633,15 @@ struct consumer *consumer_new(struct ev_loop *loop, const struct config *cfg,
     c->cfg = cfg;
     c->ops = *ops;
     c->conn.fd = -1;
-    c->stream_next = xmalloc((size_t)cfg->nroutes * sizeof(*c->stream_next));
-    c->stream_upto = xmalloc((size_t)cfg->nroutes * sizeof(*c->stream_upto));
-    for (int i = 0; i < cfg->nroutes; i++)
+    c->gen = ops->gen_base;
+    snprintf(c->vhost, sizeof(c->vhost), "%s", vhost ? vhost : "");
+    c->stream_next = xmalloc(CONFIG_MAX_ROUTES * sizeof(*c->stream_next));
+    c->stream_upto = xmalloc(CONFIG_MAX_ROUTES * sizeof(*c->stream_upto));
+    c->mine = xcalloc(CONFIG_MAX_ROUTES, sizeof(*c->mine));
+    for (int i = 0; i < CONFIG_MAX_ROUTES; i++) {
         c->stream_next[i] = c->stream_upto[i] = -1;
+        backoff_init(&c->mine[i].bo, cfg->reconnect_min_ms, cfg->reconnect_max_ms, 30000);
+    }
     backoff_init(&c->bo, cfg->reconnect_min_ms, cfg->reconnect_max_ms, 30000);
     return c;
 }
@@ -591,6 +656,7 @@ void consumer_free(struct consumer *c)
     free(c->hdr_scratch);
     free(c->stream_next);
     free(c->stream_upto);
+    free(c->mine);
     free(c);
 }
 
@@ -603,6 +669,11 @@ void consumer_turn(struct consumer *c, uint64_t now)
             open_connection(c);
         return;
     }
+    for (int i = 0; c->up && i < c->cfg->nroutes; i++)
+        if (c->mine[i].on && c->mine[i].failed && now >= c->mine[i].retry_at)
+            route_start(c, i);
+    if (!c->conn.st)
+        return;
     if (c->ev_sent > c->ev_confirmed && now - c->ev_progress_ms >= EVENT_CONFIRM_MS) {
         conn_down(c, "a key event went unconfirmed for 5 s: reconnecting, so that its "
                      "delivery comes back and the event goes out again");
@@ -706,6 +777,8 @@ void consumer_hold_ingress(struct consumer *c)
     if (!c->up)
         return;
     for (int i = 0; i < c->cfg->nroutes; i++) {
+        if (!c->mine[i].on || c->mine[i].failed)
+            continue;
         amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL,
                           cons_ingress_tag(&c->cfg->routes[i], tag, sizeof(tag)));
         if (amqp_conn_check(&c->conn, "basic.cancel", err, sizeof(err)) < 0) {
@@ -726,7 +799,8 @@ void consumer_release_ingress(struct consumer *c)
     if (!c->up || c->stopped || c->paused)
         return;
     for (int i = 0; i < c->cfg->nroutes; i++)
-        if (cons_consume_ingress(&c->conn, &c->cfg->routes[i], c->stream_next[i], err,
+        if (c->mine[i].on && !c->mine[i].failed &&
+            cons_consume_ingress(&c->conn, &c->cfg->routes[i], c->stream_next[i], err,
                                  sizeof(err)) < 0) {
             conn_down(c, err);
             return;
@@ -779,4 +853,93 @@ uint64_t consumer_wait_ms(const struct consumer *c, uint64_t now)
         return UINT64_MAX;
     at = c->conn.st ? c->last_poll_ms + HEARTBEAT_POLL_MS : c->bo.retry_at;
     return at > now ? at - now : 0;
+}
+
+/*
+ * A route this consumer reads from now on. Connected: its declares are
+ * tried on a scratch channel first (cons_check_route), then made on the
+ * consumer channel and its ingress consumed (unless the ingress is held);
+ * refused, it is tried again with backoff, alone. Not connected: with the
+ * next connection.
+ */
+static void route_start(struct consumer *c, int i)
+{
+    const struct config_route *rc = &c->cfg->routes[i];
+    char err[600];
+    int r;
+
+    if (rc->share_keys && events_open(c, err, sizeof(err)) < 0) {
+        conn_down(c, err);
+        return;
+    }
+    r = cons_check_route(&c->conn, rc, err, sizeof(err));
+    if (r == -2) {
+        conn_down(c, err);
+        return;
+    }
+    if (r < 0) {
+        route_refused(c, i, err);
+        return;
+    }
+    route_accepted(c, i);
+    if (cons_declare_route(&c->conn, rc, config_key_holder(c->cfg), c->ingress_held,
+                           c->stream_next[i], err, sizeof(err)) < 0) {
+        conn_down(c, err);
+        return;
+    }
+    log_info("consume", "route consuming", "route=%s queue=\"%s\"", rc->name, rc->ingress_queue);
+}
+
+void consumer_route_add(struct consumer *c, int route)
+{
+    struct mine *m = &c->mine[route];
+
+    if (m->on)
+        return;
+    m->on = 1;
+    m->failed = 0;
+    backoff_reset(&m->bo);
+    c->nmine++;
+    if (c->up && !c->stopped && !c->paused)
+        route_start(c, route);
+}
+
+/*
+ * A route this consumer no longer reads: basic.cancel of its ingress (and
+ * key-event) consumer. Deliveries the broker sent before its cancel-ok
+ * still come, with the route's tag, and are the owner's like any other;
+ * those not yet acked go back to the queue with the connection, as ever.
+ */
+void consumer_route_remove(struct consumer *c, int route)
+{
+    const struct config_route *rc = &c->cfg->routes[route];
+    struct mine *m = &c->mine[route];
+    char err[512], tag[300];
+
+    if (!m->on)
+        return;
+    m->on = 0;
+    c->nmine--;
+    if (!c->up || m->failed) {
+        m->failed = 0;
+        return;
+    }
+    if (!c->ingress_held) {
+        amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL, cons_ingress_tag(rc, tag, sizeof(tag)));
+        if (amqp_conn_check(&c->conn, "basic.cancel", err, sizeof(err)) < 0) {
+            conn_down(c, err);
+            return;
+        }
+    }
+    if (rc->share_keys) {
+        snprintf(tag, sizeof(tag), KEYS_TAG_PREFIX "%s", rc->name);
+        amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL, amqp_cstring_bytes(tag));
+        if (amqp_conn_check(&c->conn, "basic.cancel (key events)", err, sizeof(err)) < 0)
+            conn_down(c, err);
+    }
+}
+
+int consumer_route_failed(const struct consumer *c, int route)
+{
+    return c->mine[route].on && c->mine[route].failed;
 }

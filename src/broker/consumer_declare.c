@@ -83,19 +83,23 @@ int cons_consume_ingress(struct amqp_conn *conn, const struct config_route *rc, 
                      rc->name, rc->ingress_queue, next);
         }
     }
+    /* The prefetch is the channel's for the consumers that follow (global false). */
+    amqp_basic_qos(conn->st, CONSUMER_CHANNEL, 0, rc->prefetch, 0);
+    if (amqp_conn_check(conn, "basic.qos", err, len) < 0)
+        return -1;
     amqp_basic_consume(conn->st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_queue),
                        cons_ingress_tag(rc, tag, sizeof(tag)), 0, 0, 0, args);
     return amqp_conn_check(conn, "basic.consume", err, len);
 }
 
 /* The ingress exchange, the ingress queue with its arguments, and its binding. */
-static int declare_ingress(struct amqp_conn *conn, const struct config_route *rc, char *err,
-                           size_t len)
+static int declare_ingress(struct amqp_conn *conn, amqp_channel_t ch, const struct config_route *rc,
+                           char *err, size_t len)
 {
     amqp_table_entry_t qarg[4];
     amqp_table_t qargs = {0, qarg};
 
-    amqp_exchange_declare(conn->st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_exchange),
+    amqp_exchange_declare(conn->st, ch, amqp_cstring_bytes(rc->ingress_exchange),
                           amqp_cstring_bytes("fanout"), 0, 1, 0, 0, amqp_empty_table);
     if (amqp_conn_check(conn, "declare ingress exchange", err, len) < 0)
         return -1;
@@ -122,10 +126,13 @@ static int declare_ingress(struct amqp_conn *conn, const struct config_route *rc
         arg_i64(&qargs, "x-delivery-limit", -1);
     if (v >= 403)
         arg_i64(&qargs, "x-consumer-disconnected-timeout", 1000);
-    if (amqp_conn_declare_queue(conn, DECLARE_CHANNEL, amqp_cstring_bytes(rc->ingress_queue),
-                                &qargs, extra, err, len) < 0)
-        return -1;
-    amqp_queue_bind(conn->st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_queue),
+    int r = amqp_conn_declare_queue(conn, ch == CONSUMER_CHANNEL ? DECLARE_CHANNEL
+                                                                 : CHECK_DECLARE_CHANNEL,
+                                    amqp_cstring_bytes(rc->ingress_queue), &qargs, extra, err,
+                                    len);
+    if (r < 0)
+        return r; /* -3: refused on the scratch channel; ch is still open */
+    amqp_queue_bind(conn->st, ch, amqp_cstring_bytes(rc->ingress_queue),
                     amqp_cstring_bytes(rc->ingress_exchange), amqp_empty_bytes, amqp_empty_table);
     return amqp_conn_check(conn, "bind ingress queue", err, len);
 }
@@ -165,44 +172,79 @@ static int declare_key_events(struct amqp_conn *conn, const struct config_route 
  * key is the queue it failed in), and the parking queue bound with "#", of
  * the ingress queue's type (a stream ingress is refused for retry routes).
  */
-static int declare_parking(struct amqp_conn *conn, const struct config_route *rc, char *err,
-                           size_t len)
+static int declare_parking(struct amqp_conn *conn, amqp_channel_t ch, const struct config_route *rc,
+                           char *err, size_t len)
 {
     const struct config_retry *rt = rc->retry;
     amqp_table_entry_t qarg[1];
     amqp_table_t qargs = {0, qarg};
 
-    amqp_exchange_declare(conn->st, CONSUMER_CHANNEL, amqp_cstring_bytes(rt->parking_exchange),
+    amqp_exchange_declare(conn->st, ch, amqp_cstring_bytes(rt->parking_exchange),
                           amqp_cstring_bytes("topic"), 0, 1, 0, 0, amqp_empty_table);
     if (amqp_conn_check(conn, "declare the parking exchange", err, len) < 0)
         return -1;
     if (rc->queue_type == QUEUE_QUORUM)
         arg_str(&qargs, "x-queue-type", "quorum");
-    amqp_queue_declare(conn->st, CONSUMER_CHANNEL, amqp_cstring_bytes(rt->parking_queue), 0, 1,
+    amqp_queue_declare(conn->st, ch, amqp_cstring_bytes(rt->parking_queue), 0, 1,
                        0, 0, qargs);
     if (amqp_conn_check(conn, "declare the parking queue", err, len) < 0)
         return -1;
-    amqp_queue_bind(conn->st, CONSUMER_CHANNEL, amqp_cstring_bytes(rt->parking_queue),
+    amqp_queue_bind(conn->st, ch, amqp_cstring_bytes(rt->parking_queue),
                     amqp_cstring_bytes(rt->parking_exchange), amqp_cstring_bytes("#"),
                     amqp_empty_table);
     return amqp_conn_check(conn, "bind the parking queue", err, len);
 }
 
-int cons_declare_route(struct amqp_conn *conn, const struct config_route *rc, const char *holder,
-                       int ingress_held, int64_t stream_next, char *err, size_t len)
+/* The exchanges and queues route rc reads from and parks or publishes to, on channel ch. */
+static int declare_all(struct amqp_conn *conn, amqp_channel_t ch, const struct config_route *rc,
+                       char *err, size_t len)
 {
-    if (declare_ingress(conn, rc, err, len) < 0)
-        return -1;
-    if (rc->retry && rc->retry->parking_queue[0] && declare_parking(conn, rc, err, len) < 0)
+    int r = declare_ingress(conn, ch, rc, err, len);
+
+    if (r < 0)
+        return r;
+    if (rc->retry && rc->retry->parking_queue[0] && declare_parking(conn, ch, rc, err, len) < 0)
         return -1;
     if (rc->declare_target && rc->target_exchange[0]) {
-        amqp_exchange_declare(conn->st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->target_exchange),
+        amqp_exchange_declare(conn->st, ch, amqp_cstring_bytes(rc->target_exchange),
                               amqp_cstring_bytes(rc->target_type), 0, 1, 0, 0, amqp_empty_table);
         if (amqp_conn_check(conn, "declare target exchange", err, len) < 0)
             return -1;
     }
-    amqp_basic_qos(conn->st, CONSUMER_CHANNEL, 0, rc->prefetch, 0);
-    if (amqp_conn_check(conn, "basic.qos", err, len) < 0)
+    return 0;
+}
+
+int cons_check_route(struct amqp_conn *conn, const struct config_route *rc, char *err, size_t len)
+{
+    amqp_rpc_reply_t r;
+
+    amqp_channel_open(conn->st, CHECK_CHANNEL);
+    if (amqp_conn_check(conn, "channel.open (route check)", err, len) < 0)
+        return -2;
+    int d = declare_all(conn, CHECK_CHANNEL, rc, err, len);
+    if (d == 0 || d == -3) { /* accepted, or refused on the queue's own scratch channel */
+        char e2[256];
+        amqp_channel_close(conn->st, CHECK_CHANNEL, AMQP_REPLY_SUCCESS);
+        if (amqp_conn_check(conn, "channel.close (route check)", e2, sizeof(e2)) < 0)
+            return -2;
+        return d == 0 ? 0 : -1;
+    }
+    /* Refused: the broker closed the scratch channel (answer it), or the connection. */
+    r = amqp_get_rpc_reply(conn->st);
+    if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
+        r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
+        amqp_channel_close_ok_t ok;
+        if (amqp_send_method(conn->st, CHECK_CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) ==
+            AMQP_STATUS_OK)
+            return -1;
+    }
+    return -2;
+}
+
+int cons_declare_route(struct amqp_conn *conn, const struct config_route *rc, const char *holder,
+                       int ingress_held, int64_t stream_next, char *err, size_t len)
+{
+    if (declare_all(conn, CONSUMER_CHANNEL, rc, err, len) < 0)
         return -1;
     if (!ingress_held && cons_consume_ingress(conn, rc, stream_next, err, len) < 0)
         return -1;

@@ -25,6 +25,8 @@
 #define CONSUMER_CHANNEL 1 /* declares, the routes' consumers, acks */
 #define EVENTS_CHANNEL 2   /* key events, confirm mode */
 #define DECLARE_CHANNEL 3  /* ingress declares an old queue may refuse (amqp_conn.h) */
+#define CHECK_CHANNEL 4    /* a route added at run time, declared here first (cons_check_route) */
+#define CHECK_DECLARE_CHANNEL 5 /* ... and its queue's refusable arguments */
 #define TAG_PREFIX "delay-bridge:"           /* + route: a route's ingress consumer */
 #define KEYS_TAG_PREFIX "delay-bridge-keys:" /* + route: its key-event consumer */
 
@@ -37,6 +39,17 @@ amqp_bytes_t cons_ingress_tag(const struct config_route *rc, char *buf, size_t n
  */
 int cons_consume_ingress(struct amqp_conn *conn, const struct config_route *rc, int64_t next,
                          char *err, size_t len);
+
+/*
+ * A route added while the connection is up: everything it declares, tried
+ * first on a scratch channel (CHECK_CHANNEL), so that a refusal (406: its
+ * queue exists with other arguments; 403; 404) closes that channel only,
+ * never CONSUMER_CHANNEL and the other routes' consumers on it. Nothing is
+ * consumed. 0: accepted (the real declare cannot be refused now); -1:
+ * refused, the reason in err, the connection fine; -2: the connection is
+ * lost.
+ */
+int cons_check_route(struct amqp_conn *conn, const struct config_route *rc, char *err, size_t len);
 
 /*
  * Everything route rc needs on a new connection (consumer_declare.c's

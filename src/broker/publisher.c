@@ -108,6 +108,8 @@ static void conn_down(struct publisher *p, const char *why)
     p->hb_ms = 0;
     p->ret.active = 0;
     for (i = 0; i < p->nroutes; i++) {
+        if (!p->routes[i].on)
+            continue;
         backoff_reset(&p->routes[i].bo);
         route_lost(p, &p->routes[i]);
     }
@@ -258,7 +260,8 @@ static void open_connection(struct publisher *p)
     char err[600];
     int i;
 
-    if (amqp_conn_open_next(&p->conn, cfg, "publisher", &p->uri_next, err, sizeof(err)) < 0) {
+    if (amqp_conn_open_vhost(&p->conn, cfg, "publisher", p->vhost[0] ? p->vhost : NULL,
+                             &p->uri_next, err, sizeof(err)) < 0) {
         struct backoff_step st = backoff_fail(&p->bo, clock_mono_ms());
         if (st.log_events)
             log_warn("publish", "cannot connect",
@@ -290,7 +293,8 @@ static void open_connection(struct publisher *p)
              p->conn.uri_masked, p->conn.tls ? "rabbitmq-c" : "batched",
              p->conn.tls ? (uint64_t)amqp_get_heartbeat(p->conn.st) : p->hb_ms / 1000);
     for (i = 0; i < p->nroutes && p->up; i++)
-        channel_open(p, &p->routes[i]);
+        if (p->routes[i].on)
+            channel_open(p, &p->routes[i]);
     if (p->up)
         backoff_reset(&p->bo);
 }
@@ -524,7 +528,7 @@ static void heartbeats(struct publisher *p)
 
 /* ---- the owner's calls ------------------------------------------------------------ */
 
-struct publisher *publisher_new(struct ev_loop *loop, const struct config *cfg,
+struct publisher *publisher_new(struct ev_loop *loop, const struct config *cfg, const char *vhost,
                                 const struct publisher_ops *ops)
 {
     struct publisher *p = xcalloc(1, sizeof(*p));
@@ -534,9 +538,10 @@ struct publisher *publisher_new(struct ev_loop *loop, const struct config *cfg,
     p->cfg = cfg;
     p->ops = *ops;
     p->conn.fd = -1;
-    p->nroutes = cfg->nroutes;
-    p->routes = xcalloc((size_t)cfg->nroutes, sizeof(*p->routes));
-    for (i = 0; i < cfg->nroutes; i++) {
+    snprintf(p->vhost, sizeof(p->vhost), "%s", vhost ? vhost : "");
+    p->nroutes = CONFIG_MAX_ROUTES; /* room for every route; those served are on */
+    p->routes = xcalloc((size_t)p->nroutes, sizeof(*p->routes));
+    for (i = 0; i < p->nroutes; i++) {
         p->routes[i].cfg = &cfg->routes[i];
         p->routes[i].ch = (amqp_channel_t)(i + 2);
         backoff_init(&p->routes[i].bo, cfg->publish_retry_min_ms, cfg->publish_retry_max_ms,
@@ -583,7 +588,7 @@ void publisher_turn(struct publisher *p, uint64_t now)
     }
     for (i = 0; i < p->nroutes && p->up; i++) {
         struct route_pub *r = &p->routes[i];
-        if (!r->open && !r->opening && !p->blocked && backoff_ready(&r->bo, now))
+        if (r->on && !r->open && !r->opening && !p->blocked && backoff_ready(&r->bo, now))
             channel_open(p, r);
     }
     if (!p->up)
@@ -742,7 +747,8 @@ uint64_t publisher_wait_ms(const struct publisher *p, uint64_t now)
         next = p->bo.retry_at;
     /* Channels reopen once unblocked: reading connection.unblocked wakes us then. */
     for (i = 0; p->conn.st && i < p->nroutes && !p->blocked; i++)
-        if (!p->routes[i].open && !p->routes[i].opening && p->routes[i].bo.retry_at < next)
+        if (p->routes[i].on && !p->routes[i].open && !p->routes[i].opening &&
+            p->routes[i].bo.retry_at < next)
             next = p->routes[i].bo.retry_at;
     return next > now ? next - now : 0;
 }
@@ -756,4 +762,21 @@ void publisher_route_stats(const struct publisher *p, int route, struct db_route
     s->publish_retries = r->retries;
     s->returned = r->returned;
     s->channel_open = p->up && r->open;
+}
+
+/*
+ * A route this publisher serves from now on: its confirm channel is opened
+ * (and its exchanges checked) on the next turn when connected, else with
+ * the connection. A route is never taken off: one removed at run time
+ * keeps its channel to publish what it holds, and an idle channel costs
+ * the broker next to nothing.
+ */
+void publisher_route_add(struct publisher *p, int route)
+{
+    struct route_pub *r = &p->routes[route];
+
+    if (r->on)
+        return;
+    r->on = 1;
+    backoff_reset(&r->bo);
 }

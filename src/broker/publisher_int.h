@@ -41,6 +41,7 @@ struct unconfirmed {
 
 struct route_pub {
     const struct config_route *cfg;
+    int on;                      /* this publisher serves the route (publisher_route_add) */
     amqp_channel_t ch;
     int open;
     int opening;                 /* set-up requests under way */
@@ -73,6 +74,7 @@ struct outbuf {
 struct publisher {
     struct ev_loop *loop;
     const struct config *cfg;
+    char vhost[CONFIG_NAME_MAX + 1]; /* logged in to this vhost; "" = the URI's */
     struct publisher_ops ops;
     struct amqp_conn conn;
     ev_io io;  /* readable */

@@ -148,7 +148,7 @@ static void pump(struct bridge *b)
         for (i = 0; i < b->cfg->nroutes; i++) {
             int sent = 0;
             while (sent < PUBLISH_BURST && eng_due(b->eng, (uint16_t)i) &&
-                   publisher_ready(b->pub, i)) {
+                   publisher_ready(bridge_pub(b, i), i)) {
                 struct walrec_add a;
                 struct msgrec_out o;
                 eng_msg m;
@@ -168,7 +168,7 @@ static void pump(struct bridge *b)
                 if (b->cfg->routes[i].retry && o.original_exchange &&
                     !(a.flags & WALREC_ADD_DEADLETTER))
                     bridge_retry_gone(b, i, &a);
-                if (publisher_send(b->pub, i, m, &a, &o) < 0)
+                if (publisher_send(bridge_pub(b, i), i, m, &a, &o) < 0)
                     return; /* connection lost: everything in flight is due again */
                 FAILPOINT("bridge.after_publish");
                 sent++;
@@ -176,8 +176,7 @@ static void pump(struct bridge *b)
             progress |= sent > 0;
         }
         /* Publishing may have pulled confirms into rabbitmq-c's buffer. */
-        if (progress || publisher_busy(b->pub))
-            publisher_flush(b->pub);
+        bridge_pubs_flush(b, progress);
     }
 }
 
@@ -197,9 +196,9 @@ static uint64_t ms_until(uint64_t at, uint64_t now)
 /* Stopping: once nothing is in flight (or the deadline, monotonic, passed), commit and end. */
 static void shutdown_step(struct bridge *b, uint64_t mono)
 {
-    size_t inflight = publisher_inflight(b->pub);
+    size_t inflight = bridge_pubs_inflight(b);
 
-    if (inflight && publisher_up(b->pub) && mono < b->stop_deadline)
+    if (inflight && bridge_pubs_up(b) && mono < b->stop_deadline)
         return;
     if (inflight)
         log_warn("bridge", "shutdown timeout: unconfirmed publishes stay held and will be "
@@ -209,7 +208,7 @@ static void shutdown_step(struct bridge *b, uint64_t mono)
         return;
     if (eng_committing(b->eng))
         return; /* its completion comes on a later turn */
-    publisher_close(b->pub);
+    bridge_pubs_close(b);
     b->done = 1;
     ev_break(b->loop, EVBREAK_ALL);
 }
@@ -233,11 +232,10 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
         ev_timer_start(loop, &b->wake);
         return;
     }
-    consumer_turn(b->cons, mono);
-    publisher_turn(b->pub, mono);
-    if (!b->ready_logged && consumer_up(b->cons) && publisher_up(b->pub)) {
+    bridge_conns_turn(b, mono);
+    if (!b->ready_logged && bridge_conns_up(b)) {
         b->ready_logged = 1;
-        log_info("bridge", "ready", "routes=%d", b->cfg->nroutes);
+        log_info("bridge", "ready", "routes=%d vhosts=%d", b->cfg->nroutes, b->nvc);
     }
     bridge_commit_and_ack(b);
     if (!b->stopping) {
@@ -296,11 +294,10 @@ static void arm_wake(struct bridge *b, uint64_t now, uint64_t mono)
         duewake_arm(&b->due, eng_next_event(b->eng));
     else
         sleep = min_u64(sleep, ms_until(eng_next_event(b->eng), now));
-    sleep = min_u64(sleep, consumer_wait_ms(b->cons, mono));
-    sleep = min_u64(sleep, publisher_wait_ms(b->pub, mono));
+    sleep = min_u64(sleep, bridge_conns_wait_ms(b, mono));
     if (eng_dirty(b->eng) && !eng_committing(b->eng) && !b->disk_full)
         sleep = min_u64(sleep, (bridge_commit_wait_us(b, clock_mono_ns() / 1000u) + 999u) / 1000u);
-    if (consumer_busy(b->cons) || publisher_busy(b->pub) || b->purge.active)
+    if (bridge_conns_busy(b) || b->purge.active)
         sleep = 0;
     if (b->disk_full)
         sleep = min_u64(sleep, ms_until(b->disk_retry_at, mono));
@@ -336,7 +333,7 @@ static void drain_step(struct bridge *b, uint64_t mono)
         return;
     b->stopping = 1;
     b->stop_deadline = mono + b->cfg->shutdown_timeout_ms;
-    consumer_stop(b->cons);
+    bridge_consumers(b, CONSUMERS_STOP);
 }
 
 static void on_wake(struct ev_loop *loop, ev_timer *w, int revents)
@@ -370,7 +367,7 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
      * broker back messages already in the log, duplicates after a restart.
      */
     bridge_commit_and_wait(b);
-    consumer_stop(b->cons);
+    bridge_consumers(b, CONSUMERS_STOP);
 }
 
 /* ---- recovery ---------------------------------------------------------------------- */
@@ -447,10 +444,9 @@ static int open_places(struct bridge *b)
 static void on_recovered(struct ev_loop *loop, ev_async *w, int revents)
 {
     struct bridge *b = w->data;
-    static const struct consumer_ops cops = {bridge_on_delivery, bridge_on_consumer_state, NULL};
+    static const struct consumer_ops cops = {bridge_on_delivery, bridge_on_consumer_state, NULL,
+                                             0};
     static const struct publisher_ops pops = {on_confirmed, on_route_lost, NULL};
-    struct consumer_ops co = cops;
-    struct publisher_ops po = pops;
     int r;
 
     if (!b->rec.running)
@@ -490,15 +486,23 @@ static void on_recovered(struct ev_loop *loop, ev_async *w, int revents)
         ev_break(loop, EVBREAK_ALL);
         return;
     }
-    co.arg = b;
-    po.arg = b;
-    b->cons = consumer_new(loop, b->cfg, &co);
+    b->cops = cops;
+    b->pops = pops;
+    b->cops.arg = b;
+    b->pops.arg = b;
     /* Consuming starts even on a short volume: the redeliveries of what the log already
      * holds come first and are recognised at once (bridge_intake.c, seen_now); the rest
      * waits in the stash, and the gate cancels the consumers on its first look. */
-    for (int i = 0; b->ioff && i < b->cfg->nroutes; i++)
-        consumer_set_stream_next(b->cons, i, b->ioff[i].stored, b->ioff[i].upto);
-    b->pub = publisher_new(loop, b->cfg, &po);
+    for (int i = 0; i < b->cfg->nroutes; i++) {
+        if (bridge_route_attach(b, i, 0) < 0) {
+            b->exit_code = EXIT_CONFIG;
+            ev_break(loop, EVBREAK_ALL);
+            return;
+        }
+        if (b->ioff)
+            consumer_set_stream_next(bridge_cons(b, i), i, b->ioff[i].stored, b->ioff[i].upto);
+        consumer_route_add(bridge_cons(b, i), i);
+    }
 }
 
 #define RECENT_MIN 4096 /* redeliveries recognised per route, at least (start_recovery) */
@@ -558,9 +562,9 @@ struct bridge *bridge_new(struct ev_loop *loop, const struct config *cfg, struct
     b->cfg = cfg;
     b->start_ms = clock_now_ms();
     b->start_mono_ms = clock_mono_ms();
-    b->counts = xcalloc((size_t)cfg->nroutes, sizeof(*b->counts));
+    b->counts = xcalloc(CONFIG_MAX_ROUTES, sizeof(*b->counts));
     b->commit_early_at = bridge_commit_early_at(cfg);
-    b->snap = xcalloc((size_t)cfg->nroutes, sizeof(*b->snap));
+    b->snap = xcalloc(CONFIG_MAX_ROUTES, sizeof(*b->snap));
     signal(SIGPIPE, SIG_IGN);
 
     ev_prepare_init(&b->prepare, on_prepare);
@@ -611,8 +615,7 @@ void bridge_free(struct bridge *b)
     if (!b->exit_code && b->eng)
         bridge_log_summary(b);
     http_stop(b->http);
-    consumer_free(b->cons);
-    publisher_free(b->pub);
+    bridge_conns_free(b);
     if (b->eng)
         eng_set_notify(b->eng, NULL, NULL);
     ev_async_stop(b->loop, &b->rec.log_ready);

@@ -85,7 +85,7 @@ static int write_places(struct bridge *b, const int64_t *next, int begin)
 static void take_places(struct bridge *b, int64_t *next)
 {
     for (int i = 0; b->ioff && i < b->cfg->nroutes; i++) {
-        next[i] = b->ioff[i].fd >= 0 ? consumer_stream_next(b->cons, i) : -1;
+        next[i] = b->ioff[i].fd >= 0 ? consumer_stream_next(bridge_cons(b, i), i) : -1;
         if (next[i] >= 0 && b->stash.n) {
             int64_t low = dstash_min_offset(&b->stash, i);
             if (low < next[i])
@@ -94,12 +94,24 @@ static void take_places(struct bridge *b, int64_t *next)
     }
 }
 
-/* The highest tag an ack may cover: what was logged, below anything still in the stash. */
-static uint64_t ack_tag(const struct bridge *b)
+/* The highest tag an ack of v may cover: what was logged, below anything still in the stash. */
+static uint64_t ack_tag(const struct bridge *b, const struct vconn *v)
 {
-    uint64_t low = b->stash.n ? dstash_min_tag(&b->stash, b->logged_gen) : UINT64_MAX;
+    uint64_t low = b->stash.n ? dstash_min_tag(&b->stash, v->logged_gen) : UINT64_MAX;
 
-    return b->logged_tag < low ? b->logged_tag : low - 1;
+    return v->logged_tag < low ? v->logged_tag : low - 1;
+}
+
+/* Each pair acked up to what the commit covered (commit 1) or what was logged (0). */
+static void ack_all(struct bridge *b, int commit)
+{
+    for (int k = 0; k < b->nvc; k++) {
+        struct vconn *v = &b->vc[k];
+        if (commit)
+            consumer_ack(v->cons, v->commit_gen, v->commit_tag);
+        else
+            consumer_ack(v->cons, v->logged_gen, ack_tag(b, v));
+    }
 }
 
 static void on_committed(void *arg, int err)
@@ -117,18 +129,25 @@ static void on_committed(void *arg, int err)
         b->disk_full = 0;
         log_info("bridge", "WAL commit has space again", NULL);
         if (!b->space_paused && !b->stopping && !b->drain.active)
-            consumer_release_ingress(b->cons);
+            bridge_consumers(b, CONSUMERS_RELEASE);
     }
     FAILPOINT("bridge.before_ack");
-    consumer_ack(b->cons, b->commit_gen, b->commit_tag);
+    ack_all(b, 1);
 }
 
 /* Deliveries appended since the running or last commit began: what waits for an ack. */
 static uint64_t unacked_since_commit(const struct bridge *b)
 {
-    if (b->logged_gen != b->commit_gen)
-        return b->logged_tag;
-    return b->logged_tag > b->commit_tag ? b->logged_tag - b->commit_tag : 0;
+    uint64_t n = 0;
+
+    for (int k = 0; k < b->nvc; k++) {
+        const struct vconn *v = &b->vc[k];
+        if (v->logged_gen != v->commit_gen)
+            n += v->logged_tag;
+        else if (v->logged_tag > v->commit_tag)
+            n += v->logged_tag - v->commit_tag;
+    }
+    return n;
 }
 
 uint64_t bridge_commit_early_at(const struct config *cfg)
@@ -173,7 +192,7 @@ static void commit_and_ack(struct bridge *b, int force)
             if (write_places(b, b->commit_next, 0) < 0)
                 return;
         }
-        consumer_ack(b->cons, b->logged_gen, ack_tag(b));
+        ack_all(b, 0);
         return;
     }
     if (b->disk_full && clock_mono_ms() < b->disk_retry_at)
@@ -182,8 +201,10 @@ static void commit_and_ack(struct bridge *b, int force)
     if (!force && bridge_commit_wait_us(b, mono_us) > 0)
         return;
     b->commit_began_us = mono_us;
-    b->commit_gen = b->logged_gen;
-    b->commit_tag = ack_tag(b);
+    for (int k = 0; k < b->nvc; k++) {
+        b->vc[k].commit_gen = b->vc[k].logged_gen;
+        b->vc[k].commit_tag = ack_tag(b, &b->vc[k]);
+    }
     take_places(b, b->commit_next);
     if (write_places(b, b->commit_next, 1) < 0)
         return;
@@ -205,7 +226,7 @@ static void commit_and_ack(struct bridge *b, int force)
             log_error("bridge", "WAL disk full: consuming paused, messages stay in the broker; "
                       "held messages keep firing; resumes by itself when space returns",
                       "wal_dir=\"%s\"", b->cfg->wal_dir);
-            consumer_hold_ingress(b->cons);
+            bridge_consumers(b, CONSUMERS_HOLD);
         }
         return;
     }

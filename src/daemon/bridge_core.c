@@ -31,8 +31,7 @@ void bridge_fatal(struct bridge *b, const char *what, int err)
               what, eng_strerror(err));
     b->exit_code = EXIT_FATAL;
     /* Abrupt close: unacked deliveries go back to their queues. */
-    if (b->cons)
-        consumer_abort(b->cons);
+    bridge_consumers(b, CONSUMERS_ABORT);
     ev_break(b->loop, EVBREAK_ALL);
 }
 

@@ -192,7 +192,7 @@ static int api_drain(void *arg, struct json_object *out)
         bridge_commit_and_wait(b);
         if (b->exit_code)
             return api_fail(out, 500, "WAL commit failed");
-        consumer_pause(b->cons);
+        bridge_consumers(b, CONSUMERS_PAUSE);
         b->drain.active = 1;
         b->drain.started_ms = clock_mono_ms(); /* for the drain's duration */
         log_info("bridge", "drain started: consuming stopped, handing every held message back "

@@ -10,6 +10,9 @@
  *   bridge_keys.c    the key-event protocol between bridges (share_keys)
  *   bridge_stats.c   the /stats snapshot and the summary logged at exit
  *   bridge_core.c    the fatal stop and the route lookup
+ *   bridge_conns.c   the connections: a consumer and a publisher per vhost
+ *   bridge_routes.c  routes added, changed and removed at run time
+ *   bridge_reload.c  SIGHUP: the file read again
  *
  * The floors. A file calls only files on a floor below its own, never one
  * above, and none calls back into bridge.c; what two floors both need
@@ -20,8 +23,9 @@
  *   3  bridge_commit.c   -> intake (a durable commit reopens the gate), core
  *   2  bridge_intake.c   -> keys, core
  *   1  bridge_keys.c     -> core
- *      bridge_stats.c    -> nothing of the bridge
- *   0  bridge_core.c     -> nothing of the bridge
+ *      bridge_stats.c    -> conns
+ *   0  bridge_core.c     -> conns
+ *      bridge_conns.c    -> nothing of the bridge
  *
  * A new function goes on the lowest floor whose files it calls; a file that
  * would need one from above has found something that belongs lower down
@@ -58,6 +62,18 @@
 #define MAX_SLEEP_MS 1000
 #define PUBLISH_BURST 1024 /* per route per round, so routes take turns */
 
+#define BRIDGE_MAX_VHOSTS 64 /* vhosts in use at once: a consumer and a publisher each */
+
+/* One vhost's connections, and where its acks stand (bridge_conns.c). */
+struct vconn {
+    char vhost[CONFIG_NAME_MAX + 1]; /* its name (config_route_vhost) */
+    struct consumer *cons;
+    struct publisher *pub;
+    /* The last delivery appended, and the last one the running commit covers. */
+    uint32_t logged_gen, commit_gen;
+    uint64_t logged_tag, commit_tag;
+};
+
 /* What the bridge itself counts per route (the parts count the rest). */
 struct route_counts {
     uint64_t received, rejected, invalid_delay, invalid_key, dead_lettered, deduplicated;
@@ -69,15 +85,15 @@ struct bridge {
     struct ev_loop *loop;
     const struct config *cfg;
     struct engine *eng;
-    struct consumer *cons;
-    struct publisher *pub;
+    /* The connections, one pair per vhost in use (bridge_conns.c), and each route's pair. */
+    struct vconn vc[BRIDGE_MAX_VHOSTS];
+    int nvc;
+    int16_t route_vc[CONFIG_MAX_ROUTES];
+    struct consumer_ops cops;  /* what every pair reports to */
+    struct publisher_ops pops;
     struct http_server *http;
-    struct route_counts *counts;
+    struct route_counts *counts; /* CONFIG_MAX_ROUTES */
     uint64_t log_id;
-
-    /* The last delivery appended, and the last one the running commit covers. */
-    uint32_t logged_gen, commit_gen;
-    uint64_t logged_tag, commit_tag;
     uint64_t commit_began_us; /* when the running or last commit began (monotonic) */
     uint64_t commit_early_at; /* deliveries that start a commit before the interval */
     /*
@@ -157,6 +173,38 @@ struct bridge {
     } rec;
 };
 
+
+/* bridge_conns.c: the connections, per vhost */
+/* Serve route by its vhost's pair (made on first use): publish, and consume when consume. */
+int bridge_route_attach(struct bridge *b, int route, int consume);
+static inline struct vconn *bridge_vc(struct bridge *b, int route)
+{
+    return &b->vc[b->route_vc[route]];
+}
+static inline struct consumer *bridge_cons(const struct bridge *b, int route)
+{
+    return b->vc[b->route_vc[route]].cons;
+}
+static inline struct publisher *bridge_pub(const struct bridge *b, int route)
+{
+    return b->vc[b->route_vc[route]].pub;
+}
+/* d was appended: its pair's acks may cover it once committed. */
+void bridge_logged(struct bridge *b, const struct delivery *d);
+void bridge_conns_turn(struct bridge *b, uint64_t mono);
+int bridge_conns_up(const struct bridge *b);      /* every consumer and publisher */
+int bridge_consumers_up(const struct bridge *b);
+uint64_t bridge_conns_wait_ms(const struct bridge *b, uint64_t mono);
+int bridge_conns_busy(const struct bridge *b);
+enum bridge_consumers_do {
+    CONSUMERS_HOLD, CONSUMERS_RELEASE, CONSUMERS_PAUSE, CONSUMERS_STOP, CONSUMERS_ABORT
+};
+void bridge_consumers(struct bridge *b, enum bridge_consumers_do what);
+size_t bridge_pubs_inflight(const struct bridge *b);
+int bridge_pubs_up(const struct bridge *b);
+void bridge_pubs_flush(struct bridge *b, int force);
+void bridge_pubs_close(struct bridge *b);
+void bridge_conns_free(struct bridge *b);
 
 /* bridge_core.c */
 /* A failed log write, fsync or read: stop without acking anything more (exit 1). */

@@ -74,7 +74,7 @@ void bridge_intake_gate(struct bridge *b)
                  "wal_dir=\"%s\" free_bytes=%" PRIu64 " reserve_held=%" PRIu64
                  " reserve_bytes=%" PRIu64, b->cfg->wal_dir, es.log_free_bytes,
                  es.log_reserve_held, es.log_reserve_bytes);
-        consumer_hold_ingress(b->cons);
+        bridge_consumers(b, CONSUMERS_HOLD);
     } else if (!paused && b->space_paused) {
         struct eng_stats es;
         eng_stats(b->eng, &es);
@@ -83,7 +83,7 @@ void bridge_intake_gate(struct bridge *b)
                  "wal_dir=\"%s\" free_bytes=%" PRIu64 " reserve_bytes=%" PRIu64,
                  b->cfg->wal_dir, es.log_free_bytes, es.log_reserve_held);
         if (!b->disk_full && !b->stopping && !b->drain.active)
-            consumer_release_ingress(b->cons);
+            bridge_consumers(b, CONSUMERS_RELEASE);
     }
 }
 
@@ -120,7 +120,7 @@ static void reject_oversized(struct bridge *b, const struct delivery *d)
                   "route=%s bytes=%" PRIu64 " limit=%u action=\"basic.reject, requeue=false: "
                   "dead-lettered if the ingress queue has a dead-letter exchange\"",
                   rc->name, d->body_size, b->cfg->max_message_bytes);
-    consumer_reject(b->cons, d->route, d->gen, d->tag);
+    consumer_reject(bridge_cons(b, d->route), d->route, d->gen, d->tag);
 }
 
 /*
@@ -147,8 +147,7 @@ static void take_cancel(struct bridge *b, const struct delivery *d, uint64_t now
     } else {
         bridge_key_event_out(b, d->route, "cancel", key, key_len, now);
     }
-    b->logged_gen = d->gen; /* acked once the CANCEL record is durable */
-    b->logged_tag = d->tag;
+    bridge_logged(b, d); /* acked once the CANCEL record is durable */
 }
 
 /* An invalid x-delay or x-delay-key (msgrec_from_delivery's flags r): counted, logged. */
@@ -229,8 +228,7 @@ static void take_delivery(struct bridge *b, const struct delivery *d)
         n->deduplicated++;
         if (a.flags & WALREC_ADD_KEYED) /* its event may be what the crash lost */
             bridge_key_event_again(b, d->route, &a, first_ms);
-        b->logged_gen = d->gen;
-        b->logged_tag = d->tag;
+        bridge_logged(b, d);
         return;
     }
     if (r && !b->cfg->routes[d->route].retry)
@@ -247,8 +245,7 @@ static void take_delivery(struct bridge *b, const struct delivery *d)
     if (d->unstamped)
         note_unstamped(b, d, mono);
     n->received++;
-    b->logged_gen = d->gen;
-    b->logged_tag = d->tag;
+    bridge_logged(b, d);
 }
 
 /*
@@ -280,7 +277,7 @@ static void reject_unfit(struct bridge *b, const struct delivery *d)
               rc->name, d->body_size, b->cfg->wal_dir,
               rc->queue_type == QUEUE_STREAM ? "not logged; it stays in the stream"
                                              : "basic.reject, requeue=false");
-    consumer_reject(b->cons, d->route, d->gen, d->tag);
+    consumer_reject(bridge_cons(b, d->route), d->route, d->gen, d->tag);
 }
 
 /*
@@ -303,7 +300,7 @@ static int seen_now(struct bridge *b, const struct delivery *d)
         !eng_seen(b->eng, (uint16_t)d->route, msgrec_fingerprint(&a), &first_ms))
         return 0;
     b->counts[d->route].deduplicated++;
-    consumer_settle(b->cons, d->route, d->gen, d->tag, 1);
+    consumer_settle(bridge_cons(b, d->route), d->route, d->gen, d->tag, 1);
     return 1;
 }
 
@@ -336,11 +333,11 @@ void bridge_on_delivery(void *arg, const struct delivery *d)
 void bridge_stash_drain(struct bridge *b)
 {
     const struct delivery *d;
-    uint32_t gen = consumer_gen(b->cons);
     int r;
 
     while (!b->exit_code && (d = dstash_peek(&b->stash))) {
-        if (d->gen != gen) { /* an older connection's: back in the broker already */
+        if (d->gen != consumer_gen(bridge_cons(b, d->route))) {
+            /* an older connection's: back in the broker already */
             dstash_pop(&b->stash);
             continue;
         }
@@ -364,6 +361,7 @@ void bridge_on_consumer_state(void *arg, int up)
      * and so is the stash: the broker has those deliveries again. */
     struct bridge *b = arg;
 
-    if (!up)
+    /* With several vhosts, the others' deliveries stay; stale ones are skipped by gen. */
+    if (!up && b->nvc == 1)
         dstash_clear(&b->stash);
 }

@@ -47,7 +47,7 @@ void bridge_key_event_out(struct bridge *b, int route, const char *kind, const c
 {
     if (!b->cfg->routes[route].share_keys)
         return;
-    if (consumer_publish_key_event(b->cons, route, kind, key, key_len, config_key_holder(b->cfg),
+    if (consumer_publish_key_event(bridge_cons(b, route), route, kind, key, key_len, config_key_holder(b->cfg),
                                    at) == 0)
         b->counts[route].key_events_sent++;
 }
@@ -109,8 +109,7 @@ void bridge_key_event_in(struct bridge *b, const struct delivery *d)
     eng_msg m;
     int r;
 
-    b->logged_gen = d->gen; /* acked with the next commit, after the CANCEL it may cause */
-    b->logged_tag = d->tag;
+    bridge_logged(b, d); /* acked with the next commit, after the CANCEL it may cause */
     n->key_events_received++;
     if (!d->ev.ok || key_len > MSGREC_KEY_MAX) {
         log_warn("keys", "malformed key event dropped", "route=%s", b->cfg->routes[d->route].name);

@@ -50,10 +50,8 @@ static struct retry_row *row(struct bridge *b, int route, const char *q, size_t 
     if (!t) {
         t = b->retry = xmalloc(sizeof(*t));
         memset(t, 0, sizeof(*t));
-        t->per_route = xmalloc((size_t)b->cfg->nroutes * sizeof(int));
-        memset(t->per_route, 0, (size_t)b->cfg->nroutes * sizeof(int));
-        t->rl = xmalloc((size_t)b->cfg->nroutes * sizeof(*t->rl));
-        memset(t->rl, 0, (size_t)b->cfg->nroutes * sizeof(*t->rl));
+        t->per_route = xcalloc(CONFIG_MAX_ROUTES, sizeof(int)); /* routes added later too */
+        t->rl = xcalloc(CONFIG_MAX_ROUTES, sizeof(*t->rl));
     }
     if (t->per_route[route] >= DB_RETRY_QUEUES_MAX)
         name = "_other", len = 6;

@@ -156,10 +156,10 @@ static void stats_route(const struct bridge *b, int i, struct db_route_stats *r)
     r->key_events_applied = n->key_events_applied;
     r->dead_lettered = n->dead_lettered;
     r->stream_offset = b->cfg->routes[i].queue_type != QUEUE_STREAM ? -2
-                       : b->cons ? consumer_stream_next(b->cons, i)
+                       : b->nvc ? consumer_stream_next(bridge_cons(b, i), i)
                                  : b->ioff ? b->ioff[i].stored : -1;
-    if (b->pub)
-        publisher_route_stats(b->pub, i, r);
+    if (b->nvc)
+        publisher_route_stats(bridge_pub(b, i), i, r);
     memset(&ers, 0, sizeof(ers));
     if (b->eng)
         eng_route_stats(b->eng, (uint16_t)i, &ers);
@@ -188,10 +188,12 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
     s->start_ms = b->start_ms;
     s->loop_turn_ms = b->turn_ms;
     stats_recovery(b, &es, s);
-    s->consumer = b->cons && consumer_up(b->cons) ? DB_CONN_UP : DB_CONN_DOWN;
-    s->publisher = !b->pub || !publisher_up(b->pub) ? DB_CONN_DOWN
-                   : publisher_blocked(b->pub)      ? DB_CONN_BLOCKED
-                                                    : DB_CONN_UP;
+    /* With several vhosts: up when every pair is; blocked when any publisher is. */
+    s->consumer = bridge_consumers_up(b) ? DB_CONN_UP : DB_CONN_DOWN;
+    s->publisher = bridge_pubs_up(b) ? DB_CONN_UP : DB_CONN_DOWN;
+    for (int k = 0; k < b->nvc && s->publisher == DB_CONN_UP; k++)
+        if (publisher_blocked(b->vc[k].pub))
+            s->publisher = DB_CONN_BLOCKED;
     s->stopping = b->stopping;
     s->held = es.held;
     s->orphaned = es.orphaned;

@@ -111,7 +111,10 @@ int eng_open(struct engine **out, const struct eng_opts *o)
     idmap_init(&e->ids, &e->pool, offsetof(struct held, node.seq));
     e->log = o->log;
     e->nroutes = o->nroutes;
-    e->routes = xcalloc((size_t)(o->nroutes ? o->nroutes : 1), sizeof(*e->routes));
+    e->max_routes = o->max_routes > o->nroutes ? o->max_routes : o->nroutes;
+    if (e->max_routes >= (int)ENG_ROUTE_UNKNOWN)
+        e->max_routes = (int)ENG_ROUTE_UNKNOWN - 1;
+    e->routes = xcalloc((size_t)(e->max_routes ? e->max_routes : 1), sizeof(*e->routes));
     e->route_index = o->route_index;
     e->route_arg = o->route_arg;
     e->key_hash = o->key_hash ? o->key_hash : keymap_hash;

@@ -13,6 +13,7 @@
  */
 #include "engine_int.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -279,4 +280,61 @@ uint64_t eng_log_id(const struct engine *e)
 int eng_intake(const struct engine *e, uint64_t bytes)
 {
     return wlog_intake(e->log, bytes);
+}
+
+/* ---- routes added at run time -------------------------------------------------- */
+
+int eng_routes(const struct engine *e)
+{
+    return e->nroutes;
+}
+
+/*
+ * The orphans are found by a walk of the message table, the same walk a
+ * purge makes, all at once: orphans exist only after a start without
+ * their route, and adding the route is an operator's act, rare enough
+ * that one pass over the table (about 10 ns a held message) does not
+ * need to be spread over turns. Each orphan's record is read once, for
+ * its route name and its key.
+ */
+int eng_route_added(struct engine *e, int route)
+{
+    const char *name;
+    size_t nlen;
+    int adopted = 0;
+
+    if (route < 0 || route > e->nroutes || route >= e->max_routes)
+        return -EINVAL;
+    if (route < e->nroutes)
+        return 0; /* known already: a route added back */
+    memset(&e->routes[route], 0, sizeof(e->routes[route]));
+    e->nroutes++;
+    if (!e->orphaned || !e->route_name || !(name = e->route_name(e->route_arg, route)))
+        return 0;
+    nlen = strlen(name);
+    for (pool_handle h = 1; h < e->pool.next_fresh && e->orphaned; h++) {
+        struct held *m = H(e, h);
+        struct walrec_add a;
+        int r;
+
+        if (m->state != ENG_ORPHAN)
+            continue;
+        r = engine_read_record(e, m, &e->kbuf, &a);
+        if (r < 0)
+            return r;
+        if (a.route_len != nlen || memcmp(a.route, name, nlen) != 0)
+            continue;
+        e->orphaned--;
+        m->state = 0;
+        m->route = (uint16_t)route;
+        if (a.flags & WALREC_ADD_KEYED) {
+            keymap_put(&e->keys, e->key_hash(m->route, a.key, a.key_len), h);
+            m->flags |= HELD_KEYED;
+            e->routes[route].keyed++;
+        }
+        engine_set_state(e, m, ENG_WAITING);
+        wheel_add(e->wheel, h, m->node.due, m->node.seq);
+        adopted++;
+    }
+    return adopted;
 }

@@ -106,8 +106,8 @@ struct engine {
     struct wlog *log;
     struct wlog_buf rbuf;  /* eng_take() and eng_read() read records here */
     struct wlog_buf kbuf;  /* key checks read records here */
-    struct route_state *routes;
-    int nroutes;
+    struct route_state *routes; /* room for max_routes */
+    int nroutes, max_routes;
     struct hvec pending;   /* PENDING handles, in append order */
     size_t committing;     /* the first `committing` of them are in the commit running */
     int commit_busy;
