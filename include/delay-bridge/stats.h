@@ -68,6 +68,9 @@ enum db_conn_state {
 struct db_route_stats {
     const char *name;
     const char *target_exchange;
+    const char *vhost;        /* the vhost its connections are in */
+    int retired;              /* removed at run time: consumes nothing, publishes what it holds */
+    int consume_refused;      /* added at run time, its declares refused by the broker: retried */
 
     /* counters */
     uint64_t received;        /* deliveries taken from the ingress queue and logged */

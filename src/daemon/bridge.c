@@ -503,6 +503,7 @@ static void on_recovered(struct ev_loop *loop, ev_async *w, int revents)
             consumer_set_stream_next(bridge_cons(b, i), i, b->ioff[i].stored, b->ioff[i].upto);
         consumer_route_add(bridge_cons(b, i), i);
     }
+    bridge_reload_recovered(b);
 }
 
 #define RECENT_MIN 4096 /* redeliveries recognised per route, at least (start_recovery) */
@@ -625,6 +626,8 @@ void bridge_free(struct bridge *b)
     ev_signal_stop(b->loop, &b->sigterm);
     ev_signal_stop(b->loop, &b->sigint);
     ev_signal_stop(b->loop, &b->sighup);
+    free(b->reload.text);
+    free(b->reload.store);
     for (int i = 0; b->ioff && i < b->cfg->nroutes; i++)
         ingress_off_close(&b->ioff[i]); /* synced: a clean stop reads nothing twice */
     free(b->ioff);

@@ -203,3 +203,10 @@ __attribute__((weak)) const char *config_route_vhost(const struct config *c,
     snprintf(v, sizeof(v), "%s", u.vhost);
     return v;
 }
+__attribute__((weak)) int config_load_all(struct config *c, const char *path, char **text,
+                                          char *err, size_t errlen)
+{
+    if (text)
+        *text = NULL;
+    return config_load(c, path, err, errlen);
+}

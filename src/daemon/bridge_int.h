@@ -121,6 +121,7 @@ struct bridge {
         char *text;         /* the -c file's text as last loaded (config_load_all) */
         char *store;        /* the routes file's text as last read or written; NULL: none */
         uint64_t api_changes; /* routes put or deleted through the API */
+        int deferred;       /* a SIGHUP came while recovering: read once recovered */
     } reload;
     /*
      * Clocks: start_ms and turn_ms are wall-clock times /stats shows;
@@ -238,6 +239,10 @@ void bridge_retry_free(struct bridge *b);
 
 /* bridge_reload.c: handle SIGHUP (read the configuration again). */
 void bridge_reload_init(struct bridge *b);
+/* Recovery is over: a SIGHUP that came meanwhile is handled now. */
+void bridge_reload_recovered(struct bridge *b);
+/* The routes file's text (malloc'd), or NULL when there is none. */
+char *bridge_read_store(const char *path);
 
 /*
  * bridge_routes.c: the running routes made what a new configuration says,
@@ -253,13 +258,16 @@ struct bridge_apply {
     char pending_keys[512]; /* the key paths that wait for a restart, ", "-separated */
 };
 void bridge_config_apply(struct bridge *b, struct config *next, const char *origin,
-                         struct bridge_apply *out);
+                         const char *only, struct bridge_apply *out);
 /*
  * Dry run of bridge_config_apply (nothing changes): how many changes would
  * wait for a restart, their key paths in keys. The API refuses those
- * (409) rather than store what it cannot run.
+ * (409) rather than store what it cannot run. only: one route's name (an
+ * API change looks at that route alone, not at edits of the file that
+ * wait for a reload); NULL: everything.
  */
-int bridge_config_pending(struct bridge *b, const struct config *next, char *keys, size_t len);
+int bridge_config_pending(struct bridge *b, struct config *next, const char *only, char *keys,
+                          size_t len);
 /* Routes may change now: recovered, not draining or stopping. 0 = yes, else why in why. */
 int bridge_routes_busy(struct bridge *b, char *why, size_t len);
 /* The consumer's state callback: a lost connection drops the stash. */

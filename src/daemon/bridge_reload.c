@@ -6,164 +6,78 @@
  * once, without a log line or a clean stop; main() ignores it until the
  * loop runs, and from then on this file handles it.
  *
- * A reload reads the file the daemon was started with (`-c FILE`) and
- * checks it exactly as a start would (config_load). A file that does not
- * load changes nothing: the error is logged, with the key path, and the
- * daemon goes on with what it runs. A file that loads is compared with the
- * running configuration key by key (config_diff.c), and each difference
- * is either applied at once or logged as waiting for a restart:
+ * A reload reads the file the daemon was started with (`-c FILE`), and
+ * the routes file the HTTP API keeps (routes_file), and checks them
+ * exactly as a start would (config_load_all). A file that does not load
+ * changes nothing: the error is logged, with the key path, and the daemon
+ * goes on with what it runs. A configuration that loads is made the
+ * running one by bridge_config_apply() (bridge_routes.c: routes added,
+ * removed and changed, and what waits for a restart); in short:
  *
- *   applied    log.level, shutdown_timeout_ms; and of a route that stays
- *              (matched by name): target_exchange (unless declare_target),
- *              max_inflight, max_delay_ms, delay_from, invalid_delay,
- *              dead_letter_exchange, unroutable_exchange, and a retry
- *              route's whole retry object (policy, per-queue policies,
- *              reasons, parking). Each is read where it is used, for the
- *              next delivery or the next publish, so writing it in the
- *              running configuration is applying it: held messages go to
- *              the new target when they fall due, the next delivery is
- *              judged by the new policy, a retry already waiting keeps the
- *              due time it was given.
- *   waits      everything else: a route added or removed, a route's
- *              ingress (exchange, queue, type, stream retention, single
- *              active consumer, share_keys), prefetch, declare_target and
- *              target_type, a route becoming or ceasing to be a retry
- *              route, and every broker, wal, http and instance key. Each is
- *              logged by key path ("routes[orders].prefetch") and counted
- *              in /stats reload.pending_changes and
+ *   applied    log.level, shutdown_timeout_ms; routes added (they start
+ *              consuming), removed (they stop consuming and publish what
+ *              they hold when due) and changed: their target, limits,
+ *              policies and retry object written in place, their ingress
+ *              side consumed again.
+ *   waits      a stream ingress added or changed, share_keys,
+ *              declare_target, target_type, a route's vhost, and every
+ *              broker, wal, http and instance key: logged by key path
+ *              and counted in /stats reload.pending_changes and
  *              delay_bridge_config_pending_changes until a restart.
  *
- * The running configuration is written only here, on the loop thread;
+ * The running configuration is written only on the loop thread (here and
+ * by the route API);
  * the other threads (the log's recovery, replication) read route names
  * and the wal section, which no reload writes. Held messages, keys,
  * consuming and publishing never pause for a reload.
  */
 #include "bridge_int.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/clock.h"
 #include "base/log.h"
 
-struct reload {
-    struct bridge *b;
-    struct config *now; /* the running configuration, written in place */
-    struct config *file;
-    int pending, applied;
-};
-
-static struct config_route *route_named(struct config *c, const char *name)
+/* The routes file's text, or NULL when there is none (or it cannot be read: logged). */
+char *bridge_read_store(const char *path)
 {
-    int i = config_route_index(c, name, strlen(name));
+    FILE *f = fopen(path, "rb");
+    char *t = NULL;
+    size_t n = 0, cap = 0, r;
 
-    return i < 0 ? NULL : &c->routes[i];
-}
-
-/* Key key of route r can be written in the running configuration now. */
-static int live(const struct config_route *r, const struct config_route *n, const char *key)
-{
-    static const char *const keys[] = {"max_inflight", "max_delay_ms", "delay_from",
-                                       "invalid_delay", "dead_letter_exchange",
-                                       "unroutable_exchange", NULL};
-
-    for (int i = 0; keys[i]; i++)
-        if (!strcmp(key, keys[i]))
-            return 1;
-    if (!strcmp(key, "target_exchange"))
-        return !r->declare_target && !n->declare_target && !r->retry && !n->retry;
-    if (!strcmp(key, "retry"))
-        return r->retry && n->retry; /* a policy changed, not the kind of route */
-    return 0;
-}
-
-static void apply(struct config_route *r, struct config_route *n, const char *key)
-{
-    if (!strcmp(key, "target_exchange"))
-        memcpy(r->target_exchange, n->target_exchange, sizeof(r->target_exchange));
-    else if (!strcmp(key, "max_inflight"))
-        r->max_inflight = n->max_inflight;
-    else if (!strcmp(key, "max_delay_ms"))
-        r->max_delay_ms = n->max_delay_ms;
-    else if (!strcmp(key, "delay_from"))
-        r->delay_from = n->delay_from;
-    else if (!strcmp(key, "invalid_delay"))
-        r->invalid_delay = n->invalid_delay;
-    else if (!strcmp(key, "dead_letter_exchange"))
-        memcpy(r->dead_letter_exchange, n->dead_letter_exchange, sizeof(r->dead_letter_exchange));
-    else if (!strcmp(key, "unroutable_exchange"))
-        memcpy(r->unroutable_exchange, n->unroutable_exchange, sizeof(r->unroutable_exchange));
-    else if (!strcmp(key, "retry")) { /* swapped: the file's config frees the old one */
-        struct config_retry *t = r->retry;
-        r->retry = n->retry;
-        n->retry = t;
+    if (!f) {
+        if (errno != ENOENT)
+            log_warn("routes", "cannot read the routes file", "file=\"%s\" error=\"%s\"",
+                     path, strerror(errno));
+        return NULL;
     }
-}
-
-struct route_keys {
-    const char *key[32];
-    int n;
-};
-
-static void collect(void *arg, const char *key)
-{
-    struct route_keys *k = arg;
-    if (k->n < 32)
-        k->key[k->n++] = key;
-}
-
-/* A route in both: each changed key applied or left waiting. */
-static void route_changed(struct reload *x, const char *name)
-{
-    struct config_route *r = route_named(x->now, name), *n = route_named(x->file, name);
-    struct route_keys k = {{0}, 0};
-
-    config_route_keys_diff(r, n, collect, &k);
-    for (int i = 0; i < k.n; i++) {
-        if (live(r, n, k.key[i])) {
-            apply(r, n, k.key[i]);
-            x->applied++;
-            log_info("reload", "applied", "key=routes[%s].%s file=\"%s\"", name, k.key[i],
-                     x->b->reload.path);
-        } else {
-            x->pending++;
-            log_warn("reload", "a change that takes effect at the next start: not applied now",
-                     "key=routes[%s].%s change=changed file=\"%s\"", name, k.key[i],
-                     x->b->reload.path);
+    do {
+        if (n + 4097 > cap) {
+            cap = cap ? 2 * cap : 8192;
+            t = realloc(t, cap);
+            if (!t) {
+                fclose(f);
+                return NULL;
+            }
         }
-    }
-}
-
-static void note(void *arg, const char *what, const char *path)
-{
-    struct reload *x = arg;
-    char name[CONFIG_NAME_MAX + 1];
-
-    if (!strcmp(path, "log.level"))
-        return; /* applied by the caller */
-    if (!strcmp(path, "shutdown_timeout_ms")) {
-        x->now->shutdown_timeout_ms = x->file->shutdown_timeout_ms;
-        x->applied++;
-        log_info("reload", "applied", "key=shutdown_timeout_ms file=\"%s\"", x->b->reload.path);
-        return;
-    }
-    if (!strcmp(what, "changed") && !strncmp(path, "routes[", 7) &&
-        sscanf(path + 7, "%255[^]]", name) == 1) {
-        route_changed(x, name);
-        return;
-    }
-    x->pending++;
-    log_warn("reload", "a change that takes effect at the next start: not applied now",
-             "key=%s change=%s file=\"%s\"", path, what, x->b->reload.path);
+        r = fread(t + n, 1, cap - n - 1, f);
+        n += r;
+    } while (r > 0);
+    t[n] = '\0';
+    fclose(f);
+    return t;
 }
 
 static void on_hup(struct ev_loop *loop, ev_signal *w, int revents)
 {
     struct bridge *b = w->data;
+    struct bridge_apply out;
     struct config c;
-    struct reload x = {b, b->reload.cfg, &c, 0, 0};
-    char err[1024];
+    char err[1024], why[256], *text = NULL;
 
     (void)loop;
     (void)revents;
@@ -173,7 +87,17 @@ static void on_hup(struct ev_loop *loop, ev_signal *w, int revents)
         log_warn("reload", "SIGHUP: no configuration file to read again; nothing changed", NULL);
         return;
     }
-    if (config_load(&c, b->reload.path, err, sizeof(err)) < 0) {
+    if (!b->eng && !b->stopping) { /* recovering: the engine learns routes once it is done */
+        b->reload.deferred = 1;
+        log_info("reload", "SIGHUP while recovering: the file is read once recovery is done",
+                 NULL);
+        return;
+    }
+    if (bridge_routes_busy(b, why, sizeof(why))) {
+        log_warn("reload", "SIGHUP ignored", "why=\"%s\"", why);
+        return;
+    }
+    if (config_load_all(&c, b->reload.path, &text, err, sizeof(err)) < 0) {
         b->reload.refused++;
         snprintf(b->reload.error, sizeof(b->reload.error), "%.500s", err);
         log_error("reload", "the configuration file was not accepted: nothing changed",
@@ -181,17 +105,16 @@ static void on_hup(struct ev_loop *loop, ev_signal *w, int revents)
         return;
     }
     b->reload.error[0] = '\0';
-    config_diff(b->reload.cfg, &c, note, &x);
-    if (c.log_level != b->reload.cfg->log_level) {
-        b->reload.cfg->log_level = c.log_level;
-        log_set_level((enum log_level)c.log_level);
-        x.applied++;
-        log_info("reload", "applied", "key=log.level file=\"%s\"", b->reload.path);
-    }
-    b->reload.pending = x.pending;
-    log_info("reload", x.pending ? "configuration read; some changes wait for a restart"
-                                 : "configuration read; nothing waits for a restart",
-             "file=\"%s\" applied=%d pending_changes=%d", b->reload.path, x.applied, x.pending);
+    bridge_config_apply(b, &c, "reload", NULL, &out);
+    b->reload.pending = out.pending;
+    free(b->reload.text);
+    b->reload.text = text;
+    free(b->reload.store);
+    b->reload.store = bridge_read_store(c.routes_file);
+    log_info("reload", out.pending ? "configuration read; some changes wait for a restart"
+                                   : "configuration read; nothing waits for a restart",
+             "file=\"%s\" applied=%d routes_added=%d routes_removed=%d pending_changes=%d",
+             b->reload.path, out.applied, out.added, out.removed, out.pending);
     config_free(&c);
 }
 
@@ -200,6 +123,14 @@ void bridge_reload_init(struct bridge *b)
     ev_signal_init(&b->sighup, on_hup, SIGHUP);
     b->sighup.data = b;
     ev_signal_start(b->loop, &b->sighup);
+}
+
+void bridge_reload_recovered(struct bridge *b)
+{
+    if (b->reload.deferred) {
+        b->reload.deferred = 0;
+        on_hup(b->loop, &b->sighup, 0);
+    }
 }
 
 void bridge_set_reload(struct bridge *b, const char *path, struct config *cfg)

@@ -145,6 +145,9 @@ static void stats_route(const struct bridge *b, int i, struct db_route_stats *r)
     memset(r, 0, sizeof(*r));
     r->name = b->cfg->routes[i].name;
     r->target_exchange = b->cfg->routes[i].target_exchange;
+    r->vhost = config_route_vhost(b->cfg, &b->cfg->routes[i]);
+    r->retired = b->cfg->routes[i].retired;
+    r->consume_refused = b->nvc && consumer_route_failed(bridge_cons(b, i), i);
     r->received = n->received;
     r->rejected = n->rejected;
     r->invalid_delay = n->invalid_delay;

@@ -60,7 +60,9 @@
  *                               "needed_bytes", "confirm": { "count", "sum_seconds" } }
  *                               (only with wal.replicate) },
  *     "drain": { "handed_back", "remaining", "done": bool } (only while draining),
- *     "routes": [ { "name", "target_exchange", <every counter and gauge of
+ *     "routes": [ { "name", "target_exchange", "vhost", "retired" (removed at
+ *                   run time, still publishing what it holds), "consume_refused"
+ *                   (its declares refused by the broker, retried), <every counter and gauge of
  *                   struct db_route_stats under its field name>,
  *                   "next_due_ms", "next_due", "channel_open": bool,
  *                   "lateness": { "count", "sum_seconds" } } ],
@@ -170,6 +172,9 @@ static json_object *route_json(const struct db_route_stats *r)
     json_object *o = json_object_new_object();
     add(o, "name", jstr(r->name));
     add(o, "target_exchange", jstr(r->target_exchange));
+    add(o, "vhost", jstr(r->vhost ? r->vhost : ""));
+    add(o, "retired", json_object_new_boolean(r->retired));
+    add(o, "consume_refused", json_object_new_boolean(r->consume_refused));
     add_u64(o, "received", r->received);
     add_u64(o, "rejected", r->rejected);
     add_u64(o, "invalid_delay", r->invalid_delay);

@@ -225,6 +225,24 @@ static uint64_t route_field(const struct db_route_stats *r, size_t off)
     return v;
 }
 
+/* Which vhost each route is in, and whether it consumes: labels to join on (route). */
+static void render_route_info(const struct db_stats *s, struct strbuf *out)
+{
+    family(out, "route_info", "gauge",
+           "Always 1 per route; vhost, and state: active, retired (removed at run time, "
+           "publishing what it holds) or refused (added at run time, its declares refused by "
+           "the broker, retried).");
+    for (int i = 0; i < s->nroutes; i++) {
+        const struct db_route_stats *r = &s->routes[i];
+        strbuf_puts(out, PREFIX "route_info{route=\"");
+        put_escaped_label(out, r->name);
+        strbuf_puts(out, "\",vhost=\"");
+        put_escaped_label(out, r->vhost ? r->vhost : "");
+        strbuf_printf(out, "\",state=\"%s\"} 1\n",
+                      r->retired ? "retired" : r->consume_refused ? "refused" : "active");
+    }
+}
+
 static void render_routes(const struct db_stats *s, struct strbuf *out)
 {
     int nr = s->routes ? s->nroutes : 0;
@@ -448,6 +466,7 @@ void metrics_render(const struct db_stats *s, struct strbuf *out)
     scalar_u64(out, "orphaned_messages", "gauge",
                "Held messages of routes missing from the config: never published.", s->orphaned);
 
+    render_route_info(s, out);
     render_routes(s, out);
     render_retry(s, out);
     family(out, "config_reloads_total", "counter",

@@ -12,8 +12,11 @@ delayed messages are held and falling due:
    follows invalid_delay: published at once), max_inflight,
    shutdown_timeout_ms, a retry route's policy (the next failure comes
    back after the new initial_ms);
+ - a route added starts (its own test is integration.routes_live), a
+   route's prefetch is applied by consuming again;
  - waiting for a restart, logged by key path and counted in
-   delay_bridge_config_pending_changes: a route added, a route's prefetch;
+   delay_bridge_config_pending_changes: broker.heartbeat_s and
+   wal.commit_interval_ms;
  - every message arrives once, never early, within the usual lateness;
    SIGTERM still stops the bridge cleanly (exit 0).
 """
@@ -81,10 +84,14 @@ def test(ctx):
     b.config["routes"][1]["retry"]["initial_ms"] = 300
     b.config["routes"].append(ctx.route("added", ex))
     b.config["shutdown_timeout_ms"] = 5000
+    b.config["broker"]["heartbeat_s"] = 20
+    b.config["wal"]["commit_interval_ms"] = 5
     b.rewrite_config()
     r = hup("live and waiting changes")
     check(r["pending_changes"] == 2 and r["error"] is None, "pending: %r" % r)
-    for line in ("key=routes[added] change=added", "key=routes[reload].prefetch change=changed",
+    for line in ("key=broker.heartbeat_s change=changed",
+                 "key=wal.commit_interval_ms change=changed",
+                 'msg="route added" route=added', 'msg="applied" key=routes[reload].prefetch',
                  'msg="applied" key=routes[reload].target_exchange',
                  'msg="applied" key=routes[reload].max_delay_ms',
                  'msg="applied" key=routes[reload].max_inflight',
