@@ -34,7 +34,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: delay-bridge -c FILE [--check-config]\n"
+            "usage: delay-bridge -c FILE [--check-config] [--watch-config]\n"
             "       delay-bridge wal check|dump|salvage DIR ...  (delay-bridge wal --help)\n"
             "       delay-bridge publish ...              (delay-bridge publish --help)\n"
             "       delay-bridge cancel --route R KEY     (delay-bridge cancel --help)\n"
@@ -47,6 +47,7 @@ static void usage(FILE *f)
             "\n"
             "  -c, --config FILE   configuration file (JSON; see README.md)\n"
             "      --check-config  validate the configuration and exit\n"
+            "      --watch-config  read FILE again whenever it changes (as SIGHUP does)\n"
             "  -V, --version       print the version and exit\n"
             "  -h, --help          print this help and exit\n"
             "\n"
@@ -56,7 +57,7 @@ static void usage(FILE *f)
             "error, 4 WAL corrupt, unreadable or locked by another process.\n");
 }
 
-static int run_daemon(const char *path, int check)
+static int run_daemon(const char *path, int check, int watch)
 {
     struct config cfg;
     struct ev_loop *loop;
@@ -93,6 +94,8 @@ static int run_daemon(const char *path, int check)
     b = bridge_new(loop, &cfg, cfg.repl.enabled ? wrepl_log(&wo, &cfg) : wal_file_log(&wo), &rc);
     if (b) {
         bridge_set_reload(b, path, &cfg);
+        if (watch)
+            bridge_watch_config(b, 2.0);
         ev_run(loop, 0);
         rc = bridge_exit_code(b);
     }
@@ -107,12 +110,13 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
         {"check-config", no_argument, NULL, 'k'},
+        {"watch-config", no_argument, NULL, 'w'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *path = NULL;
-    int check = 0, c;
+    int check = 0, watch = 0, c;
 
     /*
      * Tables that grow by doubling (the key map, recovery's id index) are
@@ -139,6 +143,9 @@ int main(int argc, char **argv)
         case 'k':
             check = 1;
             break;
+        case 'w':
+            watch = 1;
+            break;
         case 'V':
             printf("delay-bridge %s\n", DB_VERSION);
             return EXIT_OK;
@@ -154,5 +161,5 @@ int main(int argc, char **argv)
         usage(stderr);
         return EXIT_USAGE;
     }
-    return run_daemon(path, check);
+    return run_daemon(path, check, watch);
 }

@@ -61,6 +61,13 @@ int bridge_exit_code(const struct bridge *b);
 void bridge_set_reload(struct bridge *b, const char *path, struct config *cfg);
 
 /*
+ * Read the -c file again whenever it changes (checked every interval_s;
+ * the command line's --watch-config), as SIGHUP does: the Kubernetes
+ * recipe's path from an edited ConfigMap to a running bridge.
+ */
+void bridge_watch_config(struct bridge *b, double interval_s);
+
+/*
  * A snapshot of every figure (stats.h); the routes array and strings stay
  * valid until the next call or bridge_free(). O(routes).
  */

@@ -626,6 +626,7 @@ void bridge_free(struct bridge *b)
     ev_signal_stop(b->loop, &b->sigterm);
     ev_signal_stop(b->loop, &b->sigint);
     ev_signal_stop(b->loop, &b->sighup);
+    ev_stat_stop(b->loop, &b->watch);
     free(b->reload.text);
     free(b->reload.store);
     for (int i = 0; b->ioff && i < b->cfg->nroutes; i++)

@@ -111,6 +111,7 @@ struct bridge {
     ev_timer wake;        /* the monotonic waits: retries, heartbeats, the longest sleep */
     struct duewake due;   /* the wheel's next due time, on the wall clock (duewake.h) */
     ev_signal sigterm, sigint, sighup;
+    ev_stat watch;        /* --watch-config: the -c file, looked at every few seconds */
     /* SIGHUP (bridge_reload.c): the file read again, what it changed and what waits */
     struct {
         const char *path;   /* the -c file; NULL: nothing to read again */

@@ -118,6 +118,36 @@ static void on_hup(struct ev_loop *loop, ev_signal *w, int revents)
     config_free(&c);
 }
 
+/*
+ * --watch-config: the file is looked at every few seconds (libev's ev_stat,
+ * which compares stat() results; stat follows symlinks, so a Kubernetes
+ * ConfigMap volume, updated by swapping its ..data link, counts as a
+ * change) and a change is read as a SIGHUP would. An editor's half-written
+ * save does not load and changes nothing; the next save is read again.
+ */
+static void on_file(struct ev_loop *loop, ev_stat *w, int revents)
+{
+    struct bridge *b = w->data;
+
+    (void)revents;
+    if (!w->attr.st_nlink) /* gone for a moment: a rename in progress */
+        return;
+    log_info("reload", "the configuration file changed: reading it", "file=\"%s\"",
+             b->reload.path);
+    on_hup(loop, &b->sighup, 0);
+}
+
+void bridge_watch_config(struct bridge *b, double interval_s)
+{
+    if (!b->reload.path)
+        return;
+    ev_stat_init(&b->watch, on_file, b->reload.path, interval_s);
+    b->watch.data = b;
+    ev_stat_start(b->loop, &b->watch);
+    log_info("reload", "watching the configuration file", "file=\"%s\" interval_s=%.1f",
+             b->reload.path, interval_s);
+}
+
 void bridge_reload_init(struct bridge *b)
 {
     ev_signal_init(&b->sighup, on_hup, SIGHUP);
