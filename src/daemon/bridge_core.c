@@ -38,5 +38,11 @@ void bridge_fatal(struct bridge *b, const char *what, int err)
 /* Route names found in the log, or named in a request -> route index; -1: not configured. */
 int bridge_route_index(void *arg, const char *name, size_t len)
 {
-    return config_route_index(arg, name, len);
+    const struct config *c = arg;
+
+    /* retired routes too (config_route_index skips them): their messages and keys are held */
+    for (int i = 0; i < c->nroutes; i++)
+        if (strlen(c->routes[i].name) == len && !memcmp(c->routes[i].name, name, len))
+            return i;
+    return -1;
 }
