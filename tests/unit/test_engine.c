@@ -8,6 +8,7 @@
  *   build/test_engine nack_order    one case (--list names them)
  */
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -512,6 +513,52 @@ static void test_unknown_route_kept(void)
     e = open_engine(T0 + 200, NULL, 0);
     CHECK(eng_advance(e, T0 + 200) == 1);
     TAKE_EXPECT(e, 1, "rate");
+    eng_close(e);
+    rm_dir();
+}
+
+/*
+ * A route added at run time (eng_route_added): the orphans the log held for
+ * it -- a plain one and a keyed one -- are scheduled again and keyed again,
+ * as a restart with the route configured would; the route's index is the
+ * next one, and adding a route the engine knows does nothing.
+ */
+static eng_msg add_keyed(struct engine *e, uint16_t route, uint64_t now, uint64_t delay,
+                         const char *key, const char *body);
+
+static void test_route_added_adopts_orphans(void)
+{
+    int one_route = 1;
+    struct engine *e = open_engine(T0, NULL, 0);
+    struct wal_opts wo = {.dir = dir, .no_sync = 1};
+    struct eng_opts o = {.nroutes = 1, .max_routes = 2, .route_index = route_index,
+                         .route_name = route_name, .route_arg = &one_route, .now_ms = T0 + 100};
+    struct eng_stats s;
+
+    add(e, 1, T0, 10, "rate");
+    add_keyed(e, 1, T0, 5000, "k1", "keyed");
+    add(e, 0, T0, 10, "order");
+    commit(e);
+    eng_close(e);
+
+    o.log = wal_file_log(&wo);
+    CHECK(eng_open(&e, &o) == 0);
+    eng_stats(e, &s);
+    CHECK(s.held == 3 && s.orphaned == 2 && eng_routes(e) == 1);
+    CHECK(eng_advance(e, T0 + 100) == 1);
+    CHECK(eng_route_added(e, 2) == -EINVAL); /* not the next index */
+    CHECK(eng_route_added(e, 1) == 2);
+    CHECK(eng_routes(e) == 2);
+    eng_stats(e, &s);
+    CHECK(s.orphaned == 0 && s.held == 3);
+    CHECK(eng_route_added(e, 1) == 0); /* known now: added back, nothing to do */
+    CHECK(eng_advance(e, T0 + 200) == 1);
+    TAKE_EXPECT(e, 1, "rate");
+    TAKE_EXPECT(e, 0, "order");
+    CHECK(eng_find(e, 1, "k1", 2) != 0);
+    CHECK(eng_cancel(e, 1, "k1", 2) == 1);
+    CHECK(eng_find(e, 1, "k1", 2) == 0);
+    commit(e);
     eng_close(e);
     rm_dir();
 }
@@ -1506,6 +1553,7 @@ static const struct check_case cases[] = {
     {"overdue_after_restart", test_overdue_in_due_order_after_restart},
     {"async_commit", test_async_commit},
     {"unknown_route_kept", test_unknown_route_kept},
+    {"route_added_adopts_orphans", test_route_added_adopts_orphans},
     {"compaction_keeps_long_delays", test_compaction_keeps_long_delays},
     {"keys", keys_case},
     {"cancel", cancel_case},
