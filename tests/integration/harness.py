@@ -344,6 +344,13 @@ def broker_uri():
     return os.environ.get("DB_TEST_BROKER_URI") or DEFAULT_URI
 
 
+def vhost_uri(vhost):
+    """The test broker's URI with another vhost."""
+    base = broker_uri()
+    head = base.split("://", 1)[0] + "://" + base.split("://", 1)[1].split("/", 1)[0]
+    return "%s/%s" % (head, urllib.parse.quote(vhost, safe=""))
+
+
 def broker_user():
     p = pika.URLParameters(broker_uri())
     return p.credentials.username
@@ -714,9 +721,10 @@ class Consumer(object):
     duplicates). Reconnects by itself. Msg.t is time.monotonic() on arrival.
     """
 
-    def __init__(self, queues, name="consumer"):
+    def __init__(self, queues, name="consumer", uri=None):
         self.queues = list(queues)
         self.name = name
+        self.uri = uri or broker_uri()  # another vhost: vhost_uri()
         self.msgs = []
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
@@ -732,7 +740,7 @@ class Consumer(object):
         while not self.stop_flag.is_set():
             conn = None
             try:
-                conn = pika.BlockingConnection(pika.URLParameters(broker_uri()))
+                conn = pika.BlockingConnection(pika.URLParameters(self.uri))
                 ch = conn.channel()
                 ch.basic_qos(prefetch_count=500)
                 for q in self.queues:
@@ -1058,8 +1066,8 @@ class Ctx(object):
             queues[rk] = q
         return ex, queues
 
-    def consumer(self, queues):
-        c = Consumer(queues, name="consumer%d" % (len(self.consumers) + 1))
+    def consumer(self, queues, uri=None):
+        c = Consumer(queues, name="consumer%d" % (len(self.consumers) + 1), uri=uri)
         self.consumers.append(c)
         return c
 
