@@ -237,13 +237,24 @@ size_t eng_unsent_route(struct engine *e, uint16_t route);
  * already logged? The engine remembers the fingerprints of each route's
  * last `recent` fresh ADD records -- at run time as they are added, and at
  * recovery from the tail of the log, so the memory survives a crash. A hit
- * is consumed (two identical messages, both stored, are two hits). 1 seen:
- * ack it and store nothing; 0 not seen. *first_ms (may be NULL) gets the
- * enqueue time of the logged copy -- when it was first taken, the time its
- * key event carries -- or 0 when not known (a ring loaded from a
+ * uses its entry up (two identical messages, both stored, are two hits)
+ * until eng_seen_reset() -- or a restart, which rebuilds every entry. 1
+ * seen: ack it and store nothing; 0 not seen. *first_ms (may be NULL) gets
+ * the enqueue time of the logged copy -- when it was first taken, the time
+ * its key event carries -- or 0 when not known (a ring loaded from a
  * checkpoint keeps fingerprints only).
  */
 int eng_seen(struct engine *e, uint16_t route, uint64_t fp, uint64_t *first_ms);
+/*
+ * Every entry eng_seen() used up may match again: the connection that
+ * brought those deliveries was lost, and an ack not processed by then is
+ * lost with it, so the broker may deliver them once more (a consumer
+ * timeout of a 4.3 quorum queue redelivers a stashed delivery on the same
+ * connection, which its cancel then drops: integration.broker4 stored 918
+ * messages twice). A restart gives the same answers: the rings come back
+ * from the log and the checkpoint whole, uses forgotten.
+ */
+void eng_seen_reset(struct engine *e);
 
 /* The state of m (enum eng_state). */
 int eng_state(const struct engine *e, eng_msg m);

@@ -358,10 +358,15 @@ void bridge_on_consumer_state(void *arg, int up)
     /* Deliveries appended but not acked go back to the queue with the old
      * connection; they are committed anyway and will be received again
      * (README, delivery guarantees). Tags of the old connection are dead,
-     * and so is the stash: the broker has those deliveries again. */
+     * and so is the stash: the broker has those deliveries again. So are
+     * the redeliveries recognised on it whose acks it lost: their
+     * fingerprints must match once more (eng_seen_reset: every route's,
+     * more than this connection's, which costs only what a restart costs). */
     struct bridge *b = arg;
 
     /* With several vhosts, the others' deliveries stay; stale ones are skipped by gen. */
     if (!up && b->nvc == 1)
         dstash_clear(&b->stash);
+    if (!up && b->eng)
+        eng_seen_reset(b->eng);
 }

@@ -85,14 +85,21 @@ int eng_seen(struct engine *e, uint16_t route, uint64_t fp, uint64_t *first_ms)
     r = &e->routes[route].recent;
     for (i = 0; i < r->n; i++) {
         uint32_t slot = (r->head + i) % e->recent;
-        if (r->fp[slot] == fp) {
-            r->fp[slot] = 0; /* consumed: a second identical redelivery is a second message */
+        if (r->fp[slot] == fp && !r->used[slot]) {
+            r->used[slot] = 1; /* a second identical redelivery is a second message */
             if (first_ms)
                 *first_ms = r->at[slot];
             return 1;
         }
     }
     return 0;
+}
+
+void eng_seen_reset(struct engine *e)
+{
+    for (int i = 0; e->recent && i < e->nroutes; i++)
+        if (e->routes[i].recent.used)
+            memset(e->routes[i].recent.used, 0, e->recent);
 }
 
 int eng_open(struct engine **out, const struct eng_opts *o)
@@ -163,6 +170,7 @@ void eng_close(struct engine *e)
     for (int i = 0; i < e->nroutes; i++) {
         free(e->routes[i].recent.fp);
         free(e->routes[i].recent.at);
+        free(e->routes[i].recent.used);
     }
     free(e->routes);
     free(e->rbuf.p);

@@ -27,7 +27,11 @@
  *              2  len  the name (must match the configuration, or the
  *                      checkpoint is not used: the whole log is replayed)
  *              +0   4  k: fingerprints on the ring
- *              +4 8*k  the fingerprints, oldest first
+ *              +4 8*k  the fingerprints, oldest first, those eng_seen()
+ *                      used up too: a restart drops the connection their
+ *                      acks went out on, so each may be redelivered again
+ *                      (a checkpoint before this rule wrote them as 0,
+ *                      which matches nothing)
  *
  *   kind 2  HELD, any number, each a whole number of 32-byte entries:
  *     0   8  msg id

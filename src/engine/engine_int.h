@@ -61,10 +61,15 @@ struct hlist {
     pool_handle head, tail;
 };
 
-/* The fingerprints of a route's last fresh ADDs (a ring; 0 = used up). */
+/*
+ * The fingerprints of a route's last fresh ADDs (a ring). A match uses its
+ * entry up (used[i] = 1) until eng_seen_reset(): only while the matched
+ * delivery's ack may still reach the broker (eng_seen in engine.h).
+ */
 struct recent_ring {
     uint64_t *fp;
     uint64_t *at;   /* enqueue_ms of each, 0 when unknown (loaded from a checkpoint) */
+    uint8_t *used;  /* matched since the last eng_seen_reset() */
     uint32_t head, n;
 };
 

@@ -147,10 +147,12 @@ void engine_ring_push(struct engine *e, uint16_t route, uint64_t fp, uint64_t at
     if (!r->fp) {
         r->fp = xcalloc(e->recent, sizeof(*r->fp));
         r->at = xcalloc(e->recent, sizeof(*r->at));
+        r->used = xcalloc(e->recent, sizeof(*r->used));
     }
     slot = (r->head + r->n) % e->recent;
     r->fp[slot] = fp;
     r->at[slot] = at;
+    r->used[slot] = 0;
     if (r->n < e->recent)
         r->n++;
     else

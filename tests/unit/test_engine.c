@@ -1544,6 +1544,50 @@ static void checkpoint_keeps_taken_keys_case(void)
     rm_dir();
 }
 
+/*
+ * A recognised redelivery uses its fingerprint up only while its ack can
+ * still go out: a restart (here from a checkpoint taken after the match)
+ * and a lost connection (eng_seen_reset) both give the broker the delivery
+ * back, so the fingerprint must match it again. Before the fix the
+ * checkpoint saved the used-up fingerprint as 0 and the match was lost for
+ * good: the delivery, redelivered once more, was stored twice
+ * (integration.broker4, disk_full on 4.3.6: 918 stored twice after a
+ * consumer timeout dropped the connection).
+ */
+static void seen_until_lost_case(void)
+{
+    struct wal_opts wo = {.dir = dir, .no_sync = 1};
+    struct eng_opts o = {.nroutes = 2, .route_index = route_index, .route_name = route_name,
+                         .now_ms = T0, .recent = 3, .fingerprint = body_fp};
+    struct engine *e;
+    struct eng_stats s;
+
+    o.log = wal_file_log(&wo);
+    CHECK(eng_open(&e, &o) == 0);
+    add(e, 0, T0, 60000, "a");
+    commit(e);
+    eng_close(e);
+
+    o.log = wal_file_log(&wo); /* a crash: "a" is redelivered, recognised, its ack not out */
+    CHECK(eng_open(&e, &o) == 0);
+    CHECK(eng_seen(e, 0, fp_of("a"), NULL) == 1);
+    CHECK(eng_checkpoint(e) == 0);
+    ck_run_until_installed(e, 1);
+    eng_close(e);
+
+    o.log = wal_file_log(&wo); /* a crash before the ack: from the checkpoint */
+    CHECK(eng_open(&e, &o) == 0);
+    eng_stats(e, &s);
+    CHECK(s.ckpt_loaded_lsn != 0, "recovery did not use the checkpoint");
+    CHECK(eng_seen(e, 0, fp_of("a"), NULL) == 1, "a match the checkpoint saved is lost");
+    CHECK(eng_seen(e, 0, fp_of("a"), NULL) == 0, "one logged copy, one match");
+    eng_seen_reset(e); /* the connection is lost before the ack: the delivery comes back */
+    CHECK(eng_seen(e, 0, fp_of("a"), NULL) == 1, "a lost connection gives the match back");
+    CHECK(eng_seen(e, 0, fp_of("a"), NULL) == 0);
+    eng_close(e);
+    rm_dir();
+}
+
 static const struct check_case cases[] = {
     {"transitions", test_transitions},
     {"nack_order", test_nack_order},
@@ -1571,6 +1615,7 @@ static const struct check_case cases[] = {
     {"checkpoint_waits_for_done", checkpoint_waits_for_done_case},
     {"key_newest_after_restart", key_newest_after_restart_case},
     {"checkpoint_keeps_taken_keys", checkpoint_keeps_taken_keys_case},
+    {"seen_until_lost", seen_until_lost_case},
 };
 
 int main(int argc, char **argv)
