@@ -1,0 +1,194 @@
+#!/usr/bin/python3
+"""Routes in several vhosts (issue 31; README "Several vhosts"): names are
+per vhost, and so is everything a route does.
+
+Two vhosts are made for the test (rabbitmqctl add_vhost, the broker user
+given every permission on them), and in the URI's vhost, the first new
+one (v1) and later the second (v2), the same names are declared: ingress
+exchange and queue, target exchange, and a target queue bound to it.
+
+ - started with route "main" (the URI's vhost) and "other" (vhost v1),
+   identical ingress_exchange, ingress_queue and target_exchange: a
+   message published to one vhost's ingress reaches that vhost's target
+   queue only, on time; /stats names each route's vhost;
+ - route "late" added at run time (SIGHUP) in v2, a vhost the bridge had
+   no connection to, with the same names again, and "other2" in v1 (its
+   connections already open) with ingress names of its own: each consumes
+   within a few seconds, and each message again reaches its own vhost's
+   target queue only;
+ - kill -9 while messages of all three vhosts are held, restarted on the
+   same WAL: each arrives in its own vhost, none lost, none early (a copy
+   under the same x-delay-bridge-id allowed, as in integration.crash).
+
+Needs a broker the suite owns (DB_TEST_BROKER_DIR: rabbitmqctl); the
+vhosts are deleted at the end, with what is in them.
+"""
+
+import signal
+import time
+
+import pika
+
+import harness as h
+from harness import check
+
+
+def declare(uri, names):
+    """The target exchange and its queue (bound with "rk") in uri's vhost."""
+    conn = h.connect(retry_s=10, uri=uri)
+    try:
+        ch = conn.channel()
+        ch.exchange_declare(names["target"], exchange_type="direct", durable=True)
+        ch.queue_declare(names["queue"], durable=True)
+        ch.queue_bind(names["queue"], names["target"], routing_key="rk")
+    finally:
+        conn.close()
+
+
+def consumers(uri, queue):
+    """The consumer count of queue in uri's vhost, 0 while it does not exist."""
+    conn = h.connect(retry_s=10, uri=uri)
+    try:
+        return conn.channel().queue_declare(queue, passive=True).method.consumer_count
+    except pika.exceptions.ChannelClosedByBroker:
+        return 0
+    finally:
+        if conn.is_open:
+            conn.close()
+
+
+def test(ctx):
+    h.require_owned_broker("making vhosts with rabbitmqctl")
+    user = h.broker_user()
+    vhosts = [ctx.n("v1"), ctx.n("v2")]
+    made = []
+    try:
+        for v in vhosts:
+            h.rabbitmqctl("add_vhost", v)
+            made.append(v)
+            h.rabbitmqctl("set_permissions", "-p", v, user, ".*", ".*", ".*")
+        run(ctx, vhosts)
+    finally:
+        for b in ctx.bridges:
+            b.cleanup()
+        for v in made:
+            try:
+                h.rabbitmqctl("delete_vhost", v)
+            except h.TestFailure as e:
+                h.log("could not delete vhost %s: %s" % (v, e))
+
+
+def run(ctx, vhosts):
+    v1, v2 = vhosts
+    uri = {"/": h.broker_uri(), v1: h.vhost_uri(v1), v2: h.vhost_uri(v2)}
+    same = {"target": ctx.n("t"), "queue": ctx.n("t.q"), "ingress": ctx.n("in"),
+            "ingress_queue": ctx.n("in.q")}
+    ctx.exchanges.update([same["target"], same["ingress"]])
+    ctx.queues.update([same["queue"], same["ingress_queue"]])
+    for v in ("/", v1):
+        declare(uri[v], same)
+    cons = {v: ctx.consumer([same["queue"]], uri=uri[v]) for v in ("/", v1)}
+    port = h.free_port()
+
+    def route(name, vhost=None, ingress=same["ingress"], ingress_queue=same["ingress_queue"]):
+        r = {"name": name, "ingress_exchange": ingress, "ingress_queue": ingress_queue,
+             "target_exchange": same["target"]}
+        if vhost:
+            r["vhost"] = vhost
+        return r
+
+    b = ctx.bridge([route("main"), route("other", v1)], http={"listen": str(port)})
+    pubs = {v: ctx.publisher(uri=uri[v]) for v in ("/", v1)}
+    sent = {}  # message_id -> (t_pub, delay ms, vhost)
+
+    def publish(vhost, tag, n, delay_ms, ingress=same["ingress"]):
+        for i in range(n):
+            mid = "%s%03d" % (tag, i)
+            t = pubs[vhost].publish(ingress, "rk", mid.encode(), message_id=mid,
+                                    delivery_mode=2, headers={"x-delay": h.i32(delay_ms)})
+            sent[mid] = (t, delay_ms, vhost)
+
+    def check_arrivals(what):
+        """Every message sent so far arrived, each once, in its vhost's queue only."""
+        for v, c in cons.items():
+            want = {mid for mid, (_, _, vh) in sent.items() if vh == v}
+            c.wait_ids(want, 3 + h.late_tolerance() + 5)
+        time.sleep(0.5)
+        for v, c in cons.items():
+            for m in c.snapshot():
+                t_pub, ms, vh = sent.get(m.message_id, (None, None, None))
+                check(vh == v, "%s: %s (published in vhost %r) arrived in vhost %r" % (
+                    what, m.message_id, vh, v))
+                h.check_on_time(m, t_pub, ms / 1000.0, "%s: %s" % (what, m.message_id))
+        h.log("%s: %s" % (what, ", ".join("%s %d" % (v, c.count()) for v, c in cons.items())))
+
+    publish("/", "d-", 10, 700)
+    publish(v1, "v1-", 10, 500)
+    check_arrivals("two vhosts, the same names")
+    vh = {r["name"]: r.get("vhost") for r in h.stats(port)["routes"]}
+    h.log("/stats vhosts: %r" % vh)
+    check(vh.get("other") == v1 and vh.get("main") in ("/", ""), "/stats vhosts: %r" % vh)
+
+    # at run time: a route in a vhost the bridge has no connection to, and one in v1
+    declare(uri[v2], same)
+    cons[v2] = ctx.consumer([same["queue"]], uri=uri[v2])
+    pubs[v2] = ctx.publisher(uri=uri[v2])
+    other2 = route("other2", v1, ingress=ctx.n("in2"), ingress_queue=ctx.n("in2.q"))
+    b.config["routes"] += [route("late", v2), other2]
+    b.rewrite_config()
+    before = h.stats(port)["reload"]["count"]
+    t_hup = time.monotonic()
+    b.proc.send_signal(signal.SIGHUP)
+    h.wait_for("the reload", lambda: h.stats(port)["reload"]["count"] == before + 1, 10)
+    r = h.stats(port)["reload"]
+    check(r["error"] is None and r["pending_changes"] == 0, "reload: %r" % r)
+    for name in ("late", "other2"):
+        b.wait_log('msg="route added" route=%s' % name, 5)
+    h.wait_for("late's ingress consumed in %s" % v2,
+               lambda: consumers(uri[v2], same["ingress_queue"]) >= 1, 10)
+    h.wait_for("other2's ingress consumed in %s" % v1,
+               lambda: consumers(uri[v1], other2["ingress_queue"]) >= 1, 10)
+    h.log("RESULT the routes added at run time consume %.2f s after the SIGHUP (one in a "
+          "new vhost)" % (time.monotonic() - t_hup))
+    check(consumers(uri["/"], same["ingress_queue"]) == 1 and
+          consumers(uri[v1], same["ingress_queue"]) == 1,
+          "a route added in another vhost changed the consumers of the same names")
+    publish(v2, "v2-", 10, 500)
+    publish(v1, "v1b-", 5, 500, ingress=other2["ingress_exchange"])
+    publish("/", "d2-", 5, 500)
+    check_arrivals("three vhosts, a route added in a new one")
+    vh = {r["name"]: r.get("vhost") for r in h.stats(port)["routes"]}
+    check(vh.get("late") == v2 and vh.get("other2") == v1, "/stats vhosts: %r" % vh)
+
+    # kill -9 while each vhost's route holds messages
+    publish("/", "d3-", 10, 3000)
+    publish(v1, "v13-", 10, 3000)
+    publish(v2, "v23-", 10, 3000)
+    h.wait_progress(lambda: sum(r["pending"] for r in h.stats(port)["routes"]), 30, 10,
+                    lambda k: "the bridge holds %d of 30" % k)
+    t_kill = time.monotonic()
+    b.kill9()
+    b.start(timeout=60)
+    h.log("down %.2f s (kill to ready)" % (time.monotonic() - t_kill))
+    for v, c in cons.items():
+        want = {mid for mid, (_, _, vh) in sent.items() if vh == v}
+        c.wait_ids(want, 3 + h.late_tolerance() + 10)
+    time.sleep(0.5)
+    all_msgs = []
+    for v, c in cons.items():
+        for m in c.snapshot():
+            t_pub, ms, vh = sent[m.message_id]
+            check(vh == v, "after kill -9: %s (published in vhost %r) arrived in vhost %r" % (
+                m.message_id, vh, v))
+            check(m.t - t_pub >= ms / 1000.0 - h.early_tolerance(),
+                  "%s arrived EARLY: after %.3f s, x-delay %d ms" % (m.message_id, m.t - t_pub,
+                                                                    ms))
+        all_msgs += c.snapshot()
+    t = h.tally(set(sent), all_msgs)
+    h.log("RESULT vhosts: %s" % h.tally_line(t))
+    check(not t["lost"] and not t["unknown"] and t["case2"] == 0, h.tally_line(t))
+    b.stop()
+
+
+if __name__ == "__main__":
+    h.run(test, budget_s=120)
