@@ -5,6 +5,8 @@
  *   config.c        the sections: one walk per section copies each key
  *                   into struct config (parse_broker, parse_wal, ...), then
  *                   config_parse / config_load / config_free
+ *   config_routes.c the "routes" array: each route's keys, then the rules
+ *                   between routes (unique names, loops)
  *   config_json.c   access to the JSON: typed, range-checked getters, the
  *                   unknown-key check, values quoted back into messages
  *   config_diff.c   what differs between two loaded configurations (a reload)
@@ -91,6 +93,11 @@ int cfg_section(struct ctx *x, json_object *root, const char *key, const char *c
 
 /* 1-based line and column of byte offset off in s. */
 void cfg_line_col(const char *s, size_t off, int *line, int *col);
+
+/* ---- config_routes.c ---- */
+
+/* "routes" of root into c->routes, each route checked, then the rules between them. */
+int cfg_parse_routes(struct ctx *x, struct config *c, json_object *root);
 
 /* ---- config_check.c ---- */
 

@@ -1,0 +1,281 @@
+/*
+ * config_routes.c -- the "routes" array: each route read alone, then the
+ * rules between routes.
+ *
+ * A route is read in groups of keys (its names, the kinds of its queue and
+ * target, its flow limits, its side exits, then "retry" in
+ * config_retry.c); the first error wins, so the order of the groups is the
+ * order of the messages. Then the rules between one route's keys (reserved
+ * names, a target that is its own ingress, what cannot be declared), and
+ * last the rules between routes, which need them all read: names, ingress
+ * exchanges and ingress queues unique, and no loop -- a held message is
+ * republished with a negative x-delay and an invalid one keeps its x-delay,
+ * so a route whose target (or dead-letter exchange) is the ingress
+ * exchange of a route that leads back would circulate it for ever. Routes
+ * are followed the way a message goes: with a valid delay along
+ * target_exchange, with an invalid one along dead_letter_exchange when
+ * invalid_delay is "dead-letter", else target_exchange. Loops through
+ * exchange-to-exchange bindings on the broker are out of sight here.
+ *
+ * config.c calls cfg_parse_routes() once the sections the routes depend on
+ * (wal.replicate, instance) are read; the checks against those sections
+ * (cfg_check_repl_routes, cfg_check_share_keys, cfg_check_stream_routes)
+ * are config_check.c's.
+ */
+#include "config_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/xalloc.h"
+
+/* A route's values before its keys are read: what an absent key means. */
+static void route_defaults(struct config_route *r)
+{
+    r->queue_type = QUEUE_CLASSIC;
+    r->declare_target = 0;
+    snprintf(r->target_type, sizeof r->target_type, "direct");
+    r->prefetch = 1000;
+    r->max_inflight = 1000;
+    r->max_delay_ms = 4294967295u;
+    r->invalid_delay = INVALID_DELAY_PUBLISH;
+    r->dead_letter_exchange[0] = '\0';
+    r->unroutable_exchange[0] = '\0';
+}
+
+/* routes[i]: its name and the exchanges and queue it names (each checked alone). */
+static int route_names(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
+{
+    char path[64], q[96];
+
+    if (cfg_get_str(x, o, pre, "name", REQUIRED | NONEMPTY, r->name, CONFIG_NAME_MAX) < 0)
+        return -1;
+    if (!cfg_valid_name(r->name)) {
+        snprintf(path, sizeof path, "%s.name", pre);
+        return cfg_fail(x, path, "%s: only letters, digits, '.', '_' and '-' are allowed",
+                    cfg_quote(r->name, strlen(r->name), q, sizeof q));
+    }
+    if (cfg_get_str(x, o, pre, "ingress_exchange", REQUIRED | NONEMPTY, r->ingress_exchange,
+                CONFIG_NAME_MAX) < 0)
+        return -1;
+    if (cfg_get_str(x, o, pre, "ingress_queue", REQUIRED | NONEMPTY, r->ingress_queue,
+                CONFIG_NAME_MAX) < 0)
+        return -1;
+    /* a retry route has none: it sends back through the default exchange (config_retry.c) */
+    if (!cfg_route_is_retry(o) &&
+        cfg_get_str(x, o, pre, "target_exchange", REQUIRED, r->target_exchange, CONFIG_NAME_MAX) < 0)
+        return -1;
+    return 0;
+}
+
+/* routes[i]: the kinds of its queue and target, and the switches on them. */
+static int route_kinds(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
+{
+    static const char *const queue_types[] = { "classic", "quorum", "stream", NULL };
+    int choice = -1;
+    if (cfg_get_choice(x, o, pre, "queue_type", queue_types,
+                       "\"classic\", \"quorum\" or \"stream\"", &choice) < 0)
+        return -1;
+    if (choice >= 0)
+        r->queue_type = choice == 0 ? QUEUE_CLASSIC : choice == 1 ? QUEUE_QUORUM : QUEUE_STREAM;
+
+    if (cfg_get_bool(x, o, pre, "declare_target", &r->declare_target) < 0)
+        return -1;
+    r->single_active_consumer = 0;
+    if (cfg_get_bool(x, o, pre, "single_active_consumer", &r->single_active_consumer) < 0)
+        return -1;
+    r->share_keys = 0;
+    if (cfg_get_bool(x, o, pre, "share_keys", &r->share_keys) < 0)
+        return -1;
+    if (cfg_parse_route_stream(x, r, o, pre) < 0)
+        return -1;
+
+    static const char *const types[] = { "direct", "topic", "fanout", "headers", NULL };
+    choice = -1;
+    if (cfg_get_choice(x, o, pre, "target_type", types,
+                   "\"direct\", \"topic\", \"fanout\" or \"headers\"", &choice) < 0)
+        return -1;
+    if (choice >= 0)
+        memcpy(r->target_type, types[choice], strlen(types[choice]) + 1);
+    return 0;
+}
+
+/* routes[i]: flow limits (prefetch, in flight, longest delay) and where delays count from. */
+static int route_limits(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
+{
+    uint64_t v = r->prefetch;
+    if (cfg_get_int(x, o, pre, "prefetch", 1, 65535, &v) < 0)
+        return -1;
+    r->prefetch = (uint16_t)v;
+    v = r->max_inflight;
+    if (cfg_get_int(x, o, pre, "max_inflight", 1, 1000000, &v) < 0)
+        return -1;
+    r->max_inflight = (uint32_t)v;
+    v = r->max_delay_ms;
+    if (cfg_get_int(x, o, pre, "max_delay_ms", 1, INT64_MAX, &v) < 0)
+        return -1;
+    r->max_delay_ms = v;
+    static const char *const froms[] = { "bridge", "broker", NULL };
+    int choice = -1;
+    r->delay_from = DELAY_FROM_BRIDGE;
+    if (cfg_get_choice(x, o, pre, "delay_from", froms, "\"bridge\" or \"broker\"", &choice) < 0)
+        return -1;
+    if (choice == 1)
+        r->delay_from = DELAY_FROM_BROKER;
+    return 0;
+}
+
+/* routes[i]: where a message goes when its delay is invalid or its target unroutable. */
+static int route_side_exits(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
+{
+    char path[64];
+    static const char *const policies[] = { "publish", "dead-letter", NULL };
+    int choice = -1;
+    if (cfg_get_choice(x, o, pre, "invalid_delay", policies, "\"publish\" or \"dead-letter\"",
+                   &choice) < 0)
+        return -1;
+    if (choice >= 0)
+        r->invalid_delay = choice == 0 ? INVALID_DELAY_PUBLISH : INVALID_DELAY_DEAD_LETTER;
+    if (cfg_get_str(x, o, pre, "dead_letter_exchange", OPTIONAL, r->dead_letter_exchange,
+                CONFIG_NAME_MAX) < 0)
+        return -1;
+    if (cfg_get_str(x, o, pre, "unroutable_exchange", OPTIONAL, r->unroutable_exchange,
+                CONFIG_NAME_MAX) < 0)
+        return -1;
+    if (r->unroutable_exchange[0] && (strcmp(r->unroutable_exchange, r->ingress_exchange) == 0 ||
+                                      strcmp(r->unroutable_exchange, r->target_exchange) == 0)) {
+        snprintf(path, sizeof path, "%s.unroutable_exchange", pre);
+        return cfg_fail(x, path, "must differ from ingress_exchange and target_exchange: an "
+                             "unroutable message would come back or bounce again");
+    }
+    return 0;
+}
+
+/* routes[i]: the rules between its keys (reserved names, loops, what cannot be declared). */
+static int route_check_rules(struct ctx *x, const struct config_route *r, const char *pre)
+{
+    char path[64], q[96];
+
+    if (cfg_reserved(r->ingress_exchange)) {
+        snprintf(path, sizeof path, "%s.ingress_exchange", pre);
+        return cfg_fail(x, path, "the \"amq.\" prefix is reserved by RabbitMQ; choose another name");
+    }
+    if (cfg_reserved(r->ingress_queue)) {
+        snprintf(path, sizeof path, "%s.ingress_queue", pre);
+        return cfg_fail(x, path, "the \"amq.\" prefix is reserved by RabbitMQ; choose another name");
+    }
+    if (strcmp(r->target_exchange, r->ingress_exchange) == 0) {
+        snprintf(path, sizeof path, "%s.target_exchange", pre);
+        return cfg_fail(x, path,
+                    "same as ingress_exchange %s: messages would loop; expected the exchange "
+                    "consumers read from",
+                    cfg_quote(r->ingress_exchange, strlen(r->ingress_exchange), q, sizeof q));
+    }
+    if (r->declare_target && r->target_exchange[0] == '\0') {
+        snprintf(path, sizeof path, "%s.declare_target", pre);
+        return cfg_fail(x, path, "the default exchange (target_exchange \"\") cannot be declared; "
+                             "set declare_target to false");
+    }
+    if (r->declare_target && cfg_reserved(r->target_exchange)) {
+        snprintf(path, sizeof path, "%s.declare_target", pre);
+        return cfg_fail(x, path, "RabbitMQ refuses to declare \"amq.\" exchanges; set declare_target "
+                             "to false or rename target_exchange");
+    }
+    if (r->invalid_delay == INVALID_DELAY_DEAD_LETTER) {
+        snprintf(path, sizeof path, "%s.dead_letter_exchange", pre);
+        if (r->dead_letter_exchange[0] == '\0')
+            return cfg_fail(x, path, "required when invalid_delay is \"dead-letter\"; expected a "
+                                 "non-empty exchange name");
+        if (strcmp(r->dead_letter_exchange, r->ingress_exchange) == 0)
+            return cfg_fail(x, path, "same as ingress_exchange %s: messages would loop",
+                        cfg_quote(r->ingress_exchange, strlen(r->ingress_exchange), q, sizeof q));
+    }
+    return 0;
+}
+
+/*
+ * routes[idx] into r: its keys checked, the defaults set, then each group of
+ * keys read in turn (the first error wins, so the order is the messages'),
+ * then the rules between keys.
+ */
+static int parse_route(struct ctx *x, struct config_route *r, json_object *o, int idx)
+{
+    static const char *const keys[] = {
+        "name", "ingress_exchange", "ingress_queue", "target_exchange", "queue_type",
+        "declare_target", "target_type", "prefetch", "max_inflight", "max_delay_ms",
+        "invalid_delay", "dead_letter_exchange", "unroutable_exchange",
+        "single_active_consumer", "share_keys", "stream_max_age", "stream_max_mb", "delay_from",
+        "retry", NULL
+    };
+    char pre[32], got[96];
+    snprintf(pre, sizeof pre, "routes[%d]", idx);
+    if (json_object_get_type(o) != json_type_object)
+        return cfg_fail(x, pre, "expected an object, got %s", cfg_show(o, got, sizeof got));
+    if (cfg_check_keys(x, o, pre, keys) < 0)
+        return -1;
+    route_defaults(r);
+    if (route_names(x, r, o, pre) < 0 || route_kinds(x, r, o, pre) < 0 ||
+        route_limits(x, r, o, pre) < 0 || route_side_exits(x, r, o, pre) < 0 ||
+        cfg_parse_route_retry(x, r, o, pre) < 0)
+        return -1;
+    return route_check_rules(x, r, pre);
+}
+
+
+int cfg_parse_routes(struct ctx *x, struct config *c, json_object *root)
+{
+    json_object *a;
+    char got[96], q[96], path[64];
+    if (!json_object_object_get_ex(root, "routes", &a))
+        return cfg_fail(x, "routes", "missing; expected an array of 1..%d routes", CONFIG_MAX_ROUTES);
+    if (json_object_get_type(a) != json_type_array)
+        return cfg_fail(x, "routes", "expected an array, got %s", cfg_show(a, got, sizeof got));
+    size_t n = json_object_array_length(a);
+    if (n == 0 || n > CONFIG_MAX_ROUTES)
+        return cfg_fail(x, "routes", "expected 1..%d routes, got %zu", CONFIG_MAX_ROUTES, n);
+    c->routes = xmalloc(n * sizeof *c->routes);
+    memset(c->routes, 0, n * sizeof *c->routes);
+    for (size_t i = 0; i < n; i++) {
+        struct config_route *r = &c->routes[i];
+        if (parse_route(x, r, json_object_array_get_idx(a, i), (int)i) < 0) {
+            cfg_free_route_retry(r); /* not counted in nroutes yet */
+            return -1;
+        }
+        c->nroutes = (int)i + 1;
+        for (size_t j = 0; j < i; j++) {
+            const struct config_route *p = &c->routes[j];
+            const char *what = NULL, *val = NULL;
+            if (strcmp(p->name, r->name) == 0)
+                what = "name", val = r->name;
+            else if (strcmp(p->ingress_exchange, r->ingress_exchange) == 0)
+                what = "ingress_exchange", val = r->ingress_exchange;
+            else if (strcmp(p->ingress_queue, r->ingress_queue) == 0)
+                what = "ingress_queue", val = r->ingress_queue;
+            if (what) {
+                snprintf(path, sizeof path, "routes[%zu].%s", i, what);
+                return cfg_fail(x, path, "%s is already used by routes[%zu]; expected a unique %s",
+                            cfg_quote(val, strlen(val), q, sizeof q), j, what);
+            }
+        }
+    }
+
+    /* loops, as a delayed (then negative x-delay) and an invalid message travel */
+    int *next = xmalloc((size_t)c->nroutes * sizeof *next);
+    int rc = 0;
+    for (int i = 0; i < c->nroutes; i++)
+        next[i] = cfg_route_by_ingress(c, c->routes[i].target_exchange);
+    rc = cfg_check_loops(x, c, next, 0);
+    if (rc == 0) {
+        for (int i = 0; i < c->nroutes; i++) {
+            const struct config_route *r = &c->routes[i];
+            next[i] = cfg_route_by_ingress(c, r->invalid_delay == INVALID_DELAY_DEAD_LETTER
+                                              ? r->dead_letter_exchange
+                                              : r->target_exchange);
+        }
+        rc = cfg_check_loops(x, c, next, 1);
+    }
+    free(next);
+    return rc;
+}
+
