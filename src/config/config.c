@@ -610,5 +610,8 @@ void config_free(struct config *c)
     for (int i = 0; c->routes && i < c->nroutes; i++)
         cfg_free_route_retry(&c->routes[i]);
     free(c->routes);
+    for (int i = 0; c->templates && i < c->ntemplates; i++)
+        free(c->templates[i].json);
+    free(c->templates);
     memset(c, 0, sizeof *c);
 }

@@ -234,8 +234,8 @@ int cfg_parse_routes(struct ctx *x, struct config *c, json_object *root)
     size_t n = json_object_array_length(a);
     if (n == 0 || n > CONFIG_MAX_ROUTES)
         return cfg_fail(x, "routes", "expected 1..%d routes, got %zu", CONFIG_MAX_ROUTES, n);
-    c->routes = xmalloc(n * sizeof *c->routes);
-    memset(c->routes, 0, n * sizeof *c->routes);
+    /* room for every route the running configuration may gain (calloc: pages on first use) */
+    c->routes = xcalloc(CONFIG_MAX_ROUTES, sizeof *c->routes);
     for (size_t i = 0; i < n; i++) {
         struct config_route *r = &c->routes[i];
         if (parse_route(x, r, json_object_array_get_idx(a, i), (int)i) < 0) {
