@@ -73,17 +73,41 @@
 
 #define CONFIG_FILE_MAX (16u << 20)
 
+/*
+ * One URI into c->uris, kept as "URI\0VHOST\0": its %-decoded vhost right
+ * after it in the same allocation, where config_route_vhost() finds the
+ * first URI's for the routes without a vhost of their own -- a pointer
+ * that lives as long as c, with no field of its own in the contract.
+ */
 static int add_uri(struct ctx *x, struct config *c, const char *path, const char *s, size_t n)
 {
     if (c->nuris >= CONFIG_MAX_URIS)
         return cfg_fail(x, path, "too many URIs; at most %d", CONFIG_MAX_URIS);
-    char *u = xstrndup(s, n);
-    if (cfg_check_uri(x, path, u) < 0) {
-        free(u);
+    char *text = xstrndup(s, n);
+    struct uri u;
+    if (cfg_check_uri(x, path, text, &u) < 0) {
+        free(text);
         return -1;
     }
-    c->uris[c->nuris++] = u;
+    size_t vn = strlen(u.vhost);
+    char *kept = xmalloc(n + 1 + vn + 1);
+    memcpy(kept, text, n + 1);
+    memcpy(kept + n + 1, u.vhost, vn + 1);
+    free(text);
+    c->uris[c->nuris++] = kept;
     return 0;
+}
+
+const char *cfg_uri_vhost(const struct config *c)
+{
+    if (c->nuris == 0 || !c->uris[0])
+        return "/";
+    return c->uris[0] + strlen(c->uris[0]) + 1; /* add_uri() */
+}
+
+const char *config_route_vhost(const struct config *c, const struct config_route *r)
+{
+    return r->vhost[0] ? r->vhost : cfg_uri_vhost(c);
 }
 
 /* A JSON value that must be one URI string. */

@@ -26,7 +26,7 @@
 #include "uri.h"
 
 /* One broker URI: amqp:// or amqps://, parsed by uri.c (as the connection will be). */
-int cfg_check_uri(struct ctx *x, const char *path, const char *uri)
+int cfg_check_uri(struct ctx *x, const char *path, const char *uri, struct uri *u)
 {
     char masked[160], q[200];
     log_mask_uri(uri, masked, sizeof masked);
@@ -35,9 +35,8 @@ int cfg_check_uri(struct ctx *x, const char *path, const char *uri)
         return cfg_fail(x, path, "must not be empty; expected amqp://user:password@host:port/vhost");
     if (strncmp(uri, "amqp://", 7) != 0 && strncmp(uri, "amqps://", 8) != 0)
         return cfg_fail(x, path, "expected a URI starting with amqp:// or amqps://, got %s", q);
-    struct uri u;
     char why[160];
-    if (uri_parse(uri, &u, why, sizeof why) < 0)
+    if (uri_parse(uri, u, why, sizeof why) < 0)
         return cfg_fail(x, path,
                     "not a valid AMQP URI: %s: %s; expected amqp[s]://user:password@host:port/vhost "
                     "(port 1..65535, '/' in the vhost written %%2f)",
@@ -127,15 +126,21 @@ int cfg_get_max_age(struct ctx *x, json_object *obj, const char *prefix, const c
     return 1;
 }
 
-/* wal.replicate's stream and lease queue are not any route's ingress queue. */
+/*
+ * wal.replicate's stream and lease queue are not the ingress queue of any
+ * route in the broker URI's vhost, where the replicated log declares them.
+ */
 int cfg_check_repl_routes(struct ctx *x, const struct config *c)
 {
     char q[96];
+    const char *vhost = cfg_uri_vhost(c);
 
     if (!c->repl.enabled)
         return 0;
     for (int i = 0; i < c->nroutes; i++) {
         const char *iq = c->routes[i].ingress_queue;
+        if (strcmp(config_route_vhost(c, &c->routes[i]), vhost) != 0)
+            continue;
         int s = strcmp(iq, c->repl.stream) == 0;
         if (s || strcmp(iq, c->repl.lease_queue) == 0)
             return cfg_fail(x, s ? "wal.replicate.stream" : "wal.replicate.lease_queue",
@@ -213,11 +218,12 @@ int cfg_reserved(const char *s)
 }
 
 
-/* Route whose ingress_exchange is ex, or -1. */
-int cfg_route_by_ingress(const struct config *c, const char *ex)
+/* The route in vhost whose ingress_exchange is ex, or -1. */
+int cfg_route_by_ingress(const struct config *c, const char *vhost, const char *ex)
 {
     for (int i = 0; i < c->nroutes; i++)
-        if (strcmp(c->routes[i].ingress_exchange, ex) == 0)
+        if (strcmp(c->routes[i].ingress_exchange, ex) == 0 &&
+            strcmp(config_route_vhost(c, &c->routes[i]), vhost) == 0)
             return i;
     return -1;
 }

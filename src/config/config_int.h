@@ -94,6 +94,11 @@ int cfg_section(struct ctx *x, json_object *root, const char *key, const char *c
 /* 1-based line and column of byte offset off in s. */
 void cfg_line_col(const char *s, size_t off, int *line, int *col);
 
+/* ---- config.c ---- */
+
+/* The first broker URI's vhost, %-decoded ("/" when c has no URI): a route's without "vhost". */
+const char *cfg_uri_vhost(const struct config *c);
+
 /* ---- config_routes.c ---- */
 
 /* "routes" of root into c->routes, each route checked, then the rules between them. */
@@ -101,8 +106,9 @@ int cfg_parse_routes(struct ctx *x, struct config *c, json_object *root);
 
 /* ---- config_check.c ---- */
 
-/* One broker URI: amqp:// or amqps://, parsed by uri.c (as the connection will be). */
-int cfg_check_uri(struct ctx *x, const char *path, const char *uri);
+struct uri;
+/* One broker URI: amqp:// or amqps://, parsed by uri.c (as the connection will be) into *u. */
+int cfg_check_uri(struct ctx *x, const char *path, const char *uri, struct uri *u);
 
 /* The file named by key (a path) opens for reading and is not a directory. */
 int cfg_check_readable(struct ctx *x, const char *path, const char *file);
@@ -123,7 +129,7 @@ int cfg_parse_max_age(const char *s, uint64_t *secs);
 int cfg_get_max_age(struct ctx *x, json_object *obj, const char *prefix, const char *key,
                     int allow_empty, char *out, size_t outlen, uint64_t *secs);
 
-/* wal.replicate's stream and lease queue are not any route's ingress queue. */
+/* wal.replicate's stream and lease queue are not the ingress queue of a route in the URI's vhost. */
 int cfg_check_repl_routes(struct ctx *x, const struct config *c);
 
 /*
@@ -141,8 +147,8 @@ int cfg_valid_name(const char *s);
 /* "" or the "amq." prefix RabbitMQ reserves. */
 int cfg_reserved(const char *s);
 
-/* Route whose ingress_exchange is ex, or -1. */
-int cfg_route_by_ingress(const struct config *c, const char *ex);
+/* The route in vhost whose ingress_exchange is ex, or -1 (a route publishes in its own vhost). */
+int cfg_route_by_ingress(const struct config *c, const char *vhost, const char *ex);
 
 /*
  * Follow next[] (one out-edge per route, -1 for none) from every route; a

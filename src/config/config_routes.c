@@ -7,8 +7,9 @@
  * config_retry.c); the first error wins, so the order of the groups is the
  * order of the messages. Then the rules between one route's keys (reserved
  * names, a target that is its own ingress, what cannot be declared), and
- * last the rules between routes, which need them all read: names, ingress
- * exchanges and ingress queues unique, and no loop -- a held message is
+ * last the rules between routes, which need them all read: names unique
+ * across the bridge, ingress exchanges and ingress queues unique in their
+ * vhost, and no loop -- a held message is
  * republished with a negative x-delay and an invalid one keeps its x-delay,
  * so a route whose target (or dead-letter exchange) is the ingress
  * exchange of a route that leads back would circulate it for ever. Routes
@@ -16,6 +17,18 @@
  * target_exchange, with an invalid one along dead_letter_exchange when
  * invalid_delay is "dead-letter", else target_exchange. Loops through
  * exchange-to-exchange bindings on the broker are out of sight here.
+ *
+ * Vhosts. A route's "vhost" (default: the first broker URI's, %-decoded;
+ * config_route_vhost) is where its exchanges and queues are: the same
+ * names in two vhosts are two exchanges, two queues, so two routes may use
+ * them -- that is the point of the key -- and a route publishes in its own
+ * vhost, so a loop is followed only through routes of that vhost. The
+ * replicated log declares its stream and lease queue in the URI's vhost:
+ * only routes there can clash with them (cfg_check_repl_routes). A stream
+ * ingress or share_keys in another vhost needs no rule of its own: a
+ * stream's place file is named after the route, which is unique across
+ * the bridge, and the key-event exchange and queue live beside the
+ * route's own names, in its vhost.
  *
  * config.c calls cfg_parse_routes() once the sections the routes depend on
  * (wal.replicate, instance) are read; the checks against those sections
@@ -42,6 +55,7 @@ static void route_defaults(struct config_route *r)
     r->invalid_delay = INVALID_DELAY_PUBLISH;
     r->dead_letter_exchange[0] = '\0';
     r->unroutable_exchange[0] = '\0';
+    r->vhost[0] = '\0';
 }
 
 /* routes[i]: its name and the exchanges and queue it names (each checked alone). */
@@ -66,6 +80,14 @@ static int route_names(struct ctx *x, struct config_route *r, json_object *o, co
     if (!cfg_route_is_retry(o) &&
         cfg_get_str(x, o, pre, "target_exchange", REQUIRED, r->target_exchange, CONFIG_NAME_MAX) < 0)
         return -1;
+    if (cfg_get_str(x, o, pre, "vhost", NONEMPTY, r->vhost, CONFIG_NAME_MAX) < 0)
+        return -1;
+    for (const char *p = r->vhost; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) {
+            snprintf(path, sizeof path, "%s.vhost", pre);
+            return cfg_fail(x, path, "expected a vhost name without control characters, got %s",
+                            cfg_quote(r->vhost, strlen(r->vhost), q, sizeof q));
+        }
     return 0;
 }
 
@@ -206,7 +228,7 @@ static int parse_route(struct ctx *x, struct config_route *r, json_object *o, in
         "declare_target", "target_type", "prefetch", "max_inflight", "max_delay_ms",
         "invalid_delay", "dead_letter_exchange", "unroutable_exchange",
         "single_active_consumer", "share_keys", "stream_max_age", "stream_max_mb", "delay_from",
-        "retry", NULL
+        "retry", "vhost", NULL
     };
     char pre[32], got[96];
     snprintf(pre, sizeof pre, "routes[%d]", idx);
@@ -248,6 +270,8 @@ int cfg_parse_routes(struct ctx *x, struct config *c, json_object *root)
             const char *what = NULL, *val = NULL;
             if (strcmp(p->name, r->name) == 0)
                 what = "name", val = r->name;
+            else if (strcmp(config_route_vhost(c, p), config_route_vhost(c, r)) != 0)
+                continue; /* names in another vhost are other exchanges and queues */
             else if (strcmp(p->ingress_exchange, r->ingress_exchange) == 0)
                 what = "ingress_exchange", val = r->ingress_exchange;
             else if (strcmp(p->ingress_queue, r->ingress_queue) == 0)
@@ -264,12 +288,14 @@ int cfg_parse_routes(struct ctx *x, struct config *c, json_object *root)
     int *next = xmalloc((size_t)c->nroutes * sizeof *next);
     int rc = 0;
     for (int i = 0; i < c->nroutes; i++)
-        next[i] = cfg_route_by_ingress(c, c->routes[i].target_exchange);
+        next[i] = cfg_route_by_ingress(c, config_route_vhost(c, &c->routes[i]),
+                                       c->routes[i].target_exchange);
     rc = cfg_check_loops(x, c, next, 0);
     if (rc == 0) {
         for (int i = 0; i < c->nroutes; i++) {
             const struct config_route *r = &c->routes[i];
-            next[i] = cfg_route_by_ingress(c, r->invalid_delay == INVALID_DELAY_DEAD_LETTER
+            next[i] = cfg_route_by_ingress(c, config_route_vhost(c, r),
+                                           r->invalid_delay == INVALID_DELAY_DEAD_LETTER
                                               ? r->dead_letter_exchange
                                               : r->target_exchange);
         }
