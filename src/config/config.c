@@ -43,7 +43,8 @@
  *   wal.checkpoint_min_mb 1..1048576; wal.replicate.max_age at most 9
  *   digits (its seconds fit in 64 bits even in years); http.listen is ""
  *   (off) by default, else host:port with IPv6 hosts in brackets
- *   ("[::1]:9187").
+ *   ("[::1]:9187"); routes_file "" is wal.dir + "/routes.json", filled in
+ *   at parse (one path for every reader), and must fit 4095 bytes.
  *
  * json-c keeps the last of two equal keys in one object, so a duplicate key
  * is not reported.
@@ -470,6 +471,26 @@ static int parse_log(struct ctx *x, struct config *c, json_object *root)
 }
 
 
+/* "routes_file": "" is WAL_DIR/routes.json, resolved here so that every reader sees one path. */
+static int parse_routes_file(struct ctx *x, struct config *c, json_object *root)
+{
+    char *f = c->routes_file;
+    if (cfg_get_str(x, root, "", "routes_file", OPTIONAL, f, sizeof c->routes_file - 1) < 0)
+        return -1;
+    if (f[0])
+        return 0;
+    size_t n = strlen(c->wal_dir);
+    while (n > 1 && c->wal_dir[n - 1] == '/')
+        n--;
+    if (n + sizeof "/routes.json" > sizeof c->routes_file)
+        return cfg_fail(x, "routes_file", "the default, wal.dir + \"/routes.json\", would be %zu "
+                        "bytes; at most %zu: set routes_file or shorten wal.dir",
+                        n + sizeof "/routes.json" - 1, sizeof c->routes_file - 1);
+    snprintf(f, sizeof c->routes_file, "%.*s%s", (int)n, c->wal_dir,
+             n == 1 && c->wal_dir[0] == '/' ? "routes.json" : "/routes.json");
+    return 0;
+}
+
 static void defaults(struct config *c)
 {
     memset(c, 0, sizeof *c);
@@ -544,11 +565,12 @@ int config_parse(struct config *c, const char *json, const char *name, char *err
     }
 
     static const char *const keys[] = { "instance", "broker", "wal", "http", "log",
-                                        "shutdown_timeout_ms", "routes", NULL };
+                                        "shutdown_timeout_ms", "routes_file", "routes", NULL };
     if (cfg_check_keys(&x, root, "", keys) < 0)
         goto cleanup;
     if (parse_broker(&x, c, root) < 0 || parse_wal(&x, c, root) < 0 ||
-        parse_http(&x, c, root) < 0 || parse_log(&x, c, root) < 0)
+        parse_http(&x, c, root) < 0 || parse_log(&x, c, root) < 0 ||
+        parse_routes_file(&x, c, root) < 0)
         goto cleanup;
     if (cfg_get_u32(&x, root, "", "shutdown_timeout_ms", 0, &c->shutdown_timeout_ms) < 0)
         goto cleanup;

@@ -161,7 +161,43 @@ static void test_vhost_loops_repl(void)
 #undef REPL
 }
 
+static void test_routes_file(void)
+{
+    struct config c;
+    if (OK(CFG(ROUTE("")), &c) == 0) {
+        CHECK_STR(c.routes_file, "/var/lib/delay-bridge/routes.json");
+        config_free(&c);
+    }
+    if (OK("{" BROKER ",\"wal\":{\"dir\":\"/w//\"},\"routes\":[" ROUTE("") "]}", &c) == 0) {
+        CHECK_STR(c.routes_file, "/w/routes.json");
+        config_free(&c);
+    }
+    if (OK("{" BROKER ",\"wal\":{\"dir\":\"/\"},\"routes\":[" ROUTE("") "]}", &c) == 0) {
+        CHECK_STR(c.routes_file, "/routes.json");
+        config_free(&c);
+    }
+    if (OK(CFGX(",\"routes_file\":\"/etc/delay-bridge/api-routes.json\"", ROUTE("")), &c) == 0) {
+        CHECK_STR(c.routes_file, "/etc/delay-bridge/api-routes.json");
+        config_free(&c);
+    }
+    if (OK(CFGX(",\"routes_file\":\"\"", ROUTE("")), &c) == 0) {
+        CHECK_STR(c.routes_file, "/var/lib/delay-bridge/routes.json");
+        config_free(&c);
+    }
+    ERRX(CFGX(",\"routes_file\":[]", ROUTE("")),
+         "test.json: routes_file: expected a string, got an array");
+    static char json[8192], dir[4096];
+    memset(dir, 'd', 4090);
+    dir[0] = '/';
+    dir[4090] = '\0';
+    snprintf(json, sizeof json, "{" BROKER ",\"wal\":{\"dir\":\"%s\"},\"routes\":[" ROUTE("") "]}",
+             dir);
+    ERRX(json, "test.json: routes_file: the default, wal.dir + \"/routes.json\", would be 4102 "
+               "bytes; at most 4095: set routes_file or shorten wal.dir");
+}
+
 static const struct check_case cases[] = {
+    {"routes_file", test_routes_file},
     {"vhost", test_vhost},
     {"vhost_unique", test_vhost_unique},
     {"vhost_loops_repl", test_vhost_loops_repl},
