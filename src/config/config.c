@@ -516,56 +516,19 @@ static void defaults(struct config *c)
 
 int config_parse(struct config *c, const char *json, const char *name, char *err, size_t errlen)
 {
-    struct ctx x = { name ? name : "config", err, errlen };
+    struct ctx x = {.name = name ? name : "config", .err = err, .errlen = errlen};
     if (err && errlen)
         err[0] = '\0';
     defaults(c);
 
-    /* a UTF-8 byte order mark, as some editors write, is not an error */
-    const char *text = strncmp(json, "\xef\xbb\xbf", 3) == 0 ? json + 3 : json;
-    size_t len = strlen(text);
-    if (len >= (size_t)INT32_MAX)
-        return cfg_fail(&x, NULL, "too large");
-    struct json_tokener *tok = json_tokener_new();
-    if (!tok) {
-        fprintf(stderr, "delay-bridge: out of memory (json tokener)\n");
-        abort();
-    }
-    json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
-    /* len + 1: the NUL ends a top-level number and marks the end of input */
-    json_object *root = json_tokener_parse_ex(tok, text, (int)len + 1);
-    enum json_tokener_error jerr = json_tokener_get_error(tok);
-    size_t end = json_tokener_get_parse_end(tok);
-    json_tokener_free(tok);
-
     int rc = -1;
-    if (jerr != json_tokener_success || !root) {
-        size_t ws = 0;
-        while (ws < len && strchr(" \t\r\n", text[ws]))
-            ws++;
-        if (ws == len) {
-            cfg_fail(&x, NULL, "the file is empty; expected a JSON object");
-            goto cleanup;
-        }
-        int line, col;
-        const char *what = json_tokener_error_desc(jerr);
-        if (jerr == json_tokener_continue || jerr == json_tokener_error_parse_eof) {
-            end = len;
-            what = "unexpected end of file (an unclosed { [ or \"?)";
-        }
-        cfg_line_col(text, end, &line, &col);
-        /* "name:line:col: ..." like a compiler, so editors can jump to it */
-        if (err && errlen)
-            snprintf(err, errlen, "%s:%d:%d: invalid JSON: %s", x.name, line, col, what);
+    json_object *root = cfg_parse_text(&x, json);
+    if (!root)
         goto cleanup;
-    }
-    if (json_object_get_type(root) != json_type_object) {
-        cfg_fail(&x, NULL, "expected a JSON object at the top level");
-        goto cleanup;
-    }
 
     static const char *const keys[] = { "instance", "broker", "wal", "http", "log",
-                                        "shutdown_timeout_ms", "routes_file", "routes", NULL };
+                                        "shutdown_timeout_ms", "routes_file", "route_templates",
+                                        "routes", NULL };
     if (cfg_check_keys(&x, root, "", keys) < 0)
         goto cleanup;
     if (parse_broker(&x, c, root) < 0 || parse_wal(&x, c, root) < 0 ||
@@ -584,9 +547,8 @@ int config_parse(struct config *c, const char *json, const char *name, char *err
                  cfg_quote(c->instance, strlen(c->instance), q, sizeof q));
             goto cleanup;
         }
-    if (parse_replicate(&x, c, root) < 0 || cfg_parse_routes(&x, c, root) < 0 ||
-        cfg_check_repl_routes(&x, c) < 0 || cfg_check_share_keys(&x, c) < 0 ||
-        cfg_check_stream_routes(&x, c) < 0)
+    if (parse_replicate(&x, c, root) < 0 || cfg_parse_templates(&x, c, root) < 0 ||
+        cfg_parse_routes(&x, c, root) < 0)
         goto cleanup;
     rc = 0;
 
@@ -600,7 +562,7 @@ cleanup:
 
 int config_load(struct config *c, const char *path, char *err, size_t errlen)
 {
-    struct ctx x = { path, err, errlen };
+    struct ctx x = {.name = path, .err = err, .errlen = errlen};
     memset(c, 0, sizeof *c);
     if (err && errlen)
         err[0] = '\0';

@@ -132,20 +132,20 @@ int cfg_get_max_age(struct ctx *x, json_object *obj, const char *prefix, const c
  */
 int cfg_check_repl_routes(struct ctx *x, const struct config *c)
 {
-    char q[96];
+    char q[96], b[32];
     const char *vhost = cfg_uri_vhost(c);
 
     if (!c->repl.enabled)
         return 0;
     for (int i = 0; i < c->nroutes; i++) {
         const char *iq = c->routes[i].ingress_queue;
-        if (strcmp(config_route_vhost(c, &c->routes[i]), vhost) != 0)
+        if (c->routes[i].retired || strcmp(config_route_vhost(c, &c->routes[i]), vhost) != 0)
             continue;
         int s = strcmp(iq, c->repl.stream) == 0;
         if (s || strcmp(iq, c->repl.lease_queue) == 0)
             return cfg_fail(x, s ? "wal.replicate.stream" : "wal.replicate.lease_queue",
-                        "%s is also routes[%d].ingress_queue; expected a name no route uses",
-                        cfg_quote(iq, strlen(iq), q, sizeof q), i);
+                        "%s is also %s.ingress_queue; expected a name no route uses",
+                        cfg_quote(iq, strlen(iq), q, sizeof q), cfg_route_pre(x, i, b, sizeof b));
     }
     return 0;
 }
@@ -222,7 +222,7 @@ int cfg_reserved(const char *s)
 int cfg_route_by_ingress(const struct config *c, const char *vhost, const char *ex)
 {
     for (int i = 0; i < c->nroutes; i++)
-        if (strcmp(c->routes[i].ingress_exchange, ex) == 0 &&
+        if (!c->routes[i].retired && strcmp(c->routes[i].ingress_exchange, ex) == 0 &&
             strcmp(config_route_vhost(c, &c->routes[i]), vhost) == 0)
             return i;
     return -1;
@@ -242,11 +242,16 @@ int cfg_check_loops(struct ctx *x, const struct config *c, const int *next, int 
         }
         if (r < 0)
             continue;
-        /* r is on the cycle: describe it from its first route in the file */
+        /*
+         * r is on the cycle: describe it from its first route in the file,
+         * or the first of those this parse adds (config_add_routes), whose
+         * author has to change one of them
+         */
         for (int k = next[r]; k != r; k = next[k])
-            if (k < r)
+            if ((k >= x->first_new) > (r >= x->first_new) ||
+                ((k >= x->first_new) == (r >= x->first_new) && k < r))
                 r = k;
-        char desc[512], path[64];
+        char desc[512], path[CFG_PATH_MAX], b[32];
         size_t o = 0;
         int k = r;
         do {
@@ -259,7 +264,7 @@ int cfg_check_loops(struct ctx *x, const struct config *c, const int *next, int 
         snprintf(desc + o, sizeof desc - o, "%s", c->routes[r].name);
         const struct config_route *rr = &c->routes[r];
         int dl = invalid && rr->invalid_delay == INVALID_DELAY_DEAD_LETTER;
-        snprintf(path, sizeof path, "routes[%d].%s", r,
+        snprintf(path, sizeof path, "%s.%s", cfg_route_pre(x, r, b, sizeof b),
                  dl ? "dead_letter_exchange" : "target_exchange");
         return cfg_fail(x, path,
                     "routes form a loop (%s): %s would be republished for ever; point a route "
@@ -277,13 +282,13 @@ int cfg_check_loops(struct ctx *x, const struct config *c, const int *next, int 
  */
 int cfg_check_share_keys(struct ctx *x, const struct config *c)
 {
-    char path[64];
+    char path[CFG_PATH_MAX], b[32];
 
     for (int i = 0; i < c->nroutes; i++) {
         const struct config_route *r = &c->routes[i];
         if (!r->share_keys)
             continue;
-        snprintf(path, sizeof path, "routes[%d].share_keys", i);
+        snprintf(path, sizeof path, "%s.share_keys", cfg_route_pre(x, i, b, sizeof b));
         if (!c->instance[0])
             return cfg_fail(x, path, "needs \"instance\" set: each bridge's key-event queue is "
                         "named after it");
@@ -424,7 +429,7 @@ int config_check_wal_dir(const struct config *c, const char *name, char *err, si
 int cfg_parse_route_stream(struct ctx *x, struct config_route *r, json_object *o,
                            const char *pre)
 {
-    char path[64];
+    char path[CFG_PATH_MAX];
     uint64_t u = 0, age_s;
 
     snprintf(r->stream_max_age, sizeof r->stream_max_age, "7D");
@@ -459,14 +464,14 @@ int cfg_parse_route_stream(struct ctx *x, struct config_route *r, json_object *o
 /* A stream ingress keeps its place beside the log, which wal.replicate does not carry. */
 int cfg_check_stream_routes(struct ctx *x, const struct config *c)
 {
-    char path[64];
+    char path[CFG_PATH_MAX], b[32];
 
     if (!c->repl.enabled)
         return 0;
     for (int i = 0; i < c->nroutes; i++) {
         if (c->routes[i].queue_type != QUEUE_STREAM)
             continue;
-        snprintf(path, sizeof path, "routes[%d].queue_type", i);
+        snprintf(path, sizeof path, "%s.queue_type", cfg_route_pre(x, i, b, sizeof b));
         return cfg_fail(x, path, "\"stream\" cannot be combined with wal.replicate: the place "
                     "read in the stream is kept beside the log, and a standby taking the log "
                     "over would not have it; use \"classic\" or \"quorum\"");

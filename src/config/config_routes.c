@@ -1,6 +1,17 @@
 /*
- * config_routes.c -- the "routes" array: each route read alone, then the
- * rules between routes.
+ * config_routes.c -- the routes: each route read alone, then the rules
+ * between routes.
+ *
+ * Routes come from three places, appended in this order to one array
+ * (room for CONFIG_MAX_ROUTES, so the running configuration grows in
+ * place): the file's "routes", then each route_templates entry's instances
+ * (config_template.c), then the routes file's (config_add_routes, after
+ * config_parse). A route object may name a template and add keys of its
+ * own. Messages name a route where its author wrote it: "routes[2]" in the
+ * file, "route_templates.T" for an instance's keys and
+ * "route_templates.T.routes[1]" for the instance itself, "routes[NAME]" in
+ * the routes file (its index when it has no usable name) -- struct
+ * cfg_where, one per route while routes are read.
  *
  * A route is read in groups of keys (its names, the kinds of its queue and
  * target, its flow limits, its side exits, then "retry" in
@@ -30,10 +41,15 @@
  * the bridge, and the key-event exchange and queue live beside the
  * route's own names, in its vhost.
  *
+ * A route the running configuration retired (removed while it still held
+ * messages) consumes nothing: the rules between routes pass it by, as if
+ * it were gone.
+ *
  * config.c calls cfg_parse_routes() once the sections the routes depend on
- * (wal.replicate, instance) are read; the checks against those sections
- * (cfg_check_repl_routes, cfg_check_share_keys, cfg_check_stream_routes)
- * are config_check.c's.
+ * (wal.replicate, instance, route_templates) are read; the checks against
+ * those sections (cfg_check_repl_routes, cfg_check_share_keys,
+ * cfg_check_stream_routes) are config_check.c's, run here over the whole
+ * set.
  */
 #include "config_int.h"
 
@@ -56,12 +72,15 @@ static void route_defaults(struct config_route *r)
     r->dead_letter_exchange[0] = '\0';
     r->unroutable_exchange[0] = '\0';
     r->vhost[0] = '\0';
+    r->template_name[0] = '\0';
+    r->source = CONFIG_SOURCE_FILE;
+    r->retired = 0;
 }
 
-/* routes[i]: its name and the exchanges and queue it names (each checked alone). */
-static int route_names(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
+/* routes[i].name: required, [A-Za-z0-9._-]. */
+static int route_name(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
 {
-    char path[64], q[96];
+    char path[320], q[96];
 
     if (cfg_get_str(x, o, pre, "name", REQUIRED | NONEMPTY, r->name, CONFIG_NAME_MAX) < 0)
         return -1;
@@ -70,6 +89,14 @@ static int route_names(struct ctx *x, struct config_route *r, json_object *o, co
         return cfg_fail(x, path, "%s: only letters, digits, '.', '_' and '-' are allowed",
                     cfg_quote(r->name, strlen(r->name), q, sizeof q));
     }
+    return 0;
+}
+
+/* routes[i]: the exchanges, queue and vhost it names (each checked alone). */
+static int route_names(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
+{
+    char path[320], q[96];
+
     if (cfg_get_str(x, o, pre, "ingress_exchange", REQUIRED | NONEMPTY, r->ingress_exchange,
                 CONFIG_NAME_MAX) < 0)
         return -1;
@@ -151,7 +178,7 @@ static int route_limits(struct ctx *x, struct config_route *r, json_object *o, c
 /* routes[i]: where a message goes when its delay is invalid or its target unroutable. */
 static int route_side_exits(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
 {
-    char path[64];
+    char path[320];
     static const char *const policies[] = { "publish", "dead-letter", NULL };
     int choice = -1;
     if (cfg_get_choice(x, o, pre, "invalid_delay", policies, "\"publish\" or \"dead-letter\"",
@@ -177,7 +204,7 @@ static int route_side_exits(struct ctx *x, struct config_route *r, json_object *
 /* routes[i]: the rules between its keys (reserved names, loops, what cannot be declared). */
 static int route_check_rules(struct ctx *x, const struct config_route *r, const char *pre)
 {
-    char path[64], q[96];
+    char path[320], q[96];
 
     if (cfg_reserved(r->ingress_exchange)) {
         snprintf(path, sizeof path, "%s.ingress_exchange", pre);
@@ -216,27 +243,10 @@ static int route_check_rules(struct ctx *x, const struct config_route *r, const 
     return 0;
 }
 
-/*
- * routes[idx] into r: its keys checked, the defaults set, then each group of
- * keys read in turn (the first error wins, so the order is the messages'),
- * then the rules between keys.
- */
-static int parse_route(struct ctx *x, struct config_route *r, json_object *o, int idx)
+
+/* A route's keys but its name, from o (its own, or merged with a template's), into r. */
+static int route_read(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
 {
-    static const char *const keys[] = {
-        "name", "ingress_exchange", "ingress_queue", "target_exchange", "queue_type",
-        "declare_target", "target_type", "prefetch", "max_inflight", "max_delay_ms",
-        "invalid_delay", "dead_letter_exchange", "unroutable_exchange",
-        "single_active_consumer", "share_keys", "stream_max_age", "stream_max_mb", "delay_from",
-        "retry", "vhost", NULL
-    };
-    char pre[32], got[96];
-    snprintf(pre, sizeof pre, "routes[%d]", idx);
-    if (json_object_get_type(o) != json_type_object)
-        return cfg_fail(x, pre, "expected an object, got %s", cfg_show(o, got, sizeof got));
-    if (cfg_check_keys(x, o, pre, keys) < 0)
-        return -1;
-    route_defaults(r);
     if (route_names(x, r, o, pre) < 0 || route_kinds(x, r, o, pre) < 0 ||
         route_limits(x, r, o, pre) < 0 || route_side_exits(x, r, o, pre) < 0 ||
         cfg_parse_route_retry(x, r, o, pre) < 0)
@@ -244,48 +254,121 @@ static int parse_route(struct ctx *x, struct config_route *r, json_object *o, in
     return route_check_rules(x, r, pre);
 }
 
-
-int cfg_parse_routes(struct ctx *x, struct config *c, json_object *root)
+/*
+ * A route object (of "routes", in the file or the routes file) into r: its
+ * keys checked, the defaults set, its name; with "template", the
+ * template's keys ("{name}" replaced) under its own; then the rest.
+ */
+static int route_object(struct ctx *x, const struct config *c, struct config_route *r,
+                        json_object *o, const char *pre)
 {
-    json_object *a;
-    char got[96], q[96], path[64];
-    if (!json_object_object_get_ex(root, "routes", &a))
-        return cfg_fail(x, "routes", "missing; expected an array of 1..%d routes", CONFIG_MAX_ROUTES);
-    if (json_object_get_type(a) != json_type_array)
-        return cfg_fail(x, "routes", "expected an array, got %s", cfg_show(a, got, sizeof got));
-    size_t n = json_object_array_length(a);
-    if (n == 0 || n > CONFIG_MAX_ROUTES)
-        return cfg_fail(x, "routes", "expected 1..%d routes, got %zu", CONFIG_MAX_ROUTES, n);
-    /* room for every route the running configuration may gain (calloc: pages on first use) */
-    c->routes = xcalloc(CONFIG_MAX_ROUTES, sizeof *c->routes);
-    for (size_t i = 0; i < n; i++) {
-        struct config_route *r = &c->routes[i];
-        if (parse_route(x, r, json_object_array_get_idx(a, i), (int)i) < 0) {
-            cfg_free_route_retry(r); /* not counted in nroutes yet */
-            return -1;
-        }
-        c->nroutes = (int)i + 1;
-        for (size_t j = 0; j < i; j++) {
-            const struct config_route *p = &c->routes[j];
-            const char *what = NULL, *val = NULL;
-            if (strcmp(p->name, r->name) == 0)
-                what = "name", val = r->name;
-            else if (strcmp(config_route_vhost(c, p), config_route_vhost(c, r)) != 0)
-                continue; /* names in another vhost are other exchanges and queues */
-            else if (strcmp(p->ingress_exchange, r->ingress_exchange) == 0)
-                what = "ingress_exchange", val = r->ingress_exchange;
-            else if (strcmp(p->ingress_queue, r->ingress_queue) == 0)
-                what = "ingress_queue", val = r->ingress_queue;
-            if (what) {
-                snprintf(path, sizeof path, "routes[%zu].%s", i, what);
-                return cfg_fail(x, path, "%s is already used by routes[%zu]; expected a unique %s",
-                            cfg_quote(val, strlen(val), q, sizeof q), j, what);
-            }
-        }
-    }
+    static const char *const keys[] = {
+        "name", "ingress_exchange", "ingress_queue", "target_exchange", "queue_type",
+        "declare_target", "target_type", "prefetch", "max_inflight", "max_delay_ms",
+        "invalid_delay", "dead_letter_exchange", "unroutable_exchange",
+        "single_active_consumer", "share_keys", "stream_max_age", "stream_max_mb", "delay_from",
+        "retry", "vhost", "template", NULL
+    };
+    char got[96], q[96], path[CFG_PATH_MAX];
+    json_object *t;
+    const char *s;
+    size_t n;
 
+    if (json_object_get_type(o) != json_type_object)
+        return cfg_fail(x, pre, "expected an object, got %s", cfg_show(o, got, sizeof got));
+    if (cfg_check_keys(x, o, pre, keys) < 0)
+        return -1;
+    route_defaults(r);
+    if (route_name(x, r, o, pre) < 0)
+        return -1;
+    if (!json_object_object_get_ex(o, "template", &t))
+        return route_read(x, r, o, pre);
+
+    cfg_join(path, sizeof path, pre, "template");
+    if (cfg_string(x, path, t, &s, &n) < 0)
+        return -1;
+    int k = cfg_template_find(c, s);
+    if (k < 0)
+        return cfg_fail(x, path, "%s is not one of route_templates (%d); expected a template's "
+                        "name", cfg_quote(s, n, q, sizeof q), c->ntemplates);
+    json_object *tj = cfg_template_json(c, k), *m = cfg_template_expand(tj, r->name);
+    json_object_put(tj);
+    json_object_object_foreach(o, key, v)
+        if (strcmp(key, "template") != 0)
+            json_object_object_add(m, key, json_object_get(v));
+    memcpy(r->template_name, c->templates[k].name, sizeof r->template_name);
+    int rc = route_read(x, r, m, pre);
+    json_object_put(m);
+    return rc;
+}
+
+/* route_templates.T's instance name into r: the template's keys, "{name}" replaced. */
+static int route_instance(struct ctx *x, const struct config_template *t, json_object *tj,
+                          struct config_route *r, const char *name, const char *pre)
+{
+    route_defaults(r);
+    snprintf(r->name, sizeof r->name, "%s", name); /* checked by cfg_parse_templates */
+    memcpy(r->template_name, t->name, sizeof r->template_name);
+    json_object *m = cfg_template_expand(tj, name);
+    int rc = route_read(x, r, m, pre);
+    json_object_put(m);
+    return rc;
+}
+
+const char *cfg_route_pre(const struct ctx *x, int i, char *buf, size_t n)
+{
+    if (x->where)
+        return x->where[i].pre;
+    snprintf(buf, n, "routes[%d]", i);
+    return buf;
+}
+
+static const char *route_id(const struct ctx *x, int i, char *buf, size_t n)
+{
+    if (x->where)
+        return x->where[i].id;
+    snprintf(buf, n, "routes[%d]", i);
+    return buf;
+}
+
+/* Route i against the routes before it: its name unique, its ingress names in its vhost. */
+static int check_unique(struct ctx *x, const struct config *c, int i)
+{
+    const struct config_route *r = &c->routes[i];
+    char path[CFG_PATH_MAX], q[96], b1[32], b2[32], b3[32];
+
+    for (int j = 0; j < i; j++) {
+        const struct config_route *p = &c->routes[j];
+        const char *what = NULL, *val = NULL;
+        if (p->retired)
+            continue; /* consumes nothing: as if absent */
+        if (strcmp(p->name, r->name) == 0)
+            what = "name", val = r->name;
+        else if (strcmp(config_route_vhost(c, p), config_route_vhost(c, r)) != 0)
+            continue; /* names in another vhost are other exchanges and queues */
+        else if (strcmp(p->ingress_exchange, r->ingress_exchange) == 0)
+            what = "ingress_exchange", val = r->ingress_exchange;
+        else if (strcmp(p->ingress_queue, r->ingress_queue) == 0)
+            what = "ingress_queue", val = r->ingress_queue;
+        if (!what)
+            continue;
+        const char *pre = cfg_route_pre(x, i, b1, sizeof b1), *id = route_id(x, i, b2, sizeof b2);
+        if (val == r->name && strcmp(pre, id) != 0) /* a template's instance: its entry */
+            snprintf(path, sizeof path, "%s", id);
+        else
+            snprintf(path, sizeof path, "%s.%s", pre, what);
+        return cfg_fail(x, path, "%s is already used by %s; expected a unique %s",
+                        cfg_quote(val, strlen(val), q, sizeof q), route_id(x, j, b3, sizeof b3),
+                        what);
+    }
+    return 0;
+}
+
+/* The rules over the whole set: loops, and against wal.replicate and instance. */
+static int check_set(struct ctx *x, const struct config *c)
+{
     /* loops, as a delayed (then negative x-delay) and an invalid message travel */
-    int *next = xmalloc((size_t)c->nroutes * sizeof *next);
+    int *next = xmalloc((size_t)(c->nroutes ? c->nroutes : 1) * sizeof *next);
     int rc = 0;
     for (int i = 0; i < c->nroutes; i++)
         next[i] = cfg_route_by_ingress(c, config_route_vhost(c, &c->routes[i]),
@@ -296,12 +379,106 @@ int cfg_parse_routes(struct ctx *x, struct config *c, json_object *root)
             const struct config_route *r = &c->routes[i];
             next[i] = cfg_route_by_ingress(c, config_route_vhost(c, r),
                                            r->invalid_delay == INVALID_DELAY_DEAD_LETTER
-                                              ? r->dead_letter_exchange
-                                              : r->target_exchange);
+                                               ? r->dead_letter_exchange
+                                               : r->target_exchange);
         }
         rc = cfg_check_loops(x, c, next, 1);
     }
     free(next);
+    if (rc < 0 || cfg_check_repl_routes(x, c) < 0 || cfg_check_share_keys(x, c) < 0 ||
+        cfg_check_stream_routes(x, c) < 0)
+        return -1;
+    return 0;
+}
+
+/*
+ * c->routes[c->nroutes] from o (a route object), or, when o is NULL, from
+ * template t's instance name; counted once read, then checked against the
+ * routes before it. Where it was written is x->where[c->nroutes].
+ */
+static int append(struct ctx *x, struct config *c, json_object *o, int t, json_object *tj,
+                  const char *name, int source)
+{
+    struct config_route *r = &c->routes[c->nroutes];
+    const char *pre = x->where[c->nroutes].pre;
+
+    if (c->nroutes >= CONFIG_MAX_ROUTES)
+        return cfg_fail(x, x->where[c->nroutes].id, "one route too many; at most %d routes in "
+                        "all (routes, route_templates' routes and the routes file's)",
+                        CONFIG_MAX_ROUTES);
+    if (o ? route_object(x, c, r, o, pre) < 0
+          : route_instance(x, &c->templates[t], tj, r, name, pre) < 0) {
+        cfg_free_route_retry(r); /* not counted in nroutes yet */
+        memset(r, 0, sizeof *r);
+        return -1;
+    }
+    r->source = source;
+    c->nroutes++;
+    return check_unique(x, c, c->nroutes - 1);
+}
+
+/* Template t's instances appended, in the order of its "routes". */
+static int append_instances(struct ctx *x, struct config *c, int t)
+{
+    const struct config_template *tp = &c->templates[t];
+    json_object *tj = cfg_template_json(c, t), *a;
+    int rc = 0;
+
+    if (json_object_object_get_ex(tj, "routes", &a))
+        for (size_t j = 0; rc == 0 && j < json_object_array_length(a); j++) {
+            struct cfg_where *w = &x->where[c->nroutes]; /* room for one too many */
+            snprintf(w->pre, sizeof w->pre, "route_templates.%s", tp->name);
+            snprintf(w->id, sizeof w->id, "route_templates.%s.routes[%u]", tp->name, (unsigned)j);
+            rc = append(x, c, NULL, t, tj, json_object_get_string(json_object_array_get_idx(a, j)),
+                        CONFIG_SOURCE_FILE);
+        }
+    json_object_put(tj);
     return rc;
 }
 
+int cfg_parse_routes(struct ctx *x, struct config *c, json_object *root)
+{
+    json_object *a = NULL;
+    char got[96];
+    int rc = -1;
+
+    /* room for every route the running configuration may gain (calloc: pages on first use) */
+    c->routes = xcalloc(CONFIG_MAX_ROUTES, sizeof *c->routes);
+    x->where = xcalloc(CONFIG_MAX_ROUTES + 1, sizeof *x->where);
+    x->first_new = 0;
+    if (json_object_object_get_ex(root, "routes", &a)) {
+        if (json_object_get_type(a) != json_type_array) {
+            cfg_fail(x, "routes", "expected an array, got %s", cfg_show(a, got, sizeof got));
+            goto out;
+        }
+        size_t n = json_object_array_length(a);
+        if ((n == 0 && c->ntemplates == 0) || n > CONFIG_MAX_ROUTES) {
+            cfg_fail(x, "routes", "expected 1..%d routes, got %zu", CONFIG_MAX_ROUTES, n);
+            goto out;
+        }
+        for (size_t i = 0; i < n; i++) {
+            struct cfg_where *w = &x->where[c->nroutes];
+            snprintf(w->pre, sizeof w->pre, "routes[%zu]", i);
+            memcpy(w->id, w->pre, sizeof w->id);
+            if (append(x, c, json_object_array_get_idx(a, i), -1, NULL, NULL,
+                       CONFIG_SOURCE_FILE) < 0)
+                goto out;
+        }
+    }
+    for (int t = 0; t < c->ntemplates; t++)
+        if (append_instances(x, c, t) < 0)
+            goto out;
+    if (c->nroutes == 0) {
+        if (!a && c->ntemplates == 0)
+            cfg_fail(x, "routes", "missing; expected an array of 1..%d routes", CONFIG_MAX_ROUTES);
+        else
+            cfg_fail(x, "routes", "no routes, here or in route_templates' routes; expected at "
+                     "least one");
+        goto out;
+    }
+    rc = check_set(x, c);
+out:
+    free(x->where);
+    x->where = NULL;
+    return rc;
+}

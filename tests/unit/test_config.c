@@ -430,13 +430,14 @@ static void test_wal_http_log(void)
         CHECK(c.segment_bytes == 1u << 20);
         config_free(&c);
     }
-    /* a 4095-byte dir fits, 4096 does not */
+    /* a 4095-byte dir fits, 4096 does not (routes_file set: its default would not fit) */
     static char json[8192];
     char dir[4097];
     memset(dir, 'd', sizeof dir);
     dir[0] = '/';
     dir[4095] = '\0';
-    snprintf(json, sizeof json, "{" BROKER ",\"wal\":{\"dir\":\"%s\"},\"routes\":[" ROUTE("") "]}", dir);
+    snprintf(json, sizeof json, "{" BROKER ",\"wal\":{\"dir\":\"%s\"},\"routes_file\":\"/r\","
+             "\"routes\":[" ROUTE("") "]}", dir);
     if (OK(json, &c) == 0) {
         CHECK(strlen(c.wal_dir) == 4095);
         config_free(&c);

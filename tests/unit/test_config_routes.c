@@ -196,7 +196,193 @@ static void test_routes_file(void)
                "bytes; at most 4095: set routes_file or shorten wal.dir");
 }
 
+/* a template "delayed" (start extra with a comma), and a config with templates T */
+#define TPL(extra)                                                                           \
+    "\"delayed\":{\"ingress_exchange\":\"{name}.delayed\",\"ingress_queue\":\"{name}.q\","    \
+    "\"target_exchange\":\"{name}\",\"queue_type\":\"quorum\"" extra "}"
+#define TCFG(t, routes) "{" BROKER "," WAL ",\"route_templates\":{" t "},\"routes\":[" routes "]}"
+#define TCFG0(t) "{" BROKER "," WAL ",\"route_templates\":{" t "}}"
+
+static void test_templates(void)
+{
+    struct config c;
+
+    /* instances from the template's "routes", after the file's routes */
+    if (OK(TCFG(TPL(",\"routes\":[\"orders\",\"mail\"]"), ROUTE2("")), &c) == 0) {
+        CHECK(c.nroutes == 3);
+        CHECK_STR(c.routes[0].name, "billing");
+        CHECK_STR(c.routes[0].template_name, "");
+        const struct config_route *r = &c.routes[1];
+        CHECK_STR(r->name, "orders");
+        CHECK_STR(r->template_name, "delayed");
+        CHECK_STR(r->ingress_exchange, "orders.delayed");
+        CHECK_STR(r->ingress_queue, "orders.q");
+        CHECK_STR(r->target_exchange, "orders");
+        CHECK(r->queue_type == QUEUE_QUORUM && r->source == CONFIG_SOURCE_FILE);
+        CHECK_STR(c.routes[2].name, "mail");
+        CHECK_STR(c.routes[2].ingress_queue, "mail.q");
+        CHECK(c.ntemplates == 1);
+        CHECK_STR(c.templates[0].name, "delayed");
+        CHECK_STR(c.templates[0].json,
+                  "{\"ingress_exchange\":\"{name}.delayed\",\"ingress_queue\":\"{name}.q\","
+                  "\"target_exchange\":\"{name}\",\"queue_type\":\"quorum\","
+                  "\"routes\":[\"orders\",\"mail\"]}");
+        config_free(&c);
+    }
+    /* a route naming a template, with keys of its own over it; no "routes" at all */
+    if (OK(TCFG(TPL(",\"prefetch\":7,\"vhost\":\"v-{name}\""),
+                "{\"name\":\"pay\",\"template\":\"delayed\"},"
+                "{\"name\":\"ship\",\"template\":\"delayed\",\"queue_type\":\"classic\","
+                "\"ingress_queue\":\"own.q\"}"),
+           &c) == 0) {
+        CHECK(c.nroutes == 2);
+        CHECK_STR(c.routes[0].ingress_exchange, "pay.delayed");
+        CHECK_STR(c.routes[0].vhost, "v-pay");
+        CHECK(c.routes[0].prefetch == 7 && c.routes[0].queue_type == QUEUE_QUORUM);
+        CHECK_STR(c.routes[0].template_name, "delayed");
+        CHECK_STR(c.routes[1].ingress_queue, "own.q");
+        CHECK(c.routes[1].queue_type == QUEUE_CLASSIC && c.routes[1].prefetch == 7);
+        config_free(&c);
+    }
+    if (OK(TCFG0(TPL(",\"routes\":[\"a\"]")), &c) == 0) {
+        CHECK(c.nroutes == 1 && strcmp(c.routes[0].ingress_queue, "a.q") == 0);
+        config_free(&c);
+    }
+    /* "{name}" in nested strings too (a retry route's parking); "/" kept as written */
+    if (OK(TCFG0("\"r\":{\"ingress_exchange\":\"{name}.retry\",\"ingress_queue\":\"{name}/{name}\","
+                 "\"retry\":{\"parking_exchange\":\"{name}.parked\",\"queues\":{\"{x}\":{}}},"
+                 "\"routes\":[\"o\"]}"),
+           &c) == 0) {
+        CHECK_STR(c.routes[0].ingress_queue, "o/o");
+        CHECK(c.routes[0].retry && strcmp(c.routes[0].retry->parking_exchange, "o.parked") == 0);
+        CHECK(c.routes[0].retry && strcmp(c.routes[0].retry->queues[0].queue, "{x}") == 0);
+        CHECK(strstr(c.templates[0].json, "{name}/{name}") != NULL);
+        config_free(&c);
+    }
+
+    /* no route in all */
+    ERRX(TCFG0(TPL("")), "test.json: routes: no routes, here or in route_templates' routes; "
+                         "expected at least one");
+    ERRX(TCFG(TPL(",\"routes\":[]"), ""),
+         "test.json: routes: no routes, here or in route_templates' routes; expected at least one");
+}
+
+static void test_template_errors(void)
+{
+    /* the template's shape */
+    ERRX("{" BROKER "," WAL ",\"route_templates\":[],\"routes\":[" ROUTE("") "]}",
+         "test.json: route_templates: expected an object of template name: template, got an "
+         "array");
+    ERRX(TCFG("\"a b\":{}", ROUTE("")),
+         "test.json: route_templates: template name \"a b\": expected 1..255 letters, digits, "
+         "'.', '_' or '-'");
+    ERRX(TCFG("\"delayed\":5", ROUTE("")),
+         "test.json: route_templates.delayed: expected an object of route keys, got 5");
+    ERR3(TCFG(TPL(",\"name\":\"x\""), ROUTE("")), "test.json: route_templates.delayed.name: ",
+         "unknown key \"name\"; expected one of: ingress_exchange", "vhost, routes");
+    ERR2(TCFG(TPL(",\"template\":\"x\""), ROUTE("")),
+         "test.json: route_templates.delayed.template: unknown key", NULL);
+    ERRX(TCFG("\"delayed\":{\"ingress_queue\":\"{nmae}.q\"}", ROUTE("")),
+         "test.json: route_templates.delayed.ingress_queue: \"{nmae}.q\": only \"{name}\" may "
+         "stand in braces (replaced by each route's name)");
+    ERRX(TCFG("\"delayed\":{\"ingress_queue\":\"{name}.{\"}", ROUTE("")),
+         "test.json: route_templates.delayed.ingress_queue: \"{name}.{\": only \"{name}\" may "
+         "stand in braces (replaced by each route's name)");
+    ERRX(TCFG("\"d\":{\"retry\":{\"reasons\":[\"{x}\"]}}", ROUTE("")),
+         "test.json: route_templates.d.retry.reasons[0]: \"{x}\": only \"{name}\" may stand in "
+         "braces (replaced by each route's name)");
+    ERRX(TCFG(TPL(",\"routes\":\"orders\""), ROUTE("")),
+         "test.json: route_templates.delayed.routes: expected an array of route names, got "
+         "\"orders\"");
+    ERRX(TCFG(TPL(",\"routes\":[\"a\",5]"), ROUTE("")),
+         "test.json: route_templates.delayed.routes[1]: expected a route name (1..255 letters, "
+         "digits, '.', '_' or '-'), got 5");
+    ERRX(TCFG(TPL(",\"routes\":[\"a/b\"]"), ROUTE("")),
+         "test.json: route_templates.delayed.routes[0]: expected a route name (1..255 letters, "
+         "digits, '.', '_' or '-'), got \"a/b\"");
+
+    /* an instance's values: the template's key path */
+    ERRX(TCFG(TPL(",\"prefetch\":0,\"routes\":[\"a\"]"), ROUTE("")),
+         "test.json: route_templates.delayed.prefetch: expected an integer 1..65535, got 0");
+    ERRX(TCFG("\"d\":{\"ingress_exchange\":\"x\",\"ingress_queue\":\"{name}\\u0000\","
+              "\"target_exchange\":\"t\",\"routes\":[\"a\"]}", ROUTE("")),
+         "test.json: route_templates.d.ingress_queue: must not contain a NUL character (\\u0000)");
+    static char json[4096], q[300];
+    memset(q, 'q', 250);
+    q[250] = '\0';
+    snprintf(json, sizeof json,
+             TCFG("\"d\":{\"ingress_exchange\":\"{name}.x\",\"ingress_queue\":\"{name}%s\","
+                  "\"target_exchange\":\"t\",\"routes\":[\"abcde\",\"abcdef\"]}", ROUTE("")), q);
+    ERRX(json, "test.json: route_templates.d.ingress_queue: too long (256 bytes); at most 255 "
+               "bytes");
+    ERRX(TCFG(TPL(",\"target_exchange\":\"{name}.delayed\",\"routes\":[\"a\"]"), ROUTE("")),
+         "test.json: route_templates.delayed.target_exchange: same as ingress_exchange "
+         "\"a.delayed\": messages would loop; expected the exchange consumers read from");
+    /* between routes: the instance's entry for its name, the template's key for the rest */
+    ERRX(TCFG(TPL(",\"routes\":[\"a\",\"billing\"]"), ROUTE2("")),
+         "test.json: route_templates.delayed.routes[1]: \"billing\" is already used by "
+         "routes[0]; expected a unique name");
+    ERRX(TCFG(TPL(",\"routes\":[\"a\",\"a\"]"), ROUTE2("")),
+         "test.json: route_templates.delayed.routes[1]: \"a\" is already used by "
+         "route_templates.delayed.routes[0]; expected a unique name");
+    ERRX(TCFG("\"d\":{\"ingress_exchange\":\"{name}.x\",\"ingress_queue\":\"shared.q\","
+              "\"target_exchange\":\"t\",\"routes\":[\"a\",\"b\"]}", ROUTE("")),
+         "test.json: route_templates.d.ingress_queue: \"shared.q\" is already used by "
+         "route_templates.d.routes[0]; expected a unique ingress_queue");
+    ERRX(TCFG("\"d\":{\"ingress_exchange\":\"{name}.x\",\"ingress_queue\":\"{name}.q\","
+              "\"target_exchange\":\"f.x\",\"routes\":[\"a\"]}",
+              "{\"name\":\"f\",\"ingress_exchange\":\"f.x\",\"ingress_queue\":\"f.q\","
+              "\"target_exchange\":\"a.x\"}"),
+         "test.json: routes[0].target_exchange: routes form a loop (f -> a -> f): a message "
+         "would be republished for ever; point a route at an exchange that is not another "
+         "route's ingress_exchange");
+
+    /* a route naming a template */
+    ERRX(TCFG(TPL(""), "{\"name\":\"a\",\"template\":\"nope\"}"),
+         "test.json: routes[0].template: \"nope\" is not one of route_templates (1); expected a "
+         "template's name");
+    ERRX(TCFG(TPL(""), "{\"name\":\"a\",\"template\":5}"),
+         "test.json: routes[0].template: expected a string, got 5");
+    ERRX(TCFG(TPL(""), "{\"template\":\"delayed\"}"),
+         "test.json: routes[0].name: missing; expected a string");
+    ERRX(TCFG("\"t\":{\"ingress_exchange\":\"{name}.x\",\"ingress_queue\":\"{name}.q\"}",
+              "{\"name\":\"a\",\"template\":\"t\"}"),
+         "test.json: routes[0].target_exchange: missing; expected a string");
+    ERRX(TCFG(TPL(""), "{\"name\":\"a\",\"template\":\"delayed\",\"prefetch\":-1}"),
+         "test.json: routes[0].prefetch: expected an integer 1..65535, got -1");
+    ERRX(CFG("{\"name\":\"a\",\"template\":\"delayed\"}"),
+         "test.json: routes[0].template: \"delayed\" is not one of route_templates (0); expected "
+         "a template's name");
+
+    /* how many */
+    static char big[65536];
+    size_t o = (size_t)snprintf(big, sizeof big, "{" BROKER "," WAL ",\"route_templates\":{");
+    for (int i = 0; i < 65; i++)
+        o += (size_t)snprintf(big + o, sizeof big - o, "%s\"t%d\":{}", i ? "," : "", i);
+    snprintf(big + o, sizeof big - o, "},\"routes\":[" ROUTE("") "]}");
+    ERRX(big, "test.json: route_templates: 65 templates; at most 64");
+    o = (size_t)snprintf(big, sizeof big, TCFG0(TPL(",\"routes\":[")));
+    o -= strlen("}}}"); /* the tail, written again below */
+    for (int i = 0; i < 256; i++)
+        o += (size_t)snprintf(big + o, sizeof big - o, "%s\"r%d\"", i ? "," : "", i);
+    snprintf(big + o, sizeof big - o, "]}}}");
+    struct config c;
+    if (OK(big, &c) == 0) {
+        CHECK(c.nroutes == 256);
+        config_free(&c);
+    }
+    o = (size_t)snprintf(big, sizeof big, TCFG(TPL(",\"routes\":["), ROUTE2("")));
+    o -= strlen("}},\"routes\":[" ROUTE2("") "]}");
+    for (int i = 0; i < 256; i++)
+        o += (size_t)snprintf(big + o, sizeof big - o, "%s\"r%d\"", i ? "," : "", i);
+    snprintf(big + o, sizeof big - o, "]}},\"routes\":[" ROUTE2("") "]}");
+    ERRX(big, "test.json: route_templates.delayed.routes[255]: one route too many; at most 256 "
+              "routes in all (routes, route_templates' routes and the routes file's)");
+}
+
 static const struct check_case cases[] = {
+    {"templates", test_templates},
+    {"template_errors", test_template_errors},
     {"routes_file", test_routes_file},
     {"vhost", test_vhost},
     {"vhost_unique", test_vhost_unique},
