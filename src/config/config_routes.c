@@ -57,6 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "base/xalloc.h"
 
 /* A route's values before its keys are read: what an absent key means. */
@@ -481,4 +482,106 @@ out:
     free(x->where);
     x->where = NULL;
     return rc;
+}
+
+/* The -c file's route called name (not retired), or NULL. */
+static const struct config_route *file_route(const struct config *c, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (c->routes[i].source == CONFIG_SOURCE_FILE && !c->routes[i].retired &&
+            strcmp(c->routes[i].name, name) == 0)
+            return &c->routes[i];
+    return NULL;
+}
+
+/* The routes file's top level: {"version": 1, "routes": [...]}; *a NULL when it has none. */
+static int store_top(struct ctx *x, json_object *root, json_object **a)
+{
+    static const char *const keys[] = { "version", "routes", NULL };
+    json_object *v;
+    char got[96];
+
+    *a = NULL;
+    if (cfg_check_keys(x, root, "", keys) < 0)
+        return -1;
+    if (!json_object_object_get_ex(root, "version", &v))
+        return cfg_fail(x, "version", "missing; expected 1 (the routes file's format)");
+    if (json_object_get_type(v) != json_type_int || json_object_get_int64(v) != 1)
+        return cfg_fail(x, "version", "expected 1, got %s; written by a newer delay-bridge?",
+                        cfg_show(v, got, sizeof got));
+    if (json_object_object_get_ex(root, "routes", a) &&
+        json_object_get_type(*a) != json_type_array)
+        return cfg_fail(x, "routes", "expected an array, got %s", cfg_show(*a, got, sizeof got));
+    return 0;
+}
+
+int cfg_add_routes(struct config *c, const char *json, const char *name, int *shadowed, int warn,
+                   char *err, size_t errlen)
+{
+    struct ctx x = {.name = name ? name : "routes file", .err = err, .errlen = errlen};
+    json_object *root = NULL, *a = NULL;
+    int n0 = c->nroutes, skipped = 0, rc = -1;
+
+    if (err && errlen)
+        err[0] = '\0';
+    if (!json || strspn(json, " \t\r\n") == strlen(json)) {
+        rc = 0; /* an empty file: no routes */
+        goto done;
+    }
+    if (!(root = cfg_parse_text(&x, json)) || store_top(&x, root, &a) < 0)
+        goto done;
+    if (!c->routes)
+        c->routes = xcalloc(CONFIG_MAX_ROUTES, sizeof *c->routes);
+    x.where = xcalloc(CONFIG_MAX_ROUTES + 1, sizeof *x.where);
+    x.first_new = n0;
+    for (int i = 0; i < n0; i++) {
+        snprintf(x.where[i].pre, sizeof x.where[i].pre, "routes[%s]", c->routes[i].name);
+        memcpy(x.where[i].id, x.where[i].pre, sizeof x.where[i].id);
+    }
+    for (size_t k = 0; a && k < json_object_array_length(a); k++) {
+        json_object *o = json_object_array_get_idx(a, k), *nv;
+        const char *rn = json_object_object_get_ex(o, "name", &nv) &&
+                                 json_object_get_type(nv) == json_type_string
+                             ? json_object_get_string(nv)
+                             : NULL;
+        struct cfg_where *w = &x.where[c->nroutes];
+        if (rn && cfg_valid_name(rn) && strlen(rn) <= CONFIG_NAME_MAX)
+            snprintf(w->pre, sizeof w->pre, "routes[%s]", rn);
+        else
+            snprintf(w->pre, sizeof w->pre, "routes[%u]", (unsigned)k);
+        memcpy(w->id, w->pre, sizeof w->id);
+        if (rn && json_object_get_type(o) == json_type_object && file_route(c, n0, rn)) {
+            skipped++; /* the -c file wins */
+            if (warn)
+                log_warn("config", "a route of the routes file has the name of a route of the "
+                         "configuration file, which wins; the routes file's is not used",
+                         "file=\"%s\" route=%s hint=\"delete it through the API, or rename one\"",
+                         x.name, rn);
+            continue;
+        }
+        if (append(&x, c, o, -1, NULL, NULL, CONFIG_SOURCE_STORE) < 0)
+            goto done;
+    }
+    if (check_set(&x, c) < 0)
+        goto done;
+    rc = 0;
+done:
+    if (rc < 0) { /* c as it was */
+        for (int i = n0; i < c->nroutes; i++) {
+            cfg_free_route_retry(&c->routes[i]);
+            memset(&c->routes[i], 0, sizeof c->routes[i]);
+        }
+        c->nroutes = n0;
+    }
+    if (shadowed)
+        *shadowed = skipped;
+    free(x.where);
+    json_object_put(root);
+    return rc;
+}
+
+int config_add_routes(struct config *c, const char *json, const char *name, int *shadowed,
+                      char *err, size_t errlen)
+{
+    return cfg_add_routes(c, json, name, shadowed, 0, err, errlen);
 }

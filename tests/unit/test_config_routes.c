@@ -380,7 +380,180 @@ static void test_template_errors(void)
               "routes in all (routes, route_templates' routes and the routes file's)");
 }
 
+/* a routes file around the given routes array body */
+#define STORE(routes) "{\"version\":1,\"routes\":[" routes "]}"
+#define PAY(extra)                                                                           \
+    "{\"name\":\"pay\",\"ingress_exchange\":\"pay.x\",\"ingress_queue\":\"pay.q\","          \
+    "\"target_exchange\":\"pay\"" extra "}"
+
+static const struct config_route zero_route;
+
+/* config_add_routes(store) on a config parsed from base must fail with want, c unchanged. */
+static void expect_add_err_at(int line, const char *base, const char *store, const char *want)
+{
+    struct config c;
+    char err[512] = "";
+    int shadowed = -1;
+    if (expect_ok_at(line, base, &c) != 0)
+        return;
+    int n0 = c.nroutes;
+    int rc = config_add_routes(&c, store, "routes.json", &shadowed, err, sizeof err);
+    if (rc != -1 || strcmp(err, want) != 0)
+        check_failed(__FILE__, line, "config_add_routes() == -1 with the message",
+                     "rc=%d\n  got:  %s\n  want: %s\n  store: %s", rc, rc == 0 ? "(none)" : err,
+                     want, store);
+    if (c.nroutes != n0)
+        check_failed(__FILE__, line, "c.nroutes == n0", "%d routes after an error, want %d",
+                     c.nroutes, n0);
+    for (int i = n0; i < CONFIG_MAX_ROUTES; i++)
+        if (memcmp(&c.routes[i], &zero_route, sizeof zero_route) != 0) {
+            check_failed(__FILE__, line, "routes beyond nroutes zero", "routes[%d] is not", i);
+            break;
+        }
+    config_free(&c);
+}
+#define ADD_ERR(base, store, want) expect_add_err_at(__LINE__, base, store, want)
+
+static void test_add_routes(void)
+{
+    struct config c;
+    char err[512] = "";
+    int shadowed = -1;
+
+    if (OK(TCFG(TPL(""), ROUTE("")), &c) != 0)
+        return;
+    /* the -c file's "orders" wins; "t1" is made from a template of the -c file */
+    CHECK(config_add_routes(&c,
+                            STORE(PAY(",\"vhost\":\"v\"") ","
+                                  "{\"name\":\"orders\",\"ingress_exchange\":\"o2\"},"
+                                  "{\"name\":\"t1\",\"template\":\"delayed\",\"prefetch\":3}"),
+                            "routes.json", &shadowed, err, sizeof err) == 0,
+          "%s", err);
+    CHECK(shadowed == 1 && c.nroutes == 3);
+    CHECK_STR(c.routes[0].name, "orders");
+    CHECK(c.routes[0].source == CONFIG_SOURCE_FILE);
+    CHECK_STR(c.routes[1].name, "pay");
+    CHECK_STR(c.routes[1].vhost, "v");
+    CHECK(c.routes[1].source == CONFIG_SOURCE_STORE);
+    CHECK_STR(c.routes[2].ingress_queue, "t1.q");
+    CHECK_STR(c.routes[2].template_name, "delayed");
+    CHECK(c.routes[2].prefetch == 3 && c.routes[2].source == CONFIG_SOURCE_STORE);
+    /* a second routes file's route clashes with the first's: not shadowed */
+    CHECK(config_add_routes(&c, STORE(PAY("")), "more.json", &shadowed, err, sizeof err) == -1);
+    CHECK_STR(err, "more.json: routes[pay].name: \"pay\" is already used by routes[pay]; "
+                   "expected a unique name");
+    CHECK(c.nroutes == 3);
+    /* empty texts: nothing */
+    CHECK(config_add_routes(&c, "", "r", &shadowed, err, sizeof err) == 0 && shadowed == 0);
+    CHECK(config_add_routes(&c, " \n", "r", &shadowed, err, sizeof err) == 0);
+    CHECK(config_add_routes(&c, "{\"version\":1}", "r", &shadowed, err, sizeof err) == 0);
+    CHECK(config_add_routes(&c, STORE(""), "r", NULL, err, sizeof err) == 0 && c.nroutes == 3);
+    config_free(&c);
+
+    /* a retired route of the file neither shadows nor clashes */
+    if (OK(CFG(ROUTE("") "," ROUTE2("")), &c) == 0) {
+        c.routes[0].retired = 1;
+        CHECK(config_add_routes(&c,
+                                STORE("{\"name\":\"orders\",\"ingress_exchange\":\"orders.delayed\","
+                                      "\"ingress_queue\":\"orders.delayed.q\","
+                                      "\"target_exchange\":\"t\"}"),
+                                "routes.json", &shadowed, err, sizeof err) == 0,
+              "%s", err);
+        CHECK(shadowed == 0 && c.nroutes == 3);
+        config_free(&c);
+    }
+
+    /* the file's format */
+    const char *base = CFG(ROUTE(""));
+    ADD_ERR(base, "{\"version\":1,", "routes.json:1:14: invalid JSON: unexpected end of file "
+                                     "(an unclosed { [ or \"?)");
+    ADD_ERR(base, "[]", "routes.json: expected a JSON object at the top level");
+    ADD_ERR(base, "{\"routes\":[]}",
+            "routes.json: version: missing; expected 1 (the routes file's format)");
+    ADD_ERR(base, "{\"version\":2,\"routes\":[]}",
+            "routes.json: version: expected 1, got 2; written by a newer delay-bridge?");
+    ADD_ERR(base, "{\"version\":\"1\"}",
+            "routes.json: version: expected 1, got \"1\"; written by a newer delay-bridge?");
+    ADD_ERR(base, "{\"version\":1,\"extra\":0}",
+            "routes.json: extra: unknown key \"extra\"; expected one of: version, routes");
+    ADD_ERR(base, "{\"version\":1,\"routes\":{}}",
+            "routes.json: routes: expected an array, got an object");
+    /* a route: by its name, else its index */
+    ADD_ERR(base, STORE(PAY(",\"prefetch\":0")),
+            "routes.json: routes[pay].prefetch: expected an integer 1..65535, got 0");
+    ADD_ERR(base, STORE(PAY("") ",{\"ingress_exchange\":\"x\"}"),
+            "routes.json: routes[1].name: missing; expected a string");
+    ADD_ERR(base, STORE(PAY("") ",5"), "routes.json: routes[1]: expected an object, got 5");
+    ADD_ERR(base, STORE("{\"name\":\"a b\"}"),
+            "routes.json: routes[0].name: \"a b\": only letters, digits, '.', '_' and '-' are "
+            "allowed");
+    ADD_ERR(base, STORE(PAY(",\"template\":\"none\"")),
+            "routes.json: routes[pay].template: \"none\" is not one of route_templates (0); "
+            "expected a template's name");
+    /* a retry route appended, then an error: freed, c as it was */
+    ADD_ERR(base, STORE("{\"name\":\"r\",\"ingress_exchange\":\"r.x\",\"ingress_queue\":\"r.q\","
+                        "\"retry\":{\"parking_exchange\":\"p\"}}," PAY(",\"bad\":1")),
+            "routes.json: routes[pay].bad: unknown key \"bad\"; expected one of: name, "
+            "ingress_exchange, ingress_queue, target_exchange, queue_type, declare_target, "
+            "target_type, prefetch, max_inflight, max_delay_ms, invalid_delay, "
+            "dead_letter_exchange, unroutable_exchange, single_active_consumer, share_keys, "
+            "stream_max_age, stream_max_mb, delay_from, retry, vhost, template");
+
+    /* the rules between routes, over the whole set */
+    ADD_ERR(base, STORE(PAY(",\"ingress_exchange\":\"orders.delayed\"")),
+            "routes.json: routes[pay].ingress_exchange: \"orders.delayed\" is already used by "
+            "routes[orders]; expected a unique ingress_exchange");
+    ADD_ERR(base, STORE(PAY(",\"ingress_queue\":\"orders.delayed.q\",\"vhost\":\"dev\"")),
+            "routes.json: routes[pay].ingress_queue: \"orders.delayed.q\" is already used by "
+            "routes[orders]; expected a unique ingress_queue");
+    if (OK(base, &c) == 0) { /* the same names in another vhost */
+        CHECK(config_add_routes(&c,
+                                STORE(PAY(",\"ingress_exchange\":\"orders.delayed\","
+                                          "\"ingress_queue\":\"orders.delayed.q\","
+                                          "\"vhost\":\"other\"")),
+                                "routes.json", &shadowed, err, sizeof err) == 0,
+              "%s", err);
+        config_free(&c);
+    }
+    ADD_ERR(base, STORE(PAY(",\"ingress_exchange\":\"orders\",\"target_exchange\":\"orders.delayed\"")),
+            "routes.json: routes[pay].target_exchange: routes form a loop (pay -> orders -> pay): "
+            "a message would be republished for ever; point a route at an exchange that is not "
+            "another route's ingress_exchange");
+    ADD_ERR(base, STORE(PAY(",\"share_keys\":true")),
+            "routes.json: routes[pay].share_keys: needs \"instance\" set: each bridge's key-event "
+            "queue is named after it");
+    ADD_ERR("{" BROKER ",\"wal\":{\"dir\":\"/w\",\"replicate\":{\"stream\":\"s\"}},\"routes\":["
+            ROUTE("") "]}",
+            STORE(PAY(",\"ingress_queue\":\"s\"")),
+            "routes.json: wal.replicate.stream: \"s\" is also routes[pay].ingress_queue; expected "
+            "a name no route uses");
+    ADD_ERR("{" BROKER ",\"wal\":{\"dir\":\"/w\",\"replicate\":{}},\"routes\":[" ROUTE("") "]}",
+            STORE(PAY(",\"queue_type\":\"stream\"")),
+            "routes.json: routes[pay].queue_type: \"stream\" cannot be combined with "
+            "wal.replicate: the place read in the stream is kept beside the log, and a standby "
+            "taking the log over would not have it; use \"classic\" or \"quorum\"");
+
+    /* how many in all */
+    static char big[16384];
+    size_t o = (size_t)snprintf(big, sizeof big, "{" BROKER "," WAL ",\"route_templates\":{"
+                                "\"delayed\":{\"ingress_exchange\":\"{name}.x\","
+                                "\"ingress_queue\":\"{name}.q\",\"target_exchange\":\"t\","
+                                "\"routes\":[");
+    for (int i = 0; i < 255; i++)
+        o += (size_t)snprintf(big + o, sizeof big - o, "%s\"r%d\"", i ? "," : "", i);
+    snprintf(big + o, sizeof big - o, "]}},\"routes\":[" ROUTE("") "]}");
+    ADD_ERR(big, STORE(PAY("")), "routes.json: routes[pay]: one route too many; at most 256 "
+                                 "routes in all (routes, route_templates' routes and the routes "
+                                 "file's)");
+    if (OK(big, &c) == 0) { /* a shadowed one is not counted */
+        CHECK(config_add_routes(&c, STORE(ROUTE("")), "r", &shadowed, err, sizeof err) == 0);
+        CHECK(shadowed == 1 && c.nroutes == 256);
+        config_free(&c);
+    }
+}
+
 static const struct check_case cases[] = {
+    {"add_routes", test_add_routes},
     {"templates", test_templates},
     {"template_errors", test_template_errors},
     {"routes_file", test_routes_file},
