@@ -49,6 +49,10 @@
  * json-c keeps the last of two equal keys in one object, so a duplicate key
  * is not reported.
  *
+ * config_load_all() reads the routes file (routes_file) after the file:
+ * missing, it is no routes yet; unreadable or wrong, the load fails with
+ * its name, as a file of the configuration would.
+ *
  * The routes are read in config_routes.c, the JSON access is in
  * config_json.c, the checks in config_check.c; config_int.h is what they
  * share.
@@ -560,18 +564,22 @@ cleanup:
 }
 
 
-int config_load(struct config *c, const char *path, char *err, size_t errlen)
+/*
+ * The file at path, whole and NUL-terminated (malloc'd), its fstat in *st;
+ * NULL with the reason reported, *missing set when it does not exist.
+ */
+static char *read_file(struct ctx *x, const char *path, struct stat *st, int *missing)
 {
-    struct ctx x = {.name = path, .err = err, .errlen = errlen};
-    memset(c, 0, sizeof *c);
-    if (err && errlen)
-        err[0] = '\0';
+    *missing = 0;
     FILE *f = fopen(path, "rb");
-    if (!f)
-        return cfg_fail(&x, NULL, "cannot open: %s", strerror(errno));
+    if (!f) {
+        int e = errno;
+        *missing = e == ENOENT;
+        cfg_fail(x, NULL, "cannot open: %s", strerror(e));
+        return NULL;
+    }
     char *buf = NULL;
     size_t n = 0, cap = 0;
-    int rc = -1;
     for (;;) {
         if (n + 4096 + 1 > cap) {
             cap = cap ? cap * 2 : 8192;
@@ -580,30 +588,78 @@ int config_load(struct config *c, const char *path, char *err, size_t errlen)
         size_t r = fread(buf + n, 1, cap - n - 1, f);
         n += r;
         if (n > CONFIG_FILE_MAX) {
-            cfg_fail(&x, NULL, "larger than %u MiB; is this the right file?", CONFIG_FILE_MAX >> 20);
-            goto cleanup;
+            cfg_fail(x, NULL, "larger than %u MiB; is this the right file?", CONFIG_FILE_MAX >> 20);
+            goto fail;
         }
         if (r == 0) {
             if (ferror(f)) {
-                cfg_fail(&x, NULL, "cannot read: %s", strerror(errno));
-                goto cleanup;
+                cfg_fail(x, NULL, "cannot read: %s", strerror(errno));
+                goto fail;
             }
             break;
         }
     }
     buf[n] = '\0';
     if (strlen(buf) != n) {
-        cfg_fail(&x, NULL, "contains a NUL byte; expected a JSON text file");
-        goto cleanup;
+        cfg_fail(x, NULL, "contains a NUL byte; expected a JSON text file");
+        goto fail;
     }
-    rc = config_parse(c, buf, path, err, errlen);
-    if (rc == 0)
-        cfg_warn_loaded(c, path, f);
-
-cleanup:
+    if (fstat(fileno(f), st) < 0)
+        memset(st, 0, sizeof *st);
+    fclose(f);
+    return buf;
+fail:
     free(buf);
     fclose(f);
-    return rc;
+    return NULL;
+}
+
+/* config_load(), and with store the routes file after it; *text (when not NULL) the file's text. */
+static int load(struct config *c, const char *path, int store, char **text, char *err,
+                size_t errlen)
+{
+    struct ctx x = {.name = path, .err = err, .errlen = errlen};
+    struct stat st;
+    int missing, shadowed;
+
+    memset(c, 0, sizeof *c);
+    if (err && errlen)
+        err[0] = '\0';
+    char *buf = read_file(&x, path, &st, &missing);
+    if (!buf || config_parse(c, buf, path, err, errlen) < 0) {
+        free(buf);
+        return -1;
+    }
+    cfg_warn_loaded(c, path, &st);
+    if (store) {
+        struct ctx y = {.name = c->routes_file, .err = err, .errlen = errlen};
+        char *routes = read_file(&y, c->routes_file, &st, &missing);
+        if ((!routes && !missing) ||
+            (routes && cfg_add_routes(c, routes, c->routes_file, &shadowed, 1, err, errlen) < 0)) {
+            free(routes);
+            free(buf);
+            config_free(c);
+            return -1;
+        }
+        free(routes);
+        if (missing && err && errlen)
+            err[0] = '\0'; /* no routes file yet: none put */
+    }
+    if (text)
+        *text = buf;
+    else
+        free(buf);
+    return 0;
+}
+
+int config_load(struct config *c, const char *path, char *err, size_t errlen)
+{
+    return load(c, path, 0, NULL, err, errlen);
+}
+
+int config_load_all(struct config *c, const char *path, char **text, char *err, size_t errlen)
+{
+    return load(c, path, 1, text, err, errlen);
 }
 
 

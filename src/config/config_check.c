@@ -318,21 +318,20 @@ int cfg_uri_has_password(const char *uri)
     return colon && colon + 1 < p + at - 1;
 }
 
-/* One-line warnings about a loaded configuration (f: the open file). */
-void cfg_warn_loaded(const struct config *c, const char *path, FILE *f)
+/* One-line warnings about a loaded configuration (st: the file's fstat). */
+void cfg_warn_loaded(const struct config *c, const char *path, const struct stat *st)
 {
-    struct stat st;
     int pw = 0, tls = 0;
 
     for (int i = 0; i < c->nuris; i++) {
         pw |= cfg_uri_has_password(c->uris[i]);
         tls |= strncmp(c->uris[i], "amqps://", 8) == 0;
     }
-    if (pw && !c->uri_from_env && fstat(fileno(f), &st) == 0 && (st.st_mode & S_IROTH))
+    if (pw && !c->uri_from_env && (st->st_mode & S_IROTH))
         log_warn("config", "the configuration file holds the broker password and is readable "
                  "by other users",
                  "file=\"%s\" mode=%04o hint=\"chmod 600 the file, or pass the URI in "
-                 ENV_URI "\"", path, (unsigned)(st.st_mode & 07777));
+                 ENV_URI "\"", path, (unsigned)(st->st_mode & 07777));
     if (tls && !c->tls.verify_hostname)
         log_warn("config", "TLS host name verification is off: any certificate from the CA is "
                  "accepted for any host",

@@ -229,7 +229,8 @@ void cfg_free_route_retry(struct config_route *r);
 /* uri carries a password of its own: amqp[s]://user:PASSWORD@host... */
 int cfg_uri_has_password(const char *uri);
 
-/* One-line warnings about a loaded configuration (f: the open file). */
-void cfg_warn_loaded(const struct config *c, const char *path, FILE *f);
+struct stat;
+/* One-line warnings about a loaded configuration (st: the file's fstat). */
+void cfg_warn_loaded(const struct config *c, const char *path, const struct stat *st);
 
 #endif

@@ -8,6 +8,7 @@
 #include "delay-bridge/config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -552,7 +553,118 @@ static void test_add_routes(void)
     }
 }
 
+static void put_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL, "%s: %s", path, strerror(errno));
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+/* config_load_all(path) with stderr (the log) caught in log (at most n bytes). */
+static int load_all_logged(struct config *c, const char *path, char **text, char *err,
+                           size_t errlen, char *log, size_t n)
+{
+    char lp[] = "/tmp/test_config_routes.log.XXXXXX";
+    int fd = mkstemp(lp), saved = dup(2);
+    fflush(stderr);
+    dup2(fd, 2);
+    int rc = config_load_all(c, path, text, err, errlen);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    ssize_t got = pread(fd, log, n - 1, 0);
+    log[got > 0 ? got : 0] = '\0';
+    close(fd);
+    unlink(lp);
+    return rc;
+}
+
+static void test_load_all(void)
+{
+    char dir[] = "/tmp/test_config_routes.XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp: %s", strerror(errno));
+        return;
+    }
+    char cfg[256], routes[256], json[1024], err[512], log[4096];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    snprintf(routes, sizeof routes, "%s/routes.json", dir);
+    snprintf(json, sizeof json, "{" BROKER ",\"wal\":{\"dir\":\"%s\"},\"routes\":[" ROUTE("") "]}",
+             dir);
+    put_file(cfg, json);
+    chmod(cfg, 0600); /* no warning about the password in it */
+    struct config c;
+    char *text = NULL;
+
+    /* no routes file: the file's routes; the text is the file's */
+    CHECK(load_all_logged(&c, cfg, &text, err, sizeof err, log, sizeof log) == 0, "%s", err);
+    CHECK(c.nroutes == 1 && strcmp(c.routes_file, routes) == 0);
+    CHECK(text && strcmp(text, json) == 0);
+    CHECK_STR(err, "");
+    free(text);
+    text = NULL;
+    config_free(&c);
+
+    /* the routes file's routes after the file's; a shadowed one warns once */
+    put_file(routes, STORE(PAY("") "," ROUTE(",\"prefetch\":5")));
+    CHECK(load_all_logged(&c, cfg, NULL, err, sizeof err, log, sizeof log) == 0, "%s", err);
+    CHECK(c.nroutes == 2 && strcmp(c.routes[1].name, "pay") == 0);
+    CHECK(c.routes[0].prefetch == 1000 && c.routes[1].source == CONFIG_SOURCE_STORE);
+    CHECK(strstr(log, "level=warn mod=config msg=\"a route of the routes file has the name of a "
+                      "route of the configuration file, which wins; the routes file's is not "
+                      "used\"") != NULL && strstr(log, " route=orders ") != NULL,
+          "log: %s", log);
+    CHECK(strchr(log, '\n') == log + strlen(log) - 1, "one line: %s", log);
+    config_free(&c);
+    /* config_load alone does not read it */
+    CHECK(config_load(&c, cfg, err, sizeof err) == 0 && c.nroutes == 1);
+    config_free(&c);
+
+    /* a bad routes file: the error names it, nothing is loaded */
+    put_file(routes, STORE(PAY(",\"prefetch\":0")));
+    CHECK(load_all_logged(&c, cfg, &text, err, sizeof err, log, sizeof log) == -1);
+    char want[512];
+    snprintf(want, sizeof want, "%s: routes[pay].prefetch: expected an integer 1..65535, got 0",
+             routes);
+    CHECK_STR(err, want);
+    CHECK(is_zero(&c) && text == NULL);
+    put_file(routes, "{\"version\":1,\n\"routes\":[}");
+    CHECK(load_all_logged(&c, cfg, NULL, err, sizeof err, log, sizeof log) == -1);
+    snprintf(want, sizeof want, "%s:2:11: invalid JSON", routes);
+    CHECK(strncmp(err, want, strlen(want)) == 0, "got %s", err);
+    /* unreadable: a directory */
+    unlink(routes);
+    CHECK(mkdir(routes, 0700) == 0);
+    CHECK(load_all_logged(&c, cfg, NULL, err, sizeof err, log, sizeof log) == -1);
+    snprintf(want, sizeof want, "%s: cannot read: Is a directory", routes);
+    CHECK_STR(err, want);
+    rmdir(routes);
+    /* routes_file set: that file */
+    snprintf(json, sizeof json, "{" BROKER ",\"wal\":{\"dir\":\"%s\"},\"routes_file\":\"%s/r2\","
+             "\"routes\":[" ROUTE("") "]}", dir, dir);
+    put_file(cfg, json);
+    snprintf(routes, sizeof routes, "%s/r2", dir);
+    put_file(routes, "");
+    CHECK(load_all_logged(&c, cfg, NULL, err, sizeof err, log, sizeof log) == 0, "%s", err);
+    CHECK(c.nroutes == 1);
+    config_free(&c);
+    put_file(routes, STORE(PAY("")));
+    CHECK(load_all_logged(&c, cfg, NULL, err, sizeof err, log, sizeof log) == 0, "%s", err);
+    CHECK(c.nroutes == 2);
+    config_free(&c);
+    unlink(routes);
+    /* the -c file's errors as config_load's */
+    unlink(cfg);
+    CHECK(config_load_all(&c, cfg, &text, err, sizeof err) == -1 && text == NULL);
+    CHECK(strstr(err, "cannot open: No such file") != NULL);
+    rmdir(dir);
+}
+
 static const struct check_case cases[] = {
+    {"load_all", test_load_all},
     {"add_routes", test_add_routes},
     {"templates", test_templates},
     {"template_errors", test_template_errors},
