@@ -12,6 +12,8 @@
  *                   unknown-key check, values quoted back into messages
  *   config_template.c  route_templates: their shape, kept as text, and a
  *                   route's keys made from one ("{name}" replaced)
+ *   config_store.c  the routes file's text, a route put or deleted
+ *                   (config_store_put, config_store_delete)
  *   config_diff.c   what differs between two loaded configurations (a reload)
  *   config_retry.c  routes[].retry: a retry route's policy, parking and
  *                   per-queue overrides, and the route keys it refuses

@@ -663,7 +663,100 @@ static void test_load_all(void)
     rmdir(dir);
 }
 
+/* config_store_put() must give exactly want (NULL: fail with the message why). */
+static void expect_put_at(int line, const char *store, const char *name, const char *route,
+                          const char *want, const char *why)
+{
+    char err[512] = "";
+    char *got = config_store_put(store, name, route, err, sizeof err);
+    if (want ? !got || strcmp(got, want) != 0 : got || strcmp(err, why) != 0)
+        check_failed(__FILE__, line, "config_store_put()", "\n  got:  %s\n  want: %s",
+                     got ? got : err, want ? want : why);
+    free(got);
+}
+#define PUT(store, name, route, want) expect_put_at(__LINE__, store, name, route, want, NULL)
+#define PUT_ERR(store, name, route, why) expect_put_at(__LINE__, store, name, route, NULL, why)
+
+static void test_store(void)
+{
+    const char *one = "{\n  \"version\": 1,\n  \"routes\": [\n    {\n      \"name\": \"a\",\n"
+                      "      \"template\": \"delayed\"\n    }\n  ]\n}\n";
+    /* into an empty file; the name first, "/" as written */
+    PUT(NULL, "a", "{\"template\":\"delayed\"}", one);
+    PUT("", "a", "{\"template\":\"delayed\",\"name\":\"a\"}", one);
+    PUT(" \n", "a", "{\"template\":\"delayed\"}", one);
+    char *s = config_store_put(one, "b", "{\"vhost\":\"/\",\"prefetch\":2.50}", NULL, 0);
+    CHECK_STR(s, "{\n  \"version\": 1,\n  \"routes\": [\n    {\n      \"name\": \"a\",\n"
+                 "      \"template\": \"delayed\"\n    },\n    {\n      \"name\": \"b\",\n"
+                 "      \"vhost\": \"/\",\n      \"prefetch\": 2.50\n    }\n  ]\n}\n");
+    /* replaced where it stands */
+    char *s2 = config_store_put(s, "a", "{\"ingress_queue\":\"q\"}", NULL, 0);
+    CHECK_STR(s2, "{\n  \"version\": 1,\n  \"routes\": [\n    {\n      \"name\": \"a\",\n"
+                  "      \"ingress_queue\": \"q\"\n    },\n    {\n      \"name\": \"b\",\n"
+                  "      \"vhost\": \"/\",\n      \"prefetch\": 2.50\n    }\n  ]\n}\n");
+    /* what it writes is a routes file */
+    struct config c;
+    char err[512];
+    int shadowed, found = -1;
+    char *s3 = config_store_put(NULL, "a", "{\"template\":\"delayed\",\"prefetch\":3}", NULL, 0);
+    char *s4 = config_store_put(s3, "b", "{\"template\":\"delayed\",\"vhost\":\"/\"}", NULL, 0);
+    if (OK(TCFG(TPL(""), ROUTE("")), &c) == 0) {
+        CHECK(config_add_routes(&c, s4, "r", &shadowed, err, sizeof err) == 0, "%s", err);
+        CHECK(c.nroutes == 3 && c.routes[1].prefetch == 3);
+        CHECK_STR(config_route_vhost(&c, &c.routes[2]), "/");
+        config_free(&c);
+    }
+    free(s3);
+    free(s4);
+
+    /* deleted */
+    char *d = config_store_delete(s2, "b", &found, err, sizeof err);
+    CHECK(found == 1);
+    CHECK_STR(d, "{\n  \"version\": 1,\n  \"routes\": [\n    {\n      \"name\": \"a\",\n"
+                 "      \"ingress_queue\": \"q\"\n    }\n  ]\n}\n");
+    char *d2 = config_store_delete(d, "b", &found, err, sizeof err);
+    CHECK(found == 0 && d2 && strcmp(d, d2) == 0);
+    char *d3 = config_store_delete(d, "a", &found, err, sizeof err);
+    CHECK(found == 1);
+    CHECK_STR(d3, "{\n  \"version\": 1,\n  \"routes\": [\n  ]\n}\n");
+    char *d4 = config_store_delete(NULL, "a", &found, err, sizeof err);
+    CHECK(found == 0);
+    CHECK_STR(d4, "{\n  \"version\": 1,\n  \"routes\": [\n  ]\n}\n");
+    free(d);
+    free(d2);
+    free(d3);
+    free(d4);
+    free(s);
+    free(s2);
+    /* other keys and entries that are not routes are kept, unchecked */
+    PUT("{\"version\":1,\"x\":[],\"routes\":[5,{\"name\":\"a\"}]}", "a", "{}",
+        "{\n  \"version\": 1,\n  \"x\": [\n  ],\n  \"routes\": [\n    5,\n    {\n"
+        "      \"name\": \"a\"\n    }\n  ]\n}\n");
+    PUT("{}", "a", "{\"prefetch\":\"x\"}",
+        "{\n  \"routes\": [\n    {\n      \"name\": \"a\",\n      \"prefetch\": \"x\"\n    }\n"
+        "  ]\n}\n");
+
+    /* what it refuses */
+    PUT_ERR(NULL, "a", "{\"template\":", "route: invalid JSON at 1:13: unexpected end of file "
+                                        "(an unclosed { [ or \"?)");
+    PUT_ERR(NULL, "a", "{\"a\":01}", "route: invalid JSON at 1:8: number expected");
+    PUT_ERR(NULL, "a", "", "route: empty; expected a JSON object");
+    PUT_ERR(NULL, "a", "[]", "route: expected a JSON object, got an array");
+    PUT_ERR(NULL, "a", "{\"name\":\"b\"}",
+            "route: name: \"b\" differs from the name it is put as, \"a\"");
+    PUT_ERR(NULL, "a", "{\"name\":5}", "route: name: 5 differs from the name it is put as, \"a\"");
+    PUT_ERR("{\"version\":1,", "a", "{}", "routes file: invalid JSON at 1:14: unexpected end of "
+                                         "file (an unclosed { [ or \"?)");
+    PUT_ERR("7", "a", "{}", "routes file: expected a JSON object, got 7");
+    PUT_ERR("{\"routes\":{}}", "a", "{}",
+            "routes file: routes: expected an array, got an object");
+    CHECK(config_store_delete("[", "a", &found, err, sizeof err) == NULL);
+    CHECK_STR(err, "routes file: invalid JSON at 1:2: unexpected end of file (an unclosed { [ "
+                   "or \"?)");
+}
+
 static const struct check_case cases[] = {
+    {"store", test_store},
     {"load_all", test_load_all},
     {"add_routes", test_add_routes},
     {"templates", test_templates},
