@@ -53,9 +53,10 @@
  * missing, it is no routes yet; unreadable or wrong, the load fails with
  * its name, as a file of the configuration would.
  *
- * The routes are read in config_routes.c, the JSON access is in
- * config_json.c, the checks in config_check.c; config_int.h is what they
- * share.
+ * The routes are read in config_routes.c (route_templates in
+ * config_template.c, the routes file's text edited in config_store.c), the
+ * JSON access is in config_json.c, the checks in config_check.c;
+ * config_int.h is what they share.
  */
 #include "config_int.h"
 

@@ -245,6 +245,16 @@ static int route_check_rules(struct ctx *x, const struct config_route *r, const 
 }
 
 
+const char *const cfg_route_keys[] = {
+    "name", "ingress_exchange", "ingress_queue", "target_exchange", "queue_type",
+    "declare_target", "target_type", "prefetch", "max_inflight", "max_delay_ms",
+    "invalid_delay", "dead_letter_exchange", "unroutable_exchange",
+    "single_active_consumer", "share_keys", "stream_max_age", "stream_max_mb", "delay_from",
+    "retry", "vhost", "template", NULL
+};
+_Static_assert(sizeof cfg_route_keys / sizeof *cfg_route_keys == CFG_ROUTE_NKEYS + 1,
+               "CFG_ROUTE_NKEYS counts cfg_route_keys");
+
 /* A route's keys but its name, from o (its own, or merged with a template's), into r. */
 static int route_read(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
 {
@@ -263,13 +273,6 @@ static int route_read(struct ctx *x, struct config_route *r, json_object *o, con
 static int route_object(struct ctx *x, const struct config *c, struct config_route *r,
                         json_object *o, const char *pre)
 {
-    static const char *const keys[] = {
-        "name", "ingress_exchange", "ingress_queue", "target_exchange", "queue_type",
-        "declare_target", "target_type", "prefetch", "max_inflight", "max_delay_ms",
-        "invalid_delay", "dead_letter_exchange", "unroutable_exchange",
-        "single_active_consumer", "share_keys", "stream_max_age", "stream_max_mb", "delay_from",
-        "retry", "vhost", "template", NULL
-    };
     char got[96], q[96], path[CFG_PATH_MAX];
     json_object *t;
     const char *s;
@@ -277,7 +280,7 @@ static int route_object(struct ctx *x, const struct config *c, struct config_rou
 
     if (json_object_get_type(o) != json_type_object)
         return cfg_fail(x, pre, "expected an object, got %s", cfg_show(o, got, sizeof got));
-    if (cfg_check_keys(x, o, pre, keys) < 0)
+    if (cfg_check_keys(x, o, pre, cfg_route_keys) < 0)
         return -1;
     route_defaults(r);
     if (route_name(x, r, o, pre) < 0)

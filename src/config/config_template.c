@@ -103,12 +103,14 @@ static int check_instances(struct ctx *x, json_object *t, const char *pre)
 
 int cfg_parse_templates(struct ctx *x, struct config *c, json_object *root)
 {
-    static const char *const keys[] = {
-        "ingress_exchange", "ingress_queue", "target_exchange", "queue_type", "declare_target",
-        "target_type", "prefetch", "max_inflight", "max_delay_ms", "invalid_delay",
-        "dead_letter_exchange", "unroutable_exchange", "single_active_consumer", "share_keys",
-        "stream_max_age", "stream_max_mb", "delay_from", "retry", "vhost", "routes", NULL
-    };
+    /* a route's keys but "name" and "template", then "routes" */
+    const char *keys[CFG_ROUTE_NKEYS + 1];
+    int nk = 0;
+    for (const char *const *k = cfg_route_keys; *k; k++)
+        if (strcmp(*k, "name") != 0 && strcmp(*k, "template") != 0)
+            keys[nk++] = *k;
+    keys[nk++] = "routes";
+    keys[nk] = NULL;
     json_object *o;
     char pre[CFG_PATH_MAX], got[96], q[96];
 
