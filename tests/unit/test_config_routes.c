@@ -249,6 +249,10 @@ static void test_templates(void)
         CHECK(c.nroutes == 1 && strcmp(c.routes[0].ingress_queue, "a.q") == 0);
         config_free(&c);
     }
+    if (OK(TCFG(TPL(",\"routes\":[\"a\"]"), ""), &c) == 0) { /* "routes": [] */
+        CHECK(c.nroutes == 1);
+        config_free(&c);
+    }
     /* "{name}" in nested strings too (a retry route's parking); "/" kept as written */
     if (OK(TCFG0("\"r\":{\"ingress_exchange\":\"{name}.retry\",\"ingress_queue\":\"{name}/{name}\","
                  "\"retry\":{\"parking_exchange\":\"{name}.parked\",\"queues\":{\"{x}\":{}}},"
