@@ -339,7 +339,7 @@ static const char *route_id(const struct ctx *x, int i, char *buf, size_t n)
 static int check_unique(struct ctx *x, const struct config *c, int i)
 {
     const struct config_route *r = &c->routes[i];
-    char path[CFG_PATH_MAX], q[96], b1[32], b2[32], b3[32];
+    char path[2 * CFG_PATH_MAX], q[96], b1[32], b2[32], b3[32];
 
     for (int j = 0; j < i; j++) {
         const struct config_route *p = &c->routes[j];

@@ -80,7 +80,7 @@ static int check_placeholders(struct ctx *x, json_object *v, const char *path)
 static int check_instances(struct ctx *x, json_object *t, const char *pre)
 {
     json_object *a;
-    char path[CFG_PATH_MAX], got[96];
+    char path[CFG_PATH_MAX + 32], got[96];
 
     if (!json_object_object_get_ex(t, "routes", &a))
         return 0;
