@@ -15,7 +15,8 @@
  *   close everything, exit code
  *
  * Subcommands (tools for operators) share the binary: `delay-bridge wal
- * check|dump`, `delay-bridge publish`; each has its own --help.
+ * check|dump`, `delay-bridge publish`, `delay-bridge routes`, ...; each has
+ * its own --help.
  */
 #include <getopt.h>
 #include <malloc.h>
@@ -39,6 +40,7 @@ static void usage(FILE *f)
             "       delay-bridge publish ...              (delay-bridge publish --help)\n"
             "       delay-bridge cancel --route R KEY     (delay-bridge cancel --help)\n"
             "       delay-bridge drain [-c FILE]          (delay-bridge drain --help)\n"
+            "       delay-bridge routes list|get|put|delete  (delay-bridge routes --help)\n"
             "       delay-bridge --version | --help\n"
             "\n"
             "Delayed messages for RabbitMQ without the delayed-message plugin: consumes\n"
@@ -142,6 +144,8 @@ int main(int argc, char **argv)
         return cli_cancel_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "drain") == 0)
         return cli_drain_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "routes") == 0)
+        return cli_routes_main(argc - 1, argv + 1);
     while ((c = getopt_long(argc, argv, "c:Vh", opts, NULL)) != -1) {
         switch (c) {
         case 'c':
