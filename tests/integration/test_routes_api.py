@@ -24,7 +24,6 @@ against the real daemon with DELAY_BRIDGE_HTTP_TOKEN set:
    is 409 with "pending"; DELETE answers removed.
 """
 
-import http.client
 import json
 import os
 import tempfile
@@ -44,16 +43,7 @@ def req(port, method, path, body=None, auth=True):
     if body is not None:
         data = (body if isinstance(body, str) else json.dumps(body)).encode()
         headers["Content-Type"] = "application/json"
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        c.request(method, path, body=data, headers=headers)
-        r = c.getresponse()
-        text = r.read().decode("utf-8", "replace")
-        if r.getheader("Content-Type", "").startswith("application/json"):
-            return r.status, json.loads(text)
-        return r.status, text
-    finally:
-        c.close()
+    return h.http_req(port, method, path, headers=headers, body=data)
 
 
 def stored(path):
