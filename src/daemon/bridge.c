@@ -527,6 +527,7 @@ static int start_recovery(struct bridge *b, struct wlog *log)
             recent = b->cfg->routes[i].prefetch;
     b->rec.opts = (struct eng_opts){.log = log,
                                     .nroutes = b->cfg->nroutes,
+                                    .max_routes = CONFIG_MAX_ROUTES, /* routes added at run time */
                                     .route_index = bridge_route_index,
                                     .route_name = route_name,
                                     .route_arg = (void *)b->cfg,
