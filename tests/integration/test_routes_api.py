@@ -17,11 +17,10 @@ against the real daemon with DELAY_BRIDGE_HTTP_TOKEN set:
  - the CLI's exit codes: list 0, get of an unknown route 1, usage 2, no
    token 3, put of a bad route or of the file's route 4 (the daemon's
    error printed), put and delete 0;
- - LIVE (the last part: it needs bridge_config_apply, src/daemon/
-   bridge_routes.c, which the "api" branch only stubs): a route PUT runs at
-   once -- GET shows it, a message with x-delay 300 to its new ingress
-   exchange arrives at the target on time; a change of its ingress_queue
-   is 409 with "pending"; DELETE answers removed.
+ - live: a route PUT runs at once (bridge_config_apply) -- GET shows it, a message with x-delay 300 to its new ingress
+   exchange arrives at the target on time; a change that waits for a
+   restart (target_type) is 409 with "pending" and is not stored, one that
+   applies live (max_delay_ms) is 200; DELETE answers removed.
 """
 
 import json
@@ -186,21 +185,24 @@ def test(ctx):
     rc, out, err = h.bridge_cli("--check-config", "-c", other_path, expect=0)
     check("1 from the routes file" in out, "--check-config, a good routes file: %s" % out)
 
-    # LIVE: needs the integrator's bridge_config_apply (src/daemon/bridge_routes.c); with the
-    # "api" branch's stub (bridge_routes_stub.c) nothing is applied and this part fails.
-    h.log("LIVE part: a route put runs at once (needs bridge_config_apply)")
+    # live: a route put runs at once
     api3 = ctx.route("api3", ex)
     st, j = req(port, "PUT", "/routes/api3", api3)
     check(st == 201, "PUT api3: %d %r" % (st, j))
     st, j = req(port, "GET", "/routes/api3")
     check(st == 200 and j["source"] == "api" and j["retired"] is False,
-          "LIVE: api3 does not run after its PUT: %d %r" % (st, j))
+          "api3 does not run after its PUT: %d %r" % (st, j))
     h.wait_for("api3's ingress exchange", lambda: ctx.exchange_exists(api3["ingress_exchange"]),
                10)
     deliver(ctx, p, c, api3, "a3")
-    st, j = req(port, "PUT", "/routes/api3", dict(api3, ingress_queue=ctx.n("api3.other")))
-    check(st == 409 and "ingress_queue" in j.get("pending", ""),
-          "LIVE: a new ingress_queue for api3: %d %r" % (st, j))
+    st, j = req(port, "PUT", "/routes/api3", dict(api3, target_type="topic"))
+    check(st == 409 and "target_type" in j.get("pending", ""),
+          "a new target_type for api3 (waits for a restart): %d %r" % (st, j))
+    check(stored(routes_file)["api3"] == api3, "the refused PUT was stored: %r"
+          % stored(routes_file)["api3"])
+    st, j = req(port, "PUT", "/routes/api3", dict(api3, max_delay_ms=60000))
+    check(st == 200 and j["max_delay_ms"] == 60000, "api3's max_delay_ms replaced: %d %r"
+          % (st, j))
     st, j = req(port, "DELETE", "/routes/api3")
     check(st == 200 and j["removed"] == "api3" and j["held"] == 0, "DELETE api3: %d %r"
           % (st, j))
