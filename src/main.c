@@ -15,7 +15,8 @@
  *   close everything, exit code
  *
  * Subcommands (tools for operators) share the binary: `delay-bridge wal
- * check|dump`, `delay-bridge publish`; each has its own --help.
+ * check|dump`, `delay-bridge publish`, `delay-bridge routes`, ...; each has
+ * its own --help.
  */
 #include <getopt.h>
 #include <malloc.h>
@@ -39,6 +40,7 @@ static void usage(FILE *f)
             "       delay-bridge publish ...              (delay-bridge publish --help)\n"
             "       delay-bridge cancel --route R KEY     (delay-bridge cancel --help)\n"
             "       delay-bridge drain [-c FILE]          (delay-bridge drain --help)\n"
+            "       delay-bridge routes list|get|put|delete  (delay-bridge routes --help)\n"
             "       delay-bridge --version | --help\n"
             "\n"
             "Delayed messages for RabbitMQ without the delayed-message plugin: consumes\n"
@@ -62,30 +64,35 @@ static int run_daemon(const char *path, int check, int watch)
     struct config cfg;
     struct ev_loop *loop;
     struct bridge *b;
-    char err[1024];
-    int rc;
+    char err[1024], *text = NULL;
+    int rc, stored = 0;
 
     /* SIGHUP reads the file again once the loop runs (bridge_reload.c); until then it must
        not end the process, its default action */
     if (!check)
         signal(SIGHUP, SIG_IGN);
-    if (config_load(&cfg, path, err, sizeof(err)) < 0) {
+    /* the -c file, then the routes the HTTP API stored (routes_file) */
+    if (config_load_all(&cfg, path, check ? NULL : &text, err, sizeof(err)) < 0) {
         fprintf(stderr, "delay-bridge: configuration error: %s\n", err);
         return EXIT_CONFIG;
     }
+    for (int i = 0; i < cfg.nroutes; i++)
+        stored += cfg.routes[i].source == CONFIG_SOURCE_STORE;
     if (check) {
-        printf("%s: configuration OK (%d route%s)\n", path, cfg.nroutes, cfg.nroutes == 1 ? "" : "s");
+        printf("%s: configuration OK (%d route%s, %d from the routes file)\n", path,
+               cfg.nroutes, cfg.nroutes == 1 ? "" : "s", stored);
         config_free(&cfg);
         return EXIT_OK;
     }
     if (config_check_wal_dir(&cfg, path, err, sizeof(err)) < 0) {
         fprintf(stderr, "delay-bridge: configuration error: %s\n", err);
         config_free(&cfg);
+        free(text);
         return EXIT_CONFIG;
     }
     log_set_level((enum log_level)cfg.log_level);
-    log_info("main", "starting", "version=%s instance=\"%s\" wal_dir=\"%s\" routes=%d",
-             DB_VERSION, cfg.instance, cfg.wal_dir, cfg.nroutes);
+    log_info("main", "starting", "version=%s instance=\"%s\" wal_dir=\"%s\" routes=%d "
+             "routes_from_api=%d", DB_VERSION, cfg.instance, cfg.wal_dir, cfg.nroutes, stored);
 
     struct wal_opts wo = {.dir = cfg.wal_dir, .segment_bytes = cfg.segment_bytes,
                           .no_sync = !cfg.fsync, .sync_thread = 1,
@@ -93,11 +100,13 @@ static int run_daemon(const char *path, int check, int watch)
     loop = ev_default_loop(EVFLAG_AUTO);
     b = bridge_new(loop, &cfg, cfg.repl.enabled ? wrepl_log(&wo, &cfg) : wal_file_log(&wo), &rc);
     if (b) {
-        bridge_set_reload(b, path, &cfg);
+        bridge_set_reload(b, path, &cfg, text);
         if (watch)
             bridge_watch_config(b, 2.0);
         ev_run(loop, 0);
         rc = bridge_exit_code(b);
+    } else {
+        free(text);
     }
     bridge_free(b);
     ev_loop_destroy(loop);
@@ -135,6 +144,8 @@ int main(int argc, char **argv)
         return cli_cancel_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "drain") == 0)
         return cli_drain_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "routes") == 0)
+        return cli_routes_main(argc - 1, argv + 1);
     while ((c = getopt_long(argc, argv, "c:Vh", opts, NULL)) != -1) {
         switch (c) {
         case 'c':

@@ -42,6 +42,19 @@
  *                  hour, hour of the next day, day of the next year (from
  *                  the wheel's counters: no WAL read; ui.h)
  *   GET    /ui     the status page (ui.h): one self-contained HTML page
+ *
+ * Routes at run time (the daemon's routes file, config.h routes_file):
+ *   GET    /routes        {"routes": [ROUTE...]}: every running route, as
+ *                  api_route_json() renders it (retired ones too)
+ *   GET    /routes/NAME   one route; 404 when none is called NAME
+ *   PUT    /routes/NAME   body: a route object (api_route_body()); the
+ *                  route added (201) or replaced (200), stored in the
+ *                  routes file and running before the answer; 400 a bad
+ *                  key (its path named), 409 a route of the -c file or a
+ *                  change that waits for a restart ("pending": its keys),
+ *                  503 busy (recovering, draining) or started without -c
+ *   DELETE /routes/NAME   a route put through the API: 200 {"removed",
+ *                  "retired", "held"}; 404 none, 409 a route of the -c file
  * Anything else: 404; a known path with another method: 405 with Allow.
  * HEAD is answered like GET (the transport drops the body).
  */
@@ -92,6 +105,13 @@ struct api_ops {
     void *arg;
     /* GET /due: what falls due ahead (ui.h's ui_due_json); NULL: 404. */
     int (*due)(void *arg, struct json_object *out);
+    /*
+     * The route API: method "GET" (for HEAD too), "PUT" or "DELETE"; name:
+     * NAME of /routes/NAME, NULL for /routes (GET only); body: a PUT's
+     * (NULL, 0: none). Fills out, returns the HTTP status. NULL: 404.
+     */
+    int (*routes)(void *arg, const char *method, const char *name, const char *body,
+                  size_t body_len, struct json_object *out);
 };
 
 /* Answer req into *resp (initialised here). Never fails: errors are HTTP statuses. */
@@ -119,6 +139,31 @@ struct walrec_add;
 struct json_object *api_message_json(uint64_t log_id, uint64_t id, uint64_t due_ms, int due,
                                      const struct walrec_add *a, struct json_object *props,
                                      int full);
+
+struct config_route;
+
+/*
+ * A route as GET /routes shows it (api_routes.c): "name", "vhost" (vhost:
+ * the effective one, config_route_vhost), "ingress_exchange",
+ * "ingress_queue", "target_exchange" (null for a retry route), "queue_type",
+ * "source" ("file" | "api"), "template" (or null), "retired", "held" (held:
+ * < 0 = not known yet, null), then every other key of the route as the file
+ * writes it, defaults included, so that the object PUT back (through
+ * api_route_body) makes the same route. A new reference.
+ */
+struct json_object *api_route_json(const struct config_route *r, const char *vhost,
+                                   int64_t held);
+
+/*
+ * A PUT /routes/NAME body (len bytes of JSON) made the route object the
+ * routes file keeps: what GET adds and a file may not hold is dropped --
+ * "source", "retired", "held", every key whose value is null, and "vhost"
+ * when it is default_vhost (the broker URI's: GET shows the effective
+ * vhost, the file keeps "" for it). Returns the compact JSON text
+ * (malloc'd), or NULL with "body: ..." in err (not JSON, not an object).
+ */
+char *api_route_body(const char *body, size_t len, const char *default_vhost, char *err,
+                     size_t errlen);
 
 
 #endif

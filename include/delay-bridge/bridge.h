@@ -56,9 +56,11 @@ int bridge_exit_code(const struct bridge *b);
  * change live into cfg, on the loop, and logs by key path what waits for a
  * restart; a file that does not load changes nothing. Without it SIGHUP is
  * logged and ignored -- never the default action, which would end the
- * process.
+ * process. text: the file's text as config_load_all() read it, taken over
+ * (the route API rebuilds the configuration from it, never from the file
+ * on disk); the routes file is read here too.
  */
-void bridge_set_reload(struct bridge *b, const char *path, struct config *cfg);
+void bridge_set_reload(struct bridge *b, const char *path, struct config *cfg, char *text);
 
 /*
  * Read the -c file again whenever it changes (checked every interval_s;

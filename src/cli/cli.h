@@ -8,6 +8,8 @@
  *                                       daemon, over its HTTP endpoint
  *   delay-bridge drain                  hand a running daemon's held messages
  *                                       back to their ingress, wait for its exit
+ *   delay-bridge routes list|get|put|delete  a running daemon's routes, over
+ *                                       its HTTP route API (/routes)
  *
  * main() hands over argv from the subcommand's name on (argv[0] is "wal" or
  * "publish"). Each function parses its own options, prints its results on
@@ -25,6 +27,10 @@
  *   drain:   0 drained (the daemon reported it done, then exited), 1 still
  *            draining at the timeout, 2 usage, 3 the daemon could not be
  *            asked, or exited before it reported the drain done.
+ *   routes:  0 done, 1 no such route, 2 usage, 3 the daemon could not be
+ *            asked (unreachable, 401, busy, error), 4 refused (400 a bad
+ *            route, 409 a route of the -c file or a change that waits for
+ *            a restart).
  *
  * The wal commands are read-only: they open files O_RDONLY, take no lock and
  * write nothing, so they are safe on the directory of a running daemon.
@@ -36,5 +42,6 @@ int cli_wal_main(int argc, char **argv);
 int cli_publish_main(int argc, char **argv);
 int cli_cancel_main(int argc, char **argv);
 int cli_drain_main(int argc, char **argv);
+int cli_routes_main(int argc, char **argv);
 
 #endif

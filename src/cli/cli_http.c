@@ -1,7 +1,7 @@
 /*
  * cli_http.c -- the operator tools' HTTP client (cli_http.h).
  *
- * Used by `delay-bridge cancel` and `delay-bridge drain`. Blocking and
+ * Used by `delay-bridge cancel`, `drain` and `routes`. Blocking and
  * simple on purpose: one connection per request, SO_RCVTIMEO/SO_SNDTIMEO
  * bound every step, the answer is read to EOF (the daemon closes after
  * answering a Connection: close request).
@@ -101,6 +101,12 @@ int cli_http_target(struct cli_http *h, const char *prog, const char *url, const
 int cli_http_request(const struct cli_http *h, const char *method, const char *path,
                      int *status, struct strbuf *body)
 {
+    return cli_http_send(h, method, path, NULL, 0, status, body);
+}
+
+int cli_http_send(const struct cli_http *h, const char *method, const char *path,
+                  const char *req_body, size_t len, int *status, struct strbuf *body)
+{
     struct strbuf req = STRBUF_INIT, resp = STRBUF_INIT;
     struct addrinfo hints, *ai = NULL;
     int fd = -1, r = -1, c;
@@ -108,11 +114,15 @@ int cli_http_request(const struct cli_http *h, const char *method, const char *p
     *status = 0;
     strbuf_printf(&req, "%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n", method, path,
                   h->host);
-    if (!strcmp(method, "POST"))
+    if (req_body)
+        strbuf_printf(&req, "Content-Type: application/json\r\nContent-Length: %zu\r\n", len);
+    else if (!strcmp(method, "POST"))
         strbuf_puts(&req, "Content-Length: 0\r\n");
     if (h->token)
         strbuf_printf(&req, "Authorization: Bearer %s\r\n", h->token);
     strbuf_puts(&req, "\r\n");
+    if (req_body)
+        strbuf_append(&req, req_body, len);
 
     memset(&hints, 0, sizeof(hints));
     hints.ai_socktype = SOCK_STREAM;

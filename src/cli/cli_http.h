@@ -37,6 +37,9 @@ int cli_http_target(struct cli_http *h, const char *prog, const char *url, const
 #define CLI_HTTP_REFUSED (-2)
 int cli_http_request(const struct cli_http *h, const char *method, const char *path,
                      int *status, struct strbuf *body);
+/* The same with a JSON request body of len bytes (PUT /routes/NAME). */
+int cli_http_send(const struct cli_http *h, const char *method, const char *path,
+                  const char *req_body, size_t len, int *status, struct strbuf *body);
 
 /* %-encode s into b (a path segment), leaving unreserved characters as they are. */
 void cli_http_encode(struct strbuf *b, const char *s);

@@ -31,14 +31,9 @@
  *   - the "amq." prefix is reserved by RabbitMQ for exchanges and queues a
  *     client declares: refused for ingress_exchange, ingress_queue, and
  *     target_exchange when declare_target is true (likewise "");
- *   - loops: a held message is republished with a negative x-delay, and an
- *     invalid one keeps its x-delay; if a route's target (or dead-letter
- *     exchange) is the ingress exchange of a route that leads back, the
- *     message would circulate for ever. Routes are followed the way a
- *     message would go: with a valid delay along target_exchange, with an
- *     invalid one along dead_letter_exchange when invalid_delay is
- *     "dead-letter", else target_exchange. Loops through exchange-to-exchange
- *     bindings on the broker are out of sight here.
+ *   - loops: a route whose target (or dead-letter exchange) is the ingress
+ *     exchange of a route that leads back (config_routes.c says how routes
+ *     are followed).
  *
  * Ranges the header leaves open, chosen here:
  *   broker.heartbeat_s 0..65535 (AMQP short); connect_timeout_ms,
@@ -48,13 +43,20 @@
  *   wal.checkpoint_min_mb 1..1048576; wal.replicate.max_age at most 9
  *   digits (its seconds fit in 64 bits even in years); http.listen is ""
  *   (off) by default, else host:port with IPv6 hosts in brackets
- *   ("[::1]:9187").
+ *   ("[::1]:9187"); routes_file "" is wal.dir + "/routes.json", filled in
+ *   at parse (one path for every reader), and must fit 4095 bytes.
  *
  * json-c keeps the last of two equal keys in one object, so a duplicate key
  * is not reported.
  *
- * The JSON access is in config_json.c, the checks in config_check.c;
- * config_int.h is what the three share.
+ * config_load_all() reads the routes file (routes_file) after the file:
+ * missing, it is no routes yet; unreadable or wrong, the load fails with
+ * its name, as a file of the configuration would.
+ *
+ * The routes are read in config_routes.c (route_templates in
+ * config_template.c, the routes file's text edited in config_store.c), the
+ * JSON access is in config_json.c, the checks in config_check.c;
+ * config_int.h is what they share.
  */
 #include "config_int.h"
 
@@ -77,17 +79,41 @@
 
 #define CONFIG_FILE_MAX (16u << 20)
 
+/*
+ * One URI into c->uris, kept as "URI\0VHOST\0": its %-decoded vhost right
+ * after it in the same allocation, where config_route_vhost() finds the
+ * first URI's for the routes without a vhost of their own -- a pointer
+ * that lives as long as c, with no field of its own in the contract.
+ */
 static int add_uri(struct ctx *x, struct config *c, const char *path, const char *s, size_t n)
 {
     if (c->nuris >= CONFIG_MAX_URIS)
         return cfg_fail(x, path, "too many URIs; at most %d", CONFIG_MAX_URIS);
-    char *u = xstrndup(s, n);
-    if (cfg_check_uri(x, path, u) < 0) {
-        free(u);
+    char *text = xstrndup(s, n);
+    struct uri u;
+    if (cfg_check_uri(x, path, text, &u) < 0) {
+        free(text);
         return -1;
     }
-    c->uris[c->nuris++] = u;
+    size_t vn = strlen(u.vhost);
+    char *kept = xmalloc(n + 1 + vn + 1);
+    memcpy(kept, text, n + 1);
+    memcpy(kept + n + 1, u.vhost, vn + 1);
+    free(text);
+    c->uris[c->nuris++] = kept;
     return 0;
+}
+
+const char *cfg_uri_vhost(const struct config *c)
+{
+    if (c->nuris == 0 || !c->uris[0])
+        return "/";
+    return c->uris[0] + strlen(c->uris[0]) + 1; /* add_uri() */
+}
+
+const char *config_route_vhost(const struct config *c, const struct config_route *r)
+{
+    return r->vhost[0] ? r->vhost : cfg_uri_vhost(c);
 }
 
 /* A JSON value that must be one URI string. */
@@ -450,253 +476,24 @@ static int parse_log(struct ctx *x, struct config *c, json_object *root)
 }
 
 
-/* A route's values before its keys are read: what an absent key means. */
-static void route_defaults(struct config_route *r)
+/* "routes_file": "" is WAL_DIR/routes.json, resolved here so that every reader sees one path. */
+static int parse_routes_file(struct ctx *x, struct config *c, json_object *root)
 {
-    r->queue_type = QUEUE_CLASSIC;
-    r->declare_target = 0;
-    snprintf(r->target_type, sizeof r->target_type, "direct");
-    r->prefetch = 1000;
-    r->max_inflight = 1000;
-    r->max_delay_ms = 4294967295u;
-    r->invalid_delay = INVALID_DELAY_PUBLISH;
-    r->dead_letter_exchange[0] = '\0';
-    r->unroutable_exchange[0] = '\0';
-}
-
-/* routes[i]: its name and the exchanges and queue it names (each checked alone). */
-static int route_names(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
-{
-    char path[64], q[96];
-
-    if (cfg_get_str(x, o, pre, "name", REQUIRED | NONEMPTY, r->name, CONFIG_NAME_MAX) < 0)
+    char *f = c->routes_file;
+    if (cfg_get_str(x, root, "", "routes_file", OPTIONAL, f, sizeof c->routes_file - 1) < 0)
         return -1;
-    if (!cfg_valid_name(r->name)) {
-        snprintf(path, sizeof path, "%s.name", pre);
-        return cfg_fail(x, path, "%s: only letters, digits, '.', '_' and '-' are allowed",
-                    cfg_quote(r->name, strlen(r->name), q, sizeof q));
-    }
-    if (cfg_get_str(x, o, pre, "ingress_exchange", REQUIRED | NONEMPTY, r->ingress_exchange,
-                CONFIG_NAME_MAX) < 0)
-        return -1;
-    if (cfg_get_str(x, o, pre, "ingress_queue", REQUIRED | NONEMPTY, r->ingress_queue,
-                CONFIG_NAME_MAX) < 0)
-        return -1;
-    /* a retry route has none: it sends back through the default exchange (config_retry.c) */
-    if (!cfg_route_is_retry(o) &&
-        cfg_get_str(x, o, pre, "target_exchange", REQUIRED, r->target_exchange, CONFIG_NAME_MAX) < 0)
-        return -1;
+    if (f[0])
+        return 0;
+    size_t n = strlen(c->wal_dir);
+    while (n > 1 && c->wal_dir[n - 1] == '/')
+        n--;
+    if (n + sizeof "/routes.json" > sizeof c->routes_file)
+        return cfg_fail(x, "routes_file", "the default, wal.dir + \"/routes.json\", would be %zu "
+                        "bytes; at most %zu: set routes_file or shorten wal.dir",
+                        n + sizeof "/routes.json" - 1, sizeof c->routes_file - 1);
+    snprintf(f, sizeof c->routes_file, "%.*s%s", (int)n, c->wal_dir,
+             n == 1 && c->wal_dir[0] == '/' ? "routes.json" : "/routes.json");
     return 0;
-}
-
-/* routes[i]: the kinds of its queue and target, and the switches on them. */
-static int route_kinds(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
-{
-    static const char *const queue_types[] = { "classic", "quorum", "stream", NULL };
-    int choice = -1;
-    if (cfg_get_choice(x, o, pre, "queue_type", queue_types,
-                       "\"classic\", \"quorum\" or \"stream\"", &choice) < 0)
-        return -1;
-    if (choice >= 0)
-        r->queue_type = choice == 0 ? QUEUE_CLASSIC : choice == 1 ? QUEUE_QUORUM : QUEUE_STREAM;
-
-    if (cfg_get_bool(x, o, pre, "declare_target", &r->declare_target) < 0)
-        return -1;
-    r->single_active_consumer = 0;
-    if (cfg_get_bool(x, o, pre, "single_active_consumer", &r->single_active_consumer) < 0)
-        return -1;
-    r->share_keys = 0;
-    if (cfg_get_bool(x, o, pre, "share_keys", &r->share_keys) < 0)
-        return -1;
-    if (cfg_parse_route_stream(x, r, o, pre) < 0)
-        return -1;
-
-    static const char *const types[] = { "direct", "topic", "fanout", "headers", NULL };
-    choice = -1;
-    if (cfg_get_choice(x, o, pre, "target_type", types,
-                   "\"direct\", \"topic\", \"fanout\" or \"headers\"", &choice) < 0)
-        return -1;
-    if (choice >= 0)
-        memcpy(r->target_type, types[choice], strlen(types[choice]) + 1);
-    return 0;
-}
-
-/* routes[i]: flow limits (prefetch, in flight, longest delay) and where delays count from. */
-static int route_limits(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
-{
-    uint64_t v = r->prefetch;
-    if (cfg_get_int(x, o, pre, "prefetch", 1, 65535, &v) < 0)
-        return -1;
-    r->prefetch = (uint16_t)v;
-    v = r->max_inflight;
-    if (cfg_get_int(x, o, pre, "max_inflight", 1, 1000000, &v) < 0)
-        return -1;
-    r->max_inflight = (uint32_t)v;
-    v = r->max_delay_ms;
-    if (cfg_get_int(x, o, pre, "max_delay_ms", 1, INT64_MAX, &v) < 0)
-        return -1;
-    r->max_delay_ms = v;
-    static const char *const froms[] = { "bridge", "broker", NULL };
-    int choice = -1;
-    r->delay_from = DELAY_FROM_BRIDGE;
-    if (cfg_get_choice(x, o, pre, "delay_from", froms, "\"bridge\" or \"broker\"", &choice) < 0)
-        return -1;
-    if (choice == 1)
-        r->delay_from = DELAY_FROM_BROKER;
-    return 0;
-}
-
-/* routes[i]: where a message goes when its delay is invalid or its target unroutable. */
-static int route_side_exits(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
-{
-    char path[64];
-    static const char *const policies[] = { "publish", "dead-letter", NULL };
-    int choice = -1;
-    if (cfg_get_choice(x, o, pre, "invalid_delay", policies, "\"publish\" or \"dead-letter\"",
-                   &choice) < 0)
-        return -1;
-    if (choice >= 0)
-        r->invalid_delay = choice == 0 ? INVALID_DELAY_PUBLISH : INVALID_DELAY_DEAD_LETTER;
-    if (cfg_get_str(x, o, pre, "dead_letter_exchange", OPTIONAL, r->dead_letter_exchange,
-                CONFIG_NAME_MAX) < 0)
-        return -1;
-    if (cfg_get_str(x, o, pre, "unroutable_exchange", OPTIONAL, r->unroutable_exchange,
-                CONFIG_NAME_MAX) < 0)
-        return -1;
-    if (r->unroutable_exchange[0] && (strcmp(r->unroutable_exchange, r->ingress_exchange) == 0 ||
-                                      strcmp(r->unroutable_exchange, r->target_exchange) == 0)) {
-        snprintf(path, sizeof path, "%s.unroutable_exchange", pre);
-        return cfg_fail(x, path, "must differ from ingress_exchange and target_exchange: an "
-                             "unroutable message would come back or bounce again");
-    }
-    return 0;
-}
-
-/* routes[i]: the rules between its keys (reserved names, loops, what cannot be declared). */
-static int route_check_rules(struct ctx *x, const struct config_route *r, const char *pre)
-{
-    char path[64], q[96];
-
-    if (cfg_reserved(r->ingress_exchange)) {
-        snprintf(path, sizeof path, "%s.ingress_exchange", pre);
-        return cfg_fail(x, path, "the \"amq.\" prefix is reserved by RabbitMQ; choose another name");
-    }
-    if (cfg_reserved(r->ingress_queue)) {
-        snprintf(path, sizeof path, "%s.ingress_queue", pre);
-        return cfg_fail(x, path, "the \"amq.\" prefix is reserved by RabbitMQ; choose another name");
-    }
-    if (strcmp(r->target_exchange, r->ingress_exchange) == 0) {
-        snprintf(path, sizeof path, "%s.target_exchange", pre);
-        return cfg_fail(x, path,
-                    "same as ingress_exchange %s: messages would loop; expected the exchange "
-                    "consumers read from",
-                    cfg_quote(r->ingress_exchange, strlen(r->ingress_exchange), q, sizeof q));
-    }
-    if (r->declare_target && r->target_exchange[0] == '\0') {
-        snprintf(path, sizeof path, "%s.declare_target", pre);
-        return cfg_fail(x, path, "the default exchange (target_exchange \"\") cannot be declared; "
-                             "set declare_target to false");
-    }
-    if (r->declare_target && cfg_reserved(r->target_exchange)) {
-        snprintf(path, sizeof path, "%s.declare_target", pre);
-        return cfg_fail(x, path, "RabbitMQ refuses to declare \"amq.\" exchanges; set declare_target "
-                             "to false or rename target_exchange");
-    }
-    if (r->invalid_delay == INVALID_DELAY_DEAD_LETTER) {
-        snprintf(path, sizeof path, "%s.dead_letter_exchange", pre);
-        if (r->dead_letter_exchange[0] == '\0')
-            return cfg_fail(x, path, "required when invalid_delay is \"dead-letter\"; expected a "
-                                 "non-empty exchange name");
-        if (strcmp(r->dead_letter_exchange, r->ingress_exchange) == 0)
-            return cfg_fail(x, path, "same as ingress_exchange %s: messages would loop",
-                        cfg_quote(r->ingress_exchange, strlen(r->ingress_exchange), q, sizeof q));
-    }
-    return 0;
-}
-
-/*
- * routes[idx] into r: its keys checked, the defaults set, then each group of
- * keys read in turn (the first error wins, so the order is the messages'),
- * then the rules between keys.
- */
-static int parse_route(struct ctx *x, struct config_route *r, json_object *o, int idx)
-{
-    static const char *const keys[] = {
-        "name", "ingress_exchange", "ingress_queue", "target_exchange", "queue_type",
-        "declare_target", "target_type", "prefetch", "max_inflight", "max_delay_ms",
-        "invalid_delay", "dead_letter_exchange", "unroutable_exchange",
-        "single_active_consumer", "share_keys", "stream_max_age", "stream_max_mb", "delay_from",
-        "retry", NULL
-    };
-    char pre[32], got[96];
-    snprintf(pre, sizeof pre, "routes[%d]", idx);
-    if (json_object_get_type(o) != json_type_object)
-        return cfg_fail(x, pre, "expected an object, got %s", cfg_show(o, got, sizeof got));
-    if (cfg_check_keys(x, o, pre, keys) < 0)
-        return -1;
-    route_defaults(r);
-    if (route_names(x, r, o, pre) < 0 || route_kinds(x, r, o, pre) < 0 ||
-        route_limits(x, r, o, pre) < 0 || route_side_exits(x, r, o, pre) < 0 ||
-        cfg_parse_route_retry(x, r, o, pre) < 0)
-        return -1;
-    return route_check_rules(x, r, pre);
-}
-
-
-static int parse_routes(struct ctx *x, struct config *c, json_object *root)
-{
-    json_object *a;
-    char got[96], q[96], path[64];
-    if (!json_object_object_get_ex(root, "routes", &a))
-        return cfg_fail(x, "routes", "missing; expected an array of 1..%d routes", CONFIG_MAX_ROUTES);
-    if (json_object_get_type(a) != json_type_array)
-        return cfg_fail(x, "routes", "expected an array, got %s", cfg_show(a, got, sizeof got));
-    size_t n = json_object_array_length(a);
-    if (n == 0 || n > CONFIG_MAX_ROUTES)
-        return cfg_fail(x, "routes", "expected 1..%d routes, got %zu", CONFIG_MAX_ROUTES, n);
-    c->routes = xmalloc(n * sizeof *c->routes);
-    memset(c->routes, 0, n * sizeof *c->routes);
-    for (size_t i = 0; i < n; i++) {
-        struct config_route *r = &c->routes[i];
-        if (parse_route(x, r, json_object_array_get_idx(a, i), (int)i) < 0) {
-            cfg_free_route_retry(r); /* not counted in nroutes yet */
-            return -1;
-        }
-        c->nroutes = (int)i + 1;
-        for (size_t j = 0; j < i; j++) {
-            const struct config_route *p = &c->routes[j];
-            const char *what = NULL, *val = NULL;
-            if (strcmp(p->name, r->name) == 0)
-                what = "name", val = r->name;
-            else if (strcmp(p->ingress_exchange, r->ingress_exchange) == 0)
-                what = "ingress_exchange", val = r->ingress_exchange;
-            else if (strcmp(p->ingress_queue, r->ingress_queue) == 0)
-                what = "ingress_queue", val = r->ingress_queue;
-            if (what) {
-                snprintf(path, sizeof path, "routes[%zu].%s", i, what);
-                return cfg_fail(x, path, "%s is already used by routes[%zu]; expected a unique %s",
-                            cfg_quote(val, strlen(val), q, sizeof q), j, what);
-            }
-        }
-    }
-
-    /* loops, as a delayed (then negative x-delay) and an invalid message travel */
-    int *next = xmalloc((size_t)c->nroutes * sizeof *next);
-    int rc = 0;
-    for (int i = 0; i < c->nroutes; i++)
-        next[i] = cfg_route_by_ingress(c, c->routes[i].target_exchange);
-    rc = cfg_check_loops(x, c, next, 0);
-    if (rc == 0) {
-        for (int i = 0; i < c->nroutes; i++) {
-            const struct config_route *r = &c->routes[i];
-            next[i] = cfg_route_by_ingress(c, r->invalid_delay == INVALID_DELAY_DEAD_LETTER
-                                              ? r->dead_letter_exchange
-                                              : r->target_exchange);
-        }
-        rc = cfg_check_loops(x, c, next, 1);
-    }
-    free(next);
-    return rc;
 }
 
 static void defaults(struct config *c)
@@ -724,60 +521,24 @@ static void defaults(struct config *c)
 
 int config_parse(struct config *c, const char *json, const char *name, char *err, size_t errlen)
 {
-    struct ctx x = { name ? name : "config", err, errlen };
+    struct ctx x = {.name = name ? name : "config", .err = err, .errlen = errlen};
     if (err && errlen)
         err[0] = '\0';
     defaults(c);
 
-    /* a UTF-8 byte order mark, as some editors write, is not an error */
-    const char *text = strncmp(json, "\xef\xbb\xbf", 3) == 0 ? json + 3 : json;
-    size_t len = strlen(text);
-    if (len >= (size_t)INT32_MAX)
-        return cfg_fail(&x, NULL, "too large");
-    struct json_tokener *tok = json_tokener_new();
-    if (!tok) {
-        fprintf(stderr, "delay-bridge: out of memory (json tokener)\n");
-        abort();
-    }
-    json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
-    /* len + 1: the NUL ends a top-level number and marks the end of input */
-    json_object *root = json_tokener_parse_ex(tok, text, (int)len + 1);
-    enum json_tokener_error jerr = json_tokener_get_error(tok);
-    size_t end = json_tokener_get_parse_end(tok);
-    json_tokener_free(tok);
-
     int rc = -1;
-    if (jerr != json_tokener_success || !root) {
-        size_t ws = 0;
-        while (ws < len && strchr(" \t\r\n", text[ws]))
-            ws++;
-        if (ws == len) {
-            cfg_fail(&x, NULL, "the file is empty; expected a JSON object");
-            goto cleanup;
-        }
-        int line, col;
-        const char *what = json_tokener_error_desc(jerr);
-        if (jerr == json_tokener_continue || jerr == json_tokener_error_parse_eof) {
-            end = len;
-            what = "unexpected end of file (an unclosed { [ or \"?)";
-        }
-        cfg_line_col(text, end, &line, &col);
-        /* "name:line:col: ..." like a compiler, so editors can jump to it */
-        if (err && errlen)
-            snprintf(err, errlen, "%s:%d:%d: invalid JSON: %s", x.name, line, col, what);
+    json_object *root = cfg_parse_text(&x, json);
+    if (!root)
         goto cleanup;
-    }
-    if (json_object_get_type(root) != json_type_object) {
-        cfg_fail(&x, NULL, "expected a JSON object at the top level");
-        goto cleanup;
-    }
 
     static const char *const keys[] = { "instance", "broker", "wal", "http", "log",
-                                        "shutdown_timeout_ms", "routes", NULL };
+                                        "shutdown_timeout_ms", "routes_file", "route_templates",
+                                        "routes", NULL };
     if (cfg_check_keys(&x, root, "", keys) < 0)
         goto cleanup;
     if (parse_broker(&x, c, root) < 0 || parse_wal(&x, c, root) < 0 ||
-        parse_http(&x, c, root) < 0 || parse_log(&x, c, root) < 0)
+        parse_http(&x, c, root) < 0 || parse_log(&x, c, root) < 0 ||
+        parse_routes_file(&x, c, root) < 0)
         goto cleanup;
     if (cfg_get_u32(&x, root, "", "shutdown_timeout_ms", 0, &c->shutdown_timeout_ms) < 0)
         goto cleanup;
@@ -791,9 +552,8 @@ int config_parse(struct config *c, const char *json, const char *name, char *err
                  cfg_quote(c->instance, strlen(c->instance), q, sizeof q));
             goto cleanup;
         }
-    if (parse_replicate(&x, c, root) < 0 || parse_routes(&x, c, root) < 0 ||
-        cfg_check_repl_routes(&x, c) < 0 || cfg_check_share_keys(&x, c) < 0 ||
-        cfg_check_stream_routes(&x, c) < 0)
+    if (parse_replicate(&x, c, root) < 0 || cfg_parse_templates(&x, c, root) < 0 ||
+        cfg_parse_routes(&x, c, root) < 0)
         goto cleanup;
     rc = 0;
 
@@ -805,18 +565,22 @@ cleanup:
 }
 
 
-int config_load(struct config *c, const char *path, char *err, size_t errlen)
+/*
+ * The file at path, whole and NUL-terminated (malloc'd), its fstat in *st;
+ * NULL with the reason reported, *missing set when it does not exist.
+ */
+static char *read_file(struct ctx *x, const char *path, struct stat *st, int *missing)
 {
-    struct ctx x = { path, err, errlen };
-    memset(c, 0, sizeof *c);
-    if (err && errlen)
-        err[0] = '\0';
+    *missing = 0;
     FILE *f = fopen(path, "rb");
-    if (!f)
-        return cfg_fail(&x, NULL, "cannot open: %s", strerror(errno));
+    if (!f) {
+        int e = errno;
+        *missing = e == ENOENT;
+        cfg_fail(x, NULL, "cannot open: %s", strerror(e));
+        return NULL;
+    }
     char *buf = NULL;
     size_t n = 0, cap = 0;
-    int rc = -1;
     for (;;) {
         if (n + 4096 + 1 > cap) {
             cap = cap ? cap * 2 : 8192;
@@ -825,30 +589,78 @@ int config_load(struct config *c, const char *path, char *err, size_t errlen)
         size_t r = fread(buf + n, 1, cap - n - 1, f);
         n += r;
         if (n > CONFIG_FILE_MAX) {
-            cfg_fail(&x, NULL, "larger than %u MiB; is this the right file?", CONFIG_FILE_MAX >> 20);
-            goto cleanup;
+            cfg_fail(x, NULL, "larger than %u MiB; is this the right file?", CONFIG_FILE_MAX >> 20);
+            goto fail;
         }
         if (r == 0) {
             if (ferror(f)) {
-                cfg_fail(&x, NULL, "cannot read: %s", strerror(errno));
-                goto cleanup;
+                cfg_fail(x, NULL, "cannot read: %s", strerror(errno));
+                goto fail;
             }
             break;
         }
     }
     buf[n] = '\0';
     if (strlen(buf) != n) {
-        cfg_fail(&x, NULL, "contains a NUL byte; expected a JSON text file");
-        goto cleanup;
+        cfg_fail(x, NULL, "contains a NUL byte; expected a JSON text file");
+        goto fail;
     }
-    rc = config_parse(c, buf, path, err, errlen);
-    if (rc == 0)
-        cfg_warn_loaded(c, path, f);
-
-cleanup:
+    if (fstat(fileno(f), st) < 0)
+        memset(st, 0, sizeof *st);
+    fclose(f);
+    return buf;
+fail:
     free(buf);
     fclose(f);
-    return rc;
+    return NULL;
+}
+
+/* config_load(), and with store the routes file after it; *text (when not NULL) the file's text. */
+static int load(struct config *c, const char *path, int store, char **text, char *err,
+                size_t errlen)
+{
+    struct ctx x = {.name = path, .err = err, .errlen = errlen};
+    struct stat st;
+    int missing, shadowed;
+
+    memset(c, 0, sizeof *c);
+    if (err && errlen)
+        err[0] = '\0';
+    char *buf = read_file(&x, path, &st, &missing);
+    if (!buf || config_parse(c, buf, path, err, errlen) < 0) {
+        free(buf);
+        return -1;
+    }
+    cfg_warn_loaded(c, path, &st);
+    if (store) {
+        struct ctx y = {.name = c->routes_file, .err = err, .errlen = errlen};
+        char *routes = read_file(&y, c->routes_file, &st, &missing);
+        if ((!routes && !missing) ||
+            (routes && cfg_add_routes(c, routes, c->routes_file, &shadowed, 1, err, errlen) < 0)) {
+            free(routes);
+            free(buf);
+            config_free(c);
+            return -1;
+        }
+        free(routes);
+        if (missing && err && errlen)
+            err[0] = '\0'; /* no routes file yet: none put */
+    }
+    if (text)
+        *text = buf;
+    else
+        free(buf);
+    return 0;
+}
+
+int config_load(struct config *c, const char *path, char *err, size_t errlen)
+{
+    return load(c, path, 0, NULL, err, errlen);
+}
+
+int config_load_all(struct config *c, const char *path, char **text, char *err, size_t errlen)
+{
+    return load(c, path, 1, text, err, errlen);
 }
 
 
@@ -863,5 +675,8 @@ void config_free(struct config *c)
     for (int i = 0; c->routes && i < c->nroutes; i++)
         cfg_free_route_retry(&c->routes[i]);
     free(c->routes);
+    for (int i = 0; c->templates && i < c->ntemplates; i++)
+        free(c->templates[i].json);
+    free(c->templates);
     memset(c, 0, sizeof *c);
 }

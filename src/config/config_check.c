@@ -26,7 +26,7 @@
 #include "uri.h"
 
 /* One broker URI: amqp:// or amqps://, parsed by uri.c (as the connection will be). */
-int cfg_check_uri(struct ctx *x, const char *path, const char *uri)
+int cfg_check_uri(struct ctx *x, const char *path, const char *uri, struct uri *u)
 {
     char masked[160], q[200];
     log_mask_uri(uri, masked, sizeof masked);
@@ -35,9 +35,8 @@ int cfg_check_uri(struct ctx *x, const char *path, const char *uri)
         return cfg_fail(x, path, "must not be empty; expected amqp://user:password@host:port/vhost");
     if (strncmp(uri, "amqp://", 7) != 0 && strncmp(uri, "amqps://", 8) != 0)
         return cfg_fail(x, path, "expected a URI starting with amqp:// or amqps://, got %s", q);
-    struct uri u;
     char why[160];
-    if (uri_parse(uri, &u, why, sizeof why) < 0)
+    if (uri_parse(uri, u, why, sizeof why) < 0)
         return cfg_fail(x, path,
                     "not a valid AMQP URI: %s: %s; expected amqp[s]://user:password@host:port/vhost "
                     "(port 1..65535, '/' in the vhost written %%2f)",
@@ -127,20 +126,26 @@ int cfg_get_max_age(struct ctx *x, json_object *obj, const char *prefix, const c
     return 1;
 }
 
-/* wal.replicate's stream and lease queue are not any route's ingress queue. */
+/*
+ * wal.replicate's stream and lease queue are not the ingress queue of any
+ * route in the broker URI's vhost, where the replicated log declares them.
+ */
 int cfg_check_repl_routes(struct ctx *x, const struct config *c)
 {
-    char q[96];
+    char q[96], b[32];
+    const char *vhost = cfg_uri_vhost(c);
 
     if (!c->repl.enabled)
         return 0;
     for (int i = 0; i < c->nroutes; i++) {
         const char *iq = c->routes[i].ingress_queue;
+        if (c->routes[i].retired || strcmp(config_route_vhost(c, &c->routes[i]), vhost) != 0)
+            continue;
         int s = strcmp(iq, c->repl.stream) == 0;
         if (s || strcmp(iq, c->repl.lease_queue) == 0)
             return cfg_fail(x, s ? "wal.replicate.stream" : "wal.replicate.lease_queue",
-                        "%s is also routes[%d].ingress_queue; expected a name no route uses",
-                        cfg_quote(iq, strlen(iq), q, sizeof q), i);
+                        "%s is also %s.ingress_queue; expected a name no route uses",
+                        cfg_quote(iq, strlen(iq), q, sizeof q), cfg_route_pre(x, i, b, sizeof b));
     }
     return 0;
 }
@@ -213,11 +218,12 @@ int cfg_reserved(const char *s)
 }
 
 
-/* Route whose ingress_exchange is ex, or -1. */
-int cfg_route_by_ingress(const struct config *c, const char *ex)
+/* The route in vhost whose ingress_exchange is ex, or -1. */
+int cfg_route_by_ingress(const struct config *c, const char *vhost, const char *ex)
 {
     for (int i = 0; i < c->nroutes; i++)
-        if (strcmp(c->routes[i].ingress_exchange, ex) == 0)
+        if (!c->routes[i].retired && strcmp(c->routes[i].ingress_exchange, ex) == 0 &&
+            strcmp(config_route_vhost(c, &c->routes[i]), vhost) == 0)
             return i;
     return -1;
 }
@@ -236,11 +242,16 @@ int cfg_check_loops(struct ctx *x, const struct config *c, const int *next, int 
         }
         if (r < 0)
             continue;
-        /* r is on the cycle: describe it from its first route in the file */
+        /*
+         * r is on the cycle: describe it from its first route in the file,
+         * or the first of those this parse adds (config_add_routes), whose
+         * author has to change one of them
+         */
         for (int k = next[r]; k != r; k = next[k])
-            if (k < r)
+            if ((k >= x->first_new) > (r >= x->first_new) ||
+                ((k >= x->first_new) == (r >= x->first_new) && k < r))
                 r = k;
-        char desc[512], path[64];
+        char desc[512], path[CFG_PATH_MAX], b[32];
         size_t o = 0;
         int k = r;
         do {
@@ -253,7 +264,7 @@ int cfg_check_loops(struct ctx *x, const struct config *c, const int *next, int 
         snprintf(desc + o, sizeof desc - o, "%s", c->routes[r].name);
         const struct config_route *rr = &c->routes[r];
         int dl = invalid && rr->invalid_delay == INVALID_DELAY_DEAD_LETTER;
-        snprintf(path, sizeof path, "routes[%d].%s", r,
+        snprintf(path, sizeof path, "%s.%s", cfg_route_pre(x, r, b, sizeof b),
                  dl ? "dead_letter_exchange" : "target_exchange");
         return cfg_fail(x, path,
                     "routes form a loop (%s): %s would be republished for ever; point a route "
@@ -271,13 +282,13 @@ int cfg_check_loops(struct ctx *x, const struct config *c, const int *next, int 
  */
 int cfg_check_share_keys(struct ctx *x, const struct config *c)
 {
-    char path[64];
+    char path[CFG_PATH_MAX], b[32];
 
     for (int i = 0; i < c->nroutes; i++) {
         const struct config_route *r = &c->routes[i];
         if (!r->share_keys)
             continue;
-        snprintf(path, sizeof path, "routes[%d].share_keys", i);
+        snprintf(path, sizeof path, "%s.share_keys", cfg_route_pre(x, i, b, sizeof b));
         if (!c->instance[0])
             return cfg_fail(x, path, "needs \"instance\" set: each bridge's key-event queue is "
                         "named after it");
@@ -307,21 +318,20 @@ int cfg_uri_has_password(const char *uri)
     return colon && colon + 1 < p + at - 1;
 }
 
-/* One-line warnings about a loaded configuration (f: the open file). */
-void cfg_warn_loaded(const struct config *c, const char *path, FILE *f)
+/* One-line warnings about a loaded configuration (st: the file's fstat). */
+void cfg_warn_loaded(const struct config *c, const char *path, const struct stat *st)
 {
-    struct stat st;
     int pw = 0, tls = 0;
 
     for (int i = 0; i < c->nuris; i++) {
         pw |= cfg_uri_has_password(c->uris[i]);
         tls |= strncmp(c->uris[i], "amqps://", 8) == 0;
     }
-    if (pw && !c->uri_from_env && fstat(fileno(f), &st) == 0 && (st.st_mode & S_IROTH))
+    if (pw && !c->uri_from_env && (st->st_mode & S_IROTH))
         log_warn("config", "the configuration file holds the broker password and is readable "
                  "by other users",
                  "file=\"%s\" mode=%04o hint=\"chmod 600 the file, or pass the URI in "
-                 ENV_URI "\"", path, (unsigned)(st.st_mode & 07777));
+                 ENV_URI "\"", path, (unsigned)(st->st_mode & 07777));
     if (tls && !c->tls.verify_hostname)
         log_warn("config", "TLS host name verification is off: any certificate from the CA is "
                  "accepted for any host",
@@ -418,7 +428,7 @@ int config_check_wal_dir(const struct config *c, const char *name, char *err, si
 int cfg_parse_route_stream(struct ctx *x, struct config_route *r, json_object *o,
                            const char *pre)
 {
-    char path[64];
+    char path[CFG_PATH_MAX];
     uint64_t u = 0, age_s;
 
     snprintf(r->stream_max_age, sizeof r->stream_max_age, "7D");
@@ -453,14 +463,14 @@ int cfg_parse_route_stream(struct ctx *x, struct config_route *r, json_object *o
 /* A stream ingress keeps its place beside the log, which wal.replicate does not carry. */
 int cfg_check_stream_routes(struct ctx *x, const struct config *c)
 {
-    char path[64];
+    char path[CFG_PATH_MAX], b[32];
 
     if (!c->repl.enabled)
         return 0;
     for (int i = 0; i < c->nroutes; i++) {
         if (c->routes[i].queue_type != QUEUE_STREAM)
             continue;
-        snprintf(path, sizeof path, "routes[%d].queue_type", i);
+        snprintf(path, sizeof path, "%s.queue_type", cfg_route_pre(x, i, b, sizeof b));
         return cfg_fail(x, path, "\"stream\" cannot be combined with wal.replicate: the place "
                     "read in the stream is kept beside the log, and a standby taking the log "
                     "over would not have it; use \"classic\" or \"quorum\"");

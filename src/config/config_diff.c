@@ -8,7 +8,15 @@
  * the array changes nothing: "routes[NAME]" is added, removed or changed
  * (one line for a route, whichever of its keys differ; its retry policy
  * and per-queue overrides included). The other keys are compared one by
- * one and named as in the file ("broker.uri", "wal.fsync", ...).
+ * one and named as in the file ("broker.uri", "wal.fsync", ...);
+ * route_templates is one path, the templates' text (a template's change
+ * also shows in the routes made from it).
+ *
+ * A route the running configuration retired (removed while it still held
+ * messages, config.h) is as good as absent: config_route_index does not
+ * find it, and a diff neither matches nor reports it, so the file naming
+ * that route again adds it anew. Where a route was read (its source, the
+ * -c file or the routes file) is not one of its keys.
  *
  * Pure: no I/O, no allocation. Every key of the file is compared;
  * test_config_diff changes each one alone and expects exactly its path, so
@@ -66,6 +74,8 @@ int config_route_keys_diff(const struct config_route *a, const struct config_rou
         {"dead_letter_exchange", strcmp(a->dead_letter_exchange, b->dead_letter_exchange) != 0},
         {"unroutable_exchange", strcmp(a->unroutable_exchange, b->unroutable_exchange) != 0},
         {"retry", !same_retry(a->retry, b->retry)},
+        {"vhost", strcmp(a->vhost, b->vhost) != 0},
+        {"template", strcmp(a->template_name, b->template_name) != 0},
     };
     int n = 0;
 
@@ -86,7 +96,8 @@ int config_route_same(const struct config_route *a, const struct config_route *b
 int config_route_index(const struct config *c, const char *name, size_t len)
 {
     for (int i = 0; i < c->nroutes; i++)
-        if (strlen(c->routes[i].name) == len && memcmp(c->routes[i].name, name, len) == 0)
+        if (!c->routes[i].retired && strlen(c->routes[i].name) == len &&
+            memcmp(c->routes[i].name, name, len) == 0)
             return i;
     return -1;
 }
@@ -111,6 +122,17 @@ static void say(struct diff *d, int differs, const char *path)
     d->n++;
     if (d->cb)
         d->cb(d->arg, "changed", path);
+}
+
+static int templates_differ(const struct config *a, const struct config *b)
+{
+    if (a->ntemplates != b->ntemplates)
+        return 1;
+    for (int i = 0; i < a->ntemplates; i++)
+        if (strcmp(a->templates[i].name, b->templates[i].name) ||
+            strcmp(a->templates[i].json, b->templates[i].json))
+            return 1;
+    return 0;
 }
 
 static int uris_differ(const struct config *a, const struct config *b)
@@ -161,8 +183,12 @@ int config_diff(const struct config *a, const struct config *b,
         "http");
     say(&d, a->log_level != b->log_level, "log.level");
     say(&d, a->shutdown_timeout_ms != b->shutdown_timeout_ms, "shutdown_timeout_ms");
+    say(&d, strcmp(a->routes_file, b->routes_file), "routes_file");
+    say(&d, templates_differ(a, b), "route_templates");
 
     for (int i = 0; i < b->nroutes; i++) {
+        if (b->routes[i].retired)
+            continue;
         const struct config_route *old = route_named(a, b->routes[i].name);
         snprintf(path, sizeof path, "routes[%s]", b->routes[i].name);
         if (!old) {
@@ -174,7 +200,7 @@ int config_diff(const struct config *a, const struct config *b,
         }
     }
     for (int i = 0; i < a->nroutes; i++)
-        if (!route_named(b, a->routes[i].name)) {
+        if (!a->routes[i].retired && !route_named(b, a->routes[i].name)) {
             snprintf(path, sizeof path, "routes[%s]", a->routes[i].name);
             d.n++;
             if (cb)

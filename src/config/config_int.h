@@ -5,8 +5,15 @@
  *   config.c        the sections: one walk per section copies each key
  *                   into struct config (parse_broker, parse_wal, ...), then
  *                   config_parse / config_load / config_free
+ *   config_routes.c the routes -- the file's, route_templates' instances,
+ *                   the routes file's (config_add_routes): each route's
+ *                   keys, then the rules between routes (unique names, loops)
  *   config_json.c   access to the JSON: typed, range-checked getters, the
  *                   unknown-key check, values quoted back into messages
+ *   config_template.c  route_templates: their shape, kept as text, and a
+ *                   route's keys made from one ("{name}" replaced)
+ *   config_store.c  the routes file's text, a route put or deleted
+ *                   (config_store_put, config_store_delete)
  *   config_diff.c   what differs between two loaded configurations (a reload)
  *   config_retry.c  routes[].retry: a retry route's policy, parking and
  *                   per-queue overrides, and the route keys it refuses
@@ -29,11 +36,22 @@
 
 #define ENV_URI "DELAY_BRIDGE_BROKER_URI" /* broker URIs from the environment */
 
+#define CFG_PATH_MAX 320 /* a key path: a route's prefix (CFG_PRE_MAX) and a key or two */
+#define CFG_PRE_MAX 304  /* "route_templates.NAME.routes[N]", "routes[NAME]" */
+
+/* Where route i of a parse was written, for messages (config_routes.c). */
+struct cfg_where {
+    char pre[CFG_PRE_MAX]; /* its keys' prefix: "routes[2]", "route_templates.T", "routes[orders]" */
+    char id[CFG_PRE_MAX];  /* the route: "routes[2]", "route_templates.T.routes[1]", ... */
+};
+
 /* One parse: the config's name for messages, and where its one error goes. */
 struct ctx {
     const char *name;
     char *err;
     size_t errlen;
+    struct cfg_where *where; /* while routes are read: one per route of c; NULL: "routes[i]" */
+    int first_new;           /* routes of c before it were there before this parse */
 };
 
 
@@ -92,10 +110,57 @@ int cfg_section(struct ctx *x, json_object *root, const char *key, const char *c
 /* 1-based line and column of byte offset off in s. */
 void cfg_line_col(const char *s, size_t off, int *line, int *col);
 
+/*
+ * text parsed strictly as one JSON value (a UTF-8 byte order mark
+ * skipped). NULL on error: *why the tokener's words, or NULL when the text
+ * is only white space; *line and *col where it went wrong.
+ */
+json_object *cfg_json_parse(const char *text, const char **why, int *line, int *col);
+
+/* A file's text as a JSON object, or NULL with "<name>:<line>:<col>: invalid JSON: ..." (reported). */
+json_object *cfg_parse_text(struct ctx *x, const char *text);
+
+/* ---- config.c ---- */
+
+/* The first broker URI's vhost, %-decoded ("/" when c has no URI): a route's without "vhost". */
+const char *cfg_uri_vhost(const struct config *c);
+
+/* ---- config_routes.c ---- */
+
+/*
+ * "routes" of root, then route_templates' instances, into c->routes (room
+ * for CONFIG_MAX_ROUTES), each route checked, then every rule between
+ * routes and against wal.replicate and instance.
+ */
+int cfg_parse_routes(struct ctx *x, struct config *c, json_object *root);
+
+/* The keys a route object may have ("name" first, "template" last), NULL-terminated. */
+extern const char *const cfg_route_keys[];
+#define CFG_ROUTE_NKEYS 21
+
+/* config_add_routes(), warning (log_warn) about each route skipped when warn. */
+int cfg_add_routes(struct config *c, const char *json, const char *name, int *shadowed, int warn,
+                   char *err, size_t errlen);
+
+/* The key prefix of route i in messages ("routes[i]" outside a parse of routes). */
+const char *cfg_route_pre(const struct ctx *x, int i, char *buf, size_t n);
+
+/* ---- config_template.c ---- */
+
+/* "route_templates" of root into c->templates (their text), each template's shape checked. */
+int cfg_parse_templates(struct ctx *x, struct config *c, json_object *root);
+/* The index of template name in c->templates, or -1. */
+int cfg_template_find(const struct config *c, const char *name);
+/* Template t parsed from its text (a new reference). */
+json_object *cfg_template_json(const struct config *c, int t);
+/* Template t's route keys ("routes" left out) with "{name}" replaced by name (a new object). */
+json_object *cfg_template_expand(json_object *t, const char *name);
+
 /* ---- config_check.c ---- */
 
-/* One broker URI: amqp:// or amqps://, parsed by uri.c (as the connection will be). */
-int cfg_check_uri(struct ctx *x, const char *path, const char *uri);
+struct uri;
+/* One broker URI: amqp:// or amqps://, parsed by uri.c (as the connection will be) into *u. */
+int cfg_check_uri(struct ctx *x, const char *path, const char *uri, struct uri *u);
 
 /* The file named by key (a path) opens for reading and is not a directory. */
 int cfg_check_readable(struct ctx *x, const char *path, const char *file);
@@ -116,7 +181,7 @@ int cfg_parse_max_age(const char *s, uint64_t *secs);
 int cfg_get_max_age(struct ctx *x, json_object *obj, const char *prefix, const char *key,
                     int allow_empty, char *out, size_t outlen, uint64_t *secs);
 
-/* wal.replicate's stream and lease queue are not any route's ingress queue. */
+/* wal.replicate's stream and lease queue are not the ingress queue of a route in the URI's vhost. */
 int cfg_check_repl_routes(struct ctx *x, const struct config *c);
 
 /*
@@ -134,8 +199,8 @@ int cfg_valid_name(const char *s);
 /* "" or the "amq." prefix RabbitMQ reserves. */
 int cfg_reserved(const char *s);
 
-/* Route whose ingress_exchange is ex, or -1. */
-int cfg_route_by_ingress(const struct config *c, const char *ex);
+/* The route in vhost whose ingress_exchange is ex, or -1 (a route publishes in its own vhost). */
+int cfg_route_by_ingress(const struct config *c, const char *vhost, const char *ex);
 
 /*
  * Follow next[] (one out-edge per route, -1 for none) from every route; a
@@ -170,7 +235,8 @@ void cfg_free_route_retry(struct config_route *r);
 /* uri carries a password of its own: amqp[s]://user:PASSWORD@host... */
 int cfg_uri_has_password(const char *uri);
 
-/* One-line warnings about a loaded configuration (f: the open file). */
-void cfg_warn_loaded(const struct config *c, const char *path, FILE *f);
+struct stat;
+/* One-line warnings about a loaded configuration (st: the file's fstat). */
+void cfg_warn_loaded(const struct config *c, const char *path, const struct stat *st);
 
 #endif

@@ -275,3 +275,65 @@ void cfg_line_col(const char *s, size_t off, int *line, int *col)
         }
     }
 }
+
+json_object *cfg_json_parse(const char *text, const char **why, int *line, int *col)
+{
+    /* a UTF-8 byte order mark, as some editors write, is not an error */
+    if (strncmp(text, "\xef\xbb\xbf", 3) == 0)
+        text += 3;
+    size_t len = strlen(text);
+    *line = *col = 1;
+    if (len >= (size_t)INT32_MAX) {
+        *why = "too large";
+        *line = 0;
+        return NULL;
+    }
+    struct json_tokener *tok = json_tokener_new();
+    if (!tok) {
+        fprintf(stderr, "delay-bridge: out of memory (json tokener)\n");
+        abort();
+    }
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+    /* len + 1: the NUL ends a top-level number and marks the end of input */
+    json_object *root = json_tokener_parse_ex(tok, text, (int)len + 1);
+    enum json_tokener_error jerr = json_tokener_get_error(tok);
+    size_t end = json_tokener_get_parse_end(tok);
+    json_tokener_free(tok);
+    if (jerr == json_tokener_success && root)
+        return root;
+    json_object_put(root);
+    if (strspn(text, " \t\r\n") == len) {
+        *why = NULL;
+        return NULL;
+    }
+    *why = json_tokener_error_desc(jerr);
+    if (jerr == json_tokener_continue || jerr == json_tokener_error_parse_eof) {
+        end = len;
+        *why = "unexpected end of file (an unclosed { [ or \"?)";
+    }
+    cfg_line_col(text, end, line, col);
+    return NULL;
+}
+
+json_object *cfg_parse_text(struct ctx *x, const char *text)
+{
+    const char *why;
+    int line, col;
+    json_object *root = cfg_json_parse(text, &why, &line, &col);
+
+    if (!root) {
+        if (!why)
+            cfg_fail(x, NULL, "the file is empty; expected a JSON object");
+        else if (line == 0)
+            cfg_fail(x, NULL, "%s", why);
+        else if (x->err && x->errlen) /* "name:line:col: ..." like a compiler, for editors */
+            snprintf(x->err, x->errlen, "%s:%d:%d: invalid JSON: %s", x->name, line, col, why);
+        return NULL;
+    }
+    if (json_object_get_type(root) != json_type_object) {
+        cfg_fail(x, NULL, "expected a JSON object at the top level");
+        json_object_put(root);
+        return NULL;
+    }
+    return root;
+}

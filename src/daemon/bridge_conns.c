@@ -187,26 +187,3 @@ void bridge_conns_free(struct bridge *b)
     b->nvc = 0;
 }
 
-/* TEMPORARY until the config floor's own lands (weak: the real one wins). */
-#include "config/uri.h"
-__attribute__((weak)) const char *config_route_vhost(const struct config *c,
-                                                     const struct config_route *r)
-{
-    static char v[URI_PART_MAX];
-    struct uri u;
-    char e[256];
-
-    if (r->vhost[0])
-        return r->vhost;
-    if (c->nuris < 1 || uri_parse(c->uris[0], &u, e, sizeof(e)) < 0)
-        return "/";
-    snprintf(v, sizeof(v), "%s", u.vhost);
-    return v;
-}
-__attribute__((weak)) int config_load_all(struct config *c, const char *path, char **text,
-                                          char *err, size_t errlen)
-{
-    if (text)
-        *text = NULL;
-    return config_load(c, path, err, errlen);
-}

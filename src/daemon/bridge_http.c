@@ -266,7 +266,7 @@ static int api_due(void *arg, struct json_object *out)
 static void on_http(void *arg, const struct api_request *req, struct api_response *resp)
 {
     struct api_ops ops = {api_stats, api_pending_list, api_pending_get, api_pending_cancel,
-                          api_purge, api_drain, arg, api_due};
+                          api_purge, api_drain, arg, api_due, bridge_routes_http};
 
     api_handle(&ops, req, resp);
 }

@@ -5,6 +5,7 @@
  *   bridge.c         orchestration: publishes out, the loop turn,
  *                    recovery, signals, life
  *   bridge_http.c    the HTTP endpoint's handlers (api.c renders)
+ *   bridge_routes_http.c  the route API (/routes) and the routes file it keeps
  *   bridge_commit.c  the one commit per turn and the acks it lets out
  *   bridge_intake.c  deliveries in: the intake gate, the stash, the log
  *   bridge_keys.c    the key-event protocol between bridges (share_keys)
@@ -19,7 +20,8 @@
  * goes down, not up:
  *
  *   5  bridge.c          -> every file below
- *   4  bridge_http.c     -> commit, stats, core
+ *   4  bridge_http.c     -> routes_http, commit, stats, core
+ *   3  bridge_routes_http.c -> routes (bridge_config_apply and its dry run), core
  *   3  bridge_commit.c   -> intake (a durable commit reopens the gate), core
  *   2  bridge_intake.c   -> keys, core
  *   1  bridge_keys.c     -> core
@@ -295,5 +297,11 @@ void bridge_log_summary(struct bridge *b);
 /* bridge_http.c */
 /* Start the HTTP endpoint if http.listen is set. 0, or -1 (logged). */
 int bridge_start_http(struct bridge *b);
+
+/* bridge_routes_http.c */
+struct json_object;
+/* api_ops.routes (api.h): GET /routes, GET, PUT and DELETE /routes/NAME. */
+int bridge_routes_http(void *arg, const char *method, const char *name, const char *body,
+                       size_t len, struct json_object *out);
 
 #endif

@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/clock.h"
 #include "base/log.h"
@@ -163,8 +164,19 @@ void bridge_reload_recovered(struct bridge *b)
     }
 }
 
-void bridge_set_reload(struct bridge *b, const char *path, struct config *cfg)
+void bridge_set_reload(struct bridge *b, const char *path, struct config *cfg, char *text)
 {
     b->reload.path = path;
     b->reload.cfg = cfg;
+    free(b->reload.text);
+    b->reload.text = text;
+    free(b->reload.store);
+    b->reload.store = bridge_read_store(cfg->routes_file);
+    if (!b->reload.store && access(cfg->routes_file, F_OK) == 0) {
+        /* unreadable (logged): a PUT would write it anew, without the routes it holds */
+        log_error("routes", "the route API refuses changes until a restart reads the routes "
+                  "file", "file=\"%s\"", cfg->routes_file);
+        free(b->reload.text);
+        b->reload.text = NULL;
+    }
 }

@@ -12,6 +12,8 @@
  *   /pending/R/KEY  GET, HEAD, DELETE  one message / cancel it
  *   /purge     POST        JSON: the purge job
  *   /drain     POST        202 JSON: handing every held message back, then exit 0
+ *   /routes    GET, HEAD   JSON: every running route (api_ops.routes; api_routes.c renders)
+ *   /routes/NAME  GET, HEAD, PUT, DELETE  one route / put it / delete it
  *   other      any         404 "not found\n"
  *   known      other       405 "method not allowed\n", Allow: the methods above
  *
@@ -402,7 +404,7 @@ static void render_stats(const struct db_stats *s, struct strbuf *out)
 
 enum api_route {
     R_NONE, R_HEALTHZ, R_READYZ, R_METRICS, R_STATS, R_PENDING, R_MESSAGE, R_PURGE, R_DRAIN,
-    R_DUE, R_UI
+    R_DUE, R_UI, R_ROUTES, R_ROUTE
 };
 
 static enum api_route route_of(const char *path)
@@ -429,6 +431,10 @@ static enum api_route route_of(const char *path)
         return R_DUE;
     if (!strcmp(path, "/ui"))
         return R_UI;
+    if (!strcmp(path, "/routes"))
+        return R_ROUTES;
+    if (!strncmp(path, "/routes/", 8))
+        return R_ROUTE;
     return R_NONE;
 }
 
@@ -554,6 +560,25 @@ static void held_messages(const struct api_ops *ops, const struct api_request *r
     json_answer(resp, status, o);
 }
 
+/* /routes and /routes/NAME: the method and the name checked here, the work in api_ops.routes. */
+static void route_api(const struct api_ops *ops, const struct api_request *req, enum api_route r,
+                      const char *m, struct api_response *resp)
+{
+    const char *name = r == R_ROUTE ? req->path + 8 : NULL;
+    int get = !strcmp(m, "GET") || !strcmp(m, "HEAD");
+    int ok = get || (name && (!strcmp(m, "PUT") || !strcmp(m, "DELETE")));
+
+    if (refused(resp, ok, name ? "GET, HEAD, PUT, DELETE" : API_ALLOW, ops->routes != NULL))
+        return;
+    if (name && (!*name || strchr(name, '/'))) {
+        json_error(resp, 404, "expected /routes/NAME");
+        return;
+    }
+    struct json_object *o = json_object_new_object();
+    int status = ops->routes(ops->arg, get ? "GET" : m, name, req->body, req->body_len, o);
+    json_answer(resp, status, o);
+}
+
 void api_handle(const struct api_ops *ops, const struct api_request *req,
                 struct api_response *resp)
 {
@@ -570,6 +595,10 @@ void api_handle(const struct api_ops *ops, const struct api_request *req,
     const char *m = req->method ? req->method : "";
     if (r == R_PENDING || r == R_MESSAGE || r == R_PURGE || r == R_DRAIN) {
         held_messages(ops, req, r, m, resp);
+        return;
+    }
+    if (r == R_ROUTES || r == R_ROUTE) {
+        route_api(ops, req, r, m, resp);
         return;
     }
     if (strcmp(m, "GET") && strcmp(m, "HEAD")) {

@@ -30,10 +30,15 @@ Checks, each printed as "ok:" or "FAIL:" with what is wrong and where:
   RabbitMQ (deploy/rabbitmq/definitions.json)
     - parses; the password hashes are rabbit_password_hashing_sha256 of
       the example passwords in deploy/rabbitmq/README.md;
-    - the bridge user's configure/write/read patterns match the names every
-      shipped config uses (ingress exchange and queue, target and
+    - per route, in the route's vhost (its "vhost" key, else the URIs'
+      vhost): the bridge user's configure/write/read patterns there match
+      the names the route uses (ingress exchange and queue, target and
       dead-letter exchanges) and not names the bridge has no business with;
-      likewise the publisher user; target exchanges are declared.
+      likewise that vhost's publisher user (PUBLISHERS); target exchanges
+      are declared in that vhost;
+    - each vhost's permissions name only the bridge and its own publisher;
+      every declared exchange has a queue bound; every ingress queue has a
+      dead-letter policy in its vhost, whose exchange is declared.
 
 Exit 0 pass, 1 fail, 77 skip (python3-yaml missing).
 """
@@ -66,9 +71,11 @@ PENDING_KEYS = ("allow_remote", "instance")
 EXAMPLE_PASSWORDS = {
     "delay-bridge": "example-delay-bridge-password",
     "order-service": "example-order-service-password",
+    "billing-service": "example-billing-service-password",
 }
 BRIDGE_USER = "delay-bridge"
-PUBLISHER_USER = "order-service"
+# Each vhost's example publisher (write on its ingress exchanges, nothing else).
+PUBLISHERS = {"orders": "order-service", "billing": "billing-service"}
 
 # The sizing statefulset.yaml's comment works out (10 M held 256 B messages).
 HELD = 10_000_000
@@ -382,6 +389,15 @@ def check_config(binary, path, label, env_uri=None):
 
 # --- RabbitMQ definitions ----------------------------------------------------
 
+def uri_vhost(uri):
+    return urllib.parse.unquote(urllib.parse.urlsplit(uri).path[1:]) or "/"
+
+
+def route_vhost(r, uri_vh):
+    """A route's vhost: its "vhost" key, or the URIs' (config_route_vhost)."""
+    return r.get("vhost") or uri_vh
+
+
 def check_definitions(configs):
     path = os.path.join(DEPLOY, "rabbitmq", "definitions.json")
     try:
@@ -407,12 +423,24 @@ def check_definitions(configs):
               "deploy/rabbitmq/README.md does not mention %s's example password %r" % (name, pw))
         check(not u.get("tags"), "user %s has no tags (no management access)" % name,
               "user %s has tags %r; the example users need none" % (name, u.get("tags")))
+    for name in sorted(set(users) - set(EXAMPLE_PASSWORDS)):
+        fail("definitions.json: user %s has no example password in EXAMPLE_PASSWORDS / README.md" % name)
 
     vhosts = {v["name"] for v in d.get("vhosts", [])}
     perms = {(p["user"], p["vhost"]): p for p in d.get("permissions", [])}
     exchanges = {(x["vhost"], x["name"]): x for x in d.get("exchanges", [])}
     queues = {(q["vhost"], q["name"]) for q in d.get("queues", [])}
     bindings = {(b["vhost"], b["source"], b["destination"], b["routing_key"]) for b in d.get("bindings", [])}
+
+    # each vhost: the bridge and that vhost's own publisher, nobody else
+    for (user, vhost) in sorted(perms):
+        check(user in (BRIDGE_USER, PUBLISHERS.get(vhost)),
+              "permissions: %s on vhost %s" % (user, vhost),
+              "definitions.json: %s has permissions on vhost %s; only %s and %s belong there"
+              % (user, vhost, BRIDGE_USER, PUBLISHERS.get(vhost)))
+    for vhost in sorted(vhosts):
+        check(vhost in PUBLISHERS, "vhost %s: publisher %s" % (vhost, PUBLISHERS.get(vhost)),
+              "definitions.json: vhost %s has no publisher user in PUBLISHERS" % vhost)
 
     reported = set()
 
@@ -426,33 +454,43 @@ def check_definitions(configs):
         # RabbitMQ: an Erlang re search, unanchored; "" matches nothing.
         return pattern != "" and re.search(pattern, name) is not None
 
-    used = set()
+    used = set()     # (vhost, name) of every name a route uses
+    ingress = set()  # (vhost, ingress queue)
     # a vhost with a retry route lets the bridge write amq.default (the send back)
     retry_vhosts = set()
     for label, cfg, uris in configs:
-        if any(r.get("retry") for r in cfg["routes"]):
-            for u in uris:
-                retry_vhosts.add(urllib.parse.unquote(urllib.parse.urlsplit(u).path[1:]) or "/")
+        uvh = {uri_vhost(u) for u in uris}
+        if len(uvh) == 1:
+            uvh = uvh.pop()
+            retry_vhosts |= {route_vhost(r, uvh) for r in cfg["routes"] if r.get("retry")}
     for label, cfg, uris in configs:
-        vh = set()
-        for u in uris:
-            vh.add(urllib.parse.unquote(urllib.parse.urlsplit(u).path[1:]) or "/")
-        if not check(len(vh) == 1, "%s: one vhost %s" % (label, sorted(vh)),
-                     "%s: URIs name vhosts %s; expected one" % (label, sorted(vh))):
+        vh = {uri_vhost(u) for u in uris}
+        if not check(len(vh) == 1, "%s: its URIs name one vhost %s" % (label, sorted(vh)),
+                     "%s: URIs name vhosts %s; expected one (the routes' default)" % (label, sorted(vh))):
             continue
-        vhost = vh.pop()
-        if not check(vhost in vhosts, "%s: vhost %s is in definitions.json" % (label, vhost),
-                     "%s: vhost %r is not in definitions.json (%s)" % (label, vhost, sorted(vhosts))):
+        uri_vh = vh.pop()
+        route_vhosts = sorted({route_vhost(r, uri_vh) for r in cfg["routes"]})
+        missing = [v for v in route_vhosts if v not in vhosts]
+        if not check(not missing, "%s: vhost(s) %s are in definitions.json" % (label, route_vhosts),
+                     "%s: vhost(s) %s are not in definitions.json (%s)" % (label, missing, sorted(vhosts))):
             continue
-        bp, pp = perms.get((BRIDGE_USER, vhost)), perms.get((PUBLISHER_USER, vhost))
-        if not (bp and pp):
-            fail("definitions.json: no permissions for %s and %s on vhost %s" % (BRIDGE_USER, PUBLISHER_USER, vhost))
-            continue
+        publishers = []
         for r in cfg["routes"]:
+            vhost = route_vhost(r, uri_vh)
+            pub = PUBLISHERS.get(vhost)
+            bp, pp = perms.get((BRIDGE_USER, vhost)), perms.get((pub, vhost))
+            if not (bp and pp):
+                perm_fail(("noperm", vhost), "definitions.json: no permissions for %s and %s on vhost %s"
+                          % (BRIDGE_USER, pub, vhost))
+                continue
+            if pub not in publishers:
+                publishers.append(pub)
+            where = "%s route %s (vhost %s)" % (label, r["name"], vhost)
             rt = r.get("retry")
             if rt:  # a retry route: no target; back through amq.default, parks in parking_exchange
                 r = dict(r, target_exchange="", invalid_delay="dead-letter",
                          dead_letter_exchange=rt["parking_exchange"])
+            ingress.add((vhost, r["ingress_queue"]))
             need = {"configure": [r["ingress_exchange"], r["ingress_queue"]],
                     "write": [r["ingress_queue"], r["target_exchange"] or "amq.default"],
                     "read": [r["ingress_exchange"], r["ingress_queue"]]}
@@ -468,18 +506,19 @@ def check_definitions(configs):
                 for n in names:
                     used.add((vhost, n))
                     if not matches(bp[op], n):
-                        perm_fail((BRIDGE_USER, op, n), "%s route %s: %s's %s pattern %r does not match %r, which the bridge needs"
-                             % (label, r["name"], BRIDGE_USER, op, bp[op], n))
+                        perm_fail((BRIDGE_USER, vhost, op, n), "%s: %s's %s pattern %r on vhost %s does not "
+                                  "match %r, which the bridge needs"
+                                  % (where, BRIDGE_USER, op, bp[op], vhost, n))
             if not matches(pp["write"], r["ingress_exchange"]):
-                perm_fail((PUBLISHER_USER, "write", r["ingress_exchange"]), "%s route %s: %s cannot publish to the ingress exchange %r (write %r)"
-                     % (label, r["name"], PUBLISHER_USER, r["ingress_exchange"], pp["write"]))
+                perm_fail((pub, vhost, "write", r["ingress_exchange"]), "%s: %s cannot publish to the "
+                          "ingress exchange %r (write %r)" % (where, pub, r["ingress_exchange"], pp["write"]))
             for ex in filter(None, [r["target_exchange"],
                                     r.get("dead_letter_exchange") if r.get("invalid_delay") == "dead-letter" else ""]):
                 if rt and rt.get("parking_queue") and ex == rt["parking_exchange"]:
                     continue  # the bridge declares it
                 if not r.get("declare_target") and (vhost, ex) not in exchanges:
-                    fail("%s route %s: exchange %r is neither declared in definitions.json nor by the "
-                         "bridge (declare_target false): publishes would fail" % (label, r["name"], ex))
+                    fail("%s: exchange %r is not declared in vhost %s of definitions.json, nor by the "
+                         "bridge (declare_target false): publishes would fail" % (where, ex, vhost))
             # names the bridge has no business with
             deny = {
                 "configure": [r["target_exchange"], r.get("dead_letter_exchange") or "",
@@ -487,7 +526,8 @@ def check_definitions(configs):
                               "amq.default", "orders.close"] if not r.get("declare_target") else [],
                 "write": [r["ingress_exchange"],
                           "amq.default" if r["target_exchange"] and vhost not in retry_vhosts else "",
-                          r["target_exchange"] + ".x" if r["target_exchange"] else "", "payments", "orders.secret"],
+                          r["target_exchange"] + ".x" if r["target_exchange"] else "", "payments", "orders.secret",
+                          vhost + ".secret"],
                 "read": [r["target_exchange"], r.get("dead_letter_exchange") or "", "orders.close",
                          "orders.delay-errors", r["ingress_queue"] + ".x", "amq.gen-abc"],
             }
@@ -496,19 +536,20 @@ def check_definitions(configs):
                     if n in need[op]:
                         continue
                     if matches(bp[op], n):
-                        perm_fail((BRIDGE_USER, "not", op, n), "%s route %s: %s's %s pattern %r also matches %r; the bridge needs no %s "
-                             "access there" % (label, r["name"], BRIDGE_USER, op, bp[op], n, op))
+                        perm_fail((BRIDGE_USER, vhost, "not", op, n), "%s: %s's %s pattern %r on vhost %s "
+                                  "also matches %r; the bridge needs no %s access there"
+                                  % (where, BRIDGE_USER, op, bp[op], vhost, n, op))
             for n in [r["ingress_queue"], r["target_exchange"], r.get("dead_letter_exchange") or ""]:
                 if n and matches(pp["write"], n):
-                    perm_fail((PUBLISHER_USER, "not", "write", n), "%s: %s's write pattern %r matches %r: the publisher could bypass the delay"
-                         % (label, PUBLISHER_USER, pp["write"], n))
+                    perm_fail((pub, vhost, "not", "write", n), "%s: %s's write pattern %r matches %r: the "
+                              "publisher could bypass the delay" % (where, pub, pp["write"], n))
             for op in ("configure", "read"):
                 for n in [r["ingress_exchange"], r["ingress_queue"], r["target_exchange"]]:
                     if n and matches(pp[op], n):
-                        perm_fail((PUBLISHER_USER, "not", op, n), "%s: %s's %s pattern %r matches %r; the publisher needs none"
-                             % (label, PUBLISHER_USER, op, pp[op], n))
-        ok("%s: permissions of %s and %s fit its %d route(s)"
-           % (label, BRIDGE_USER, PUBLISHER_USER, len(cfg["routes"])))
+                        perm_fail((pub, vhost, "not", op, n), "%s: %s's %s pattern %r matches %r; the "
+                                  "publisher needs none" % (where, pub, op, pp[op], n))
+        ok("%s: permissions of %s fit its %d route(s) in vhost(s) %s"
+           % (label, ", ".join([BRIDGE_USER] + publishers), len(cfg["routes"]), ", ".join(route_vhosts)))
 
     # the order-closing example's target
     x = exchanges.get(("orders", "orders.close"))
@@ -517,10 +558,29 @@ def check_definitions(configs):
     check(("orders", "orders.close") in queues and ("orders", "orders.close", "orders.close", "close") in bindings,
           "queue orders.close bound to orders.close with key close",
           "definitions.json: queue orders.close bound to exchange orders.close with key \"close\" missing")
+    # every declared exchange has a queue bound, so nothing published there is dropped
+    for (vhost, name), x in sorted(exchanges.items()):
+        check(any(b[0] == vhost and b[1] == name and (vhost, b[2]) in queues for b in bindings),
+              "exchange %s (vhost %s) has a queue bound" % (name, vhost),
+              "definitions.json: exchange %s in vhost %s has no queue bound: what arrives is dropped"
+              % (name, vhost))
     for pol in d.get("policies", []):
         for vhost, n in sorted(used):
             if vhost == pol["vhost"] and re.search(pol["pattern"], n) and not n.endswith(".q"):
                 fail("policy %s pattern %r matches %r, which is not an ingress queue" % (pol["name"], pol["pattern"], n))
+        dlx = pol["definition"].get("dead-letter-exchange")
+        if dlx:
+            check((pol["vhost"], dlx) in exchanges,
+                  "policy %s (vhost %s): dead-letter exchange %s is declared" % (pol["name"], pol["vhost"], dlx),
+                  "policy %s (vhost %s): dead-letter-exchange %s is not declared in that vhost"
+                  % (pol["name"], pol["vhost"], dlx))
+    # every ingress queue: a policy of its vhost dead-letters what the bridge rejects
+    for vhost, q in sorted(ingress):
+        check(any(pol["vhost"] == vhost and re.search(pol["pattern"], q)
+                  and pol["definition"].get("dead-letter-exchange") for pol in d.get("policies", [])),
+              "ingress queue %s (vhost %s) has a dead-letter policy" % (q, vhost),
+              "definitions.json: no policy of vhost %s gives ingress queue %s a dead-letter-exchange "
+              "(a message the bridge rejects would be dropped)" % (vhost, q))
 
 
 def uris_of(cfg, env_uri=None):

@@ -186,6 +186,39 @@ def main():
         '{"broker":{"uri":"amqp://h"},"wal":{"dir":"/w"},"routes":[{"name":"a","prefetch":"100"}]}')
     put("fuzz_config", "error-syntax.json", b'\xef\xbb\xbf{"broker": {"uri": "amqp://h",\n  }')
     put("fuzz_config", "empty.json", " \n")
+    put("fuzz_config", "templates.json", """{
+  "broker": { "uri": "amqp://h/%2f" }, "wal": { "dir": "/w" }, "routes_file": "/w/r.json",
+  "route_templates": {
+    "delayed": { "ingress_exchange": "{name}.d", "ingress_queue": "{name}.q",
+                 "target_exchange": "{name}", "vhost": "v-{name}", "routes": ["a", "b"] }
+  },
+  "routes": [ { "name": "c", "template": "delayed", "vhost": "/", "prefetch": 5 } ]
+}
+""")
+
+    # fuzz_routes: option byte (bit 0: the configuration), then the routes file, a name and a
+    # route object, separated by NUL bytes
+    R = lambda k, store, name, route: bytes([k]) + store.encode() + b"\0" + name.encode() + \
+        b"\0" + route.encode()
+    put("fuzz_routes", "empty", R(0, "", "a", "{}"))
+    put("fuzz_routes", "two-routes", R(0, """{"version": 1, "routes": [
+  {"name": "pay", "ingress_exchange": "pay.x", "ingress_queue": "pay.q", "target_exchange": "pay",
+   "vhost": "/", "prefetch": 10},
+  {"name": "t2", "template": "delayed", "queue_type": "quorum"}
+]}
+""", "pay", '{"template": "retry"}'))
+    put("fuzz_routes", "shadowed", R(0, '{"version":1,"routes":[{"name":"orders","template":"delayed"}]}',
+                                    "orders", '{"name":"orders","ingress_exchange":"orders.x"}'))
+    put("fuzz_routes", "retry-route", R(0, '{"version":1,"routes":[{"name":"r1","template":"retry",'
+                                       '"retry":{"parking_exchange":"p","max_attempts":3}}]}',
+                                       "r2", '{"ingress_exchange":"r2.x","ingress_queue":"r2.q",'
+                                       '"retry":{"parking_exchange":"r2.p"}}'))
+    put("fuzz_routes", "repl-clash", R(1, '{"version":1,"routes":[{"name":"a","ingress_exchange":"a",'
+                                      '"ingress_queue":"s","target_exchange":"t"}]}', "b",
+                                      '{"queue_type":"stream"}'))
+    put("fuzz_routes", "loop", R(1, '{"version":1,"routes":[{"name":"a","ingress_exchange":"orders",'
+                                '"ingress_queue":"a.q","target_exchange":"orders.x"}]}', "a", "{"))
+    put("fuzz_routes", "bad-version", R(0, '{"version":2}', "x", '{"name":"y"}'))
 
     # fuzz_xdelay: kind, max (u64 LE), value
     M = struct.pack("<Q", 4294967295)

@@ -10,7 +10,7 @@ set -eu
 cd "$(dirname "$0")/../.."
 SECONDS_EACH=${1:-600}
 [ $# -gt 0 ] && shift
-NAMES=${*:-"fuzz_walrec fuzz_props_roundtrip fuzz_config fuzz_xdelay fuzz_uri fuzz_replrec fuzz_retry"}
+NAMES=${*:-"fuzz_walrec fuzz_props_roundtrip fuzz_config fuzz_xdelay fuzz_uri fuzz_replrec fuzz_retry fuzz_routes"}
 JOBS=${FUZZ_JOBS:-2}
 B=build-fuzz
 

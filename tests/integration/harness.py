@@ -433,12 +433,13 @@ def stats(port):
     return json.loads(body)
 
 
-def http_req(port, method, path, timeout=10.0, headers=None):
+def http_req(port, method, path, timeout=10.0, headers=None, body=None):
     """One request to a bridge's HTTP endpoint on 127.0.0.1: (status,
-    parsed JSON when it answered application/json, else the body text)."""
+    parsed JSON when it answered application/json, else the body text).
+    body: bytes sent as the request body (a PUT's)."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
-        c.request(method, path, headers=headers or {})
+        c.request(method, path, body=body, headers=headers or {})
         r = c.getresponse()
         body = r.read().decode("utf-8", "replace")
         if r.getheader("Content-Type", "").startswith("application/json"):

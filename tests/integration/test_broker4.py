@@ -49,6 +49,14 @@ definitions  deploy/rabbitmq/definitions.json imported (rabbitmqctl
              deploy/examples/order-closing.json's routes, order-service
              publishing: both routes deliver, an invalid x-delay goes to
              orders.delay-errors, no access refused in the bridge's log.
+vhosts       the same import, deploy/examples/vhosts.json's routes in vhosts
+             orders and billing: order-service and billing-service publish
+             in their own vhosts (billing's orders.remind.delayed too, an
+             exchange of the same name), each message arrives at its own
+             vhost's target, an invalid x-delay at billing.delay-errors;
+             the bridge has one consumer and one publisher per vhost,
+             billing's named "... vhost=billing"; billing-service cannot
+             log in to orders; no access refused.
 vhost_quorum a vhost made with --default-queue-type quorum: the classic
              route's ingress queue is classic, the quorum route's quorum,
              and both deliver.
@@ -400,13 +408,29 @@ def get_ids(uri, queues, n, timeout):
     return got
 
 
-def case_definitions(ctx):
+def import_definitions():
+    """deploy/rabbitmq/definitions.json imported (again: importing adds and
+    updates), guest allowed everything in its vhosts to read the targets.
+    Returns the node's AMQP port."""
     src = os.path.join(ROOT, "deploy", "rabbitmq", "definitions.json")
     dst = os.path.join(node_dir(), "definitions.json")  # inside the node's root, at this path
     shutil.copyfile(src, dst)
     h.rabbitmqctl("import_definitions", os.path.abspath(dst))
-    h.rabbitmqctl("set_permissions", "-p", "orders", "guest", ".*", ".*", ".*")
-    port_amqp = h.pika.URLParameters(h.broker_uri()).port
+    with open(src) as f:
+        for v in json.load(f)["vhosts"]:
+            h.rabbitmqctl("set_permissions", "-p", v["name"], "guest", ".*", ".*", ".*")
+    return h.pika.URLParameters(h.broker_uri()).port
+
+
+def check_no_refusal(b):
+    log = b.log_text()
+    # "403" as a reply code (a word of its own), not the digits of a timestamp (…:31.403Z).
+    check("ACCESS_REFUSED" not in log and not re.search(r"(?<![.\d])403(?!\d)", log),
+          "the least-privilege user was refused something: %s" % log[-800:])
+
+
+def case_definitions(ctx):
+    port_amqp = import_definitions()
     with open(os.path.join(ROOT, "deploy", "examples", "order-closing.json")) as f:
         cfg = json.load(f)
     cfg["broker"]["uri"] = ("amqp://delay-bridge:example-delay-bridge-password@127.0.0.1:%d/orders"
@@ -428,12 +452,73 @@ def case_definitions(ctx):
     where = get_ids(guest, ["orders.close", "orders.remind", "orders.delay-errors"], 3, 20)
     check(where == {"close-1": "orders.close", "remind-1": "orders.remind",
                     "bad-1": "orders.delay-errors"}, "arrived in the wrong queues: %s" % where)
-    log = b.log_text()
-    # "403" as a reply code (a word of its own), not the digits of a timestamp (…:31.403Z).
-    check("ACCESS_REFUSED" not in log and not re.search(r"(?<![.\d])403(?!\d)", log),
-          "the least-privilege user was refused something: %s" % log[-800:])
+    check_no_refusal(b)
     h.log("definitions: imported on RabbitMQ %s; delay-bridge (least privilege) declared, "
           "checked and published; order-service published; no 403" % version())
+    b.stop()
+
+
+def case_vhosts(ctx):
+    """deploy/examples/vhosts.json's routes as delay-bridge: two in vhost
+    orders (the URI's), two in billing, one of them on the same ingress name
+    as an orders route. order-service and billing-service publish, each in
+    its own vhost; each message arrives at its own vhost's target."""
+    port_amqp = import_definitions()
+    with open(os.path.join(ROOT, "deploy", "examples", "vhosts.json")) as f:
+        cfg = json.load(f)
+    base = "amqp://%s@127.0.0.1:" + str(port_amqp) + "/%s"
+    cfg["broker"]["uri"] = base % ("delay-bridge:example-delay-bridge-password", "orders")
+    cfg["wal"]["dir"] = os.path.join(ctx.tmp, "vhosts.wal")
+    port = h.free_port()
+    cfg["http"] = listen(port)
+    b = h.Bridge(ctx, cfg, name="vhosts")
+    b.start()
+    orders = ctx.publisher(uri=base % ("order-service:example-order-service-password", "orders"))
+    billing = ctx.publisher(uri=base % ("billing-service:example-billing-service-password",
+                                        "billing"))
+    for p, ex, key, mid, delay in (
+            (orders, "orders.close.delayed", "close", "o-close", h.i32(500)),
+            (orders, "orders.remind.delayed", "remind", "o-remind", h.i32(500)),
+            (billing, "billing.invoice.delayed", "invoice", "b-invoice", h.i32(500)),
+            (billing, "orders.remind.delayed", "remind", "b-remind", h.i32(500)),
+            (billing, "billing.invoice.delayed", "invoice", "b-bad", "soon")):
+        p.publish(ex, key, mid.encode(), headers={"x-delay": delay}, message_id=mid)
+    got_o = get_ids(base % ("guest:guest", "orders"),
+                    ["orders.close", "orders.remind", "orders.delay-errors"], 2, 20)
+    got_b = get_ids(base % ("guest:guest", "billing"),
+                    ["billing.invoice", "billing.remind", "billing.delay-errors"], 3, 20)
+    check(got_o == {"o-close": "orders.close", "o-remind": "orders.remind"},
+          "vhost orders: arrived in the wrong queues: %s" % got_o)
+    check(got_b == {"b-invoice": "billing.invoice", "b-remind": "billing.remind",
+                    "b-bad": "billing.delay-errors"},
+          "vhost billing: arrived in the wrong queues: %s" % got_b)
+    # one pair per vhost; the URI's keeps its plain names
+    conns = []
+    out = h.rabbitmqctl("list_connections", "user", "vhost", "client_properties", "--formatter", "json")
+    for c in json.loads(out or "[]"):
+        props = c.get("client_properties") or []
+        # the json formatter gives client_properties as [name, type, value] triples
+        name = (props.get("connection_name") if isinstance(props, dict) else
+                next((e[2] for e in props if isinstance(e, list) and len(e) == 3
+                      and e[0] == "connection_name"), None))
+        if c.get("user") == "delay-bridge":
+            conns.append((c["user"], c["vhost"], name))
+    conns.sort()
+    check(conns == [("delay-bridge", "billing", "delay-bridge consumer vhost=billing"),
+                    ("delay-bridge", "billing", "delay-bridge publisher vhost=billing"),
+                    ("delay-bridge", "orders", "delay-bridge consumer"),
+                    ("delay-bridge", "orders", "delay-bridge publisher")],
+          "the bridge's connections: %s" % conns)
+    # each publisher in its own vhost only
+    try:
+        h.pika.BlockingConnection(h.pika.URLParameters(
+            base % ("billing-service:example-billing-service-password", "orders")))
+        h.fail("billing-service logged in to vhost orders")
+    except h.pika.exceptions.AMQPConnectionError:
+        pass
+    check_no_refusal(b)
+    h.log("vhosts: delay-bridge served orders and billing (%s) on RabbitMQ %s; orders.remind.delayed "
+          "in each vhost went to its own target; no 403" % (", ".join(c[2] for c in conns), version()))
     b.stop()
 
 
@@ -632,7 +717,7 @@ def check_deprecated(cases):
 
 
 CASES = ["lease", "consumer_timeout_arg", "delivery_limit", "disk_full", "declares", "definitions",
-         "vhost_quorum", "interceptor", "xdeath"]
+         "vhosts", "vhost_quorum", "interceptor", "xdeath"]
 
 
 def test(ctx):

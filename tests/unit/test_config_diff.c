@@ -3,7 +3,7 @@
  * changed once, alone, is reported once under its key path; routes are
  * matched by name (moved: no difference; renamed: one removed, one added);
  * a retry route's policy, parking and per-queue overrides count as the
- * route changing.
+ * route changing; a retired route is as good as absent.
  */
 #include "delay-bridge/config.h"
 
@@ -23,8 +23,13 @@ static const char base[] =
     "  \"max_message_bytes\": 1000000, \"checkpoint_interval_s\": 60, \"checkpoint_min_mb\": 64,"
     "  \"replicate\": {\"stream\": \"s\", \"max_mb\": 4096}},"
     " \"http\": {\"listen\": \"9800\"}, \"log\": {\"level\": \"info\"},"
-    " \"shutdown_timeout_ms\": 10000,"
+    " \"shutdown_timeout_ms\": 10000, \"routes_file\": \"/w/r.json\","
+    " \"route_templates\": {\"t\": {\"ingress_exchange\": \"{name}.d\", \"ingress_queue\": \"{name}.q\","
+    "  \"target_exchange\": \"{name}.t\", \"prefetch\": 5},"
+    "  \"t2\": {\"ingress_exchange\": \"{name}.d\", \"ingress_queue\": \"{name}.q\","
+    "  \"target_exchange\": \"{name}.t\"}},"
     " \"routes\": ["
+    "  {\"name\": \"i\", \"template\": \"t\", \"prefetch\": 7, \"vhost\": \"v2\"},"
     "  {\"name\": \"a\", \"ingress_exchange\": \"a.d\", \"ingress_queue\": \"a.q\","
     "   \"target_exchange\": \"a.t\", \"prefetch\": 100, \"max_inflight\": 100,"
     "   \"max_delay_ms\": 1000000, \"queue_type\": \"quorum\", \"delay_from\": \"bridge\","
@@ -134,6 +139,12 @@ static void test_every_key(void)
     ONE("\"listen\": \"9800\"", "\"listen\": \"9801\"", "http");
     ONE("\"level\": \"info\"", "\"level\": \"debug\"", "log.level");
     ONE("\"shutdown_timeout_ms\": 10000", "\"shutdown_timeout_ms\": 1", "shutdown_timeout_ms");
+    ONE("\"routes_file\": \"/w/r.json\"", "\"routes_file\": \"/w/r2.json\"", "routes_file");
+    /* a template's key that its route overrides: the template alone */
+    ONE("\"prefetch\": 5", "\"prefetch\": 6", "route_templates");
+    /* a route's vhost and template */
+    ONE("\"vhost\": \"v2\"", "\"vhost\": \"v3\"", "routes[i]");
+    ONE("\"template\": \"t\"", "\"template\": \"t2\"", "routes[i]");
     /* every key of a route: the route changed */
     ONE("\"ingress_exchange\": \"a.d\"", "\"ingress_exchange\": \"a.d2\"", "routes[a]");
     ONE("\"ingress_queue\": \"a.q\"", "\"ingress_queue\": \"a.q2\"", "routes[a]");
@@ -189,7 +200,7 @@ static void test_routes_by_name(void)
         CHECK(0, "the moved config parses: %s", moved);
     }
     s.n = 0;
-    char only_a[sizeof base];
+    char only_a[sizeof base + 4];
     snprintf(only_a, sizeof only_a, "%.*s ]}", (int)(rr - base - 3), base);
     if (load(only_a, &b) == 0) {
         CHECK(config_diff(&a, &b, note, &s) == 1 && !strcmp(s.what[0], "removed") &&
@@ -201,7 +212,89 @@ static void test_routes_by_name(void)
     config_free(&a);
 }
 
+struct keys {
+    int n;
+    char key[4][32];
+};
+
+static void key_note(void *arg, const char *key)
+{
+    struct keys *k = arg;
+    if (k->n < 4)
+        snprintf(k->key[k->n], sizeof k->key[0], "%s", key);
+    k->n++;
+}
+
+/* The keys config_route_keys_diff names for route i when from becomes to. */
+static void keys(int line, const char *from, const char *to, const char *want)
+{
+    struct config a, b;
+    struct keys k = {0};
+    char *json = edit(from, to);
+
+    if (load(base, &a) == 0 && load(json, &b) == 0) {
+        int n = config_route_keys_diff(&a.routes[0], &b.routes[0], key_note, &k);
+        if (n != 1 || k.n != 1 || strcmp(k.key[0], want))
+            check_failed(__FILE__, line, "one key", "%s -> %s: %d keys, first %s; want %s",
+                         from, to, n, k.n ? k.key[0] : "-", want);
+        config_free(&a);
+        config_free(&b);
+    }
+    free(json);
+}
+
+static void test_route_keys(void)
+{
+    keys(__LINE__, "\"vhost\": \"v2\"", "\"vhost\": \"v3\"", "vhost");
+    keys(__LINE__, "\"template\": \"t\"", "\"template\": \"t2\"", "template");
+    keys(__LINE__, "\"prefetch\": 7", "\"prefetch\": 8", "prefetch");
+
+    /* where a route was read is not a key */
+    struct config a, b;
+    if (load(base, &a) < 0 || load(base, &b) < 0)
+        return;
+    b.routes[0].source = CONFIG_SOURCE_STORE;
+    CHECK(config_route_same(&a.routes[0], &b.routes[0]));
+    CHECK(config_diff(&a, &b, NULL, NULL) == 0);
+    config_free(&a);
+    config_free(&b);
+}
+
+/* A retired route: not found by name, not matched, not reported. */
+static void test_retired(void)
+{
+    struct config a, b;
+    struct seen s = {0};
+    if (load(base, &a) < 0 || load(base, &b) < 0)
+        return;
+    CHECK(config_route_index(&a, "a", 1) == 1);
+    a.routes[1].retired = 1;
+    CHECK(config_route_index(&a, "a", 1) == -1);
+    CHECK(config_route_index(&a, "r", 1) == 2);
+    /* the running one retired "a": the file naming it adds it again */
+    CHECK(config_diff(&a, &b, note, &s) == 1 && s.n == 1);
+    CHECK(!strcmp(s.what[0], "added") && !strcmp(s.path[0], "routes[a]"));
+    /* both retired: no difference */
+    b.routes[1].retired = 1;
+    CHECK(config_diff(&a, &b, NULL, NULL) == 0);
+    /* retired in b alone: removed */
+    a.routes[1].retired = 0;
+    s.n = 0;
+    CHECK(config_diff(&a, &b, note, &s) == 1 && s.n == 1);
+    CHECK(!strcmp(s.what[0], "removed") && !strcmp(s.path[0], "routes[a]"));
+    /* a retired route and a live one of the same name: the live one is matched */
+    b.routes[b.nroutes] = b.routes[1];
+    b.routes[b.nroutes].retry = NULL;
+    b.routes[b.nroutes++].retired = 0;
+    CHECK(config_diff(&a, &b, NULL, NULL) == 0);
+    CHECK(config_route_index(&b, "a", 1) == b.nroutes - 1);
+    config_free(&a);
+    config_free(&b);
+}
+
 static const struct check_case cases[] = {
+    {"route_keys", test_route_keys},
+    {"retired", test_retired},
     {"same", test_same},
     {"every_key", test_every_key},
     {"routes_by_name", test_routes_by_name},
