@@ -12,7 +12,8 @@
 #            dbt.<test>.<6 random chars>), keeps its files in its own
 #            temporary directory, takes its HTTP ports from the kernel, and
 #            touches no broker-wide setting (secrets adds and deletes a user
-#            of a random name, bad_messages a policy on its own queue).
+#            of a random name, vhosts two vhosts of random names,
+#            bad_messages a policy on its own queue).
 #   owned    the tests that stop, restart or alarm their broker (alarm,
 #            broker_restart, http) get a second node of their own
 #            (${CMAKE_BINARY_DIR}/rabbitmq-owned, port DB_TEST_BROKER_PORT+1),
@@ -158,6 +159,8 @@ set(db_it_cost_keys 45)
 set(db_it_cost_kill_loop 20)
 set(db_it_cost_stream_ingress 17)
 set(db_it_cost_stream_crash 12)
+set(db_it_cost_routes_live 40)
+set(db_it_cost_vhosts 10)
 # broker4: a node of its own (the suite's port + 10), every case of "Supported brokers"
 set(db_it_cost_broker4 100)
 
