@@ -16,6 +16,10 @@ exchange and queue, target exchange, and a target queue bound to it.
    connections already open) with ingress names of its own: each consumes
    within a few seconds, and each message again reaches its own vhost's
    target queue only;
+ - "late" removed while it holds messages (retired: its ingress no longer
+   consumed, what it holds published when due), refused back in another
+   vhost (waits for a restart: "add it under a new name"), then added back
+   in its own vhost (its old index: consumes again);
  - kill -9 while messages of all three vhosts are held, restarted on the
    same WAL: each arrives in its own vhost, none lost, none early (a copy
    under the same x-delay-bridge-id allowed, as in integration.crash).
@@ -55,6 +59,20 @@ def consumers(uri, queue):
     finally:
         if conn.is_open:
             conn.close()
+
+
+def route_stats(port, name):
+    return next(r for r in h.stats(port)["routes"] if r["name"] == name)
+
+
+def hup(b, port, what):
+    """SIGHUP with the file rewritten; /stats reload once it counted it."""
+    b.rewrite_config()
+    before = h.stats(port)["reload"]["count"]
+    b.proc.send_signal(signal.SIGHUP)
+    h.wait_for("the reload after %s" % what,
+               lambda: h.stats(port)["reload"]["count"] == before + 1, 10)
+    return h.stats(port)["reload"]
 
 
 def test(ctx):
@@ -135,12 +153,8 @@ def run(ctx, vhosts):
     pubs[v2] = ctx.publisher(uri=uri[v2])
     other2 = route("other2", v1, ingress=ctx.n("in2"), ingress_queue=ctx.n("in2.q"))
     b.config["routes"] += [route("late", v2), other2]
-    b.rewrite_config()
-    before = h.stats(port)["reload"]["count"]
     t_hup = time.monotonic()
-    b.proc.send_signal(signal.SIGHUP)
-    h.wait_for("the reload", lambda: h.stats(port)["reload"]["count"] == before + 1, 10)
-    r = h.stats(port)["reload"]
+    r = hup(b, port, "adding late and other2")
     check(r["error"] is None and r["pending_changes"] == 0, "reload: %r" % r)
     for name in ("late", "other2"):
         b.wait_log('msg="route added" route=%s' % name, 5)
@@ -159,6 +173,35 @@ def run(ctx, vhosts):
     check_arrivals("three vhosts, a route added in a new one")
     vh = {r["name"]: r.get("vhost") for r in h.stats(port)["routes"]}
     check(vh.get("late") == v2 and vh.get("other2") == v1, "/stats vhosts: %r" % vh)
+
+    # "late" removed while it holds messages, refused back in another vhost, added back in v2
+    late = b.config["routes"][2]
+    publish(v2, "v2h-", 5, 2500)
+    h.wait_for("late holding 5", lambda: route_stats(port, "late")["pending"] == 5, 10)
+    b.config["routes"].remove(late)
+    r = hup(b, port, "removing late")
+    check(r["error"] is None and r["pending_changes"] == 0, "removing late: %r" % r)
+    b.wait_log('msg="route removed: no longer consumed', 5)
+    h.wait_for("late's ingress in %s no longer consumed" % v2,
+               lambda: consumers(uri[v2], same["ingress_queue"]) == 0, 10)
+    check(route_stats(port, "late").get("retired") is True, "late not retired: %r" %
+          route_stats(port, "late"))
+    moved = route("late", v1, ingress=ctx.n("in3"), ingress_queue=ctx.n("in3.q"))
+    b.config["routes"].append(moved)
+    r = hup(b, port, "adding late back in another vhost")
+    check(r["pending_changes"] == 1, "late added back in another vhost: %r" % r)
+    b.wait_log("removed earlier from another vhost", 5)
+    sl = route_stats(port, "late")
+    check(sl["retired"] is True and sl["vhost"] == v2, "late after the refused move: %r" % sl)
+    b.config["routes"][-1] = late
+    r = hup(b, port, "adding late back in its vhost")
+    check(r["error"] is None and r["pending_changes"] == 0, "late added back: %r" % r)
+    h.wait_for("late's ingress in %s consumed again" % v2,
+               lambda: consumers(uri[v2], same["ingress_queue"]) == 1, 10)
+    sl = route_stats(port, "late")
+    check(not sl["retired"] and sl["vhost"] == v2, "late after it came back: %r" % sl)
+    publish(v2, "v2i-", 5, 500)
+    check_arrivals("late removed and added back")
 
     # kill -9 while each vhost's route holds messages
     publish("/", "d3-", 10, 3000)
