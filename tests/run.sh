@@ -128,7 +128,7 @@ if [ "${DB_SKIP_FUZZ:-}" != 1 ]; then
     step "Building build-fuzz/ (clang + libFuzzer; tests/fuzz/run.sh for the long run)"
     CC=clang cmake -S . -B build-fuzz -DDB_WERROR=ON -DDB_FUZZ=ON -DDB_INTEGRATION=OFF -DDB_FUZZ_SECONDS=15
     cmake --build build-fuzz -j "$JOBS" --target fuzz_walrec fuzz_props_roundtrip fuzz_config \
-        fuzz_xdelay fuzz_uri fuzz_replrec fuzz_retry
+        fuzz_xdelay fuzz_uri fuzz_replrec fuzz_retry fuzz_routes
 fi
 
 # The tests wait far more than they compute (on 2 cores the machine sits

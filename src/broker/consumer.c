@@ -78,7 +78,6 @@
 #include "consumer_int.h"
 
 #define EVENT_CONFIRM_MS 5000 /* an event unconfirmed this long drops the connection */
-#define EVENT_WINDOW 4096     /* events in flight at most (then acks wait, and so do deliveries) */
 #define FRAMES_PER_TURN 4096 /* frames read per wakeup before yielding */
 #define HEARTBEAT_POLL_MS 500
 
@@ -88,66 +87,7 @@
 #define H_ORIGIN "x-delay-key-origin"
 #define H_AT "x-delay-key-at"
 
-/* A delivery being assembled from its frames. */
-struct assembly {
-    int active;
-    struct delivery d;
-    char exchange[256], routing_key[256];
-    amqp_basic_properties_t *props; /* in the connection's decoding pool */
-    uint64_t got;
-    uint8_t *body;
-    size_t body_cap;
-};
-
-struct consumer {
-    struct ev_loop *loop;
-    const struct config *cfg;
-    struct consumer_ops ops;
-    struct amqp_conn conn;
-    ev_io io;
-    int up, stopped, paused;
-    int ingress_held; /* consumer_hold_ingress(): the routes' ingress consumers cancelled */
-    uint32_t gen;            /* bumped at every connect */
-    uint64_t acked_tag;      /* highest tag acked on this connection */
-    /* key events on EVENTS_CHANNEL: sent, confirmed (all up to), and acks waiting on them */
-    int events_on;           /* the channel is open in confirm mode */
-    uint64_t ev_sent, ev_confirmed;
-    uint64_t ev_lost;        /* failpoint keys.event_unconfirmed: never confirmed; else 0 */
-    uint64_t ev_progress_ms; /* last time ev_confirmed moved, or the first event went out
-                                (monotonic ms) */
-    uint8_t ev_done[EVENT_WINDOW]; /* confirmed out of order, above ev_confirmed */
-    struct {
-        uint64_t tag, need;  /* ack tag once ev_confirmed >= need; tag 0 = empty */
-    } held[2];
-    unsigned uri_next; /* amqp_conn_open_next()'s place in broker.uris */
-    struct backoff bo;
-    uint64_t last_poll_ms; /* monotonic */
-    struct assembly as;
-    amqp_basic_properties_t no_props;
-    uint8_t *props_buf; /* the current delivery's properties, AMQP-encoded */
-    size_t props_cap;
-    amqp_table_entry_t *hdr_scratch; /* headers without the broker's x-delivery-count */
-    size_t hdr_cap;
-    int64_t *stream_next; /* per route: a stream ingress's next offset, -1 = first */
-    int64_t *stream_upto; /* per route: below this, a delivery may be logged already */
-    char vhost[CONFIG_NAME_MAX + 1]; /* logged in to this vhost; "" = the URI's */
-    int nmine;                       /* routes with mine[i].on */
-    /*
-     * Per route index: on = this consumer reads the route (consumer_route_add);
-     * failed = added while connected and refused by the broker (its declare
-     * tried on a scratch channel, cons_check_route): not consumed, tried
-     * again at retry_at (monotonic) and at every connect, alone, so that it
-     * never takes the other routes down with it.
-     */
-    struct mine {
-        uint8_t on, failed;
-        uint64_t retry_at;
-        struct backoff bo;
-    } *mine;
-};
-
 static void on_io(struct ev_loop *loop, ev_io *w, int revents);
-static void route_start(struct consumer *c, int i);
 
 /* A new connection: nothing sent, nothing waiting (unacked deliveries come back). */
 static void events_reset(struct consumer *c)
@@ -158,7 +98,7 @@ static void events_reset(struct consumer *c)
     memset(c->held, 0, sizeof(c->held));
 }
 
-static void conn_down(struct consumer *c, const char *why)
+void cons_conn_down(struct consumer *c, const char *why)
 {
     if (!c->conn.st)
         return;
@@ -185,7 +125,7 @@ static void send_ack(struct consumer *c, uint64_t tag)
         return;
     r = amqp_basic_ack(c->conn.st, CONSUMER_CHANNEL, tag, 1);
     if (r != AMQP_STATUS_OK) {
-        conn_down(c, amqp_error_string2(r));
+        cons_conn_down(c, amqp_error_string2(r));
         return;
     }
     c->acked_tag = tag;
@@ -215,7 +155,7 @@ int consumer_publish_key_event(struct consumer *c, int route, const char *kind, 
     if (!c->up || !c->events_on)
         return -1;
     if (c->ev_sent - c->ev_confirmed >= EVENT_WINDOW) {
-        conn_down(c, "too many key events unconfirmed");
+        cons_conn_down(c, "too many key events unconfirmed");
         return -1;
     }
     e[0].key = amqp_cstring_bytes(H_EVENT);
@@ -247,7 +187,7 @@ int consumer_publish_key_event(struct consumer *c, int route, const char *kind, 
                            amqp_cstring_bytes(ex[0] ? "" : "delay-bridge.failpoint.nowhere"), 0,
                            0, &p, amqp_empty_bytes);
     if (r != AMQP_STATUS_OK) {
-        conn_down(c, amqp_error_string2(r));
+        cons_conn_down(c, amqp_error_string2(r));
         return -1;
     }
     return 0;
@@ -268,44 +208,6 @@ static void events_confirmed(struct consumer *c, uint64_t tag, int multiple)
     acks_release(c);
 }
 
-/* The key-event channel, in confirm mode: before any delivery can cause an event. */
-static int events_open(struct consumer *c, char *err, size_t len)
-{
-    if (c->events_on)
-        return 0;
-    amqp_channel_open(c->conn.st, EVENTS_CHANNEL);
-    if (amqp_conn_check(&c->conn, "channel.open (key events)", err, len) < 0)
-        return -1;
-    amqp_confirm_select(c->conn.st, EVENTS_CHANNEL);
-    if (amqp_conn_check(&c->conn, "confirm.select (key events)", err, len) < 0)
-        return -1;
-    c->events_on = 1;
-    return 0;
-}
-
-static void route_refused(struct consumer *c, int i, const char *why)
-{
-    struct mine *m = &c->mine[i];
-    struct backoff_step st = backoff_fail(&m->bo, clock_mono_ms());
-
-    m->failed = 1;
-    m->retry_at = clock_mono_ms() + st.retry_in_ms;
-    if (st.log_events)
-        log_error("consume", "the broker refused a route's exchanges or queues: the route does "
-                  "not consume; the others do; tried again",
-                  "route=%s error=\"%s\" retry_in_ms=%" PRIu64 " attempts=%" PRIu64,
-                  c->cfg->routes[i].name, why, st.retry_in_ms, st.log_events);
-}
-
-static void route_accepted(struct consumer *c, int i)
-{
-    if (c->mine[i].failed)
-        log_info("consume", "a refused route's declares were accepted: consuming",
-                 "route=%s", c->cfg->routes[i].name);
-    c->mine[i].failed = 0;
-    backoff_reset(&c->mine[i].bo);
-}
-
 static void open_connection(struct consumer *c)
 {
     const struct config *cfg = c->cfg;
@@ -321,7 +223,7 @@ static void open_connection(struct consumer *c)
         goto fail_close;
     events_reset(c);
     for (i = 0; i < cfg->nroutes; i++)
-        if (c->mine[i].on && cfg->routes[i].share_keys && events_open(c, err, sizeof(err)) < 0)
+        if (c->mine[i].on && cfg->routes[i].share_keys && cons_events_open(c, err, sizeof(err)) < 0)
             goto fail_close;
     for (i = 0; i < cfg->nroutes; i++) {
         char e2[600];
@@ -334,10 +236,10 @@ static void open_connection(struct consumer *c)
                 goto fail_close;
             }
             if (r < 0) {
-                route_refused(c, i, e2);
+                cons_route_refused(c, i, e2);
                 continue;
             }
-            route_accepted(c, i);
+            cons_route_accepted(c, i);
         }
         if (cons_declare_route(&c->conn, &cfg->routes[i], config_key_holder(cfg),
                                c->ingress_held, c->stream_next[i], e2, sizeof(e2)) < 0) {
@@ -516,7 +418,7 @@ static void finish(struct consumer *c)
                 /* Before the place (the chunk's start, or read again): credit, not a message. */
                 int r = amqp_basic_ack(c->conn.st, CONSUMER_CHANNEL, a->d.tag, 0);
                 if (r != AMQP_STATUS_OK)
-                    conn_down(c, amqp_error_string2(r));
+                    cons_conn_down(c, amqp_error_string2(r));
                 return;
             }
             a->d.stream_offset = off;
@@ -542,14 +444,14 @@ static void handle_frame(struct consumer *c, amqp_frame_t *f)
             int keys;
             int route = route_of_tag(c, m->consumer_tag, &keys);
             if (route < 0) {
-                conn_down(c, "delivery for an unknown consumer tag");
+                cons_conn_down(c, "delivery for an unknown consumer tag");
                 return;
             }
             begin(c, m, route, keys);
             return;
         }
         case AMQP_BASIC_CANCEL_METHOD:
-            conn_down(c, "broker cancelled the consumer (ingress queue deleted?)");
+            cons_conn_down(c, "broker cancelled the consumer (ingress queue deleted?)");
             return;
         case AMQP_BASIC_ACK_METHOD:
             if (f->channel == EVENTS_CHANNEL) {
@@ -559,13 +461,13 @@ static void handle_frame(struct consumer *c, amqp_frame_t *f)
             return;
         case AMQP_BASIC_NACK_METHOD:
             if (f->channel == EVENTS_CHANNEL)
-                conn_down(c, "the broker refused a key event (basic.nack): reconnecting, so "
+                cons_conn_down(c, "the broker refused a key event (basic.nack): reconnecting, so "
                              "that its delivery comes back and the event goes out again");
             return;
         case AMQP_CHANNEL_CLOSE_METHOD:
         case AMQP_CONNECTION_CLOSE_METHOD:
             amqp_conn_answer_close(&c->conn, f, why, sizeof(why));
-            conn_down(c, why);
+            cons_conn_down(c, why);
             return;
         default:
             return;
@@ -585,7 +487,7 @@ static void handle_frame(struct consumer *c, amqp_frame_t *f)
     } else if (f->frame_type == AMQP_FRAME_BODY) {
         amqp_bytes_t part = f->payload.body_fragment;
         if (a->got + part.len > a->d.body_size) {
-            conn_down(c, "body longer than announced");
+            cons_conn_down(c, "body longer than announced");
             return;
         }
         if (!a->d.too_big)
@@ -610,7 +512,7 @@ static void drain(struct consumer *c)
         if (r == AMQP_STATUS_TIMEOUT)
             break;
         if (r != AMQP_STATUS_OK) {
-            conn_down(c, amqp_error_string2(r));
+            cons_conn_down(c, amqp_error_string2(r));
             return;
         }
         handle_frame(c, &f);
@@ -671,11 +573,11 @@ void consumer_turn(struct consumer *c, uint64_t now)
     }
     for (int i = 0; c->up && i < c->cfg->nroutes; i++)
         if (c->mine[i].on && c->mine[i].failed && now >= c->mine[i].retry_at)
-            route_start(c, i);
+            cons_route_start(c, i);
     if (!c->conn.st)
         return;
     if (c->ev_sent > c->ev_confirmed && now - c->ev_progress_ms >= EVENT_CONFIRM_MS) {
-        conn_down(c, "a key event went unconfirmed for 5 s: reconnecting, so that its "
+        cons_conn_down(c, "a key event went unconfirmed for 5 s: reconnecting, so that its "
                      "delivery comes back and the event goes out again");
         return;
     }
@@ -718,7 +620,7 @@ void consumer_settle(struct consumer *c, int route, uint32_t gen, uint64_t tag, 
     else
         r = amqp_basic_reject(c->conn.st, CONSUMER_CHANNEL, tag, 0);
     if (r != AMQP_STATUS_OK)
-        conn_down(c, amqp_error_string2(r));
+        cons_conn_down(c, amqp_error_string2(r));
 }
 
 /*
@@ -754,57 +656,6 @@ void consumer_resume(struct consumer *c)
         return;
     c->paused = 0;
     backoff_reset(&c->bo);
-}
-
-/*
- * The disk-full pause. basic.cancel of each route's ingress consumer, on
- * the open connection: the key-event consumers go on (a replacement or a
- * cancel another bridge takes meanwhile is applied here at once, and acked
- * with the next commit that gets space), and the deliveries already taken
- * stay unacked on this channel, waiting in the log's batch -- they are not
- * handed back to the broker, so no other bridge logs them a second time.
- * Deliveries the broker sent before its cancel-ok are taken like any other.
- * A connection lost meanwhile reconnects without the ingress consumers.
- * On a failed cancel the connection is closed: the old pause.
- */
-void consumer_hold_ingress(struct consumer *c)
-{
-    char err[512], tag[300];
-
-    if (c->ingress_held || c->stopped)
-        return;
-    c->ingress_held = 1;
-    if (!c->up)
-        return;
-    for (int i = 0; i < c->cfg->nroutes; i++) {
-        if (!c->mine[i].on || c->mine[i].failed)
-            continue;
-        amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL,
-                          cons_ingress_tag(&c->cfg->routes[i], tag, sizeof(tag)));
-        if (amqp_conn_check(&c->conn, "basic.cancel", err, sizeof(err)) < 0) {
-            conn_down(c, err);
-            return;
-        }
-    }
-}
-
-/* Space again: consume the ingress queues again (on reconnect, if down). */
-void consumer_release_ingress(struct consumer *c)
-{
-    char err[512];
-
-    if (!c->ingress_held)
-        return;
-    c->ingress_held = 0;
-    if (!c->up || c->stopped || c->paused)
-        return;
-    for (int i = 0; i < c->cfg->nroutes; i++)
-        if (c->mine[i].on && !c->mine[i].failed &&
-            cons_consume_ingress(&c->conn, &c->cfg->routes[i], c->stream_next[i], err,
-                                 sizeof(err)) < 0) {
-            conn_down(c, err);
-            return;
-        }
 }
 
 void consumer_stop(struct consumer *c)
@@ -855,91 +706,3 @@ uint64_t consumer_wait_ms(const struct consumer *c, uint64_t now)
     return at > now ? at - now : 0;
 }
 
-/*
- * A route this consumer reads from now on. Connected: its declares are
- * tried on a scratch channel first (cons_check_route), then made on the
- * consumer channel and its ingress consumed (unless the ingress is held);
- * refused, it is tried again with backoff, alone. Not connected: with the
- * next connection.
- */
-static void route_start(struct consumer *c, int i)
-{
-    const struct config_route *rc = &c->cfg->routes[i];
-    char err[600];
-    int r;
-
-    if (rc->share_keys && events_open(c, err, sizeof(err)) < 0) {
-        conn_down(c, err);
-        return;
-    }
-    r = cons_check_route(&c->conn, rc, err, sizeof(err));
-    if (r == -2) {
-        conn_down(c, err);
-        return;
-    }
-    if (r < 0) {
-        route_refused(c, i, err);
-        return;
-    }
-    route_accepted(c, i);
-    if (cons_declare_route(&c->conn, rc, config_key_holder(c->cfg), c->ingress_held,
-                           c->stream_next[i], err, sizeof(err)) < 0) {
-        conn_down(c, err);
-        return;
-    }
-    log_info("consume", "route consuming", "route=%s queue=\"%s\"", rc->name, rc->ingress_queue);
-}
-
-void consumer_route_add(struct consumer *c, int route)
-{
-    struct mine *m = &c->mine[route];
-
-    if (m->on)
-        return;
-    m->on = 1;
-    m->failed = 0;
-    backoff_reset(&m->bo);
-    c->nmine++;
-    if (c->up && !c->stopped && !c->paused)
-        route_start(c, route);
-}
-
-/*
- * A route this consumer no longer reads: basic.cancel of its ingress (and
- * key-event) consumer. Deliveries the broker sent before its cancel-ok
- * still come, with the route's tag, and are the owner's like any other;
- * those not yet acked go back to the queue with the connection, as ever.
- */
-void consumer_route_remove(struct consumer *c, int route)
-{
-    const struct config_route *rc = &c->cfg->routes[route];
-    struct mine *m = &c->mine[route];
-    char err[512], tag[300];
-
-    if (!m->on)
-        return;
-    m->on = 0;
-    c->nmine--;
-    if (!c->up || m->failed) {
-        m->failed = 0;
-        return;
-    }
-    if (!c->ingress_held) {
-        amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL, cons_ingress_tag(rc, tag, sizeof(tag)));
-        if (amqp_conn_check(&c->conn, "basic.cancel", err, sizeof(err)) < 0) {
-            conn_down(c, err);
-            return;
-        }
-    }
-    if (rc->share_keys) {
-        snprintf(tag, sizeof(tag), KEYS_TAG_PREFIX "%s", rc->name);
-        amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL, amqp_cstring_bytes(tag));
-        if (amqp_conn_check(&c->conn, "basic.cancel (key events)", err, sizeof(err)) < 0)
-            conn_down(c, err);
-    }
-}
-
-int consumer_route_failed(const struct consumer *c, int route)
-{
-    return c->mine[route].on && c->mine[route].failed;
-}

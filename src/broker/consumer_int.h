@@ -7,6 +7,8 @@
  *   consumer_declare.c  what a new connection declares and consumes, route
  *                       by route: exchanges, queues, bindings, qos and
  *                       basic.consume
+ *   consumer_routes.c   routes added and removed at run time, and the
+ *                       disk-full hold of every route's ingress
  *
  * consumer_declare.c works on the connection and the route it is given; it
  * knows nothing of struct consumer and calls nothing in consumer.c.
@@ -21,6 +23,85 @@
 
 #include "delay-bridge/config.h"
 #include "amqp_conn.h"
+
+#include <ev.h>
+
+#include "base/backoff.h"
+#include "delay-bridge/consumer.h"
+
+#define EVENT_WINDOW 4096     /* events in flight at most (then acks wait, and so do deliveries) */
+
+/* A delivery being assembled from its frames. */
+struct assembly {
+    int active;
+    struct delivery d;
+    char exchange[256], routing_key[256];
+    amqp_basic_properties_t *props; /* in the connection's decoding pool */
+    uint64_t got;
+    uint8_t *body;
+    size_t body_cap;
+};
+
+struct consumer {
+    struct ev_loop *loop;
+    const struct config *cfg;
+    struct consumer_ops ops;
+    struct amqp_conn conn;
+    ev_io io;
+    int up, stopped, paused;
+    int ingress_held; /* consumer_hold_ingress(): the routes' ingress consumers cancelled */
+    uint32_t gen;            /* bumped at every connect */
+    uint64_t acked_tag;      /* highest tag acked on this connection */
+    /* key events on EVENTS_CHANNEL: sent, confirmed (all up to), and acks waiting on them */
+    int events_on;           /* the channel is open in confirm mode */
+    uint64_t ev_sent, ev_confirmed;
+    uint64_t ev_lost;        /* failpoint keys.event_unconfirmed: never confirmed; else 0 */
+    uint64_t ev_progress_ms; /* last time ev_confirmed moved, or the first event went out
+                                (monotonic ms) */
+    uint8_t ev_done[EVENT_WINDOW]; /* confirmed out of order, above ev_confirmed */
+    struct {
+        uint64_t tag, need;  /* ack tag once ev_confirmed >= need; tag 0 = empty */
+    } held[2];
+    unsigned uri_next; /* amqp_conn_open_next()'s place in broker.uris */
+    struct backoff bo;
+    uint64_t last_poll_ms; /* monotonic */
+    struct assembly as;
+    amqp_basic_properties_t no_props;
+    uint8_t *props_buf; /* the current delivery's properties, AMQP-encoded */
+    size_t props_cap;
+    amqp_table_entry_t *hdr_scratch; /* headers without the broker's x-delivery-count */
+    size_t hdr_cap;
+    int64_t *stream_next; /* per route: a stream ingress's next offset, -1 = first */
+    int64_t *stream_upto; /* per route: below this, a delivery may be logged already */
+    char vhost[CONFIG_NAME_MAX + 1]; /* logged in to this vhost; "" = the URI's */
+    int nmine;                       /* routes with mine[i].on */
+    /*
+     * Per route index: on = this consumer reads the route (consumer_route_add);
+     * failed = added while connected and refused by the broker (its declare
+     * tried on a scratch channel, cons_check_route): not consumed, tried
+     * again at retry_at (monotonic) and at every connect, alone, so that it
+     * never takes the other routes down with it.
+     */
+    struct mine {
+        uint8_t on, failed;
+        uint64_t retry_at;
+        struct backoff bo;
+    } *mine;
+};
+
+
+/* consumer.c: the connection is lost (why: for the log); reconnect after a pause. */
+void cons_conn_down(struct consumer *c, const char *why);
+
+/* consumer_routes.c */
+/* The key-event channel in confirm mode, if not open yet. 0, or -1 with err. */
+int cons_events_open(struct consumer *c, char *err, size_t len);
+/* Route i's declares were refused (why): not consumed, tried again with backoff. */
+void cons_route_refused(struct consumer *c, int i, const char *why);
+/* ... accepted: consumed from now on. */
+void cons_route_accepted(struct consumer *c, int i);
+/* Declare and consume route i on the open connection (checked on a scratch channel first). */
+void cons_route_start(struct consumer *c, int i);
 
 #define CONSUMER_CHANNEL 1 /* declares, the routes' consumers, acks */
 #define EVENTS_CHANNEL 2   /* key events, confirm mode */

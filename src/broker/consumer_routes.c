@@ -1,0 +1,212 @@
+/*
+ * consumer_routes.c -- which routes a consumer reads, and when: routes
+ * added and removed at run time, and the disk-full hold of every route's
+ * ingress.
+ *
+ * A route added while the connection is up is declared on a scratch
+ * channel first (cons_check_route, consumer_declare.c): a broker that
+ * refuses it -- a queue of another type, a user without permission --
+ * closes that channel only, never the one the other routes are consumed
+ * on; the route is marked failed and tried again, alone, with backoff
+ * (consumer_turn) and at every connect. Once accepted, the same declares
+ * run on the consumer channel (they cannot be refused now) and the
+ * ingress is consumed, unless the ingress is held. A route removed is a
+ * basic.cancel of its consumers: deliveries already sent still arrive,
+ * named by its consumer tag, and are the owner's like any other.
+ *
+ * The hold (consumer_hold_ingress) cancels every route's ingress consumer
+ * and keeps the connection, so that deliveries already taken stay unacked
+ * in the log's batch and key events still flow; the release consumes again.
+ *
+ * It works on struct consumer (consumer_int.h) and calls consumer.c's
+ * cons_conn_down() when the connection is lost; consumer.c calls
+ * cons_route_start() and the refusal bookkeeping from its connect and its
+ * turn.
+ */
+#include "consumer_int.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "delay-bridge/consumer.h"
+
+/* The key-event channel, in confirm mode: before any delivery can cause an event. */
+int cons_events_open(struct consumer *c, char *err, size_t len)
+{
+    if (c->events_on)
+        return 0;
+    amqp_channel_open(c->conn.st, EVENTS_CHANNEL);
+    if (amqp_conn_check(&c->conn, "channel.open (key events)", err, len) < 0)
+        return -1;
+    amqp_confirm_select(c->conn.st, EVENTS_CHANNEL);
+    if (amqp_conn_check(&c->conn, "confirm.select (key events)", err, len) < 0)
+        return -1;
+    c->events_on = 1;
+    return 0;
+}
+
+void cons_route_refused(struct consumer *c, int i, const char *why)
+{
+    struct mine *m = &c->mine[i];
+    struct backoff_step st = backoff_fail(&m->bo, clock_mono_ms());
+
+    m->failed = 1;
+    m->retry_at = clock_mono_ms() + st.retry_in_ms;
+    if (st.log_events)
+        log_error("consume", "the broker refused a route's exchanges or queues: the route does "
+                  "not consume; the others do; tried again",
+                  "route=%s error=\"%s\" retry_in_ms=%" PRIu64 " attempts=%" PRIu64,
+                  c->cfg->routes[i].name, why, st.retry_in_ms, st.log_events);
+}
+
+void cons_route_accepted(struct consumer *c, int i)
+{
+    if (c->mine[i].failed)
+        log_info("consume", "a refused route's declares were accepted: consuming",
+                 "route=%s", c->cfg->routes[i].name);
+    c->mine[i].failed = 0;
+    backoff_reset(&c->mine[i].bo);
+}
+
+/*
+ * The disk-full pause. basic.cancel of each route's ingress consumer, on
+ * the open connection: the key-event consumers go on (a replacement or a
+ * cancel another bridge takes meanwhile is applied here at once, and acked
+ * with the next commit that gets space), and the deliveries already taken
+ * stay unacked on this channel, waiting in the log's batch -- they are not
+ * handed back to the broker, so no other bridge logs them a second time.
+ * Deliveries the broker sent before its cancel-ok are taken like any other.
+ * A connection lost meanwhile reconnects without the ingress consumers.
+ * On a failed cancel the connection is closed: the old pause.
+ */
+void consumer_hold_ingress(struct consumer *c)
+{
+    char err[512], tag[300];
+
+    if (c->ingress_held || c->stopped)
+        return;
+    c->ingress_held = 1;
+    if (!c->up)
+        return;
+    for (int i = 0; i < c->cfg->nroutes; i++) {
+        if (!c->mine[i].on || c->mine[i].failed)
+            continue;
+        amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL,
+                          cons_ingress_tag(&c->cfg->routes[i], tag, sizeof(tag)));
+        if (amqp_conn_check(&c->conn, "basic.cancel", err, sizeof(err)) < 0) {
+            cons_conn_down(c, err);
+            return;
+        }
+    }
+}
+
+/* Space again: consume the ingress queues again (on reconnect, if down). */
+void consumer_release_ingress(struct consumer *c)
+{
+    char err[512];
+
+    if (!c->ingress_held)
+        return;
+    c->ingress_held = 0;
+    if (!c->up || c->stopped || c->paused)
+        return;
+    for (int i = 0; i < c->cfg->nroutes; i++)
+        if (c->mine[i].on && !c->mine[i].failed &&
+            cons_consume_ingress(&c->conn, &c->cfg->routes[i], c->stream_next[i], err,
+                                 sizeof(err)) < 0) {
+            cons_conn_down(c, err);
+            return;
+        }
+}
+
+/*
+ * A route this consumer reads from now on. Connected: its declares are
+ * tried on a scratch channel first (cons_check_route), then made on the
+ * consumer channel and its ingress consumed (unless the ingress is held);
+ * refused, it is tried again with backoff, alone. Not connected: with the
+ * next connection.
+ */
+void cons_route_start(struct consumer *c, int i)
+{
+    const struct config_route *rc = &c->cfg->routes[i];
+    char err[600];
+    int r;
+
+    if (rc->share_keys && cons_events_open(c, err, sizeof(err)) < 0) {
+        cons_conn_down(c, err);
+        return;
+    }
+    r = cons_check_route(&c->conn, rc, err, sizeof(err));
+    if (r == -2) {
+        cons_conn_down(c, err);
+        return;
+    }
+    if (r < 0) {
+        cons_route_refused(c, i, err);
+        return;
+    }
+    cons_route_accepted(c, i);
+    if (cons_declare_route(&c->conn, rc, config_key_holder(c->cfg), c->ingress_held,
+                           c->stream_next[i], err, sizeof(err)) < 0) {
+        cons_conn_down(c, err);
+        return;
+    }
+    log_info("consume", "route consuming", "route=%s queue=\"%s\"", rc->name, rc->ingress_queue);
+}
+
+void consumer_route_add(struct consumer *c, int route)
+{
+    struct mine *m = &c->mine[route];
+
+    if (m->on)
+        return;
+    m->on = 1;
+    m->failed = 0;
+    backoff_reset(&m->bo);
+    c->nmine++;
+    if (c->up && !c->stopped && !c->paused)
+        cons_route_start(c, route);
+}
+
+/*
+ * A route this consumer no longer reads: basic.cancel of its ingress (and
+ * key-event) consumer. Deliveries the broker sent before its cancel-ok
+ * still come, with the route's tag, and are the owner's like any other;
+ * those not yet acked go back to the queue with the connection, as ever.
+ */
+void consumer_route_remove(struct consumer *c, int route)
+{
+    const struct config_route *rc = &c->cfg->routes[route];
+    struct mine *m = &c->mine[route];
+    char err[512], tag[300];
+
+    if (!m->on)
+        return;
+    m->on = 0;
+    c->nmine--;
+    if (!c->up || m->failed) {
+        m->failed = 0;
+        return;
+    }
+    if (!c->ingress_held) {
+        amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL, cons_ingress_tag(rc, tag, sizeof(tag)));
+        if (amqp_conn_check(&c->conn, "basic.cancel", err, sizeof(err)) < 0) {
+            cons_conn_down(c, err);
+            return;
+        }
+    }
+    if (rc->share_keys) {
+        snprintf(tag, sizeof(tag), KEYS_TAG_PREFIX "%s", rc->name);
+        amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL, amqp_cstring_bytes(tag));
+        if (amqp_conn_check(&c->conn, "basic.cancel (key events)", err, sizeof(err)) < 0)
+            cons_conn_down(c, err);
+    }
+}
+
+int consumer_route_failed(const struct consumer *c, int route)
+{
+    return c->mine[route].on && c->mine[route].failed;
+}
