@@ -20,7 +20,10 @@ against the real daemon with DELAY_BRIDGE_HTTP_TOKEN set:
  - live: a route PUT runs at once (bridge_config_apply) -- GET shows it, a message with x-delay 300 to its new ingress
    exchange arrives at the target on time; a change that waits for a
    restart (target_type) is 409 with "pending" and is not stored, one that
-   applies live (max_delay_ms) is 200; DELETE answers removed.
+   applies live (max_delay_ms) is 200; DELETE answers removed;
+ - templates: the file's route_templates entry makes route t1 (its
+   instance, GET shows "template"), and PUT /routes/t2 {"template": "tpl"}
+   alone makes a whole route that runs at once; both deliver on time.
 """
 
 import json
@@ -75,13 +78,24 @@ def test(ctx):
     p = ctx.publisher()
     port = h.free_port()
     filer = ctx.route("filer", ex)
-    b = ctx.bridge([filer], http={"listen": str(port)}, start=False)
+    # a template: one instance in the file (t1), one put by name only (t2, below)
+    tpl = {"ingress_exchange": ctx.n("{name}.tpl.delayed"), "ingress_queue": ctx.n("{name}.tpl.q"),
+           "target_exchange": ex, "prefetch": 200, "routes": ["t1"]}
+    for n in ("t1", "t2"):
+        ctx.exchanges.add(tpl["ingress_exchange"].replace("{name}", n))
+        ctx.queues.add(tpl["ingress_queue"].replace("{name}", n))
+    b = ctx.bridge([filer], http={"listen": str(port)}, start=False,
+                   route_templates={"tpl": tpl})
     b.start(env={"DELAY_BRIDGE_HTTP_TOKEN": TOKEN})
     routes_file = os.path.join(b.config["wal"]["dir"], "routes.json")
 
     st, j = req(port, "GET", "/routes")
-    check(st == 200 and [r["name"] for r in j["routes"]] == ["filer"], "GET /routes: %d %r"
-          % (st, j))
+    check(st == 200 and sorted(r["name"] for r in j["routes"]) == ["filer", "t1"],
+          "GET /routes: %d %r" % (st, j))
+    t1 = [r for r in j["routes"] if r["name"] == "t1"][0]
+    check(t1["template"] == "tpl" and t1["source"] == "file" and t1["prefetch"] == 200 and
+          t1["ingress_exchange"] == tpl["ingress_exchange"].replace("{name}", "t1"),
+          "the template's instance: %r" % t1)
     r0 = j["routes"][0]
     check(r0["source"] == "file" and r0["template"] is None and r0["retired"] is False and
           r0["held"] == 0 and r0["vhost"] == "/" and r0["target_exchange"] == ex and
@@ -157,8 +171,8 @@ def test(ctx):
           j["ingress_exchange"] == api1["ingress_exchange"], "api1 after a restart: %d %r"
           % (st, j))
     st, j2 = req(port, "GET", "/routes")
-    check([r["name"] for r in j2["routes"]] == ["filer", "api1"], "routes after a restart: %r"
-          % j2)
+    check(sorted(r["name"] for r in j2["routes"]) == ["api1", "filer", "t1"],
+          "routes after a restart: %r" % j2)
     deliver(ctx, p, c, filer, "f1")
     deliver(ctx, p, c, api1, "a1")
     st, j3 = req(port, "PUT", "/routes/api1", j)  # what GET showed, back unchanged
@@ -203,6 +217,19 @@ def test(ctx):
     st, j = req(port, "PUT", "/routes/api3", dict(api3, max_delay_ms=60000))
     check(st == 200 and j["max_delay_ms"] == 60000, "api3's max_delay_ms replaced: %d %r"
           % (st, j))
+    # a route put by its template's name alone runs at once, as the file's instance does
+    st, j = req(port, "PUT", "/routes/t2", {"template": "tpl"})
+    check(st == 201 and j["template"] == "tpl" and
+          j["ingress_exchange"] == tpl["ingress_exchange"].replace("{name}", "t2"),
+          "PUT t2 from the template: %d %r" % (st, j))
+    check(stored(routes_file)["t2"] == {"name": "t2", "template": "tpl"},
+          "the routes file keeps t2 as put: %r" % stored(routes_file)["t2"])
+    t2 = {"name": "t2", "ingress_exchange": j["ingress_exchange"]}
+    h.wait_for("t2's ingress exchange", lambda: ctx.exchange_exists(t2["ingress_exchange"]), 10)
+    deliver(ctx, p, c, dict(t1, ingress_exchange=t1["ingress_exchange"]), "t1m")
+    deliver(ctx, p, c, t2, "t2m")
+    st, j = req(port, "DELETE", "/routes/t2")
+    check(st == 200, "DELETE t2: %d %r" % (st, j))
     st, j = req(port, "DELETE", "/routes/api3")
     check(st == 200 and j["removed"] == "api3" and j["held"] == 0, "DELETE api3: %d %r"
           % (st, j))
