@@ -22,13 +22,17 @@ exchange and queue, target exchange, and a target queue bound to it.
    in its own vhost (its old index: consumes again);
  - kill -9 while messages of all three vhosts are held, restarted on the
    same WAL: each arrives in its own vhost, none lost, none early (a copy
-   under the same x-delay-bridge-id allowed, as in integration.crash).
+   under the same x-delay-bridge-id allowed, as in integration.crash);
+ - `delay-bridge drain` while each vhost's route holds messages: each is
+   handed back to its own vhost's ingress queue (5, 5, 5), the bridge
+   exits 0, and after a restart each arrives in its vhost on time.
 
 Needs a broker the suite owns (DB_TEST_BROKER_DIR: rabbitmqctl); the
 vhosts are deleted at the end, with what is in them.
 """
 
 import signal
+import subprocess
 import time
 
 import pika
@@ -230,6 +234,41 @@ def run(ctx, vhosts):
     t = h.tally(set(sent), all_msgs)
     h.log("RESULT vhosts: %s" % h.tally_line(t))
     check(not t["lost"] and not t["unknown"] and t["case2"] == 0, h.tally_line(t))
+
+    # a drain hands each vhost's messages back to its own ingress queue
+    before = {v: c.count() for v, c in cons.items()}
+    publish("/", "d4-", 5, 4000)
+    publish(v1, "v14-", 5, 4000)
+    publish(v2, "v24-", 5, 4000)
+    h.wait_progress(lambda: sum(r["pending"] for r in h.stats(port)["routes"]), 15, 10,
+                    lambda k: "the bridge holds %d of 15" % k)
+    r = subprocess.run([h.bridge_bin(), "drain", "--url", "http://127.0.0.1:%d" % port,
+                        "--timeout", "30"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 0, "delay-bridge drain exited %d: %s" % (r.returncode, r.stderr))
+    b.proc.wait(timeout=30)
+    check(b.proc.returncode == 0, "the bridge exited %s after the drain" % b.proc.returncode)
+    depth = {}
+    for v in ("/", v1, v2):
+        conn = pika.BlockingConnection(pika.URLParameters(uri[v]))
+        depth[v] = conn.channel().queue_declare(same["ingress_queue"],
+                                                passive=True).method.message_count
+        conn.close()
+    h.log("after the drain, each vhost's ingress queue holds %r" % depth)
+    check(depth == {"/": 5, v1: 5, v2: 5}, "handed back per vhost: %r" % depth)
+    check({v: c.count() for v, c in cons.items()} == before, "a drained message was published")
+    b.start(timeout=60)
+    for v, c in cons.items():
+        want = {mid for mid, (_, _, vh) in sent.items() if vh == v}
+        c.wait_ids(want, 4 + h.late_tolerance() + 10)
+    time.sleep(0.5)
+    for v, c in cons.items():
+        for m in c.snapshot():
+            if m.message_id[:3] in ("d4-", "v14", "v24"):
+                t_pub, ms, vh = sent[m.message_id]
+                check(vh == v, "after the drain: %s (vhost %r) arrived in vhost %r"
+                      % (m.message_id, vh, v))
+                h.check_on_time(m, t_pub, ms / 1000.0, "after the drain: %s" % m.message_id)
+    h.log("RESULT vhosts drain: 15 handed back to their own vhosts, each arrived there on time")
     b.stop()
 
 
