@@ -368,6 +368,16 @@ def require_owned_broker(why):
                    "testing against DB_TEST_BROKER_URI=%s)" % (why, broker_uri()))
 
 
+def use_failpoint_bridge():
+    """Run the daemon built with failpoints (DB_BRIDGE_FP_BIN, which tests.cmake sets) from
+    here on; skip the test without it."""
+    fp = os.environ.get("DB_BRIDGE_FP_BIN")
+    if not fp or not os.access(fp, os.X_OK):
+        raise Skip("DB_BRIDGE_FP_BIN is not set to the delay-bridge-fp binary (the daemon built "
+                   "with failpoints; tests.cmake sets it)")
+    os.environ["DB_BRIDGE_BIN"] = fp  # Bridge starts DB_BRIDGE_BIN
+
+
 def bridge_bin():
     b = os.environ.get("DB_BRIDGE_BIN")
     if not b:

@@ -216,11 +216,7 @@ def run_case(ctx, case):
 
 
 def test(ctx):
-    fp = os.environ.get("DB_BRIDGE_FP_BIN")
-    if not fp or not os.access(fp, os.X_OK):
-        raise h.Skip("DB_BRIDGE_FP_BIN is not set to the delay-bridge-fp binary (the daemon built "
-                     "with failpoints; tests.cmake sets it)")
-    os.environ["DB_BRIDGE_BIN"] = fp  # harness.Bridge starts DB_BRIDGE_BIN
+    h.use_failpoint_bridge()
     only = [x for x in os.environ.get("DB_FAILPOINT_CASES", "").split(",") if x]
     cases = [c for c in CASES if not only or c["point"] in only]
     check(cases, "DB_FAILPOINT_CASES=%s names no case; the cases: %s" % (

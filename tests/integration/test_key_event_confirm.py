@@ -23,7 +23,6 @@ no version 1 arrives (past its due time); every version 2 arrives once, not
 early; nothing is stored twice.
 """
 
-import os
 import time
 
 import harness as h
@@ -34,11 +33,7 @@ V1_DELAY = 30000
 
 
 def test(ctx):
-    fp = os.environ.get("DB_BRIDGE_FP_BIN")
-    if not fp or not os.access(fp, os.X_OK):
-        raise h.Skip("DB_BRIDGE_FP_BIN is not set to the delay-bridge-fp binary (the daemon built "
-                     "with failpoints; tests.cmake sets it)")
-    os.environ["DB_BRIDGE_BIN"] = fp  # both bridges; only B is armed
+    h.use_failpoint_bridge()
     ex, qs = ctx.target("kec", "direct", ["rk"])
     c = ctx.consumer([qs["rk"]])
     route = ctx.route("kec", ex, share_keys=True, prefetch=50)

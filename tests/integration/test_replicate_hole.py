@@ -35,7 +35,6 @@ Every message arrives once, none early.
 """
 
 import functools
-import os
 import time
 
 import harness as h
@@ -58,11 +57,7 @@ def wait_repl(port, pred, timeout, what):
 
 
 def test(ctx):
-    fp = os.environ.get("DB_BRIDGE_FP_BIN")
-    if not fp or not os.access(fp, os.X_OK):
-        raise h.Skip("DB_BRIDGE_FP_BIN is not set to the delay-bridge-fp binary (the daemon built "
-                     "with failpoints; tests.cmake sets it)")
-    os.environ["DB_BRIDGE_BIN"] = fp
+    h.use_failpoint_bridge()
     route, c, wal = ctx.replicated("rh", max_mb=0, checkpoint_mb=1024, checkpoint_interval_s=0)
     stream = wal["replicate"]["stream"]
     pa, pb = h.free_port(), h.free_port()

@@ -23,7 +23,6 @@ twice, under two bridge ids. Now run 2 recognises it again (deduplicated
 2, received 0) and the target gets it once.
 """
 
-import os
 import time
 
 import harness as h
@@ -31,11 +30,7 @@ from harness import check
 
 
 def test(ctx):
-    fp = os.environ.get("DB_BRIDGE_FP_BIN")
-    if not fp or not os.access(fp, os.X_OK):
-        raise h.Skip("DB_BRIDGE_FP_BIN is not set to the delay-bridge-fp binary (the daemon built "
-                     "with failpoints; tests.cmake sets it)")
-    os.environ["DB_BRIDGE_BIN"] = fp
+    h.use_failpoint_bridge()
     ex, qs = ctx.target("srec", "direct", ["rk"])
     c = ctx.consumer([qs["rk"]])
     route = ctx.route("srec", ex, share_keys=True, prefetch=50)

@@ -15,7 +15,6 @@ channel again without the checks ("route channel open"), and every
 delayed message arrives on time; none early.
 """
 
-import os
 
 import harness as h
 from harness import check
@@ -24,10 +23,7 @@ N = 50
 
 
 def test(ctx):
-    fp = os.environ.get("DB_BRIDGE_FP_BIN")
-    if not fp or not os.access(fp, os.X_OK):
-        raise h.Skip("DB_BRIDGE_FP_BIN is not set to the delay-bridge-fp binary")
-    os.environ["DB_BRIDGE_BIN"] = fp
+    h.use_failpoint_bridge()
     ex, qs = ctx.target("t403", "direct", ["rk"])
     c = ctx.consumer([qs["rk"]])
     route = ctx.route("t403", ex)
