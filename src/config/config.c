@@ -575,7 +575,9 @@ static char *read_file(struct ctx *x, const char *path, struct stat *st, int *mi
     FILE *f = fopen(path, "rb");
     if (!f) {
         int e = errno;
-        *missing = e == ENOENT;
+        /* ENOTDIR: a parent is a file -- for the routes file, a wal.dir that is not a
+           directory, which config_check_wal_dir names; no routes file either way */
+        *missing = e == ENOENT || e == ENOTDIR;
         cfg_fail(x, NULL, "cannot open: %s", strerror(e));
         return NULL;
     }

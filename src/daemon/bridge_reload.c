@@ -51,7 +51,7 @@ char *bridge_read_store(const char *path)
     size_t n = 0, cap = 0, r;
 
     if (!f) {
-        if (errno != ENOENT)
+        if (errno != ENOENT && errno != ENOTDIR)
             log_warn("routes", "cannot read the routes file", "file=\"%s\" error=\"%s\"",
                      path, strerror(errno));
         return NULL;
