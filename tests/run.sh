@@ -8,7 +8,7 @@
 #   build-fuzz/     clang + libFuzzer: the fuzz harnesses;
 # and runs four stages side by side (the tests mostly wait: for due times,
 # restarts, takeovers), each line prefixed with its stage's name:
-#   [build]   the whole ctest suite in build/, -j 4, one scheduler for
+#   [build]   the whole ctest suite in build/, -j 5, one scheduler for
 #             every test (tests/CMakeLists.txt says how they share the
 #             machine): unit tests, the purity check, deploy/ checks
 #             (systemd unit, Kubernetes manifests, example configs,
@@ -49,7 +49,7 @@
 # builds: about 35 minutes on 2 cores.
 #
 # Environment: JOBS (parallel build jobs, default: CPU count), DB_TEST_JOBS
-# (ctest -j of the [build] stage, default 4), DB_SKIP_INSTALL=1 (never run
+# (ctest -j of the [build] stage, default 5), DB_SKIP_INSTALL=1 (never run
 # apt-get), DB_SKIP_ASAN=1 (no build-asan/, no [asan]), DB_SKIP_FUZZ=1 (no
 # build-fuzz/, no [fuzz]), DB_CONTAINER_TESTS=1 (also the container tests).
 set -euo pipefail
@@ -166,8 +166,8 @@ lane_fuzz() {
 lane_build() {
     # Unit, purity, deploy, integration (most of them against the sanitized
     # daemon), clients, soak, bench smoke and (with DB_CONTAINER_TESTS=1)
-    # container tests, -j 4 with the locks of tests/CMakeLists.txt.
-    ctest --test-dir build -j "${DB_TEST_JOBS:-4}" --output-on-failure
+    # container tests, -j 5 with the locks of tests/CMakeLists.txt.
+    ctest --test-dir build -j "${DB_TEST_JOBS:-5}" --output-on-failure
 }
 
 step "Preparing the broker: $(bash tests/integration/broker.sh describe "$DB_RABBITMQ")"
@@ -184,7 +184,7 @@ if [ $MATRIX = 1 ]; then
     for v in 3.10 4.0; do
         step "Broker-facing tests on $(bash tests/integration/broker.sh describe "$v")"
         lane "rmq-$v" env DB_RABBITMQ="$v" ctest --test-dir build -L '^(integration|clients)$' \
-            -j "${DB_TEST_JOBS:-4}" --output-on-failure
+            -j "${DB_TEST_JOBS:-5}" --output-on-failure
         wait
     done
 fi
