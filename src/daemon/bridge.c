@@ -417,13 +417,16 @@ static int open_places(struct bridge *b)
         ;
     if (i == b->cfg->nroutes)
         return 0;
-    b->ioff = xcalloc((size_t)b->cfg->nroutes, sizeof(*b->ioff));
-    b->commit_next = xcalloc((size_t)b->cfg->nroutes, sizeof(*b->commit_next));
+    /* room for routes added at run time too (never a stream: bridge_routes.c) */
+    b->ioff = xcalloc(CONFIG_MAX_ROUTES, sizeof(*b->ioff));
+    b->commit_next = xcalloc(CONFIG_MAX_ROUTES, sizeof(*b->commit_next));
+    for (i = 0; i < CONFIG_MAX_ROUTES; i++) {
+        b->ioff[i].fd = -1; /* not a stream route: nothing to write */
+        b->ioff[i].stored = b->ioff[i].upto = INGRESS_OFF_NONE;
+    }
     for (i = 0; i < b->cfg->nroutes; i++) {
         const struct config_route *rc = &b->cfg->routes[i];
         int64_t next, upto;
-        b->ioff[i].fd = -1; /* not a stream route: nothing to write */
-        b->ioff[i].stored = b->ioff[i].upto = INGRESS_OFF_NONE;
         if (rc->queue_type != QUEUE_STREAM)
             continue;
         r = ingress_off_open(&b->ioff[i], b->cfg->wal_dir, rc->name, &next, &upto, err,

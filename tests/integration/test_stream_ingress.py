@@ -16,6 +16,11 @@ behaves as a classic ingress does, and keeps its place in the stream in
   - a 10 KB body over wal.max_message_bytes (4096) cannot be rejected on a
     stream: it is counted in routes[0].rejected, logged, skipped, never
     delivered, and the messages after it arrive (stream_offset 411);
+  - routes added by SIGHUP beside it: a classic one consumes and delivers
+    at once (the place files' table has room for routes added at run time;
+    under ASan an overrun of it would stop the daemon), a second stream
+    route waits for a restart (pending_changes 1); the stream route's place
+    moves on (stream_offset 416);
   - a corrupt place file (a flipped byte: bad CRC; 7 bytes: bad size) stops
     the start (exit code not 0, before "ready") with a log line naming the
     file and saying to delete it, and is left as it was; once deleted, the
@@ -27,6 +32,7 @@ classic route, ...) are cases of test_bad_config.py."""
 
 import os
 import random
+import signal
 import struct
 import time
 
@@ -169,6 +175,38 @@ def test(ctx):
     check("offset=%d" % (N1 + N2 + 5) in line, "the skip's log line should name offset %d: %s"
           % (N1 + N2 + 5, line))
     total = N1 + N2 + 11
+
+    # 3b. Routes added at run time beside the stream route: a classic one consumes at once
+    # (the place files' table has room for it), a second stream waits for a restart.
+    ex2, qs2 = ctx.target("added", "direct", ["rk"])
+    c2 = ctx.consumer([qs2["rk"]])
+    added = ctx.route("added", ex2)
+    strm2 = ctx.route("strm2", ex2, queue_type="stream", stream_max_age="1D")
+    b.config["routes"] += [added, strm2]
+    b.rewrite_config()
+    before = h.stats(port)["reload"]["count"]
+    b.proc.send_signal(signal.SIGHUP)
+    h.wait_for("the reload", lambda: h.stats(port)["reload"]["count"] == before + 1, 10)
+    r = h.stats(port)["reload"]
+    check(r["pending_changes"] == 1 and r["error"] is None, "added beside a stream: %r" % r)
+    b.wait_log('msg="route added" route=added', 5)
+    b.wait_log("key=routes[strm2] change=added", 5)
+    h.wait_for("the added route's ingress exchange", lambda: ctx.exchange_exists(
+        added["ingress_exchange"]), 10)
+    sent4 = {}
+    for i in range(5):
+        mid = "e%d" % i
+        sent4[mid] = p.publish(added["ingress_exchange"], "rk", mid.encode(), message_id=mid,
+                               delivery_mode=2, headers={"x-delay": h.i32(300)})
+    sent5 = publish_batch(p, ingress, "f", 5, rng, 300)
+    c2.wait_ids(sent4.keys(), 0.3 + h.late_tolerance() + 10)
+    c.wait_ids(sent5.keys(), 0.3 + h.late_tolerance() + 10)
+    c.quiet(1.0)
+    exactly_once(c, sent5, "the stream route's, after a route was added")
+    wait_stat(port, "stream_offset", total + 5, 5, "after a route was added beside it")
+    total += 5
+    b.config["routes"] = [route]
+    b.rewrite_config()
 
     # 4. A corrupt place file stops the start; deleting it reads from the first.
     b.stop(expect=0)
