@@ -22,7 +22,7 @@
  *                         routes file's routes (config_add_routes): any
  *                         error is 400 with its key path, nothing changed
  *   4  the dry run        bridge_config_pending: a change that would wait
- *                         for a restart (a route's ingress, say) is 409 with
+ *                         for a restart (a route's vhost, say) is 409 with
  *                         its key paths, nothing stored
  *   5  the file           NAME.tmp written, fsync'ed, renamed over the
  *                         routes file, the directory fsync'ed
