@@ -184,9 +184,16 @@ struct db_stats {
     double recovery_seconds;
     double recovery_progress;   /* 0..1 while replaying, 1 after */
 
-    /* connections */
+    /* connections: every vhost's pair taken together (up: all up; blocked: any blocked) */
     enum db_conn_state consumer;
     enum db_conn_state publisher;
+    /* ... and each vhost's pair (routes[].vhost): one per vhost in use */
+    struct db_vhost_conn {
+        const char *vhost;
+        enum db_conn_state consumer, publisher;
+        int routes;             /* routes it serves, retired ones included */
+    } *vhosts;
+    int nvhosts;
     int stopping;               /* SIGTERM received: draining */
 
     /* held messages, all routes */

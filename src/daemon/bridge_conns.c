@@ -97,10 +97,23 @@ void bridge_conns_turn(struct bridge *b, uint64_t mono)
     }
 }
 
+/*
+ * A pair whose routes were all removed (retired) still connects, to publish
+ * what they hold, but no longer counts for "up": a route put in a vhost that
+ * does not exist, then deleted, must not leave the bridge unready for good.
+ */
+static int counts(const struct bridge *b, int k)
+{
+    for (int i = 0; i < b->cfg->nroutes; i++)
+        if (b->route_vc[i] == k && !b->cfg->routes[i].retired)
+            return 1;
+    return 0;
+}
+
 int bridge_conns_up(const struct bridge *b)
 {
     for (int k = 0; k < b->nvc; k++)
-        if (!consumer_up(b->vc[k].cons) || !publisher_up(b->vc[k].pub))
+        if (counts(b, k) && (!consumer_up(b->vc[k].cons) || !publisher_up(b->vc[k].pub)))
             return 0;
     return b->nvc > 0;
 }
@@ -108,7 +121,7 @@ int bridge_conns_up(const struct bridge *b)
 int bridge_consumers_up(const struct bridge *b)
 {
     for (int k = 0; k < b->nvc; k++)
-        if (!consumer_up(b->vc[k].cons))
+        if (counts(b, k) && !consumer_up(b->vc[k].cons))
             return 0;
     return b->nvc > 0;
 }
@@ -160,7 +173,7 @@ size_t bridge_pubs_inflight(const struct bridge *b)
 int bridge_pubs_up(const struct bridge *b)
 {
     for (int k = 0; k < b->nvc; k++)
-        if (!publisher_up(b->vc[k].pub))
+        if (counts(b, k) && !publisher_up(b->vc[k].pub))
             return 0;
     return b->nvc > 0;
 }

@@ -144,6 +144,7 @@ struct bridge {
     int exit_code, done;
 
     struct db_route_stats *snap; /* bridge_stats() output */
+    struct db_vhost_conn vsnap[BRIDGE_MAX_VHOSTS]; /* ... its connections per vhost */
     struct bridge_retry *retry;  /* retry routes' counts per queue (bridge_retry.c); NULL
                                     until the first is counted */
 

@@ -197,6 +197,19 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
     for (int k = 0; k < b->nvc && s->publisher == DB_CONN_UP; k++)
         if (publisher_blocked(b->vc[k].pub))
             s->publisher = DB_CONN_BLOCKED;
+    for (int k = 0; k < b->nvc; k++) {
+        struct db_vhost_conn *v = &b->vsnap[k];
+        v->vhost = b->vc[k].vhost;
+        v->consumer = consumer_up(b->vc[k].cons) ? DB_CONN_UP : DB_CONN_DOWN;
+        v->publisher = !publisher_up(b->vc[k].pub)    ? DB_CONN_DOWN
+                       : publisher_blocked(b->vc[k].pub) ? DB_CONN_BLOCKED
+                                                        : DB_CONN_UP;
+        v->routes = 0;
+        for (int i = 0; i < b->cfg->nroutes; i++)
+            v->routes += b->route_vc[i] == k;
+    }
+    s->vhosts = b->vsnap;
+    s->nvhosts = b->nvc;
     s->stopping = b->stopping;
     s->held = es.held;
     s->orphaned = es.orphaned;

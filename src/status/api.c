@@ -363,6 +363,16 @@ static void render_stats(const struct db_stats *s, struct strbuf *out)
     json_object *conns = json_object_new_object();
     add(conns, "consumer", jstr(conn_name(s->consumer)));
     add(conns, "publisher", jstr(conn_name(s->publisher)));
+    json_object *vh = json_object_new_array();
+    for (int k = 0; k < s->nvhosts; k++) {
+        json_object *v = json_object_new_object();
+        add(v, "vhost", jstr(s->vhosts[k].vhost));
+        add(v, "consumer", jstr(conn_name(s->vhosts[k].consumer)));
+        add(v, "publisher", jstr(conn_name(s->vhosts[k].publisher)));
+        add(v, "routes", json_object_new_int(s->vhosts[k].routes));
+        json_object_array_add(vh, v);
+    }
+    add(conns, "vhosts", vh);
     add(root, "connections", conns);
 
     const char *reason = db_not_ready_reason(s);

@@ -355,6 +355,17 @@ static void render_conns(const struct db_stats *s, struct strbuf *out)
            "1 while the broker has blocked the connection (connection.blocked), else 0.");
     sample_u64(out, "broker_blocked", "connection", "consumer", s->consumer == DB_CONN_BLOCKED);
     sample_u64(out, "broker_blocked", "connection", "publisher", s->publisher == DB_CONN_BLOCKED);
+
+    family(out, "vhost_connected", "gauge",
+           "Per vhost in use (routes[].vhost): 1 when that vhost's consumer or publisher "
+           "connection is up, else 0 (broker_connected is all of them together).");
+    for (int k = 0; k < s->nvhosts; k++) {
+        const struct db_vhost_conn *v = &s->vhosts[k];
+        sample_head(out, "vhost_connected", NULL, "vhost", v->vhost, "connection", "consumer");
+        strbuf_printf(out, "%d\n", conn_connected(v->consumer));
+        sample_head(out, "vhost_connected", NULL, "vhost", v->vhost, "connection", "publisher");
+        strbuf_printf(out, "%d\n", conn_connected(v->publisher));
+    }
 }
 
 static void render_wal(const struct db_wal_stats *w, struct strbuf *out)

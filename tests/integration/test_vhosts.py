@@ -23,6 +23,10 @@ exchange and queue, target exchange, and a target queue bound to it.
  - kill -9 while messages of all three vhosts are held, restarted on the
    same WAL: each arrives in its own vhost, none lost, none early (a copy
    under the same x-delay-bridge-id allowed, as in integration.crash);
+ - a route added in a vhost that does not exist: its connections stay
+   down (/stats connections.vhosts, delay_bridge_vhost_connected 0), the
+   bridge is not ready, the other vhosts deliver on time; removed, the
+   bridge is ready again;
  - `delay-bridge drain` while each vhost's route holds messages: each is
    handed back to its own vhost's ingress queue (5, 5, 5), the bridge
    exits 0, and after a restart each arrives in its vhost on time.
@@ -234,6 +238,37 @@ def run(ctx, vhosts):
     t = h.tally(set(sent), all_msgs)
     h.log("RESULT vhosts: %s" % h.tally_line(t))
     check(not t["lost"] and not t["unknown"] and t["case2"] == 0, h.tally_line(t))
+
+    # a route in a vhost that does not exist: its pair cannot log in, the others go on; the
+    # bridge is not ready while it is configured, and ready again once it is removed
+    ghost = route("ghost", ctx.n("novhost"), ingress=ctx.n("g"), ingress_queue=ctx.n("g.q"))
+    b.config["routes"].append(ghost)
+    r = hup(b, port, "adding a route in a vhost that does not exist")
+    check(r["error"] is None and r["pending_changes"] == 0, "ghost: %r" % r)
+
+    def ghost_pair():
+        vs = [v for v in h.stats(port)["connections"]["vhosts"] if v["vhost"] == ghost["vhost"]]
+        return vs[0] if vs else None
+    h.wait_for("the missing vhost's pair in /stats", lambda: ghost_pair() is not None, 10)
+    time.sleep(1.0)
+    g, st = ghost_pair(), h.stats(port)
+    h.log("/stats connections: %r" % st["connections"])
+    check(g["consumer"] == "down" and g["routes"] == 1, "the missing vhost's pair: %r" % g)
+    check(all(v["consumer"] == "up" and v["publisher"] == "up"
+              for v in st["connections"]["vhosts"] if v["vhost"] != ghost["vhost"]),
+          "the other vhosts' pairs: %r" % st["connections"])
+    check(not st["ready"], "ready with a route whose vhost cannot be reached: %r" % st["reason"])
+    text = h.metrics(port)
+    check(h.metric_value(text, "delay_bridge_vhost_connected",
+                         'vhost="%s",connection="consumer"' % ghost["vhost"]) == 0,
+          "delay_bridge_vhost_connected of the missing vhost")
+    publish("/", "d5-", 5, 300)
+    publish(v2, "v25-", 5, 300)
+    check_arrivals("beside a vhost that does not exist")
+    b.config["routes"].remove(ghost)
+    hup(b, port, "removing the route of the missing vhost")
+    h.wait_for("ready again once the route of the missing vhost is removed",
+               lambda: h.stats(port)["ready"], 10)
 
     # a drain hands each vhost's messages back to its own ingress queue
     before = {v: c.count() for v, c in cons.items()}
