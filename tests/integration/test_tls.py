@@ -8,7 +8,9 @@ made by tls/make-certs.sh: a test CA that signed the server's certificate
 
   1. the right CA: the bridge connects over TLS (RabbitMQ lists its
      connections with ssl=true) and a delayed message goes through;
-     `delay-bridge publish --ca-file` works too;
+     `delay-bridge publish --ca-file` works too; a route in a second vhost
+     gets its own two connections, TLS too, named for the vhost, and
+     delivers;
   2. the wrong CA: the bridge never connects, says "certificate verify
      failed", keeps retrying, never falls back to plain AMQP;
   3. a host name the certificate does not list: refused with
@@ -195,6 +197,44 @@ def deliver_one(ctx, node, bridge_name, broker, publish_cli=None):
     return b
 
 
+def deliver_vhost(ctx, node, broker):
+    """A route in a second vhost over TLS: its own pair of connections, TLS as the first's."""
+    vh = "tls-vhost"
+    node.ctl("add_vhost", vh)
+    node.ctl("set_permissions", "-p", vh, "guest", ".*", ".*", ".*")
+    conn = pika.BlockingConnection(pika.URLParameters(
+        "amqp://guest:guest@127.0.0.1:%d/%s" % (node.plain, vh)))
+    ch = conn.channel()
+    target = ctx.n("vh.target")
+    ch.exchange_declare(target, "direct", durable=False, auto_delete=False)
+    q = ch.queue_declare("", exclusive=True).method.queue
+    ch.queue_bind(q, target, routing_key="k")
+    route = node_route(ctx, "vh", target)
+    route["vhost"] = vh
+    b = ctx.bridge([node_route(ctx, "default", ctx.n("unused.target")), route], name="tls-vhost",
+                   broker=broker)
+    conns = node.bridge_connections()
+    check(len(conns) == 4 and all(ssl for _, ssl in conns) and
+          sum("vhost=%s" % vh in line for line, _ in conns) == 2,
+          "two vhosts: 4 TLS connections, 2 named for %s; RabbitMQ lists: %r" % (vh, conns))
+    ch.confirm_delivery()
+    t0 = time.monotonic()
+    ch.basic_publish(route["ingress_exchange"], "k", b"vhost over TLS",
+                     pika.BasicProperties(headers={"x-delay": 500}), mandatory=True)
+    while True:
+        m, props, body = ch.basic_get(q, auto_ack=True)
+        if m:
+            break
+        check(time.monotonic() < t0 + 0.5 + harness.late_tolerance() + 3,
+              "the delayed message never arrived in vhost %s over TLS" % vh)
+        time.sleep(0.05)
+    check(body == b"vhost over TLS" and time.monotonic() - t0 >= 0.5 - harness.early_tolerance(),
+          "vhost over TLS: %r after %.3fs" % (body, time.monotonic() - t0))
+    log("a route in vhost %s over TLS: its own 2 TLS connections, delivered on time" % vh)
+    conn.close()
+    b.stop()
+
+
 def refused(ctx, node, bridge_name, broker, needle, settle_s=4):
     """Start a bridge that must fail closed: logs needle, never ready, no connection."""
     route = node_route(ctx, bridge_name, ctx.n("unused.target"))
@@ -235,6 +275,9 @@ def test(ctx):
         # 1. the right CA
         deliver_one(ctx, node, "right-ca", tls_config(ctx, node, "localhost", ca_file=ca),
                     publish_cli=["--ca-file", ca])
+
+        # 1b. a route in a second vhost: its own connections, with the same TLS settings
+        deliver_vhost(ctx, node, tls_config(ctx, node, "localhost", ca_file=ca))
 
         # 2. the wrong CA: fail closed
         refused(ctx, node, "wrong-ca", tls_config(ctx, node, "localhost", ca_file=other_ca),
