@@ -11,6 +11,8 @@ exchange and queue, target exchange, and a target queue bound to it.
    identical ingress_exchange, ingress_queue and target_exchange: a
    message published to one vhost's ingress reaches that vhost's target
    queue only, on time; /stats names each route's vhost;
+ - keys are per route: the same x-delay-key replaces only within its own
+   vhost's route, and DELETE /pending/other/KEY cancels in v1 only;
  - route "late" added at run time (SIGHUP) in v2, a vhost the bridge had
    no connection to, with the same names again, and "other2" in v1 (its
    connections already open) with ingress names of its own: each consumes
@@ -154,6 +156,32 @@ def run(ctx, vhosts):
     vh = {r["name"]: r.get("vhost") for r in h.stats(port)["routes"]}
     h.log("/stats vhosts: %r" % vh)
     check(vh.get("other") == v1 and vh.get("main") in ("/", ""), "/stats vhosts: %r" % vh)
+
+    # keys are per route: the same x-delay-key in two vhosts replaces only within its own,
+    # and a cancel by route (DELETE /pending/ROUTE/KEY) reaches that vhost's message only
+    keyed = {}  # message_id -> (t_pub, delay ms, vhost)
+    rx0 = {n: route_stats(port, n)["received"] for n in ("main", "other")}
+    for v, tag in (("/", "dk"), (v1, "vk")):
+        for mid, ms, key in ((tag + "0", 2500, "order-1"), (tag + "1", 600, "order-1"),
+                             (tag + "c", 2500, "order-2")):  # tag1 replaces tag0
+            keyed[mid] = (pubs[v].publish(same["ingress"], "rk", mid.encode(), message_id=mid,
+                                          delivery_mode=2, headers={"x-delay": h.i32(ms),
+                                                                    "x-delay-key": key}),
+                          ms, v)
+    h.wait_for("the keyed messages taken", lambda: all(
+        route_stats(port, n)["received"] == rx0[n] + 3 for n in ("main", "other")), 10)
+    st, _ = h.http_get(port, "/pending/other/order-2", method="DELETE")
+    check(st == 200, "DELETE /pending/other/order-2: %d" % st)
+    for mid in ("dk1", "dkc", "vk1"):  # what must arrive; the others must not
+        sent[mid] = keyed[mid]
+    check_arrivals("the same key in two vhosts")
+    time.sleep(0.5)
+    got = {v: sorted(m.message_id for m in c.snapshot() if m.message_id in keyed)
+           for v, c in cons.items()}
+    h.log("keyed: %r" % got)
+    check(got["/"] == ["dk1", "dkc"] and got[v1] == ["vk1"],
+          "keys per vhost: / got %r (want dk1, dkc), %s got %r (want vk1)" % (got["/"], v1,
+                                                                          got[v1]))
 
     # at run time: a route in a vhost the bridge has no connection to, and one in v1
     declare(uri[v2], same)
