@@ -78,8 +78,10 @@ def check_endpoints(ctx, b, port, route):
     r = [x for x in s["routes"] if x["name"] == route["name"]]
     check(len(r) == 1 and r[0]["pending"] == 20 and r[0]["waiting"] == 20,
           "/stats route figures: %r" % r)
-    check(s["connections"] == {"consumer": "up", "publisher": "up"}, "/stats connections %r" %
-          s["connections"])
+    check(s["connections"] == {"consumer": "up", "publisher": "up",
+                               "vhosts": [{"vhost": "/", "consumer": "up", "publisher": "up",
+                                           "routes": 1}]},
+          "/stats connections %r" % s["connections"])
 
     st, _, _ = get(port, "/nope")
     check(st == 404, "/nope: %d, expected 404" % st)
