@@ -209,7 +209,7 @@ static void route_changed(struct apply *x, int i, struct config_route *n)
     struct keys k = {{0}, 0};
     char path[CONFIG_NAME_MAX + 64];
     const char *why = "";
-    int waits = 0, reconsume = 0;
+    int reconsume = 0;
 
     config_route_keys_diff(r, n, collect, &k);
     for (int j = 0; j < k.n; j++) {
@@ -217,7 +217,6 @@ static void route_changed(struct apply *x, int i, struct config_route *n)
         if (how[j] == KEY_WAITS) {
             snprintf(path, sizeof(path), "routes[%s].%s", r->name, k.key[j]);
             pend(x, path, "changed", why);
-            waits++;
         }
         reconsume |= how[j] == KEY_RECONSUME;
     }
@@ -236,7 +235,6 @@ static void route_changed(struct apply *x, int i, struct config_route *n)
         x->b->commit_early_at = bridge_commit_early_at(x->now);
         consumer_route_add(bridge_cons(x->b, i), i);
     }
-    (void)waits;
 }
 
 /* ---- routes added and removed --------------------------------------------------- */
