@@ -302,6 +302,28 @@ static inline void load_parse_opts(const char *prog, int argc, char **argv,
     }
 }
 
+/* Sort n doubles ascending (for load_pct). */
+static inline int load_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static inline void load_sort(double *v, uint64_t n)
+{
+    qsort(v, n, sizeof *v, load_cmp_double);
+}
+
+/* Nearest-rank percentile p (0..100) of a sorted array; 0 when empty. */
+static inline double load_pct(const double *v, uint64_t n, double p)
+{
+    if (!n)
+        return 0;
+    uint64_t k = (uint64_t)(p / 100.0 * (double)n + 0.999999);
+    k = k < 1 ? 1 : k > n ? n : k;
+    return v[k - 1];
+}
+
 /* xorshift64*: the same sequence for the same seed, so runs are comparable. */
 static inline uint64_t load_rand(uint64_t *st)
 {

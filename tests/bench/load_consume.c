@@ -87,25 +87,6 @@ static void parse(int argc, char **argv, struct opts *o)
         load_die(prog, "--count N (N >= 1) is required");
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentile of a sorted array. */
-static double pct(const double *v, uint64_t n, double p)
-{
-    if (!n)
-        return 0;
-    uint64_t k = (uint64_t)(p / 100.0 * (double)n + 0.999999);
-    if (k < 1)
-        k = 1;
-    if (k > n)
-        k = n;
-    return v[k - 1];
-}
-
 int main(int argc, char **argv)
 {
     struct opts o;
@@ -247,7 +228,7 @@ int main(int argc, char **argv)
     for (uint64_t i = 0; i < unique; i++)
         mean += lat[i];
     mean = unique ? mean / (double)unique : 0;
-    qsort(lat, unique, sizeof *lat, cmp_double);
+    load_sort(lat, unique);
     double secs = (double)(last_us - first_us) / 1e6;
     printf("load_consume queue=%s expected=%llu received=%llu unique=%llu dup=%llu foreign=%llu "
            "early=%llu seconds=%.3f rate=%.0f first_recv_ms=%llu last_recv_ms=%llu "
@@ -258,8 +239,9 @@ int main(int argc, char **argv)
            (unsigned long long)early, secs, secs > 0 ? (double)unique / secs : 0.0,
            (unsigned long long)(first_us / 1000), (unsigned long long)(last_us / 1000),
            (unsigned long long)(unique ? min_due : 0), (unsigned long long)max_due,
-           unique ? lat[0] : 0.0, pct(lat, unique, 50), pct(lat, unique, 90),
-           pct(lat, unique, 99), pct(lat, unique, 99.9), unique ? lat[unique - 1] : 0.0, mean);
+           unique ? lat[0] : 0.0, load_pct(lat, unique, 50), load_pct(lat, unique, 90),
+           load_pct(lat, unique, 99), load_pct(lat, unique, 99.9),
+           unique ? lat[unique - 1] : 0.0, mean);
     fflush(stdout);
     if (unacked)
         amqp_basic_ack(c, 1, last_tag, 1);

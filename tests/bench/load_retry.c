@@ -173,22 +173,6 @@ struct copts {
     bool attempt_header;
 };
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentile of a sorted array (as load_consume). */
-static double pct(const double *v, uint64_t n, double p)
-{
-    if (!n)
-        return 0;
-    uint64_t k = (uint64_t)(p / 100.0 * (double)n + 0.999999);
-    k = k < 1 ? 1 : k > n ? n : k;
-    return v[k - 1];
-}
-
 /* x-retry-attempt of a delivery: its integer value, 1 when absent, -1 when not an integer. */
 static int64_t attempt_header(const amqp_basic_properties_t *p)
 {
@@ -319,8 +303,8 @@ static int consume(amqp_connection_state_t c, const struct copts *o)
         load_check_reply(prog, r, "consume");
     }
 
-    qsort(lag, completed, sizeof *lag, cmp_double);
-    qsort(late, nlate, sizeof *late, cmp_double);
+    load_sort(lag, completed);
+    load_sort(late, nlate);
     double secs = last_us > first_us ? (double)(last_us - first_us) / 1e6 : 0;
     printf("load_retry queue=%s expected=%llu completed=%llu deliveries=%llu rejected=%llu "
            "dup=%llu foreign=%llu early=%llu attempt_mismatch=%llu seconds=%.3f rate=%.0f "
@@ -332,9 +316,10 @@ static int consume(amqp_connection_state_t c, const struct copts *o)
            (unsigned long long)foreign, (unsigned long long)early, (unsigned long long)mismatch,
            secs, secs > 0 ? (double)completed / secs : 0.0,
            (unsigned long long)(first_us / 1000), (unsigned long long)(last_us / 1000),
-           pct(lag, completed, 50), pct(lag, completed, 99), completed ? lag[completed - 1] : 0.0,
-           (unsigned long long)nlate, nlate ? late[0] : 0.0, pct(late, nlate, 50),
-           pct(late, nlate, 99), nlate ? late[nlate - 1] : 0.0);
+           load_pct(lag, completed, 50), load_pct(lag, completed, 99),
+           completed ? lag[completed - 1] : 0.0,
+           (unsigned long long)nlate, nlate ? late[0] : 0.0, load_pct(late, nlate, 50),
+           load_pct(late, nlate, 99), nlate ? late[nlate - 1] : 0.0);
     fflush(stdout);
     free(attempts);
     free(rejected_us);
