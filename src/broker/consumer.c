@@ -213,7 +213,7 @@ static void open_connection(struct consumer *c)
     const struct config *cfg = c->cfg;
     struct backoff_step st;
     char err[1024];
-    int i;
+    int i, n;
 
     if (amqp_conn_open_vhost(&c->conn, cfg, "consumer", c->vhost[0] ? c->vhost : NULL,
                              &c->uri_next, err, sizeof(err)) < 0)
@@ -254,7 +254,9 @@ static void open_connection(struct consumer *c)
     ev_io_init(&c->io, on_io, c->conn.fd, EV_READ);
     c->io.data = c;
     ev_io_start(c->loop, &c->io);
-    log_info("consume", "consuming", "broker=\"%s\" routes=%d", c->conn.uri_masked, c->nmine);
+    for (i = 0, n = 0; i < cfg->nroutes; i++)
+        n += c->mine[i].on;
+    log_info("consume", "consuming", "broker=\"%s\" routes=%d", c->conn.uri_masked, n);
     c->ops.state(c->ops.arg, 1);
     return;
 

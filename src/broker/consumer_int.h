@@ -74,7 +74,6 @@ struct consumer {
     int64_t *stream_next; /* per route: a stream ingress's next offset, -1 = first */
     int64_t *stream_upto; /* per route: below this, a delivery may be logged already */
     char vhost[CONFIG_NAME_MAX + 1]; /* logged in to this vhost; "" = the URI's */
-    int nmine;                       /* routes with mine[i].on */
     /*
      * Per route index: on = this consumer reads the route (consumer_route_add);
      * failed = added while connected and refused by the broker (its declare

@@ -166,7 +166,6 @@ void consumer_route_add(struct consumer *c, int route)
     m->on = 1;
     m->failed = 0;
     backoff_reset(&m->bo);
-    c->nmine++;
     if (c->up && !c->stopped && !c->paused)
         cons_route_start(c, route);
 }
@@ -186,7 +185,6 @@ void consumer_route_remove(struct consumer *c, int route)
     if (!m->on)
         return;
     m->on = 0;
-    c->nmine--;
     if (!c->up || m->failed) {
         m->failed = 0;
         return;

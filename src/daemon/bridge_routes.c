@@ -71,13 +71,11 @@ struct apply {
     struct bridge_apply *out;
 };
 
-/* The running route called name, retired ones too; -1 if none. */
+/* The running route called name, retired ones too (names stay unique: one added back
+ * takes its old index); -1 if none. */
 static int find_any(const struct config *c, const char *name)
 {
-    for (int i = 0; i < c->nroutes; i++)
-        if (!strcmp(c->routes[i].name, name))
-            return i;
-    return -1;
+    return bridge_route_index((void *)c, name, strlen(name));
 }
 
 static int find_live(const struct config *c, const char *name)

@@ -82,20 +82,6 @@ static const char *split(const char *path, char *dir, size_t n)
     return slash + 1;
 }
 
-/* The running route called name: the live one, else the last retired one; -1: none. */
-static int running_route(const struct config *c, const char *name)
-{
-    int found = -1;
-
-    for (int i = 0; i < c->nroutes; i++)
-        if (!strcmp(c->routes[i].name, name)) {
-            if (!c->routes[i].retired)
-                return i;
-            found = i;
-        }
-    return found;
-}
-
 static int64_t held(const struct bridge *b, int i)
 {
     struct eng_route_stats ers;
@@ -132,7 +118,7 @@ static int routes_list(struct bridge *b, struct json_object *out)
 
 static int route_get(struct bridge *b, const char *name, struct json_object *out)
 {
-    int i = running_route(b->cfg, name);
+    int i = bridge_route_index((void *)b->cfg, name, strlen(name));
 
     if (i < 0)
         return fail(out, 404, "no such route");
@@ -148,7 +134,7 @@ static int may_change(struct bridge *b, const char *name, int *idx, struct json_
 {
     char why[512];
 
-    *idx = running_route(b->cfg, name);
+    *idx = bridge_route_index((void *)b->cfg, name, strlen(name));
     if (!b->reload.text || !b->reload.path) /* bridge_set_reload: none, or unreadable */
         return fail(out, 503, "the daemon was started without -c, or could not read its "
                     "routes file at start (see its log)");
@@ -251,7 +237,8 @@ static int route_put(struct bridge *b, const char *name, const char *body, size_
     if (ci >= 0)
         shown = api_route_json(&c.routes[ci], config_route_vhost(&c, &c.routes[ci]), 0);
     apply(b, name, existed ? "replaced" : "added", store, &c);
-    if ((i = running_route(b->cfg, name)) >= 0 && !b->cfg->routes[i].retired) {
+    i = bridge_route_index((void *)b->cfg, name, strlen(name));
+    if (i >= 0 && !b->cfg->routes[i].retired) {
         json_object_put(shown);
         shown = route_json(b, i);
     }

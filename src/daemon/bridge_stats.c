@@ -205,9 +205,9 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
                        : publisher_blocked(b->vc[k].pub) ? DB_CONN_BLOCKED
                                                         : DB_CONN_UP;
         v->routes = 0;
-        for (int i = 0; i < b->cfg->nroutes; i++)
-            v->routes += b->route_vc[i] == k;
     }
+    for (int i = 0; i < b->cfg->nroutes && b->nvc; i++)
+        b->vsnap[b->route_vc[i]].routes++;
     s->vhosts = b->vsnap;
     s->nvhosts = b->nvc;
     s->stopping = b->stopping;
