@@ -111,7 +111,8 @@ cat >"$WORK/config.json" <<EOF
      "target_exchange": "orders"},
     {"name": "retries", "ingress_exchange": "orders.retry", "ingress_queue": "orders.retry.q",
      "retry": {"initial_ms": 1000, "multiplier": 2, "max_attempts": 3,
-               "parking_exchange": "orders.parked", "parking_queue": "orders.parked"}}
+               "parking_exchange": "orders.parked", "parking_queue": "orders.parked",
+               "queues": {"orders.email": {}}}}
   ]
 }
 EOF

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <regex.h>
+
 #define CONFIG_MAX_URIS 8
 #define CONFIG_MAX_ROUTES 256
 #define CONFIG_NAME_MAX 255 /* AMQP short string */
@@ -65,6 +67,7 @@ enum retry_jitter {
 
 #define CONFIG_RETRY_MAX_ATTEMPTS 10000
 #define CONFIG_RETRY_MAX_QUEUES 1024 /* entries of retry.queues */
+#define CONFIG_PATTERN_MAX 1024      /* bytes of retry.queue_pattern */
 
 /* The five keys of a policy, for the route and for one queue (retry.queues.NAME). */
 struct config_retry_policy {
@@ -90,6 +93,14 @@ struct config_retry {
                                                    RETRY_REASON_DELIVERY_LIMIT */
     struct config_retry_queue *queues;          /* "queues": {} ; owned, malloc'd */
     int nqueues;
+    /*
+     * Where a message may be sent back (retry.h, retry_admits): a queue named
+     * in "queues", or one whose whole name matches "queue_pattern" (a POSIX
+     * extended regular expression). A route needs one of the two: x-death is
+     * a header any publisher can write, so the queue it names is a claim.
+     */
+    char queue_pattern[CONFIG_PATTERN_MAX + 1]; /* "queue_pattern": "" = none */
+    regex_t *queue_re;                          /* "^(" queue_pattern ")$" compiled; owned */
 };
 
 enum invalid_delay_policy {

@@ -78,12 +78,15 @@ struct delivery {
      * dead-lettered from (NULL: none named; it becomes the record's routing
      * key), the attempt that failed, and whether a drain handed it over
      * mid-delay (xdelay and delay_ms are then its x-delay's, what remained).
+ * A queue the route does not admit is parked, and counted under the label
+ * "_not_admitted", never its claimed name (a publisher's choice).
      * Otherwise xdelay says what retry_judge() decided: a delay or a park.
      */
     const char *retry_queue;
     size_t retry_queue_len;
     uint32_t retry_failed;
-    int retry_handback;
+    int retry_handback;  /* a drain's hand-back the broker's user-id check vouches for */
+    int retry_admitted;  /* retry_queue is one the route sends back to (retry_admits) */
     const uint8_t *props;                 /* the properties AMQP-encoded, without the */
     int props_len;                        /* broker's x-delivery-count; < 0: cannot encode */
     /* key_event: the event's headers (bridge_keys.c); ok 0 when one is missing or mistyped */

@@ -40,8 +40,23 @@ struct retry_in {
     int64_t attempt;    /* x-retry-attempt: the attempt that failed; 0 when absent or not an
                            integer (the first) */
     int handback;       /* another bridge's drain handed it over mid-delay (x-delay-bridge-
-                           handback): x-delay, not the policy, says what remains */
+                           handback): x-delay, not the policy, says what remains. A claim:
+                           the caller honours it only from a bridge (README, "Security") */
+    int admitted;       /* queue is one the route may send back to (retry_admits); 0 (the
+                           default of a zeroed struct) parks */
 };
+
+/*
+ * Whether route r of c may send a message back to queue q (n bytes): q is
+ * a key of r's retry.queues or matches its retry.queue_pattern whole, and
+ * is none of the bridge's own queues -- any route's ingress queue, its key
+ * event queues (INGRESS.keys.*) and parking queue, the replicated log's
+ * stream and lease queue -- nor a broker-named or reserved one ("amq.*").
+ * q must be 1..255 bytes of valid UTF-8 without NUL (a queue name RabbitMQ
+ * accepts). Everything a publisher can write into x-death reaches here: a
+ * 0 parks the message (XDELAY_RETRY_NOTADMITTED), never sends it.
+ */
+int retry_admits(const struct config *c, const struct config_route *r, const char *q, size_t n);
 
 /* The policy for queue (retry.queues' entry, else the route's). */
 const struct config_retry_policy *retry_policy(const struct config_retry *rt, const char *queue,
@@ -55,7 +70,8 @@ uint64_t retry_backoff_ms(const struct config_retry_policy *p, uint32_t n, uint6
  * *delay_ms (> 0), XDELAY_NOW (a full jitter drew 0), or a park:
  * XDELAY_RETRY_LAST (attempt max_attempts failed), XDELAY_RETRY_REASON (a
  * reason rt does not retry), XDELAY_RETRY_NOQUEUE (no queue named: not a
- * dead-letter). *failed is the attempt that failed (>= 1) in every case.
+ * dead-letter), XDELAY_RETRY_NOTADMITTED (in->admitted is 0; checked
+ * right after NOQUEUE, before anything else the headers say). *failed is the attempt that failed (>= 1) in every case.
  */
 enum xdelay_status retry_judge(const struct config_retry *rt, const struct retry_in *in,
                                uint64_t rnd, uint32_t *failed, uint64_t *delay_ms);
@@ -66,13 +82,14 @@ unsigned retry_reason_bit(const char *s, size_t n);
 /*
  * Why a message is parked, for x-retry-parked-reason and the metrics'
  * reason label: "max_attempts", "reason", "no_queue", "queue_gone" (the
- * send back was returned: pass queue_gone 1), or "invalid" for the other
+ * send back was returned: pass queue_gone 1), "not_admitted"
+ * (XDELAY_RETRY_NOTADMITTED), or "invalid" for the other
  * dead-letter errors (an x-delay-key, or a handed-back x-delay, refused).
  */
 const char *retry_park_reason(uint16_t error, int queue_gone);
 
 /* The reasons of retry_park_reason(), in a fixed order (metrics): index of one, or -1. */
-#define RETRY_PARK_REASONS 5
+#define RETRY_PARK_REASONS 6
 extern const char *const retry_park_reasons[RETRY_PARK_REASONS];
 int retry_park_index(const char *reason);
 

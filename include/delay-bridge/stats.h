@@ -167,7 +167,8 @@ struct db_retry_stats {
     const char *route;
     const char *queue;
     uint64_t retries;             /* dead-letters held for another attempt */
-    uint64_t parked[5];           /* parked, by reason: retry.h's retry_park_reasons order */
+    uint64_t parked[6];           /* parked, by reason: retry.h's retry_park_reasons order
+                                     (RETRY_PARK_REASONS) */
     uint64_t attempts[DB_RETRY_BUCKETS]; /* failed attempt number, per bucket, NOT cumulative */
     uint64_t attempts_sum, attempts_n;
 };

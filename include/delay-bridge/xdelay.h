@@ -44,6 +44,7 @@ enum xdelay_status {
     XDELAY_RETRY_LAST = 11,    /* its last attempt failed (retry.max_attempts) */
     XDELAY_RETRY_REASON = 12,  /* dead-lettered for a reason the route does not retry */
     XDELAY_RETRY_NOQUEUE = 13, /* no x-death names a queue: not a dead-letter */
+    XDELAY_RETRY_NOTADMITTED = 14, /* the queue named is not one the route sends back to */
 };
 /* The numbers are stored in the WAL (dead-lettered records): never renumber. */
 

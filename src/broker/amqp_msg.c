@@ -336,6 +336,28 @@ int amqp_msg_header_str(const amqp_table_t *headers, const char *name, const cha
     return 0;
 }
 
+int amqp_msg_from_user(const amqp_basic_properties_t *p, const char *user)
+{
+    size_t n = user ? strlen(user) : 0;
+
+    return p && (p->_flags & AMQP_BASIC_USER_ID_FLAG) && n > 0 && p->user_id.len == n &&
+           p->user_id.bytes && memcmp(p->user_id.bytes, user, n) == 0;
+}
+
+int amqp_msg_provenance(amqp_bytes_t k)
+{
+    static const char *const names[] = {
+        H_ORIG_USER, H_ERROR, "x-delay-unroutable", "x-original-exchange",
+        "x-original-routing-key", "x-retry-parked-reason", "x-retry-queue",
+        "x-retry-attempts", "x-delay-bridge-handback",
+    };
+
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (key_is(k, names[i]))
+            return 1;
+    return 0;
+}
+
 static struct json_object *field_json(const amqp_field_value_t *v, int depth);
 
 static struct json_object *table_json(const amqp_table_t *t, int depth)

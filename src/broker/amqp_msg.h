@@ -109,6 +109,24 @@ int amqp_msg_header_str(const amqp_table_t *headers, const char *name, const cha
                         size_t *len);
 
 /*
+ * Provenance. The bridge writes headers that say what it did to a message
+ * (x-original-user-id, x-delay-error, x-delay-unroutable, x-original-exchange,
+ * x-original-routing-key, the parked x-retry-* ones) and marks a drain's
+ * hand-back (x-delay-bridge-handback). A publisher can write any of them;
+ * a consumer must be able to trust them. So on intake they are dropped
+ * (amqp_msg_provenance says which) unless the broker vouches that a bridge
+ * published the message: its user-id property is the bridge's broker user
+ * (RabbitMQ refuses a publish whose user-id is not the connection's user;
+ * a user tagged "impersonator" is the one exception, README "Security").
+ */
+
+/* p's user-id property is set and is user (non-empty). */
+int amqp_msg_from_user(const amqp_basic_properties_t *p, const char *user);
+
+/* Header name k is one the bridge writes of its own doings (dropped on intake). */
+int amqp_msg_provenance(amqp_bytes_t k);
+
+/*
  * AMQP-encoded basic properties (as stored in the WAL) as a JSON object
  * (json-c, new reference): content_type, message_id, delivery_mode, ... and
  * "headers" with strings, numbers, booleans, nested tables and arrays

@@ -11,6 +11,11 @@
  * names the first queue ever, which is right only for a message that never
  * moved between queues.
  *
+ * A forged x-death (any publisher to the ingress can write one) names a
+ * queue the route may not reach: amqp_retry_judge parks it (retry_admits),
+ * and a hand-back mark counts only on a message whose user-id the broker
+ * checked to be the bridge's own.
+ *
  * x-retry-history grows by one entry a failure and keeps the newest
  * RETRY_HISTORY_MAX, so a message with 10,000 attempts carries 32 times,
  * not 10,000 (x-retry-attempt keeps the count).
@@ -88,6 +93,30 @@ void amqp_retry_in(const amqp_table_t *h, struct retry_in *in)
     if (int_of(find(h, H_RETRY_ATTEMPT), &a) && a >= 1)
         in->attempt = a;
     in->handback = find(h, H_HANDBACK) != NULL;
+}
+
+void amqp_retry_judge(const struct config *c, const struct config_route *rc,
+                      const amqp_basic_properties_t *props, const char *bridge_user,
+                      uint64_t now_ms, uint64_t rnd, struct retry_verdict *v)
+{
+    const amqp_table_t *h = props->_flags & AMQP_BASIC_HEADERS_FLAG ? &props->headers : NULL;
+    struct retry_in in;
+
+    amqp_retry_in(h, &in);
+    in.admitted = retry_admits(c, rc, in.queue, in.queue_len);
+    in.handback = in.handback && amqp_msg_from_user(props, bridge_user);
+    memset(v, 0, sizeof *v);
+    v->queue = in.queue;
+    v->queue_len = in.queue_len;
+    v->admitted = in.admitted;
+    if (in.handback && in.queue && in.admitted) {
+        v->handback = 1;
+        v->failed = in.attempt >= 1 ? (in.attempt > UINT32_MAX ? UINT32_MAX
+                                                                : (uint32_t)in.attempt) : 1;
+        v->st = amqp_msg_due(h, now_ms, rc->max_delay_ms, &v->delay_ms);
+        return;
+    }
+    v->st = retry_judge(rc->retry, &in, rnd, &v->failed, &v->delay_ms);
 }
 
 static amqp_field_value_t long_value(int64_t v)

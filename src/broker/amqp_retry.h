@@ -29,6 +29,29 @@
 /* What headers (may be NULL) say of a dead-letter: *in filled, pointers into headers. */
 void amqp_retry_in(const amqp_table_t *headers, struct retry_in *in);
 
+/*
+ * What a retry route does with one delivery: read (amqp_retry_in), the
+ * queue held against the route (retry_admits), the hand-back mark honoured
+ * only when the broker vouches a bridge published it (props' user-id is
+ * bridge_user, amqp_msg_from_user), then judged: a verified hand-back of an
+ * admitted queue keeps what its x-delay says remains (counted from now_ms,
+ * up to max_delay_ms); everything else goes through retry_judge with rnd.
+ * The consumer and the fuzzer (tests/fuzz/fuzz_retry.c, which asserts that
+ * no verdict sends a message anywhere retry_admits refuses) both call this.
+ */
+struct retry_verdict {
+    const char *queue;        /* where it failed, as claimed (into props); NULL: none */
+    size_t queue_len;
+    int admitted;             /* queue passed retry_admits */
+    int handback;             /* a bridge's hand-back, vouched for */
+    uint32_t failed;          /* the attempt that failed, >= 1 */
+    enum xdelay_status st;    /* OK / NOW: send back to queue after delay_ms; else parked */
+    uint64_t delay_ms;
+};
+void amqp_retry_judge(const struct config *c, const struct config_route *rc,
+                      const amqp_basic_properties_t *props, const char *bridge_user,
+                      uint64_t now_ms, uint64_t rnd, struct retry_verdict *v);
+
 /* How a retry route's message leaves the bridge. */
 enum amqp_retry_way {
     AMQP_RETRY_BACK,     /* to its queue: x-retry-attempt = failed + 1, history + failed_ms */

@@ -341,20 +341,19 @@ static int header_i64(const amqp_table_t *h, const char *name, int64_t *v)
  * (retry.h). A drain's hand-back keeps what remained of its delay, in its
  * x-delay; it has failed no new attempt.
  */
-static void read_retry(struct delivery *d, const amqp_table_t *h, const struct config_route *rc)
+static void read_retry(struct consumer *c, struct delivery *d,
+                       const amqp_basic_properties_t *props, const struct config_route *rc)
 {
-    struct retry_in in;
+    struct retry_verdict v;
 
-    amqp_retry_in(h, &in);
-    d->retry_queue = in.queue;
-    d->retry_queue_len = in.queue_len;
-    if (in.handback && in.queue) {
-        d->retry_handback = 1;
-        d->retry_failed = in.attempt >= 1 ? (uint32_t)in.attempt : 1;
-        d->xdelay = amqp_msg_due(h, d->now_ms, rc->max_delay_ms, &d->delay_ms);
-        return;
-    }
-    d->xdelay = retry_judge(rc->retry, &in, clock_rand64(), &d->retry_failed, &d->delay_ms);
+    amqp_retry_judge(c->cfg, rc, props, c->conn.user, d->now_ms, clock_rand64(), &v);
+    d->retry_queue = v.queue;
+    d->retry_queue_len = v.queue_len;
+    d->retry_admitted = v.admitted;
+    d->retry_handback = v.handback;
+    d->retry_failed = v.failed;
+    d->xdelay = v.st;
+    d->delay_ms = v.delay_ms;
 }
 
 /* What the owner needs of d's headers and properties (see the top of the file). */
@@ -379,14 +378,20 @@ static void read_headers(struct consumer *c, struct delivery *d,
     d->unstamped = 0;
     d->now_ms = clock_receipt_ms(); /* wall clock, rounded up: the base of a due time */
     if (rc->retry)
-        read_retry(d, h, rc);
+        read_retry(c, d, props, rc);
     else if (rc->delay_from == DELAY_FROM_BROKER)
         d->xdelay = amqp_msg_due_stamped(h, d->now_ms, rc->max_delay_ms, &d->delay_ms,
                                          &d->unstamped);
     else
         d->xdelay = amqp_msg_due(h, d->now_ms, rc->max_delay_ms, &d->delay_ms);
 
+    /* amqp_msg.h, "Provenance": what only a bridge may say stays only when one said it */
+    int from_bridge = amqp_msg_from_user(props, c->conn.user);
     amqp_basic_properties_t out = *props;
+    if (d->retry_handback) { /* the user-id was the draining bridge's proof, not the message's */
+        out._flags &= ~(amqp_flags_t)AMQP_BASIC_USER_ID_FLAG;
+        out.user_id = amqp_empty_bytes;
+    }
     if (h) {
         int k = 0;
         if ((size_t)h->num_entries > c->hdr_cap) {
@@ -395,7 +400,8 @@ static void read_headers(struct consumer *c, struct delivery *d,
         }
         for (int i = 0; i < h->num_entries; i++)
             if (!key_is(h->entries[i].key, "x-delivery-count") &&
-                !(d->stream_offset >= 0 && key_is(h->entries[i].key, "x-stream-offset")))
+                !(d->stream_offset >= 0 && key_is(h->entries[i].key, "x-stream-offset")) &&
+                !(!from_bridge && amqp_msg_provenance(h->entries[i].key)))
                 c->hdr_scratch[k++] = h->entries[i];
         out.headers.entries = c->hdr_scratch;
         out.headers.num_entries = k;

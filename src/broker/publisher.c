@@ -648,8 +648,14 @@ int publisher_send(struct publisher *p, int route, uint32_t ref, const struct wa
         in = &none;
     }
     amqp_msg_outgoing(in, &out, &p->pool, o->delay_ms, p->conn.user, o->id, o->error);
-    if (o->handback) /* a drain: back to the ingress for the rest of its delay */
+    if (o->handback) { /* a drain: back to the ingress for the rest of its delay */
         amqp_msg_set_delay(&out, &p->pool, (int64_t)o->remaining_ms);
+        if (r->cfg->retry && p->conn.user[0]) {
+            /* the proof it is a bridge's hand-back: the broker checks user-id (amqp_msg.h) */
+            out._flags |= AMQP_BASIC_USER_ID_FLAG;
+            out.user_id = amqp_cstring_bytes(p->conn.user);
+        }
+    }
     else if (o->drop_stamp)
         amqp_msg_drop_stamp(&out);
     if (o->original_exchange) {

@@ -39,7 +39,8 @@ static int same_retry(const struct config_retry *a, const struct config_retry *b
         return a == b;
     if (!same_policy(&a->policy, &b->policy) || a->reasons != b->reasons ||
         strcmp(a->parking_exchange, b->parking_exchange) ||
-        strcmp(a->parking_queue, b->parking_queue) || a->nqueues != b->nqueues)
+        strcmp(a->parking_queue, b->parking_queue) || a->nqueues != b->nqueues ||
+        strcmp(a->queue_pattern, b->queue_pattern))
         return 0;
     for (int i = 0; i < a->nqueues; i++)
         if (strcmp(a->queues[i].queue, b->queues[i].queue) ||

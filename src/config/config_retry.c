@@ -20,8 +20,19 @@
  *     "parking_exchange": "orders.parked",          -- required
  *     "parking_queue": "orders.parked",             -- optional, declared
  *     "reasons": ["rejected", "delivery_limit"],    -- x-death reasons retried
- *     "queues": {"orders.email": {"max_attempts": 10}}  -- per-queue policy
+ *     "queues": {"orders.email": {"max_attempts": 10}}, -- per-queue policy
+ *     "queue_pattern": "orders\\.work\\.[a-z]+"       -- and/or queues admitted
  *   }
+ *
+ * Where a message may go back. x-death is a header: a publisher that may
+ * write the route's ingress can write one naming any queue, and the bridge
+ * would deliver into it with its own permissions. Nothing the broker
+ * validates tells a dead-letter from such a forgery (RabbitMQ keeps a
+ * client's x-death as it came), and the broker cannot be asked which queue
+ * dead-letters where (a policy or an argument, visible only to the
+ * management API). So the route names its queues: the keys of "queues",
+ * and "queue_pattern", matched against the whole name. One of the two is
+ * required; a claim outside them is parked (retry_admits, retry.h).
  *
  * A per-queue entry starts from the route's policy (whatever order the
  * keys come in), so it names only what differs. Every range is checked
@@ -159,6 +170,31 @@ static int parse_queues(struct ctx *x, json_object *o, const char *pre, uint64_t
     return 0;
 }
 
+/*
+ * "queue_pattern": a POSIX extended regular expression, compiled anchored
+ * at both ends (a pattern "orders\\..*" admits "orders.x", not
+ * "payments.orders.x").
+ */
+static int parse_pattern(struct ctx *x, json_object *o, const char *pre, struct config_retry *rt)
+{
+    char path[320], anchored[CONFIG_PATTERN_MAX + 8], err[160];
+    int rc;
+
+    if ((rc = cfg_get_str(x, o, pre, "queue_pattern", OPTIONAL | NONEMPTY, rt->queue_pattern,
+                          CONFIG_PATTERN_MAX)) <= 0)
+        return rc;
+    cfg_join(path, sizeof path, pre, "queue_pattern");
+    snprintf(anchored, sizeof anchored, "^(%s)$", rt->queue_pattern);
+    rt->queue_re = xmalloc(sizeof *rt->queue_re);
+    if ((rc = regcomp(rt->queue_re, anchored, REG_EXTENDED | REG_NOSUB)) != 0) {
+        regerror(rc, rt->queue_re, err, sizeof err);
+        free(rt->queue_re);
+        rt->queue_re = NULL;
+        return cfg_fail(x, path, "not a POSIX extended regular expression: %s", err);
+    }
+    return 0;
+}
+
 /* The keys a retry route may not have: each names what replaces it. */
 static int refuse_route_keys(struct ctx *x, json_object *o, const char *pre)
 {
@@ -195,7 +231,7 @@ int cfg_parse_route_retry(struct ctx *x, struct config_route *r, json_object *o,
 {
     static const char *const keys[] = { "initial_ms", "multiplier", "max_ms", "jitter",
                                          "max_attempts", "parking_exchange", "parking_queue",
-                                         "reasons", "queues", NULL };
+                                         "reasons", "queues", "queue_pattern", NULL };
     json_object *v;
     char path[320], got[96];
     struct config_retry *rt;
@@ -227,8 +263,13 @@ int cfg_parse_route_retry(struct ctx *x, struct config_route *r, json_object *o,
                     CONFIG_NAME_MAX) < 0 ||
         cfg_get_str(x, v, path, "parking_queue", OPTIONAL, rt->parking_queue,
                     CONFIG_NAME_MAX) < 0 ||
-        parse_queues(x, v, path, r->max_delay_ms, rt) < 0)
+        parse_queues(x, v, path, r->max_delay_ms, rt) < 0 ||
+        parse_pattern(x, v, path, rt) < 0)
         return -1;
+    if (rt->nqueues == 0 && !rt->queue_re)
+        return cfg_fail(x, path, "expected \"queues\" or \"queue_pattern\": a retry route "
+                        "sends a message back only to a queue it names (x-death is a header a "
+                        "publisher can write); README, \"Retries with backoff\"");
 
     snprintf(path, sizeof path, "%.200s.retry.parking_exchange", pre);
     if (strcmp(rt->parking_exchange, r->ingress_exchange) == 0)
@@ -256,6 +297,10 @@ void cfg_free_route_retry(struct config_route *r)
     if (!r->retry)
         return;
     free(r->retry->queues);
+    if (r->retry->queue_re) {
+        regfree(r->retry->queue_re);
+        free(r->retry->queue_re);
+    }
     free(r->retry);
     r->retry = NULL;
 }

@@ -12,7 +12,10 @@
  * The rows live in one array for all routes, in the order first seen, and
  * are found by a linear walk: a route meets a few queues, and at most
  * DB_RETRY_QUEUES_MAX, past which they share the row "_other" (a client
- * naming queues freely cannot grow the table without bound).
+ * naming queues freely cannot grow the table without bound). Only queues
+ * the route admits (retry_admits) get a row of their own: every other name
+ * x-death claims is counted under "_not_admitted", so a label is always a
+ * name the operator's configuration allowed, never a publisher's bytes.
  */
 #include "bridge_int.h"
 
@@ -25,6 +28,8 @@
 #include "base/log.h"
 #include "base/xalloc.h"
 #include "delay-bridge/retry.h"
+
+#define NOT_ADMITTED "_not_admitted"
 
 struct retry_row {
     struct db_retry_stats s;
@@ -105,12 +110,16 @@ void bridge_retry_taken(struct bridge *b, const struct delivery *d, const struct
 
     if (d->retry_handback) /* counted where it failed */
         return;
-    r = row(b, d->route, d->retry_queue, d->retry_queue_len);
+    /* a queue the route does not admit is a publisher's word: one fixed label for all */
+    if (d->retry_admitted)
+        r = row(b, d->route, d->retry_queue, d->retry_queue_len);
+    else
+        r = row(b, d->route, NOT_ADMITTED, strlen(NOT_ADMITTED));
     observe(r, d->retry_failed);
     if (a->flags & WALREC_ADD_DEADLETTER) {
         const char *why = retry_park_reason(a->error, 0);
         r->s.parked[retry_park_index(why)]++;
-        note_park(b, d->route, d->retry_queue, d->retry_queue_len, why, d->retry_failed, mono);
+        note_park(b, d->route, r->queue, strlen(r->queue), why, d->retry_failed, mono);
     } else {
         r->s.retries++;
     }

@@ -13,13 +13,59 @@
  * failure. A value past max_attempts parks at once: a message never loops
  * because its count was raised by hand, and a consumer that strips the
  * header is the one case this cannot bound (README says so).
+ *
+ * Where it goes back is not the headers' to say alone: retry_admits holds
+ * the queue x-death names against the route's list and pattern and the
+ * bridge's own queues. A forged x-death can only park the forger's own
+ * message (README, "Security").
  */
 #include "delay-bridge/retry.h"
 
 #include <string.h>
 
+#include "base/utf8.h"
+
+static int same(const char *name, const char *q, size_t n)
+{
+    return name[0] && strlen(name) == n && memcmp(name, q, n) == 0;
+}
+
+/* q is one of the queues the bridge declares or reads for itself. */
+static int own_queue(const struct config *c, const char *q, size_t n)
+{
+    for (int i = 0; i < c->nroutes; i++) {
+        const struct config_route *r = &c->routes[i];
+        size_t il = strlen(r->ingress_queue);
+        if (same(r->ingress_queue, q, n) ||
+            (n > il + 6 && memcmp(q, r->ingress_queue, il) == 0 &&
+             memcmp(q + il, ".keys.", 6) == 0) ||
+            (r->retry && same(r->retry->parking_queue, q, n)))
+            return 1;
+    }
+    return same(c->repl.stream, q, n) || same(c->repl.lease_queue, q, n);
+}
+
+int retry_admits(const struct config *c, const struct config_route *r, const char *q, size_t n)
+{
+    const struct config_retry *rt = r->retry;
+    char name[256];
+
+    if (!rt || !q || n == 0 || n > 255 || memchr(q, '\0', n) ||
+        !utf8_valid(q, n) || (n >= 4 && memcmp(q, "amq.", 4) == 0) ||
+        own_queue(c, q, n))
+        return 0;
+    for (int i = 0; i < rt->nqueues; i++)
+        if (same(rt->queues[i].queue, q, n))
+            return 1;
+    if (!rt->queue_re)
+        return 0;
+    memcpy(name, q, n);
+    name[n] = '\0';
+    return regexec(rt->queue_re, name, 0, NULL, 0) == 0;
+}
+
 const char *const retry_park_reasons[RETRY_PARK_REASONS] = {
-    "max_attempts", "reason", "no_queue", "queue_gone", "invalid",
+    "max_attempts", "reason", "no_queue", "queue_gone", "invalid", "not_admitted",
 };
 
 const struct config_retry_policy *retry_policy(const struct config_retry *rt, const char *queue,
@@ -78,6 +124,8 @@ enum xdelay_status retry_judge(const struct config_retry *rt, const struct retry
     *delay_ms = 0;
     if (!in->queue)
         return XDELAY_RETRY_NOQUEUE;
+    if (!in->admitted)
+        return XDELAY_RETRY_NOTADMITTED;
     if (!(retry_reason_bit(in->reason, in->reason_len) & rt->reasons))
         return XDELAY_RETRY_REASON;
     if (*failed >= p->max_attempts)
@@ -94,6 +142,7 @@ const char *retry_park_reason(uint16_t error, int queue_gone)
     case XDELAY_RETRY_LAST: return retry_park_reasons[0];
     case XDELAY_RETRY_REASON: return retry_park_reasons[1];
     case XDELAY_RETRY_NOQUEUE: return retry_park_reasons[2];
+    case XDELAY_RETRY_NOTADMITTED: return retry_park_reasons[5];
     default: return retry_park_reasons[4];
     }
 }

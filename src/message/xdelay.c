@@ -389,7 +389,8 @@ int xdelay_invalid(enum xdelay_status s)
     return s == XDELAY_EINVALID || s == XDELAY_ETOOBIG || s == XDELAY_UNTIL_EINVALID ||
            s == XDELAY_UNTIL_ETOOBIG || s == XDELAY_DT_EINVALID || s == XDELAY_DT_ETOOBIG ||
            s == XDELAY_DD_EINVALID || s == XDELAY_DD_ETOOBIG || s == XDELAY_RETRY_LAST ||
-           s == XDELAY_RETRY_REASON || s == XDELAY_RETRY_NOQUEUE;
+           s == XDELAY_RETRY_REASON || s == XDELAY_RETRY_NOQUEUE ||
+           s == XDELAY_RETRY_NOTADMITTED;
 }
 
 const char *xdelay_strerror(enum xdelay_status s)
@@ -409,6 +410,8 @@ const char *xdelay_strerror(enum xdelay_status s)
                                      "(retry.reasons)";
     case XDELAY_RETRY_NOQUEUE: return "retry: no x-death names the queue it failed in (not "
                                       "dead-lettered by a queue)";
+    case XDELAY_RETRY_NOTADMITTED: return "retry: the queue it names is not one this route "
+                                          "sends back to (retry.queues, retry.queue_pattern)";
     default: return "";
     }
 }

@@ -93,6 +93,8 @@ static json_object *retry_json(const struct config_retry *rt)
     add_str(o, "parking_exchange", rt->parking_exchange);
     if (rt->parking_queue[0])
         add_str(o, "parking_queue", rt->parking_queue);
+    if (rt->queue_pattern[0])
+        add_str(o, "queue_pattern", rt->queue_pattern);
     for (size_t i = 0; i < sizeof reasons / sizeof reasons[0]; i++)
         if (rt->reasons & reasons[i].bit)
             json_object_array_add(a, json_object_new_string(reasons[i].name));

@@ -10,7 +10,8 @@
  *
  * - every family has exactly one # HELP and one # TYPE line, before its
  *   samples, even when it has no sample (no routes configured);
- * - label values escape '\' as \\, '"' as \" and a newline as \n; HELP text
+ * - label values escape '\' as \\, '"' as \" and a newline as \n, and
+ *   each byte that is not part of valid UTF-8 becomes U+FFFD; HELP text
  *   escapes '\' and newline (ours are constants without either);
  * - numbers: integers in decimal, floating point with up to 15 significant
  *   digits, infinity as +Inf (only in the le label of the last bucket);
@@ -39,6 +40,7 @@
  */
 #include "metrics.h"
 
+#include "base/utf8.h"
 #include "delay-bridge/retry.h"
 
 
@@ -54,22 +56,23 @@
 
 static void put_escaped_label(struct strbuf *out, const char *v)
 {
-    const char *run = v;
-    for (const char *p = v; *p; p++) {
-        const char *esc = NULL;
-        if (*p == '\\')
-            esc = "\\\\";
-        else if (*p == '"')
-            esc = "\\\"";
-        else if (*p == '\n')
-            esc = "\\n";
-        if (esc) {
-            strbuf_append(out, run, (size_t)(p - run));
-            strbuf_puts(out, esc);
-            run = p + 1;
-        }
+    const unsigned char *p = (const unsigned char *)v;
+    size_t n = strlen(v);
+
+    for (size_t i = 0; i < n;) {
+        int k = utf8_char(p + i, n - i);
+        if (k == 0) /* not UTF-8: one bad byte would fail the whole scrape */
+            strbuf_puts(out, "\xef\xbf\xbd"), k = 1; /* U+FFFD */
+        else if (p[i] == '\\')
+            strbuf_puts(out, "\\\\");
+        else if (p[i] == '"')
+            strbuf_puts(out, "\\\"");
+        else if (p[i] == '\n')
+            strbuf_puts(out, "\\n");
+        else
+            strbuf_append(out, (const char *)p + i, (size_t)k);
+        i += (size_t)k;
     }
-    strbuf_puts(out, run);
 }
 
 static void put_double(struct strbuf *out, double v)

@@ -171,10 +171,12 @@ write_config() {
         retry=",
     { \"name\": \"retry-a\", \"ingress_exchange\": \"bench.retry.a\", \"ingress_queue\": \"bench.retry.a.q\",
       \"retry\": { \"initial_ms\": $DELAY, \"multiplier\": 2.0, \"max_attempts\": 2, \"jitter\": \"none\",
-                 \"parking_exchange\": \"bench.parked.a\", \"parking_queue\": \"bench.parked.a\" } },
+                 \"parking_exchange\": \"bench.parked.a\", \"parking_queue\": \"bench.parked.a\",
+                 \"queues\": { \"bench.rwork\": {} } } },
     { \"name\": \"retry-b\", \"ingress_exchange\": \"bench.retry.b\", \"ingress_queue\": \"bench.retry.b.q\",
       \"retry\": { \"initial_ms\": 100, \"multiplier\": 2.0, \"max_attempts\": 4, \"jitter\": \"none\",
-                 \"parking_exchange\": \"bench.parked.b\", \"parking_queue\": \"bench.parked.b\" } }"
+                 \"parking_exchange\": \"bench.parked.b\", \"parking_queue\": \"bench.parked.b\",
+                 \"queues\": { \"bench.swork\": {} } } }"
     fi
     HTTP_PORT=$(free_port)
     mkdir -p "$WORK/wal"

@@ -14,6 +14,15 @@
  * max_attempts - 1), bytes 1..8 = the random number (LE u64), then the AMQP
  * basic properties as the broker would send them.
  *
+ * The route is parsed from a configuration once (ROUTES below): a pattern,
+ * a list, and the bridge's own queues beside them. Checked first, the
+ * property issue 39 is about: whatever the headers say -- a forged x-death,
+ * x-last-death-queue, a hand-back mark with or without user-id "bridge" --
+ * a verdict that sends the message back (OK or NOW) names a queue that
+ * admitted() allows, an oracle written apart from retry_admits: "billing",
+ * or "work." followed by one or more of [a-z], and never work.retry.q, the
+ * route's own ingress, which the pattern would match.
+ *
  * Checked: a queue read is 1..255 bytes inside the input's decoded table;
  * the attempt is >= 0; retry_judge returns OK (delay 1..max_ms), NOW (full
  * jitter's 0), or a park with delay 0, and a park for max attempts exactly
@@ -42,6 +51,30 @@
     } while (0)
 
 #define PREFIX 9
+
+#define ROUTES                                                                                \
+    "{\"broker\":{\"uri\":\"amqp://bridge:p@127.0.0.1:5672/v\"},\"wal\":{\"dir\":\"/tmp/x\"},"  \
+    "\"routes\":[{\"name\":\"r\",\"ingress_exchange\":\"work.retry\",\"ingress_queue\":"            \
+    "\"work.retry.q\",\"max_delay_ms\":86400000,\"retry\":{\"parking_exchange\":\"park\","          \
+    "\"max_ms\":60000,\"initial_ms\":100,\"queue_pattern\":\"work\\\\.[a-z.]+\",\"queues\":"     \
+    "{\"billing\":{}}}}]}"
+
+/* Where a message may go back, written apart from retry_admits (the pattern's [a-z.]). */
+static int admitted(const char *q, size_t n)
+{
+    if (n == 7 && memcmp(q, "billing", 7) == 0)
+        return 1;
+    if (n == 12 && memcmp(q, "work.retry.q", 12) == 0)
+        return 0;
+    if (n < 6 || memcmp(q, "work.", 5) != 0)
+        return 0;
+    for (size_t i = 5; i < n; i++)
+        if (!((q[i] >= 'a' && q[i] <= 'z') || q[i] == '.'))
+            return 0;
+    return 1;
+}
+
+static struct config cfg;
 
 static uint8_t *ebuf[2];
 static size_t ecap[2];
@@ -103,10 +136,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < PREFIX)
         return 0;
     memcpy(&rnd, data + 1, 8);
-    struct config_retry rt = {{100, 2.0, 60000, (enum retry_jitter)(data[0] & 3) % 3,
-                               (uint32_t)(data[0] >> 2) + 1},
-                              "park", "", RETRY_REASON_REJECTED | RETRY_REASON_DELIVERY_LIMIT,
-                              NULL, 0};
+    static int ready;
+    if (!ready) {
+        char err[512];
+        if (config_parse(&cfg, ROUTES, "fuzz", err, sizeof err) != 0) {
+            fprintf(stderr, "fuzz_retry: %s\n", err);
+            abort();
+        }
+        ready = 1;
+    }
+    struct config_route *route = &cfg.routes[0];
+    struct config_retry rt = *route->retry;
+    rt.policy.jitter = (enum retry_jitter)(data[0] & 3) % 3;
+    rt.policy.max_attempts = (uint32_t)(data[0] >> 2) + 1;
+    route->retry->policy = rt.policy;
     init_amqp_pool(&pool, 4096);
     if (amqp_decode_properties(AMQP_BASIC_CLASS, &pool,
                                (amqp_bytes_t){size - PREFIX, (void *)(data + PREFIX)},
@@ -116,7 +159,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     const amqp_table_t *h = in->_flags & AMQP_BASIC_HEADERS_FLAG ? &in->headers : NULL;
 
+    /* the destination: only where the route admits, whatever the headers claim */
+    struct retry_verdict vd;
+    amqp_retry_judge(&cfg, route, in, "bridge", 1800000000000ull, rnd, &vd);
+    if (vd.st == XDELAY_OK || vd.st == XDELAY_NOW)
+        CHECK(vd.queue && vd.admitted && admitted(vd.queue, vd.queue_len));
+    if (vd.queue && !admitted(vd.queue, vd.queue_len))
+        CHECK(!vd.admitted && !vd.handback && vd.st == XDELAY_RETRY_NOTADMITTED);
+    if (vd.handback)
+        CHECK((in->_flags & AMQP_BASIC_USER_ID_FLAG) && in->user_id.len == 6 &&
+              memcmp(in->user_id.bytes, "bridge", 6) == 0);
+
     amqp_retry_in(h, &ri);
+    ri.admitted = 1; /* the policy alone, below */
     CHECK(ri.attempt >= 0);
     CHECK(!ri.queue || (ri.queue_len >= 1 && ri.queue_len <= 255));
     enum xdelay_status st = retry_judge(&rt, &ri, rnd, &failed, &delay);

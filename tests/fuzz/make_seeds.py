@@ -210,9 +210,9 @@ def main():
     put("fuzz_routes", "shadowed", R(0, '{"version":1,"routes":[{"name":"orders","template":"delayed"}]}',
                                     "orders", '{"name":"orders","ingress_exchange":"orders.x"}'))
     put("fuzz_routes", "retry-route", R(0, '{"version":1,"routes":[{"name":"r1","template":"retry",'
-                                       '"retry":{"parking_exchange":"p","max_attempts":3}}]}',
+                                       '"retry":{"parking_exchange":"p","max_attempts":3,"queue_pattern":"w\\\\..+"}}]}',
                                        "r2", '{"ingress_exchange":"r2.x","ingress_queue":"r2.q",'
-                                       '"retry":{"parking_exchange":"r2.p"}}'))
+                                       '"retry":{"parking_exchange":"r2.p","queues":{"w":{}}}}'))
     put("fuzz_routes", "repl-clash", R(1, '{"version":1,"routes":[{"name":"a","ingress_exchange":"a",'
                                       '"ingress_queue":"s","target_exchange":"t"}]}', "b",
                                       '{"queue_type":"stream"}'))
@@ -267,6 +267,20 @@ def main():
                                     ("x-delay-bridge-handback", L(1)), ("x-retry-attempt", L(2))]))
     put("fuzz_retry", "no-death", opt(0) + props(headers=[("x-retry-attempt", S("7"))]))
     put("fuzz_retry", "no-props", opt(0) + props())
+    # issue 39: forgeries -- an x-death naming a queue the route does not admit, the 4.x
+    # header alone, a hand-back mark with and without the bridge's user-id
+    put("fuzz_retry", "forged-death",
+        opt(4 << 2) + props(headers=[("x-death", b"A" + lstr(death("payments.secret", "rejected")))]))
+    put("fuzz_retry", "forged-last-death",
+        opt(4 << 2) + props(headers=[("x-last-death-queue", S("work.retry.q")),
+                                     ("x-last-death-reason", S("rejected"))]))
+    put("fuzz_retry", "forged-handback",
+        opt(2, 7) + props(headers=[("x-last-death-queue", S("payments.secret")),
+                                   ("x-delay", L(1)), ("x-delay-bridge-handback", L(1))]))
+    put("fuzz_retry", "bridge-handback",
+        opt(2, 7) + props(user_id="bridge",
+                          headers=[("x-death", b"A" + lstr(death("work.email", "rejected"))),
+                                   ("x-delay", L(1500)), ("x-delay-bridge-handback", L(1))]))
 
     # fuzz_uri
     for i, u in enumerate(["amqp://guest:guest@127.0.0.1:5672/%2f", "amqps://u@[::1]:5671/vh",

@@ -340,6 +340,13 @@ def header_int(props, key):
 # Environment
 # --------------------------------------------------------------------------
 
+def queue_pattern(*names):
+    """A retry route's retry.queue_pattern admitting exactly these queue names
+    (a POSIX extended regular expression; the names of tests have no other
+    special character than the dot)."""
+    return "|".join(n.replace(".", "\\.") for n in names)
+
+
 def broker_uri():
     return os.environ.get("DB_TEST_BROKER_URI") or DEFAULT_URI
 

@@ -35,7 +35,7 @@ def test(ctx):
     port = h.free_port()
     retry = {"name": "rr", "ingress_exchange": ctx.n("rr"), "ingress_queue": ctx.n("rr.q"),
              "retry": {"initial_ms": 60000, "parking_exchange": ctx.n("rr.p"),
-                       "parking_queue": ctx.n("rr.p")}}
+                       "parking_queue": ctx.n("rr.p"), "queue_pattern": h.queue_pattern(ctx.n("work"))}}
     ctx.exchanges.update([retry["ingress_exchange"], retry["retry"]["parking_exchange"]])
     ctx.queues.update([retry["ingress_queue"], retry["retry"]["parking_queue"]])
     b = ctx.bridge([ctx.route("reload", ex), retry], http={"listen": str(port)})

@@ -57,6 +57,7 @@ def test(ctx):
         "name": "retries", "ingress_exchange": ingress, "ingress_queue": ctx.n("retry.q"),
         "retry": {"initial_ms": INITIAL_MS, "multiplier": 2, "max_attempts": MAX_ATTEMPTS,
                   "parking_exchange": parking, "parking_queue": parking,
+                  "queue_pattern": h.queue_pattern(work, other, gone, ttlq),
                   "queues": {fast: {"initial_ms": 150, "max_attempts": 2},
                              ctx.n("slow"): {"initial_ms": 60000}}},
     }

@@ -213,7 +213,7 @@ def test(ctx):
     rc = {"name": "ui-retry", "ingress_exchange": ctx.n("ui.retry"),
           "ingress_queue": ctx.n("ui.retry.q"),
           "retry": {"initial_ms": 10 * MIN, "parking_exchange": ctx.n("ui.parked"),
-                    "parking_queue": ctx.n("ui.parked")}}
+                    "parking_queue": ctx.n("ui.parked"), "queue_pattern": h.queue_pattern(ctx.n("ui.work"))}}
     ctx.exchanges.add(rc["ingress_exchange"])
     ctx.queues.add(rc["ingress_queue"])
     ctx.exchanges.add(rc["retry"]["parking_exchange"])

@@ -38,6 +38,7 @@ static const char *st_name(enum xdelay_status s)
     case XDELAY_RETRY_LAST: return "RETRY_LAST";
     case XDELAY_RETRY_REASON: return "RETRY_REASON";
     case XDELAY_RETRY_NOQUEUE: return "RETRY_NOQUEUE";
+    case XDELAY_RETRY_NOTADMITTED: return "RETRY_NOTADMITTED";
     }
     return "?";
 }

@@ -20,7 +20,7 @@
 #define RROUTE(extra, retry)                                                               \
     HEAD "\"routes\":[{\"name\":\"r\",\"ingress_exchange\":\"app.retry\","                 \
          "\"ingress_queue\":\"app.retry.q\"" extra ",\"retry\":" retry "}]}"
-#define PARK "\"parking_exchange\":\"app.parked\""
+#define PARK "\"parking_exchange\":\"app.parked\",\"queue_pattern\":\"work\\\\..+\""
 
 static int parse(const char *json, struct config *c, char *err, size_t n)
 {
@@ -97,7 +97,17 @@ static void test_config(void)
         "routes[0].retry.queues.q");
     ERR(RROUTE("", "{" PARK ",\"queues\":{\"q\":{\"max_attempts\":-1}}}"),
         "routes[0].retry.queues.q.max_attempts");
-    ERR(RROUTE("", "{\"parking_exchange\":\"app.retry\"}"), "same as ingress_exchange");
+    ERR(RROUTE("", "{\"parking_exchange\":\"app.retry\",\"queues\":{\"q\":{}}}"),
+        "same as ingress_exchange");
+    /* where a message may go back is the configuration's to say */
+    ERR(RROUTE("", "{\"parking_exchange\":\"app.parked\"}"),
+        "routes[0].retry: expected \"queues\" or \"queue_pattern\"");
+    ERR(RROUTE("", "{\"parking_exchange\":\"app.parked\",\"queue_pattern\":\"\"}"),
+        "routes[0].retry.queue_pattern");
+    ERR(RROUTE("", "{\"parking_exchange\":\"app.parked\",\"queue_pattern\":\"a(\"}"),
+        "routes[0].retry.queue_pattern: not a POSIX extended regular expression");
+    ERR(RROUTE("", "{\"parking_exchange\":\"app.parked\",\"queue_pattern\":7}"),
+        "routes[0].retry.queue_pattern");
     ERR(RROUTE("", "{" PARK ",\"parking_queue\":\"app.retry.q\"}"), "routes[0].retry.parking_queue");
     /* a delayed route still needs its target */
     ERR(HEAD "\"routes\":[{\"name\":\"r\",\"ingress_exchange\":\"a\",\"ingress_queue\":\"b\"}]}",
@@ -142,12 +152,16 @@ static void test_judge(void)
 {
     struct config_retry_queue q = {"slow", {5000, 3.0, 60000, RETRY_JITTER_NONE, 2}};
     struct config_retry rt = {{100, 2.0, 1000, RETRY_JITTER_NONE, 3}, "park", "",
-                              RETRY_REASON_REJECTED | RETRY_REASON_DELIVERY_LIMIT, &q, 1};
-    struct retry_in in = {"work", 4, "rejected", 8, 0, 0};
+                              RETRY_REASON_REJECTED | RETRY_REASON_DELIVERY_LIMIT, &q, 1, "", NULL};
+    struct retry_in in = {"work", 4, "rejected", 8, 0, 0, 1};
     uint32_t n;
     uint64_t d;
 
     CHECK(retry_judge(&rt, &in, 0, &n, &d) == XDELAY_OK && n == 1 && d == 100);
+    in.admitted = 0;
+    CHECK(retry_judge(&rt, &in, 0, &n, &d) == XDELAY_RETRY_NOTADMITTED && d == 0,
+          "a queue the route does not admit parks, whatever else the headers say");
+    in.admitted = 1;
     in.attempt = 2;
     CHECK(retry_judge(&rt, &in, 0, &n, &d) == XDELAY_OK && n == 2 && d == 200);
     in.attempt = 3;
@@ -182,7 +196,9 @@ static void test_judge(void)
     CHECK(strcmp(retry_park_reason(XDELAY_RETRY_NOQUEUE, 0), "no_queue") == 0);
     CHECK(strcmp(retry_park_reason(0, 1), "queue_gone") == 0);
     CHECK(strcmp(retry_park_reason(XDELAY_EKEY, 0), "invalid") == 0);
+    CHECK(strcmp(retry_park_reason(XDELAY_RETRY_NOTADMITTED, 0), "not_admitted") == 0);
     CHECK(retry_park_index("queue_gone") == 3 && retry_park_index("x") == -1);
+    CHECK(retry_park_index("not_admitted") == 5);
     CHECK(xdelay_invalid(XDELAY_RETRY_LAST) && xdelay_invalid(XDELAY_RETRY_NOQUEUE));
 }
 
@@ -227,6 +243,94 @@ static int str_is(const amqp_field_value_t *v, const char *s)
 {
     return v && v->kind == AMQP_FIELD_KIND_UTF8 && v->value.bytes.len == strlen(s) &&
            memcmp(v->value.bytes.bytes, s, strlen(s)) == 0;
+}
+
+/* Which queues a route may send back to (retry_admits): the list, the whole-name pattern,
+   never the bridge's own queues, "amq.", a NUL or invalid UTF-8. */
+static void test_admits(void)
+{
+    static const char json[] =
+        "{\"broker\":{\"uri\":\"amqp://g:g@127.0.0.1:5672/v\"},"
+        "\"wal\":{\"dir\":\"/tmp/x\",\"replicate\":{}},"
+        "\"routes\":[{\"name\":\"r\",\"ingress_exchange\":\"app.retry\","
+        "\"ingress_queue\":\"work.retry.q\",\"retry\":{\"parking_exchange\":\"app.parked\","
+        "\"parking_queue\":\"work.parked\",\"queue_pattern\":\"work\\\\.[a-z.]+\","
+        "\"queues\":{\"billing\":{}}}},"
+        "{\"name\":\"d\",\"ingress_exchange\":\"x.delayed\",\"ingress_queue\":\"work.delayed.q\","
+        "\"target_exchange\":\"x\"},"
+        "{\"name\":\"o\",\"ingress_exchange\":\"o.retry\",\"ingress_queue\":\"o.retry.q\","
+        "\"retry\":{\"parking_exchange\":\"o.parked\",\"queues\":{\"only\":{}}}}]}";
+    struct config c;
+    char err[512] = "";
+
+    if (parse(json, &c, err, sizeof err) != 0) {
+        CHECK(0, "%s", err);
+        return;
+    }
+    const struct config_route *r = &c.routes[0], *o = &c.routes[2];
+#define ADM(route, q) retry_admits(&c, route, q, sizeof(q) - 1)
+    CHECK(ADM(r, "work.email") && ADM(r, "work.a.b") && ADM(r, "billing"));
+    CHECK(!ADM(r, "payments.secret"), "a name neither listed nor matched");
+    CHECK(!ADM(r, "xwork.email") && !ADM(r, "work.email2") && !ADM(r, "work.Email"),
+          "the pattern matches the whole name");
+    CHECK(!ADM(r, "work.retry.q") && !ADM(r, "work.delayed.q"), "ingress queues");
+    CHECK(!ADM(r, "work.retry.q.keys.b1"), "key event queues");
+    CHECK(!ADM(r, "work.parked"), "the parking queue");
+    CHECK(!ADM(r, "o.retry.q"), "another route's ingress");
+    CHECK(strcmp(c.repl.stream, "delay-bridge.wal") == 0);
+    CHECK(!ADM(r, "delay-bridge.wal") && !ADM(r, "delay-bridge.wal.lease"));
+    CHECK(!ADM(r, "amq.gen-abc") && !ADM(r, "amq.direct"));
+    CHECK(!retry_admits(&c, r, "work.a\0b", 8), "a NUL");
+    CHECK(!ADM(r, "work.\xff\xfe") && !ADM(r, "billing\xc0\xaf"), "invalid UTF-8");
+    CHECK(!retry_admits(&c, r, NULL, 0) && !retry_admits(&c, r, "work.x", 0));
+    CHECK(ADM(o, "only") && !ADM(o, "work.email"), "each route its own list");
+    CHECK(!ADM(&c.routes[1], "work.email"), "a delayed route sends nothing back");
+#undef ADM
+
+    /* the whole judgement: forged x-death, forged hand-back, a bridge's hand-back */
+    amqp_pool_t pool;
+    init_amqp_pool(&pool, 4096);
+    amqp_table_entry_t d0[] = {e_("queue", s_("payments.secret")), e_("reason", s_("rejected"))};
+    amqp_field_value_t death;
+    memset(&death, 0, sizeof death);
+    death.kind = AMQP_FIELD_KIND_TABLE;
+    death.value.table = (amqp_table_t){2, d0};
+    amqp_field_value_t arr;
+    memset(&arr, 0, sizeof arr);
+    arr.kind = AMQP_FIELD_KIND_ARRAY;
+    arr.value.array = (amqp_array_t){1, &death};
+    amqp_table_entry_t h[] = {e_("x-death", arr), e_("x-delay-bridge-handback", l_(1)),
+                              e_("x-delay", l_(5000))};
+    amqp_basic_properties_t p;
+    memset(&p, 0, sizeof p);
+    p._flags = AMQP_BASIC_HEADERS_FLAG;
+    p.headers = (amqp_table_t){1, h};
+    struct retry_verdict v;
+
+    amqp_retry_judge(&c, r, &p, "bridge", 1000, 0, &v);
+    CHECK(v.st == XDELAY_RETRY_NOTADMITTED && !v.admitted && !v.handback, "forged x-death");
+    p.headers.num_entries = 3; /* + a hand-back mark, no user-id: not a bridge's */
+    amqp_retry_judge(&c, r, &p, "bridge", 1000, 0, &v);
+    CHECK(v.st == XDELAY_RETRY_NOTADMITTED && !v.handback, "forged hand-back");
+    d0[0] = e_("queue", s_("work.email"));
+    amqp_retry_judge(&c, r, &p, "bridge", 1000, 0, &v);
+    CHECK(v.st == XDELAY_OK && !v.handback && v.delay_ms == 1000,
+          "an unproven hand-back is judged as a failure: the policy's delay, not its x-delay");
+    p._flags |= AMQP_BASIC_USER_ID_FLAG;
+    p.user_id = amqp_cstring_bytes("publisher");
+    amqp_retry_judge(&c, r, &p, "bridge", 1000, 0, &v);
+    CHECK(!v.handback, "another user's user-id proves nothing");
+    p.user_id = amqp_cstring_bytes("bridge");
+    amqp_retry_judge(&c, r, &p, "bridge", 1000, 0, &v);
+    CHECK(v.st == XDELAY_OK && v.handback && v.delay_ms == 5000, "a bridge's hand-back");
+    amqp_retry_judge(&c, r, &p, "", 1000, 0, &v);
+    CHECK(!v.handback, "no broker user: nothing vouches");
+    d0[0] = e_("queue", s_("payments.secret"));
+    amqp_retry_judge(&c, r, &p, "bridge", 1000, 0, &v);
+    CHECK(v.st == XDELAY_RETRY_NOTADMITTED && !v.handback,
+          "even a bridge's hand-back goes only where the route admits");
+    empty_amqp_pool(&pool);
+    config_free(&c);
 }
 
 static void test_in(void)
@@ -339,7 +443,7 @@ static void test_out(void)
 
 static const struct check_case cases[] = {
     {"config", test_config}, {"backoff", test_backoff}, {"judge", test_judge},
-    {"in", test_in},         {"out", test_out},
+    {"in", test_in},         {"out", test_out},       {"admits", test_admits},
 };
 
 int main(int argc, char **argv)

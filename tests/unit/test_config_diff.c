@@ -39,7 +39,8 @@ static const char base[] =
     "  {\"name\": \"r\", \"ingress_exchange\": \"r.d\", \"ingress_queue\": \"r.q\","
     "   \"retry\": {\"initial_ms\": 100, \"multiplier\": 2, \"max_ms\": 1000, \"jitter\": \"none\","
     "    \"max_attempts\": 5, \"parking_exchange\": \"r.p\", \"parking_queue\": \"r.pq\","
-    "    \"reasons\": [\"rejected\"], \"queues\": {\"w\": {\"max_attempts\": 2}}}}"
+    "    \"reasons\": [\"rejected\"], \"queues\": {\"w\": {\"max_attempts\": 2}},"
+    "    \"queue_pattern\": \"w[0-9]+\"}}"
     " ]}";
 
 /* base with the first occurrence of from replaced by to. */
@@ -170,6 +171,7 @@ static void test_every_key(void)
     ONE("[\"rejected\"]", "[\"rejected\", \"expired\"]", "routes[r]");
     ONE("{\"max_attempts\": 2}", "{\"max_attempts\": 3}", "routes[r]");
     ONE("\"queues\": {\"w\"", "\"queues\": {\"w2\"", "routes[r]");
+    ONE("\"w[0-9]+\"", "\"w[0-9]*\"", "routes[r]");
 }
 
 static void test_routes_by_name(void)

@@ -497,7 +497,7 @@ static void test_add_routes(void)
             "expected a template's name");
     /* a retry route appended, then an error: freed, c as it was */
     ADD_ERR(base, STORE("{\"name\":\"r\",\"ingress_exchange\":\"r.x\",\"ingress_queue\":\"r.q\","
-                        "\"retry\":{\"parking_exchange\":\"p\"}}," PAY(",\"bad\":1")),
+                        "\"retry\":{\"parking_exchange\":\"p\",\"queues\":{\"w\":{}}}}," PAY(",\"bad\":1")),
             "routes.json: routes[pay].bad: unknown key \"bad\"; expected one of: name, "
             "ingress_exchange, ingress_queue, target_exchange, queue_type, declare_target, "
             "target_type, prefetch, max_inflight, max_delay_ms, invalid_delay, "

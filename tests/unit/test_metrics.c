@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "delay-bridge/retry.h"
+
 #include "check.h"
 
 /* ---- a parsed exposition ---- */
@@ -588,7 +590,7 @@ static void test_retry(void)
     r[0].attempts_sum = 5 + 9 + 250;
     r[0].attempts_n = 9;
     r[1].route = EVIL;
-    r[1].queue = "q\"x";
+    r[1].queue = "q\"x\xff\xc0\xaf\xc3\xa9"; /* invalid UTF-8 (3 bytes), then a valid "e-acute" */
     r[1].retries = 1;
     s.retry = r;
     s.nretry = 2;
@@ -599,7 +601,7 @@ static void test_retry(void)
     f = find_family(&e, "delay_bridge_retry_attempts");
     CHECK(f && !strcmp(f->type, "histogram"));
     CHECK(count_samples(&e, "delay_bridge_retries_total") == 2);
-    CHECK(count_samples(&e, "delay_bridge_retry_parked_total") == 2 * 5);
+    CHECK(count_samples(&e, "delay_bridge_retry_parked_total") == 2 * RETRY_PARK_REASONS);
     CHECK(count_samples(&e, "delay_bridge_retry_attempts_bucket") == 2 * DB_RETRY_BUCKETS);
     int seen_evil = 0, seen = 0;
     for (int i = 0; i < e.ns; i++) {
@@ -612,7 +614,8 @@ static void test_retry(void)
         if (!rt || !q)
             continue;
         if (!strcmp(rt, EVIL)) {
-            CHECK(!strcmp(q, "q\"x"), "queue label %s", q);
+            CHECK(!strcmp(q, "q\"x\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xc3\xa9"),
+                  "queue label %s: each invalid byte one U+FFFD, the valid character kept", q);
             seen_evil++;
             continue;
         }
@@ -638,7 +641,7 @@ static void test_retry(void)
             { CHECK(!strcmp(x->value, "264")); seen++; }
     }
     CHECK(seen == 10, "%d of the 10 series checked", seen);
-    CHECK(seen_evil == 1 + 5 + DB_RETRY_BUCKETS + 2);
+    CHECK(seen_evil == 1 + RETRY_PARK_REASONS + DB_RETRY_BUCKETS + 2);
     free(text);
     free(e.s);
 

@@ -170,7 +170,10 @@ class Run(object):
         self.ingress, self.parking = ctx.n("retry"), ctx.n("parked")
         self.route = {"name": "retry", "ingress_exchange": self.ingress, "ingress_queue": ctx.n("retry.q"),
                       "queue_type": ingress_type,
-                      "retry": dict(policy, parking_exchange=self.parking, parking_queue=self.parking)}
+                      "retry": dict(policy, parking_exchange=self.parking, parking_queue=self.parking,
+                                    queue_pattern=h.queue_pattern(*(ctx.n("%s.%s" % (c, t))
+                                                                    for c in clients
+                                                                    for t in ("classic", "quorum"))))}
         ctx.exchanges.update([self.ingress, self.parking])
         ctx.queues.update([self.route["ingress_queue"], self.parking])
         self.port = h.free_port()

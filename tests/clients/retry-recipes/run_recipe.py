@@ -180,7 +180,8 @@ def test(ctx, recipe):
     ctx.queues.add(parking)
     route = {"name": "retry-" + recipe, "ingress_exchange": ctx.n("orders.retry"),
              "ingress_queue": ctx.n("orders.retry.q"), "queue_type": "quorum",
-             "retry": dict(RETRY, parking_exchange=parking, parking_queue=parking)}
+             "retry": dict(RETRY, parking_exchange=parking, parking_queue=parking,
+                           queue_pattern=h.queue_pattern(queue))}
     ctx.exchanges.add(route["ingress_exchange"])
     ctx.queues.add(route["ingress_queue"])
     ctx.bridge([route])
