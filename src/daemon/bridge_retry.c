@@ -111,7 +111,7 @@ void bridge_retry_taken(struct bridge *b, const struct delivery *d, const struct
     if (d->retry_handback) /* counted where it failed */
         return;
     /* a queue the route does not admit is a publisher's word: one fixed label for all */
-    if (d->retry_admitted)
+    if (d->retry_admitted || !d->retry_queue) /* admitted, or none named (label "") */
         r = row(b, d->route, d->retry_queue, d->retry_queue_len);
     else
         r = row(b, d->route, NOT_ADMITTED, strlen(NOT_ADMITTED));
