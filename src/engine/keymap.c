@@ -36,7 +36,11 @@
  * that replays the whole log (no checkpoint, or one it cannot use) draws a
  * fresh one from the kernel (keymap_secret_new). A checkpoint from before
  * the secret (META version 1, unkeyed FNV fingerprints) is not used: the
- * whole log is replayed once, under a fresh secret. The simulator
+ * whole log is replayed once, under a fresh secret. (Going back to such a
+ * binary: it refuses a version 2 META as corrupt and stops; delete
+ * CHECKPOINT and it replays the whole log.) A secret read out of a data
+ * directory stays good until that directory restarts without a usable
+ * checkpoint; it tells nothing the directory's payloads do not. The simulator
  * (tests/sim) draws it from its seeded clock_rand64(), so a seed replays;
  * tests pick a hash of their own through eng_opts.key_hash.
  */
