@@ -118,7 +118,11 @@ struct eng_opts {
     uint32_t recent;
     /* Fingerprint of a record (msgrec_fingerprint); required when recent > 0. */
     uint64_t (*fingerprint)(const struct walrec_add *a);
-    /* Hash of (route, key); NULL = keymap_hash. Tests force collisions with it. */
+    /*
+     * Hash of (route, key); NULL = keymap_hash, SipHash under a secret of
+     * the engine's (a fresh one, or the loaded checkpoint's). Tests force
+     * collisions with it, and the benchmark puts the old unkeyed hash back.
+     */
     uint64_t (*key_hash)(uint16_t route, const char *key, size_t len);
     /*
      * Checkpoints (when the log has them): eng_maintain() begins one when

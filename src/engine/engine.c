@@ -124,7 +124,7 @@ int eng_open(struct engine **out, const struct eng_opts *o)
     e->routes = xcalloc((size_t)(e->max_routes ? e->max_routes : 1), sizeof(*e->routes));
     e->route_index = o->route_index;
     e->route_arg = o->route_arg;
-    e->key_hash = o->key_hash ? o->key_hash : keymap_hash;
+    e->key_hash = o->key_hash;
     e->recent = o->fingerprint ? o->recent : 0;
     e->fingerprint = o->fingerprint;
     e->route_name = o->route_name;
@@ -134,6 +134,13 @@ int eng_open(struct engine **out, const struct eng_opts *o)
     e->wheel_split = o->wheel_split;
     e->ck_last_begin_ms = clock_mono_ms();
     keymap_init(&e->keys);
+    /* A checkpoint's own replaces it as its META chunk is loaded (keymap.c says why). */
+    if ((r = keymap_secret_new(e->key_secret)) < 0) {
+        log_error("engine", "no random bytes for the key hash's secret", "err=\"%s\"",
+                  strerror(-r));
+        eng_close(e);
+        return r;
+    }
 
     r = wlog_recover(e->log, engine_replay, engine_ck_load, e, o->progress);
     if (r < 0) {
@@ -230,7 +237,7 @@ int eng_cancel(struct engine *e, uint16_t route, const char *key, size_t len)
 
     if (route >= e->nroutes)
         return 0;
-    kh = e->key_hash(route, key, len);
+    kh = engine_key_hash(e, route, key, len);
     h = key_lookup(e, route, key, len, kh, &err);
     if (err < 0)
         return err;
@@ -249,7 +256,7 @@ eng_msg eng_find(struct engine *e, uint16_t route, const char *key, size_t len)
 
     if (route >= e->nroutes)
         return 0;
-    return key_lookup(e, route, key, len, e->key_hash(route, key, len), &err);
+    return key_lookup(e, route, key, len, engine_key_hash(e, route, key, len), &err);
 }
 
 int eng_read(struct engine *e, eng_msg m, struct walrec_add *a)
@@ -277,7 +284,7 @@ int eng_add(struct engine *e, uint16_t route, struct walrec_add *a, eng_msg *mp)
     if (a->flags & WALREC_ADD_KEYED) {
         /* Reschedule: the newest message with a key replaces the pending one. */
         int err;
-        kh = e->key_hash(route, a->key, a->key_len);
+        kh = engine_key_hash(e, route, a->key, a->key_len);
         pool_handle old = key_lookup(e, route, a->key, a->key_len, kh, &err);
         if (err < 0)
             return err;
@@ -450,7 +457,7 @@ int eng_take(struct engine *e, uint16_t route, eng_msg *mp, struct walrec_add *a
         return res;
     if (m->flags & HELD_KEYED) {
         /* From now on a cancel of its key is missed: it is on its way. */
-        uint64_t kh = e->key_hash(route, a->key, a->key_len);
+        uint64_t kh = engine_key_hash(e, route, a->key, a->key_len);
         keymap_del(&e->keys, kh, h);
         m->flags = (uint8_t)((m->flags & ~HELD_KEYED) | HELD_TAKEN_KEYED);
         r->keyed--;

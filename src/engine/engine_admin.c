@@ -180,7 +180,7 @@ int eng_purge_step(struct engine *e, struct eng_purge *p, size_t budget)
                               memcmp(a.routing_key, p->routing_key, a.routing_key_len)))
                 continue;
             if (m->flags & HELD_KEYED)
-                kh = e->key_hash(m->route, a.key, a.key_len);
+                kh = engine_key_hash(e, m->route, a.key, a.key_len);
         }
         engine_cancel_msg(e, h, kh);
         e->routes[p->route].cancelled++;
@@ -328,7 +328,7 @@ int eng_route_added(struct engine *e, int route)
         m->state = 0;
         m->route = (uint16_t)route;
         if (a.flags & WALREC_ADD_KEYED) {
-            keymap_put(&e->keys, e->key_hash(m->route, a.key, a.key_len), h);
+            keymap_put(&e->keys, engine_key_hash(e, m->route, a.key, a.key_len), h);
             m->flags |= HELD_KEYED;
             e->routes[route].keyed++;
         }

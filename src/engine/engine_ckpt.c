@@ -15,14 +15,19 @@
  * CHUNKS (payloads of walckpt chunks; all integers little-endian)
  *
  *   kind 1  META, once, first
- *     0   4  version, 1
+ *     0   4  version, 2 (a version 1 META, from before the key hash had a
+ *            secret, is refused: its KEYS fingerprints are of the old
+ *            unkeyed hash, so the whole log is replayed, once)
  *     4   4  nroutes: the configured routes when it was taken
  *     8   8  held: messages held at the start (sizes the id index)
  *    16   8  ring_lsn: the log's next LSN at the start; a fresh ADD replayed
  *            from here on goes on its route's redelivery ring
  *    24   4  ring: the ring size per route (routes[].recent)
  *    28   4  zero
- *    32      per route, in configuration order:
+ *    32  16  the key hash's secret (keymap_hash): the KEYS fingerprints
+ *            are under it, so the engine that loads this checkpoint keys
+ *            its map with it from then on (keymap.c: why it is kept here)
+ *    48      per route, in configuration order:
  *              0    2  len: the route's name length
  *              2  len  the name (must match the configuration, or the
  *                      checkpoint is not used: the whole log is replayed)
@@ -81,6 +86,7 @@
 #define CK_END 4
 #define CK_HELD_SIZE 32
 #define CK_KEY_SIZE 12
+#define CK_META_HEAD 48 /* the META chunk's fixed part, version 2 */
 #define CK_CHUNK (1u << 20)  /* bytes per chunk */
 #define CK_ORPHAN 0xFFFFu
 
@@ -91,7 +97,12 @@ static int ck_load_meta(struct engine *e, const uint8_t *p, size_t n)
     const uint8_t *end = p + n;
     uint32_t nroutes, ring;
 
-    if (n < 32 || walrec_get32(p) != 1)
+    if (n >= 4 && walrec_get32(p) == 1) {
+        log_info("engine", "checkpoint from before the key hash had a secret; replaying the "
+                 "whole log, once", "version=1");
+        return 1;
+    }
+    if (n < CK_META_HEAD || walrec_get32(p) != 2)
         return ENG_ECORRUPT;
     nroutes = walrec_get32(p + 4);
     ring = walrec_get32(p + 24);
@@ -100,7 +111,7 @@ static int ck_load_meta(struct engine *e, const uint8_t *p, size_t n)
                  "checkpoint_routes=%u configured_routes=%d", nroutes, e->nroutes);
         return 1;
     }
-    const uint8_t *q = p + 32;
+    const uint8_t *q = p + CK_META_HEAD;
     for (uint32_t i = 0; i < nroutes; i++) {
         if (end - q < 2 || end - q - 2 < walrec_get16(q))
             return ENG_ECORRUPT;
@@ -122,6 +133,7 @@ static int ck_load_meta(struct engine *e, const uint8_t *p, size_t n)
             engine_ring_push(e, (uint16_t)i, walrec_get64(q + 8 * j), 0); /* time unknown */
         q += 8 * (size_t)k;
     }
+    memcpy(e->key_secret, p + 32, KEYMAP_SECRET_LEN); /* nothing is hashed before this chunk */
     e->ck_ring_lsn = walrec_get64(p + 16);
     idmap_reserve(&e->ids, (size_t)walrec_get64(p + 8));
     return 0;
@@ -245,13 +257,14 @@ int eng_checkpoint(struct engine *e)
     e->ck_appended_at_begin = ls.appended_bytes;
 
     /* meta: the routes and their recent rings as of now */
-    uint8_t *q = ck_room(e, 32);
-    memset(q, 0, 32);
-    walrec_put32(q, 1);
+    uint8_t *q = ck_room(e, CK_META_HEAD);
+    memset(q, 0, CK_META_HEAD);
+    walrec_put32(q, 2);
     walrec_put32(q + 4, (uint32_t)e->nroutes);
     walrec_put64(q + 8, e->held);
     walrec_put64(q + 16, wlog_next_lsn(e->log));
     walrec_put32(q + 24, e->recent);
+    memcpy(q + 32, e->key_secret, KEYMAP_SECRET_LEN);
     for (int i = 0; i < e->nroutes; i++) {
         const char *name = e->route_name ? e->route_name(e->route_arg, i) : "";
         size_t len = strlen(name);
@@ -289,7 +302,7 @@ void engine_ck_step(struct engine *e)
             struct walrec_add a;
             if ((r = engine_read_record(e, m, &e->kbuf, &a)) < 0)
                 goto failed;
-            engine_ck_key(e, m->node.seq, e->key_hash(m->route, a.key, a.key_len));
+            engine_ck_key(e, m->node.seq, engine_key_hash(e, m->route, a.key, a.key_len));
         }
         if (e->ck_n + CK_HELD_SIZE > CK_CHUNK && (r = ck_flush(e, CK_HELD)) < 0)
             goto failed;

@@ -122,7 +122,8 @@ struct engine {
     struct idvec done;     /* ids for the next DONE record */
     struct idvec cancel;   /* ids for the next CANCEL record */
     struct keymap keys;    /* hash(route, key) -> handle, keyed pending messages */
-    uint64_t (*key_hash)(uint16_t, const char *, size_t);
+    uint64_t (*key_hash)(uint16_t, const char *, size_t); /* NULL: keymap_hash */
+    uint8_t key_secret[KEYMAP_SECRET_LEN]; /* keymap_hash's; a checkpoint's when one was loaded */
     uint32_t recent;                           /* ring size per route, 0 = off */
     uint64_t (*fingerprint)(const struct walrec_add *);
     uint8_t *done_buf;     /* encoded DONE payload */
@@ -184,6 +185,13 @@ static inline void idvec_push(struct idvec *a, uint64_t id)
         a->v = xrealloc(a->v, a->cap * sizeof(*a->v));
     }
     a->v[a->n++] = id;
+}
+
+/* The hash of (route, key) the key map is kept under. */
+static inline uint64_t engine_key_hash(const struct engine *e, uint16_t route, const char *key,
+                                       size_t len)
+{
+    return e->key_hash ? e->key_hash(route, key, len) : keymap_hash(e->key_secret, route, key, len);
 }
 
 static inline struct held *H(const struct engine *e, pool_handle h)

@@ -68,7 +68,7 @@ static int replay_add(struct engine *e, const uint8_t *payload, uint32_t len, ui
          * hash meanwhile, so a DONE or CANCEL replayed later can take the
          * message out of the key map without reading its record again.
          */
-        uint64_t kh = e->key_hash(m->route, a.key, a.key_len);
+        uint64_t kh = engine_key_hash(e, m->route, a.key, a.key_len);
         m->node.next = (uint32_t)kh;
         m->node.prev = (uint32_t)(kh >> 32);
         m->flags |= HELD_KEYED;

@@ -12,7 +12,13 @@
  * it. Deletion by (hash, handle) with backward shift: no tombstones. Load
  * factor at most 0.75, so a keyed message costs 10.7 to 21.3 bytes here.
  *
- * Pure; not thread-safe. Handle 0 (POOL_NIL) marks an empty slot.
+ * Keys are a publisher's choice, so the hash is SipHash-2-4 under a
+ * 128-bit secret (keymap_hash): without the secret nobody can choose keys
+ * that pile up in one run of the table (keymap.c says where the secret
+ * lives and why).
+ *
+ * Pure but for keymap_secret_new() (the kernel's random bytes); not
+ * thread-safe. Handle 0 (POOL_NIL) marks an empty slot.
  */
 #ifndef DB_KEYMAP_H
 #define DB_KEYMAP_H
@@ -41,13 +47,33 @@ int keymap_del(struct keymap *m, uint64_t hash, uint32_t handle);
 
 size_t keymap_memory(const struct keymap *m);
 
+/*
+ * The longest probe sequence of any stored entry: 1 + how far past its
+ * home slot it sits (0 when empty). A lookup or insert of a hash that lands
+ * in that run walks as far. O(capacity): for tests and benchmarks.
+ */
+size_t keymap_max_probe(const struct keymap *m);
+
 /* The 32-bit fingerprint the table keeps of a 64-bit hash. */
 static inline uint32_t keymap_fingerprint(uint64_t hash)
 {
     return (uint32_t)(hash ^ (hash >> 32));
 }
 
-/* FNV-1a 64 of (route, key): the hash the engine uses unless told otherwise. */
-uint64_t keymap_hash(uint16_t route, const char *key, size_t len);
+#define KEYMAP_SECRET_LEN 16
+
+/*
+ * A fresh secret for keymap_hash from the kernel (getrandom, or
+ * /dev/urandom on a kernel without it); under the simulator (DB_SIM), from
+ * its seeded clock_rand64() so a seed replays. 0 or -errno.
+ */
+int keymap_secret_new(uint8_t secret[KEYMAP_SECRET_LEN]);
+
+/*
+ * SipHash-2-4 under secret of the route (2 bytes, little-endian) then the
+ * key: the hash the engine uses unless told otherwise (eng_opts.key_hash).
+ */
+uint64_t keymap_hash(const uint8_t secret[KEYMAP_SECRET_LEN], uint16_t route, const char *key,
+                     size_t len);
 
 #endif

@@ -10,7 +10,7 @@
 #               -C long, so the suite never starts it: ctest -C long -L sim-long;
 #               -L is a regex, so run the short ones with -L '^sim$', not -L sim)
 set(DB_SIM_SOURCES
-  src/base/clock.c src/base/crc32c.c src/base/failpoint.c src/base/pool.c src/base/idmap.c src/engine/keymap.c src/engine/wheel.c src/engine/wheel_tree.c
+  src/base/clock.c src/base/crc32c.c src/base/failpoint.c src/base/pool.c src/base/idmap.c src/engine/keymap.c src/base/siphash.c src/engine/wheel.c src/engine/wheel_tree.c
   src/engine/duecount.c src/wal/walrec.c src/wal/walscan.c src/wal/wal.c src/wal/wal_open.c src/wal/wal_space.c src/wal/wal_reserve.c
   src/wal/wal_log.c src/wal/wal_dir.c src/wal/wlog.c src/wal/walckpt.c src/engine/engine.c src/engine/engine_recover.c
   src/engine/engine_ckpt.c src/engine/engine_admin.c src/engine/engine_state.c src/base/stats.c

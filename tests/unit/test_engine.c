@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "delay-bridge/engine.h"
+#include "base/crc32c.h"
 #include "base/log.h"
 #include "delay-bridge/wal.h"
 #include "delay-bridge/wlog.h"
@@ -1416,6 +1417,121 @@ static void checkpoint_fallback_case(void)
     rm_dir();
 }
 
+static uint32_t le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/*
+ * Rewrite dir/CHECKPOINT, every chunk's chained CRC-32C recomputed
+ * (walckpt.c's format); with to_v1 as a binary from before the key hash's
+ * secret wrote it: META version 1, without the 16 secret bytes at 32..47.
+ * 0 on success.
+ */
+static int ckpt_rewrite(int to_v1)
+{
+    char path[600];
+    static uint8_t in[1 << 20], out[1 << 20];
+    size_t n, at = 40, o = 40;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/CHECKPOINT", dir);
+    if (!(f = fopen(path, "rb")))
+        return -1;
+    n = fread(in, 1, sizeof(in), f);
+    fclose(f);
+    if (n < 40 || n == sizeof(in))
+        return -1;
+    memcpy(out, in, 40);
+    uint32_t crc = le32(in + 36);
+    while (at + 12 <= n) {
+        uint32_t len = le32(in + at);
+        const uint8_t *p = in + at + 12;
+        uint8_t *h = out + o, *q = out + o + 12;
+        if (at + 12 + len > n)
+            return -1;
+        memcpy(h, in + at, 8);
+        if (to_v1 && in[at + 4] == 1) { /* META */
+            if (len < 48 || le32(p) != 2)
+                return -1;
+            memcpy(q, p, 32);
+            put_le32(q, 1);
+            memcpy(q + 32, p + 48, len - 48);
+            put_le32(h, len - 16);
+        } else {
+            memcpy(q, p, len);
+        }
+        uint32_t nlen = le32(h);
+        crc = crc32c(crc32c(crc, h, 8), q, nlen);
+        put_le32(h + 8, crc);
+        at += 12 + len;
+        o += 12 + nlen;
+    }
+    if (at != n || !(f = fopen(path, "wb")))
+        return -1;
+    if (fwrite(out, 1, o, f) != o) {
+        fclose(f);
+        return -1;
+    }
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+/*
+ * A checkpoint written before the key hash had a secret (META version 1)
+ * holds fingerprints of the old unkeyed hash, which the key map no longer
+ * uses: it is not used, the whole log is replayed once, and every key is
+ * found under the new hash. The next checkpoint (version 2) is used again.
+ */
+static void checkpoint_version1_case(void)
+{
+    struct engine *e = open_engine(T0, NULL, 0);
+    struct eng_stats s;
+
+    ck_n = 0;
+    for (int i = 0; i < 200; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "k%d", i);
+        ck_add(e, (uint16_t)(i % 2), T0, 60000 + (uint64_t)i, i % 3 ? key : NULL);
+    }
+    commit(e);
+    CHECK(eng_checkpoint(e) == 0);
+    ck_run_until_installed(e, 1);
+    eng_close(e);
+
+    /* the rewriting itself keeps a checkpoint usable */
+    CHECK(ckpt_rewrite(0) == 0, "cannot rewrite the checkpoint");
+    e = open_engine(T0, NULL, 0);
+    eng_stats(e, &s);
+    CHECK(s.ckpt_loaded_lsn != 0, "a rewritten checkpoint was not used");
+    eng_close(e);
+
+    CHECK(ckpt_rewrite(1) == 0, "cannot rewrite the checkpoint");
+    e = open_engine(T0, NULL, 0);
+    eng_stats(e, &s);
+    CHECK(s.ckpt_loaded_lsn == 0, "a version 1 checkpoint was used");
+    CHECK(held(e) == 200);
+    for (int j = 0; j < ck_n; j++)
+        if (ck_model[j].key[0])
+            CHECK(eng_find(e, ck_model[j].route, ck_model[j].key, strlen(ck_model[j].key)) != 0,
+                  "key %s lost", ck_model[j].key);
+    CHECK(eng_checkpoint(e) == 0);
+    ck_run_until_installed(e, 1);
+    eng_close(e);
+
+    e = open_engine(T0, NULL, 0);
+    eng_stats(e, &s);
+    CHECK(s.ckpt_loaded_lsn != 0, "the new checkpoint was not used");
+    ck_verify(e, T0 + 120000);
+    eng_close(e);
+    rm_dir();
+}
+
 /* A checkpoint that cannot be written is dropped, counted and tried again; the log goes on. */
 static void checkpoint_write_fails_case(void)
 {
@@ -1615,6 +1731,7 @@ static const struct check_case cases[] = {
     {"checkpoint_waits_for_done", checkpoint_waits_for_done_case},
     {"key_newest_after_restart", key_newest_after_restart_case},
     {"checkpoint_keeps_taken_keys", checkpoint_keeps_taken_keys_case},
+    {"checkpoint_version1", checkpoint_version1_case},
     {"seen_until_lost", seen_until_lost_case},
 };
 
