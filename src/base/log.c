@@ -147,7 +147,7 @@ static size_t escape_at(const unsigned char *p, size_t left, int quoted, char *e
 {
     static const char hex[] = "0123456789abcdef";
     unsigned char ch = *p;
-    size_t n = 0;
+    size_t n = 0, u = ch < 0x80 ? 1 : utf8_len(p, left); /* 0: not valid UTF-8 */
 
     *used = 1;
     if (quoted && (ch == '"' || ch == '\\')) {
@@ -156,15 +156,14 @@ static size_t escape_at(const unsigned char *p, size_t left, int quoted, char *e
     } else if (ch == '\n' || ch == '\r' || ch == '\t') {
         e[n++] = '\\';
         e[n++] = ch == '\n' ? 'n' : ch == '\r' ? 'r' : 't';
-    } else if (ch < 0x20 || ch == 0x7f || (ch >= 0x80 && !(*used = utf8_len(p, left)))) {
-        *used = 1;
+    } else if (ch < 0x20 || ch == 0x7f || u == 0) {
         e[n++] = '\\';
         e[n++] = 'x';
         e[n++] = hex[ch >> 4];
         e[n++] = hex[ch & 15];
     } else {
-        memcpy(e, p, *used); /* ASCII, or one whole UTF-8 sequence (at most 4 bytes) */
-        n = *used;
+        memcpy(e, p, u); /* ASCII, or one whole UTF-8 sequence (at most 4 bytes) */
+        n = *used = u;
     }
     return n;
 }

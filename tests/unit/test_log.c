@@ -379,6 +379,9 @@ static void test_quote(void)
     /* an ordinary name reads as before: queue="orders.email" */
     CHECK_STR(log_quote(qb, sizeof qb, "orders.email", 12), "\"orders.email\"");
     CHECK_STR(log_quote(qb, sizeof qb, NULL, 5), "\"\"");
+    CHECK_STR(LOG_QUOTE_STR("a\"b"), "\"a\\\"b\"");
+    CHECK_STR(LOG_QUOTE_STR(NULL), "\"\"");
+    CHECK_STR(LOG_QUOTE("abc", 2), "\"ab\"");
     /* len, not the NUL: a short string may hold bytes after it */
     CHECK_STR(log_quote(qb, sizeof qb, "ab\0cd", 5), "\"ab\\x00cd\"");
 
