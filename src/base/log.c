@@ -7,11 +7,19 @@
  *   |----- time ----------| |- level -| |- mod -| |-- msg, quoted --| |- kv -|
  *
  * - msg is always quoted; '"' and '\' are escaped with a backslash, \n \r \t
- *   as such, every other control byte (and DEL) as \xHH. Bytes >= 0x80 pass
- *   through, so UTF-8 stays readable.
+ *   as such, every other control byte (and DEL) as \xHH. Valid UTF-8 passes
+ *   through, so it stays readable; a byte that does not start a valid UTF-8
+ *   sequence (stray continuation, overlong form, surrogate, past U+10FFFF,
+ *   cut short) is written as \xHH, and so are the C1 controls U+0080..U+009F
+ *   (\xc2\xHH: a terminal may read U+009B as CSI). Every line is valid UTF-8.
  * - the key=value part is the caller's printf format; it is not quoted, but
- *   control bytes in it are written as \xHH so an odd queue name can never
- *   split one event over two lines.
+ *   control bytes and invalid UTF-8 in it are written as \xHH so an odd
+ *   queue name can never split one event over two lines.
+ * - a value a stranger chose (a queue name from x-death, a query argument,
+ *   a broker's error text) goes through log_quote() and "%s": quoted, with
+ *   '"' and '\' escaped as well, it stays one value -- it cannot close its
+ *   quotes and add a key=value pair of its own. The escapes are ASCII, so
+ *   the pass over the whole key=value part leaves them as they are.
  * - the whole line is built in one buffer of LOG_LINE_MAX bytes and handed
  *   to a single write(2). LOG_LINE_MAX is PIPE_BUF, so lines written to a
  *   pipe by the threads of one process (or by several processes) never
@@ -91,35 +99,143 @@ static void puts_(struct line *ln, const char *s)
     put(ln, s, strlen(s));
 }
 
+/*
+ * The length of the valid UTF-8 sequence at p (RFC 3629: no overlong form,
+ * no surrogate, nothing past U+10FFFF), at most left bytes long; 0 if p
+ * does not start one. C1 controls (U+0080..U+009F) count as invalid here:
+ * they are escaped like the C0 ones.
+ */
+static size_t utf8_len(const unsigned char *p, size_t left)
+{
+    unsigned char c = p[0];
+    size_t n;
+    unsigned char lo = 0x80, hi = 0xbf; /* the range of the second byte */
+
+    if (c >= 0xc2 && c <= 0xdf) {
+        n = 2;
+        if (c == 0xc2)
+            lo = 0xa0; /* C1 controls */
+    } else if (c >= 0xe0 && c <= 0xef) {
+        n = 3;
+        if (c == 0xe0)
+            lo = 0xa0; /* overlong */
+        else if (c == 0xed)
+            hi = 0x9f; /* surrogates */
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4;
+        if (c == 0xf0)
+            lo = 0x90; /* overlong */
+        else if (c == 0xf4)
+            hi = 0x8f; /* past U+10FFFF */
+    } else {
+        return 0;
+    }
+    if (left < n || p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (p[i] < 0x80 || p[i] > 0xbf)
+            return 0;
+    return n;
+}
+
+/*
+ * The escaped form of the bytes at p (left > 0 of them) into e (room for 4):
+ * returns its length and sets *used to the bytes of p it stands for.
+ * quoted: '"' and '\' are escaped too (inside a quoted value).
+ */
+static size_t escape_at(const unsigned char *p, size_t left, int quoted, char *e, size_t *used)
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char ch = *p;
+    size_t n = 0, u = ch < 0x80 ? 1 : utf8_len(p, left); /* 0: not valid UTF-8 */
+
+    *used = 1;
+    if (quoted && (ch == '"' || ch == '\\')) {
+        e[n++] = '\\';
+        e[n++] = (char)ch;
+    } else if (ch == '\n' || ch == '\r' || ch == '\t') {
+        e[n++] = '\\';
+        e[n++] = ch == '\n' ? 'n' : ch == '\r' ? 'r' : 't';
+    } else if (ch < 0x20 || ch == 0x7f || u == 0) {
+        e[n++] = '\\';
+        e[n++] = 'x';
+        e[n++] = hex[ch >> 4];
+        e[n++] = hex[ch & 15];
+    } else {
+        memcpy(e, p, u); /* ASCII, or one whole UTF-8 sequence (at most 4 bytes) */
+        n = *used = u;
+    }
+    return n;
+}
+
 /* Append s escaped; quoted selects the msg rules (escape '"' and '\' too). */
 static void put_escaped(struct line *ln, const char *s, int quoted)
 {
-    static const char hex[] = "0123456789abcdef";
-    for (const unsigned char *p = (const unsigned char *)s; *p && !ln->cut; p++) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t left = strlen(s);
+
+    while (left > 0 && !ln->cut) {
         char e[4];
-        size_t n = 0;
-        unsigned char ch = *p;
-        if (quoted && (ch == '"' || ch == '\\')) {
-            e[n++] = '\\';
-            e[n++] = (char)ch;
-        } else if (ch == '\n' || ch == '\r' || ch == '\t') {
-            e[n++] = '\\';
-            e[n++] = ch == '\n' ? 'n' : ch == '\r' ? 'r' : 't';
-        } else if (ch < 0x20 || ch == 0x7f) {
-            e[n++] = '\\';
-            e[n++] = 'x';
-            e[n++] = hex[ch >> 4];
-            e[n++] = hex[ch & 15];
-        } else {
-            e[n++] = (char)ch;
-        }
+        size_t used, n = escape_at(p, left, quoted, e, &used);
         if (ln->pos + n > ln->cap) { /* never split an escape */
             ln->cut = 1;
             break;
         }
         memcpy(ln->buf + ln->pos, e, n);
         ln->pos += n;
+        p += used;
+        left -= used;
     }
+}
+
+/* The length of len bytes at p escaped as in a quoted value. */
+static size_t quoted_len(const unsigned char *p, size_t len)
+{
+    size_t total = 0;
+
+    while (len > 0) {
+        char e[4];
+        size_t used;
+        total += escape_at(p, len, 1, e, &used);
+        p += used;
+        len -= used;
+    }
+    return total;
+}
+
+const char *log_quote(char *buf, size_t n, const char *s, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t pos = 1, room;
+
+    if (!buf || n < 6) { /* room for "..." in quotes */
+        if (buf && n)
+            buf[0] = '\0';
+        return buf ? buf : "";
+    }
+    if (!s)
+        len = 0;
+    else if (len == SIZE_MAX)
+        len = strlen(s);
+    /* all of it and the closing quote and NUL, else what fits before "..." */
+    room = quoted_len(p, len) + 3 <= n ? n - 2 : n - 5;
+    buf[0] = '"';
+    while (len > 0) {
+        char e[4];
+        size_t used, k = escape_at(p, len, 1, e, &used);
+        if (pos + k > room) { /* never split an escape */
+            memcpy(buf + pos, "...", 3);
+            pos += 3;
+            break;
+        }
+        memcpy(buf + pos, e, k);
+        pos += k;
+        p += used;
+        len -= used;
+    }
+    buf[pos++] = '"';
+    buf[pos] = '\0';
+    return buf;
 }
 
 static void write_all(const char *p, size_t n)

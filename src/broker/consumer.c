@@ -103,7 +103,7 @@ void cons_conn_down(struct consumer *c, const char *why)
     if (!c->conn.st)
         return;
     if (!c->stopped)
-        log_warn("consume", "consumer connection lost", "reason=\"%s\"", why);
+        log_warn("consume", "consumer connection lost", "reason=%s", LOG_QUOTE_STR(why));
     ev_io_stop(c->loop, &c->io);
     amqp_conn_close(&c->conn, 0);
     c->as.active = 0;
@@ -266,8 +266,8 @@ fail:
     st = backoff_fail(&c->bo, clock_mono_ms());
     if (st.log_events)
         log_warn("consume", "cannot start consuming",
-                 "error=\"%s\" retry_in_ms=%" PRIu64 " attempts=%" PRIu64, err, st.retry_in_ms,
-                 st.log_events);
+                 "error=%s retry_in_ms=%" PRIu64 " attempts=%" PRIu64, LOG_QUOTE_STR(err),
+                 st.retry_in_ms, st.log_events);
 }
 
 static int route_of_tag(struct consumer *c, amqp_bytes_t tag, int *keys)

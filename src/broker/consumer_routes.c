@@ -58,8 +58,8 @@ void cons_route_refused(struct consumer *c, int i, const char *why)
     if (st.log_events)
         log_error("consume", "the broker refused a route's exchanges or queues: the route does "
                   "not consume; the others do; tried again",
-                  "route=%s error=\"%s\" retry_in_ms=%" PRIu64 " attempts=%" PRIu64,
-                  c->cfg->routes[i].name, why, st.retry_in_ms, st.log_events);
+                  "route=%s error=%s retry_in_ms=%" PRIu64 " attempts=%" PRIu64,
+                  c->cfg->routes[i].name, LOG_QUOTE_STR(why), st.retry_in_ms, st.log_events);
 }
 
 void cons_route_accepted(struct consumer *c, int i)

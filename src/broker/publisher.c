@@ -98,7 +98,7 @@ static void conn_down(struct publisher *p, const char *why)
 
     if (!p->conn.st)
         return;
-    log_warn("publish", "publisher connection lost", "reason=\"%s\"", why);
+    log_warn("publish", "publisher connection lost", "reason=%s", LOG_QUOTE_STR(why));
     ev_io_stop(p->loop, &p->io);
     ev_io_stop(p->loop, &p->wio);
     pub_out_reset(p);
@@ -130,9 +130,9 @@ static void channel_failed(struct publisher *p, struct route_pub *r, const char 
     route_lost(p, r);
     if (st.log_events)
         log_error("publish", "cannot publish to target, messages kept and retried",
-                  "route=%s target=\"%s\" reason=\"%s\" retry_in_ms=%" PRIu64
+                  "route=%s target=\"%s\" reason=%s retry_in_ms=%" PRIu64
                   " unconfirmed=%zu events=%" PRIu64,
-                  r->cfg->name, r->cfg->target_exchange, why, st.retry_in_ms, was,
+                  r->cfg->name, r->cfg->target_exchange, LOG_QUOTE_STR(why), st.retry_in_ms, was,
                   st.log_events);
 }
 
@@ -265,7 +265,7 @@ static void open_connection(struct publisher *p)
         struct backoff_step st = backoff_fail(&p->bo, clock_mono_ms());
         if (st.log_events)
             log_warn("publish", "cannot connect",
-                     "error=\"%s\" retry_in_ms=%" PRIu64 " attempts=%" PRIu64, err,
+                     "error=%s retry_in_ms=%" PRIu64 " attempts=%" PRIu64, LOG_QUOTE_STR(err),
                      st.retry_in_ms, st.log_events);
         return;
     }
@@ -420,8 +420,8 @@ static void handle_frame(struct publisher *p, amqp_frame_t *f)
             log_warn("publish", "the broker refuses to check an exchange (403 to a passive "
                      "declare: RabbitMQ 4.2.6/4.3.0 ask for configure permission): publishing "
                      "without the check; a missing exchange shows as a publish error",
-                     "route=%s check=\"%s\" reason=\"%s\"", r->cfg->name,
-                     setup_what(r, what, sizeof(what)), why);
+                     "route=%s check=\"%s\" reason=%s", r->cfg->name,
+                     setup_what(r, what, sizeof(what)), LOG_QUOTE_STR(why));
             r->unchecked = 1;
             channel_open(p, r);
             break;

@@ -230,8 +230,8 @@ static int api_purge(void *arg, const char *route, const char *due_before, const
     }
     b->purge.started = 1;
     b->purge.active = 1;
-    log_info("bridge", "purge started", "route=%s queue=\"%s\" due_before_ms=%" PRIu64, route,
-             queue ? queue : "", before == UINT64_MAX ? 0 : before);
+    log_info("bridge", "purge started", "route=%s queue=%s due_before_ms=%" PRIu64, route,
+             LOG_QUOTE_STR(queue), before == UINT64_MAX ? 0 : before);
     r = eng_purge_step(b->eng, &b->purge.job, PURGE_AT_ONCE);
     if (r < 0) {
         bridge_fatal(b, "WAL read (purge)", r);

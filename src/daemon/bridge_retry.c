@@ -97,9 +97,9 @@ static void note_park(struct bridge *b, int route, const char *queue, size_t qle
     uint64_t ev;
 
     if ((ev = log_ratelimit(&b->retry->rl[route], mono, 10000)))
-        log_warn("retry", "message parked", "route=%s queue=\"%.*s\" reason=%s attempts=%" PRIu32
+        log_warn("retry", "message parked", "route=%s queue=%s reason=%s attempts=%" PRIu32
                  " parking_exchange=\"%s\" events=%" PRIu64, b->cfg->routes[route].name,
-                 (int)qlen, queue ? queue : "", reason, failed,
+                 LOG_QUOTE(queue, qlen), reason, failed,
                  b->cfg->routes[route].retry->parking_exchange, ev);
 }
 

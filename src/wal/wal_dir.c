@@ -38,7 +38,7 @@
  *                (segments, LOCK), swapped                           (wal_dir_remove_sub)
  *                in by wal_replace_segments()
  * REPLICA        wrepl_resume.c through     0600  .tmp fsync,        old or new REPLICA; a leftover
- * REPLICA.tmp    wal_dir_replace_file()           rename, dir fsync  .tmp is truncated next time;
+ * REPLICA.tmp    wal_dir_replace_file()           rename, dir fsync  .tmp is removed next time;
  *                                                                    a note failing its CRC is
  *                                                                    ignored (whole stream read)
  * ingress-<route> ingress_off.c: created    0600  created: dir       one 32-byte pwrite in one
@@ -87,9 +87,11 @@
  *
  * SMALL FILES OF OTHER LAYERS
  *
- * wal_dir_replace_file() is the one way a small file is replaced: NAME.tmp
- * created (O_TRUNC, 0600), written, fsync'ed, renamed over NAME, the
- * directory fsync'ed. A failure before the rename leaves NAME as it was
+ * wal_dir_replace_file() is the one way a small file is replaced: a NAME.tmp
+ * left over is unlinked (a symlink there is removed, never followed), a new
+ * one created (O_CREAT|O_EXCL|O_NOFOLLOW, 0600: it writes into no file it
+ * did not make), written, fsync'ed, renamed over NAME, the directory
+ * fsync'ed. A failure before the rename leaves NAME as it was
  * (and removes the tmp); one after it leaves the new NAME, durable or not:
  * a crash between the rename and the directory's fsync may bring back the
  * old one, never a mix. A reader checks its own format (REPLICA has a CRC).
@@ -233,7 +235,15 @@ int wal_dir_replace_file(const char *dir, const char *name, const void *p, size_
     snprintf(tmp, sizeof(tmp), "%s%s", name, TMP_SUFFIX);
     if ((dfd = wal_dir_open(dir)) < 0)
         return dfd;
-    fd = walfs_openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, WAL_FILE_MODE);
+    /* A tmp left by a crash is removed, not opened: whatever is at the name
+     * (a symlink planted there, say) goes, and what is created is new. */
+    if (walfs_unlinkat(dfd, tmp, 0) < 0 && errno != ENOENT) {
+        r = -errno;
+        walfs_close(dfd);
+        return r;
+    }
+    fd = walfs_openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                      WAL_FILE_MODE);
     if (fd < 0) {
         r = -errno;
         goto cleanup;
@@ -257,7 +267,7 @@ cleanup:
     if (fd >= 0)
         walfs_close(fd);
     if (r < 0)
-        walfs_unlinkat(dfd, tmp, 0); /* best effort; the next write truncates it anyway */
+        walfs_unlinkat(dfd, tmp, 0); /* best effort; the next write removes it anyway */
     walfs_close(dfd);
     return r;
 }

@@ -39,6 +39,13 @@ Checks, each printed as "ok:" or "FAIL:" with what is wrong and where:
     - each vhost's permissions name only the bridge and its own publisher;
       every declared exchange has a queue bound; every ingress queue has a
       dead-letter policy in its vhost, whose exchange is declared.
+    - no publisher of any vhost can write amq.default, a retry route's
+      ingress exchange, the replication stream or its lease queue (the
+      defaults, and each one an example configuration or a README's JSON
+      example names), or an exchange bound to them (check_publisher_reach);
+      a retry route's ingress is written by no publisher, every other
+      route's by its vhost's publisher; the bridge writes the ingress
+      exchanges (a drain hands messages back there).
 
 Exit 0 pass, 1 fail, 77 skip (python3-yaml missing).
 """
@@ -492,7 +499,8 @@ def check_definitions(configs):
                          dead_letter_exchange=rt["parking_exchange"])
             ingress.add((vhost, r["ingress_queue"]))
             need = {"configure": [r["ingress_exchange"], r["ingress_queue"]],
-                    "write": [r["ingress_queue"], r["target_exchange"] or "amq.default"],
+                    # the ingress exchange: a drain hands held messages back to it
+                    "write": [r["ingress_queue"], r["ingress_exchange"], r["target_exchange"] or "amq.default"],
                     "read": [r["ingress_exchange"], r["ingress_queue"]]}
             if rt and rt.get("parking_queue"):
                 need["configure"] += [rt["parking_exchange"], rt["parking_queue"]]
@@ -509,7 +517,7 @@ def check_definitions(configs):
                         perm_fail((BRIDGE_USER, vhost, op, n), "%s: %s's %s pattern %r on vhost %s does not "
                                   "match %r, which the bridge needs"
                                   % (where, BRIDGE_USER, op, bp[op], vhost, n))
-            if not matches(pp["write"], r["ingress_exchange"]):
+            if not rt and not matches(pp["write"], r["ingress_exchange"]):
                 perm_fail((pub, vhost, "write", r["ingress_exchange"]), "%s: %s cannot publish to the "
                           "ingress exchange %r (write %r)" % (where, pub, r["ingress_exchange"], pp["write"]))
             for ex in filter(None, [r["target_exchange"],
@@ -524,7 +532,7 @@ def check_definitions(configs):
                 "configure": [r["target_exchange"], r.get("dead_letter_exchange") or "",
                               r["ingress_queue"] + ".x", "x" + r["ingress_exchange"], "amq.gen-abc",
                               "amq.default", "orders.close"] if not r.get("declare_target") else [],
-                "write": [r["ingress_exchange"],
+                "write": ["x" + r["ingress_exchange"],
                           "amq.default" if r["target_exchange"] and vhost not in retry_vhosts else "",
                           r["target_exchange"] + ".x" if r["target_exchange"] else "", "payments", "orders.secret",
                           vhost + ".secret"],
@@ -581,6 +589,113 @@ def check_definitions(configs):
               "ingress queue %s (vhost %s) has a dead-letter policy" % (q, vhost),
               "definitions.json: no policy of vhost %s gives ingress queue %s a dead-letter-exchange "
               "(a message the bridge rejects would be dropped)" % (vhost, q))
+
+    check_publisher_reach(d, configs, perms, vhosts, matches)
+
+
+def retry_ingresses(cfg):
+    """The ingress exchanges of cfg's retry routes."""
+    return [r["ingress_exchange"] for r in cfg.get("routes", []) if r.get("retry")]
+
+
+def stream_names(cfg):
+    """cfg's replicated log's stream and lease queue (config.c's defaults), or []."""
+    rep = (cfg.get("wal") or {}).get("replicate")
+    if rep is None or rep is False:
+        return []
+    rep = rep if isinstance(rep, dict) else {}
+    stream = rep.get("stream") or ("delay-bridge.wal" + ("." + cfg["instance"] if cfg.get("instance") else ""))
+    return [stream, rep.get("lease_queue") or stream + ".lease"]
+
+
+def markdown_examples(path):
+    """The JSON objects in path's ```json blocks that parse (a whole config, a
+    route or a fragment): every dict in them, depth first."""
+    found = []
+
+    def walk(v):
+        if isinstance(v, dict):
+            found.append(v)
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+
+    for block in re.findall(r"```json\n(.*?)```", open(path, encoding="utf-8").read(), re.S):
+        try:
+            walk(json.loads(block))
+        except ValueError:
+            pass  # a fragment with "..." in it
+    return found
+
+
+def check_publisher_reach(d, configs, perms, vhosts, matches):
+    """What a publisher must not write, in every vhost of definitions.json:
+
+    - amq.default: a publish there goes to any queue by name (the
+      replication stream, the lease queue, a work queue: the retry's send
+      back is exactly that, and the bridge's own);
+    - a retry route's ingress exchange: whatever reaches it the bridge sends
+      "back" to the queue its x-death names, so only the broker's own
+      dead-lettering may put messages there -- and dead-lettering needs no
+      permission (integration.definitions checks that on the broker);
+    - the replication stream and its lease queue (write on a queue is what
+      queue.bind and the stream protocol's publish check), and any exchange
+      bound to them or to a retry ingress.
+
+    Names come from every example configuration (deploy/examples/*.json,
+    deploy/config.example.json, the ConfigMap), the READMEs' JSON examples
+    and the defaults (delay-bridge.wal, delay-bridge.wal.lease); each is
+    checked against every publisher of every vhost, not only its own: a name
+    an example uses in one vhost is a name an operator uses in another."""
+    publishers = sorted((u, v) for (u, v) in perms if u != BRIDGE_USER)
+    check(publishers, "definitions.json: %d publisher permission(s) to check" % len(publishers),
+          "definitions.json: no publisher permissions")
+    # (name, where it comes from)
+    names = [("amq.default", "the default exchange"),
+             ("delay-bridge.wal", "the default wal.replicate.stream"),
+             ("delay-bridge.wal.lease", "the default wal.replicate.lease_queue")]
+    for label, cfg, _uris in configs:
+        names += [(n, "%s: a retry route's ingress exchange" % label) for n in retry_ingresses(cfg)]
+        names += [(n, "%s: the replicated log's stream / lease queue" % label) for n in stream_names(cfg)]
+    for md in (os.path.join(ROOT, "README.md"), os.path.join(DEPLOY, "examples", "README.md"),
+               os.path.join(DEPLOY, "rabbitmq", "README.md")):
+        for obj in markdown_examples(md):
+            if obj.get("retry") and obj.get("ingress_exchange"):
+                names.append((obj["ingress_exchange"], "%s: a retry route's ingress exchange" % rel(md)))
+            if "stream" in obj and isinstance(obj.get("stream"), str):
+                names.append((obj["stream"], "%s: a wal.replicate.stream" % rel(md)))
+    # exchanges bound (directly or through other exchanges) to what no publisher may write
+    closed = {n for n, _ in names}
+    grew = True
+    while grew:
+        grew = False
+        for b in d.get("bindings", []):
+            if b["destination"] in closed and b["source"] not in closed:
+                closed.add(b["source"])
+                names.append((b["source"], "definitions.json: an exchange bound to %s (vhost %s)"
+                              % (b["destination"], b["vhost"])))
+                grew = True
+    seen = set()
+    for user, vhost in publishers:
+        w = perms[(user, vhost)]["write"]
+        bad = []
+        for n, why in names:
+            if (n, user, vhost) in seen:
+                continue
+            seen.add((n, user, vhost))
+            if matches(w, n):
+                bad.append((n, why))
+        for n, why in bad:
+            fail("definitions.json: %s's write pattern %r on vhost %s matches %r (%s): a publisher "
+                 "could put messages there%s" % (user, w, vhost, n, why,
+                                                  "; name the retry route's ingress outside the "
+                                                  "publishers' pattern (e.g. orders.retry)"
+                                                  if "retry" in why else ""))
+        if not bad:
+            ok("definitions.json: %s on vhost %s writes none of amq.default, the retry ingresses, "
+               "the replication streams and lease queues (%d names)" % (user, vhost, len(names)))
 
 
 def uris_of(cfg, env_uri=None):

@@ -339,6 +339,78 @@ static void test_now(void)
     CHECK(a > 1600000000000ull); /* after 2020 */
 }
 
+/*
+ * A value a publisher chose (a queue name in x-death) cannot fake a
+ * key=value pair, a new line, or a line that is not UTF-8: log_quote()
+ * keeps it one quoted field, and the line has exactly the keys the caller
+ * wrote.
+ */
+static void test_quote(void)
+{
+    char qb[LOG_QUOTE_BUF];
+    size_t n;
+    const char *out;
+    const char *evil = "payments\" key=forged\nlevel=error mod=x msg=\"y\\";
+
+    capture_begin();
+    log_warn("retry", "message parked", "route=r queue=%s reason=rejected",
+             log_quote(qb, sizeof qb, evil, strlen(evil)));
+    out = capture_end(&n);
+    CHECK(memchr(out, '\n', n) == out + n - 1, "one line: %s", out);
+    CHECK_STR(out + 24, " level=warn mod=retry msg=\"message parked\" route=r queue=\"payments\\\" "
+                        "key=forged\\nlevel=error mod=x msg=\\\"y\\\\\" reason=rejected\n");
+    /* read as logfmt: outside quotes, only the caller's keys start a field */
+    {
+        int inq = 0, fields = 0;
+        for (const char *p = out + 24; *p && *p != '\n'; p++) {
+            if (inq && *p == '\\') {
+                p++;
+                continue;
+            }
+            if (*p == '"')
+                inq = !inq;
+            else if (!inq && *p == ' ')
+                fields++;
+        }
+        CHECK(!inq, "quotes balance: %s", out);
+        CHECK(fields == 6, "level mod msg route queue reason: %d fields in %s", fields, out);
+    }
+
+    /* an ordinary name reads as before: queue="orders.email" */
+    CHECK_STR(log_quote(qb, sizeof qb, "orders.email", 12), "\"orders.email\"");
+    CHECK_STR(log_quote(qb, sizeof qb, NULL, 5), "\"\"");
+    CHECK_STR(LOG_QUOTE_STR("a\"b"), "\"a\\\"b\"");
+    CHECK_STR(LOG_QUOTE_STR(NULL), "\"\"");
+    CHECK_STR(LOG_QUOTE("abc", 2), "\"ab\"");
+    /* len, not the NUL: a short string may hold bytes after it */
+    CHECK_STR(log_quote(qb, sizeof qb, "ab\0cd", 5), "\"ab\\x00cd\"");
+
+    /* invalid UTF-8 as \xHH, valid kept, C1 controls and DEL escaped */
+    const char *bad = "\xc3\xa9|\xff|\xc3|\xc0\xaf|\xed\xa0\x80|\xf4\x90\x80\x80|\xc2\x9b|\x7f|\xf0\x9f\x98\x80";
+    CHECK_STR(log_quote(qb, sizeof qb, bad, strlen(bad)),
+              "\"\xc3\xa9|\\xff|\\xc3|\\xc0\\xaf|\\xed\\xa0\\x80|\\xf4\\x90\\x80\\x80|\\xc2\\x9b|\\x7f|"
+              "\xf0\x9f\x98\x80\"");
+    /* the same rules for the whole key=value part and msg: the line is valid UTF-8 */
+    capture_begin();
+    log_info("r", "m\xff", "q=%s", "\xe2\x82");
+    out = capture_end(&n);
+    CHECK_STR(out + 24, " level=info mod=r msg=\"m\\xff\" q=\\xe2\\x82\n");
+
+    /* too long: cut, never inside an escape, still quoted */
+    char small[12];
+    CHECK_STR(log_quote(small, sizeof small, "abcdefghijklmnop", 16), "\"abcdef...\"");
+    CHECK_STR(log_quote(small, sizeof small, "abcdefghi", 9), "\"abcdefghi\"");
+    CHECK_STR(log_quote(small, sizeof small, "\"\"\"\"\"\"", 6), "\"\\\"\\\"\\\"...\"");
+    CHECK_STR(log_quote(small, sizeof small, "a\x01\x01\x01", 4), "\"a\\x01...\"");
+    static char big[300];
+    memset(big, '"', sizeof big);
+    char full[LOG_QUOTE_BUF];
+    CHECK(strlen(log_quote(full, sizeof full, big, 255)) == 2 + 2 * 255, "255 quotes fit");
+    memset(big, 0x01, sizeof big);
+    CHECK(strlen(log_quote(full, sizeof full, big, 255)) == 2 + 4 * 255, "255 controls fit");
+    CHECK(log_quote(small, 5, "abc", 3)[0] == '\0', "too small a buffer: empty");
+}
+
 static const struct check_case cases[] = {
     {"levels", test_levels},
     {"format", test_format},
@@ -346,6 +418,7 @@ static const struct check_case cases[] = {
     {"no_interleave", test_no_interleave},
     {"ratelimit", test_ratelimit},
     {"mask", test_mask},
+    {"quote", test_quote},
     {"now", test_now},
 };
 

@@ -223,10 +223,58 @@ static void subdir(void)
     CHECK(wal_dir_remove_sub(p, "import") == 0);
 }
 
+/*
+ * The tmp a crash left, or one planted: the routes file and REPLICA are
+ * written through NAME.tmp, in a directory others may write to (routes_file
+ * can be anywhere). What is at NAME.tmp is removed, never written through:
+ * a symlink to a file outside stays a symlink's problem, the file outside
+ * is untouched, NAME is a regular file of the bridge's with the new text.
+ */
+static void stale_tmp(void)
+{
+    char p[512], f[600], t[600], out[600], gone[600], got[64];
+    struct stat st;
+
+    snprintf(p, sizeof(p), "%s/stale", root);
+    snprintf(f, sizeof(f), "%s/routes.json", p);
+    snprintf(t, sizeof(t), "%s/routes.json.tmp", p);
+    snprintf(out, sizeof(out), "%s/outside", root);
+    snprintf(gone, sizeof(gone), "%s/not-there", root);
+    CHECK(wal_dir_make(p) == 0);
+
+    /* a crash's leftover, longer than the new text and of another mode */
+    put_file(t, "a much longer leftover text");
+    CHECK(chmod(t, 0644) == 0);
+    CHECK(wal_dir_replace_file(p, "routes.json", "{}", 2) == 0);
+    get_file(f, got, sizeof(got));
+    CHECK(strcmp(got, "{}") == 0, "after a leftover tmp: %s", got);
+    CHECK(mode_of(f) == 0600, "%o", mode_of(f));
+
+    /* a symlink to a file outside */
+    put_file(out, "keep");
+    CHECK(chmod(out, 0644) == 0);
+    CHECK(symlink(out, t) == 0);
+    CHECK(wal_dir_replace_file(p, "routes.json", "{\"routes\":[]}", 13) == 0);
+    get_file(out, got, sizeof(got));
+    CHECK(strcmp(got, "keep") == 0, "the file a planted symlink points to was written: %s", got);
+    CHECK(mode_of(out) == 0644, "and its mode changed: %o", mode_of(out));
+    CHECK(lstat(f, &st) == 0 && S_ISREG(st.st_mode), "routes.json is a regular file");
+    get_file(f, got, sizeof(got));
+    CHECK(strcmp(got, "{\"routes\":[]}") == 0, "%s", got);
+    CHECK(lstat(t, &st) < 0 && errno == ENOENT, "no tmp left");
+
+    /* a symlink to a name that does not exist: nothing is created there */
+    CHECK(symlink(gone, t) == 0);
+    CHECK(wal_dir_replace_file(p, "routes.json", "{}", 2) == 0);
+    CHECK(lstat(gone, &st) < 0 && errno == ENOENT, "a file was created through a dangling symlink");
+    CHECK(lstat(f, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 2);
+}
+
 static const struct check_case cases[] = {
     {"make", make},
     {"log_files", log_files},
     {"replace_file", replace_file},
+    {"stale_tmp", stale_tmp},
     {"subdir", subdir},
 };
 
