@@ -32,6 +32,7 @@
 #include "log.h"
 
 #include "clock.h"
+#include "utf8.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -100,42 +101,15 @@ static void puts_(struct line *ln, const char *s)
 }
 
 /*
- * The length of the valid UTF-8 sequence at p (RFC 3629: no overlong form,
- * no surrogate, nothing past U+10FFFF), at most left bytes long; 0 if p
- * does not start one. C1 controls (U+0080..U+009F) count as invalid here:
- * they are escaped like the C0 ones.
+ * The length of the valid UTF-8 sequence at p (utf8.h), at most left
+ * bytes long; 0 if p does not start one. C1 controls (U+0080..U+009F)
+ * count as invalid here: they are escaped like the C0 ones.
  */
 static size_t utf8_len(const unsigned char *p, size_t left)
 {
-    unsigned char c = p[0];
-    size_t n;
-    unsigned char lo = 0x80, hi = 0xbf; /* the range of the second byte */
+    int n = utf8_char(p, left);
 
-    if (c >= 0xc2 && c <= 0xdf) {
-        n = 2;
-        if (c == 0xc2)
-            lo = 0xa0; /* C1 controls */
-    } else if (c >= 0xe0 && c <= 0xef) {
-        n = 3;
-        if (c == 0xe0)
-            lo = 0xa0; /* overlong */
-        else if (c == 0xed)
-            hi = 0x9f; /* surrogates */
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        n = 4;
-        if (c == 0xf0)
-            lo = 0x90; /* overlong */
-        else if (c == 0xf4)
-            hi = 0x8f; /* past U+10FFFF */
-    } else {
-        return 0;
-    }
-    if (left < n || p[1] < lo || p[1] > hi)
-        return 0;
-    for (size_t i = 2; i < n; i++)
-        if (p[i] < 0x80 || p[i] > 0xbf)
-            return 0;
-    return n;
+    return n == 2 && p[0] == 0xc2 && p[1] < 0xa0 ? 0 : (size_t)n;
 }
 
 /*

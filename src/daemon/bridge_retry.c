@@ -119,7 +119,7 @@ void bridge_retry_taken(struct bridge *b, const struct delivery *d, const struct
     if (a->flags & WALREC_ADD_DEADLETTER) {
         const char *why = retry_park_reason(a->error, 0);
         r->s.parked[retry_park_index(why)]++;
-        note_park(b, d->route, r->queue, strlen(r->queue), why, d->retry_failed, mono);
+        note_park(b, d->route, d->retry_queue, d->retry_queue_len, why, d->retry_failed, mono);
     } else {
         r->s.retries++;
     }
