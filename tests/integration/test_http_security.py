@@ -282,8 +282,8 @@ def test(ctx):
         try:
             fn(*args)
             h.log("case %s: ok" % name)
-        except h.TestFailure as e:
-            h.log("case %s: FAIL %s" % (name, e))
+        except Exception as e:  # noqa: B902 -- a timeout or a reset is this case's failure too
+            h.log("case %s: FAIL %s" % (name, e if isinstance(e, h.TestFailure) else repr(e)))
             failures.append("%s: %s" % (name, e))
 
     case("cross_site_drain", case_cross_site_drain, ctx, b, port, route)
