@@ -26,6 +26,13 @@ stranger who can reach it) that holds HELD messages on one route:
   headers            X-Frame-Options: DENY and X-Content-Type-Options:
                      nosniff on /ui, /stats, /metrics, /healthz and on a
                      refusal; /ui has a CSP with frame-ancestors 'none';
+  browser            the same in a real browser (headless chromium; skipped
+                     without it): a page on another site (localhost:EP)
+                     fires a no-cors POST /drain, a text/plain POST /purge,
+                     a form's POST /purge and a fetch of /stats; a page of
+                     the rebound origin evil.example:PORT (chromium maps
+                     the name to 127.0.0.1) fetches /stats and /pending.
+                     Nothing drained, purged or read;
   own_clients        what the project's own clients send still works: the
                      same-origin page's requests (Origin = its own, X-Delay-
                      Bridge), `delay-bridge cancel` (DELETE) -- the drain at
@@ -182,6 +189,139 @@ def case_own_clients(ctx, b, port, route):
     check(pending(port, route["name"]) == HELD - 2, "two cancels did not cancel two")
 
 
+EVIL_PAGE = """<!doctype html><title>evil</title>
+<iframe name="sink"></iframe>
+<form id="f" method="POST" action="%(t)s/purge?route=%(r)s" target="sink" enctype="text/plain">
+<input name="a" value="b"></form>
+<script>
+var T = "%(t)s";
+window.results = {};
+function note(k, p) {
+  return p.then(function (r) { results[k] = r.type + " " + r.status; },
+                function (e) { results[k] = "error: " + e; });
+}
+Promise.all([
+  note("drain", fetch(T + "/drain", {method: "POST", mode: "no-cors", body: "x"})),
+  note("purge", fetch(T + "/purge?route=%(r)s", {method: "POST", mode: "no-cors",
+                                                  headers: {"Content-Type": "text/plain"}})),
+  note("stats", fetch(T + "/stats").then(function (r) { return r.text(); })
+                 .then(function (t) { results.stats_body = t.slice(0, 40); return {type: "read"}; })),
+]).then(function () { document.getElementById("f").submit(); window.sent = true; });
+</script>
+"""
+
+
+def start_browser(ctx, *extra):
+    """Headless chromium with extra flags and its DevTools client (test_ui's)."""
+    import shutil
+    import subprocess
+    import tempfile
+    import urllib.request
+    import test_ui
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not exe:
+        return None, None
+    port = h.free_port()
+    profile = tempfile.mkdtemp(prefix="chromium-", dir=ctx.tmp)
+    logf = open(os.path.join(ctx.tmp, "chromium.log"), "wb")
+    args = [exe, "--headless", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
+            "--disable-extensions", "--disable-background-networking", "--disable-sync",
+            "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=%d" % port,
+            "--user-data-dir=" + profile] + list(extra) + ["about:blank"]
+    if os.geteuid() == 0:
+        args.insert(1, "--no-sandbox")
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d/json/list" % port, timeout=2) as r:
+                pages = [t for t in json.load(r) if t.get("type") == "page"]
+            if pages:
+                return proc, test_ui.CDP(pages[0]["webSocketDebuggerUrl"])
+        except OSError:
+            pass
+        check(proc.poll() is None, "chromium exited with %s" % proc.returncode)
+        time.sleep(0.2)
+    proc.kill()
+    h.fail("chromium's DevTools endpoint did not answer within 30 s")
+
+
+def case_browser(ctx, b, port, route):
+    """A real browser: a page on another site (http://localhost:EP, the bridge
+    being http://127.0.0.1:PORT) fires a no-cors POST /drain, a text/plain
+    POST /purge, a form POST /purge and a CORS read of /stats; then a page of
+    the rebound origin evil.example:PORT (chromium resolves evil.example to
+    127.0.0.1; the page itself is handed to it through DevTools, as the
+    attacker's server would) reads /stats and /pending "same-origin".
+    Nothing is drained, purged or read."""
+    import http.server
+    import threading
+    page = (EVIL_PAGE % {"t": "http://127.0.0.1:%d" % port, "r": h.url_arg(route["name"])}).encode()
+
+    class Evil(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Evil)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    # Chromium's own Local Network Access checks would stop the rebound page
+    # before the bridge sees it; Firefox, Safari and older browsers have none:
+    # turned off, so that what is tested is the bridge.
+    proc, cdp = start_browser(ctx, "--host-resolver-rules=MAP evil.example 127.0.0.1",
+                              "--disable-features=LocalNetworkAccessChecks")
+    if not proc:
+        h.log("case browser: chromium missing, skipped (apt-get install chromium)")
+        srv.shutdown()
+        return
+    try:
+        cdp.call("Page.enable")
+        cdp.call("Runtime.enable")
+        cdp.call("Page.navigate", url="http://localhost:%d/evil.html" % srv.server_address[1])
+        cdp.wait("window.sent === true", 30, "the evil page sent its requests")
+        time.sleep(1.0)  # the form's POST lands in the frame
+        res = cdp.js("JSON.stringify(window.results)")
+        h.log("evil page (cross-site): %s" % res)
+        check("stats_body" not in json.loads(res), "the cross-site page read /stats: %s" % res)
+        bridge_fine(b, port, route["name"])
+        # DNS rebinding: the attacker's page was loaded from http://evil.example:PORT
+        # (its server: here the DevTools answer it), then the name resolves to
+        # 127.0.0.1 -- its same-origin requests reach the bridge.
+        import base64
+        evil_origin = "http://evil.example:%d" % port
+        cdp.call("Fetch.enable", patterns=[{"urlPattern": evil_origin + "/attacker*"}])
+        cdp.js("setTimeout(function () { location.href = '%s/attacker.html'; }, 0); 1" % evil_origin)
+        paused = next((e for e in cdp.events if e.get("method") == "Fetch.requestPaused"), None)
+        while not paused:  # events only: a call could wait on the paused navigation
+            m = cdp._message()
+            paused = m if m.get("method") == "Fetch.requestPaused" else None
+        cdp.call("Fetch.fulfillRequest", requestId=paused["params"]["requestId"], responseCode=200,
+                 responseHeaders=[{"name": "Content-Type", "value": "text/html"}],
+                 body=base64.b64encode(b"<!doctype html><title>attacker</title>").decode())
+        cdp.call("Fetch.disable")
+        cdp.wait("location.origin === '%s' && document.title === 'attacker'" % evil_origin, 30,
+                 "the attacker's page at %s" % evil_origin)
+        got = cdp.js("""Promise.all(["/stats", "/pending?route=%s"].map(function (p) {
+              return fetch(p).then(function (r) { return r.text().then(function (t) {
+                return r.status + " " + t.slice(0, 30); }); },
+                function (e) { return "error: " + e; }); }))""" % h.url_arg(route["name"]))
+        h.log("rebound page (evil.example:%d): %r" % (port, got))
+        check(all(not g.startswith("200") for g in got), "the rebound page read: %r" % got)
+        check(all(g.startswith("421") for g in got), "the rebound page's reads: %r (expected 421)"
+              % got)
+        bridge_fine(b, port, route["name"])
+    finally:
+        proc.kill()
+        proc.wait()
+        srv.shutdown()
+
+
 def case_start_refused(ctx, route):
     port = h.free_port()
     cfg = ctx.config([route], wal_dir=os.path.join(ctx.tmp, "open.wal"),
@@ -292,6 +432,7 @@ def test(ctx):
     case("simple_post", case_simple_post, ctx, b, port, route)
     case("rebinding", case_rebinding, ctx, b, port, route)
     case("headers", case_headers, ctx, b, port, route)
+    case("browser", case_browser, ctx, b, port, route)
     case("own_clients", case_own_clients, ctx, b, port, route)
     case("start_refused", case_start_refused, ctx, ctx.route("open", ex))
     case("token_first", case_token_first, ctx, ctx.route("tok", ex))
