@@ -20,6 +20,7 @@
 
 #define CONFIG_MAX_URIS 8
 #define CONFIG_MAX_ROUTES 256
+#define CONFIG_HTTP_MAX_HOSTS 16 /* http.allowed_hosts */
 #define CONFIG_NAME_MAX 255 /* AMQP short string */
 
 #define CONFIG_TLS_DEFAULT_CA_FILE "/etc/ssl/certs/ca-certificates.crt"
@@ -244,6 +245,13 @@ struct config {
     int http_allow_remote;       /* "allow_remote": false; required for non-loopback */
     char http_host[64];          /* parsed from listen: numeric address */
     uint16_t http_port;
+    /* "allowed_hosts": [] -- names the endpoint answers to besides loopback ones,
+       when no token is set: the Host (and an Origin's host) of a request must be
+       one of them (against DNS rebinding); e.g. a reverse proxy's name */
+    char http_allowed_hosts[CONFIG_HTTP_MAX_HOSTS][256];
+    int http_nallowed_hosts;
+    int http_token_set;          /* DELAY_BRIDGE_HTTP_TOKEN is set and not "" (read here,
+                                    never stored: bridge_http.c reads it again) */
 
     /* log */
     int log_level;               /* "level": "info" (enum log_level) */

@@ -112,8 +112,13 @@ int cli_http_send(const struct cli_http *h, const char *method, const char *path
     int fd = -1, r = -1, c;
 
     *status = 0;
-    strbuf_printf(&req, "%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n", method, path,
-                  h->host);
+    /* Host as a browser would write it (the daemon checks it against DNS rebinding);
+       X-Delay-Bridge: never a CORS "simple" request, which the daemon refuses to act on. */
+    strbuf_printf(&req,
+                  strchr(h->host, ':') ? "%s %s HTTP/1.1\r\nHost: [%s]:%s\r\n"
+                                       : "%s %s HTTP/1.1\r\nHost: %s:%s\r\n",
+                  method, path, h->host, h->port);
+    strbuf_puts(&req, "Connection: close\r\nX-Delay-Bridge: 1\r\n");
     if (req_body)
         strbuf_printf(&req, "Content-Type: application/json\r\nContent-Length: %zu\r\n", len);
     else if (!strcmp(method, "POST"))

@@ -4,8 +4,10 @@
  *
  * The daemon owns its WAL (it is locked), so tools that change held
  * messages ask it over its HTTP endpoint. One request, Connection: close,
- * read to EOF, with the bearer token from DELAY_BRIDGE_HTTP_TOKEN when set:
- * a tiny HTTP/1.1 client over one socket is all this needs.
+ * read to EOF, with the bearer token from DELAY_BRIDGE_HTTP_TOKEN when set
+ * and "X-Delay-Bridge: 1" (the daemon acts on no request that a web page
+ * could send cross-site without it): a tiny HTTP/1.1 client over one
+ * socket is all this needs.
  */
 #ifndef DB_CLI_HTTP_H
 #define DB_CLI_HTTP_H

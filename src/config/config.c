@@ -421,10 +421,59 @@ static int parse_replicate(struct ctx *x, struct config *c, json_object *root)
 }
 
 
+/*
+ * http: the endpoint, on the model of Redis's protected mode. Beyond
+ * loopback it needs both the explicit "allow_remote" and a token
+ * (DELAY_BRIDGE_HTTP_TOKEN, read from the environment as the broker URI
+ * is): with no token anyone who reaches the port could drain, purge and
+ * put routes. No opt-out: a test rig that wants no token listens on
+ * loopback. allowed_hosts are names (or addresses) a request's Host may
+ * carry besides loopback ones; each 1..253 bytes of letters, digits, '.',
+ * '-', ':' (IPv6) and brackets, at most CONFIG_HTTP_MAX_HOSTS.
+ */
+#define ENV_HTTP_TOKEN "DELAY_BRIDGE_HTTP_TOKEN"
+
+static int parse_allowed_hosts(struct ctx *x, struct config *c, json_object *h)
+{
+    json_object *a;
+    char got[96];
+    if (!json_object_object_get_ex(h, "allowed_hosts", &a))
+        return 0;
+    if (json_object_get_type(a) != json_type_array ||
+        json_object_array_length(a) > CONFIG_HTTP_MAX_HOSTS)
+        return cfg_fail(x, "http.allowed_hosts", "expected an array of at most %d host names "
+                        "(e.g. [\"bridge.internal\"]), got %s", CONFIG_HTTP_MAX_HOSTS,
+                        cfg_show(a, got, sizeof got));
+    for (size_t i = 0; i < json_object_array_length(a); i++) {
+        json_object *v = json_object_array_get_idx(a, i);
+        char path[48];
+        const char *s;
+        size_t n;
+        snprintf(path, sizeof path, "http.allowed_hosts[%zu]", i);
+        if (json_object_get_type(v) != json_type_string)
+            return cfg_fail(x, path, "expected a host name, got %s", cfg_show(v, got, sizeof got));
+        if (cfg_string(x, path, v, &s, &n) < 0)
+            return -1;
+        int okc = n >= 1 && n <= 253;
+        for (size_t k = 0; okc && k < n; k++)
+            okc = isalnum((unsigned char)s[k]) || strchr(".-:[]", s[k]);
+        if (!okc)
+            return cfg_fail(x, path, "expected a host name or address of 1..253 letters, digits, "
+                            "'.', '-' (or an IPv6 address), got %s",
+                            cfg_quote(s, n, got, sizeof got));
+        memcpy(c->http_allowed_hosts[i], s, n);
+        c->http_allowed_hosts[i][n] = '\0';
+        c->http_nallowed_hosts++;
+    }
+    return 0;
+}
+
 static int parse_http(struct ctx *x, struct config *c, json_object *root)
 {
-    static const char *const keys[] = { "listen", "allow_remote", NULL };
+    static const char *const keys[] = { "listen", "allow_remote", "allowed_hosts", NULL };
     json_object *h;
+    const char *tok = getenv(ENV_HTTP_TOKEN);
+    c->http_token_set = tok && *tok;
     if (cfg_section(x, root, "http", keys, &h) < 0)
         return -1;
     if (!h)
@@ -432,6 +481,8 @@ static int parse_http(struct ctx *x, struct config *c, json_object *root)
     if (cfg_get_str(x, h, "http", "listen", OPTIONAL, c->http_listen, sizeof c->http_listen - 1) < 0)
         return -1;
     if (cfg_get_bool(x, h, "http", "allow_remote", &c->http_allow_remote) < 0)
+        return -1;
+    if (parse_allowed_hosts(x, c, h) < 0)
         return -1;
     if (c->http_listen[0] &&
         cfg_parse_listen(c->http_listen, c->http_host, sizeof c->http_host, &c->http_port) < 0) {
@@ -446,7 +497,13 @@ static int parse_http(struct ctx *x, struct config *c, json_object *root)
         return cfg_fail(x, "http.listen",
                     "%s is not a loopback address; the endpoint exposes metrics and controls, "
                     "so binding it beyond this host is an explicit choice: set "
-                    "\"http\": {\"allow_remote\": true} (and a DELAY_BRIDGE_HTTP_TOKEN)",
+                    "\"http\": {\"allow_remote\": true} and a token in " ENV_HTTP_TOKEN,
+                    c->http_host);
+    if (c->http_listen[0] && !cfg_is_loopback(c->http_host) && !c->http_token_set)
+        return cfg_fail(x, "http.listen",
+                    "%s is beyond loopback and no token is set: anyone reaching the port could "
+                    "drain, purge and change routes; set " ENV_HTTP_TOKEN " (a long random "
+                    "secret, e.g. from a Kubernetes Secret), or listen on 127.0.0.1",
                     c->http_host);
     return 0;
 }

@@ -180,7 +180,9 @@ int config_diff(const struct config *a, const struct config *b,
                 ra->confirm_timeout_ms != rb->confirm_timeout_ms ||
                 ra->lease_renew_ms != rb->lease_renew_ms, "wal.replicate");
     say(&d, strcmp(a->instance, b->instance), "instance");
-    say(&d, strcmp(a->http_listen, b->http_listen) || a->http_allow_remote != b->http_allow_remote,
+    say(&d, strcmp(a->http_listen, b->http_listen) || a->http_allow_remote != b->http_allow_remote ||
+                a->http_nallowed_hosts != b->http_nallowed_hosts ||
+                memcmp(a->http_allowed_hosts, b->http_allowed_hosts, sizeof a->http_allowed_hosts),
         "http");
     say(&d, a->log_level != b->log_level, "log.level");
     say(&d, a->shutdown_timeout_ms != b->shutdown_timeout_ms, "shutdown_timeout_ms");

@@ -9,9 +9,20 @@
  * refused by libmicrohttpd's per-connection memory limit with 431/413.
  *
  * Every request is answered synchronously by the handler, on the loop.
- * A bearer token, when set, is required on every path but the probes
- * /healthz and /readyz (401 with WWW-Authenticate otherwise; compared in
- * constant time).
+ * Before the handler, and before a request body is read, every path but
+ * the probes /healthz and /readyz passes these checks (http.c says why):
+ *   421  with no token: a Host that is not a loopback name or address, nor
+ *        one of allowed_hosts (DNS rebinding);
+ *   403  Sec-Fetch-Site other than same-origin/none, or an Origin that is
+ *        not this endpoint's own (a web page in the operator's browser);
+ *   401  a token is set and "Authorization: Bearer TOKEN" is not sent
+ *        (WWW-Authenticate; compared in constant time);
+ *   403  a method other than GET/HEAD without Content-Type:
+ *        application/json nor an X-Delay-Bridge header (never a CORS
+ *        "simple" request).
+ * Every response carries X-Frame-Options: DENY, X-Content-Type-Options:
+ * nosniff, Referrer-Policy: no-referrer, Cross-Origin-Resource-Policy:
+ * same-origin and a Content-Security-Policy with frame-ancestors 'none'.
  */
 #ifndef DB_HTTP_H
 #define DB_HTTP_H
@@ -29,6 +40,10 @@ struct http_opts {
     const char *token;         /* bearer token, NULL or "" = none */
     unsigned max_connections;  /* 0 = 64 */
     unsigned timeout_s;        /* idle/slow connection timeout, 0 = 10 */
+    /* Host names accepted besides loopback ones (no token set), and as an
+       Origin's host; borrowed for http_start() only (copied). */
+    const char *const *allowed_hosts;
+    unsigned nallowed_hosts;
 };
 
 typedef void http_handler_fn(void *arg, const struct api_request *req, struct api_response *resp);

@@ -301,7 +301,7 @@ drained() {
     say "not drained after 60 s ($qs: $line; pending $pend): purging"
     # shellcheck disable=SC2046  # one p:QUEUE word a queue
     "$LR" declare --uri "$URI" $(tr ',' '\n' <<<"$qs" | sed 's/^/p:/') >/dev/null 2>&1 || true
-    [ -z "$route" ] || curl -sf -X POST "http://127.0.0.1:$HTTP_PORT/purge?route=$route" >/dev/null || true
+    [ -z "$route" ] || curl -sf -X POST -H "X-Delay-Bridge: 1" "http://127.0.0.1:$HTTP_PORT/purge?route=$route" >/dev/null || true
 }
 
 STEP_ROWS=()

@@ -13,6 +13,15 @@ Checks, each printed as "ok:" or "FAIL:" with what is wrong and where:
       readiness probe GET /readyz, on a port the container declares, and
       that port is the one http.listen in the ConfigMap's config.json binds
       (with allow_remote when the host is not loopback);
+    - beyond loopback the HTTP token is wired: the Secret provides
+      DELAY_BRIDGE_HTTP_TOKEN (a placeholder) and the container takes it
+      from there; --check-config refuses the ConfigMap's config without it
+      (exit 3 naming http.listen) and passes with it;
+    - the Service does not invite the token-less annotation scrape job;
+      deploy/monitoring/prometheus-scrape.yml scrapes the Service's http
+      port with a bearer token;
+    - a NetworkPolicy selects the bridge's pods, admits only named sources
+      on the HTTP port alone, and lets them reach AMQP and DNS;
     - terminationGracePeriodSeconds * 1000 > shutdown_timeout_ms;
     - the volumeClaimTemplate is mounted at wal.dir; the ConfigMap is
       mounted where --config points;
@@ -186,7 +195,8 @@ def check_kubernetes(objs, tmp):
     if not check(port, "config http.listen %r" % listen,
                  "config http.listen %r: expected host:port; the probes need the endpoint" % listen):
         return cfg, cfg_path, None
-    if host not in ("127.0.0.1", "::1", "localhost"):
+    remote = host not in ("127.0.0.1", "::1", "localhost")
+    if remote:
         check(cfg["http"].get("allow_remote") is True,
               "http.listen binds %s with allow_remote: true" % host,
               "http.listen binds %s (not loopback): the endpoint needs \"allow_remote\": true" % host)
@@ -307,6 +317,11 @@ def check_kubernetes(objs, tmp):
               "container env DELAY_BRIDGE_BROKER_URI does not come from Secret %s (env: %r)" % (sname, e))
         check("CHANGE-ME" in (secret_uri or ""), "the Secret's password is an obvious placeholder",
               "the Secret's URI should carry a placeholder password (CHANGE-ME), not a real one")
+        if remote:
+            check_http_token(sec, sdata, c, from_envfrom, host)
+    elif remote:
+        fail("http.listen binds %s (not loopback) and there is no Secret to take "
+             "DELAY_BRIDGE_HTTP_TOKEN from" % host)
 
     # labels and selectors
     def selects(sel, what):
@@ -326,16 +341,13 @@ def check_kubernetes(objs, tmp):
         check(spec.get("serviceName") == svc["metadata"]["name"],
               "StatefulSet serviceName is the Service", "StatefulSet serviceName %r != Service %r"
               % (spec.get("serviceName"), svc["metadata"]["name"]))
-        ann = svc["metadata"].get("annotations") or {}
-        check(ann.get("prometheus.io/scrape") == "true" and ann.get("prometheus.io/port") == str(port)
-              and ann.get("prometheus.io/path", "/metrics") == "/metrics",
-              "Service annotations: scrape port %d path /metrics" % port,
-              "Service prometheus.io annotations %r: expected scrape \"true\", port \"%d\", path /metrics"
-              % (ann, port))
+        check_prometheus_scrape(svc, port)
         sports = svc["spec"].get("ports") or []
         check(any(p.get("targetPort") in ("http", port) and p.get("port") == port for p in sports),
               "Service port %d -> container port http" % port,
               "Service ports %r: expected port %d targeting the container's http port" % (sports, port))
+
+    check_networkpolicy(objs.get("NetworkPolicy"), pod_labels, ports, port)
 
     # hardening
     psc, csc = pod.get("securityContext") or {}, c.get("securityContext") or {}
@@ -369,11 +381,125 @@ def check_kubernetes(objs, tmp):
     return cfg, cfg_path, secret_uri
 
 
-# --- configurations ----------------------------------------------------------
+# --- the HTTP endpoint beyond loopback: token, scraping, NetworkPolicy -------
 
-def check_config(binary, path, label, env_uri=None):
+# The Secret's HTTP token, for --check-config of the ConfigMap's config (main).
+K8S_SECRET = {}
+TOKEN_ENV = "DELAY_BRIDGE_HTTP_TOKEN"
+SCRAPE = os.path.join(DEPLOY, "monitoring", "prometheus-scrape.yml")
+
+
+def check_http_token(sec, sdata, c, from_envfrom, host):
+    """Beyond loopback the bridge needs DELAY_BRIDGE_HTTP_TOKEN: from the Secret."""
+    sname = sec["metadata"]["name"]
+    token = sdata.get(TOKEN_ENV)
+    if check(token, "Secret %s provides %s" % (sname, TOKEN_ENV),
+             "http.listen binds %s (not loopback) but Secret %s has no key %s: the bridge "
+             "refuses to start without it" % (host, sname, TOKEN_ENV)):
+        K8S_SECRET[TOKEN_ENV] = token
+        check("CHANGE-ME" in token, "the Secret's HTTP token is an obvious placeholder",
+              "the Secret's %s should be a placeholder (CHANGE-ME...), not a real token" % TOKEN_ENV)
+    e = {x["name"]: x for x in c.get("env") or []}.get(TOKEN_ENV)
+    ref = ((e or {}).get("valueFrom") or {}).get("secretKeyRef") or {}
+    check((ref.get("name") == sname and ref.get("key") == TOKEN_ENV and token) or
+          (e is None and from_envfrom),
+          "container env %s comes from Secret %s" % (TOKEN_ENV, sname),
+          "container env %s does not come from Secret %s (env: %r): a listener on %s "
+          "without the token" % (TOKEN_ENV, sname, e, host))
+    check(not (e or {}).get("value"), "the HTTP token is not written into the StatefulSet",
+          "container env %s has a literal value: take it from the Secret" % TOKEN_ENV)
+
+
+def check_prometheus_scrape(svc, port):
+    """/metrics needs the token: a job of its own that sends it, not the annotation job."""
+    ann = svc["metadata"].get("annotations") or {}
+    check(ann.get("prometheus.io/scrape") != "true",
+          "Service does not invite the token-less annotation scrape job",
+          "Service has prometheus.io/scrape \"true\": the generic job sends no token (401), "
+          "and giving it the token would send it to every annotated service")
+    check(ann.get("prometheus.io/port", str(port)) == str(port) and
+          ann.get("prometheus.io/path", "/metrics") == "/metrics",
+          "Service annotations name port %d, path /metrics" % port,
+          "Service prometheus.io annotations %r: expected port \"%d\", path /metrics" % (ann, port))
+    try:
+        doc = yaml.safe_load(open(SCRAPE, encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as e:
+        fail("%s: %s" % (rel(SCRAPE), e))
+        return
+    jobs = [j for j in (doc or {}).get("scrape_configs") or [] if isinstance(j, dict)]
+    job = next((j for j in jobs if j.get("job_name") == "delay-bridge"), None)
+    if not check(job, "%s has job delay-bridge" % rel(SCRAPE), "%s: no job_name delay-bridge" % rel(SCRAPE)):
+        return
+    auth = job.get("authorization") or {}
+    check(auth.get("type", "Bearer") == "Bearer" and (auth.get("credentials_file") or auth.get("credentials"))
+          or job.get("bearer_token_file"),
+          "the scrape job sends a bearer token", "%s: the delay-bridge job sends no bearer token "
+          "(authorization.credentials_file): /metrics answers 401 without it" % rel(SCRAPE))
+    check(job.get("metrics_path", "/metrics") == "/metrics", "the scrape job reads /metrics",
+          "%s: metrics_path %r" % (rel(SCRAPE), job.get("metrics_path")))
+    keep = [r for r in job.get("relabel_configs") or [] if r.get("action") == "keep"]
+    sname, pname = svc["metadata"]["name"], next((p.get("name") for p in svc["spec"].get("ports") or []
+                                                    if p.get("port") == port), None)
+    check(any(re.fullmatch(r.get("regex", ""), "%s;%s" % (sname, pname)) for r in keep),
+          "the scrape job keeps Service %s port %s" % (sname, pname),
+          "%s: no keep rule matching Service %s, port %s" % (rel(SCRAPE), sname, pname))
+
+
+def check_networkpolicy(np, pod_labels, ports, port):
+    """A NetworkPolicy selects the bridge's pods: only named sources, on the HTTP port alone."""
+    if not check(np, "a NetworkPolicy (deploy/kubernetes/networkpolicy.yaml)",
+                 "deploy/kubernetes: no NetworkPolicy: any pod in the cluster reaches port %d" % port):
+        return
+    spec = np.get("spec") or {}
+    sel = (spec.get("podSelector") or {}).get("matchLabels") or {}
+    check(sel and all(pod_labels.get(k) == v for k, v in sel.items()),
+          "NetworkPolicy selects the pods (%s)" % sel,
+          "NetworkPolicy podSelector %r does not select the bridge's pods %r" % (sel, pod_labels))
+    types = spec.get("policyTypes") or []
+    check("Ingress" in types and "Egress" in types, "NetworkPolicy restricts ingress and egress",
+          "NetworkPolicy policyTypes %r: expected Ingress and Egress" % types)
+    ingress = spec.get("ingress") or []
+    check(ingress, "NetworkPolicy admits someone (Prometheus)", "NetworkPolicy admits nobody: "
+          "Prometheus cannot scrape")
+    for i, rule in enumerate(ingress):
+        srcs = rule.get("from") or []
+        check(srcs and all(s.get("podSelector") or s.get("namespaceSelector") for s in srcs),
+              "ingress rule %d admits named sources only" % i,
+              "ingress rule %d has no \"from\" (or an empty selector): it admits every pod" % i)
+        rports = [ports.get(p.get("port"), p.get("port")) for p in rule.get("ports") or []]
+        check(rports and all(p == port for p in rports), "ingress rule %d: port %d only" % (i, port),
+              "ingress rule %d ports %r: expected the HTTP port %d alone" % (i, rule.get("ports"), port))
+    eports = {p.get("port") for r in spec.get("egress") or [] for p in r.get("ports") or []}
+    check(5672 in eports or 5671 in eports, "egress to AMQP (5672/5671)",
+          "NetworkPolicy egress %r: the bridge cannot reach RabbitMQ" % sorted(eports, key=str))
+    check(53 in eports, "egress to DNS (53)", "NetworkPolicy egress has no port 53: the broker's "
+          "name does not resolve")
+
+
+def check_configmap_token(binary, cm_path, secret_uri):
+    """The ConfigMap's config without the token: refused at start (exit 3, http.listen)."""
     env = dict(os.environ)
     env.pop("DELAY_BRIDGE_BROKER_URI", None)
+    env.pop(TOKEN_ENV, None)
+    if secret_uri:
+        env["DELAY_BRIDGE_BROKER_URI"] = secret_uri
+    p = subprocess.run([binary, "-c", cm_path, "--check-config"], env=env, capture_output=True,
+                       text=True, timeout=30)
+    msg = (p.stderr or p.stdout).strip()
+    check(p.returncode == 3 and "http.listen" in msg and TOKEN_ENV in msg,
+          "ConfigMap config.json without %s: --check-config exits 3 naming http.listen" % TOKEN_ENV,
+          "ConfigMap config.json without %s: --check-config exited %d (%s); expected 3 naming "
+          "http.listen: a listener beyond loopback must not start without the token"
+          % (TOKEN_ENV, p.returncode, msg[:200]))
+
+
+# --- configurations ----------------------------------------------------------
+
+def check_config(binary, path, label, env_uri=None, env_extra=None):
+    env = dict(os.environ)
+    env.pop("DELAY_BRIDGE_BROKER_URI", None)
+    env.pop(TOKEN_ENV, None)
+    env.update(env_extra or {})
     if env_uri is not None:
         env["DELAY_BRIDGE_BROKER_URI"] = env_uri
     try:
@@ -740,10 +866,13 @@ def main():
             for f in files:
                 check_config(binary, f, rel(f))
             if cm_path:
-                check_config(binary, cm_path, "ConfigMap config.json (deploy/kubernetes/configmap.yaml)")
+                check_config(binary, cm_path, "ConfigMap config.json (deploy/kubernetes/configmap.yaml)",
+                             env_extra=K8S_SECRET)
                 if secret_uri:
                     check_config(binary, cm_path, "ConfigMap config.json with the Secret's DELAY_BRIDGE_BROKER_URI",
-                                 env_uri=secret_uri)
+                                 env_uri=secret_uri, env_extra=K8S_SECRET)
+                if K8S_SECRET:
+                    check_configmap_token(binary, cm_path, secret_uri)
 
         check_definitions(configs)
 

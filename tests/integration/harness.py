@@ -432,11 +432,26 @@ def connect(retry_s=0.0, uri=None):
             time.sleep(0.3)
 
 
+# What the project's own CLI sends on a change (POST, PUT, DELETE): the bridge
+# refuses a change without it or Content-Type: application/json, which a web
+# page could send cross-site (test_http_security.py).
+CHANGE_HEADERS = {"X-Delay-Bridge": "1"}
+
+
+def change_headers(method, headers=None):
+    """headers, with X-Delay-Bridge added when method changes something."""
+    out = dict(headers or {})
+    if method not in ("GET", "HEAD"):
+        for k, v in CHANGE_HEADERS.items():
+            out.setdefault(k, v)
+    return out
+
+
 def http_get(port, path, method="GET", timeout=5.0):
     """One request to a bridge's HTTP endpoint on 127.0.0.1: (status, body text)."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
-        c.request(method, path)
+        c.request(method, path, headers=change_headers(method))
         r = c.getresponse()
         return r.status, r.read().decode("utf-8", "replace")
     finally:
@@ -456,7 +471,7 @@ def http_req(port, method, path, timeout=10.0, headers=None, body=None):
     body: bytes sent as the request body (a PUT's)."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
-        c.request(method, path, body=body, headers=headers or {})
+        c.request(method, path, body=body, headers=change_headers(method, headers))
         r = c.getresponse()
         body = r.read().decode("utf-8", "replace")
         if r.getheader("Content-Type", "").startswith("application/json"):

@@ -85,7 +85,7 @@ def check_endpoints(ctx, b, port, route):
 
     st, _, _ = get(port, "/nope")
     check(st == 404, "/nope: %d, expected 404" % st)
-    st, hd, _ = get(port, "/metrics", method="POST")
+    st, hd, _ = get(port, "/metrics", method="POST", headers=h.CHANGE_HEADERS)
     check(st == 405 and "GET" in hd.get("Allow", ""), "POST /metrics: %d Allow=%r" % (st, hd.get("Allow")))
     st, _, body = get(port, "/healthz", method="HEAD")
     check(st == 200 and body == "", "HEAD /healthz: %d %r" % (st, body))

@@ -466,13 +466,47 @@ static void test_wal_http_log(void)
     ERR2(H("\"0.0.0.0:1\""), "http.listen: 0.0.0.0 is not a loopback address", "allow_remote");
     ERR(H("\"[::]:9187\""), "http.listen: :: is not a loopback address");
 #define HR(v) CFGX(",\"http\":{\"listen\":" v ",\"allow_remote\":true}", ROUTE(""))
+    /* ... and with a token: protected mode, refused at start without one */
+    unsetenv("DELAY_BRIDGE_HTTP_TOKEN");
+    ERR2(HR("\"0.0.0.0:9800\""), "test.json: http.listen: 0.0.0.0 is beyond loopback and no "
+         "token is set", "set DELAY_BRIDGE_HTTP_TOKEN");
+    ERR(HR("\"[::]:9800\""), "http.listen: :: is beyond loopback and no token is set");
+    setenv("DELAY_BRIDGE_HTTP_TOKEN", "", 1); /* empty is none */
+    ERR(HR("\"10.1.2.3:9800\""), "http.listen: 10.1.2.3 is beyond loopback and no token");
+    setenv("DELAY_BRIDGE_HTTP_TOKEN", "a-long-random-secret", 1);
     if (OK(HR("\"0.0.0.0:9800\""), &c) == 0) {
-        CHECK(c.http_allow_remote && strcmp(c.http_host, "0.0.0.0") == 0);
+        CHECK(c.http_allow_remote && c.http_token_set && strcmp(c.http_host, "0.0.0.0") == 0);
         config_free(&c);
     }
     if (OK(HR("\"[::]:9800\""), &c) == 0)
         config_free(&c);
+    /* a token alone does not open it: allow_remote stays the explicit choice */
+    ERR2(H("\"0.0.0.0:1\""), "http.listen: 0.0.0.0 is not a loopback address", "allow_remote");
+    unsetenv("DELAY_BRIDGE_HTTP_TOKEN");
+    /* loopback needs no token */
+    if (OK(H("\"127.0.0.1:9800\""), &c) == 0) {
+        CHECK(!c.http_token_set && c.http_nallowed_hosts == 0);
+        config_free(&c);
+    }
 #undef HR
+#define HA(v) CFGX(",\"http\":{\"listen\":\"9800\",\"allowed_hosts\":" v "}", ROUTE(""))
+    if (OK(HA("[\"bridge.internal\", \"[fd00::1]\", \"10.0.0.5\"]"), &c) == 0) {
+        CHECK(c.http_nallowed_hosts == 3 && !strcmp(c.http_allowed_hosts[0], "bridge.internal") &&
+              !strcmp(c.http_allowed_hosts[1], "[fd00::1]"));
+        config_free(&c);
+    }
+    if (OK(HA("[]"), &c) == 0) {
+        CHECK(c.http_nallowed_hosts == 0);
+        config_free(&c);
+    }
+    ERR(HA("\"bridge.internal\""), "http.allowed_hosts: expected an array of at most 16 host names");
+    ERR(HA("[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\",\"l\",\"m\","
+           "\"n\",\"o\",\"p\",\"q\"]"), "http.allowed_hosts: expected an array of at most 16");
+    ERR(HA("[\"ok\", 7]"), "http.allowed_hosts[1]: expected a host name, got 7");
+    ERR(HA("[\"\"]"), "http.allowed_hosts[0]: expected a host name or address of 1..253");
+    ERR(HA("[\"evil.example/x\"]"), "http.allowed_hosts[0]: expected a host name or address");
+    ERR(HA("[\"a b\"]"), "http.allowed_hosts[0]:");
+#undef HA
     /* numeric addresses only: no name lookup at start */
     ERR(H("\"localhost:80\""), "http.listen: expected \"\" (disabled), a port (loopback)");
     ERR(H("\"127.0.0.1\""), "http.listen: expected \"\" (disabled), a port (loopback)");

@@ -14,11 +14,15 @@
  * refused while the server keeps serving, a slowloris client (half a
  * request, then silence) that neither delays another client nor survives
  * the connection timeout, and http_start's errors (bad address, port in
- * use) and port 0.
+ * use) and port 0. Strangers (http.h): X-Frame-Options, nosniff and CSP on
+ * every answer; cross-site Origin / Sec-Fetch-Site refused for reads and
+ * changes; CORS-simple changes refused; the token, and those refusals,
+ * answered from the headers alone while a declared 60 KiB body is never
+ * sent; with no token, a rebinding Host refused with 421.
  *
  * Usage: test_http [case...]   (--list names the cases: start, statuses,
  *                               token, head, echo, too_large, big_header,
- *                               slowloris)
+ *                               slowloris, guard, token_first, rebinding)
  */
 #define _GNU_SOURCE /* strcasestr */
 #include "daemon/http.h"
@@ -45,6 +49,7 @@
 
 #define TOKEN "s3cret-token"
 #define AUTH "Authorization: Bearer " TOKEN "\r\n"
+#define MUT "X-Delay-Bridge: 1\r\n"
 #define CONN_TIMEOUT_S 2
 
 static uint16_t port;
@@ -204,11 +209,13 @@ static const char *header(const struct reply *r, const char *name, char *out, si
     return out;
 }
 
+/* method path as the project's CLI sends it: X-Delay-Bridge on a change. */
 static void get(const char *method, const char *path, int auth, struct reply *r)
 {
     char raw[1024];
-    snprintf(raw, sizeof raw, "%s %s HTTP/1.1\r\nHost: localhost\r\n%sConnection: close\r\n\r\n",
-             method, path, auth ? AUTH : "");
+    int change = strcmp(method, "GET") && strcmp(method, "HEAD");
+    snprintf(raw, sizeof raw, "%s %s HTTP/1.1\r\nHost: localhost\r\n%s%sConnection: close\r\n\r\n",
+             method, path, auth ? AUTH : "", change ? MUT : "");
     request(raw, r);
 }
 
@@ -365,13 +372,13 @@ static void case_echo(void)
     CHECK(r.status == 200 && !strcmp(r.body, "method=GET name=a b body="));
     free(r.body);
 
-    request("POST /echo HTTP/1.1\r\nHost: x\r\n" AUTH
+    request("POST /echo HTTP/1.1\r\nHost: x\r\n" AUTH MUT
             "Content-Length: 5\r\nConnection: close\r\n\r\nhello", &r);
     CHECK(r.status == 200 && !strcmp(r.body, "method=POST name=(none) body=hello"));
     free(r.body);
 
     /* chunked */
-    request("POST /echo?name=c HTTP/1.1\r\nHost: x\r\n" AUTH
+    request("POST /echo?name=c HTTP/1.1\r\nHost: x\r\n" AUTH MUT
             "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
             "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n", &r);
     CHECK(r.status == 200 && !strcmp(r.body, "method=POST name=c body=abcde"));
@@ -382,7 +389,7 @@ static void case_too_large(void)
 {
     struct reply r;
     /* Declared above the 64 KiB cap: 413 before any of it is sent. */
-    request("POST /echo HTTP/1.1\r\nHost: x\r\n" AUTH
+    request("POST /echo HTTP/1.1\r\nHost: x\r\n" AUTH MUT
             "Content-Length: 100000\r\nConnection: close\r\n\r\n", &r);
     CHECK(r.status == 413);
     free(r.body);
@@ -398,7 +405,7 @@ static void case_too_large(void)
     {
         int fd = dial(10);
         CHECK(fd >= 0);
-        const char *h = "POST /echo HTTP/1.1\r\nHost: x\r\n" AUTH
+        const char *h = "POST /echo HTTP/1.1\r\nHost: x\r\n" AUTH MUT
                         "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
         int rc = send_all(fd, h, strlen(h));
         char chunk[8200];
@@ -419,7 +426,7 @@ static void case_too_large(void)
     /* Just under the cap is fine. */
     size_t n = 60000;
     char *raw = malloc(n + 512);
-    int hl = snprintf(raw, 512, "POST /echo HTTP/1.1\r\nHost: x\r\n" AUTH
+    int hl = snprintf(raw, 512, "POST /echo HTTP/1.1\r\nHost: x\r\n" AUTH MUT
                       "Content-Length: %zu\r\nConnection: close\r\n\r\n", n);
     memset(raw + hl, 'b', n);
     raw[hl + (int)n] = '\0';
@@ -503,10 +510,175 @@ static void case_slowloris(void)
     close(slow);
 }
 
+/* ---- strangers: a web page in the operator's browser, a wrong token ---- */
+
+/* raw request: "METHOD PATH", then the given header lines (each ending \r\n). */
+static int status_of(const char *method, const char *path, const char *hdrs, struct reply *r)
+{
+    char raw[2048];
+    snprintf(raw, sizeof raw, "%s %s HTTP/1.1\r\n%sConnection: close\r\n\r\n", method, path, hdrs);
+    request(raw, r);
+    return r->status;
+}
+
+static int status_free(const char *method, const char *path, const char *hdrs)
+{
+    struct reply r;
+    int st = status_of(method, path, hdrs, &r);
+    free(r.body);
+    return st;
+}
+
+/* The headers every answer carries, whatever its status. */
+static void check_safety_headers(const struct reply *r, const char *what)
+{
+    char h[512];
+    CHECK(!strcmp(header(r, "X-Frame-Options", h, sizeof h), "DENY"), "%s: X-Frame-Options %s",
+          what, h);
+    CHECK(!strcmp(header(r, "X-Content-Type-Options", h, sizeof h), "nosniff"),
+          "%s: X-Content-Type-Options %s", what, h);
+    CHECK(strstr(header(r, "Content-Security-Policy", h, sizeof h), "frame-ancestors 'none'") != NULL,
+          "%s: Content-Security-Policy %s", what, h);
+}
+
+static void case_guard(void)
+{
+    struct reply r;
+    char h[512];
+
+    /* Headers on every kind of answer. */
+    static const char *const paths[] = { "/healthz", "/stats", "/ui", "/nope" };
+    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
+        get("GET", paths[i], 1, &r);
+        check_safety_headers(&r, paths[i]);
+        free(r.body);
+    }
+    get("GET", "/stats", 0, &r); /* 401 */
+    CHECK(r.status == 401);
+    check_safety_headers(&r, "401");
+    free(r.body);
+    get("GET", "/ui", 0, &r);
+    CHECK(strstr(header(&r, "Content-Security-Policy", h, sizeof h), "connect-src 'self'") != NULL);
+    free(r.body);
+
+    /* Cross-site: refused for changes and for reads, token or not. */
+    struct reply e;
+    CHECK(status_of("POST", "/echo", "Host: localhost\r\n" AUTH MUT
+                    "Origin: https://evil.example\r\nContent-Length: 5\r\n", &e) == 403);
+    CHECK(strstr(e.body, "method=") == NULL && strstr(e.body, "cross-site") != NULL);
+    check_safety_headers(&e, "403");
+    free(e.body);
+    CHECK(status_free("POST", "/echo", "Host: localhost\r\n" AUTH MUT "Sec-Fetch-Site: cross-site\r\n") == 403);
+    CHECK(status_free("POST", "/echo", "Host: localhost\r\n" AUTH MUT "Sec-Fetch-Site: same-site\r\n") == 403);
+    CHECK(status_free("GET", "/stats", "Host: localhost\r\n" AUTH "Sec-Fetch-Site: cross-site\r\n") == 403);
+    CHECK(status_free("GET", "/stats", "Host: localhost\r\n" AUTH "Origin: null\r\n") == 403);
+    CHECK(status_free("GET", "/stats", "Host: localhost:9800\r\n" AUTH
+                      "Origin: http://localhost:3000\r\n") == 403);
+    /* Its own origin, and a URL typed in the address bar, are fine. */
+    CHECK(status_free("GET", "/stats", "Host: localhost:9800\r\n" AUTH
+                      "Origin: http://localhost:9800\r\nSec-Fetch-Site: same-origin\r\n") == 200);
+    CHECK(status_free("GET", "/stats", "Host: localhost\r\n" AUTH "Sec-Fetch-Site: none\r\n") == 200);
+    CHECK(status_free("POST", "/echo", "Host: 127.0.0.1:9800\r\n" AUTH MUT
+                      "Origin: http://127.0.0.1:9800\r\nContent-Length: 0\r\n") == 200);
+    /* An allowed host's origin (a reverse proxy that rewrites Host). */
+    CHECK(status_free("POST", "/echo", "Host: 127.0.0.1:9800\r\n" AUTH MUT
+                      "Origin: https://bridge.internal\r\nContent-Length: 0\r\n") == 200);
+    /* A link from another site to the status page opens it; a frame does not. */
+    CHECK(status_free("GET", "/ui", "Host: localhost\r\nSec-Fetch-Site: cross-site\r\n"
+                      "Sec-Fetch-Mode: navigate\r\nSec-Fetch-Dest: document\r\n") == 200);
+    CHECK(status_free("GET", "/ui", "Host: localhost\r\nSec-Fetch-Site: cross-site\r\n"
+                      "Sec-Fetch-Mode: navigate\r\nSec-Fetch-Dest: iframe\r\n") == 403);
+    /* The probes answer anyone. */
+    CHECK(status_free("GET", "/healthz", "Host: evil.example\r\nOrigin: https://evil.example\r\n"
+                      "Sec-Fetch-Site: cross-site\r\n") == 200);
+
+    /* CORS-simple changes: refused; JSON or the custom header: taken. */
+    CHECK(status_free("POST", "/echo", "Host: x\r\n" AUTH "Content-Type: text/plain\r\n"
+                      "Content-Length: 0\r\n") == 403);
+    CHECK(status_free("POST", "/echo", "Host: x\r\n" AUTH
+                      "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 0\r\n") == 403);
+    CHECK(status_free("DELETE", "/echo", "Host: x\r\n" AUTH) == 403);
+    CHECK(status_free("PUT", "/echo", "Host: x\r\n" AUTH "Content-Type: application/jsonx\r\n"
+                      "Content-Length: 0\r\n") == 403);
+    CHECK(status_free("POST", "/echo", "Host: x\r\n" AUTH "X-Delay-Bridge:\r\n"
+                      "Content-Length: 0\r\n") == 403);
+    CHECK(status_free("PUT", "/echo", "Host: x\r\n" AUTH "Content-Type: application/json\r\n"
+                      "Content-Length: 0\r\n") == 200);
+    CHECK(status_free("DELETE", "/echo", "Host: x\r\n" AUTH "X-Delay-Bridge: 1\r\n") == 200);
+    CHECK(status_free("POST", "/echo", "Host: x\r\n" AUTH
+                      "Content-Type: Application/JSON; charset=utf-8\r\nContent-Length: 0\r\n") == 200);
+
+    /* With a token, any Host: the token is the proof (a rebound page cannot know it). */
+    CHECK(status_free("GET", "/stats", "Host: evil.example:9800\r\n" AUTH) == 200);
+    CHECK(status_free("GET", "/stats", "Host: evil.example:9800\r\n") == 401);
+}
+
+/*
+ * The token is checked on the headers alone: a request that declares 60 KiB
+ * and sends none of it is answered 401 at once (it used to wait for the
+ * body, buffer it, then refuse). Likewise a cross-site or simple one.
+ */
+static void case_token_first(void)
+{
+    static const char *const heads[] = {
+        "POST /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n" MUT,
+        "POST /echo HTTP/1.1\r\nHost: x\r\n" MUT,
+        "POST /echo HTTP/1.1\r\nHost: x\r\n" AUTH MUT "Origin: https://evil.example\r\n",
+        "POST /echo HTTP/1.1\r\nHost: x\r\n" AUTH "Content-Type: text/plain\r\n",
+    };
+    static const int want[] = { 401, 401, 403, 403 };
+    for (size_t i = 0; i < sizeof heads / sizeof *heads; i++) {
+        char raw[512];
+        struct reply r;
+        snprintf(raw, sizeof raw, "%sContent-Length: 61440\r\nConnection: close\r\n\r\n", heads[i]);
+        int fd = dial(CONN_TIMEOUT_S * 3);
+        CHECK(fd >= 0);
+        if (fd < 0)
+            continue;
+        CHECK(send_all(fd, raw, strlen(raw)) == 0);
+        /* No body sent: the answer must come from the headers alone. */
+        read_reply(fd, &r);
+        close(fd);
+        CHECK(r.status == want[i], "case %zu: status %d, want %d (waiting for a body?)", i,
+              r.status, want[i]);
+        CHECK(strstr(r.body, "method=") == NULL);
+        free(r.body);
+    }
+}
+
+/* No token (loopback): Host must be a loopback name or an allowed host. */
+static void case_rebinding(void)
+{
+    CHECK(status_free("GET", "/stats", "Host: evil.example:9800\r\n") == 421);
+    CHECK(status_free("PUT", "/echo", "Host: evil.example:9800\r\n" MUT "Content-Length: 0\r\n") == 421);
+    CHECK(status_free("GET", "/stats", "Host: 127.0.0.1.evil.example\r\n") == 421);
+    CHECK(status_free("GET", "/stats", "Host: localhost.evil.example:9800\r\n") == 421);
+    CHECK(status_free("GET", "/stats", "Host: 10.0.0.1:9800\r\n") == 421);
+    CHECK(status_free("GET", "/stats", "Host: [::2]:9800\r\n") == 421);
+    CHECK(status_free("GET", "/stats", "Host: evil.example:9800:1\r\n") == 421);
+    CHECK(status_free("GET", "/ui", "Host: evil.example\r\n") == 421);
+    CHECK(status_free("GET", "/stats", "Host: localhost:9800\r\n") == 200);
+    CHECK(status_free("GET", "/stats", "Host: LOCALHOST\r\n") == 200);
+    CHECK(status_free("GET", "/stats", "Host: 127.0.0.5:80\r\n") == 200);
+    CHECK(status_free("GET", "/stats", "Host: [::1]:9800\r\n") == 200);
+    CHECK(status_free("GET", "/stats", "Host: bridge.internal:443\r\n") == 200);
+    CHECK(status_free("POST", "/echo", "Host: 127.0.0.1\r\n" MUT "Content-Length: 0\r\n") == 200);
+    /* The probes answer whatever the Host. */
+    CHECK(status_free("GET", "/readyz", "Host: evil.example\r\n") == 200);
+    /* HTTP/1.0 with no Host at all: not a browser. */
+    struct reply r;
+    request("GET /stats HTTP/1.0\r\n\r\n", &r);
+    CHECK(r.status == 200);
+    free(r.body);
+}
+
 /* ---- the server side of a case: one loop in this thread ---- */
 
 static struct ev_loop *loop;
 static ev_async done;
+/* The server's token (NULL: none, loopback only) and its one allowed host. */
+static const char *serve_token = TOKEN;
+static const char *const serve_hosts[] = { "[Bridge.Internal]" };
 static void (*client_case)(void); /* what the client thread runs */
 
 static void on_done(struct ev_loop *l, ev_async *w, int revents)
@@ -542,8 +714,9 @@ static void serve(void (*fn)(void))
     char err[256];
     struct http_server *srv = NULL;
     struct http_opts o = {
-        .host = "127.0.0.1", .port = 0, .token = TOKEN,
+        .host = "127.0.0.1", .port = 0, .token = serve_token,
         .max_connections = 16, .timeout_s = CONN_TIMEOUT_S,
+        .allowed_hosts = serve_hosts, .nallowed_hosts = 1,
     };
     loop = ev_loop_new(EVFLAG_AUTO);
     CHECK(loop != NULL);
@@ -592,6 +765,15 @@ SERVED(echo)
 SERVED(too_large)
 SERVED(big_header)
 SERVED(slowloris)
+SERVED(guard)
+SERVED(token_first)
+
+static void served_rebinding(void)
+{
+    serve_token = NULL;
+    serve(case_rebinding);
+    serve_token = TOKEN;
+}
 
 static void nop_handler(void *arg, const struct api_request *req, struct api_response *resp)
 {
@@ -651,6 +833,9 @@ static const struct check_case cases[] = {
     { "too_large", served_too_large },
     { "big_header", served_big_header },
     { "slowloris", served_slowloris },
+    { "guard", served_guard },
+    { "token_first", served_token_first },
+    { "rebinding", served_rebinding },
 };
 
 int main(int argc, char **argv)
