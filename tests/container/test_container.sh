@@ -174,8 +174,12 @@ info "$(podman run --rm --no-healthcheck "$BRIDGE_IMAGE" --version 2>&1)"
 # 3. Which config? ------------------------------------------------------------------
 # The demo config has the "http" block; a binary without the HTTP endpoint
 # rejects it ("unknown key"): then run without it, and skip the health check.
+# The demo config listens on 0.0.0.0 (the port is published): the bridge
+# refuses that without a token (README "Security"), so every run gets one.
+export DELAY_BRIDGE_HTTP_TOKEN=$(head -c 18 /dev/urandom | base64 | tr -d '/+=')
 check_config() { # check_config FILE -> the image's own binary judges it
-    podman run --rm --no-healthcheck --network none -v "$1:/etc/delay-bridge/config.json:ro,Z" \
+    podman run --rm --no-healthcheck --network none -e DELAY_BRIDGE_HTTP_TOKEN \
+        -v "$1:/etc/delay-bridge/config.json:ro,Z" \
         "$BRIDGE_IMAGE" -c /etc/delay-bridge/config.json --check-config
 }
 cp docker/demo/config.json "$WORK/config.json"
@@ -229,7 +233,7 @@ start_bridge() {
     logged run-bridge.log podman run -d --name "$C_BRIDGE" --network "$NET" "${HOSTS[@]}" \
         -v "$VOL:/var/lib/delay-bridge" \
         -v "$WORK/config.json:/etc/delay-bridge/config.json:ro,Z" \
-        -e DELAY_BRIDGE_BROKER_URI="$BROKER_URI" \
+        -e DELAY_BRIDGE_BROKER_URI="$BROKER_URI" -e DELAY_BRIDGE_HTTP_TOKEN \
         --stop-timeout 15 --health-interval disable "$BRIDGE_IMAGE"
     for _ in $(seq 1 300); do
         podman logs "$C_BRIDGE" >"$WORK/bridge.log" 2>&1 || true

@@ -170,7 +170,7 @@ def main():
               "connect_timeout_ms": 100, "reconnect_min_ms": 1, "reconnect_max_ms": 2,
               "publish_retry_min_ms": 1, "publish_retry_max_ms": 2 },
   "wal": { "dir": "/tmp/w", "segment_mb": 1, "fsync": false, "max_message_bytes": 1024 },
-  "http": { "listen": "0.0.0.0:9187", "allow_remote": true },
+  "http": { "listen": "127.0.0.1:9187" },
   "log": { "level": "debug" },
   "shutdown_timeout_ms": 0,
   "routes": [
