@@ -26,6 +26,11 @@
  * stream is always the truth when it has records: the local log may have
  * records it lacks only if they were never confirmed, so never acked.
  *
+ * Only the writer's messages count: a message whose user-id is not this
+ * bridge's broker user is read past before replrec.c sees it (wrepl_lease.c,
+ * "ONE WRITER'S RECORDS"), so a stranger's FENCE ends no term, and a
+ * stranger's RECORDS or HORIZON never enter the log or make it look whole.
+ *
  */
 #define _GNU_SOURCE
 #include "wrepl_int.h"
@@ -466,6 +471,16 @@ static int read_delivery(struct import_run *ir, struct event *ev)
 
     ir->last = clock_mono_ms();
     ir->read_any = 1;
+    if (!wrepl_from_writer(r, &ev->msg, pos.offset)) {
+        /* Not the writer's (wrepl_lease.c): read past it, as if the stream did not hold it. */
+        amqp_destroy_message(&ev->msg);
+        ir->tag = ev->tag;
+        if (++ir->unacked >= IMPORT_ACK_EVERY) {
+            amqp_basic_ack(r->conn.st, ir->rch, ir->tag, 1);
+            ir->unacked = 0;
+        }
+        return STEP_ON;
+    }
     if (replrec_hdr_decode(ev->msg.body.bytes, ev->msg.body.len, &bh) > 0) {
         if (r->resume && bh.owner == r->resume_term)
             r->resume_seen = 1;
@@ -653,6 +668,12 @@ static int import_swap_in(struct import_run *ir, int dirfd)
 
     if (im->next_lsn == 0) {
         imp_remove(r);
+        if (r->st.refused) /* this thread's own count: no lock needed to read it */
+            log_warn("wal-replica", "the stream holds no records of this log's broker user, "
+                     "only refused ones: the local log is the log. If an older bridge wrote "
+                     "them (no user-id), stop: upgrade the owner first (README)",
+                     "stream=%s refused=%llu", r->rc->stream,
+                     (unsigned long long)r->st.refused);
         log_info("wal-replica", "the stream holds no records: the local log is the log",
                  "stream=%s messages=%llu ms=%llu", r->rc->stream,
                  (unsigned long long)im->messages,
@@ -699,12 +720,13 @@ static int import_swap_in(struct import_run *ir, int dirfd)
     }
     log_info("wal-replica", "local log rebuilt from the stream",
              "stream=%s wal_id=%016llx first_lsn=%llu next_lsn=%llu records=%llu bytes=%llu "
-             "messages=%llu strays=%llu horizons=%llu read_from=%lld from_ms=%llu "
+             "messages=%llu strays=%llu refused=%llu horizons=%llu read_from=%lld from_ms=%llu "
              "seconds_after_lease=%.3f",
              r->rc->stream, (unsigned long long)im->wal_id, (unsigned long long)im->first_lsn,
              (unsigned long long)im->next_lsn, (unsigned long long)im->records,
              (unsigned long long)im->bytes, (unsigned long long)im->messages,
-             (unsigned long long)im->strays, (unsigned long long)im->horizons,
+             (unsigned long long)im->strays, (unsigned long long)r->st.refused,
+             (unsigned long long)im->horizons,
              (long long)r->tail_from, (unsigned long long)ir->hint_from, secs);
     return 0;
 }

@@ -177,6 +177,11 @@ struct wrepl {
     _Atomic int state;
     _Atomic int cancel;
 
+    /* Stream messages of other broker users (wrepl_from_writer; recover's thread). */
+    int64_t refused_off;        /* the highest stream offset counted (-1: none) */
+    uint64_t refused_log_ms;    /* monotonic ms of the last line about one */
+    uint64_t refused_quiet;     /* refused since that line, not logged */
+
     /* The import (recover's thread). */
     struct wal *imp;
     int impfd;
@@ -215,9 +220,20 @@ int wrepl_next_event(struct wrepl *r, int timeout_ms, struct event *ev, char *wh
 /*
  * Publish body to the stream through the default exchange on CH_PUB
  * (persistent, mandatory: a stream deleted under the bridge makes it come
- * back, EV_RETURN). 0 or -1 + why.
+ * back, EV_RETURN), with the user-id property set to the connection's
+ * broker user (RabbitMQ refuses the publish unless it is the user's own).
+ * 0 or -1 + why.
  */
 int wrepl_publish(struct wrepl *r, const void *body, size_t n, char *why, size_t wn);
+
+/*
+ * Whether a stream delivery is the log's writer's: its user-id property,
+ * which RabbitMQ validated against the publishing connection's user, is
+ * this bridge's broker user (r->conn.user; every bridge of one log
+ * connects as the same user). 1 yes; 0 no: the message is refused,
+ * counted in st.refused once per stream offset, and logged (rate-limited).
+ */
+int wrepl_from_writer(struct wrepl *r, const amqp_message_t *m, int64_t offset);
 
 /* Declare the stream (queue.declare on CH_PUB, its arguments from wal.replicate). 0 or -1 + why. */
 int wrepl_declare_stream(struct wrepl *r, char *why, size_t n);

@@ -19,6 +19,26 @@
  * (within 100 ms). A message already being published to its target in that
  * window may be published again by the new owner: at least once.
  *
+ * ONE WRITER'S RECORDS: THE USER-ID
+ *
+ * The lease keeps bridges from writing the stream at once; it does not
+ * keep anybody else out of it. Any client that may publish to the stream
+ * (through the default exchange, or an exchange bound to it) could put a
+ * FENCE there (the owner's later batches would read as strays and be
+ * dropped at the next takeover), or RECORDS or a HORIZON that a standby
+ * imports as the log. So every message the bridge publishes to the stream
+ * carries the AMQP user-id property set to its broker user, which RabbitMQ
+ * checks against the connection's authenticated user (a mismatch closes
+ * the channel, 406), and the import takes only messages whose user-id is
+ * that user (wrepl_from_writer): one without user-id, or with another
+ * user's, is refused -- not imported, never a fence -- and counted in
+ * /stats wal.replication.refused and delay_bridge_wal_replication_refused_total.
+ * Every bridge of one log therefore connects as the same broker user, and
+ * every URI of broker.uri names it (checked at start). What this does not
+ * cover: a user with RabbitMQ's "impersonator" tag may publish any
+ * user-id, and so may the administrator's tools; such users must not have
+ * write access to the stream's vhost. Messages an older bridge published
+ * carry no user-id and are refused too (README: upgrading a replicated log).
  */
 #define _GNU_SOURCE
 #include "wrepl_int.h"
@@ -154,8 +174,9 @@ int wrepl_publish(struct wrepl *r, const void *body, size_t n, char *why, size_t
         mandatory = 0;
     }
     memset(&p, 0, sizeof(p));
-    p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG;
+    p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_USER_ID_FLAG;
     p.delivery_mode = 2;
+    p.user_id = amqp_cstring_bytes(r->conn.user); /* the broker checks it: wrepl_import.c */
     s = amqp_basic_publish(r->conn.st, CH_PUB, amqp_empty_bytes, amqp_cstring_bytes(queue),
                            mandatory, 0, &p, (amqp_bytes_t){n, (void *)body});
     if (s != AMQP_STATUS_OK) {
@@ -163,6 +184,58 @@ int wrepl_publish(struct wrepl *r, const void *body, size_t n, char *why, size_t
         return -1;
     }
     r->next_tag++;
+    return 0;
+}
+
+/* v as a log value: printable ASCII but " and \ as is, the rest \xHH; cut at 64 bytes. */
+static void log_escape(const uint8_t *v, size_t n, char *out, size_t cap)
+{
+    size_t o = 0;
+
+    for (size_t i = 0; i < n && i < 64 && o + 5 < cap; i++) {
+        if (v[i] >= 0x20 && v[i] < 0x7f && v[i] != '"' && v[i] != '\\')
+            out[o++] = (char)v[i];
+        else
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", v[i]);
+    }
+    if (n > 64 && o + 4 < cap)
+        o += (size_t)snprintf(out + o, cap - o, "...");
+    out[o] = '\0';
+}
+
+int wrepl_from_writer(struct wrepl *r, const amqp_message_t *m, int64_t offset)
+{
+    const amqp_basic_properties_t *p = &m->properties;
+    size_t un = strlen(r->conn.user);
+    int has = (p->_flags & AMQP_BASIC_USER_ID_FLAG) != 0;
+    uint64_t now, total;
+    char claimed[300];
+
+    if (has && p->user_id.len == un && (un == 0 || memcmp(p->user_id.bytes, r->conn.user, un) == 0))
+        return 1;
+    /* Read again (a standby starting over, a resume given up): counted once per offset. */
+    if (offset >= 0 && offset <= r->refused_off)
+        return 0;
+    if (offset >= 0)
+        r->refused_off = offset;
+    pthread_mutex_lock(&r->mu);
+    total = ++r->st.refused;
+    pthread_mutex_unlock(&r->mu);
+    now = clock_mono_ms();
+    if (total > 1 && now - r->refused_log_ms < 60000) {
+        r->refused_quiet++;
+        return 0;
+    }
+    if (has)
+        log_escape(p->user_id.bytes, p->user_id.len, claimed, sizeof(claimed));
+    log_warn("wal-replica", "refused a stream message not published by this log's broker user "
+             "(forged, or written by another user or an older bridge): not imported",
+             "stream=%s offset=%lld user_id=%s%s%s expected_user=\"%s\" body_bytes=%zu "
+             "refused_total=%llu not_logged_since=%llu", r->rc->stream, (long long)offset,
+             has ? "\"" : "", has ? claimed : "(none)", has ? "\"" : "", r->conn.user,
+             m->body.len, (unsigned long long)total, (unsigned long long)r->refused_quiet);
+    r->refused_log_ms = now;
+    r->refused_quiet = 0;
     return 0;
 }
 
