@@ -72,6 +72,7 @@
 #define RETRY_SOON_MS 300 /* the broker was there, the stream refused: again soon, doubling */
 #define LEASE_DISCONNECTED_MS 100 /* 4.3+: a lost node's consumer keeps the token this long */
 #define RESUME_QUIET_MS 3000 /* resuming: the fence confirmed, nothing read this long */
+#define REFUSED_LINES 5 /* lines a minute about stream messages of other users, at most */
 #define TAIL_SLACK_BYTES (64ull << 20) /* a standby reads again from a horizon past this */
 
 struct buf {
@@ -179,8 +180,9 @@ struct wrepl {
 
     /* Stream messages of other broker users (wrepl_from_writer; recover's thread). */
     int64_t refused_off;        /* the highest stream offset counted (-1: none) */
-    uint64_t refused_log_ms;    /* monotonic ms of the last line about one */
-    uint64_t refused_quiet;     /* refused since that line, not logged */
+    uint64_t refused_log_ms;    /* monotonic ms the current minute of lines about them began */
+    int refused_lines;          /* lines logged in it (REFUSED_LINES at most) */
+    uint64_t refused_quiet;     /* refused and not logged since the last line */
 
     /* The import (recover's thread). */
     struct wal *imp;
@@ -231,7 +233,8 @@ int wrepl_publish(struct wrepl *r, const void *body, size_t n, char *why, size_t
  * which RabbitMQ validated against the publishing connection's user, is
  * this bridge's broker user (r->conn.user; every bridge of one log
  * connects as the same user). 1 yes; 0 no: the message is refused,
- * counted in st.refused once per stream offset, and logged (rate-limited).
+ * counted in st.refused once per stream offset, and logged (REFUSED_LINES a
+ * minute at most).
  */
 int wrepl_from_writer(struct wrepl *r, const amqp_message_t *m, int64_t offset);
 

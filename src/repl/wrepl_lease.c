@@ -222,7 +222,11 @@ int wrepl_from_writer(struct wrepl *r, const amqp_message_t *m, int64_t offset)
     total = ++r->st.refused;
     pthread_mutex_unlock(&r->mu);
     now = clock_mono_ms();
-    if (total > 1 && now - r->refused_log_ms < 60000) {
+    if (total == 1 || now - r->refused_log_ms >= 60000) {
+        r->refused_log_ms = now;
+        r->refused_lines = 0;
+    }
+    if (r->refused_lines >= REFUSED_LINES) {
         r->refused_quiet++;
         return 0;
     }
@@ -234,7 +238,7 @@ int wrepl_from_writer(struct wrepl *r, const amqp_message_t *m, int64_t offset)
              "refused_total=%llu not_logged_since=%llu", r->rc->stream, (long long)offset,
              has ? "\"" : "", has ? claimed : "(none)", has ? "\"" : "", r->conn.user,
              m->body.len, (unsigned long long)total, (unsigned long long)r->refused_quiet);
-    r->refused_log_ms = now;
+    r->refused_lines++;
     r->refused_quiet = 0;
     return 0;
 }
