@@ -289,6 +289,7 @@ struct import_run {
     uint64_t t_lease;                /* monotonic ms the lease came */
     uint64_t hint_from;              /* wall ms the read starts at (a horizon's time), 0: none */
     uint64_t fence_tag, fence_acked; /* the fence's publish tag; monotonic ms its confirm came */
+    uint64_t refused_uncovered;      /* refused record batches the local log does not hold */
     int read_any, fenced, again, res;
     char why[1024];
 };
@@ -473,6 +474,11 @@ static int read_delivery(struct import_run *ir, struct event *ev)
     ir->read_any = 1;
     if (!wrepl_from_writer(r, &ev->msg, pos.offset)) {
         /* Not the writer's (wrepl_lease.c): read past it, as if the stream did not hold it. */
+        if (replrec_hdr_decode(ev->msg.body.bytes, ev->msg.body.len, &bh) > 0 &&
+            bh.kind == REPLREC_RECORDS && bh.count &&
+            !(r->resume_next && bh.wal_id == r->resume_wal_id &&
+              bh.lsn + bh.count <= r->resume_next))
+            ir->refused_uncovered++; /* records the local log does not hold: import_swap_in */
         amqp_destroy_message(&ev->msg);
         ir->tag = ev->tag;
         if (++ir->unacked >= IMPORT_ACK_EVERY) {
@@ -666,14 +672,24 @@ static int import_swap_in(struct import_run *ir, int dirfd)
     double secs = (double)(clock_mono_ms() - ir->t_lease) / 1000.0;
     int e;
 
+    if (im->next_lsn == 0 && ir->refused_uncovered) {
+        /*
+         * Only records of other broker users, which the local log does not
+         * hold: an older bridge's (no user-id: the README's upgrade order
+         * puts the owner, whose own log holds them, first), or forged
+         * ones. Starting from the local log could lose a real log.
+         */
+        log_error("wal-replica", "the stream holds only records of other broker users, which "
+                  "the local log does not hold: not starting from the local log. Written by an "
+                  "older bridge: start the old owner on the new version first (README, "
+                  "\"Upgrade\"); forged: delete the stream",
+                  "stream=%s refused_batches=%llu", r->rc->stream,
+                  (unsigned long long)ir->refused_uncovered);
+        imp_remove(r);
+        return WLOG_EREPLICA;
+    }
     if (im->next_lsn == 0) {
         imp_remove(r);
-        if (r->st.refused) /* this thread's own count: no lock needed to read it */
-            log_warn("wal-replica", "the stream holds no records of this log's broker user, "
-                     "only refused ones: the local log is the log. If an older bridge wrote "
-                     "them (no user-id), stop: upgrade the owner first (README)",
-                     "stream=%s refused=%llu", r->rc->stream,
-                     (unsigned long long)r->st.refused);
         log_info("wal-replica", "the stream holds no records: the local log is the log",
                  "stream=%s messages=%llu ms=%llu", r->rc->stream,
                  (unsigned long long)im->messages,

@@ -203,15 +203,24 @@ static void log_escape(const uint8_t *v, size_t n, char *out, size_t cap)
     out[o] = '\0';
 }
 
-int wrepl_from_writer(struct wrepl *r, const amqp_message_t *m, int64_t offset)
+/* m's user-id, which the broker validated, is this connection's user. */
+static int from_us(const struct wrepl *r, const amqp_message_t *m)
 {
     const amqp_basic_properties_t *p = &m->properties;
     size_t un = strlen(r->conn.user);
+
+    return (p->_flags & AMQP_BASIC_USER_ID_FLAG) && p->user_id.len == un &&
+           (un == 0 || memcmp(p->user_id.bytes, r->conn.user, un) == 0);
+}
+
+int wrepl_from_writer(struct wrepl *r, const amqp_message_t *m, int64_t offset)
+{
+    const amqp_basic_properties_t *p = &m->properties;
     int has = (p->_flags & AMQP_BASIC_USER_ID_FLAG) != 0;
     uint64_t now, total;
     char claimed[300];
 
-    if (has && p->user_id.len == un && (un == 0 || memcmp(p->user_id.bytes, r->conn.user, un) == 0))
+    if (from_us(r, m))
         return 1;
     /* Read again (a standby starting over, a resume given up): counted once per offset. */
     if (offset >= 0 && offset <= r->refused_off)
@@ -284,8 +293,9 @@ static int publish_token(struct wrepl *r, const char *body, size_t len, char *wh
     amqp_basic_properties_t p;
 
     memset(&p, 0, sizeof(p));
-    p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG;
+    p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_USER_ID_FLAG;
     p.delivery_mode = 2;
+    p.user_id = amqp_cstring_bytes(r->conn.user); /* its hint is taken only then: token_hint */
     if (amqp_basic_publish(r->conn.st, CH_RENEW, amqp_empty_bytes,
                            amqp_cstring_bytes(r->rc->lease_queue), 0, 0, &p,
                            (amqp_bytes_t){len, (void *)body}) != AMQP_STATUS_OK) {
@@ -421,8 +431,14 @@ static size_t token_body(struct wrepl *r, char *out, size_t n)
                             (unsigned long long)lsn, (unsigned long long)ms);
 }
 
-static void token_hint(struct wrepl *r, const amqp_bytes_t *body)
+/*
+ * The hint a granted token carries, if a bridge of this log published it
+ * (its user-id): anyone who may write the lease queue can add tokens, and
+ * a hint only speeds the read up, so a stranger's is ignored.
+ */
+static void token_hint(struct wrepl *r, const amqp_message_t *m)
 {
+    const amqp_bytes_t *body = &m->body;
     char s[200];
     unsigned long long lsn, ms;
     size_t n = body->len < sizeof(s) - 1 ? body->len : sizeof(s) - 1;
@@ -431,7 +447,7 @@ static void token_hint(struct wrepl *r, const amqp_bytes_t *body)
     memcpy(s, body->bytes, n);
     s[n] = '\0';
     r->grant_lsn = r->grant_ms = 0;
-    if ((p = strstr(s, "; horizon_lsn=")) && sscanf(p, "; horizon_lsn=%llu horizon_ms=%llu",
+    if (from_us(r, m) && (p = strstr(s, "; horizon_lsn=")) && sscanf(p, "; horizon_lsn=%llu horizon_ms=%llu",
                                                     &lsn, &ms) == 2) {
         r->grant_lsn = lsn;
         r->grant_ms = ms;
@@ -603,7 +619,7 @@ int wrepl_renew_event(struct wrepl *r, const struct event *ev, char *why, size_t
 {
     if (ev->kind == EV_DELIVER && ev->ch == CH_LEASE) {
         if (!r->have_lease)
-            token_hint(r, &ev->msg.body);
+            token_hint(r, &ev->msg);
         amqp_destroy_message((amqp_message_t *)&ev->msg);
         if (r->lease_tag) /* cannot happen with prefetch 1; keep one token, not two */
             amqp_basic_ack(r->conn.st, CH_LEASE, r->lease_tag, 0);
