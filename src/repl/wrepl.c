@@ -606,7 +606,7 @@ struct wlog *wrepl_log(const struct wal_opts *wo, const struct config *cfg)
     r->close_from = -1;
     r->fence_off = -1;
     r->note_from_prev = -1;
-    r->refused_off = -1;
+    r->seen_lo = r->seen_hi = r->pass_lo = r->pass_hi = -1;
     r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);

@@ -212,6 +212,7 @@ static int start_tail(struct wrepl *r, amqp_channel_t ch, uint64_t at_ms, char *
     amqp_basic_qos(st, ch, 0, IMPORT_PREFETCH, 0);
     if (amqp_conn_check(&r->conn, "basic.qos", why, n) < 0)
         return -1;
+    wrepl_read_begin(r);
     if (at_ms) {
         e[0].key = amqp_cstring_bytes("x-stream-offset");
         e[0].value.kind = AMQP_FIELD_KIND_TIMESTAMP;

@@ -179,7 +179,8 @@ struct wrepl {
     _Atomic int cancel;
 
     /* Stream messages of other broker users (wrepl_from_writer; recover's thread). */
-    int64_t refused_off;        /* the highest stream offset counted (-1: none) */
+    int64_t seen_lo, seen_hi;   /* stream offsets earlier reads went through (-1: none) ... */
+    int64_t pass_lo, pass_hi;   /* ... and the read under way: its refusals count once */
     uint64_t refused_log_ms;    /* monotonic ms the current minute of lines about them began */
     int refused_lines;          /* lines logged in it (REFUSED_LINES at most) */
     uint64_t refused_quiet;     /* refused and not logged since the last line */
@@ -233,10 +234,12 @@ int wrepl_publish(struct wrepl *r, const void *body, size_t n, char *why, size_t
  * which RabbitMQ validated against the publishing connection's user, is
  * this bridge's broker user (r->conn.user; every bridge of one log
  * connects as the same user). 1 yes; 0 no: the message is refused,
- * counted in st.refused once per stream offset, and logged (REFUSED_LINES a
- * minute at most).
+ * counted in st.refused (not again when a later read of the stream, begun
+ * with wrepl_read_begin(), meets it again), and logged (REFUSED_LINES a
+ * minute at most). Every delivery of a read goes through it, in order.
  */
 int wrepl_from_writer(struct wrepl *r, const amqp_message_t *m, int64_t offset);
+void wrepl_read_begin(struct wrepl *r);
 
 /* Declare the stream (queue.declare on CH_PUB, its arguments from wal.replicate). 0 or -1 + why. */
 int wrepl_declare_stream(struct wrepl *r, char *why, size_t n);

@@ -213,6 +213,25 @@ static int from_us(const struct wrepl *r, const amqp_message_t *m)
            (un == 0 || memcmp(p->user_id.bytes, r->conn.user, un) == 0);
 }
 
+/*
+ * A read goes through the stream in order, so what reads went through is
+ * kept as one range of offsets: the read that ended joins it when the two
+ * touch, else replaces it (a refusal it forgets may count twice).
+ */
+void wrepl_read_begin(struct wrepl *r)
+{
+    if (r->pass_lo >= 0) {
+        if (r->seen_lo < 0 || r->pass_hi + 1 < r->seen_lo || r->pass_lo > r->seen_hi + 1) {
+            r->seen_lo = r->pass_lo;
+            r->seen_hi = r->pass_hi;
+        } else {
+            r->seen_lo = r->pass_lo < r->seen_lo ? r->pass_lo : r->seen_lo;
+            r->seen_hi = r->pass_hi > r->seen_hi ? r->pass_hi : r->seen_hi;
+        }
+    }
+    r->pass_lo = r->pass_hi = -1;
+}
+
 int wrepl_from_writer(struct wrepl *r, const amqp_message_t *m, int64_t offset)
 {
     const amqp_basic_properties_t *p = &m->properties;
@@ -220,13 +239,16 @@ int wrepl_from_writer(struct wrepl *r, const amqp_message_t *m, int64_t offset)
     uint64_t now, total;
     char claimed[300];
 
+    if (offset >= 0) {
+        if (r->pass_lo < 0)
+            r->pass_lo = offset;
+        r->pass_hi = offset;
+    }
     if (from_us(r, m))
         return 1;
-    /* Read again (a standby starting over, a resume given up): counted once per offset. */
-    if (offset >= 0 && offset <= r->refused_off)
+    /* Read again (a standby starting over, a resume given up): counted already. */
+    if (offset >= 0 && r->seen_lo >= 0 && offset >= r->seen_lo && offset <= r->seen_hi)
         return 0;
-    if (offset >= 0)
-        r->refused_off = offset;
     pthread_mutex_lock(&r->mu);
     total = ++r->st.refused;
     pthread_mutex_unlock(&r->mu);
