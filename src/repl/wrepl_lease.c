@@ -38,7 +38,7 @@
  * cover: a user with RabbitMQ's "impersonator" tag may publish any
  * user-id, and so may the administrator's tools; such users must not have
  * write access to the stream's vhost. Messages an older bridge published
- * carry no user-id and are refused too (README: upgrading a replicated log).
+ * carry no user-id and are refused too (README, "Upgrade").
  */
 #define _GNU_SOURCE
 #include "wrepl_int.h"
@@ -176,7 +176,7 @@ int wrepl_publish(struct wrepl *r, const void *body, size_t n, char *why, size_t
     memset(&p, 0, sizeof(p));
     p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_USER_ID_FLAG;
     p.delivery_mode = 2;
-    p.user_id = amqp_cstring_bytes(r->conn.user); /* the broker checks it: wrepl_import.c */
+    p.user_id = amqp_cstring_bytes(r->conn.user); /* validated here, checked on import */
     s = amqp_basic_publish(r->conn.st, CH_PUB, amqp_empty_bytes, amqp_cstring_bytes(queue),
                            mandatory, 0, &p, (amqp_bytes_t){n, (void *)body});
     if (s != AMQP_STATUS_OK) {
@@ -187,7 +187,7 @@ int wrepl_publish(struct wrepl *r, const void *body, size_t n, char *why, size_t
     return 0;
 }
 
-/* v as a log value: printable ASCII but " and \ as is, the rest \xHH; cut at 64 bytes. */
+/* v as a log value: printable ASCII as is, but " and \ and every other byte as \xHH; 64 bytes. */
 static void log_escape(const uint8_t *v, size_t n, char *out, size_t cap)
 {
     size_t o = 0;
@@ -237,7 +237,7 @@ int wrepl_from_writer(struct wrepl *r, const amqp_message_t *m, int64_t offset)
     const amqp_basic_properties_t *p = &m->properties;
     int has = (p->_flags & AMQP_BASIC_USER_ID_FLAG) != 0;
     uint64_t now, total;
-    char claimed[300];
+    char claimed[300], expected[300];
 
     if (offset >= 0) {
         if (r->pass_lo < 0)
@@ -263,11 +263,12 @@ int wrepl_from_writer(struct wrepl *r, const amqp_message_t *m, int64_t offset)
     }
     if (has)
         log_escape(p->user_id.bytes, p->user_id.len, claimed, sizeof(claimed));
+    log_escape((const uint8_t *)r->conn.user, strlen(r->conn.user), expected, sizeof(expected));
     log_warn("wal-replica", "refused a stream message not published by this log's broker user "
              "(forged, or written by another user or an older bridge): not imported",
              "stream=%s offset=%lld user_id=%s%s%s expected_user=\"%s\" body_bytes=%zu "
              "refused_total=%llu not_logged_since=%llu", r->rc->stream, (long long)offset,
-             has ? "\"" : "", has ? claimed : "(none)", has ? "\"" : "", r->conn.user,
+             has ? "\"" : "", has ? claimed : "(none)", has ? "\"" : "", expected,
              m->body.len, (unsigned long long)total, (unsigned long long)r->refused_quiet);
     r->refused_lines++;
     r->refused_quiet = 0;
