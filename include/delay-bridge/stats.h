@@ -151,6 +151,7 @@ struct db_wal_stats {
     struct db_hist repl_confirm; /* stream confirm latency per commit, seconds */
     uint64_t repl_lease_renewals;
     int repl_resumed;
+    uint64_t repl_refused;    /* stream messages not of the log's broker user: not imported */
 };
 
 /*

@@ -230,6 +230,7 @@ struct wlog_repl_stats {
     struct db_hist confirm;     /* stream confirm latency per commit, seconds */
     uint64_t lease_renewals;    /* lease tokens traded for fresh ones (wrepl_lease.c) */
     int resumed;                /* the start resumed on the local log (wrepl_resume.c) */
+    uint64_t refused;           /* stream messages not of this log's broker user: not imported */
 };
 
 struct wlog;

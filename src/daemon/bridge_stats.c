@@ -116,6 +116,7 @@ static void stats_repl(const struct bridge *b, struct db_stats *s)
     s->wal.repl_confirm = rs.confirm;
     s->wal.repl_lease_renewals = rs.lease_renewals;
     s->wal.repl_resumed = rs.resumed;
+    s->wal.repl_refused = rs.refused;
     if (rs.state == WLOG_REPL_FAILED)
         s->wal.writable = 0;
 }

@@ -59,6 +59,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "config/uri.h"
 #include "wal/replrec.h"
 
 static void close_msg(struct wrepl *r)
@@ -128,6 +129,30 @@ static int lock_dir(const char *dir, int *lockfd)
     return e < 0 ? e : wal_lock_dir(dir, lockfd);
 }
 
+/*
+ * The stream's records carry the broker user they were published as, and
+ * the import takes only this bridge's user's (wrepl_lease.c): a failover
+ * to a URI of another user would make its records a stranger's. 0, or
+ * WLOG_EREPLICA (logged) when broker.uri names two users.
+ */
+static int one_user(const struct config *cfg)
+{
+    struct uri first, u;
+    char err[256];
+
+    for (int i = 0; i < cfg->nuris; i++) {
+        if (uri_parse(cfg->uris[i], i ? &u : &first, err, sizeof(err)) < 0)
+            return 0; /* the config loader said so already; connecting will too */
+        if (i && strcmp(u.user, first.user) != 0) {
+            log_error("wal-replica", "with wal.replicate, every broker.uri must name the same "
+                      "user: the stream takes only records of the user its owner connects as",
+                      "key=broker.uri index=%d", i);
+            return WLOG_EREPLICA;
+        }
+    }
+    return 0;
+}
+
 static int wr_recover(struct wlog *l, wlog_replay_fn *fn, wlog_ckpt_fn *ckpt, void *arg,
                       struct db_progress *progress)
 {
@@ -137,6 +162,8 @@ static int wr_recover(struct wlog *l, wlog_replay_fn *fn, wlog_ckpt_fn *ckpt, vo
 
     r->recover_t0 = t0;
 
+    if ((e = one_user(r->cfg)) < 0)
+        goto out;
     if ((e = lock_dir(r->dir, &lockfd)) < 0)
         return e;
     dirfd = wal_dir_open(r->dir);
@@ -579,6 +606,7 @@ struct wlog *wrepl_log(const struct wal_opts *wo, const struct config *cfg)
     r->close_from = -1;
     r->fence_off = -1;
     r->note_from_prev = -1;
+    r->seen_lo = r->seen_hi = r->pass_lo = r->pass_hi = -1;
     r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);

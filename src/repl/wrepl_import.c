@@ -26,6 +26,11 @@
  * stream is always the truth when it has records: the local log may have
  * records it lacks only if they were never confirmed, so never acked.
  *
+ * Only the writer's messages count: a message whose user-id is not this
+ * bridge's broker user is read past before replrec.c sees it (wrepl_lease.c,
+ * "ONE WRITER'S RECORDS"), so a stranger's FENCE ends no term, and a
+ * stranger's RECORDS or HORIZON never enter the log or make it look whole.
+ *
  */
 #define _GNU_SOURCE
 #include "wrepl_int.h"
@@ -207,6 +212,7 @@ static int start_tail(struct wrepl *r, amqp_channel_t ch, uint64_t at_ms, char *
     amqp_basic_qos(st, ch, 0, IMPORT_PREFETCH, 0);
     if (amqp_conn_check(&r->conn, "basic.qos", why, n) < 0)
         return -1;
+    wrepl_read_begin(r);
     if (at_ms) {
         e[0].key = amqp_cstring_bytes("x-stream-offset");
         e[0].value.kind = AMQP_FIELD_KIND_TIMESTAMP;
@@ -284,6 +290,7 @@ struct import_run {
     uint64_t t_lease;                /* monotonic ms the lease came */
     uint64_t hint_from;              /* wall ms the read starts at (a horizon's time), 0: none */
     uint64_t fence_tag, fence_acked; /* the fence's publish tag; monotonic ms its confirm came */
+    uint64_t refused_uncovered;      /* refused record batches the local log does not hold */
     int read_any, fenced, again, res;
     char why[1024];
 };
@@ -466,6 +473,21 @@ static int read_delivery(struct import_run *ir, struct event *ev)
 
     ir->last = clock_mono_ms();
     ir->read_any = 1;
+    if (!wrepl_from_writer(r, &ev->msg, pos.offset)) {
+        /* Not the writer's (wrepl_lease.c): read past it, as if the stream did not hold it. */
+        if (replrec_hdr_decode(ev->msg.body.bytes, ev->msg.body.len, &bh) > 0 &&
+            bh.kind == REPLREC_RECORDS && bh.count &&
+            !(r->resume_next && bh.wal_id == r->resume_wal_id &&
+              bh.lsn + bh.count <= r->resume_next))
+            ir->refused_uncovered++; /* records the local log does not hold: import_swap_in */
+        amqp_destroy_message(&ev->msg);
+        ir->tag = ev->tag;
+        if (++ir->unacked >= IMPORT_ACK_EVERY) {
+            amqp_basic_ack(r->conn.st, ir->rch, ir->tag, 1);
+            ir->unacked = 0;
+        }
+        return STEP_ON;
+    }
     if (replrec_hdr_decode(ev->msg.body.bytes, ev->msg.body.len, &bh) > 0) {
         if (r->resume && bh.owner == r->resume_term)
             r->resume_seen = 1;
@@ -651,6 +673,22 @@ static int import_swap_in(struct import_run *ir, int dirfd)
     double secs = (double)(clock_mono_ms() - ir->t_lease) / 1000.0;
     int e;
 
+    if (im->next_lsn == 0 && ir->refused_uncovered) {
+        /*
+         * Only records of other broker users, which the local log does not
+         * hold: an older bridge's (no user-id: the README's upgrade order
+         * puts the owner, whose own log holds them, first), or forged
+         * ones. Starting from the local log could lose a real log.
+         */
+        log_error("wal-replica", "the stream holds only records of other broker users, which "
+                  "the local log does not hold: not starting from the local log. Written by an "
+                  "older bridge: start the old owner on the new version first (README, "
+                  "\"Upgrade\"); forged: delete the stream",
+                  "stream=%s refused_batches=%llu", r->rc->stream,
+                  (unsigned long long)ir->refused_uncovered);
+        imp_remove(r);
+        return WLOG_EREPLICA;
+    }
     if (im->next_lsn == 0) {
         imp_remove(r);
         log_info("wal-replica", "the stream holds no records: the local log is the log",
@@ -699,12 +737,13 @@ static int import_swap_in(struct import_run *ir, int dirfd)
     }
     log_info("wal-replica", "local log rebuilt from the stream",
              "stream=%s wal_id=%016llx first_lsn=%llu next_lsn=%llu records=%llu bytes=%llu "
-             "messages=%llu strays=%llu horizons=%llu read_from=%lld from_ms=%llu "
+             "messages=%llu strays=%llu refused=%llu horizons=%llu read_from=%lld from_ms=%llu "
              "seconds_after_lease=%.3f",
              r->rc->stream, (unsigned long long)im->wal_id, (unsigned long long)im->first_lsn,
              (unsigned long long)im->next_lsn, (unsigned long long)im->records,
              (unsigned long long)im->bytes, (unsigned long long)im->messages,
-             (unsigned long long)im->strays, (unsigned long long)im->horizons,
+             (unsigned long long)im->strays, (unsigned long long)r->st.refused,
+             (unsigned long long)im->horizons,
              (long long)r->tail_from, (unsigned long long)ir->hint_from, secs);
     return 0;
 }

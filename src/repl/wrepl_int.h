@@ -72,6 +72,7 @@
 #define RETRY_SOON_MS 300 /* the broker was there, the stream refused: again soon, doubling */
 #define LEASE_DISCONNECTED_MS 100 /* 4.3+: a lost node's consumer keeps the token this long */
 #define RESUME_QUIET_MS 3000 /* resuming: the fence confirmed, nothing read this long */
+#define REFUSED_LINES 5 /* lines a minute about stream messages of other users, at most */
 #define TAIL_SLACK_BYTES (64ull << 20) /* a standby reads again from a horizon past this */
 
 struct buf {
@@ -177,6 +178,13 @@ struct wrepl {
     _Atomic int state;
     _Atomic int cancel;
 
+    /* Stream messages of other broker users (wrepl_from_writer; recover's thread). */
+    int64_t seen_lo, seen_hi;   /* stream offsets earlier reads went through (-1: none) ... */
+    int64_t pass_lo, pass_hi;   /* ... and the read under way: its refusals count once */
+    uint64_t refused_log_ms;    /* monotonic ms the current minute of lines about them began */
+    int refused_lines;          /* lines logged in it (REFUSED_LINES at most) */
+    uint64_t refused_quiet;     /* refused and not logged since the last line */
+
     /* The import (recover's thread). */
     struct wal *imp;
     int impfd;
@@ -215,9 +223,23 @@ int wrepl_next_event(struct wrepl *r, int timeout_ms, struct event *ev, char *wh
 /*
  * Publish body to the stream through the default exchange on CH_PUB
  * (persistent, mandatory: a stream deleted under the bridge makes it come
- * back, EV_RETURN). 0 or -1 + why.
+ * back, EV_RETURN), with the user-id property set to the connection's
+ * broker user (RabbitMQ refuses the publish unless it is the user's own).
+ * 0 or -1 + why.
  */
 int wrepl_publish(struct wrepl *r, const void *body, size_t n, char *why, size_t wn);
+
+/*
+ * Whether a stream delivery is the log's writer's: its user-id property,
+ * which RabbitMQ validated against the publishing connection's user, is
+ * this bridge's broker user (r->conn.user; every bridge of one log
+ * connects as the same user). 1 yes; 0 no: the message is refused,
+ * counted in st.refused (not again when a later read of the stream, begun
+ * with wrepl_read_begin(), meets it again), and logged (REFUSED_LINES a
+ * minute at most). Every delivery of a read goes through it, in order.
+ */
+int wrepl_from_writer(struct wrepl *r, const amqp_message_t *m, int64_t offset);
+void wrepl_read_begin(struct wrepl *r);
 
 /* Declare the stream (queue.declare on CH_PUB, its arguments from wal.replicate). 0 or -1 + why. */
 int wrepl_declare_stream(struct wrepl *r, char *why, size_t n);

@@ -19,6 +19,26 @@
  * (within 100 ms). A message already being published to its target in that
  * window may be published again by the new owner: at least once.
  *
+ * ONE WRITER'S RECORDS: THE USER-ID
+ *
+ * The lease keeps bridges from writing the stream at once; it does not
+ * keep anybody else out of it. Any client that may publish to the stream
+ * (through the default exchange, or an exchange bound to it) could put a
+ * FENCE there (the owner's later batches would read as strays and be
+ * dropped at the next takeover), or RECORDS or a HORIZON that a standby
+ * imports as the log. So every message the bridge publishes to the stream
+ * carries the AMQP user-id property set to its broker user, which RabbitMQ
+ * checks against the connection's authenticated user (a mismatch closes
+ * the channel, 406), and the import takes only messages whose user-id is
+ * that user (wrepl_from_writer): one without user-id, or with another
+ * user's, is refused -- not imported, never a fence -- and counted in
+ * /stats wal.replication.refused and delay_bridge_wal_replication_refused_total.
+ * Every bridge of one log therefore connects as the same broker user, and
+ * every URI of broker.uri names it (checked at start). What this does not
+ * cover: a user with RabbitMQ's "impersonator" tag may publish any
+ * user-id, and so may the administrator's tools; such users must not have
+ * write access to the stream's vhost. Messages an older bridge published
+ * carry no user-id and are refused too (README, "Upgrade").
  */
 #define _GNU_SOURCE
 #include "wrepl_int.h"
@@ -154,8 +174,9 @@ int wrepl_publish(struct wrepl *r, const void *body, size_t n, char *why, size_t
         mandatory = 0;
     }
     memset(&p, 0, sizeof(p));
-    p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG;
+    p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_USER_ID_FLAG;
     p.delivery_mode = 2;
+    p.user_id = amqp_cstring_bytes(r->conn.user); /* validated here, checked on import */
     s = amqp_basic_publish(r->conn.st, CH_PUB, amqp_empty_bytes, amqp_cstring_bytes(queue),
                            mandatory, 0, &p, (amqp_bytes_t){n, (void *)body});
     if (s != AMQP_STATUS_OK) {
@@ -163,6 +184,94 @@ int wrepl_publish(struct wrepl *r, const void *body, size_t n, char *why, size_t
         return -1;
     }
     r->next_tag++;
+    return 0;
+}
+
+/* v as a log value: printable ASCII as is, but " and \ and every other byte as \xHH; 64 bytes. */
+static void log_escape(const uint8_t *v, size_t n, char *out, size_t cap)
+{
+    size_t o = 0;
+
+    for (size_t i = 0; i < n && i < 64 && o + 5 < cap; i++) {
+        if (v[i] >= 0x20 && v[i] < 0x7f && v[i] != '"' && v[i] != '\\')
+            out[o++] = (char)v[i];
+        else
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", v[i]);
+    }
+    if (n > 64 && o + 4 < cap)
+        o += (size_t)snprintf(out + o, cap - o, "...");
+    out[o] = '\0';
+}
+
+/* m's user-id, which the broker validated, is this connection's user. */
+static int from_us(const struct wrepl *r, const amqp_message_t *m)
+{
+    const amqp_basic_properties_t *p = &m->properties;
+    size_t un = strlen(r->conn.user);
+
+    return (p->_flags & AMQP_BASIC_USER_ID_FLAG) && p->user_id.len == un &&
+           (un == 0 || memcmp(p->user_id.bytes, r->conn.user, un) == 0);
+}
+
+/*
+ * A read goes through the stream in order, so what reads went through is
+ * kept as one range of offsets: the read that ended joins it when the two
+ * touch, else replaces it (a refusal it forgets may count twice).
+ */
+void wrepl_read_begin(struct wrepl *r)
+{
+    if (r->pass_lo >= 0) {
+        if (r->seen_lo < 0 || r->pass_hi + 1 < r->seen_lo || r->pass_lo > r->seen_hi + 1) {
+            r->seen_lo = r->pass_lo;
+            r->seen_hi = r->pass_hi;
+        } else {
+            r->seen_lo = r->pass_lo < r->seen_lo ? r->pass_lo : r->seen_lo;
+            r->seen_hi = r->pass_hi > r->seen_hi ? r->pass_hi : r->seen_hi;
+        }
+    }
+    r->pass_lo = r->pass_hi = -1;
+}
+
+int wrepl_from_writer(struct wrepl *r, const amqp_message_t *m, int64_t offset)
+{
+    const amqp_basic_properties_t *p = &m->properties;
+    int has = (p->_flags & AMQP_BASIC_USER_ID_FLAG) != 0;
+    uint64_t now, total;
+    char claimed[300], expected[300];
+
+    if (offset >= 0) {
+        if (r->pass_lo < 0)
+            r->pass_lo = offset;
+        r->pass_hi = offset;
+    }
+    if (from_us(r, m))
+        return 1;
+    /* Read again (a standby starting over, a resume given up): counted already. */
+    if (offset >= 0 && r->seen_lo >= 0 && offset >= r->seen_lo && offset <= r->seen_hi)
+        return 0;
+    pthread_mutex_lock(&r->mu);
+    total = ++r->st.refused;
+    pthread_mutex_unlock(&r->mu);
+    now = clock_mono_ms();
+    if (total == 1 || now - r->refused_log_ms >= 60000) {
+        r->refused_log_ms = now;
+        r->refused_lines = 0;
+    }
+    if (r->refused_lines >= REFUSED_LINES) {
+        r->refused_quiet++;
+        return 0;
+    }
+    if (has)
+        log_escape(p->user_id.bytes, p->user_id.len, claimed, sizeof(claimed));
+    log_escape((const uint8_t *)r->conn.user, strlen(r->conn.user), expected, sizeof(expected));
+    log_warn("wal-replica", "refused a stream message not published by this log's broker user "
+             "(forged, or written by another user or an older bridge): not imported",
+             "stream=%s offset=%lld user_id=%s%s%s expected_user=\"%s\" body_bytes=%zu "
+             "refused_total=%llu not_logged_since=%llu", r->rc->stream, (long long)offset,
+             has ? "\"" : "", has ? claimed : "(none)", has ? "\"" : "", expected,
+             m->body.len, (unsigned long long)total, (unsigned long long)r->refused_quiet);
+    r->refused_lines++;
+    r->refused_quiet = 0;
     return 0;
 }
 
@@ -207,8 +316,9 @@ static int publish_token(struct wrepl *r, const char *body, size_t len, char *wh
     amqp_basic_properties_t p;
 
     memset(&p, 0, sizeof(p));
-    p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG;
+    p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_USER_ID_FLAG;
     p.delivery_mode = 2;
+    p.user_id = amqp_cstring_bytes(r->conn.user); /* its hint is taken only then: token_hint */
     if (amqp_basic_publish(r->conn.st, CH_RENEW, amqp_empty_bytes,
                            amqp_cstring_bytes(r->rc->lease_queue), 0, 0, &p,
                            (amqp_bytes_t){len, (void *)body}) != AMQP_STATUS_OK) {
@@ -344,8 +454,14 @@ static size_t token_body(struct wrepl *r, char *out, size_t n)
                             (unsigned long long)lsn, (unsigned long long)ms);
 }
 
-static void token_hint(struct wrepl *r, const amqp_bytes_t *body)
+/*
+ * The hint a granted token carries, if a bridge of this log published it
+ * (its user-id): anyone who may write the lease queue can add tokens, and
+ * a hint only speeds the read up, so a stranger's is ignored.
+ */
+static void token_hint(struct wrepl *r, const amqp_message_t *m)
 {
+    const amqp_bytes_t *body = &m->body;
     char s[200];
     unsigned long long lsn, ms;
     size_t n = body->len < sizeof(s) - 1 ? body->len : sizeof(s) - 1;
@@ -354,7 +470,7 @@ static void token_hint(struct wrepl *r, const amqp_bytes_t *body)
     memcpy(s, body->bytes, n);
     s[n] = '\0';
     r->grant_lsn = r->grant_ms = 0;
-    if ((p = strstr(s, "; horizon_lsn=")) && sscanf(p, "; horizon_lsn=%llu horizon_ms=%llu",
+    if (from_us(r, m) && (p = strstr(s, "; horizon_lsn=")) && sscanf(p, "; horizon_lsn=%llu horizon_ms=%llu",
                                                     &lsn, &ms) == 2) {
         r->grant_lsn = lsn;
         r->grant_ms = ms;
@@ -526,7 +642,7 @@ int wrepl_renew_event(struct wrepl *r, const struct event *ev, char *why, size_t
 {
     if (ev->kind == EV_DELIVER && ev->ch == CH_LEASE) {
         if (!r->have_lease)
-            token_hint(r, &ev->msg.body);
+            token_hint(r, &ev->msg);
         amqp_destroy_message((amqp_message_t *)&ev->msg);
         if (r->lease_tag) /* cannot happen with prefetch 1; keep one token, not two */
             amqp_basic_ack(r->conn.st, CH_LEASE, r->lease_tag, 0);

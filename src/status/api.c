@@ -57,6 +57,7 @@
  *                               "failed", "stream", "complete": bool,
  *                               "imported_records", "imported_bytes",
  *                               "import_seconds", "standby_seconds", "lease_renewals", "resumed",
+ *                               "refused",
  *                               "published_messages", "published_bytes",
  *                               "horizons", "horizon_lsn", "horizon_running": bool,
  *                               "needed_bytes", "confirm": { "count", "sum_seconds" } }
@@ -287,6 +288,7 @@ static json_object *replication_json(const struct db_wal_stats *w)
     add(rj, "confirm", hist_summary(&w->repl_confirm));
     add_u64(rj, "lease_renewals", w->repl_lease_renewals);
     add(rj, "resumed", json_object_new_boolean(w->repl_resumed != 0));
+    add_u64(rj, "refused", w->repl_refused);
     return rj;
 }
 

@@ -443,6 +443,10 @@ static void render_wal(const struct db_wal_stats *w, struct strbuf *out)
                "Lease tokens the owner traded for fresh ones (every wal.replicate.lease_renew_ms): "
                "flat while it owns the log means the lease is not being renewed.",
                w->repl_lease_renewals);
+    scalar_u64(out, "wal_replication_refused_total", "counter",
+               "Stream messages refused because their user-id is not this log's broker user "
+               "(forged, or written by another user or an older bridge): never imported.",
+               w->repl_refused);
     scalar_u64(out, "wal_replication_needed_bytes", "gauge",
                "Stream bytes a rebuild needs (published since the newest stream checkpoint "
                "began): keep it below wal.replicate.max_mb.", w->repl_needed_bytes);
