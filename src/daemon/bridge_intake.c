@@ -148,7 +148,8 @@ void bridge_held_gate(struct bridge *b)
                  "held=%" PRIu64 " max_held=%" PRIu64 " key=limits.max_held resume_below=%"
                  PRIu64, all, max, max - max / 20);
     } else if (!paused && b->held_all_paused) {
-        log_info("bridge", "held below the limit in all again: consuming resumes",
+        log_info("bridge", max ? "held below the limit in all again: consuming resumes"
+                               : "the limit in all was lifted (0, no bound): consuming resumes",
                  "held=%" PRIu64 " max_held=%" PRIu64 " key=limits.max_held", all, max);
     }
     b->held_all_paused = paused;
@@ -166,7 +167,10 @@ void bridge_held_gate(struct bridge *b)
                      "resume_below=%" PRIu64 " queue=\"%s\"", rc->name, held, rc->max_held,
                      rc->name, rc->max_held - rc->max_held / 20, rc->ingress_queue);
         } else if (!p && n->held_paused && !rc->retired) {
-            log_info("bridge", "held below the limit again: the route consumes again",
+            log_info("bridge", rc->max_held ? "held below the limit again: the route consumes "
+                                              "again"
+                                            : "the route's limit was lifted (0, none of its "
+                                              "own): the route consumes again",
                      "route=%s held=%" PRIu64 " max_held=%" PRIu64 " key=routes[%s].max_held",
                      rc->name, held, rc->max_held, rc->name);
         }
