@@ -77,7 +77,7 @@ struct consumer {
     /*
      * Per route index: on = this consumer reads the route (consumer_route_add);
      * held = consumer_hold_route(), its ingress not consumed (the declares are made);
- * failed = added while connected and refused by the broker (its declare
+     * failed = added while connected and refused by the broker (its declare
      * tried on a scratch channel, cons_check_route): not consumed, tried
      * again at retry_at (monotonic) and at every connect, alone, so that it
      * never takes the other routes down with it.
