@@ -510,6 +510,7 @@ static void on_recovered(struct ev_loop *loop, ev_async *w, int revents)
     }
     /* Before the consumers connect: a log replayed over a max_held starts those routes
      * paused (bridge_intake.c, the held gate); what it holds was acked, it is all loaded. */
+    bridge_held_start(b);
     bridge_held_gate(b);
     bridge_reload_recovered(b);
 }

@@ -293,6 +293,8 @@ void bridge_stash_drain(struct bridge *b);
  * ways). Cheap (O(routes)): called every loop turn and at recovery's end.
  */
 void bridge_held_gate(struct bridge *b);
+/* At start: warn when limits.max_held is 0, or needs more RAM than the process's cgroup allows. */
+void bridge_held_start(struct bridge *b);
 
 /* bridge_commit.c */
 /* Commit what was appended and confirmed (unless a commit runs); ack what it covers. */

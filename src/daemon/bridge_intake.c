@@ -187,6 +187,58 @@ void bridge_held_gate(struct bridge *b)
     held_reason(b, first, routes);
 }
 
+/*
+ * The memory this process may use, from its cgroup (v2 memory.max, else v1
+ * memory.limit_in_bytes); 0 when there is no limit or none is found.
+ */
+static uint64_t memory_limit(const char **from)
+{
+    static const char *const files[] = {"/sys/fs/cgroup/memory.max",
+                                        "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    char buf[64];
+
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        FILE *f = fopen(files[i], "r");
+        unsigned long long v;
+        int ok;
+        if (!f)
+            continue;
+        ok = fgets(buf, sizeof(buf), f) != NULL;
+        fclose(f);
+        *from = files[i];
+        if (!ok || sscanf(buf, "%llu", &v) != 1 || v >= (1ull << 62)) /* "max", or v1's none */
+            return 0;
+        return v;
+    }
+    return 0;
+}
+
+#define HELD_RAM_BYTES 40u          /* a held message, unkeyed (engine.h; tests/bench) */
+#define HELD_RAM_KEYED_BYTES 57u    /* ... with an x-delay-key */
+#define PROCESS_RAM_BYTES (20u << 20)
+
+void bridge_held_start(struct bridge *b)
+{
+    uint64_t max = b->cfg->max_held, limit, need;
+    const char *from = "";
+
+    if (!max) {
+        log_warn("bridge", "limits.max_held is 0: no bound on the messages held; publishers "
+                 "can grow this process's memory until it is killed", "key=limits.max_held");
+        return;
+    }
+    limit = memory_limit(&from);
+    need = max * HELD_RAM_BYTES + PROCESS_RAM_BYTES;
+    if (limit && need > limit)
+        log_warn("bridge", "limits.max_held needs more RAM than this process may use: it "
+                 "would be killed before the bound pauses consuming; lower limits.max_held",
+                 "key=limits.max_held max_held=%" PRIu64 " needs_bytes=%" PRIu64
+                 " memory_limit_bytes=%" PRIu64 " from=\"%s\" suggested=%" PRIu64, max, need,
+                 limit, from,
+                 limit > 2 * PROCESS_RAM_BYTES
+                     ? (limit - 2 * PROCESS_RAM_BYTES) / HELD_RAM_KEYED_BYTES : 0);
+}
+
 /* After a message was added to route: at a bound now? Then the gate, at once. */
 static void held_check(struct bridge *b, int route)
 {

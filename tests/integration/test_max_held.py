@@ -23,7 +23,8 @@ routes[].max_held (one route, 200, prefetch 50):
 limits.max_held (two routes with no bound of their own, 300 in all,
 prefetch 20 each): 1,000 messages across both stop at 300 + 40 in all, both
 routes paused, /readyz naming limits.max_held; a reload setting it to 0 (no
-bound) resumes both at once, and every message is taken.
+bound) resumes both at once, and every message is taken; started again with
+0, the bridge warns that nothing bounds what it holds.
 
 On the code before max_held existed the config is refused (unknown key
 "max_held"), and without the gate the bridge would take all 2,000."""
@@ -206,6 +207,11 @@ def total_bound(ctx):
           "delay_bridge_max_held_messages present with no bound")
     check(h.metric_value(m, "delay_bridge_held_limit_paused", 'route="all-a"') == 0,
           "delay_bridge_held_limit_paused{route=all-a} not 0 after the resume")
+    # Started with no bound (written as 0): it says so, in one line.
+    b.stop()
+    b.start()
+    b.wait_log("limits.max_held is 0: no bound", 10, "the warning about no bound")
+    check(h.stats(port)["held"] == 1000, "held after the restart: %r" % h.stats(port)["held"])
     b.stop()
 
 
