@@ -130,6 +130,11 @@ struct config_route {
     uint16_t prefetch;                          /* "prefetch": 1000, 1..65535 */
     uint32_t max_inflight;                      /* "max_inflight": 1000 unconfirmed publishes */
     uint64_t max_delay_ms;                      /* "max_delay_ms": 4294967295 */
+    uint64_t max_held;                          /* "max_held": 0, 0..CONFIG_MAX_HELD: at this
+                                                   many held the route stops consuming
+                                                   (README, "Bounds on what is held");
+                                                   0 = no bound of its own, only
+                                                   limits.max_held */
     enum delay_from delay_from;                 /* "delay_from": "bridge" | "broker" */
     enum invalid_delay_policy invalid_delay;    /* "invalid_delay": "publish" | "dead-letter" */
     char dead_letter_exchange[CONFIG_NAME_MAX + 1]; /* required when invalid_delay is dead-letter */
@@ -211,6 +216,15 @@ struct config_replicate {
 
 #define CONFIG_STREAM_SEGMENT_MAX_MB 2861 /* 2861 MiB <= 3,000,000,000 bytes < 2862 MiB */
 
+/*
+ * max_held, of a route and in all: the most messages held before consuming
+ * pauses. A message handle is 32 bits (engine.h), so no bound above it
+ * means anything; the default in all, CONFIG_MAX_HELD_DEFAULT, is about
+ * 400 MB of RAM at 40 B a message (README, "Bounds on what is held").
+ */
+#define CONFIG_MAX_HELD 4294967295ull
+#define CONFIG_MAX_HELD_DEFAULT 10000000ull
+
 struct config {
     /* broker */
     char *uris[CONFIG_MAX_URIS]; /* "uri": string or array of strings; owned, malloc'd */
@@ -257,6 +271,11 @@ struct config {
     int log_level;               /* "level": "info" (enum log_level) */
 
     uint32_t shutdown_timeout_ms; /* top-level "shutdown_timeout_ms": 10000 */
+
+    /* limits */
+    uint64_t max_held;           /* "max_held": CONFIG_MAX_HELD_DEFAULT, 0..CONFIG_MAX_HELD:
+                                    at this many held in all (orphans included) every route
+                                    stops consuming; 0 = no bound (only when written) */
 
     /*
      * "routes_file": "" = WAL_DIR/routes.json. The routes put through the

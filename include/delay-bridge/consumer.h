@@ -185,6 +185,17 @@ void consumer_hold_ingress(struct consumer *c);
 void consumer_release_ingress(struct consumer *c);
 
 /*
+ * The same for one route (its max_held is reached, or the bridge's):
+ * basic.cancel of route's ingress consumer, the connection and the rest
+ * kept; consumer_release_route() consumes it again. Independent of the
+ * hold above -- a route is consumed when neither holds it -- and kept
+ * across reconnects and a route removed and added again. Before the first
+ * connect it only marks the route: the connect then does not consume it.
+ */
+void consumer_hold_route(struct consumer *c, int route);
+void consumer_release_route(struct consumer *c, int route);
+
+/*
  * routes[].share_keys: the route's key-event exchange (INGRESS_EXCHANGE.keys,
  * fanout) and this bridge's queue on it (INGRESS_QUEUE.keys.HOLDER, HOLDER
  * being config_key_holder(): the instance, or a replicated log's stream),

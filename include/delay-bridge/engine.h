@@ -403,6 +403,12 @@ void eng_stats(const struct engine *e, struct eng_stats *s);
  */
 int eng_intake(const struct engine *e, uint64_t bytes);
 void eng_route_stats(const struct engine *e, uint16_t route, struct eng_route_stats *s);
+/*
+ * Messages held, O(1): route's (PENDING, WAITING, DUE and INFLIGHT; 0 for a
+ * route the engine does not know), or with route < 0 every message held,
+ * orphans included -- what the bridge's max_held bounds weigh (config.h).
+ */
+uint64_t eng_held(const struct engine *e, int route);
 
 /* The log's random id, stable across restarts (prefix of message id headers). */
 uint64_t eng_log_id(const struct engine *e);

@@ -45,8 +45,9 @@ struct db_stats;
  * Why the daemon is not ready ("" when it is): the one definition of
  * "ready", read by /readyz, /stats and delay_bridge_ready. The first that
  * applies, most final first: stopping, recovering, WAL not writable,
- * consumer connection down, publisher connection down (blocked counts as
- * connected: it is broker flow control, not an outage).
+ * a held bound reached (held_limit.reason), consumer connection down,
+ * publisher connection down (blocked counts as connected: it is broker
+ * flow control, not an outage).
  */
 const char *db_not_ready_reason(const struct db_stats *s);
 
@@ -103,6 +104,10 @@ struct db_route_stats {
                                queue types: -2, not shown */
     int channel_open;       /* the route's publish channel is open */
     struct db_hist lateness; /* confirm time minus due time, seconds */
+    /* max_held (README, "Bounds on what is held") */
+    uint64_t max_held;          /* routes[].max_held; 0 = none of its own */
+    uint64_t held_limit_paused; /* 1: not consuming, its max_held or limits.max_held reached */
+    uint64_t held_limit_pauses; /* times its own max_held paused it */
 };
 
 struct db_wal_stats {
@@ -200,6 +205,14 @@ struct db_stats {
 
     /* held messages, all routes */
     uint64_t held;              /* every message the WAL holds live */
+    /* limits.max_held, and why consuming is paused for a held bound (README, "Bounds on
+     * what is held"): reason names the key path; NULL when no bound holds consuming */
+    struct {
+        uint64_t max_held;      /* limits.max_held; 0 = none */
+        int paused;             /* limits.max_held reached: every route paused */
+        uint64_t pauses;        /* times it paused every route */
+        const char *reason;     /* "held limit reached ...": /readyz's reason; NULL = none */
+    } held_limit;
     uint64_t orphaned;          /* held for a route missing from the config: never published */
     uint64_t next_due_ms;       /* earliest due time of a waiting message, 0 = none; exact, or
                                    a lower bound when over 65536 messages share its wheel slot */

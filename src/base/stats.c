@@ -65,6 +65,8 @@ const char *db_not_ready_reason(const struct db_stats *s)
         return "WAL space low (consuming paused while held messages fire)";
     if (!s->wal.writable)
         return "WAL not writable";
+    if (s->held_limit.reason && s->held_limit.reason[0])
+        return s->held_limit.reason; /* a max_held reached: consuming paused */
     if (s->consumer == DB_CONN_DOWN)
         return "consumer connection down";
     if (s->publisher == DB_CONN_DOWN)

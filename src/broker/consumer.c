@@ -242,7 +242,7 @@ static void open_connection(struct consumer *c)
             cons_route_accepted(c, i);
         }
         if (cons_declare_route(&c->conn, &cfg->routes[i], config_key_holder(cfg),
-                               c->ingress_held, c->stream_next[i], e2, sizeof(e2)) < 0) {
+                               cons_ingress_off(c, i), c->stream_next[i], e2, sizeof(e2)) < 0) {
             snprintf(err, sizeof(err), "route %s: %s", cfg->routes[i].name, e2);
             goto fail_close;
         }

@@ -76,6 +76,7 @@ struct consumer {
     char vhost[CONFIG_NAME_MAX + 1]; /* logged in to this vhost; "" = the URI's */
     /*
      * Per route index: on = this consumer reads the route (consumer_route_add);
+     * held = consumer_hold_route(), its ingress not consumed (the declares are made);
      * failed = added while connected and refused by the broker (its declare
      * tried on a scratch channel, cons_check_route): not consumed, tried
      * again at retry_at (monotonic) and at every connect, alone, so that it
@@ -83,6 +84,7 @@ struct consumer {
      */
     struct mine {
         uint8_t on, failed;
+        uint8_t held; /* consumer_hold_route(): its ingress not consumed */
         uint64_t retry_at;
         struct backoff bo;
     } *mine;
@@ -109,6 +111,12 @@ void cons_route_start(struct consumer *c, int i);
 #define CHECK_DECLARE_CHANNEL 5 /* ... and its queue's refusable arguments */
 #define TAG_PREFIX "delay-bridge:"           /* + route: a route's ingress consumer */
 #define KEYS_TAG_PREFIX "delay-bridge-keys:" /* + route: its key-event consumer */
+
+/* Route i's ingress is not consumed now: every route's (the disk gate) or its own is held. */
+static inline int cons_ingress_off(const struct consumer *c, int i)
+{
+    return c->ingress_held || c->mine[i].held;
+}
 
 /* The consumer tag of the route's ingress consumer: "delay-bridge:<route>"; in buf. */
 amqp_bytes_t cons_ingress_tag(const struct config_route *rc, char *buf, size_t n);

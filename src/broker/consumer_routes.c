@@ -17,6 +17,10 @@
  * The hold (consumer_hold_ingress) cancels every route's ingress consumer
  * and keeps the connection, so that deliveries already taken stay unacked
  * in the log's batch and key events still flow; the release consumes again.
+ * A route's own hold (consumer_hold_route: its max_held) does the same for
+ * that route alone; an ingress is consumed when neither holds it
+ * (cons_ingress_off), so each cancels or consumes only what the other
+ * does not already hold.
  *
  * It works on struct consumer (consumer_int.h) and calls consumer.c's
  * cons_conn_down() when the connection is lost; consumer.c calls
@@ -92,7 +96,7 @@ void consumer_hold_ingress(struct consumer *c)
     if (!c->up)
         return;
     for (int i = 0; i < c->cfg->nroutes; i++) {
-        if (!c->mine[i].on || c->mine[i].failed)
+        if (!c->mine[i].on || c->mine[i].failed || c->mine[i].held)
             continue;
         amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL,
                           cons_ingress_tag(&c->cfg->routes[i], tag, sizeof(tag)));
@@ -114,12 +118,44 @@ void consumer_release_ingress(struct consumer *c)
     if (!c->up || c->stopped || c->paused)
         return;
     for (int i = 0; i < c->cfg->nroutes; i++)
-        if (c->mine[i].on && !c->mine[i].failed &&
+        if (c->mine[i].on && !c->mine[i].failed && !c->mine[i].held &&
             cons_consume_ingress(&c->conn, &c->cfg->routes[i], c->stream_next[i], err,
                                  sizeof(err)) < 0) {
             cons_conn_down(c, err);
             return;
         }
+}
+
+/* One route's hold (its max_held): basic.cancel of its ingress consumer alone. */
+void consumer_hold_route(struct consumer *c, int route)
+{
+    struct mine *m = &c->mine[route];
+    char err[512], tag[300];
+
+    if (m->held)
+        return;
+    m->held = 1;
+    if (!c->up || c->stopped || c->paused || c->ingress_held || !m->on || m->failed)
+        return;
+    amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL,
+                      cons_ingress_tag(&c->cfg->routes[route], tag, sizeof(tag)));
+    if (amqp_conn_check(&c->conn, "basic.cancel", err, sizeof(err)) < 0)
+        cons_conn_down(c, err);
+}
+
+void consumer_release_route(struct consumer *c, int route)
+{
+    struct mine *m = &c->mine[route];
+    char err[512];
+
+    if (!m->held)
+        return;
+    m->held = 0;
+    if (!c->up || c->stopped || c->paused || c->ingress_held || !m->on || m->failed)
+        return;
+    if (cons_consume_ingress(&c->conn, &c->cfg->routes[route], c->stream_next[route], err,
+                             sizeof(err)) < 0)
+        cons_conn_down(c, err);
 }
 
 /*
@@ -149,7 +185,7 @@ void cons_route_start(struct consumer *c, int i)
         return;
     }
     cons_route_accepted(c, i);
-    if (cons_declare_route(&c->conn, rc, config_key_holder(c->cfg), c->ingress_held,
+    if (cons_declare_route(&c->conn, rc, config_key_holder(c->cfg), cons_ingress_off(c, i),
                            c->stream_next[i], err, sizeof(err)) < 0) {
         cons_conn_down(c, err);
         return;
@@ -189,7 +225,7 @@ void consumer_route_remove(struct consumer *c, int route)
         m->failed = 0;
         return;
     }
-    if (!c->ingress_held) {
+    if (!cons_ingress_off(c, route)) {
         amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL, cons_ingress_tag(rc, tag, sizeof(tag)));
         if (amqp_conn_check(&c->conn, "basic.cancel", err, sizeof(err)) < 0) {
             cons_conn_down(c, err);

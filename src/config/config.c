@@ -40,7 +40,8 @@
  *   reconnect_*_ms, publish_retry_*_ms 1..2^32-1; shutdown_timeout_ms
  *   0..2^32-1; wal.max_message_bytes 1..536870912 (RabbitMQ's own ceiling,
  *   well under WALREC_MAX_PAYLOAD); wal.checkpoint_interval_s 0 (off)..604800;
- *   wal.checkpoint_min_mb 1..1048576; wal.replicate.max_age at most 9
+ *   wal.checkpoint_min_mb 1..1048576; limits.max_held and routes[].max_held
+ *   0..2^32-1 (a message handle is 32 bits); wal.replicate.max_age at most 9
  *   digits (its seconds fit in 64 bits even in years); http.listen is ""
  *   (off) by default, else host:port with IPv6 hosts in brackets
  *   ("[::1]:9187"); routes_file "" is wal.dir + "/routes.json", filled in
@@ -508,6 +509,18 @@ static int parse_http(struct ctx *x, struct config *c, json_object *root)
     return 0;
 }
 
+/* limits: bounds a publisher cannot push past (README, "Bounds on what is held"). */
+static int parse_limits(struct ctx *x, struct config *c, json_object *root)
+{
+    static const char *const keys[] = { "max_held", NULL };
+    json_object *l;
+    if (cfg_section(x, root, "limits", keys, &l) < 0)
+        return -1;
+    if (!l)
+        return 0;
+    return cfg_get_int(x, l, "limits", "max_held", 0, (int64_t)CONFIG_MAX_HELD, &c->max_held);
+}
+
 static int parse_log(struct ctx *x, struct config *c, json_object *root)
 {
     static const char *const keys[] = { "level", NULL };
@@ -573,6 +586,7 @@ static void defaults(struct config *c)
     /* http_listen "": the endpoint is off unless configured (README) */
     c->log_level = LOG_LEVEL_INFO;
     c->shutdown_timeout_ms = 10000;
+    c->max_held = CONFIG_MAX_HELD_DEFAULT;
 }
 
 
@@ -590,11 +604,12 @@ int config_parse(struct config *c, const char *json, const char *name, char *err
 
     static const char *const keys[] = { "instance", "broker", "wal", "http", "log",
                                         "shutdown_timeout_ms", "routes_file", "route_templates",
-                                        "routes", NULL };
+                                        "limits", "routes", NULL };
     if (cfg_check_keys(&x, root, "", keys) < 0)
         goto cleanup;
     if (parse_broker(&x, c, root) < 0 || parse_wal(&x, c, root) < 0 ||
         parse_http(&x, c, root) < 0 || parse_log(&x, c, root) < 0 ||
+        parse_limits(&x, c, root) < 0 ||
         parse_routes_file(&x, c, root) < 0)
         goto cleanup;
     if (cfg_get_u32(&x, root, "", "shutdown_timeout_ms", 0, &c->shutdown_timeout_ms) < 0)

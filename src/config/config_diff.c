@@ -70,6 +70,7 @@ int config_route_keys_diff(const struct config_route *a, const struct config_rou
         {"prefetch", a->prefetch != b->prefetch},
         {"max_inflight", a->max_inflight != b->max_inflight},
         {"max_delay_ms", a->max_delay_ms != b->max_delay_ms},
+        {"max_held", a->max_held != b->max_held},
         {"delay_from", a->delay_from != b->delay_from},
         {"invalid_delay", a->invalid_delay != b->invalid_delay},
         {"dead_letter_exchange", strcmp(a->dead_letter_exchange, b->dead_letter_exchange) != 0},
@@ -186,6 +187,7 @@ int config_diff(const struct config *a, const struct config *b,
         "http");
     say(&d, a->log_level != b->log_level, "log.level");
     say(&d, a->shutdown_timeout_ms != b->shutdown_timeout_ms, "shutdown_timeout_ms");
+    say(&d, a->max_held != b->max_held, "limits.max_held");
     say(&d, strcmp(a->routes_file, b->routes_file), "routes_file");
     say(&d, templates_differ(a, b), "route_templates");
 

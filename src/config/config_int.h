@@ -136,7 +136,7 @@ int cfg_parse_routes(struct ctx *x, struct config *c, json_object *root);
 
 /* The keys a route object may have ("name" first, "template" last), NULL-terminated. */
 extern const char *const cfg_route_keys[];
-#define CFG_ROUTE_NKEYS 21
+#define CFG_ROUTE_NKEYS 22
 
 /* config_add_routes(), warning (log_warn) about each route skipped when warn. */
 int cfg_add_routes(struct config *c, const char *json, const char *name, int *shadowed, int warn,

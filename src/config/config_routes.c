@@ -69,6 +69,7 @@ static void route_defaults(struct config_route *r)
     r->prefetch = 1000;
     r->max_inflight = 1000;
     r->max_delay_ms = 4294967295u;
+    r->max_held = 0; /* none of its own: limits.max_held bounds it */
     r->invalid_delay = INVALID_DELAY_PUBLISH;
     r->dead_letter_exchange[0] = '\0';
     r->unroutable_exchange[0] = '\0';
@@ -151,7 +152,8 @@ static int route_kinds(struct ctx *x, struct config_route *r, json_object *o, co
     return 0;
 }
 
-/* routes[i]: flow limits (prefetch, in flight, longest delay) and where delays count from. */
+/* routes[i]: flow limits (prefetch, in flight, longest delay, most held) and where delays
+ * count from. */
 static int route_limits(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
 {
     uint64_t v = r->prefetch;
@@ -166,6 +168,8 @@ static int route_limits(struct ctx *x, struct config_route *r, json_object *o, c
     if (cfg_get_int(x, o, pre, "max_delay_ms", 1, INT64_MAX, &v) < 0)
         return -1;
     r->max_delay_ms = v;
+    if (cfg_get_int(x, o, pre, "max_held", 0, (int64_t)CONFIG_MAX_HELD, &r->max_held) < 0)
+        return -1;
     static const char *const froms[] = { "bridge", "broker", NULL };
     int choice = -1;
     r->delay_from = DELAY_FROM_BRIDGE;
@@ -247,7 +251,7 @@ static int route_check_rules(struct ctx *x, const struct config_route *r, const 
 
 const char *const cfg_route_keys[] = {
     "name", "ingress_exchange", "ingress_queue", "target_exchange", "queue_type",
-    "declare_target", "target_type", "prefetch", "max_inflight", "max_delay_ms",
+    "declare_target", "target_type", "prefetch", "max_inflight", "max_delay_ms", "max_held",
     "invalid_delay", "dead_letter_exchange", "unroutable_exchange",
     "single_active_consumer", "share_keys", "stream_max_age", "stream_max_mb", "delay_from",
     "retry", "vhost", "template", NULL

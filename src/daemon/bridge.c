@@ -267,6 +267,8 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
     }
     if (b->stash.n && !b->stopping)
         bridge_stash_drain(b);
+    if (!b->stopping && !b->drain.active)
+        bridge_held_gate(b); /* after firing, confirms and purges: a resume, or a bound changed */
     if (b->stopping) {
         shutdown_step(b, mono);
         if (b->exit_code || b->done)
@@ -506,6 +508,10 @@ static void on_recovered(struct ev_loop *loop, ev_async *w, int revents)
             consumer_set_stream_next(bridge_cons(b, i), i, b->ioff[i].stored, b->ioff[i].upto);
         consumer_route_add(bridge_cons(b, i), i);
     }
+    /* Before the consumers connect: a log replayed over a max_held starts those routes
+     * paused (bridge_intake.c, the held gate); what it holds was acked, it is all loaded. */
+    bridge_held_start(b);
+    bridge_held_gate(b);
     bridge_reload_recovered(b);
 }
 

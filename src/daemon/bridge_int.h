@@ -81,6 +81,8 @@ struct route_counts {
     uint64_t received, rejected, invalid_delay, invalid_key, dead_lettered, deduplicated;
     uint64_t key_events_sent, key_events_received, key_events_applied, unstamped;
     struct log_ratelimit rl_delay, rl_return, rl_stamp;
+    int held_paused;      /* its max_held reached: not consuming (bridge_held_gate) */
+    uint64_t held_pauses; /* times it paused so */
 };
 
 struct bridge {
@@ -138,6 +140,11 @@ struct bridge {
     int space_paused;       /* the log asks for no new messages: consuming paused */
     uint64_t space_pauses;  /* times consuming paused so (/stats wal.intake_pauses) */
     struct dstash stash;    /* deliveries taken while paused, not yet in the log */
+    /* limits.max_held reached: every route paused (bridge_held_gate); times it did */
+    int held_all_paused;
+    uint64_t held_all_pauses;
+    char held_reason[CONFIG_NAME_MAX + 160]; /* why a held bound pauses consuming, for
+                                                /readyz (bridge_held_gate); "" = none */
     uint64_t disk_retry_at; /* when to try the commit again (monotonic) */
     int stopping;
     uint64_t stop_deadline; /* monotonic */
@@ -280,6 +287,14 @@ void bridge_on_consumer_state(void *arg, int up);
 void bridge_intake_gate(struct bridge *b);
 /* The gate is open: append the stash, oldest first, while the log has room. */
 void bridge_stash_drain(struct bridge *b);
+/*
+ * The held gate: each route's consuming paused at its max_held, every
+ * route's at limits.max_held, resumed below 95 % of the bound (logged both
+ * ways). Cheap (O(routes)): called every loop turn and at recovery's end.
+ */
+void bridge_held_gate(struct bridge *b);
+/* At start: warn when limits.max_held is 0, or needs more RAM than the process's cgroup allows. */
+void bridge_held_start(struct bridge *b);
 
 /* bridge_commit.c */
 /* Commit what was appended and confirmed (unless a commit runs); ack what it covers. */

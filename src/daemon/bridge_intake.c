@@ -31,10 +31,31 @@
  * to the broker: nothing acked was only in memory. A lost connection drops
  * the stash (the broker has those deliveries again). Key events and
  * oversized rejects never wait: they append no message.
+ *
+ * THE HELD GATE. Every held message costs RAM (40 B, engine.h) for as long
+ * as its delay, and a restart needs that RAM again to replay it; so a
+ * publisher of many long delays could grow the process until it is
+ * killed, and then kill every restart. routes[].max_held bounds a route,
+ * limits.max_held every route together (config.h; README, "Bounds on what
+ * is held"). bridge_held_gate() weighs the engine's counts against them:
+ * at the bound a route's ingress consumer is cancelled (consumer_hold_route,
+ * the connection kept, as the disk gate does) and new messages wait in its
+ * ingress queue, in the broker; it consumes again once the count is below
+ * 95 % of the bound (hysteresis: a resume is not undone by the next
+ * delivery). Deliveries already on the wire when the cancel goes out (up
+ * to prefetch a route) are taken as any other, so the bound may be passed
+ * by at most the prefetch (the routes' together, for limits.max_held).
+ * Nothing is refused, nothing nacked: the count falls as held messages
+ * fire, are cancelled or purged. A replay at start loads whatever the log
+ * holds, over the bound or not -- those messages were acked -- and the
+ * gate's first look, before the consumers connect, starts the routes
+ * paused. Each pause and resume is one log line naming the route, the
+ * count, the bound and its key path; /readyz names the first.
  */
 #include "bridge_int.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/clock.h"
@@ -85,6 +106,147 @@ void bridge_intake_gate(struct bridge *b)
         if (!b->disk_full && !b->stopping && !b->drain.active)
             bridge_consumers(b, CONSUMERS_RELEASE);
     }
+}
+
+/* A bound with hysteresis: paused at max held, resumed below 95 % of it; max 0: none. */
+static int held_over(uint64_t held, uint64_t max, int paused)
+{
+    if (!max)
+        return 0;
+    return held >= (paused ? max - max / 20 : max);
+}
+
+/* /readyz's reason while a held bound pauses consuming: the bound in all first. */
+static void held_reason(struct bridge *b, int first, int routes)
+{
+    const struct config *cfg = b->cfg;
+
+    if (b->held_all_paused)
+        snprintf(b->held_reason, sizeof(b->held_reason), "held limit reached (consuming paused "
+                 "on every route): limits.max_held %" PRIu64 ", %" PRIu64 " held",
+                 cfg->max_held, eng_held(b->eng, -1));
+    else if (routes)
+        snprintf(b->held_reason, sizeof(b->held_reason), "held limit reached (consuming paused): "
+                 "routes[%s].max_held %" PRIu64 ", %" PRIu64 " held%s", cfg->routes[first].name,
+                 cfg->routes[first].max_held, eng_held(b->eng, first),
+                 routes > 1 ? ", and other routes" : "");
+    else
+        b->held_reason[0] = '\0';
+}
+
+void bridge_held_gate(struct bridge *b)
+{
+    const struct config *cfg = b->cfg;
+    uint64_t all = eng_held(b->eng, -1), max = cfg->max_held;
+    int paused, routes = 0, first = -1;
+
+    paused = held_over(all, max, b->held_all_paused);
+    if (paused && !b->held_all_paused) {
+        b->held_all_pauses++;
+        log_warn("bridge", "held limit in all reached: every route stops consuming, new "
+                 "messages wait in the ingress queues; resumes below 95 %",
+                 "held=%" PRIu64 " max_held=%" PRIu64 " key=limits.max_held resume_below=%"
+                 PRIu64, all, max, max - max / 20);
+    } else if (!paused && b->held_all_paused) {
+        log_info("bridge", max ? "held below the limit in all again: consuming resumes"
+                               : "the limit in all was lifted (0, no bound): consuming resumes",
+                 "held=%" PRIu64 " max_held=%" PRIu64 " key=limits.max_held", all, max);
+    }
+    b->held_all_paused = paused;
+    for (int i = 0; i < cfg->nroutes; i++) {
+        const struct config_route *rc = &cfg->routes[i];
+        struct route_counts *n = &b->counts[i];
+        uint64_t held = eng_held(b->eng, i);
+        int p = !rc->retired && held_over(held, rc->max_held, n->held_paused);
+
+        if (p && !n->held_paused) {
+            n->held_pauses++;
+            log_warn("bridge", "held limit reached: the route stops consuming, new messages "
+                     "wait in its ingress queue; resumes below 95 %",
+                     "route=%s held=%" PRIu64 " max_held=%" PRIu64 " key=routes[%s].max_held "
+                     "resume_below=%" PRIu64 " queue=\"%s\"", rc->name, held, rc->max_held,
+                     rc->name, rc->max_held - rc->max_held / 20, rc->ingress_queue);
+        } else if (!p && n->held_paused && !rc->retired) {
+            log_info("bridge", rc->max_held ? "held below the limit again: the route consumes "
+                                              "again"
+                                            : "the route's limit was lifted (0, none of its "
+                                              "own): the route consumes again",
+                     "route=%s held=%" PRIu64 " max_held=%" PRIu64 " key=routes[%s].max_held",
+                     rc->name, held, rc->max_held, rc->name);
+        }
+        n->held_paused = p;
+        if (p && !routes++)
+            first = i;
+        if (b->nvc && !rc->retired) {
+            if (p || paused)
+                consumer_hold_route(bridge_cons(b, i), i);
+            else
+                consumer_release_route(bridge_cons(b, i), i);
+        }
+    }
+    held_reason(b, first, routes);
+}
+
+/*
+ * The memory this process may use, from its cgroup (v2 memory.max, else v1
+ * memory.limit_in_bytes); 0 when there is no limit or none is found.
+ */
+static uint64_t memory_limit(const char **from)
+{
+    static const char *const files[] = {"/sys/fs/cgroup/memory.max",
+                                        "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    char buf[64];
+
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        FILE *f = fopen(files[i], "r");
+        unsigned long long v;
+        int ok;
+        if (!f)
+            continue;
+        ok = fgets(buf, sizeof(buf), f) != NULL;
+        fclose(f);
+        *from = files[i];
+        if (!ok || sscanf(buf, "%llu", &v) != 1 || v >= (1ull << 62)) /* "max", or v1's none */
+            return 0;
+        return v;
+    }
+    return 0;
+}
+
+#define HELD_RAM_BYTES 40u          /* a held message, unkeyed (engine.h; tests/bench) */
+#define HELD_RAM_KEYED_BYTES 57u    /* ... with an x-delay-key */
+#define PROCESS_RAM_BYTES (20u << 20)
+
+void bridge_held_start(struct bridge *b)
+{
+    uint64_t max = b->cfg->max_held, limit, need;
+    const char *from = "";
+
+    if (!max) {
+        log_warn("bridge", "limits.max_held is 0: no bound on the messages held; publishers "
+                 "can grow this process's memory until it is killed", "key=limits.max_held");
+        return;
+    }
+    limit = memory_limit(&from);
+    need = max * HELD_RAM_BYTES + PROCESS_RAM_BYTES;
+    if (limit && need > limit)
+        log_warn("bridge", "limits.max_held needs more RAM than this process may use: it "
+                 "would be killed before the bound pauses consuming; lower limits.max_held",
+                 "key=limits.max_held max_held=%" PRIu64 " needs_bytes=%" PRIu64
+                 " memory_limit_bytes=%" PRIu64 " from=\"%s\" suggested=%" PRIu64, max, need,
+                 limit, from,
+                 limit > 2 * PROCESS_RAM_BYTES
+                     ? (limit - 2 * PROCESS_RAM_BYTES) / HELD_RAM_KEYED_BYTES : 0);
+}
+
+/* After a message was added to route: at a bound now? Then the gate, at once. */
+static void held_check(struct bridge *b, int route)
+{
+    uint64_t max = b->cfg->routes[route].max_held;
+
+    if ((max && !b->counts[route].held_paused && eng_held(b->eng, route) >= max) ||
+        (b->cfg->max_held && !b->held_all_paused && eng_held(b->eng, -1) >= b->cfg->max_held))
+        bridge_held_gate(b);
 }
 
 /* d as the ADD record the log would store (msgrec_from_delivery's flags); props_len >= 0. */
@@ -246,6 +408,7 @@ static void take_delivery(struct bridge *b, const struct delivery *d)
         note_unstamped(b, d, mono);
     n->received++;
     bridge_logged(b, d);
+    held_check(b, d->route);
 }
 
 /*

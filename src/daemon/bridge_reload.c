@@ -14,7 +14,7 @@
  * running one by bridge_config_apply() (bridge_routes.c: routes added,
  * removed and changed, and what waits for a restart); in short:
  *
- *   applied    log.level, shutdown_timeout_ms; routes added (they start
+ *   applied    log.level, shutdown_timeout_ms, limits.max_held; routes added (they start
  *              consuming), removed (they stop consuming and publish what
  *              they hold when due) and changed: their target, limits,
  *              policies and retry object written in place, their ingress

@@ -120,7 +120,7 @@ static enum how how_key(const struct apply *x, const struct config_route *r,
 {
     static const char *const write[] = {"max_inflight", "max_delay_ms", "delay_from",
                                         "invalid_delay", "dead_letter_exchange",
-                                        "unroutable_exchange", "template", NULL};
+                                        "unroutable_exchange", "template", "max_held", NULL};
     static const char *const ingress[] = {"ingress_exchange", "ingress_queue", "queue_type",
                                           "prefetch", "single_active_consumer", NULL};
 
@@ -161,6 +161,8 @@ static void write_key(struct config_route *r, struct config_route *n, const char
         r->max_inflight = n->max_inflight;
     else if (!strcmp(key, "max_delay_ms"))
         r->max_delay_ms = n->max_delay_ms;
+    else if (!strcmp(key, "max_held")) /* the held gate weighs it at the next turn */
+        r->max_held = n->max_held;
     else if (!strcmp(key, "delay_from"))
         r->delay_from = n->delay_from;
     else if (!strcmp(key, "invalid_delay"))
@@ -336,6 +338,12 @@ static void note_other(void *arg, const char *what, const char *path)
     if (!strcmp(path, "shutdown_timeout_ms")) {
         if (!x->dry)
             x->now->shutdown_timeout_ms = x->next->shutdown_timeout_ms;
+        applied(x, path);
+        return;
+    }
+    if (!strcmp(path, "limits.max_held")) { /* the held gate weighs it at the next turn */
+        if (!x->dry)
+            x->now->max_held = x->next->max_held;
         applied(x, path);
         return;
     }

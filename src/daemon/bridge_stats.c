@@ -176,6 +176,9 @@ static void stats_route(const struct bridge *b, int i, struct db_route_stats *r)
     r->pending = ers.held;
     r->oldest_due_ms = ers.oldest_due_ms;
     r->lateness = ers.lateness;
+    r->max_held = b->cfg->routes[i].max_held;
+    r->held_limit_paused = !r->retired && (n->held_paused || b->held_all_paused);
+    r->held_limit_pauses = n->held_pauses;
 }
 
 void bridge_stats(struct bridge *b, struct db_stats *s)
@@ -214,6 +217,10 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
     s->stopping = b->stopping;
     s->held = es.held;
     s->orphaned = es.orphaned;
+    s->held_limit.max_held = b->cfg->max_held;
+    s->held_limit.paused = b->held_all_paused;
+    s->held_limit.pauses = b->held_all_pauses;
+    s->held_limit.reason = b->eng && b->held_reason[0] ? b->held_reason : NULL;
     s->drain.active = b->drain.active;
     s->drain.done = b->drain.done;
     s->drain.handed_back = b->drain.handed_back;

@@ -272,6 +272,18 @@ void eng_route_stats(const struct engine *e, uint16_t route, struct eng_route_st
     s->lateness = r->lateness;
 }
 
+uint64_t eng_held(const struct engine *e, int route)
+{
+    const struct route_state *r;
+
+    if (route < 0)
+        return e->held;
+    if (route >= e->nroutes)
+        return 0;
+    r = &e->routes[route];
+    return r->n[ENG_PENDING] + r->n[ENG_WAITING] + r->n[ENG_DUE] + r->n[ENG_INFLIGHT];
+}
+
 uint64_t eng_log_id(const struct engine *e)
 {
     return wlog_id(e->log);

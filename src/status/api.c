@@ -36,6 +36,8 @@
  *     holds the WAL lease)      (or for the broker, to ask for it)
  *   recovering                  the WAL replay has not rebuilt the held set
  *   WAL not writable            a write or fsync failed, or out of space
+ *   held limit reached ...      a route's max_held or limits.max_held: consuming
+ *                               paused (the reason names the key path)
  *   consumer connection down    BLOCKED counts as connected (it is a broker
  *   publisher connection down   flow-control state, not an outage)
  *
@@ -47,6 +49,8 @@
  *     "connections": { "consumer": "up"|"down"|"blocked", "publisher": ... },
  *     "stopping": bool, "ready": bool, "reason": string | null,
  *     "held", "orphaned", "next_due_ms", "next_due", "ram_bytes", "rss_bytes",
+ *     "held_limit": { "max_held" (null: 0, no bound), "paused": bool, "pauses",
+ *                     "reason": string | null },
  *     "wal": { "segments", "disk_bytes", "live_bytes", "live_records", "commits",
  *              "appended_bytes", "compacted_bytes", "failed": bool,
  *              "writable": bool, "fsync": { "count", "sum_seconds" },
@@ -68,7 +72,9 @@
  *                   (its declares refused by the broker, retried), <every counter and gauge of
  *                   struct db_route_stats under its field name>,
  *                   "next_due_ms", "next_due", "channel_open": bool,
- *                   "lateness": { "count", "sum_seconds" } } ],
+ *                   "lateness": { "count", "sum_seconds" },
+ *                   "max_held" (null: none of its own), "held_limit_paused": bool,
+ *                   "held_limit_pauses" } ],
  *     "reload": { "count", "refused", "last", "pending_changes", "error" } (SIGHUP),
  *     "retry": [ { "route", "queue", "retries", "parked": { "max_attempts", "reason",
  *                  "no_queue", "queue_gone", "invalid" }, "attempts_le": { "1", "2", ...,
@@ -206,6 +212,9 @@ static json_object *route_json(const struct db_route_stats *r)
         add(o, "stream_offset",
             r->stream_offset >= 0 ? json_object_new_int64(r->stream_offset) : NULL);
     add(o, "lateness", hist_summary(&r->lateness));
+    add(o, "max_held", r->max_held ? json_object_new_uint64(r->max_held) : NULL);
+    add(o, "held_limit_paused", json_object_new_boolean(r->held_limit_paused != 0));
+    add_u64(o, "held_limit_pauses", r->held_limit_pauses);
     return o;
 }
 
@@ -388,6 +397,13 @@ static void render_stats(const struct db_stats *s, struct strbuf *out)
     add(root, "next_due", jtime(s->next_due_ms));
     add_u64(root, "ram_bytes", s->ram_bytes);
     add_u64(root, "rss_bytes", s->rss_bytes);
+    json_object *hl = json_object_new_object(); /* limits.max_held */
+    add(hl, "max_held", s->held_limit.max_held ? json_object_new_uint64(s->held_limit.max_held)
+                                               : NULL);
+    add(hl, "paused", json_object_new_boolean(s->held_limit.paused != 0));
+    add_u64(hl, "pauses", s->held_limit.pauses);
+    add(hl, "reason", s->held_limit.reason ? jstr(s->held_limit.reason) : NULL);
+    add(root, "held_limit", hl);
     add(root, "wal", wal_json(&s->wal));
     add_operations(root, s);
 

@@ -136,6 +136,7 @@ struct json_object *api_route_json(const struct config_route *r, const char *vho
     add(o, "prefetch", json_object_new_uint64(r->prefetch));
     add(o, "max_inflight", json_object_new_uint64(r->max_inflight));
     add(o, "max_delay_ms", json_object_new_uint64(r->max_delay_ms));
+    add(o, "max_held", json_object_new_uint64(r->max_held)); /* 0: none of its own */
     add_bool(o, "single_active_consumer", r->single_active_consumer);
     add_bool(o, "share_keys", r->share_keys);
     if (r->retry) { /* the keys config_retry.c refuses beside "retry" stay out */

@@ -219,6 +219,11 @@ static const struct route_family route_families[] = {
        "Held messages removed by x-delay-cancel, replacement or purge."),
     RF("cancel_missed_total", "counter", cancel_missed,
        "Cancels for a key that was not pending."),
+    RF("held_limit_paused", "gauge", held_limit_paused,
+       "1 while the route does not consume because its max_held or limits.max_held is "
+       "reached: new messages wait in its ingress queue."),
+    RF("held_limit_pauses_total", "counter", held_limit_pauses,
+       "Times the route's own max_held paused its consuming."),
 };
 
 static uint64_t route_field(const struct db_route_stats *r, size_t off)
@@ -277,6 +282,23 @@ static void render_routes(const struct db_stats *s, struct strbuf *out)
     for (int i = 0; i < nr; i++)
         hist_samples(out, "fire_lateness_seconds", "route", s->routes[i].name,
                      &s->routes[i].lateness);
+}
+
+/* The max_held bounds as gauges (absent: no bound), beside held_messages and pending_messages. */
+static void render_held_limit(const struct db_stats *s, struct strbuf *out)
+{
+    family(out, "max_held_messages", "gauge",
+           "limits.max_held: at this many held in all, every route stops consuming; absent "
+           "when 0 (no bound).");
+    if (s->held_limit.max_held)
+        sample_u64(out, "max_held_messages", NULL, NULL, s->held_limit.max_held);
+    family(out, "route_max_held_messages", "gauge",
+           "routes[].max_held: at this many held, the route stops consuming; absent when the "
+           "route has none of its own.");
+    for (int i = 0; s->routes && i < s->nroutes; i++)
+        if (s->routes[i].max_held)
+            sample_u64(out, "route_max_held_messages", "route", s->routes[i].name,
+                       s->routes[i].max_held);
 }
 
 /* ---- retry routes: per (route, queue) ---- */
@@ -484,6 +506,7 @@ void metrics_render(const struct db_stats *s, struct strbuf *out)
     scalar_u64(out, "orphaned_messages", "gauge",
                "Held messages of routes missing from the config: never published.", s->orphaned);
 
+    render_held_limit(s, out);
     render_route_info(s, out);
     render_routes(s, out);
     render_retry(s, out);

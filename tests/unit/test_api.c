@@ -171,6 +171,15 @@ static void test_readyz(void)
     fake.s.stopping = 1;
     check_ready(503, "not ready: stopping\n");
 
+    /* a max_held reached: its reason (bridge_held_gate's), before a connection down */
+    fake_init(&fake);
+    fake.s.held_limit.reason = "held limit reached (consuming paused): routes[a].max_held 2, 3 held";
+    fake.s.consumer = DB_CONN_DOWN;
+    check_ready(503, "not ready: held limit reached (consuming paused): routes[a].max_held 2, "
+                     "3 held\n");
+    fake.s.held_limit.reason = "";
+    check_ready(503, "not ready: consumer connection down\n");
+
     /* Several at once: the most final one is reported. */
     fake_init(&fake);
     fake.s.stopping = 1;

@@ -31,7 +31,7 @@ static const char *const routes_json =
     " \"max_inflight\": 7, \"max_delay_ms\": 86400000, \"delay_from\": \"broker\","
     " \"invalid_delay\": \"dead-letter\", \"dead_letter_exchange\": \"orders.dl\","
     " \"unroutable_exchange\": \"orders.lost\", \"declare_target\": true,"
-    " \"target_type\": \"topic\", \"single_active_consumer\": true},"
+    " \"target_type\": \"topic\", \"single_active_consumer\": true, \"max_held\": 250},"
     "{\"name\": \"rr\", \"ingress_exchange\": \"rr.in\", \"ingress_queue\": \"rr.q\","
     " \"retry\": {\"initial_ms\": 250, \"multiplier\": 1.5, \"max_ms\": 60000,"
     " \"jitter\": \"equal\", \"max_attempts\": 3, \"parking_exchange\": \"rr.park\","
@@ -112,6 +112,7 @@ static void test_shown(void)
     CHECK_STR(str(o, "invalid_delay"), "dead-letter");
     CHECK_STR(str(o, "delay_from"), "broker");
     CHECK_STR(str(o, "stream_max_age"), "(absent)");
+    CHECK_STR(str(o, "max_held"), "250");
     json_object_put(o);
 
     c.routes[1].source = CONFIG_SOURCE_STORE;
@@ -124,6 +125,7 @@ static void test_shown(void)
     CHECK_STR(str(o, "held"), "(null)");
     CHECK_STR(str(o, "target_exchange"), "(null)");
     CHECK_STR(str(o, "invalid_delay"), "(absent)"); /* config_retry.c refuses it */
+    CHECK_STR(str(o, "max_held"), "0");             /* none of its own; a retry route too */
     CHECK(json_object_object_get_ex(o, "retry", &v));
     CHECK_STR(str(v, "multiplier"), "1.5");
     CHECK_STR(str(v, "jitter"), "equal");

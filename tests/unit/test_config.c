@@ -1111,6 +1111,59 @@ static void test_load(void)
     CHECK(strstr(err, "/tmp: cannot read") != NULL);
 }
 
+/*
+ * limits.max_held and routes[].max_held: the default protects (10M in all,
+ * none of a route's own), 0 is "no bound" only when written, the ranges and
+ * the errors name the key path; a template's max_held reaches its routes.
+ */
+static void test_max_held(void)
+{
+    struct config c;
+
+    if (OK(CFG(ROUTE("")), &c) == 0) {
+        CHECK(c.max_held == 10000000 && c.max_held == CONFIG_MAX_HELD_DEFAULT);
+        CHECK(c.routes[0].max_held == 0);
+        config_free(&c);
+    }
+    /* limits present without the key: still the default, never 0 */
+    if (OK(CFGX(",\"limits\":{}", ROUTE("")), &c) == 0) {
+        CHECK(c.max_held == CONFIG_MAX_HELD_DEFAULT);
+        config_free(&c);
+    }
+    if (OK(CFGX(",\"limits\":{\"max_held\":0}", ROUTE(",\"max_held\":0")), &c) == 0) {
+        CHECK(c.max_held == 0 && c.routes[0].max_held == 0);
+        config_free(&c);
+    }
+    if (OK(CFGX(",\"limits\":{\"max_held\":4294967295}",
+                ROUTE(",\"max_held\":200") "," ROUTE2(",\"max_held\":4294967295")), &c) == 0) {
+        CHECK(c.max_held == 4294967295ull);
+        CHECK(c.routes[0].max_held == 200 && c.routes[1].max_held == 4294967295ull);
+        config_free(&c);
+    }
+    /* a route's bound above the one in all is allowed: the lower one binds first */
+    if (OK(CFGX(",\"limits\":{\"max_held\":10}", ROUTE(",\"max_held\":1000")), &c) == 0) {
+        CHECK(c.max_held == 10 && c.routes[0].max_held == 1000);
+        config_free(&c);
+    }
+    ERR(CFGX(",\"limits\":{\"max_held\":-1}", ROUTE("")),
+        "test.json: limits.max_held: expected an integer 0..4294967295, got -1");
+    ERR(CFGX(",\"limits\":{\"max_held\":4294967296}", ROUTE("")),
+        "test.json: limits.max_held: expected an integer 0..4294967295, got 4294967296");
+    ERR(CFGX(",\"limits\":{\"max_held\":\"1000\"}", ROUTE("")),
+        "test.json: limits.max_held: expected an integer 0..4294967295, got \"1000\"");
+    ERR(CFGX(",\"limits\":{\"max_held\":1.5}", ROUTE("")), "limits.max_held: expected an integer");
+    ERR(CFGX(",\"limits\":{\"max_held\":null}", ROUTE("")), "limits.max_held: expected an integer");
+    ERR(CFGX(",\"limits\":[]", ROUTE("")), "test.json: limits: expected an object");
+    ERR3(CFGX(",\"limits\":{\"max_hold\":1}", ROUTE("")), "test.json: limits.max_hold:",
+         "unknown key \"max_hold\"", "max_held");
+    ERR(CFG(ROUTE(",\"max_held\":-5")),
+        "test.json: routes[0].max_held: expected an integer 0..4294967295, got -5");
+    ERR(CFG(ROUTE("") "," ROUTE2(",\"max_held\":4294967296")),
+        "test.json: routes[1].max_held: expected an integer 0..4294967295, got 4294967296");
+    ERR(CFG(ROUTE(",\"max_held\":true")), "routes[0].max_held: expected an integer 0..4294967295");
+    ERR(CFG(ROUTE(",\"max_held\":\"200\"")), "routes[0].max_held: expected an integer");
+}
+
 static const struct check_case cases[] = {
     {"full", test_full},
     {"defaults", test_defaults},
@@ -1122,6 +1175,7 @@ static const struct check_case cases[] = {
     {"wal_http_log", test_wal_http_log},
     {"replicate", test_replicate},
     {"routes", test_routes},
+    {"max_held", test_max_held},
     {"err_buffer", test_err_buffer},
     {"load", test_load},
 };

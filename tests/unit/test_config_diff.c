@@ -24,6 +24,7 @@ static const char base[] =
     "  \"replicate\": {\"stream\": \"s\", \"max_mb\": 4096}},"
     " \"http\": {\"listen\": \"9800\"}, \"log\": {\"level\": \"info\"},"
     " \"shutdown_timeout_ms\": 10000, \"routes_file\": \"/w/r.json\","
+    " \"limits\": {\"max_held\": 5000000},"
     " \"route_templates\": {\"t\": {\"ingress_exchange\": \"{name}.d\", \"ingress_queue\": \"{name}.q\","
     "  \"target_exchange\": \"{name}.t\", \"prefetch\": 5},"
     "  \"t2\": {\"ingress_exchange\": \"{name}.d\", \"ingress_queue\": \"{name}.q\","
@@ -35,7 +36,7 @@ static const char base[] =
     "   \"max_delay_ms\": 1000000, \"queue_type\": \"quorum\", \"delay_from\": \"bridge\","
     "   \"invalid_delay\": \"dead-letter\", \"dead_letter_exchange\": \"a.dl\","
     "   \"unroutable_exchange\": \"a.u\", \"declare_target\": true, \"target_type\": \"topic\","
-    "   \"single_active_consumer\": false},"
+    "   \"single_active_consumer\": false, \"max_held\": 300},"
     "  {\"name\": \"r\", \"ingress_exchange\": \"r.d\", \"ingress_queue\": \"r.q\","
     "   \"retry\": {\"initial_ms\": 100, \"multiplier\": 2, \"max_ms\": 1000, \"jitter\": \"none\","
     "    \"max_attempts\": 5, \"parking_exchange\": \"r.p\", \"parking_queue\": \"r.pq\","
@@ -141,6 +142,7 @@ static void test_every_key(void)
     ONE("\"level\": \"info\"", "\"level\": \"debug\"", "log.level");
     ONE("\"shutdown_timeout_ms\": 10000", "\"shutdown_timeout_ms\": 1", "shutdown_timeout_ms");
     ONE("\"routes_file\": \"/w/r.json\"", "\"routes_file\": \"/w/r2.json\"", "routes_file");
+    ONE("\"max_held\": 5000000", "\"max_held\": 0", "limits.max_held");
     /* a template's key that its route overrides: the template alone */
     ONE("\"prefetch\": 5", "\"prefetch\": 6", "route_templates");
     /* a route's vhost and template */
@@ -160,6 +162,7 @@ static void test_every_key(void)
     ONE("\"declare_target\": true", "\"declare_target\": false", "routes[a]");
     ONE("\"target_type\": \"topic\"", "\"target_type\": \"fanout\"", "routes[a]");
     ONE("\"single_active_consumer\": false", "\"single_active_consumer\": true", "routes[a]");
+    ONE("\"max_held\": 300", "\"max_held\": 301", "routes[a]");
     /* a retry route's policy, parking, reasons and per-queue entries */
     ONE("\"initial_ms\": 100", "\"initial_ms\": 200", "routes[r]");
     ONE("\"multiplier\": 2", "\"multiplier\": 3", "routes[r]");
@@ -250,6 +253,7 @@ static void test_route_keys(void)
     keys(__LINE__, "\"vhost\": \"v2\"", "\"vhost\": \"v3\"", "vhost");
     keys(__LINE__, "\"template\": \"t\"", "\"template\": \"t2\"", "template");
     keys(__LINE__, "\"prefetch\": 7", "\"prefetch\": 8", "prefetch");
+    keys(__LINE__, "\"prefetch\": 7,", "\"prefetch\": 7, \"max_held\": 9,", "max_held");
 
     /* where a route was read is not a key */
     struct config a, b;

@@ -245,6 +245,14 @@ static void test_templates(void)
         CHECK(c.routes[1].queue_type == QUEUE_CLASSIC && c.routes[1].prefetch == 7);
         config_free(&c);
     }
+    /* max_held from the template, and a route's own over it */
+    if (OK(TCFG(TPL(",\"max_held\":500"),
+                "{\"name\":\"pay\",\"template\":\"delayed\"},"
+                "{\"name\":\"ship\",\"template\":\"delayed\",\"max_held\":0}"),
+           &c) == 0) {
+        CHECK(c.routes[0].max_held == 500 && c.routes[1].max_held == 0);
+        config_free(&c);
+    }
     if (OK(TCFG0(TPL(",\"routes\":[\"a\"]")), &c) == 0) {
         CHECK(c.nroutes == 1 && strcmp(c.routes[0].ingress_queue, "a.q") == 0);
         config_free(&c);
@@ -309,6 +317,8 @@ static void test_template_errors(void)
     /* an instance's values: the template's key path */
     ERRX(TCFG(TPL(",\"prefetch\":0,\"routes\":[\"a\"]"), ROUTE("")),
          "test.json: route_templates.delayed.prefetch: expected an integer 1..65535, got 0");
+    ERRX(TCFG(TPL(",\"max_held\":-1,\"routes\":[\"a\"]"), ROUTE("")),
+         "test.json: route_templates.delayed.max_held: expected an integer 0..4294967295, got -1");
     ERRX(TCFG("\"d\":{\"ingress_exchange\":\"x\",\"ingress_queue\":\"{name}\\u0000\","
               "\"target_exchange\":\"t\",\"routes\":[\"a\"]}", ROUTE("")),
          "test.json: route_templates.d.ingress_queue: must not contain a NUL character (\\u0000)");
@@ -500,7 +510,7 @@ static void test_add_routes(void)
                         "\"retry\":{\"parking_exchange\":\"p\",\"queues\":{\"w\":{}}}}," PAY(",\"bad\":1")),
             "routes.json: routes[pay].bad: unknown key \"bad\"; expected one of: name, "
             "ingress_exchange, ingress_queue, target_exchange, queue_type, declare_target, "
-            "target_type, prefetch, max_inflight, max_delay_ms, invalid_delay, "
+            "target_type, prefetch, max_inflight, max_delay_ms, max_held, invalid_delay, "
             "dead_letter_exchange, unroutable_exchange, single_active_consumer, share_keys, "
             "stream_max_age, stream_max_mb, delay_from, retry, vhost, template");
 

@@ -448,6 +448,33 @@ static void test_values(void)
     /* unknown RSS: no sample, family still announced */
     CHECK(count_samples(&e, "delay_bridge_process_resident_memory_bytes") == 0);
 
+    /* max_held: no bound in all (0) and none of a route's own: families, no samples */
+    CHECK(count_samples(&e, "delay_bridge_max_held_messages") == 0);
+    CHECK(count_samples(&e, "delay_bridge_route_max_held_messages") == 0);
+    CHECK(strstr(text, "# TYPE delay_bridge_max_held_messages gauge\n"));
+    CHECK(strstr(text, "# TYPE delay_bridge_route_max_held_messages gauge\n"));
+    v = value(&e, "delay_bridge_held_limit_paused", "route", "orders");
+    CHECK(v && !strcmp(v, "0"));
+
+    free(text);
+    free(e.s);
+
+    /* a route paused at its max_held, the bound in all set */
+    fill(&s);
+    s.held_limit.max_held = 10000000;
+    s.routes[0].max_held = 200;
+    s.routes[0].held_limit_paused = 1;
+    s.routes[0].held_limit_pauses = 2;
+    render(&s, &e, &text);
+    v = value(&e, "delay_bridge_max_held_messages", NULL, NULL);
+    CHECK(v && !strcmp(v, "10000000"));
+    v = value(&e, "delay_bridge_route_max_held_messages", "route", "orders");
+    CHECK(v && !strcmp(v, "200"));
+    CHECK(count_samples(&e, "delay_bridge_route_max_held_messages") == 1);
+    v = value(&e, "delay_bridge_held_limit_paused", "route", "orders");
+    CHECK(v && !strcmp(v, "1"));
+    v = value(&e, "delay_bridge_held_limit_pauses_total", "route", "orders");
+    CHECK(v && !strcmp(v, "2"));
     free(text);
     free(e.s);
 
