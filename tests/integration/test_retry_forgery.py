@@ -63,14 +63,17 @@ def test(ctx):
     pub = ctx.publisher()
     failures = []
 
-    def get(queue, timeout, what):
+    def get_on(chan, queue, timeout, what, auto_ack=True):
         end = time.time() + timeout
         while time.time() < end:
-            m, p, body = c.basic_get(queue, auto_ack=True)
+            m, p, body = chan.basic_get(queue, auto_ack=auto_ack)
             if m:
                 return m, p, body, time.time()
             time.sleep(0.01)
         h.fail("%s: nothing in %s after %.1f s" % (what, queue, timeout))
+
+    def get(queue, timeout, what):
+        return get_on(c, queue, timeout, what)
 
     def parked(mid, what):
         m, p, body, _ = get(parking, 10, what)
@@ -78,6 +81,13 @@ def test(ctx):
         reason = h.header_str(p, "x-retry-parked-reason")
         check(reason == "not_admitted", "%s: parked as %r, expected not_admitted" % (what, reason))
         return m, p
+
+    def fail_once(body, props):
+        """Publish to the work queue, take it, reject it: a genuine dead-letter."""
+        ch2 = conn.channel()
+        ch2.basic_publish("", work, body, props)
+        m, _, _, _ = get_on(ch2, work, 5, "the work queue's first delivery", auto_ack=False)
+        ch2.basic_reject(m.delivery_tag, requeue=False)
 
     def secret_empty(what):
         n = c.queue_declare(secret, passive=True).method.message_count
@@ -140,14 +150,7 @@ def test(ctx):
         m, p, body, _ = get(work, 5, "provenance: first delivery")
         check(h.header_str(p, "x-delay-error") == "none at all", "the test's own publish")
         # ... rejected: the broker dead-letters it to the route, which sends it back
-        ch2 = conn.channel()
-        ch2.basic_publish("", work, b"p2", h.pika.BasicProperties(message_id="prov2", headers=forged))
-        while True:
-            m, p, body = ch2.basic_get(work)
-            if m:
-                break
-            time.sleep(0.01)
-        ch2.basic_reject(m.delivery_tag, requeue=False)
+        fail_once(b"p2", h.pika.BasicProperties(message_id="prov2", headers=forged))
         m, p, body, _ = get(work, INITIAL_MS / 1000.0 + h.late_tolerance() + 5, "provenance: the retry")
         check(p.message_id == "prov2", "got %r" % p.message_id)
         left = [k for k in forged if h.header(p, k) is not None]
@@ -156,14 +159,7 @@ def test(ctx):
               "x-retry-attempt %r" % h.header(p, "x-retry-attempt"))
 
     def genuine():
-        c.basic_publish("", work, b"g", h.pika.BasicProperties(message_id="g1"))
-        ch2 = conn.channel()
-        while True:
-            m, p, body = ch2.basic_get(work)
-            if m:
-                break
-            time.sleep(0.01)
-        ch2.basic_reject(m.delivery_tag, requeue=False)
+        fail_once(b"g", h.pika.BasicProperties(message_id="g1"))
         m, p, body, _ = get(work, INITIAL_MS / 1000.0 + h.late_tolerance() + 5, "genuine retry")
         check(p.message_id == "g1" and m.routing_key == work and m.exchange == "",
               "genuine retry %r via %r/%r" % (p.message_id, m.exchange, m.routing_key))
