@@ -12,6 +12,28 @@ import struct
 
 import harness as h
 
+
+def _crc_table():
+    t = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        t.append(c)
+    return t
+
+
+_CRC_T = _crc_table()
+
+
+def crc32c(crc, data):
+    """CRC-32C (Castagnoli), chained like src/base/crc32c.c's crc32c(crc, buf, len):
+    an independent writer of the project's on-disk and stream formats for tests."""
+    crc ^= 0xFFFFFFFF
+    for b in data:
+        crc = _CRC_T[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
 SEGHDR = 56  # a segment file's header
 RECHDR = 24  # a record's header: u32 payload length, u8 type, ..., u64 lsn at 8
 

@@ -41,24 +41,7 @@ from harness import check
 
 # ---- an independent writer of the on-disk format (src/wal/walrec.c) ----------
 
-def _crc_table():
-    t = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        t.append(c)
-    return t
-
-
-_CRC_T = _crc_table()
-
-
-def crc32c(crc, data):
-    crc ^= 0xFFFFFFFF
-    for b in data:
-        crc = _CRC_T[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
+crc32c = hw.crc32c
 
 
 def seg_header(segno, base_lsn, wal_id, salt):

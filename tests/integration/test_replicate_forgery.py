@@ -32,6 +32,7 @@ import time
 import pika
 
 import harness as h
+import harness_wal
 from harness import check
 
 N1 = N2 = 150
@@ -39,25 +40,9 @@ SALT = 0x5245504C  # REPLREC_SALT (src/wal/replrec.h)
 RECORDS, FENCE = 1, 2
 
 
-def _crc_table():
-    t = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        t.append(c)
-    return t
-
-
-_T = _crc_table()
-
-
 def crc32c(data, crc=0):
     """CRC-32C, chained like src/base/crc32c.c's crc32c(crc, buf, len)."""
-    c = crc ^ 0xFFFFFFFF
-    for b in data:
-        c = _T[(c ^ b) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
+    return harness_wal.crc32c(crc, data)
 
 
 def batch_header(kind, wal_id, owner, lsn, count):
