@@ -55,6 +55,21 @@ struct route_pub {
     size_t head, n, cap;
     struct backoff bo;       /* reopening the channel after an error */
     uint64_t published, nacked, retries, returned;
+    /*
+     * A delayed_exchanges route: the exchanges a publish found gone (404)
+     * or refused (403), each remembered for PUB_GONE_MS, so that their
+     * messages are reported returned without a publish rather than close
+     * the channel every other exchange's messages share (publisher.c,
+     * "Gone exchanges"). NULL until one is met.
+     */
+    struct pub_gone *gone;
+};
+
+#define PUB_GONE_MAX 8
+#define PUB_GONE_MS 30000
+struct pub_gone {
+    char name[CONFIG_NAME_MAX + 1]; /* "" unused */
+    uint64_t until;                 /* monotonic ms */
 };
 
 /* A basic.return being read: its properties name the publish; the body is skipped. */
