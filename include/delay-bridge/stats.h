@@ -229,6 +229,7 @@ struct db_stats {
         int done;            /* it finished */
         const char *route;
         const char *queue;   /* only the messages with this routing key; NULL: all */
+        const char *exchange; /* only those published to this exchange; NULL: all */
         uint64_t due_before; /* UINT64_MAX: everything */
         uint64_t removed;
         double progress;     /* 0..1 of the message table walked */

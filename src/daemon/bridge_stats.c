@@ -132,6 +132,7 @@ static void stats_purge(const struct bridge *b, struct db_stats *s)
     s->purge.route = b->cfg->routes[j->route].name;
     s->purge.due_before = j->due_before;
     s->purge.queue = j->by_key ? j->routing_key : NULL;
+    s->purge.exchange = j->by_exchange ? j->exchange : NULL;
     s->purge.removed = j->removed;
     s->purge.progress = j->end > 1 ? (double)(j->cursor - 1) / (double)(j->end - 1) : 1.0;
 }

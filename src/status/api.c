@@ -351,6 +351,8 @@ static void add_operations(json_object *root, const struct db_stats *s)
         add(pj, "route", jstr(s->purge.route));
         if (s->purge.queue)
             add(pj, "queue", jstr(s->purge.queue));
+        if (s->purge.exchange)
+            add(pj, "exchange", api_json_str(s->purge.exchange, strlen(s->purge.exchange)));
         add_u64(pj, "due_before_ms", s->purge.due_before == UINT64_MAX ? 0 : s->purge.due_before);
         add_u64(pj, "removed", s->purge.removed);
         add(pj, "done", json_object_new_boolean(s->purge.done != 0));
@@ -542,7 +544,8 @@ static void held_messages(const struct api_ops *ops, const struct api_request *r
             return;
         }
         o = json_object_new_object();
-        status = ops->purge(ops->arg, route, arg(req, "due_before"), arg(req, "queue"), o);
+        status = ops->purge(ops->arg, route, arg(req, "due_before"), arg(req, "queue"),
+                            arg(req, "exchange"), o);
         json_answer(resp, status, o);
         return;
     }
@@ -566,7 +569,7 @@ static void held_messages(const struct api_ops *ops, const struct api_request *r
         }
         o = json_object_new_object();
         status = ops->pending_list(ops->arg, route, arg(req, "after"), (unsigned)limit,
-                                   arg(req, "queue"), o);
+                                   arg(req, "queue"), arg(req, "exchange"), o);
         json_answer(resp, status, o);
         return;
     }
