@@ -7,7 +7,7 @@
  * refused on intake -- rejected with requeue false, so the broker drops
  * them, or dead-letters them when the queue has a dead-letter policy --
  * counted (refused_total) and logged (a warning, at most one line per
- * route every 10 s with the count since the last):
+ * route and reason every 10 s with the count since the last):
  *
  *   default_exchange   published straight into the ingress queue through
  *                      the default exchange "". Relayed, it would go to
@@ -72,29 +72,30 @@ int bridge_dx_refuse(struct bridge *b, const struct delivery *d)
 {
     const struct config_route *rc = &b->cfg->routes[d->route];
     struct route_counts *n = &b->counts[d->route];
-    const char *why;
+    static const char *const reasons[] = {"looped", "default_exchange", "ingress_exchange"};
     char ex[CONFIG_NAME_MAX + 1];
     uint64_t ev;
+    int k;
 
     if (!rc->delayed_exchanges || d->key_event || d->cancel != 0)
         return 0;
     if (d->bridge_marked)
-        why = "looped";
+        k = 0;
     else if (d->exchange_len == 0)
-        why = "default_exchange";
+        k = 1;
     else if (rc->ingress_exchange[0] && d->exchange_len == strlen(rc->ingress_exchange) &&
              memcmp(d->exchange, rc->ingress_exchange, d->exchange_len) == 0)
-        why = "ingress_exchange";
+        k = 2;
     else
         return 0;
     n->refused++;
-    if ((ev = log_ratelimit(&n->rl_refused, clock_mono_ms(), 10000))) {
+    if ((ev = log_ratelimit(&n->rl_refused[k], clock_mono_ms(), 10000))) {
         field(ex, sizeof(ex), d->exchange, d->exchange_len);
         log_warn("consume", "delayed_exchanges: a message with no exchange of its own to go "
                  "back to is not relayed: rejected (dropped, or dead-lettered by the queue's "
                  "policy)", "route=%s reason=%s exchange=\"%s\" events=%" PRIu64
                  " hint=\"publish delayed messages to an x-delayed-message exchange\"",
-                 rc->name, why, ex, ev);
+                 rc->name, reasons[k], ex, ev);
     }
     consumer_reject(bridge_cons(b, d->route), d->route, d->gen, d->tag);
     return 1;
@@ -107,7 +108,7 @@ void bridge_dx_refused_record(struct bridge *b, int route, const struct walrec_a
     uint64_t ev;
 
     n->refused++;
-    if ((ev = log_ratelimit(&n->rl_refused, clock_mono_ms(), 10000))) {
+    if ((ev = log_ratelimit(&n->rl_refused[3], clock_mono_ms(), 10000))) {
         field(ex, sizeof(ex), a->exchange, a->exchange_len);
         log_warn("publish", "delayed_exchanges: a held message whose exchange is the default "
                  "or the route's ingress exchange is not published: dropped",

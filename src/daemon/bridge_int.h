@@ -80,7 +80,7 @@ struct vconn {
 struct route_counts {
     uint64_t received, rejected, invalid_delay, invalid_key, dead_lettered, deduplicated;
     uint64_t key_events_sent, key_events_received, key_events_applied, unstamped, refused;
-    struct log_ratelimit rl_delay, rl_return, rl_stamp, rl_refused;
+    struct log_ratelimit rl_delay, rl_return, rl_stamp, rl_refused[4]; /* bridge_dx.c's reasons */
 };
 
 struct bridge {
