@@ -102,7 +102,7 @@ int publisher_ready(const struct publisher *p, int route);
  * route_lost has then been reported for every route, this publish included.
  * Returns 1 when nothing was sent: a delayed_exchanges route's message for
  * an exchange a publish lately found gone or refused, reported returned
- * (confirmed with returned = 1) at once (publisher.c, "Gone exchanges").
+ * (confirmed with returned = 1) at once (publisher_gone.c).
  */
 int publisher_send(struct publisher *p, int route, uint32_t ref, const struct walrec_add *a,
                    const struct msgrec_out *o);

@@ -26,16 +26,10 @@
  * route's record carries the queue it goes back to as its routing key, and
  * its target is the default exchange, so it is published like any other.
  *
- * Gone exchanges. A delayed_exchanges route publishes each message to its
- * own exchange, many exchanges on one channel. A publish to an exchange
- * that was deleted (404) or that the bridge may not write (403) closes
- * that channel, and every message is due again -- the same one first, for
- * ever, holding up all the others. So the name the broker's close gives
- * is remembered for PUB_GONE_MS, the channel reopened at once, and a
- * message for that exchange meanwhile is reported returned without a
- * publish: the bridge's unroutable path takes it (unroutable_exchange, or
- * counted, logged and dropped -- what the plugin did with a message whose
- * exchange was deleted). After PUB_GONE_MS one publish tries it again.
+ * Gone exchanges (publisher_gone.c): a delayed_exchanges route's message
+ * for an exchange that a publish found deleted or refused is reported
+ * returned without a publish for a while, rather than close the channel
+ * every other exchange's messages share.
  *
  * Writing (publisher_out.c): publishes are encoded into one output buffer
  * and written once per burst without blocking; after login rabbitmq-c
@@ -315,8 +309,6 @@ static void open_connection(struct publisher *p)
 
 /* ---- confirms ------------------------------------------------------------------- */
 
-static void win_report(struct publisher *p, struct route_pub *r);
-
 static void on_confirm(struct publisher *p, struct route_pub *r, uint64_t tag, int multiple,
                        int ok)
 {
@@ -329,11 +321,11 @@ static void on_confirm(struct publisher *p, struct route_pub *r, uint64_t tag, i
         if ((u->tag == tag || multiple) && u->settle == UNSETTLED)
             u->settle = ok ? ACKED : NACKED;
     }
-    win_report(p, r);
+    pub_win_report(p, r);
 }
 
 /* Report from the head, in tag order; the callback may not touch this window. */
-static void win_report(struct publisher *p, struct route_pub *r)
+void pub_win_report(struct publisher *p, struct route_pub *r)
 {
     while (r->n && win_at(r, 0)->settle != UNSETTLED) {
         struct unconfirmed u = *win_at(r, 0);
@@ -376,68 +368,6 @@ static void mark_returned(struct route_pub *r, const amqp_basic_properties_t *pr
             r->returned++;
             return;
         }
-}
-
-/* ---- gone exchanges (top of the file) --------------------------------------------- */
-
-/* The exchange a close names ("... exchange 'NAME' in vhost ..."), into buf; 0 if none. */
-static int close_exchange(const amqp_channel_close_t *cm, char *buf, size_t len)
-{
-    static const char open[] = "exchange '", end[] = "' in vhost '";
-    const char *t = cm->reply_text.bytes, *from = NULL, *to = NULL;
-    size_t n = t ? cm->reply_text.len : 0;
-
-    for (size_t i = 0; i + sizeof(open) - 1 <= n && !from; i++)
-        if (memcmp(t + i, open, sizeof(open) - 1) == 0)
-            from = t + i + sizeof(open) - 1;
-    for (const char *q = from; q && q + sizeof(end) - 1 <= t + n; q++)
-        if (memcmp(q, end, sizeof(end) - 1) == 0)
-            to = q; /* the last: a name may hold the words */
-    if (!to || (size_t)(to - from) >= len)
-        return 0;
-    memcpy(buf, from, (size_t)(to - from));
-    buf[to - from] = '\0';
-    return 1;
-}
-
-/* A delayed_exchanges route's channel closed for its exchange: remembered (the oldest goes). */
-static int note_gone(struct route_pub *r, const amqp_channel_close_t *cm, const char *why)
-{
-    char name[CONFIG_NAME_MAX + 1];
-    uint64_t now = clock_mono_ms();
-    int k = 0;
-
-    if (!r->cfg->delayed_exchanges || r->opening ||
-        (cm->reply_code != AMQP_NOT_FOUND && cm->reply_code != AMQP_ACCESS_REFUSED) ||
-        !close_exchange(cm, name, sizeof(name)))
-        return 0;
-    if (!r->gone)
-        r->gone = xcalloc(PUB_GONE_MAX, sizeof(*r->gone));
-    for (int i = 0; i < PUB_GONE_MAX; i++) {
-        if (!strcmp(r->gone[i].name, name)) {
-            k = i;
-            break;
-        }
-        if (r->gone[i].until < r->gone[k].until)
-            k = i;
-    }
-    memcpy(r->gone[k].name, name, strlen(name) + 1);
-    r->gone[k].until = now + PUB_GONE_MS;
-    log_warn("publish", "a message's exchange is gone or refused: its messages go the "
-             "unroutable way (unroutable_exchange, else dropped) for a while, then it is tried "
-             "again", "route=%s exchange=\"%s\" for_ms=%d reason=\"%s\"", r->cfg->name, name,
-             PUB_GONE_MS, why);
-    return 1;
-}
-
-static int is_gone(const struct route_pub *r, const char *exchange)
-{
-    uint64_t now = clock_mono_ms();
-
-    for (int i = 0; r->gone && i < PUB_GONE_MAX; i++)
-        if (r->gone[i].until > now && !strcmp(r->gone[i].name, exchange))
-            return 1;
-    return 0;
 }
 
 /* Close-ok for a close from the broker (behind our unwritten frames); why: the broker's reason. */
@@ -512,7 +442,7 @@ static void handle_frame(struct publisher *p, amqp_frame_t *f)
         }
         if (r && p->up) {
             char what[300], full[900];
-            int gone = note_gone(r, cm, why);
+            int gone = pub_note_gone(r, cm, why);
             if (r->opening)
                 snprintf(full, sizeof(full), "%s: %s", setup_what(r, what, sizeof(what)), why);
             else
@@ -726,13 +656,13 @@ int publisher_send(struct publisher *p, int route, uint32_t ref, const struct wa
     amqp_basic_properties_t *in, out;
     int res;
 
-    if (r->gone && o->exchange == o->exchange_buf && is_gone(r, o->exchange)) {
-        /* returned without a publish, reported in its turn (top of the file) */
+    if (r->gone && o->exchange == o->exchange_buf && pub_is_gone(r, o->exchange)) {
+        /* returned without a publish, reported in its turn (publisher_gone.c) */
         win_push(r, r->next_tag - 1, a->msg_id, ref);
         win_at(r, r->n - 1)->settle = ACKED;
         win_at(r, r->n - 1)->returned = 1;
         r->returned++;
-        win_report(p, r);
+        pub_win_report(p, r);
         return 1;
     }
     recycle_amqp_pool(&p->pool);
