@@ -18,20 +18,24 @@
  *
  * Held messages (each answered with JSON; the daemon does the work through
  * the api_ops below, and says whether the change is durable):
- *   GET    /pending?route=R[&limit=N][&after=CURSOR][&queue=Q]
+ *   GET    /pending?route=R[&limit=N][&after=CURSOR][&queue=Q][&exchange=X]
  *                  R's pending messages in due order, N per page (default
  *                  100, at most 1000), and "next" -- the cursor of the next
  *                  page, null after the last. queue=Q keeps those whose
  *                  routing key is Q: on a retry route, the retries of
- *                  queue Q (a page then looks at up to 10,000 messages and
- *                  may hold fewer than N with a "next" to follow)
+ *                  queue Q; exchange=X those published to exchange X: on
+ *                  a delayed_exchanges route, X's (a filtered page looks
+ *                  at up to 10,000 messages and may hold fewer than N with
+ *                  a "next" to follow)
  *   GET    /pending/R/KEY   the message with x-delay-key KEY, with its headers
  *   DELETE /pending/R/KEY   cancel it: 200 {"cancelled": true}, or 404 when no
  *                  such key is pending (unknown, published or in flight)
- *   POST   /purge?route=R[&due_before=T][&queue=Q]   cancel every pending
- *                  message of R (due before T: ms or ISO 8601; with routing
- *                  key Q: on a retry route, the retries of queue Q, each read
- *                  back from the log to tell), as a bounded background job:
+ *   POST   /purge?route=R[&due_before=T][&queue=Q][&exchange=X]   cancel
+ *                  every pending message of R (due before T: ms or ISO
+ *                  8601; with routing key Q: on a retry route, the retries
+ *                  of queue Q; published to exchange X: on a
+ *                  delayed_exchanges route, X's; each read back from the
+ *                  log to tell), as a bounded background job:
  *                  200 with "removed" when it finished at once, else 202; its
  *                  progress is in /stats under "purge"
  *   POST   /drain  stop consuming, hand every held message back to its
@@ -95,12 +99,12 @@ struct api_ops {
      * with {"error": "..."}). NULL: the endpoint answers 404.
      */
     int (*pending_list)(void *arg, const char *route, const char *after, unsigned limit,
-                        const char *queue, struct json_object *out);
+                        const char *queue, const char *exchange, struct json_object *out);
     int (*pending_get)(void *arg, const char *route, const char *key, struct json_object *out);
     int (*pending_cancel)(void *arg, const char *route, const char *key,
                           struct json_object *out);
     int (*purge)(void *arg, const char *route, const char *due_before, const char *queue,
-                 struct json_object *out);
+                 const char *exchange, struct json_object *out);
     int (*drain)(void *arg, struct json_object *out);
     void *arg;
     /* GET /due: what falls due ahead (ui.h's ui_due_json); NULL: 404. */

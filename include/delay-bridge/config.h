@@ -22,6 +22,8 @@
 #define CONFIG_MAX_ROUTES 256
 #define CONFIG_HTTP_MAX_HOSTS 16 /* http.allowed_hosts */
 #define CONFIG_NAME_MAX 255 /* AMQP short string */
+/* The queue the x-delayed-message exchanges route delayed messages to (deploy/plugin). */
+#define CONFIG_DELAYED_QUEUE "delay-bridge.delayed"
 
 #define CONFIG_TLS_DEFAULT_CA_FILE "/etc/ssl/certs/ca-certificates.crt"
 
@@ -111,9 +113,19 @@ enum invalid_delay_policy {
 
 struct config_route {
     char name[CONFIG_NAME_MAX + 1];             /* required, unique, [A-Za-z0-9._-]+ */
-    char ingress_exchange[CONFIG_NAME_MAX + 1]; /* required */
-    char ingress_queue[CONFIG_NAME_MAX + 1];    /* required */
-    char target_exchange[CONFIG_NAME_MAX + 1];  /* required; "" (default exchange) allowed */
+    char ingress_exchange[CONFIG_NAME_MAX + 1]; /* required ("" only with delayed_exchanges) */
+    char ingress_queue[CONFIG_NAME_MAX + 1];    /* required (delayed_exchanges: defaults to
+                                                   CONFIG_DELAYED_QUEUE) */
+    char target_exchange[CONFIG_NAME_MAX + 1];  /* required; "" (default exchange) allowed;
+                                                   "" and unused with delayed_exchanges */
+    /*
+     * "delayed_exchanges": false; true: each message goes, when due, to the
+     * exchange it was published to (its record's exchange) with its routing
+     * key -- one route for every x-delayed-message exchange of the vhost
+     * (config_delayed.c). No target, no retry; no ingress exchange unless
+     * named (nothing declared or bound then); a classic ingress queue.
+     */
+    int delayed_exchanges;
     enum queue_type queue_type;                 /* "queue_type": "classic" (default) | "quorum"
                                                    | "stream" (README, "A stream ingress") */
     char stream_max_age[16];                    /* "stream_max_age": "7D" -> x-max-age (stream only) */

@@ -87,6 +87,8 @@ struct delivery {
     uint32_t retry_failed;
     int retry_handback;  /* a drain's hand-back the broker's user-id check vouches for */
     int retry_admitted;  /* retry_queue is one the route sends back to (retry_admits) */
+    int bridge_marked;   /* has x-delay-bridge-id: a bridge's republish (a delayed_exchanges
+                            route refuses it: it came back, config_delayed.c) */
     const uint8_t *props;                 /* the properties AMQP-encoded, without the */
     int props_len;                        /* broker's x-delivery-count; < 0: cannot encode */
     /* key_event: the event's headers (bridge_keys.c); ok 0 when one is missing or mistyped */

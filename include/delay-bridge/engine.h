@@ -320,6 +320,9 @@ struct eng_purge {
     int by_key;               /* set after eng_purge_begin: only messages whose routing */
     uint8_t routing_key_len;  /* key is routing_key (a retry route's queue); each one */
     char routing_key[256];    /* looked at is then read back from the log */
+    int by_exchange;          /* likewise: only messages published to exchange (a */
+    uint8_t exchange_len;     /* delayed_exchanges route's own exchanges) */
+    char exchange[256];
     uint32_t cursor;  /* next handle to look at */
     uint32_t end;     /* handles at the start of the job */
     uint64_t removed; /* cancelled so far */

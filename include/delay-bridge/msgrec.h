@@ -55,7 +55,10 @@ int msgrec_from_delivery(struct walrec_add *a, const struct config_route *rc,
 
 /* How to republish a held message. */
 struct msgrec_out {
-    const char *exchange; /* the route's target, its dead-letter or its unroutable exchange */
+    const char *exchange; /* the route's target, its dead-letter or its unroutable exchange;
+                             on a delayed_exchanges route the record's own exchange (a copy in
+                             exchange_buf: this struct is not to be copied) */
+    char exchange_buf[256];
     const char *original_exchange; /* set when diverted to unroutable_exchange, else NULL */
     const char *error;    /* x-delay-error text for dead-lettered messages, else NULL */
     uint64_t delay_ms;    /* the delay it was held for (x-delay becomes -delay_ms) */
@@ -67,6 +70,24 @@ struct msgrec_out {
      */
     int handback;
     uint64_t remaining_ms;
+    /*
+     * A delayed_exchanges route's hand-back goes to the message's own
+     * exchange, an x-delayed-message exchange, which routes a message that
+     * carries x-delay-bridge-id by its type at once (that header is what
+     * stops a bridge's republish from looping): so it carries its id as
+     * x-delay-bridge-drained instead, and the shim holds it for the rest
+     * of its delay in delay-bridge.delayed.
+     */
+    int unmarked;
+    /*
+     * Not to be published: a delayed_exchanges route's record whose own
+     * exchange is the default exchange "" (published straight into the
+     * ingress queue; relayed, its routing key could name any queue) or
+     * the route's ingress exchange (it would come straight back). The
+     * intake refuses those; this catches a record logged otherwise (an
+     * older configuration, a replicated log).
+     */
+    int refused;
     /*
      * The route counts delays from the broker's stamp (delay_from
      * "broker"): timestamp_in_ms is not forwarded. The stamp of the first

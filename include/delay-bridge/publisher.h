@@ -100,6 +100,9 @@ int publisher_ready(const struct publisher *p, int route);
  * 0, or -1 when the connection went down (a TLS write failed, or the
  * publish does not encode, such as properties larger than a frame):
  * route_lost has then been reported for every route, this publish included.
+ * Returns 1 when nothing was sent: a delayed_exchanges route's message for
+ * an exchange a publish lately found gone or refused, reported returned
+ * (confirmed with returned = 1) at once (publisher_gone.c).
  */
 int publisher_send(struct publisher *p, int route, uint32_t ref, const struct walrec_add *a,
                    const struct msgrec_out *o);

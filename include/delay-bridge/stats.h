@@ -81,6 +81,9 @@ struct db_route_stats {
     uint64_t deduplicated;    /* redeliveries recognised as already logged: acked, not stored */
     uint64_t unstamped;       /* delay_from "broker": x-delay without timestamp_in_ms, from receipt */
     uint64_t dead_lettered;   /* published to dead_letter_exchange with x-delay-error */
+    uint64_t refused;         /* delayed_exchanges: deliveries not taken (from the default or
+                                 the route's ingress exchange, or a bridge's republish):
+                                 rejected, requeue false */
     uint64_t published;       /* basic.publish sent (a republish after a nack counts again) */
     uint64_t confirmed;       /* broker confirmed: the message is done */
     uint64_t nacked;          /* broker nacked: published again */
@@ -179,6 +182,19 @@ struct db_retry_stats {
     uint64_t attempts_sum, attempts_n;
 };
 
+/*
+ * delayed_exchanges routes: messages published to their own exchange, one
+ * row per (route, exchange) in the order first seen; at most
+ * DB_EXCHANGES_MAX exchanges a route, the rest counted under "_other".
+ */
+#define DB_EXCHANGES_MAX 64
+
+struct db_exchange_stats {
+    const char *route;
+    const char *exchange;
+    uint64_t published;           /* publishes to it (a hand-back and a republish count) */
+};
+
 struct db_stats {
     const char *version;
     const char *instance;       /* instance name from the config, "" if none */
@@ -227,6 +243,7 @@ struct db_stats {
         int done;            /* it finished */
         const char *route;
         const char *queue;   /* only the messages with this routing key; NULL: all */
+        const char *exchange; /* only those published to this exchange; NULL: all */
         uint64_t due_before; /* UINT64_MAX: everything */
         uint64_t removed;
         double progress;     /* 0..1 of the message table walked */
@@ -253,6 +270,8 @@ struct db_stats {
     struct db_route_stats *routes;
     int nretry;
     const struct db_retry_stats *retry; /* every retry route's rows (above) */
+    int nexchanges;
+    const struct db_exchange_stats *exchanges; /* delayed_exchanges routes' rows (above) */
 };
 
 #endif

@@ -349,7 +349,7 @@ int amqp_msg_provenance(amqp_bytes_t k)
     static const char *const names[] = {
         H_ORIG_USER, H_ERROR, "x-delay-unroutable", "x-original-exchange",
         "x-original-routing-key", "x-retry-parked-reason", "x-retry-queue",
-        "x-retry-attempts", "x-delay-bridge-handback",
+        "x-retry-attempts", "x-delay-bridge-handback", "x-delay-bridge-drained",
     };
 
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)

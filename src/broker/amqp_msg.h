@@ -112,7 +112,8 @@ int amqp_msg_header_str(const amqp_table_t *headers, const char *name, const cha
  * Provenance. The bridge writes headers that say what it did to a message
  * (x-original-user-id, x-delay-error, x-delay-unroutable, x-original-exchange,
  * x-original-routing-key, the parked x-retry-* ones) and marks a drain's
- * hand-back (x-delay-bridge-handback). A publisher can write any of them;
+ * hand-back (x-delay-bridge-handback; x-delay-bridge-drained on a
+ * delayed_exchanges route, its id). A publisher can write any of them;
  * a consumer must be able to trust them. So on intake they are dropped
  * (amqp_msg_provenance says which) unless the broker vouches that a bridge
  * published the message: its user-id property is the bridge's broker user

@@ -373,6 +373,11 @@ static void read_headers(struct consumer *c, struct delivery *d,
     d->key = amqp_msg_header_str(h, H_KEY, &d->key_str, &d->key_len);
     if (d->key <= 0)
         d->key_str = NULL;
+    if (c->cfg->routes[d->route].delayed_exchanges) {
+        const char *id;
+        size_t idlen;
+        d->bridge_marked = amqp_msg_header_str(h, "x-delay-bridge-id", &id, &idlen) != 0;
+    }
     /* x-delay-until, x-opt-delivery-time or x-delay (amqp_msg_due): the delay from now */
     const struct config_route *rc = &c->cfg->routes[d->route];
     d->unstamped = 0;

@@ -5,7 +5,8 @@
  * Every (re)connection declares again everything a route reads from, so a
  * broker that lost its definitions (a new node, a reset) is set up again
  * without an operator: the ingress exchange (fanout, durable), the ingress
- * queue bound to it, the target exchange when routes[].declare_target asks
+ * queue bound to it (a delayed_exchanges route without ingress_exchange:
+ * the queue alone), the target exchange when routes[].declare_target asks
  * for it, the prefetch (basic.qos), then basic.consume of the ingress
  * queue with the consumer tag "delay-bridge:<route>" -- the tag is how a
  * delivery names its route (consumer.c reads it back). All of it runs on
@@ -92,17 +93,26 @@ int cons_consume_ingress(struct amqp_conn *conn, const struct config_route *rc, 
     return amqp_conn_check(conn, "basic.consume", err, len);
 }
 
-/* The ingress exchange, the ingress queue with its arguments, and its binding. */
+/*
+ * The ingress exchange, the ingress queue with its arguments, and its
+ * binding. A delayed_exchanges route without an ingress_exchange declares
+ * only the queue, with the arguments of any classic ingress (x-queue-type
+ * "classic"): the x-delayed-message exchanges (deploy/plugin) declare it
+ * with exactly those, and route to it themselves.
+ */
 static int declare_ingress(struct amqp_conn *conn, amqp_channel_t ch, const struct config_route *rc,
                            char *err, size_t len)
 {
     amqp_table_entry_t qarg[4];
     amqp_table_t qargs = {0, qarg};
+    int bind = rc->ingress_exchange[0] != '\0';
 
-    amqp_exchange_declare(conn->st, ch, amqp_cstring_bytes(rc->ingress_exchange),
-                          amqp_cstring_bytes("fanout"), 0, 1, 0, 0, amqp_empty_table);
-    if (amqp_conn_check(conn, "declare ingress exchange", err, len) < 0)
-        return -1;
+    if (bind) {
+        amqp_exchange_declare(conn->st, ch, amqp_cstring_bytes(rc->ingress_exchange),
+                              amqp_cstring_bytes("fanout"), 0, 1, 0, 0, amqp_empty_table);
+        if (amqp_conn_check(conn, "declare ingress exchange", err, len) < 0)
+            return -1;
+    }
     if (rc->queue_type == QUEUE_QUORUM)
         arg_str(&qargs, "x-queue-type", "quorum");
     if (rc->queue_type == QUEUE_STREAM) {
@@ -132,6 +142,8 @@ static int declare_ingress(struct amqp_conn *conn, amqp_channel_t ch, const stru
                                     len);
     if (r < 0)
         return r; /* -3: refused on the scratch channel; ch is still open */
+    if (!bind)
+        return 0;
     amqp_queue_bind(conn->st, ch, amqp_cstring_bytes(rc->ingress_queue),
                     amqp_cstring_bytes(rc->ingress_exchange), amqp_empty_bytes, amqp_empty_table);
     return amqp_conn_check(conn, "bind ingress queue", err, len);

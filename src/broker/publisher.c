@@ -26,6 +26,11 @@
  * route's record carries the queue it goes back to as its routing key, and
  * its target is the default exchange, so it is published like any other.
  *
+ * Gone exchanges (publisher_gone.c): a delayed_exchanges route's message
+ * for an exchange that a publish found deleted or refused is reported
+ * returned without a publish for a while, rather than close the channel
+ * every other exchange's messages share.
+ *
  * Writing (publisher_out.c): publishes are encoded into one output buffer
  * and written once per burst without blocking; after login rabbitmq-c
  * writes on the socket only for the polite close, and on TLS. The why is
@@ -51,6 +56,9 @@
 #include "base/log.h"
 #include "base/xalloc.h"
 #include "base/failpoint.h"
+
+/* A delayed_exchanges route's hand-back names itself so (msgrec.h, unmarked). */
+#define H_DRAINED "x-delay-bridge-drained"
 
 static void on_io(struct ev_loop *loop, ev_io *w, int revents);
 static void on_wio(struct ev_loop *loop, ev_io *w, int revents);
@@ -313,7 +321,12 @@ static void on_confirm(struct publisher *p, struct route_pub *r, uint64_t tag, i
         if ((u->tag == tag || multiple) && u->settle == UNSETTLED)
             u->settle = ok ? ACKED : NACKED;
     }
-    /* Report from the head, in tag order; the callback may not touch this window. */
+    pub_win_report(p, r);
+}
+
+/* Report from the head, in tag order; the callback may not touch this window. */
+void pub_win_report(struct publisher *p, struct route_pub *r)
+{
     while (r->n && win_at(r, 0)->settle != UNSETTLED) {
         struct unconfirmed u = *win_at(r, 0);
         r->head = (r->head + 1) % r->cap;
@@ -331,7 +344,7 @@ static struct route_pub *route_of_channel(struct publisher *p, amqp_channel_t ch
     return ch >= 2 && ch < 2 + p->nroutes ? &p->routes[ch - 2] : NULL;
 }
 
-/* The properties of a returned message: mark its publish by x-delay-bridge-id. */
+/* The properties of a returned message: mark its publish by x-delay-bridge-id (or -drained). */
 static void mark_returned(struct route_pub *r, const amqp_basic_properties_t *props)
 {
     const char *v;
@@ -339,7 +352,8 @@ static void mark_returned(struct route_pub *r, const amqp_basic_properties_t *pr
     char buf[64];
 
     if (!(props->_flags & AMQP_BASIC_HEADERS_FLAG) ||
-        amqp_msg_header_str(&props->headers, "x-delay-bridge-id", &v, &len) != 1 ||
+        (amqp_msg_header_str(&props->headers, "x-delay-bridge-id", &v, &len) != 1 &&
+         amqp_msg_header_str(&props->headers, H_DRAINED, &v, &len) != 1) ||
         len >= sizeof(buf))
         return;
     memcpy(buf, v, len);
@@ -428,12 +442,15 @@ static void handle_frame(struct publisher *p, amqp_frame_t *f)
         }
         if (r && p->up) {
             char what[300], full[900];
+            int gone = pub_note_gone(r, cm, why);
             if (r->opening)
                 snprintf(full, sizeof(full), "%s: %s", setup_what(r, what, sizeof(what)), why);
             else
                 snprintf(full, sizeof(full), "%s", why);
             r->retries++;
             channel_failed(p, r, full);
+            if (gone) /* the cause is known and met: at once, not after a backoff */
+                backoff_reset(&r->bo);
         }
         break;
     }
@@ -564,8 +581,10 @@ void publisher_free(struct publisher *p)
         amqp_conn_close(&p->conn, 0);
     }
     free(p->out.b);
-    for (i = 0; i < p->nroutes; i++)
+    for (i = 0; i < p->nroutes; i++) {
         free(p->routes[i].win);
+        free(p->routes[i].gone);
+    }
     free(p->routes);
     empty_amqp_pool(&p->pool);
     free(p);
@@ -637,6 +656,15 @@ int publisher_send(struct publisher *p, int route, uint32_t ref, const struct wa
     amqp_basic_properties_t *in, out;
     int res;
 
+    if (r->gone && o->exchange == o->exchange_buf && pub_is_gone(r, o->exchange)) {
+        /* returned without a publish, reported in its turn (publisher_gone.c) */
+        win_push(r, r->next_tag - 1, a->msg_id, ref);
+        win_at(r, r->n - 1)->settle = ACKED;
+        win_at(r, r->n - 1)->returned = 1;
+        r->returned++;
+        pub_win_report(p, r);
+        return 1;
+    }
     recycle_amqp_pool(&p->pool);
     res = amqp_decode_properties(AMQP_BASIC_CLASS, &p->pool,
                                  (amqp_bytes_t){a->props_len, (void *)a->props}, (void **)&in);
@@ -647,7 +675,10 @@ int publisher_send(struct publisher *p, int route, uint32_t ref, const struct wa
                   "route=%s id=%s", r->cfg->name, o->id);
         in = &none;
     }
-    amqp_msg_outgoing(in, &out, &p->pool, o->delay_ms, p->conn.user, o->id, o->error);
+    amqp_msg_outgoing(in, &out, &p->pool, o->delay_ms, p->conn.user, o->unmarked ? NULL : o->id,
+                      o->error);
+    if (o->unmarked) /* msgrec.h: its exchange must hold it again, not route it */
+        amqp_msg_set_header(&out, &p->pool, H_DRAINED, o->id);
     if (o->handback) { /* a drain: back to the ingress for the rest of its delay */
         amqp_msg_set_delay(&out, &p->pool, (int64_t)o->remaining_ms);
         if (r->cfg->retry && p->conn.user[0]) {

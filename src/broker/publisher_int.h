@@ -55,6 +55,21 @@ struct route_pub {
     size_t head, n, cap;
     struct backoff bo;       /* reopening the channel after an error */
     uint64_t published, nacked, retries, returned;
+    /*
+     * A delayed_exchanges route: the exchanges a publish found gone (404)
+     * or refused (403), each remembered for PUB_GONE_MS, so that their
+     * messages are reported returned without a publish rather than close
+     * the channel every other exchange's messages share
+     * (publisher_gone.c). NULL until one is met.
+     */
+    struct pub_gone *gone;
+};
+
+#define PUB_GONE_MAX 8
+#define PUB_GONE_MS 30000
+struct pub_gone {
+    char name[CONFIG_NAME_MAX + 1]; /* "" unused */
+    uint64_t until;                 /* monotonic ms */
 };
 
 /* A basic.return being read: its properties name the publish; the body is skipped. */
@@ -131,5 +146,21 @@ int pub_send_method(struct publisher *p, amqp_channel_t ch, amqp_method_number_t
 int pub_sync_write_ok(struct publisher *p);
 /* Bytes from the broker wait on the socket (or it was closed: drain() will tell). */
 int pub_broker_spoke(const struct publisher *p);
+
+/* ---- publisher.c, for publisher_gone.c's caller ---- */
+
+/* Route r's settled confirms from the head of its window, in tag order, to the owner. */
+void pub_win_report(struct publisher *p, struct route_pub *r);
+
+/* ---- publisher_gone.c ---- */
+
+/*
+ * A delayed_exchanges route's channel closed (cm, why: its text) for a
+ * publish to an exchange that is gone (404) or refused (403): the name
+ * remembered, logged; 1, or 0 for any other close.
+ */
+int pub_note_gone(struct route_pub *r, const amqp_channel_close_t *cm, const char *why);
+/* exchange was remembered by pub_note_gone less than PUB_GONE_MS ago. */
+int pub_is_gone(const struct route_pub *r, const char *exchange);
 
 #endif

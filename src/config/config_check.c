@@ -218,10 +218,10 @@ int cfg_reserved(const char *s)
 }
 
 
-/* The route in vhost whose ingress_exchange is ex, or -1. */
+/* The route in vhost whose ingress_exchange is ex, or -1 ("": none; delayed_exchanges). */
 int cfg_route_by_ingress(const struct config *c, const char *vhost, const char *ex)
 {
-    for (int i = 0; i < c->nroutes; i++)
+    for (int i = 0; ex[0] && i < c->nroutes; i++)
         if (!c->routes[i].retired && strcmp(c->routes[i].ingress_exchange, ex) == 0 &&
             strcmp(config_route_vhost(c, &c->routes[i]), vhost) == 0)
             return i;

@@ -76,6 +76,7 @@ int config_route_keys_diff(const struct config_route *a, const struct config_rou
         {"dead_letter_exchange", strcmp(a->dead_letter_exchange, b->dead_letter_exchange) != 0},
         {"unroutable_exchange", strcmp(a->unroutable_exchange, b->unroutable_exchange) != 0},
         {"retry", !same_retry(a->retry, b->retry)},
+        {"delayed_exchanges", a->delayed_exchanges != b->delayed_exchanges},
         {"vhost", strcmp(a->vhost, b->vhost) != 0},
         {"template", strcmp(a->template_name, b->template_name) != 0},
     };

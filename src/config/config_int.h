@@ -136,7 +136,7 @@ int cfg_parse_routes(struct ctx *x, struct config *c, json_object *root);
 
 /* The keys a route object may have ("name" first, "template" last), NULL-terminated. */
 extern const char *const cfg_route_keys[];
-#define CFG_ROUTE_NKEYS 22
+#define CFG_ROUTE_NKEYS 23
 
 /* config_add_routes(), warning (log_warn) about each route skipped when warn. */
 int cfg_add_routes(struct config *c, const char *json, const char *name, int *shadowed, int warn,
@@ -231,6 +231,18 @@ int cfg_route_is_retry(json_object *o);
 int cfg_parse_route_retry(struct ctx *x, struct config_route *r, json_object *o,
                           const char *pre);
 void cfg_free_route_retry(struct config_route *r);
+
+/* ---- config_delayed.c ---- */
+
+/*
+ * routes[i].delayed_exchanges into r, before the route's names: when true,
+ * refuses the keys such a route cannot have and sets the default
+ * ingress_queue. cfg_check_route_delayed: the rules once its keys are read
+ * (queue_type, single_active_consumer, share_keys).
+ */
+int cfg_parse_route_delayed(struct ctx *x, struct config_route *r, json_object *o,
+                            const char *pre);
+int cfg_check_route_delayed(struct ctx *x, const struct config_route *r, const char *pre);
 
 /* uri carries a password of its own: amqp[s]://user:PASSWORD@host... */
 int cfg_uri_has_password(const char *uri);

@@ -77,6 +77,7 @@ static void route_defaults(struct config_route *r)
     r->template_name[0] = '\0';
     r->source = CONFIG_SOURCE_FILE;
     r->retired = 0;
+    r->delayed_exchanges = 0;
 }
 
 /* routes[i].name: required, [A-Za-z0-9._-]. */
@@ -99,14 +100,16 @@ static int route_names(struct ctx *x, struct config_route *r, json_object *o, co
 {
     char path[320], q[96];
 
-    if (cfg_get_str(x, o, pre, "ingress_exchange", REQUIRED | NONEMPTY, r->ingress_exchange,
+    /* a delayed_exchanges route may have neither (config_delayed.c) */
+    int need = r->delayed_exchanges ? NONEMPTY : REQUIRED | NONEMPTY;
+    if (cfg_get_str(x, o, pre, "ingress_exchange", need, r->ingress_exchange,
                 CONFIG_NAME_MAX) < 0)
         return -1;
-    if (cfg_get_str(x, o, pre, "ingress_queue", REQUIRED | NONEMPTY, r->ingress_queue,
+    if (cfg_get_str(x, o, pre, "ingress_queue", need, r->ingress_queue,
                 CONFIG_NAME_MAX) < 0)
         return -1;
     /* a retry route has none: it sends back through the default exchange (config_retry.c) */
-    if (!cfg_route_is_retry(o) &&
+    if (!cfg_route_is_retry(o) && !r->delayed_exchanges &&
         cfg_get_str(x, o, pre, "target_exchange", REQUIRED, r->target_exchange, CONFIG_NAME_MAX) < 0)
         return -1;
     if (cfg_get_str(x, o, pre, "vhost", NONEMPTY, r->vhost, CONFIG_NAME_MAX) < 0)
@@ -219,7 +222,9 @@ static int route_check_rules(struct ctx *x, const struct config_route *r, const 
         snprintf(path, sizeof path, "%s.ingress_queue", pre);
         return cfg_fail(x, path, "the \"amq.\" prefix is reserved by RabbitMQ; choose another name");
     }
-    if (strcmp(r->target_exchange, r->ingress_exchange) == 0) {
+    if (cfg_check_route_delayed(x, r, pre) < 0)
+        return -1;
+    if (!r->delayed_exchanges && strcmp(r->target_exchange, r->ingress_exchange) == 0) {
         snprintf(path, sizeof path, "%s.target_exchange", pre);
         return cfg_fail(x, path,
                     "same as ingress_exchange %s: messages would loop; expected the exchange "
@@ -254,7 +259,7 @@ const char *const cfg_route_keys[] = {
     "declare_target", "target_type", "prefetch", "max_inflight", "max_delay_ms", "max_held",
     "invalid_delay", "dead_letter_exchange", "unroutable_exchange",
     "single_active_consumer", "share_keys", "stream_max_age", "stream_max_mb", "delay_from",
-    "retry", "vhost", "template", NULL
+    "retry", "delayed_exchanges", "vhost", "template", NULL
 };
 _Static_assert(sizeof cfg_route_keys / sizeof *cfg_route_keys == CFG_ROUTE_NKEYS + 1,
                "CFG_ROUTE_NKEYS counts cfg_route_keys");
@@ -262,7 +267,8 @@ _Static_assert(sizeof cfg_route_keys / sizeof *cfg_route_keys == CFG_ROUTE_NKEYS
 /* A route's keys but its name, from o (its own, or merged with a template's), into r. */
 static int route_read(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
 {
-    if (route_names(x, r, o, pre) < 0 || route_kinds(x, r, o, pre) < 0 ||
+    if (cfg_parse_route_delayed(x, r, o, pre) < 0 ||
+        route_names(x, r, o, pre) < 0 || route_kinds(x, r, o, pre) < 0 ||
         route_limits(x, r, o, pre) < 0 || route_side_exits(x, r, o, pre) < 0 ||
         cfg_parse_route_retry(x, r, o, pre) < 0)
         return -1;
@@ -354,7 +360,7 @@ static int check_unique(struct ctx *x, const struct config *c, int i)
             what = "name", val = r->name;
         else if (strcmp(config_route_vhost(c, p), config_route_vhost(c, r)) != 0)
             continue; /* names in another vhost are other exchanges and queues */
-        else if (strcmp(p->ingress_exchange, r->ingress_exchange) == 0)
+        else if (r->ingress_exchange[0] && strcmp(p->ingress_exchange, r->ingress_exchange) == 0)
             what = "ingress_exchange", val = r->ingress_exchange;
         else if (strcmp(p->ingress_queue, r->ingress_queue) == 0)
             what = "ingress_queue", val = r->ingress_queue;

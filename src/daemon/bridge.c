@@ -97,7 +97,8 @@ static void on_confirmed(void *arg, int route, uint32_t ref, int ok, int returne
         return;
     }
     if (b->drain.active && eng_due_ms(b->eng, ref) > now) {
-        if (returned) {
+        /* a delayed_exchanges route's went to its own exchange: returned, it is unroutable */
+        if (returned && !rc->delayed_exchanges) {
             /* The ingress queue is gone: keep it and try again (logged). */
             if ((ev = log_ratelimit(&b->counts[route].rl_return, mono, 10000)))
                 log_warn("bridge", "drain: a message handed back came back (no queue bound to "
@@ -107,7 +108,8 @@ static void on_confirmed(void *arg, int route, uint32_t ref, int ok, int returne
             eng_unsent(b->eng, ref);
             return;
         }
-        b->drain.handed_back++;
+        if (!returned)
+            b->drain.handed_back++;
     }
     if (returned) {
         /* No queue was bound at the target: keep it, where the route says so. */
@@ -124,7 +126,9 @@ static void on_confirmed(void *arg, int route, uint32_t ref, int ok, int returne
                          : "unroutable message dropped by the broker (no queue bound at the "
                            "target; set routes[].unroutable_exchange to keep them)",
                      "route=%s target=\"%s\" events=%" PRIu64, rc->name,
-                     rc->unroutable_exchange[0] ? rc->unroutable_exchange : rc->target_exchange,
+                     rc->unroutable_exchange[0] ? rc->unroutable_exchange
+                     : rc->delayed_exchanges    ? "(each message's own exchange)"
+                                                : rc->target_exchange,
                      ev);
     }
     eng_confirm(b->eng, ref, now);
@@ -168,8 +172,15 @@ static void pump(struct bridge *b)
                 if (b->cfg->routes[i].retry && o.original_exchange &&
                     !(a.flags & WALREC_ADD_DEADLETTER))
                     bridge_retry_gone(b, i, &a);
-                if (publisher_send(bridge_pub(b, i), i, m, &a, &o) < 0)
+                if (o.refused) { /* msgrec.h: never published; done */
+                    bridge_dx_refused_record(b, i, &a);
+                    eng_confirm(b->eng, m, clock_now_ms());
+                    continue;
+                }
+                if ((r = publisher_send(bridge_pub(b, i), i, m, &a, &o)) < 0)
                     return; /* connection lost: everything in flight is due again */
+                if (r == 0 && o.exchange == o.exchange_buf)
+                    bridge_dx_published(b, i, o.exchange);
                 FAILPOINT("bridge.after_publish");
                 sent++;
             }
@@ -646,6 +657,7 @@ void bridge_free(struct bridge *b)
     free(b->counts);
     free(b->snap);
     bridge_retry_free(b);
+    bridge_dx_free(b);
     eng_close(b->eng);
     free(b);
 }

@@ -53,12 +53,13 @@ static struct json_object *message_json(struct bridge *b, const struct eng_item 
 #define PENDING_SCAN_MAX 10000
 
 static int api_pending_list(void *arg, const char *route, const char *after, unsigned limit,
-                            const char *queue, struct json_object *out)
+                            const char *queue, const char *exchange, struct json_object *out)
 {
     struct bridge *b = arg;
-    int ri = route_by_name(b, route), more = 1, r;
+    int ri = route_by_name(b, route), more = 1, r, filtered = queue || exchange;
     uint64_t after_due = 0, after_id = 0, next_due, next_id;
-    size_t qlen = queue ? strlen(queue) : 0, scanned = 0, kept = 0, n, i;
+    size_t qlen = queue ? strlen(queue) : 0, xlen = exchange ? strlen(exchange) : 0;
+    size_t scanned = 0, kept = 0, n, i;
     struct eng_item *items;
 
     if (!b->eng)
@@ -94,6 +95,8 @@ static int api_pending_list(void *arg, const char *route, const char *after, uns
             scanned++;
             if (queue && (a.routing_key_len != qlen || memcmp(a.routing_key, queue, qlen)))
                 continue;
+            if (exchange && (a.exchange_len != xlen || memcmp(a.exchange, exchange, xlen)))
+                continue;
             json_object_array_add(arr, message_json(b, &items[i], &a, 0));
             kept++;
         }
@@ -105,10 +108,12 @@ static int api_pending_list(void *arg, const char *route, const char *after, uns
             after_due = next_due;
             after_id = next_id;
         }
-    } while (queue && more && kept < limit && scanned < PENDING_SCAN_MAX && ++pages < 100);
+    } while (filtered && more && kept < limit && scanned < PENDING_SCAN_MAX && ++pages < 100);
     json_object_object_add(out, "route", json_object_new_string(route));
     if (queue)
         json_object_object_add(out, "queue", json_object_new_string(queue));
+    if (exchange)
+        json_object_object_add(out, "exchange", api_json_str(exchange, strlen(exchange)));
     json_object_object_add(out, "count", json_object_new_uint64(kept));
     json_object_object_add(out, "messages", arr);
     if (more) {
@@ -206,7 +211,7 @@ static int api_drain(void *arg, struct json_object *out)
 }
 
 static int api_purge(void *arg, const char *route, const char *due_before, const char *queue,
-                     struct json_object *out)
+                     const char *exchange, struct json_object *out)
 {
     struct bridge *b = arg;
     int ri = route_by_name(b, route), r;
@@ -220,6 +225,8 @@ static int api_purge(void *arg, const char *route, const char *due_before, const
         return api_fail(out, 400, "due_before: expected ms since the epoch or ISO 8601 UTC");
     if (queue && (!*queue || strlen(queue) > 255))
         return api_fail(out, 400, "queue: expected a queue name of 1..255 bytes");
+    if (exchange && strlen(exchange) > 255)
+        return api_fail(out, 400, "exchange: expected an exchange name of 0..255 bytes");
     if (b->purge.active)
         return api_fail(out, 409, "a purge is already running (see /stats)");
     eng_purge_begin(b->eng, &b->purge.job, (uint16_t)ri, before);
@@ -228,10 +235,16 @@ static int api_purge(void *arg, const char *route, const char *due_before, const
         b->purge.job.routing_key_len = (uint8_t)strlen(queue);
         memcpy(b->purge.job.routing_key, queue, strlen(queue) + 1);
     }
+    if (exchange) {
+        b->purge.job.by_exchange = 1;
+        b->purge.job.exchange_len = (uint8_t)strlen(exchange);
+        memcpy(b->purge.job.exchange, exchange, strlen(exchange) + 1);
+    }
     b->purge.started = 1;
     b->purge.active = 1;
-    log_info("bridge", "purge started", "route=%s queue=%s due_before_ms=%" PRIu64, route,
-             LOG_QUOTE_STR(queue), before == UINT64_MAX ? 0 : before);
+    log_info("bridge", "purge started", "route=%s queue=%s exchange=%s due_before_ms=%" PRIu64,
+             route, LOG_QUOTE_STR(queue), LOG_QUOTE_STR(exchange ? b->purge.job.exchange : NULL),
+             before == UINT64_MAX ? 0 : before);
     r = eng_purge_step(b->eng, &b->purge.job, PURGE_AT_ONCE);
     if (r < 0) {
         bridge_fatal(b, "WAL read (purge)", r);

@@ -79,8 +79,8 @@ struct vconn {
 /* What the bridge itself counts per route (the parts count the rest). */
 struct route_counts {
     uint64_t received, rejected, invalid_delay, invalid_key, dead_lettered, deduplicated;
-    uint64_t key_events_sent, key_events_received, key_events_applied, unstamped;
-    struct log_ratelimit rl_delay, rl_return, rl_stamp;
+    uint64_t key_events_sent, key_events_received, key_events_applied, unstamped, refused;
+    struct log_ratelimit rl_delay, rl_return, rl_stamp, rl_refused[4]; /* bridge_dx.c's reasons */
     int held_paused;      /* its max_held reached: not consuming (bridge_held_gate) */
     uint64_t held_pauses; /* times it paused so */
 };
@@ -152,6 +152,8 @@ struct bridge {
 
     struct db_route_stats *snap; /* bridge_stats() output */
     struct db_vhost_conn vsnap[BRIDGE_MAX_VHOSTS]; /* ... its connections per vhost */
+    struct bridge_dx *dx;        /* delayed_exchanges routes' counts per exchange
+                                    (bridge_dx.c); NULL until one publishes */
     struct bridge_retry *retry;  /* retry routes' counts per queue (bridge_retry.c); NULL
                                     until the first is counted */
 
@@ -244,6 +246,19 @@ void bridge_retry_taken(struct bridge *b, const struct delivery *d, const struct
                         uint64_t mono);
 /* A retry sent back to a queue that is gone (returned): parked now. */
 void bridge_retry_gone(struct bridge *b, int route, const struct walrec_add *a);
+/*
+ * bridge_dx.c, delayed_exchanges routes: d refused on intake (rejected,
+ * counted, logged: from the default or the route's ingress exchange, or a
+ * bridge's republish come back); 1 when it was. A publish to a message's
+ * own exchange counted; refusing a record at publish time; the rows for
+ * the snapshot (valid until the next call).
+ */
+int bridge_dx_refuse(struct bridge *b, const struct delivery *d);
+void bridge_dx_published(struct bridge *b, int route, const char *exchange);
+void bridge_dx_refused_record(struct bridge *b, int route, const struct walrec_add *a);
+const struct db_exchange_stats *bridge_dx_rows(struct bridge *b, int *n);
+void bridge_dx_free(struct bridge *b);
+
 /* Every retry row, for the snapshot (valid until the next call). */
 const struct db_retry_stats *bridge_retry_rows(struct bridge *b, int *n);
 void bridge_retry_free(struct bridge *b);

@@ -377,6 +377,8 @@ static void take_delivery(struct bridge *b, const struct delivery *d)
         take_cancel(b, d, now, mono);
         return;
     }
+    if (bridge_dx_refuse(b, d)) /* delayed_exchanges: nowhere of its own to go back to */
+        return;
 
     /* The properties were encoded by the consumer, without x-delivery-count (consumer.c). */
     if (d->props_len < 0) {

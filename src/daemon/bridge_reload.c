@@ -20,7 +20,8 @@
  *              policies and retry object written in place, their ingress
  *              side consumed again.
  *   waits      a stream ingress added or changed, share_keys,
- *              declare_target, target_type, a route's vhost, and every
+ *              declare_target, target_type, a route's vhost,
+ *              delayed_exchanges switched (every key of that route), and every
  *              broker, wal, http and instance key: logged by key path
  *              and counted in /stats reload.pending_changes and
  *              delay_bridge_config_pending_changes until a restart.

@@ -124,6 +124,10 @@ static enum how how_key(const struct apply *x, const struct config_route *r,
     static const char *const ingress[] = {"ingress_exchange", "ingress_queue", "queue_type",
                                           "prefetch", "single_active_consumer", NULL};
 
+    if (r->delayed_exchanges != n->delayed_exchanges) { /* all its keys: a route anew */
+        *why = "a route becoming or ceasing to be a delayed_exchanges route";
+        return KEY_WAITS;
+    }
     for (int i = 0; write[i]; i++)
         if (!strcmp(key, write[i]))
             return KEY_WRITE;

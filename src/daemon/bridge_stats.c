@@ -133,6 +133,7 @@ static void stats_purge(const struct bridge *b, struct db_stats *s)
     s->purge.route = b->cfg->routes[j->route].name;
     s->purge.due_before = j->due_before;
     s->purge.queue = j->by_key ? j->routing_key : NULL;
+    s->purge.exchange = j->by_exchange ? j->exchange : NULL;
     s->purge.removed = j->removed;
     s->purge.progress = j->end > 1 ? (double)(j->cursor - 1) / (double)(j->end - 1) : 1.0;
 }
@@ -159,6 +160,7 @@ static void stats_route(const struct bridge *b, int i, struct db_route_stats *r)
     r->key_events_received = n->key_events_received;
     r->key_events_applied = n->key_events_applied;
     r->dead_lettered = n->dead_lettered;
+    r->refused = n->refused;
     r->stream_offset = b->cfg->routes[i].queue_type != QUEUE_STREAM ? -2
                        : b->nvc ? consumer_stream_next(bridge_cons(b, i), i)
                                  : b->ioff ? b->ioff[i].stored : -1;
@@ -236,6 +238,7 @@ void bridge_stats(struct bridge *b, struct db_stats *s)
     s->nroutes = b->cfg->nroutes;
     s->routes = b->snap;
     s->retry = bridge_retry_rows(b, &s->nretry);
+    s->exchanges = bridge_dx_rows(b, &s->nexchanges);
     s->reload.count = b->reload.count;
     s->reload.refused = b->reload.refused;
     s->reload.last_ms = b->reload.last_ms;

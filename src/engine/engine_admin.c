@@ -171,13 +171,16 @@ int eng_purge_step(struct engine *e, struct eng_purge *p, size_t budget)
         if (m->route != p->route || m->node.due >= p->due_before ||
             (m->state != ENG_PENDING && m->state != ENG_WAITING && m->state != ENG_DUE))
             continue;
-        if ((m->flags & HELD_KEYED) || p->by_key) {
+        if ((m->flags & HELD_KEYED) || p->by_key || p->by_exchange) {
             struct walrec_add a;
             int r = engine_read_record(e, m, &e->kbuf, &a);
             if (r < 0)
                 return r;
             if (p->by_key && (a.routing_key_len != p->routing_key_len ||
                               memcmp(a.routing_key, p->routing_key, a.routing_key_len)))
+                continue;
+            if (p->by_exchange && (a.exchange_len != p->exchange_len ||
+                                   memcmp(a.exchange, p->exchange, a.exchange_len)))
                 continue;
             if (m->flags & HELD_KEYED)
                 kh = engine_key_hash(e, m->route, a.key, a.key_len);

@@ -9,6 +9,11 @@
  * sees (x-delay-bridge-id) is the log's random id and the message's first
  * sequence number: unique across restarts and compaction, the same on every
  * redelivery of one held message, so consumers can deduplicate.
+ *
+ * A delayed_exchanges route (config_delayed.c) has no target: each message
+ * goes back to the exchange its record names, the one it was published to,
+ * with its routing key -- unless that is the default exchange or the
+ * route's own ingress exchange (msgrec.h: refused).
  */
 #include "delay-bridge/msgrec.h"
 
@@ -50,10 +55,26 @@ int msgrec_from_delivery(struct walrec_add *a, const struct config_route *rc,
     return invalid;
 }
 
+/* A delayed_exchanges route's record: its own exchange, copied into o (NUL-ended). */
+static const char *own_exchange(const struct walrec_add *a, struct msgrec_out *o)
+{
+    memcpy(o->exchange_buf, a->exchange, a->exchange_len);
+    o->exchange_buf[a->exchange_len] = '\0';
+    return o->exchange_buf;
+}
+
+/* The record's exchange may not be published to (msgrec.h, refused). */
+static int refused(const struct config_route *rc, const struct msgrec_out *o)
+{
+    return rc->delayed_exchanges && o->exchange == o->exchange_buf &&
+           (!o->exchange_buf[0] ||
+            (rc->ingress_exchange[0] && strcmp(o->exchange_buf, rc->ingress_exchange) == 0));
+}
+
 void msgrec_to_publish(const struct walrec_add *a, const struct config_route *rc,
                        uint64_t log_id, int unroutable, struct msgrec_out *o)
 {
-    o->exchange = rc->target_exchange;
+    o->exchange = rc->delayed_exchanges ? own_exchange(a, o) : rc->target_exchange;
     o->original_exchange = NULL;
     o->error = NULL;
     if (a->flags & WALREC_ADD_DEADLETTER) {
@@ -67,6 +88,8 @@ void msgrec_to_publish(const struct walrec_add *a, const struct config_route *rc
     o->delay_ms = a->due_ms > a->enqueue_ms ? a->due_ms - a->enqueue_ms : 0;
     o->handback = 0;
     o->remaining_ms = 0;
+    o->unmarked = 0;
+    o->refused = refused(rc, o);
     o->drop_stamp = rc->delay_from == DELAY_FROM_BROKER;
     snprintf(o->id, sizeof(o->id), "%016" PRIx64 "-%" PRIu64, log_id, a->msg_id);
 }
@@ -75,13 +98,16 @@ void msgrec_to_handback(const struct walrec_add *a, const struct config_route *r
                         uint64_t log_id, int unroutable, uint64_t now, struct msgrec_out *o)
 {
     msgrec_to_publish(a, rc, log_id, unroutable, o);
-    if (a->due_ms <= now || (a->flags & WALREC_ADD_DEADLETTER))
-        return;
-    o->exchange = rc->ingress_exchange;
+    if (a->due_ms <= now || (a->flags & WALREC_ADD_DEADLETTER) || o->original_exchange)
+        return; /* due, dead-lettered, or diverted (its exchange returned it) */
+    /* a delayed_exchanges route's: to its own exchange, which holds it in the ingress again */
+    o->exchange = rc->delayed_exchanges ? own_exchange(a, o) : rc->ingress_exchange;
     o->original_exchange = NULL;
     o->delay_ms = 0;
     o->handback = 1;
     o->remaining_ms = a->due_ms - now;
+    o->unmarked = rc->delayed_exchanges;
+    o->refused = refused(rc, o);
 }
 
 /* 8 bytes at a time, multiply and xor-shift: fast, and good enough to tell messages apart. */

@@ -78,7 +78,9 @@
  *     "reload": { "count", "refused", "last", "pending_changes", "error" } (SIGHUP),
  *     "retry": [ { "route", "queue", "retries", "parked": { "max_attempts", "reason",
  *                  "no_queue", "queue_gone", "invalid" }, "attempts_le": { "1", "2", ...,
- *                  "+Inf": cumulative counts }, "attempts_sum" } ] (retry routes, per queue) }
+ *                  "+Inf": cumulative counts }, "attempts_sum" } ] (retry routes, per queue),
+ *     "exchanges": [ { "route", "exchange", "published" } ] (delayed_exchanges routes, per
+ *                  exchange: publishes to it) }
  *
  * Pure: the snapshot comes from api_ops, the answer goes to a strbuf; the
  * json-c objects live only inside render_stats() and the section builders
@@ -194,6 +196,7 @@ static json_object *route_json(const struct db_route_stats *r)
     add_u64(o, "key_events_received", r->key_events_received);
     add_u64(o, "key_events_applied", r->key_events_applied);
     add_u64(o, "dead_lettered", r->dead_lettered);
+    add_u64(o, "refused", r->refused);
     add_u64(o, "published", r->published);
     add_u64(o, "confirmed", r->confirmed);
     add_u64(o, "nacked", r->nacked);
@@ -246,6 +249,21 @@ static json_object *retry_json(const struct db_stats *s)
         }
         add(o, "attempts_le", h);
         add_u64(o, "attempts_sum", r->attempts_sum);
+        json_object_array_add(a, o);
+    }
+    return a;
+}
+
+/* delayed_exchanges routes, a row per (route, exchange): publishes to it. */
+static json_object *exchanges_json(const struct db_stats *s)
+{
+    json_object *a = json_object_new_array();
+
+    for (int i = 0; s->exchanges && i < s->nexchanges; i++) {
+        json_object *o = json_object_new_object();
+        add(o, "route", jstr(s->exchanges[i].route));
+        add(o, "exchange", api_json_str(s->exchanges[i].exchange, strlen(s->exchanges[i].exchange)));
+        add_u64(o, "published", s->exchanges[i].published);
         json_object_array_add(a, o);
     }
     return a;
@@ -344,6 +362,8 @@ static void add_operations(json_object *root, const struct db_stats *s)
         add(pj, "route", jstr(s->purge.route));
         if (s->purge.queue)
             add(pj, "queue", jstr(s->purge.queue));
+        if (s->purge.exchange)
+            add(pj, "exchange", api_json_str(s->purge.exchange, strlen(s->purge.exchange)));
         add_u64(pj, "due_before_ms", s->purge.due_before == UINT64_MAX ? 0 : s->purge.due_before);
         add_u64(pj, "removed", s->purge.removed);
         add(pj, "done", json_object_new_boolean(s->purge.done != 0));
@@ -412,6 +432,7 @@ static void render_stats(const struct db_stats *s, struct strbuf *out)
         json_object_array_add(routes, route_json(&s->routes[i]));
     add(root, "routes", routes);
     add(root, "retry", retry_json(s));
+    add(root, "exchanges", exchanges_json(s));
     json_object *rl = json_object_new_object();
     add_u64(rl, "count", s->reload.count);
     add_u64(rl, "refused", s->reload.refused);
@@ -541,7 +562,8 @@ static void held_messages(const struct api_ops *ops, const struct api_request *r
             return;
         }
         o = json_object_new_object();
-        status = ops->purge(ops->arg, route, arg(req, "due_before"), arg(req, "queue"), o);
+        status = ops->purge(ops->arg, route, arg(req, "due_before"), arg(req, "queue"),
+                            arg(req, "exchange"), o);
         json_answer(resp, status, o);
         return;
     }
@@ -565,7 +587,7 @@ static void held_messages(const struct api_ops *ops, const struct api_request *r
         }
         o = json_object_new_object();
         status = ops->pending_list(ops->arg, route, arg(req, "after"), (unsigned)limit,
-                                   arg(req, "queue"), o);
+                                   arg(req, "queue"), arg(req, "exchange"), o);
         json_answer(resp, status, o);
         return;
     }
@@ -713,6 +735,7 @@ struct json_object *api_message_json(uint64_t log_id, uint64_t id, uint64_t due_
     json_object_object_add(o, "due", json_object_new_string(clock_iso8601(due_ms, iso)));
     json_object_object_add(o, "state", json_object_new_string(due ? "due" : "waiting"));
     json_object_object_add(o, "key", a->key ? api_json_str(a->key, a->key_len) : NULL);
+    json_object_object_add(o, "exchange", api_json_str(a->exchange, a->exchange_len));
     json_object_object_add(o, "routing_key", api_json_str(a->routing_key, a->routing_key_len));
     json_object_object_add(o, "size", json_object_new_uint64(a->body_len));
     json_object_object_add(o, "enqueued_ms", json_object_new_uint64(a->enqueue_ms));
@@ -722,7 +745,6 @@ struct json_object *api_message_json(uint64_t log_id, uint64_t id, uint64_t due_
     else
         json_object_object_add(o, "message_id", NULL);
     if (full) {
-        json_object_object_add(o, "exchange", api_json_str(a->exchange, a->exchange_len));
         json_object_object_add(o, "properties", props);
         props = NULL;
     }

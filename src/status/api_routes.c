@@ -21,15 +21,19 @@
  *   vhost               the effective vhost: its own,  dropped when it is the broker
  *                       or the broker URI's            URI's, so that a route that
  *                                                      had none keeps none
- *   target_exchange     null on a retry route (it      null dropped
- *                       has none; the file may not
+ *   target_exchange     null on a retry route and a    null dropped
+ *                       delayed_exchanges route (they
+ *                       have none; the file may not
  *                       name one)
+ *   ingress_exchange    null on a delayed_exchanges    null dropped
+ *                       route without one
  *
  * Which keys a route shows follows what config.c accepts of it, so that
  * what GET shows always parses: a retry route leaves out the keys
  * config_retry.c refuses next to "retry" (its target, dead-letter and
  * unroutable exchanges are filled from retry.parking_exchange, not
- * written), and only a stream route shows stream_max_age and
+ * written), a delayed_exchanges route leaves out declare_target and
+ * target_type (config_delayed.c), and only a stream route shows stream_max_age and
  * stream_max_mb. Numbers are JSON numbers in the file's units (stream_max_mb
  * in MiB).
  *
@@ -117,10 +121,17 @@ struct json_object *api_route_json(const struct config_route *r, const char *vho
 
     add_str(o, "name", r->name);
     add_str(o, "vhost", vhost ? vhost : r->vhost);
-    add_str(o, "ingress_exchange", r->ingress_exchange);
+    /* a delayed_exchanges route's may be "": none (null, dropped on PUT) */
+    add(o, "ingress_exchange", r->ingress_exchange[0] || !r->delayed_exchanges
+                                   ? api_json_str(r->ingress_exchange,
+                                                  strlen(r->ingress_exchange))
+                                   : NULL);
     add_str(o, "ingress_queue", r->ingress_queue);
-    add(o, "target_exchange", r->retry ? NULL : api_json_str(r->target_exchange,
-                                                               strlen(r->target_exchange)));
+    add(o, "target_exchange", r->retry || r->delayed_exchanges
+                                  ? NULL
+                                  : api_json_str(r->target_exchange,
+                                                 strlen(r->target_exchange)));
+    add_bool(o, "delayed_exchanges", r->delayed_exchanges);
     add(o, "queue_type", json_object_new_string(qtypes[r->queue_type <= QUEUE_STREAM
                                                            ? r->queue_type : 0]));
     add(o, "source", json_object_new_string(r->source == CONFIG_SOURCE_STORE ? "api" : "file"));
@@ -143,8 +154,10 @@ struct json_object *api_route_json(const struct config_route *r, const char *vho
         add(o, "retry", retry_json(r->retry));
         return o;
     }
-    add_bool(o, "declare_target", r->declare_target);
-    add_str(o, "target_type", r->target_type);
+    if (!r->delayed_exchanges) { /* the keys config_delayed.c refuses stay out */
+        add_bool(o, "declare_target", r->declare_target);
+        add_str(o, "target_type", r->target_type);
+    }
     add(o, "delay_from",
         json_object_new_string(r->delay_from == DELAY_FROM_BROKER ? "broker" : "bridge"));
     add(o, "invalid_delay", json_object_new_string(

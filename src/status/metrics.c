@@ -215,6 +215,10 @@ static const struct route_family route_families[] = {
        "Deliveries whose x-delay-key or x-delay-cancel is not a string of at most 255 bytes."),
     RF("dead_lettered_total", "counter", dead_lettered,
        "Messages sent to the dead letter exchange with x-delay-error."),
+    RF("refused_total", "counter", refused,
+       "delayed_exchanges routes: deliveries with no exchange of their own to go back to "
+       "(the default or the route's ingress exchange, or a bridge's republish come back), "
+       "rejected and not relayed."),
     RF("cancelled_total", "counter", cancelled,
        "Held messages removed by x-delay-cancel, replacement or purge."),
     RF("cancel_missed_total", "counter", cancel_missed,
@@ -359,6 +363,20 @@ static void render_retry(const struct db_stats *s, struct strbuf *out)
         strbuf_printf(out, "%" PRIu64 "\n", s->retry[i].attempts_sum);
         retry_head(out, "retry_attempts", "_count", &s->retry[i], NULL, NULL);
         strbuf_printf(out, "%" PRIu64 "\n", cum);
+    }
+}
+
+/* ---- delayed_exchanges routes: per (route, exchange) ---- */
+
+static void render_exchanges(const struct db_stats *s, struct strbuf *out)
+{
+    family(out, "exchange_published_total", "counter",
+           "delayed_exchanges routes: publishes to each message's own exchange (a hand-back "
+           "counts); past 64 exchanges a route, under exchange \"_other\".");
+    for (int i = 0; s->exchanges && i < s->nexchanges; i++) {
+        sample_head(out, "exchange_published_total", NULL, "route", s->exchanges[i].route,
+                    "exchange", s->exchanges[i].exchange);
+        strbuf_printf(out, "%" PRIu64 "\n", s->exchanges[i].published);
     }
 }
 
@@ -510,6 +528,7 @@ void metrics_render(const struct db_stats *s, struct strbuf *out)
     render_route_info(s, out);
     render_routes(s, out);
     render_retry(s, out);
+    render_exchanges(s, out);
     family(out, "config_reloads_total", "counter",
            "SIGHUPs taken: the configuration file read again (result read), or refused because "
            "it did not load (result refused: nothing changed).");

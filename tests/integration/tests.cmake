@@ -162,6 +162,7 @@ set(db_it_cost_kill_loop 20)
 set(db_it_cost_stream_ingress 17)
 set(db_it_cost_stream_crash 12)
 set(db_it_cost_routes_live 40)
+set(db_it_cost_delayed_exchanges 50)
 set(db_it_cost_vhosts 30)
 set(db_it_cost_max_held 15)
 # broker4: a node of its own (the suite's port + 10), every case of "Supported brokers"

@@ -39,7 +39,10 @@ static const char *const routes_json =
     " \"queues\": {\"mail\": {\"max_attempts\": 9}, \"sms\": {\"jitter\": \"full\"}}}},"
     "{\"name\": \"st\", \"ingress_exchange\": \"st.in\", \"ingress_queue\": \"st.q\","
     " \"target_exchange\": \"\", \"queue_type\": \"stream\", \"stream_max_age\": \"2D\","
-    " \"stream_max_mb\": 300}]}";
+    " \"stream_max_mb\": 300},"
+    "{\"name\": \"dx\", \"delayed_exchanges\": true, \"max_delay_ms\": 86400000},"
+    "{\"name\": \"dx2\", \"delayed_exchanges\": true, \"ingress_exchange\": \"dx2.in\","
+    " \"ingress_queue\": \"dx2.q\", \"unroutable_exchange\": \"dx2.lost\"}]}";
 
 static const char *str(json_object *o, const char *key)
 {

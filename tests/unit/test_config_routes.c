@@ -512,7 +512,7 @@ static void test_add_routes(void)
             "ingress_exchange, ingress_queue, target_exchange, queue_type, declare_target, "
             "target_type, prefetch, max_inflight, max_delay_ms, max_held, invalid_delay, "
             "dead_letter_exchange, unroutable_exchange, single_active_consumer, share_keys, "
-            "stream_max_age, stream_max_mb, delay_from, retry, vhost, template");
+            "stream_max_age, stream_max_mb, delay_from, retry, delayed_exchanges, vhost, template");
 
     /* the rules between routes, over the whole set */
     ADD_ERR(base, STORE(PAY(",\"ingress_exchange\":\"orders.delayed\"")),

@@ -681,8 +681,33 @@ static void test_retry(void)
     free(e.s);
 }
 
+/* delayed_exchanges routes: a sample per (route, exchange), labels escaped. */
+static void test_exchanges(void)
+{
+    struct db_stats s;
+    struct expo e;
+    char *text;
+    struct db_exchange_stats x[2] = {{"dx", "orders.delayed", 12},
+                                     {"dx", "q\"x\n\xff\xc3\xa9", 3}};
+
+    fill(&s);
+    s.exchanges = x;
+    s.nexchanges = 2;
+    render(&s, &e, &text);
+    struct family *f = find_family(&e, "delay_bridge_exchange_published_total");
+    CHECK(f && !strcmp(f->type, "counter") && f->nsamples == 2);
+    CHECK(strstr(text, "delay_bridge_exchange_published_total{route=\"dx\","
+                       "exchange=\"orders.delayed\"} 12\n"));
+    /* quote and newline escaped, the invalid byte replaced, the e-acute kept */
+    CHECK(strstr(text, "exchange=\"q\\\"x\\n\xef\xbf\xbd\xc3\xa9\"} 3\n"));
+    CHECK(find_family(&e, "delay_bridge_refused_total") != NULL);
+    free(text);
+    free(e.s);
+}
+
 static const struct check_case cases[] = {
     { "retry", test_retry },
+    { "exchanges", test_exchanges },
     { "hist_observe", test_hist_observe },
     { "families", test_families },
     { "values", test_values },

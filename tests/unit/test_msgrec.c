@@ -177,6 +177,64 @@ static void test_handback(void)
     CHECK_STR(o.exchange, "orders.errors");
 }
 
+/* delayed_exchanges: to the record's own exchange; a hand-back there too, unmarked. */
+static void test_delayed_exchanges(void)
+{
+    struct config_route rc = route(INVALID_DELAY_PUBLISH);
+    struct walrec_add a;
+    struct msgrec_out o;
+
+    rc.target_exchange[0] = '\0';
+    rc.delayed_exchanges = 1;
+    CHECK(msgrec_from_delivery(&a, &rc, &in, 1000, XDELAY_OK, 60000) == 0);
+    a.msg_id = 4;
+    msgrec_to_publish(&a, &rc, 1, 0, &o);
+    CHECK_STR(o.exchange, "orders.delayed"); /* the delivery's exchange */
+    CHECK(o.refused == 0 && o.unmarked == 0 && o.original_exchange == NULL);
+    CHECK_U64(o.delay_ms, 60000);
+
+    /* a drain: back to the same exchange, with what remains, without x-delay-bridge-id */
+    msgrec_to_handback(&a, &rc, 1, 0, 21000, &o);
+    CHECK(o.handback == 1 && o.unmarked == 1 && o.refused == 0);
+    CHECK_STR(o.exchange, "orders.delayed");
+    CHECK_U64(o.remaining_ms, 40000);
+    /* diverted (its exchange returned it): to unroutable_exchange, even while draining */
+    strcpy(rc.unroutable_exchange, "lost");
+    msgrec_to_handback(&a, &rc, 1, 1, 21000, &o);
+    CHECK(o.handback == 0);
+    CHECK_STR(o.exchange, "lost");
+    CHECK_STR(o.original_exchange, "orders.delayed");
+
+    /* the default exchange, or the route's own ingress exchange: never published */
+    struct msgrec_in raw = in;
+    raw.exchange = "";
+    raw.exchange_len = 0;
+    raw.routing_key = "payments.secret";
+    raw.routing_key_len = 15;
+    msgrec_from_delivery(&a, &rc, &raw, 1000, XDELAY_OK, 5000);
+    msgrec_to_publish(&a, &rc, 1, 0, &o);
+    CHECK(o.refused == 1);
+    msgrec_to_handback(&a, &rc, 1, 0, 2000, &o);
+    CHECK(o.refused == 1);
+    strcpy(rc.ingress_exchange, "orders.delayed");
+    msgrec_from_delivery(&a, &rc, &in, 1000, XDELAY_OK, 5000);
+    msgrec_to_publish(&a, &rc, 1, 0, &o);
+    CHECK(o.refused == 1);
+    /* ... but dead-lettered, it goes to the operator's dead-letter exchange */
+    rc.invalid_delay = INVALID_DELAY_DEAD_LETTER;
+    msgrec_from_delivery(&a, &rc, &raw, 1000, XDELAY_ETOOBIG, 0);
+    msgrec_to_publish(&a, &rc, 1, 0, &o);
+    CHECK(o.refused == 0);
+    CHECK_STR(o.exchange, "orders.errors");
+
+    /* an ordinary route is untouched: its target */
+    rc = route(INVALID_DELAY_PUBLISH);
+    msgrec_from_delivery(&a, &rc, &raw, 1000, XDELAY_OK, 5000);
+    msgrec_to_publish(&a, &rc, 1, 0, &o);
+    CHECK(o.refused == 0 && o.unmarked == 0);
+    CHECK_STR(o.exchange, "orders.close");
+}
+
 static const struct check_case cases[] = {
     {"valid_delay", test_valid_delay},
     {"now", test_now},
@@ -186,6 +244,7 @@ static const struct check_case cases[] = {
     {"unroutable", test_unroutable},
     {"keys", test_keys},
     {"handback", test_handback},
+    {"delayed_exchanges", test_delayed_exchanges},
 };
 
 int main(int argc, char **argv)
