@@ -88,7 +88,7 @@
 -else.
 -export([route/3, delete/2]).
 -endif.
--export([declare_queues/0, delay_asked/2]).
+-export([declare_queues/0, delay_asked/2, topic_match/2, split_topic/1]).
 
 -define(TYPE, 'x-delayed-message').
 -define(QUEUE, <<"delay-bridge.delayed">>).
@@ -109,13 +109,14 @@ serialise_events() -> false.
 %% Routing
 
 -ifdef(DB_BASIC_MESSAGE).
-route(X, Delivery = #delivery{message = #basic_message{content = Content0}}) ->
+route(X, Delivery = #delivery{message = #basic_message{content = Content0,
+                                                       routing_keys = RKs}}) ->
     #content{properties = #'P_basic'{headers = H}} =
         rabbit_binary_parser:ensure_content_decoded(Content0),
     Get = fun(Key) -> header_091(H, Key) end,
     case delay_asked(Get, os:system_time(millisecond)) of
         true -> delayed_queue(X);
-        false -> (type_module(X)):route(X, Delivery)
+        false -> by_type(X, RKs, fun(M) -> M:route(X, Delivery) end)
     end.
 
 header_091(undefined, _Key) ->
@@ -133,9 +134,40 @@ route(X, Msg, Opts) ->
     Get = fun(Key) -> try mc:x_header(Key, Msg) catch _:_ -> unreadable end end,
     case delay_asked(Get, os:system_time(millisecond)) of
         true -> delayed_queue(X);
-        false -> (type_module(X)):route(X, Msg, Opts)
+        false -> by_type(X, mc:routing_keys(Msg), fun(M) -> M:route(X, Msg, Opts) end)
     end.
 -endif.
+
+%% Routed as the x-delayed-type routes, by its own module, except topic:
+%% RabbitMQ keeps topic bindings in a trie that, under Khepri (4.3; 4.x
+%% with khepri_db), holds only the bindings of exchanges of type topic, so
+%% rabbit_exchange_type_topic finds none of an x-delayed-message exchange's.
+%% Here topic patterns are matched against the exchange's bindings, on every
+%% line alike (a scan of its bindings, as the headers type does).
+by_type(X = #exchange{name = XName}, RKs, Route) ->
+    case type_module(X) of
+        rabbit_exchange_type_topic ->
+            Keys = [split_topic(RK) || RK <- RKs],
+            rabbit_router:match_bindings(
+              XName, fun(#binding{key = BK}) ->
+                             P = split_topic(BK),
+                             lists:any(fun(K) -> topic_match(P, K) end, Keys)
+                     end);
+        Mod ->
+            Route(Mod)
+    end.
+
+%% Words of a topic key, as RabbitMQ splits them: "" has none, "a." two.
+split_topic(<<>>) -> [];
+split_topic(Key) -> binary:split(Key, <<".">>, [global]).
+
+%% "*" one word, "#" zero or more.
+topic_match([], []) -> true;
+topic_match([<<"#">> | Ps] = Hash, Ws) ->
+    topic_match(Ps, Ws) orelse (Ws =/= [] andalso topic_match(Hash, tl(Ws)));
+topic_match([<<"*">> | Ps], [_ | Ws]) -> topic_match(Ps, Ws);
+topic_match([W | Ps], [W | Ws]) -> topic_match(Ps, Ws);
+topic_match(_, _) -> false.
 
 %% The one queue of the exchange's vhost, declared again if someone deleted it.
 delayed_queue(#exchange{name = #resource{virtual_host = VHost}}) ->

@@ -147,3 +147,25 @@ precedence_test() ->
     ?assert(asked([{<<"x-opt-delivery-time">>, Future}, {<<"x-opt-delivery-delay">>, {long, 0}}])),
     ?assertNot(asked([{<<"x-delay">>, {long, 0}}, {<<"x-opt-delivery-delay">>, {long, 5000}}])),
     ?assert(asked([{<<"x-delay">>, {long, 5}}, {<<"x-opt-delivery-delay">>, {long, 0}}])).
+
+topic(Pattern, Key) ->
+    M = rabbit_exchange_type_delay_bridge,
+    M:topic_match(M:split_topic(Pattern), M:split_topic(Key)).
+
+topic_test() ->
+    ?assert(topic(<<"#.eu">>, <<"order.eu">>)),
+    ?assert(topic(<<"#.eu">>, <<"eu">>)),
+    ?assert(topic(<<"#">>, <<"">>)),
+    ?assert(topic(<<"#">>, <<"a.b.c">>)),
+    ?assert(topic(<<"a.#">>, <<"a">>)),
+    ?assert(topic(<<"a.*.c">>, <<"a.b.c">>)),
+    ?assert(topic(<<"*.*">>, <<"a.">>)),        %% "a." is two words, the second empty
+    ?assert(topic(<<"">>, <<"">>)),
+    ?assert(topic(<<"a.#.z">>, <<"a.b.c.z">>)),
+    ?assert(topic(<<"#.#">>, <<"a">>)),
+    ?assertNot(topic(<<"#.us">>, <<"order.eu">>)),
+    ?assertNot(topic(<<"*">>, <<"">>)),
+    ?assertNot(topic(<<"*">>, <<"a.b">>)),
+    ?assertNot(topic(<<"a.*.c">>, <<"a.c">>)),
+    ?assertNot(topic(<<"">>, <<"a">>)),
+    ?assertNot(topic(<<"order">>, <<"Order">>)).
