@@ -36,7 +36,8 @@ test_plugin_compat.py's reference mode uses for the real plugin). Then:
                 queue deleted, then a restart: the boot step declares it
   queue deleted a delayed mandatory publish after someone deleted the queue:
                 the shim declares it again and the message is in it (not
-                returned, not dropped)
+                returned, not dropped); when it cannot (the vhost's
+                max-queues limit 0), the mandatory publish is returned
 """
 
 import datetime
@@ -173,13 +174,13 @@ def channel(node):
 
 
 def refused(node, fn):
-    """Run fn(channel); returns the channel.close reply as "CODE text", or None."""
+    """Run fn(channel); returns the channel.close (connection.close) reply as "CODE text", or None."""
     conn = h.connect(retry_s=10, uri=node.uri)
     try:
         fn(conn.channel())
         return None
-    except pika.exceptions.ChannelClosedByBroker as e:
-        return "%d %s" % (e.reply_code, e.reply_text)
+    except (pika.exceptions.ChannelClosedByBroker, pika.exceptions.ConnectionClosedByBroker) as e:
+        return "%d %s" % (e.reply_code, e.reply_text)  # 3.10: an unknown type closes the connection
     finally:
         if conn.is_open:
             conn.close()
@@ -456,6 +457,22 @@ def run(ctx, node, line):
           % (r, sorted(got)))
     check(r == "ok" and list(got) == ["deleted/direct/held"],
           "after the queue was deleted the delayed message was %s, the queue holds %r" % (r, got))
+
+    # 3b. deleted, and the shim cannot declare it (the vhost allows no new
+    # queue): the message is unroutable, so the mandatory publish comes back
+    ch.queue_delete(QUEUE)
+    node.ctl("set_vhost_limits", "-p", "/", '{"max-queues": 0}')
+    try:
+        r = publish(ch, topo.ex["direct"], "rk", "deleted/direct/limited", {"x-delay": h.i32(5000)})
+    finally:
+        node.ctl("clear_vhost_limits", "-p", "/")
+    h.log("queue deleted, max-queues 0, a delayed mandatory publish: %s" % r)
+    check(r == "returned", "with %s gone and not declarable the mandatory publish was %s, not "
+          "returned" % (QUEUE, r))
+    r = publish(ch, topo.ex["direct"], "rk", "deleted/direct/again", {"x-delay": h.i32(5000)})
+    got = drain(node, QUEUE)
+    check(r == "ok" and list(got) == ["deleted/direct/again"], "once queues may be declared "
+          "again the delayed message was %s, the queue holds %r" % (r, got))
 
     # 4. deleted, then a restart: the boot step declares it before anyone publishes
     ch.queue_delete(QUEUE)
