@@ -260,8 +260,13 @@ declare_queues() ->
 %% mandatory), and says so in the log.
 ensure_queue(VHost) ->
     QName = rabbit_misc:r(VHost, queue, ?QUEUE),
+    %% The vhost's max-queues counts (RabbitMQ 4.x checks it in declare, 3.x
+    %% only for a client's queue.declare: here for both).
     try rabbit_amqqueue:exists(QName) orelse
-            rabbit_amqqueue:declare(QName, true, false, ?QUEUE_ARGS, none, ?ACTING_USER) of
+            case rabbit_vhost_limit:is_over_queue_limit(VHost) of
+                false -> rabbit_amqqueue:declare(QName, true, false, ?QUEUE_ARGS, none, ?ACTING_USER);
+                {true, Limit} -> {vhost_max_queues, Limit}
+            end of
         true -> ok;
         {new, _} ->
             logger:info("delay-bridge shim: declared ~ts", [rabbit_misc:rs(QName)]);
