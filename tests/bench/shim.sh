@@ -4,14 +4,14 @@
 #
 #   tests/bench/shim.sh [--count N] [--runs R] [--keep]
 #
-#   --count N   messages per phase (default 20000)
+#   --count N   messages per phase (default 100000)
 #   --runs R    runs of every phase (default 3): medians, min and max
 #   --keep      keep the work directory (summaries, the node's logs)
 #
 # One node of DB_RABBITMQ's line (3.10, 4.0, 4.3; tests/integration/
 # broker.sh) with the shim enabled (deploy/plugin/build.sh builds it), on
 # 127.0.0.1:${BENCH_PORT:-5698} (distribution ${BENCH_DIST_PORT:-25698}),
-# state in ${BENCH_BROKER_DIR:-$BUILD_DIR/bench-shim-rabbitmq}. Per run, in
+# state in ${BENCH_BROKER_DIR:-$BUILD_DIR/bench-shim-rabbitmq-LINE}. Per run, in
 # this order, each phase load_publish of N persistent 256 B messages with
 # publisher confirms (window 1000), into a queue purged before the phase:
 #
@@ -26,15 +26,17 @@
 #
 # Figures per phase: the publisher's rate (msg/s, first publish to last
 # confirm) and the broker's CPU per message (µs, user + system of the
-# node's session, its idle rate measured first and subtracted); each as
-# the median of the runs with min and max; ratios shim / plain and
+# node's session, its idle rate measured first and subtracted); then, in
+# the node (rabbitmqctl eval), ns per rabbit_exchange:route/2 call for the
+# same exchange and headers, 2N calls in a row: the routing decision alone.
+# Each as the median of the runs with min and max; ratios shim / plain and
 # delayed / plain+hdr of the medians. No bridge runs. Exit 0, 2 on a
 # usage or setup error, 77 when the broker cannot run here.
 set -Eeuo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 
-N=20000 RUNS=3 KEEP=0
+N=100000 RUNS=3 KEEP=0
 say() { printf '[shim %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { say "error: $*"; exit 2; }
 while [ $# -gt 0 ]; do
@@ -55,7 +57,7 @@ bench_preflight
 LINE=${DB_RABBITMQ:-3.10}
 EZ=$(bash "$ROOT/deploy/plugin/build.sh" "$LINE" | tail -n 1) || die "deploy/plugin/build.sh $LINE failed"
 PORT=${BENCH_PORT:-5698} DIST=${BENCH_DIST_PORT:-25698}
-BROKER_DIR=${BENCH_BROKER_DIR:-$BUILD_DIR/bench-shim-rabbitmq}
+BROKER_DIR=${BENCH_BROKER_DIR:-$BUILD_DIR/bench-shim-rabbitmq-$LINE}  # one per line: rabbitmq.sh links it into the line's root
 URI="amqp://guest:guest@127.0.0.1:$PORT/%2f"
 RABBITMQ_SH=$ROOT/tests/integration/rabbitmq.sh
 WORK=$(mktemp -d "${BENCH_TMP:-/var/tmp}/delay-bridge-shim.XXXXXX")
@@ -111,7 +113,7 @@ phase() { # phase NAME RUN load_publish-options
     shift 2
     purge
     c=$(session_cpu_ms "$BROKER_SID") t=$(now_ms)
-    "$PUB" --uri "$URI" --count "$N" --routing-key bench --tag "$name" "$@" >"$out" 2>>"$WORK/errors" ||
+    "$PUB" --uri "$URI" --count "$N" --routing-key bench "$@" >"$out" 2>>"$WORK/errors" ||
         { cat "$WORK/errors" >&2; die "load_publish $name failed"; }
     dt=$(( $(now_ms) - t ))
     CPU[$name.$run]=$(fmt 1 "(($(session_cpu_ms "$BROKER_SID") - c) - $IDLE * $dt / 1000.0) * 1000.0 / $N")
@@ -129,6 +131,32 @@ n = ch.queue_declare('delay-bridge.delayed', passive=True).method.message_count
 assert n == $N, 'delay-bridge.delayed holds %d, not $N' % n"
 done
 
+# In the node itself: rabbit_exchange:route/2 of one message, M times in a
+# row in one process (the rabbitmqctl eval's), ns per call -- the routing
+# decision alone, without the channel, the queue or the disk.
+M=$(( N * 2 ))
+ROUTE_EVAL="
+Body = binary:copy(<<\"x\">>, 256),
+R = fun(XN, H) ->
+    X = rabbit_exchange:lookup_or_die(rabbit_misc:r(<<\"/\">>, exchange, XN)),
+    M0 = rabbit_basic:message(element(2, X), <<\"bench\">>, [{delivery_mode, 2}, {headers, H}], Body),
+    Msg = case element(1, M0) of basic_message -> rabbit_basic:delivery(false, false, M0, undefined); _ -> M0 end,
+    _ = rabbit_exchange:route(X, Msg),
+    Loop = fun L(0) -> ok; L(I) -> _ = rabbit_exchange:route(X, Msg), L(I - 1) end,
+    {T, ok} = timer:tc(fun() -> Loop($M) end),
+    round(T * 1000 / $M)
+end,
+D = [{<<\"x-delay\">>, long, 60000}],
+io:format(\"plain=~b shim=~b plain+hdr=~b delayed=~b~n\", [R(<<\"bench.plain\">>, []), R(<<\"bench.shim\">>, []),
+    R(<<\"bench.plain\">>, D), R(<<\"bench.shim\">>, D)]),
+ok."
+declare -A ROUTE
+for run in $(seq "$RUNS"); do
+    line=$(HOME=$BROKER_DIR "$RABBITMQ_BIN_DIR/rabbitmqctl" -n "dbtest$PORT@localhost" -q eval "$ROUTE_EVAL" | head -n 1)
+    say "route run $run: $line (ns per rabbit_exchange:route, $M calls)"
+    for ph in "${PHASES[@]}"; do ROUTE[$ph.$run]=$(tr ' ' '\n' <<<"$line" | sed -n "s/^$ph=//p"); done
+done
+
 # stats ARRAY PHASE: "median (min-max)" of the runs
 stats() {
     local -n a=$1
@@ -140,16 +168,19 @@ stats() {
 }
 printf '\nshim.sh: RabbitMQ %s, %d persistent 256 B messages per phase with confirms, median (min-max) of %d runs\n\n' \
     "$VSN" "$N" "$RUNS"
-printf '| %-10s | %-30s | %-30s |\n' phase "msg/s" "broker CPU µs/msg"
-printf '|%s|%s|%s|\n' "------------" "--------------------------------" "--------------------------------"
-declare -A MR MC
+printf '| %-10s | %-24s | %-24s | %-24s |\n' phase "msg/s" "broker CPU µs/msg" "route ns/msg"
+printf '|%s|%s|%s|%s|\n' "------------" "--------------------------" "--------------------------" "--------------------------"
+declare -A MR MC MRT
 for ph in "${PHASES[@]}"; do
     read -r rm rlo rhi <<<"$(stats RATE "$ph")"
     read -r cm clo chi <<<"$(stats CPU "$ph")"
-    MR[$ph]=$rm MC[$ph]=$cm
-    printf '| %-10s | %-30s | %-30s |\n' "$ph" "$(fmt 0 "$rm") ($(fmt 0 "$rlo")-$(fmt 0 "$rhi"))" \
-        "$(fmt 1 "$cm") ($(fmt 1 "$clo")-$(fmt 1 "$chi"))"
+    read -r tm tlo thi <<<"$(stats ROUTE "$ph")"
+    MR[$ph]=$rm MC[$ph]=$cm MRT[$ph]=$tm
+    printf '| %-10s | %-24s | %-24s | %-24s |\n' "$ph" "$(fmt 0 "$rm") ($(fmt 0 "$rlo")-$(fmt 0 "$rhi"))" \
+        "$(fmt 1 "$cm") ($(fmt 1 "$clo")-$(fmt 1 "$chi"))" "$(fmt 0 "$tm") ($(fmt 0 "$tlo")-$(fmt 0 "$thi"))"
 done
-printf '\nshim / plain: rate %s, CPU %s;  delayed / plain+hdr: rate %s, CPU %s\n' \
+printf '\nshim / plain: rate %s, CPU %s, route %s;  delayed / plain+hdr: rate %s, CPU %s, route %s\n' \
     "$(ratio "${MR[shim]}" "${MR[plain]}")" "$(ratio "${MC[shim]}" "${MC[plain]}")" \
-    "$(ratio "${MR[delayed]}" "${MR[plain+hdr]}")" "$(ratio "${MC[delayed]}" "${MC[plain+hdr]}")"
+    "$(ratio "${MRT[shim]}" "${MRT[plain]}")" \
+    "$(ratio "${MR[delayed]}" "${MR[plain+hdr]}")" "$(ratio "${MC[delayed]}" "${MC[plain+hdr]}")" \
+    "$(ratio "${MRT[delayed]}" "${MRT[plain+hdr]}")"
