@@ -139,8 +139,14 @@ ROUTE_EVAL="
 Body = binary:copy(<<\"x\">>, 256),
 R = fun(XN, H) ->
     X = rabbit_exchange:lookup_or_die(rabbit_misc:r(<<\"/\">>, exchange, XN)),
-    M0 = rabbit_basic:message(element(2, X), <<\"bench\">>, [{delivery_mode, 2}, {headers, H}], Body),
-    Msg = case element(1, M0) of basic_message -> rabbit_basic:delivery(false, false, M0, undefined); _ -> M0 end,
+    P = {'P_basic', undefined, undefined, H, 2, undefined, undefined, undefined, undefined, undefined,
+         undefined, undefined, undefined, undefined, undefined},
+    C = rabbit_basic:build_content(P, Body),
+    Msg = case code:ensure_loaded(mc_amqpl) of
+              {module, _} -> {ok, M4} = mc_amqpl:message(element(2, X), <<\"bench\">>, C), M4;
+              _ -> {ok, M3} = rabbit_basic:message(element(2, X), <<\"bench\">>, C),
+                   rabbit_basic:delivery(false, false, M3, undefined)
+          end,
     _ = rabbit_exchange:route(X, Msg),
     Loop = fun L(0) -> ok; L(I) -> _ = rabbit_exchange:route(X, Msg), L(I - 1) end,
     {T, ok} = timer:tc(fun() -> Loop($M) end),
@@ -152,7 +158,9 @@ io:format(\"plain=~b shim=~b plain+hdr=~b delayed=~b~n\", [R(<<\"bench.plain\">>
 ok."
 declare -A ROUTE
 for run in $(seq "$RUNS"); do
-    line=$(HOME=$BROKER_DIR "$RABBITMQ_BIN_DIR/rabbitmqctl" -n "dbtest$PORT@localhost" -q eval "$ROUTE_EVAL" | head -n 1)
+    line=$(HOME=$BROKER_DIR "$RABBITMQ_BIN_DIR/rabbitmqctl" -n "dbtest$PORT@localhost" -q eval "$ROUTE_EVAL") ||
+        die "rabbitmqctl eval (route) failed: $line"
+    line=$(grep -m 1 '^plain=' <<<"$line") || die "rabbitmqctl eval (route) said no figures"
     say "route run $run: $line (ns per rabbit_exchange:route, $M calls)"
     for ph in "${PHASES[@]}"; do ROUTE[$ph.$run]=$(tr ' ' '\n' <<<"$line" | sed -n "s/^$ph=//p"); done
 done
