@@ -27,8 +27,11 @@
 # Figures per phase: the publisher's rate (msg/s, first publish to last
 # confirm) and the broker's CPU per message (µs, user + system of the
 # node's session, its idle rate measured first and subtracted); then, in
-# the node (rabbitmqctl eval), ns per rabbit_exchange:route/2 call for the
-# same exchange and headers, 2N calls in a row: the routing decision alone.
+# the node (rabbitmqctl eval), rabbit_exchange:route/2 of one message of
+# the phase 2N times in a row: the routing decision alone, as the VM's CPU
+# time per call (statistics(runtime): the whole VM, so the idle broker's
+# background is in it) and reductions per call (the Erlang VM's count of
+# work done: the same on a busy machine as on a quiet one).
 # Each as the median of the runs with min and max; ratios shim / plain and
 # delayed / plain+hdr of the medians. No bridge runs. Exit 0, 2 on a
 # usage or setup error, 77 when the broker cannot run here.
@@ -116,7 +119,7 @@ phase() { # phase NAME RUN load_publish-options
     "$PUB" --uri "$URI" --count "$N" --routing-key bench "$@" >"$out" 2>>"$WORK/errors" ||
         { cat "$WORK/errors" >&2; die "load_publish $name failed"; }
     dt=$(( $(now_ms) - t ))
-    CPU[$name.$run]=$(fmt 1 "(($(session_cpu_ms "$BROKER_SID") - c) - $IDLE * $dt / 1000.0) * 1000.0 / $N")
+    CPU[$name.$run]=$(fmt 1 "(($(session_cpu_ms "$BROKER_SID") - $c) - $IDLE * $dt / 1000.0) * 1000.0 / $N")
     RATE[$name.$run]=$(get "$out" rate)
     [ "$(get "$out" nacked)" = 0 ] || die "$name: nacked $(get "$out" nacked)"
     say "run $run $name: $(cat "$out")"
@@ -149,20 +152,31 @@ R = fun(XN, H) ->
           end,
     _ = rabbit_exchange:route(X, Msg),
     Loop = fun L(0) -> ok; L(I) -> _ = rabbit_exchange:route(X, Msg), L(I - 1) end,
-    {T, ok} = timer:tc(fun() -> Loop($M) end),
-    round(T * 1000 / $M)
+    {reductions, R0} = process_info(self(), reductions),
+    {Cpu0, _} = statistics(runtime),
+    ok = Loop($M),
+    {Cpu1, _} = statistics(runtime),
+    {reductions, R1} = process_info(self(), reductions),
+    {round((Cpu1 - Cpu0) * 1000000 / $M), round((R1 - R0) / $M)}
 end,
 D = [{<<\"x-delay\">>, long, 60000}],
-io:format(\"plain=~b shim=~b plain+hdr=~b delayed=~b~n\", [R(<<\"bench.plain\">>, []), R(<<\"bench.shim\">>, []),
-    R(<<\"bench.plain\">>, D), R(<<\"bench.shim\">>, D)]),
+{A1, A2} = R(<<\"bench.plain\">>, []), {B1, B2} = R(<<\"bench.shim\">>, []),
+{C1, C2} = R(<<\"bench.plain\">>, D), {D1, D2} = R(<<\"bench.shim\">>, D),
+io:format(\"plain=~b shim=~b plain+hdr=~b delayed=~b~nplain=~b shim=~b plain+hdr=~b delayed=~b~n\",
+          [A1, B1, C1, D1, A2, B2, C2, D2]),
 ok."
-declare -A ROUTE
+declare -A ROUTE RED
 for run in $(seq "$RUNS"); do
     line=$(HOME=$BROKER_DIR "$RABBITMQ_BIN_DIR/rabbitmqctl" -n "dbtest$PORT@localhost" -q eval "$ROUTE_EVAL") ||
         die "rabbitmqctl eval (route) failed: $line"
-    line=$(grep -m 1 '^plain=' <<<"$line") || die "rabbitmqctl eval (route) said no figures"
-    say "route run $run: $line (ns per rabbit_exchange:route, $M calls)"
-    for ph in "${PHASES[@]}"; do ROUTE[$ph.$run]=$(tr ' ' '\n' <<<"$line" | sed -n "s/^$ph=//p"); done
+    out=$line
+    line=$(grep -m 1 '^plain=' <<<"$out") || die "rabbitmqctl eval (route) said no figures"
+    red=$(grep '^plain=' <<<"$out" | sed -n 2p)
+    say "route run $run: CPU ns $line; reductions $red (per rabbit_exchange:route, $M calls)"
+    for ph in "${PHASES[@]}"; do
+        ROUTE[$ph.$run]=$(tr ' ' '\n' <<<"$line" | sed -n "s/^$ph=//p")
+        RED[$ph.$run]=$(tr ' ' '\n' <<<"$red" | sed -n "s/^$ph=//p")
+    done
 done
 
 # stats ARRAY PHASE: "median (min-max)" of the runs
@@ -176,19 +190,22 @@ stats() {
 }
 printf '\nshim.sh: RabbitMQ %s, %d persistent 256 B messages per phase with confirms, median (min-max) of %d runs\n\n' \
     "$VSN" "$N" "$RUNS"
-printf '| %-10s | %-24s | %-24s | %-24s |\n' phase "msg/s" "broker CPU µs/msg" "route ns/msg"
-printf '|%s|%s|%s|%s|\n' "------------" "--------------------------" "--------------------------" "--------------------------"
-declare -A MR MC MRT
+printf '| %-10s | %-22s | %-22s | %-22s | %-17s |\n' phase "msg/s" "broker CPU µs/msg" "route CPU ns/msg" "route reductions"
+printf '|%s|%s|%s|%s|%s|\n' "------------" "------------------------" "------------------------" \
+    "------------------------" "-------------------"
+declare -A MR MC MRT MRD
 for ph in "${PHASES[@]}"; do
     read -r rm rlo rhi <<<"$(stats RATE "$ph")"
     read -r cm clo chi <<<"$(stats CPU "$ph")"
     read -r tm tlo thi <<<"$(stats ROUTE "$ph")"
-    MR[$ph]=$rm MC[$ph]=$cm MRT[$ph]=$tm
-    printf '| %-10s | %-24s | %-24s | %-24s |\n' "$ph" "$(fmt 0 "$rm") ($(fmt 0 "$rlo")-$(fmt 0 "$rhi"))" \
-        "$(fmt 1 "$cm") ($(fmt 1 "$clo")-$(fmt 1 "$chi"))" "$(fmt 0 "$tm") ($(fmt 0 "$tlo")-$(fmt 0 "$thi"))"
+    read -r dm _ _ <<<"$(stats RED "$ph")"
+    MR[$ph]=$rm MC[$ph]=$cm MRT[$ph]=$tm MRD[$ph]=$dm
+    printf '| %-10s | %-22s | %-22s | %-22s | %-17s |\n' "$ph" "$(fmt 0 "$rm") ($(fmt 0 "$rlo")-$(fmt 0 "$rhi"))" \
+        "$(fmt 1 "$cm") ($(fmt 1 "$clo")-$(fmt 1 "$chi"))" "$(fmt 0 "$tm") ($(fmt 0 "$tlo")-$(fmt 0 "$thi"))" "$dm"
 done
-printf '\nshim / plain: rate %s, CPU %s, route %s;  delayed / plain+hdr: rate %s, CPU %s, route %s\n' \
+printf '\nshim / plain: rate %s, broker CPU %s, route CPU %s, reductions %s\n' \
     "$(ratio "${MR[shim]}" "${MR[plain]}")" "$(ratio "${MC[shim]}" "${MC[plain]}")" \
-    "$(ratio "${MRT[shim]}" "${MRT[plain]}")" \
+    "$(ratio "${MRT[shim]}" "${MRT[plain]}")" "$(ratio "${MRD[shim]}" "${MRD[plain]}")"
+printf 'delayed / plain+hdr: rate %s, broker CPU %s, route CPU %s, reductions %s\n' \
     "$(ratio "${MR[delayed]}" "${MR[plain+hdr]}")" "$(ratio "${MC[delayed]}" "${MC[plain+hdr]}")" \
-    "$(ratio "${MRT[delayed]}" "${MRT[plain+hdr]}")"
+    "$(ratio "${MRT[delayed]}" "${MRT[plain+hdr]}")" "$(ratio "${MRD[delayed]}" "${MRD[plain+hdr]}")"
