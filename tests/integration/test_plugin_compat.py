@@ -46,7 +46,6 @@ import fcntl
 import glob
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,6 +54,7 @@ import pika
 from pika.exceptions import AMQPError
 
 import harness as h
+import harness_plugin as hp
 from harness import check
 
 PLUGIN_VSN = "4.0.7"
@@ -357,11 +357,6 @@ def with_plugin(ctx):
     return ingresses[0], ingresses[1], c, qs
 
 
-def _run(cmd, **kw):
-    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True, **kw)
-
-
 def plugin_dir():
     """The built plugin (PLUGIN_CACHE/<app>-<vsn>), building it if need be."""
     srcs = sorted(glob.glob(os.path.join(PLUGIN_CACHE, "src", "*.erl")))
@@ -370,8 +365,7 @@ def plugin_dir():
                      "src/*.erl in %s): copy them from tag v%s of "
                      "github.com/rabbitmq/rabbitmq-delayed-message-exchange (this test's docstring)"
                      % (PLUGIN_VSN, len(srcs), os.path.join(PLUGIN_CACHE, "src"), PLUGIN_VSN))
-    bin_dir = broker_bin_dir()
-    root = bin_dir[:-len(".bin")]
+    root = hp.root_of(hp.broker_bin_dir("4.0"))
     out = os.path.join(PLUGIN_CACHE, "%s-%s" % (PLUGIN_APP, PLUGIN_VSN))
     ebin = os.path.join(out, "ebin")
     with open(os.path.join(PLUGIN_CACHE, ".lock"), "w") as lock:
@@ -390,7 +384,7 @@ def plugin_dir():
             inside = build[len(root):]
             sh = ("cd %s && ERL_LIBS=%s HOME=/tmp erlc -o ebin -I %s/rabbit_common-%s/include src/*.erl"
                   % (inside, IN_ROOT_PLUGINS, IN_ROOT_PLUGINS, RABBITMQ_VSN))
-            r = _run(["chroot", root, "/bin/sh", "-c", sh], timeout=300)
+            r = hp.run_cmd(["chroot", root, "/bin/sh", "-c", sh], timeout=300)
             check(r.returncode == 0, "erlc of the plugin failed (%d):\n%s" % (r.returncode, r.stdout))
             mods = sorted(os.path.splitext(os.path.basename(s))[0] for s in srcs)
             with open(os.path.join(build, "ebin", PLUGIN_APP + ".app"), "w") as f:
@@ -408,79 +402,22 @@ def plugin_dir():
     return out
 
 
-def broker_bin_dir():
-    r = _run(["bash", os.path.join(h.HERE, "broker.sh"), "bin-dir", "4.0"])
-    if r.returncode == 77:
-        raise h.Skip("RabbitMQ 4.0 cannot run here, and the plugin needs it: %s" % r.stdout.strip())
-    check(r.returncode == 0, "broker.sh bin-dir 4.0 failed (%d): %s" % (r.returncode, r.stdout))
-    return r.stdout.strip().splitlines()[-1]
-
-
-class PluginNode(object):
-    """A RabbitMQ 4.0.5 node with the plugin enabled, in ctx.tmp/node (a
-    symlink into the trixie root, rabbitmq.sh), on free ports."""
-
-    def __init__(self, ctx):
-        self.built = plugin_dir()
-        self.bin_dir = broker_bin_dir()
-        self.dir = os.path.join(ctx.tmp, "node")
-        plugins = os.path.join(self.dir, "plugins")
-        os.makedirs(plugins)
-        shutil.copytree(self.built, os.path.join(plugins, os.path.basename(self.built)))
-        self.port, dist = h.free_port(), h.free_port()
-        self.env = dict(os.environ, RABBITMQ_BIN_DIR=self.bin_dir,
-                        RABBITMQ_PLUGINS_DIR="%s:%s" % (IN_ROOT_PLUGINS, plugins),
-                        RABBITMQ_ENABLED_PLUGINS=PLUGIN_APP)
-        self.started = False
-        r = _run(["bash", h.RABBITMQ_SH, "start", self.dir, str(self.port), str(dist)], env=self.env,
-                 timeout=300)
-        self.started = True
-        sys.stdout.write(r.stdout)
-        check(r.returncode == 0, "could not start the reference node (rabbitmq.sh start %d)" % r.returncode)
-        self.uri = "amqp://guest:guest@127.0.0.1:%d/%%2f" % self.port
-
-    def stop(self):
-        if not self.started:
-            return
-        r = _run(["bash", h.RABBITMQ_SH, "stop", self.dir], env=self.env, timeout=120)
-        sys.stdout.write(r.stdout)
-        inside = os.path.realpath(self.dir)
-        if inside != self.dir and inside.startswith(self.bin_dir[:-len(".bin")] + "/"):
-            shutil.rmtree(inside, ignore_errors=True)
-            try:
-                os.rmdir(os.path.dirname(inside))  # rabbitmq.sh's parent of it in the root
-            except OSError:
-                pass
-
-
 # --------------------------------------------------------------------------
 
 def test(ctx, mode):
     exp = expected()
     if mode == "plugin":
-        node = PluginNode(ctx)
-        suite_uri = os.environ.get("DB_TEST_BROKER_URI")
+        node = hp.PluginNode(ctx, "4.0", [plugin_dir()], [PLUGIN_APP])
         try:
-            os.environ["DB_TEST_BROKER_URI"] = node.uri
-            os.environ.pop("DB_TEST_BROKER_DIR", None)
-            h.log("reference: the delayed-message plugin %s on RabbitMQ %s at %s" % (
-                PLUGIN_VSN, h.broker_version(node.uri), h.mask_uri(node.uri)))
-            check(h.broker_version(node.uri) == RABBITMQ_VSN, "the reference node is not RabbitMQ %s"
-                  % RABBITMQ_VSN)
-            ingress, topic_ingress, c, qs = with_plugin(ctx)
-            obs = run_checks(ingress, topic_ingress, c, qs)
+            with hp.OnNode(ctx, node):
+                h.log("reference: the delayed-message plugin %s on RabbitMQ %s at %s" % (
+                    PLUGIN_VSN, h.broker_version(node.uri), h.mask_uri(node.uri)))
+                check(h.broker_version(node.uri) == RABBITMQ_VSN, "the reference node is not "
+                      "RabbitMQ %s" % RABBITMQ_VSN)
+                ingress, topic_ingress, c, qs = with_plugin(ctx)
+                obs = run_checks(ingress, topic_ingress, c, qs)
         finally:
-            for cons in ctx.consumers:
-                cons.close()
-            ctx.consumers, ctx.queues, ctx.exchanges = [], set(), set()
-            if ctx._admin is not None and ctx._admin[0].is_open:
-                ctx._admin[0].close()
-            ctx._admin = None
             node.stop()
-            if suite_uri is None:
-                os.environ.pop("DB_TEST_BROKER_URI", None)
-            else:
-                os.environ["DB_TEST_BROKER_URI"] = suite_uri
     else:
         ingress, topic_ingress, c, qs = with_bridge(ctx)
         obs = run_checks(ingress, topic_ingress, c, qs)
