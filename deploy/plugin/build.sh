@@ -24,7 +24,7 @@
 #
 # and the .ez's path on stdout (last line). Rebuilt only when a file of src/ or
 # this script is newer than the .ez. VSN is the project's version
-# (CMakeLists.txt). Needs erlc (erlang-dev... in Debian: erlang-base has it)
+# (CMakeLists.txt). Needs erlc (Debian: erlang-base, a dependency of rabbitmq-server)
 # and zip or python3.
 set -euo pipefail
 
