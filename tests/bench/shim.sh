@@ -109,6 +109,7 @@ sleep 4
 IDLE=$(fmt 2 "($(session_cpu_ms "$BROKER_SID") - $c0) / (($(now_ms) - $t0) / 1000.0)")
 say "broker idle: $IDLE ms CPU per s"
 
+# shellcheck disable=SC2034  # read through stats' nameref
 declare -A RATE CPU
 PHASES=(plain shim plain+hdr delayed)
 phase() { # phase NAME RUN load_publish-options
