@@ -290,7 +290,7 @@ SHIM_CLIENTS = ["pika", "amqplib", "java", "kombu", "bunny", "amqp091-go"]
 # <exchange>.q bound as the application's and <exchange>.decoy that must get
 # nothing, and the routing key it publishes with; every message carries the
 # header kind=a.
-#   type: (routing key, binding of .q, binding of .decoy); a dict is a headers binding (x-match all)
+# x-delayed-type -> (routing key, binding of .q, binding of .decoy); a dict: headers, x-match all
 SHIM_TYPES = {
     "direct": ("rk", "rk", "other"),
     "topic": ("order.eu", "*.eu", "*.us"),
