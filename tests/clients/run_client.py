@@ -17,6 +17,13 @@ one line per message it published (and the broker confirmed):
 
 and, first, `VERSION <client library version>`. Exit 77 (skip) when the
 client's toolchain or library is missing, with the package to install.
+
+    run_client.py shim CLIENT
+
+runs the same program as an application written for the delayed-message
+plugin, unchanged (DB_MODE=x-delayed-message; shim_test() below says what
+is checked): through the shim (deploy/plugin) and one delayed_exchanges
+route, on a node of the test's own with the shim enabled.
 """
 
 import os
@@ -30,6 +37,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import harness as h  # noqa: E402
+import harness_plugin as hp  # noqa: E402
 from harness import check  # noqa: E402
 
 MAX_DELAY_MS = 3600000
@@ -271,9 +279,143 @@ def test(ctx, client):
     h.log("RESULT %s %s: %d messages, all as expected" % (client, version, len(sent)))
 
 
+# --------------------------------------------------------------------------
+# run_client.py shim CLIENT: an unchanged x-delayed-message application
+# --------------------------------------------------------------------------
+
+SHIM_CLIENTS = ["pika", "amqplib", "java", "kombu", "bunny", "amqp091-go"]
+
+# What every program in DB_MODE=x-delayed-message declares (its own copy of
+# this table): per x-delayed-type the exchange <DB_EXCHANGE>.<type>, queue
+# <exchange>.q bound as the application's and <exchange>.decoy that must get
+# nothing, and the routing key it publishes with; every message carries the
+# header kind=a.
+# x-delayed-type -> (routing key, binding of .q, binding of .decoy); a dict: headers, x-match all
+SHIM_TYPES = {
+    "direct": ("rk", "rk", "other"),
+    "topic": ("order.eu", "*.eu", "*.us"),
+    "fanout": ("rk", "", None),
+    "headers": ("rk", {"kind": "a"}, {"kind": "b"}),
+}
+
+
+def shim_test(ctx, client):
+    """CLIENT's program, DB_MODE=x-delayed-message, as an application written
+    for the plugin: it declares an x-delayed-message exchange per
+    x-delayed-type (SHIM_TYPES), its queues and bindings, and publishes to
+    each, with confirms, x-delay values as its library types them, each
+    line naming the check of test_plugin_compat.DELAYS whose type and value
+    it sends:
+
+        SENT <type>/<case> <epoch ms just before publishing> <check>:<delay ms>
+
+    On a node of the suite's broker line with the shim (test_shim.build,
+    harness_plugin.PluginNode) and a bridge with the one route
+    {"name": "delayed", "delayed_exchanges": true}, every message must
+    arrive once, in its type's .q only (never .decoy), with its exchange,
+    routing key and headers; what the plugin delayed (test_shim.delay_cases:
+    the plugin's column of plugin_compat, and where the shim documentedly
+    differs) through the bridge (x-delay-bridge-id set) never before publish
+    time + delay (no clock tolerance) and at most DB_TEST_LATE_S late; what
+    it routed at once, at once, not through the bridge."""
+    import test_shim as ts
+    cmd, env = CLIENTS[client]()
+    line = hp.suite_line()
+    ez = ts.build(line)
+    node = hp.PluginNode(ctx, line, [ez], [ts.APP])
+    try:
+        with hp.OnNode(ctx, node):
+            shim_run(ctx, node, line, client, cmd, env, ts)
+    finally:
+        node.stop()
+
+
+def shim_run(ctx, node, line, client, cmd, env, ts):
+    h.log("shim node: RabbitMQ %s at %s" % (h.broker_version(node.uri), h.mask_uri(node.uri)))
+    prefix = ctx.n(client)
+    queues = {}
+    for t, (_rk, _main, decoy) in SHIM_TYPES.items():
+        x = "%s.%s" % (prefix, t)
+        queues[t] = (ctx.declare_queue(x + ".q"), ctx.declare_queue(x + ".decoy") if decoy is not None
+                     else None)
+    c = ctx.consumer([q for pair in queues.values() for q in pair if q])
+    ctx.bridge([{"name": "delayed", "delayed_exchanges": True}])
+    wall0 = time.time() - time.monotonic()
+    env = dict(env or os.environ, DB_URI=node.uri, DB_EXCHANGE=prefix, DB_RK="rk",
+               DB_MODE="x-delayed-message")
+    h.log("running DB_MODE=x-delayed-message %s" % " ".join(cmd))
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    sys.stdout.write(r.stdout)
+    sys.stdout.write(r.stderr[-3000:])
+    check(r.returncode == 0, "%s publisher exited %d" % (client, r.returncode))
+    version, sent = parse(r.stdout)
+    want = {mid: w for mid, _xd, w in ts.delay_cases(line)}
+    differs = ts.shim_differs(line)
+    plan = {}  # message id -> (type, check, delayed?, due epoch ms)
+    for mid, (t_ms, expect) in sent.items():
+        kind, chk, ms = mid.split("/", 1)[0], expect.split(":")[0], int(expect.split(":")[1])
+        check(kind in SHIM_TYPES and chk in want, "%s: unknown type or check in %r" % (mid, expect))
+        delayed = want[chk] == "delayed"
+        plan[mid] = (kind, chk, delayed, t_ms + ms if delayed else t_ms)
+    types = {p[0] for p in plan.values()}
+    check(types == set(SHIM_TYPES) and len(plan) >= 4 * 4,
+          "%s publisher reported %d message(s) of types %s" % (client, len(plan), sorted(types)))
+    last_due = max(p[3] for p in plan.values())
+    c.wait_ids(list(plan), max(0.0, last_due / 1000.0 - time.time()) + h.late_tolerance() + 10)
+    msgs = c.quiet(1.0)
+    late = h.late_tolerance() * 1000.0
+    failures, rows, seen = [], [], {}
+    for m in msgs:
+        seen.setdefault(m.message_id, []).append(m)
+    for mid in sorted(set(seen) - set(plan)):
+        failures.append("unexpected delivery %s: %s" % (mid, seen[mid]))
+    for mid, (kind, chk, delayed, due) in sorted(plan.items()):
+        rk = SHIM_TYPES[kind][0]
+        got = seen.get(mid, [])
+        if len(got) != 1:
+            failures.append("%s delivered %d times: %s" % (mid, len(got), got))
+            continue
+        m = got[0]
+        arrived = (m.t + wall0) * 1000.0
+        xd = h.header(m.props, "x-delay")
+        rows.append("%-20s %-16s %-8s %6.0f ms after publish, %+5.0f ms vs due; x-delay on delivery %s%s"
+                    % (mid, chk, "delayed" if delayed else "at once", arrived - sent[mid][0],
+                       arrived - due, "absent" if xd is None else "%s %r" % (xd.kind, xd.value),
+                       " (differs from the plugin: %s)" % differs[chk][1] if chk in differs else ""))
+        ex = "%s.%s" % (prefix, kind)
+        if (m.queue, m.exchange, m.routing_key) != (queues[kind][0], ex, rk):
+            failures.append("%s: arrived in %s from exchange %r with key %r; expected %s from %r with %r"
+                            % (mid, m.queue, m.exchange, m.routing_key, queues[kind][0], ex, rk))
+        app = h.header(m.props, "x-client")
+        if app is None or app.value.decode() != client:
+            failures.append("%s: header x-client not kept: %r" % (mid, app))
+        if (m.bridge_id is not None) != delayed:
+            failures.append("%s: %s, but x-delay-bridge-id is %r" % (
+                mid, "delayed" if delayed else "routed at once", m.bridge_id))
+        if arrived < due:
+            failures.append("%s arrived EARLY: %.1f ms before its due time" % (mid, due - arrived))
+        if arrived > due + late:
+            failures.append("%s arrived LATE: %.0f ms after its due time" % (mid, arrived - due))
+    left = ctx.queue_depth(ts.QUEUE)
+    if left:
+        failures.append("%s still holds %d message(s)" % (ts.QUEUE, left))
+    h.log("%s %s through the shim on RabbitMQ %s: %d messages\n    %s" % (
+        client, version, h.broker_version(node.uri), len(plan), "\n    ".join(rows)))
+    if failures:
+        h.fail("%d problem(s):\n  " % len(failures) + "\n  ".join(failures))
+    h.log("RESULT shim %s %s on RabbitMQ %s: %d messages (%d delayed), all as the plugin routes them"
+          % (client, version, h.broker_version(node.uri), len(plan),
+             sum(1 for p in plan.values() if p[2])))
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "shim" and sys.argv[2] in SHIM_CLIENTS:
+        name = sys.argv[2]
+        sys.argv[0] = "test_client_shim_" + name.replace("-", "_")
+        h.run(lambda ctx: shim_test(ctx, name), budget_s=150)
     if len(sys.argv) != 2 or sys.argv[1] not in CLIENTS:
-        sys.stderr.write("usage: run_client.py {%s}\n" % ",".join(CLIENTS))
+        sys.stderr.write("usage: run_client.py {%s}\n       run_client.py shim {%s}\n"
+                         % (",".join(CLIENTS), ",".join(SHIM_CLIENTS)))
         sys.exit(2)
     name = sys.argv[1]
     sys.argv[0] = "test_client_" + name.replace("-", "_")

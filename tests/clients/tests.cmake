@@ -75,3 +75,24 @@ set_tests_properties(clients.retry_consumers.crash PROPERTIES
   SKIP_RETURN_CODE 77
   TIMEOUT 240
   ENVIRONMENT "DB_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;DB_TEST_BROKER_URI=${db_owned_uri};DB_TEST_BROKER_DIR=${db_owned_dir};DB_CLIENTS_WORK=${CMAKE_BINARY_DIR}/clients;PYTHONDONTWRITEBYTECODE=1")
+
+# Unchanged x-delayed-message applications (issue 40; README "Clients and
+# frameworks"): each client's publisher, DB_MODE=x-delayed-message, declares
+# x-delayed-message exchanges of x-delayed-type direct, topic, fanout and
+# headers, binds its queues and publishes with x-delay as its library types
+# it, through the shim (deploy/plugin) and one delayed_exchanges route, on a
+# node of its own (harness_plugin.PluginNode, free ports) of the suite's line
+# (DB_RABBITMQ: 3.10, 4.0, 4.3): no broker fixture. run_client.py shim_test().
+#
+#   ctest --test-dir build -R clients.shim --output-on-failure
+foreach(client pika amqplib java kombu bunny amqp091-go)
+  add_test(NAME clients.shim.${client}
+           COMMAND ${DB_PYTHON3} -u ${CMAKE_CURRENT_SOURCE_DIR}/clients/run_client.py shim ${client})
+  set_tests_properties(clients.shim.${client} PROPERTIES
+    RESOURCE_LOCK clients
+    COST 20
+    LABELS "clients;integration"
+    SKIP_RETURN_CODE 77
+    TIMEOUT 200
+    ENVIRONMENT "DB_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;DB_TEST_BROKER_URI=${db_broker_uri};DB_CLIENTS_WORK=${CMAKE_BINARY_DIR}/clients;PYTHONDONTWRITEBYTECODE=1")
+endforeach()

@@ -3,6 +3,12 @@
 // per publish. Header values are Go values in an amqp.Table: int and int32
 // go out as 'I' (an int through a uint32 cast), int64 as 'l', float64 as
 // 'd', time.Time as a timestamp in seconds. Protocol: see run_client.py.
+//
+// DB_MODE=x-delayed-message: an application written for the delayed-message
+// plugin, unchanged (run_client.py shim): ExchangeDeclare of kind
+// x-delayed-message with args x-delayed-type, QueueDeclare, QueueBind, publish
+// with header x-delay (not mandatory: the plugin returned every delayed
+// mandatory message).
 package main
 
 import (
@@ -42,6 +48,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	if os.Getenv("DB_MODE") == "x-delayed-message" {
+		delayedExchanges(ch)
+		return
+	}
 	now := nowMs()
 	dueS := now/1000 + 3
 	cases := []c{
@@ -77,6 +87,88 @@ func main() {
 		lines = append(lines, fmt.Sprintf("SENT %s %d %s", k.id, t, k.expect))
 	}
 	for range cases {
+		select {
+		case c := <-confirms:
+			if !c.Ack {
+				fmt.Fprintf(os.Stderr, "nacked: delivery tag %d\n", c.DeliveryTag)
+				os.Exit(1)
+			}
+		case <-time.After(30 * time.Second):
+			fmt.Fprintln(os.Stderr, "no confirmation within 30 s")
+			os.Exit(1)
+		}
+	}
+	for _, l := range lines {
+		fmt.Println(l)
+	}
+}
+
+func must(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+// delayedExchanges: DB_MODE=x-delayed-message (see the top of the file).
+func delayedExchanges(ch *amqp.Channel) {
+	// run_client.SHIM_TYPES: type, routing key, binding of .q, of .decoy (a Table: headers)
+	types := [][4]interface{}{
+		{"direct", "rk", "rk", "other"}, {"topic", "order.eu", "*.eu", "*.us"},
+		{"fanout", "rk", "", nil}, {"headers", "rk", amqp.Table{"kind": "a"}, amqp.Table{"kind": "b"}},
+	}
+	cases := []struct { // case, x-delay, the plugin_compat check it is: kind and value
+		id     string
+		delay  interface{}
+		expect string
+	}{
+		{"int", 1500, "int32:1500"},          // 'I'
+		{"int64", int64(1500), "int64:1500"}, // 'l'
+		{"float64", 1500.7, "float64:1500"},  // 'd'
+		{"string", "1500", "string:1500"},
+		{"zero", 0, "zero:0"},
+		{"negative", -1000, "negative-int32:0"}, // 'I'
+		{"none", nil, "missing:0"},
+	}
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, len(types)*len(cases)))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var lines []string
+	for _, ty := range types {
+		kind, key := ty[0].(string), ty[1].(string)
+		x := os.Getenv("DB_EXCHANGE") + "." + kind
+		must(ch.ExchangeDeclare(x, "x-delayed-message", true, false, false, false,
+			amqp.Table{"x-delayed-type": kind}))
+		for i, suffix := range []string{".q", ".decoy"} {
+			b := ty[2+i]
+			if b == nil {
+				continue
+			}
+			_, err := ch.QueueDeclare(x+suffix, true, false, false, false, nil)
+			must(err)
+			if args, ok := b.(amqp.Table); ok {
+				bargs := amqp.Table{"x-match": "all"}
+				for k, v := range args {
+					bargs[k] = v
+				}
+				must(ch.QueueBind(x+suffix, "", x, false, bargs))
+			} else {
+				must(ch.QueueBind(x+suffix, b.(string), x, false, nil))
+			}
+		}
+		for _, k := range cases {
+			headers := amqp.Table{"x-client": "amqp091-go", "kind": "a"}
+			if k.delay != nil {
+				headers["x-delay"] = k.delay
+			}
+			mid := kind + "/" + k.id
+			t := nowMs()
+			must(ch.PublishWithContext(ctx, x, key, false, false,
+				amqp.Publishing{MessageId: mid, Headers: headers, Body: []byte(mid)}))
+			lines = append(lines, fmt.Sprintf("SENT %s %d %s", mid, t, k.expect))
+		}
+	}
+	for range lines {
 		select {
 		case c := <-confirms:
 			if !c.Ack {

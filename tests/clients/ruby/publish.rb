@@ -2,6 +2,12 @@
 # create_channel, confirm_select, exchange#publish with headers, then
 # wait_for_confirms. Bunny writes every Integer as 'l', a Float as 'd', a
 # Time as a timestamp in seconds. Protocol: see run_client.py.
+#
+# DB_MODE=x-delayed-message: an application written for the delayed-message
+# plugin, unchanged (run_client.py shim): ch.exchange(name, type:
+# 'x-delayed-message', arguments: { 'x-delayed-type' => ... }), queues bound to
+# it, publish with header x-delay (not mandatory: the plugin returned every
+# delayed mandatory message).
 require 'bunny'
 
 ex_name = ENV.fetch('DB_EXCHANGE')
@@ -12,6 +18,46 @@ conn = Bunny.new(ENV.fetch('DB_URI'))
 conn.start
 ch = conn.create_channel
 ch.confirm_select
+
+if ENV['DB_MODE'] == 'x-delayed-message'
+  # run_client.SHIM_TYPES: type, routing key, binding of .q, of .decoy (a Hash: headers)
+  types = [['direct', 'rk', 'rk', 'other'], ['topic', 'order.eu', '*.eu', '*.us'],
+           ['fanout', 'rk', '', nil], ['headers', 'rk', { 'kind' => 'a' }, { 'kind' => 'b' }]]
+  cases = [ # case, x-delay, the plugin_compat check it is: kind and value
+    ['int', 1500, 'int64:1500'],                 # 'l'
+    ['float', 1500.7, 'float64:1500'],           # 'd'
+    ['string', '1500', 'string:1500'],
+    ['zero', 0, 'zero:0'],
+    ['negative', -1000, 'negative-int64:0'],     # 'l'
+    ['none', nil, 'missing:0']
+  ]
+  sent = []
+  types.each do |type, key, main, decoy|
+    x = ch.exchange("#{ex_name}.#{type}", type: 'x-delayed-message', durable: true,
+                                          arguments: { 'x-delayed-type' => type })
+    [["#{x.name}.q", main], ["#{x.name}.decoy", decoy]].each do |qname, b|
+      next if b.nil?
+      q = ch.queue(qname, durable: true)
+      if b.is_a?(Hash)
+        q.bind(x, arguments: b.merge('x-match' => 'all'))
+      else
+        q.bind(x, routing_key: b)
+      end
+    end
+    cases.each do |id, delay, expect|
+      headers = { 'x-client' => 'bunny', 'kind' => 'a' }
+      headers['x-delay'] = delay unless delay.nil?
+      mid = "#{type}/#{id}"
+      t = (Time.now.to_r * 1000).floor
+      x.publish(mid, routing_key: key, message_id: mid, headers: headers)
+      sent << "SENT #{mid} #{t} #{expect}"
+    end
+  end
+  abort 'a publish was nacked' unless ch.wait_for_confirms
+  puts sent
+  conn.close
+  exit 0
+end
 # the bridge declared the ingress exchange (fanout, durable): use it as it is
 x = Bunny::Exchange.new(ch, :fanout, ex_name, durable: true, no_declare: true)
 
