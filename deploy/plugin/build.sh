@@ -33,8 +33,9 @@
 #
 # and the .ez's path on stdout (last line). Rebuilt only when a file of src/, test/ or
 # this script is newer than the .ez. VSN is the project's version
-# (CMakeLists.txt). Needs erlc (Debian: erlang-base, a dependency of rabbitmq-server)
-# and zip or python3.
+# (CMakeLists.txt). Needs erlc (Debian: erlang-base, a dependency of rabbitmq-server;
+# the official image's Erlang has it too); zip, python3 or, failing both, erl
+# itself (its zip module) makes the .ez.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -122,8 +123,10 @@ rm -f "$work"/test/*.erl  # the EUnit module (test/) is not part of the plugin
 rm -f "$EZ.tmp"
 if command -v zip >/dev/null; then
     (cd "$work" && zip -q -r "$EZ.tmp" "$APP-$VSN")
-else
+elif command -v python3 >/dev/null; then
     (cd "$work" && python3 -m zipfile -c "$EZ.tmp" "$APP-$VSN")
+else # a broker's image has neither, but has Erlang, whose zip module makes the .ez
+    (cd "$work" && erl -noshell -eval "{ok, _} = zip:create(\"$EZ.tmp\", [\"$APP-$VSN\"]), halt().")
 fi
 rm -rf "$OUT/$APP-$VSN" "$OUT/test"
 cp -r "$work/$APP-$VSN" "$work/test" "$OUT/"

@@ -14,7 +14,10 @@
 #   4. when the binary accepts the demo config's "http" block (the HTTP
 #      endpoint), the container's HEALTHCHECK (curl /healthz) reports healthy;
 #      until then the test runs without that block and says so;
-#   5. (DB_CONTAINER_COMPOSE=1, the default) docker/compose.yml comes up with
+#   5. docker/rabbitmq-shim (RabbitMQ + the x-delayed-message shim, built in
+#      the image against its own RabbitMQ) starts with the shim enabled and
+#      owning the exchange type x-delayed-message;
+#   6. (DB_CONTAINER_COMPOSE=1, the default) docker/compose.yml comes up with
 #      podman-compose and its demo closes its orders; then `down`. Compose
 #      services find each other by name: where containers on a podman network
 #      cannot resolve names (podman 4.3 with CNI and no dnsname plugin), this
@@ -44,7 +47,7 @@
 #   DB_CONTAINER_WORK     logs and generated configs (default: .tmp/container)
 #   DB_CONTAINER_CACHE    the debootstrapped base rootfs tarball
 #                         (default: /var/cache/delay-bridge-tests)
-#   DB_CONTAINER_COMPOSE  0 skips the podman-compose smoke (step 5)
+#   DB_CONTAINER_COMPOSE  0 skips the podman-compose smoke (step 6)
 #   DB_CONTAINER_KEEP     1 leaves containers, network and volume for
 #                         inspection (and prints how to remove them)
 set -euo pipefail
@@ -61,6 +64,7 @@ BASE_IMAGE=docker.io/library/debian:bookworm-slim
 RABBIT_IMAGE=docker.io/library/rabbitmq:4.3         # as in docker/compose.yml
 STANDIN_BASE=docker.io/library/debian:forky-slim    # docker/rabbitmq-standin/Dockerfile's FROM
 BRIDGE_IMAGE=localhost/delay-bridge:dev             # as in docker/compose.yml
+SHIM_IMAGE=localhost/rabbitmq-shim:dev               # docker/rabbitmq-shim: RabbitMQ + the shim
 DEMO_IMAGE=localhost/delay-bridge-demo:dev          # as in docker/compose.yml
 STANDIN_TITLE="rabbitmq stand-in (offline tests only)"
 
@@ -70,6 +74,7 @@ VOL=$RUN_ID-wal
 C_RABBIT=$RUN_ID-rabbitmq
 C_BRIDGE=$RUN_ID-bridge
 C_CLOSER=$RUN_ID-closer
+C_SHIM=$RUN_ID-rabbitmq-shim
 COMPOSE_PROJECT=$RUN_ID-compose
 BROKER_URI="amqp://guest:guest@rabbitmq:5672/%2f"
 
@@ -127,7 +132,7 @@ cleanup() {
     # podman-compose) can hold a pipe open forever.
     {
         [ -z "${COMPOSE_UP:-}" ] || compose_down
-        podman rm -f -v -t 1 "$C_CLOSER" "$C_BRIDGE" "$C_RABBIT"
+        podman rm -f -v -t 1 "$C_CLOSER" "$C_BRIDGE" "$C_RABBIT" "$C_SHIM"
         podman network rm -f "$NET"
         podman volume rm -f "$VOL"
     } >"$WORK/cleanup.log" 2>&1 </dev/null || true
@@ -163,6 +168,8 @@ if [ "$title" = absent ] || [ "$title" = "$STANDIN_TITLE" ]; then
 else
     info "$RABBIT_IMAGE: using the image already present"
 fi
+build build-rabbitmq-shim.log "$SHIM_IMAGE" -f docker/rabbitmq-shim/Dockerfile \
+    --build-arg RABBITMQ_IMAGE="$RABBIT_IMAGE" .
 build build-bridge.log "$BRIDGE_IMAGE" -f docker/Dockerfile \
     --ignorefile docker/Dockerfile.dockerignore \
     --build-arg VERSION="$(git describe --always --dirty 2>/dev/null || echo dev)" \
@@ -326,7 +333,26 @@ else
     step "HEALTHCHECK not tested: this build has no HTTP endpoint (see the NOTE above)"
 fi
 
-# 7. Compose smoke -------------------------------------------------------------------------
+# 7. RabbitMQ with the shim -----------------------------------------------------------------
+step "docker/rabbitmq-shim: the shim enabled and owning x-delayed-message"
+logged run-rabbitmq-shim.log podman run -d --name "$C_SHIM" --network "$NET" \
+    --health-interval disable "$SHIM_IMAGE"
+for _ in $(seq 1 120); do
+    podman exec "$C_SHIM" rabbitmq-diagnostics -q check_port_connectivity >"$WORK/shim-wait.log" 2>&1 && break
+    podman container inspect -f '{{.State.Running}}' "$C_SHIM" 2>/dev/null | grep -q true \
+        || fail "the rabbitmq-shim container exited ($(podman logs "$C_SHIM" 2>&1 | tail -n 5))"
+    sleep 1
+done
+podman exec "$C_SHIM" rabbitmq-plugins list -e -m >"$WORK/shim-plugins.log" 2>&1 || true
+grep -qx rabbitmq_delay_bridge_exchange "$WORK/shim-plugins.log" \
+    || fail "rabbitmq_delay_bridge_exchange is not enabled: $(cat "$WORK/shim-plugins.log")"
+podman exec "$C_SHIM" rabbitmqctl eval 'rabbit_registry:lookup_module(exchange, <<"x-delayed-message">>).' \
+    >"$WORK/shim-type.log" 2>&1 || true
+grep -q 'rabbit_exchange_type_delay_bridge' "$WORK/shim-type.log" \
+    || fail "x-delayed-message is not the shim's: $(cat "$WORK/shim-type.log")"
+info "enabled; x-delayed-message -> $(tr -d '\n' <"$WORK/shim-type.log")"
+
+# 8. Compose smoke -------------------------------------------------------------------------
 if [ "$COMPOSE" = 1 ]; then
     if ! command -v podman-compose >/dev/null; then
         step "podman-compose not installed: compose smoke skipped"
