@@ -59,7 +59,8 @@
 %%     x-delay-key              "migrated:" ++ identity, unless the message
 %%                              has an x-delay-key of its own
 %%
-%% and the mc annotation durable = true (the plugin held it on disk; a
+%% x-delay, when positive, becomes -x-delay, as the plugin delivers it; and
+%% the mc annotation durable = true (the plugin held it on disk; a
 %% message published without delivery_mode leaves the bridge with
 %% delivery_mode 2).
 %%
@@ -232,7 +233,7 @@ loop(Opts, S0) ->
 
 progress(S = #{moved := M, t0 := T0, last := Last}, Final) ->
     Now = erlang:monotonic_time(millisecond),
-    case Final orelse Now - Last >= 2000 of
+    case Final orelse Now - Last >= 1000 of
         false -> S;
         true ->
             Secs = max(Now - T0, 1) / 1000,
@@ -286,8 +287,11 @@ take(N) ->
 %% plugin's tables while this runs (the plugin's process is running it), and
 %% mnesia:next/2 inside a transaction that has deleted from the table walks
 %% the transaction's store at every call (quadratic: 5,000 entries took over
-%% a minute). The transaction then only writes and deletes, under two table
-%% locks instead of a lock per key.
+%% a minute). The transaction then only writes and deletes, under table
+%% locks instead of a lock per key; it deletes the entries it read, one by
+%% one, not their keys: an entry written under the same key since (by
+%% whatever writes the table when the plugin's process does not run this)
+%% stays, and is found without its index key by a later step (orphans/5).
 take_step(N) ->
     T = table(),
     I = index_table(),
@@ -310,8 +314,10 @@ take_step(N) ->
               mnesia:write_lock_table(delay_bridge_migration),
               case HasIndex of true -> mnesia:write_lock_table(I); false -> ok end,
               lists:foldl(fun({K, Es}, Acc) ->
-                                  lists:foreach(fun journal_entry/1, Es),
-                                  mnesia:delete(T, K, write),
+                                  lists:foreach(fun(E) ->
+                                                        journal_entry(E),
+                                                        mnesia:delete_object(T, E, write)
+                                                end, Es),
                                   case HasIndex of true -> mnesia:delete(I, K, write); false -> ok end,
                                   Acc + length(Es)
                           end, 0, Batch)
@@ -456,10 +462,28 @@ queue_for(VHost, Opts, S = #{queues := Qs}) ->
     end.
 
 prepare(Id, TS, Msg0) ->
-    Msg1 = mc:set_annotation(<<"x-delay-until">>, TS, Msg0),
+    Msg1 = mc:set_annotation(<<"x-delay-until">>, TS, swap_delay(Msg0)),
     Msg2 = mc:set_annotation(<<"x-delay-bridge-migrated">>, Id, Msg1),
     Msg3 = case mc:x_header(<<"x-delay-key">>, Msg2) of
                undefined -> mc:set_annotation(<<"x-delay-key">>, <<"migrated:", Id/binary>>, Msg2);
                _ -> Msg2
            end,
     mc:set_annotation(durable, true, Msg3).
+
+%% x-delay = -Delay, as the plugin writes it on the messages it delivers
+%% (rabbit_delayed_message_utils:swap_delay_header/1): what the consumer would
+%% have seen, and never a positive x-delay on what the bridge publishes back to
+%% an x-delayed-message exchange -- the bridge rewrites x-delay only when it
+%% held the message (a due time already passed leaves it as it came), and the
+%% plugin, still enabled during the move, would delay a positive one again.
+swap_delay(Msg) ->
+    case mc:x_header(<<"x-delay">>, Msg) of
+        {_, D} when is_integer(D), D > 0 -> mc:set_annotation(<<"x-delay">>, -D, Msg);
+        {_, D} when is_float(D), D >= 1 -> mc:set_annotation(<<"x-delay">>, -trunc(D), Msg);
+        {_, D} when is_binary(D) ->
+            case catch binary_to_integer(string:trim(D)) of
+                I when is_integer(I), I > 0 -> mc:set_annotation(<<"x-delay">>, -I, Msg);
+                _ -> Msg
+            end;
+        _ -> Msg
+    end.
