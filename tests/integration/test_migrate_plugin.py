@@ -7,8 +7,10 @@ deploy/plugin/migrate/delay-bridge-migrate-plugin on a RabbitMQ 4.0.5 node.
                                                writes the plugin's table instead
 
 COUNT messages (default 20,000; 100,000 in the .100k tests, label
-migrate_long) are held by the plugin: about a tenth due 20-80 s after they
-were published, the rest from 10 minutes to 30 days. The reference publishes
+migrate_long) are held by the plugin: a twentieth due 2-15 s after they
+were published (while the migration runs: the plugin fires them, or the
+migration moves them, never both), a tenth due after 20-80 s, the rest
+from 10 minutes to 30 days. The reference publishes
 them to an x-delayed-message exchange (x-delayed-type direct) in pipelined
 chunks and reports the plugin's publish rate; the fixture writes them with
 the plugin's record shapes, in a table of the plugin's name (for a machine
@@ -16,11 +18,11 @@ without the plugin's source: CI). Then, with a bridge running and a
 publisher still publishing to the plugin's exchange (the fixture: still
 writing entries):
 
-  1. the migration is started and killed with SIGKILL at its first progress
-     report (its process group: the script and rabbitmqctl; the node-side
-     process dies with them);
-  2. it is started again; at its first progress report the bridge is killed
-     with SIGKILL and started again; this run must finish (exit 0);
+  1. the migration is started (--rate: about a twentieth a second) and
+     killed with SIGKILL at its first progress report (its process group:
+     the script and rabbitmqctl; the node-side process dies with them);
+  2. it is started again at full speed; as it begins moving, the bridge is
+     killed with SIGKILL and started again; this run must finish (exit 0);
   3. the publisher stops; a last run moves what it left (exit 0), and the
      plugin's table and the migration's journal are empty.
 
@@ -65,7 +67,9 @@ MIGRATE = os.path.join(ROOT, "deploy", "plugin", "migrate", "delay-bridge-migrat
 FIXTURE = os.path.join(h.HERE, "migrate_fixture.erl")
 QUEUE = "delay-bridge.delayed"
 RK = "rk"  # harness_load.Feeder's routing key
-SHORT = (20000, 80000)   # ms: what falls due during and after the move
+DURING = (2000, 15000)   # ms: what falls due while it moves: the plugin's timer and the
+                         # migration both after the earliest entries
+SHORT = (20000, 80000)   # ms: what falls due after the move
 LONG = (600000, 30 * 86400000)
 
 
@@ -75,6 +79,8 @@ def wall_ms(mono):
 
 
 def delay_for(i, rng):
+    if i % 20 == 1:
+        return rng.randint(*DURING)
     return rng.randint(*SHORT) if i % 10 == 0 else rng.randint(*LONG)
 
 
@@ -205,11 +211,12 @@ class Migration(object):
     """delay-bridge-migrate-plugin against the node, in a process group of
     its own; its output lines kept with the time each came."""
 
-    def __init__(self, node, batch, name):
+    def __init__(self, node, batch, name, rate=0):
         cmd, env = node.ctl_cmd()
         self.name = name
         self.lines = []
-        self.proc = subprocess.Popen([MIGRATE, "-n", cmd[2], "--rabbitmqctl", cmd[0], "--batch", str(batch)],
+        self.proc = subprocess.Popen([MIGRATE, "-n", cmd[2], "--rabbitmqctl", cmd[0], "--batch", str(batch),
+                                      "--rate", str(rate)],
                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      universal_newlines=True, start_new_session=True)
         self.t0 = time.monotonic()
@@ -221,13 +228,14 @@ class Migration(object):
             self.lines.append((time.monotonic(), line.rstrip("\n")))
             h.log("%s: %s" % (self.name, line.rstrip("\n")))
 
-    def progressed(self):
-        return any(l.startswith("progress:") for _, l in self.lines)
+    def said(self, prefix):
+        return any(l.startswith(prefix) for _, l in self.lines)
 
-    def wait_progress(self, timeout=300):
+    def wait_progress(self, prefix="progress:", timeout=300):
+        """True once a line starting with prefix came, False if it ended first."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            if self.progressed():
+            if self.said(prefix):
                 return True
             if self.proc.poll() is not None:
                 return False
@@ -331,17 +339,18 @@ def run(ctx, mode, n, node):
     feeder.start()
     time.sleep(1.0)
 
-    # 1. the migration killed at its first progress report
-    m1 = Migration(node, batch, "migrate-1")
+    # 1. the migration killed at its first progress report (--rate: about a
+    # twentieth of them moved by then, however fast this machine is)
+    m1 = Migration(node, max(100, n // 40), "migrate-1", rate=max(200, n // 20))
     check(m1.wait_progress(), "migrate-1 ended before its first progress report (rc %s): "
           "nothing to kill mid-way" % m1.proc.returncode)
     m1.kill9()
     h.log("after migrate-1's SIGKILL: %d in the plugin's table, %d in the journal" % held(node))
 
-    # 2. again; the bridge killed at its first progress report, started again
+    # 2. again, at full speed; the bridge killed as it starts moving, started again
     m2 = Migration(node, batch, "migrate-2")
-    check(m2.wait_progress(), "migrate-2 ended before its first progress report (rc %s): "
-          "the bridge cannot be killed mid-way" % m2.proc.returncode)
+    check(m2.wait_progress("migrating") and m2.proc.poll() is None,
+          "migrate-2 ended before it began moving (rc %s)" % m2.proc.returncode)
     if True:
         t_kill = time.monotonic()
         b.kill9()

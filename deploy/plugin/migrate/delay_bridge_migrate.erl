@@ -66,17 +66,19 @@
 %%
 %% Crash at any point. A step either moved its entries into the journal or
 %% did not (one transaction). A journal entry is deleted only after the
-%% queue confirmed it: killed between the two (this process, the CLI that
-%% drives it -- its death kills this process --, the node), the rerun
-%% delivers the entry again. The bridge then holds it once: both copies
-%% carry the same x-delay-key, and a newer message with a pending key
-%% replaces the pending one (README "Headers"). The key was chosen over a
-%% dedupe of its own on x-delay-bridge-migrated because the bridge's keys
-%% already are durable (CANCEL records in its WAL), survive its own crash,
-%% and show in /pending; what it cannot catch is a second copy of a message
-%% whose due time passed and which the bridge already published: that
-%% needs the node to die in the milliseconds between the queue's confirm
-%% and the journal's delete of an overdue message.
+%% queue confirmed it. The CLI that drives this (kill -9, Ctrl-C) stops it
+%% only between units of work (in_worker/1); killed between a confirm and
+%% the journal's delete (this process by hand, the node), the rerun delivers
+%% the entry again. The bridge then holds it once: both copies carry the
+%% same x-delay-key, and a newer message with a pending key replaces the
+%% pending one (README "Headers"). The key was chosen over a dedupe of its
+%% own on x-delay-bridge-migrated because the bridge's keys already are
+%% durable (CANCEL records in its WAL), survive its own crash, and show in
+%% /pending. What it cannot catch is a second copy of a message whose due
+%% time passed and which the bridge already published: that needs the node
+%% (or this process) to die in the milliseconds between the queue's confirm
+%% and the journal's delete of an overdue message -- the window the plugin
+%% has for every message it fires (it routes, then deletes).
 %%
 %% Due times that pass during the move. Entries are taken earliest first,
 %% so a message due during the move is moved within a batch of falling
@@ -86,7 +88,7 @@
 %%
 %% Entry points (each returns ok or {error, Text}, and prints as it goes to
 %% the caller's group leader, i.e. the rabbitmqctl that called it):
-%%   run(#{dry_run, batch, follow, queue})  the migration, or its dry run
+%%   run(#{dry_run, batch, follow, rate, queue})  the migration, or its dry run
 %%   status()                               counts, as a map
 -module(delay_bridge_migrate).
 
@@ -104,7 +106,7 @@ journal() -> delay_bridge_migration.
 %% --------------------------------------------------------------------------
 
 run(Opts0) ->
-    Opts = maps:merge(#{dry_run => false, batch => 2000, follow => false,
+    Opts = maps:merge(#{dry_run => false, batch => 2000, follow => false, rate => 0,
                         queue => <<"delay-bridge.delayed">>}, Opts0),
     case table_exists(table()) of
         false ->
@@ -114,7 +116,7 @@ run(Opts0) ->
         true ->
             case maps:get(dry_run, Opts) of
                 true -> dry_run();
-                false -> watch_caller(), migrate(Opts)
+                false -> in_worker(Opts)
             end
     end.
 
@@ -122,7 +124,7 @@ journal_only(Opts) ->
     case table_exists(delay_bridge_migration) andalso mnesia:table_info(delay_bridge_migration, size) > 0 of
         false -> ok;
         true when map_get(dry_run, Opts) -> dry_run();
-        true -> watch_caller(), migrate(Opts)
+        true -> in_worker(Opts)
     end.
 
 status() ->
@@ -139,27 +141,84 @@ size_of(T) ->
 table_exists(T) ->
     lists:member(T, mnesia:system_info(tables)).
 
+%% Printed on the caller's terminal; once the caller is gone, on nobody's
+%% (an io request to a dead group leader raises: never let it stop a batch).
 say(Fmt, Args) ->
-    io:format(Fmt, Args).
+    _ = (catch io:format(Fmt, Args)),
+    ok.
 
-%% The CLI that called us: when its node goes away (kill -9, Ctrl-C), this
-%% process is killed too, wherever it is -- the design above is safe at any
-%% point, and a migration nobody watches should not go on.
-watch_caller() ->
+%% The migration runs in a process of its own, registered as
+%% delay_bridge_migrate (one at a time per node: a run started while an
+%% earlier one is still finishing waits for it), not in the process
+%% rabbitmqctl eval runs in. When the caller's node goes away (kill -9 of the
+%% CLI or of this script, Ctrl-C, a lost connection), the worker finishes the
+%% unit it is in -- a step into the journal, or a batch delivered, confirmed
+%% and deleted from the journal -- and stops there. Stopping between a
+%% delivery and its journal delete would deliver it again on the next run:
+%% harmless while the bridge holds it (same key), a second delivery if the
+%% bridge already published it (its due time passed: the test's short
+%% delays showed it). That window remains only for the node itself dying,
+%% the same window the plugin has for every message it fires (it routes,
+%% then deletes).
+in_worker(Opts) ->
+    wait_previous(120000),
+    Parent = self(),
     Caller = node(group_leader()),
-    Me = self(),
+    {Pid, MRef} = spawn_monitor(
+                    fun() ->
+                            true = register(delay_bridge_migrate, self()),
+                            watch_caller(Caller, self()),
+                            Parent ! {self(), result, catch migrate(Opts)}
+                    end),
+    receive
+        {Pid, result, R} ->
+            erlang:demonitor(MRef, [flush]),
+            R;
+        {'DOWN', MRef, process, Pid, Why} ->
+            {error, Why}
+    end.
+
+wait_previous(Ms) ->
+    case whereis(delay_bridge_migrate) of
+        undefined -> ok;
+        Prev ->
+            say("waiting for the run before this one to finish its unit of work~n", []),
+            MRef = erlang:monitor(process, Prev),
+            receive {'DOWN', MRef, _, _, _} -> ok
+            after Ms -> error(earlier_run_still_running)
+            end
+    end.
+
+watch_caller(Caller, Worker) ->
     case Caller =:= node() of
         true -> ok;
         false ->
             spawn(fun() ->
                           erlang:monitor_node(Caller, true),
-                          MRef = erlang:monitor(process, Me),
+                          MRef = erlang:monitor(process, Worker),
                           receive
-                              {nodedown, Caller} -> exit(Me, kill);
+                              {nodedown, Caller} -> Worker ! caller_gone;
                               {'DOWN', MRef, _, _, _} -> ok
                           end
                   end),
             ok
+    end.
+
+%% True once the caller is gone (checked between units of work).
+caller_gone() ->
+    case get(caller_gone) of
+        true -> true;
+        _ ->
+            receive
+                caller_gone ->
+                    put(caller_gone, true),
+                    group_leader(whereis(user), self()),
+                    logger:notice("delay_bridge_migrate: the caller is gone; stopped after a whole unit "
+                                  "of work (~b in the plugin's table, ~b in the journal): run it again",
+                                  [size_of(table()), size_of(delay_bridge_migration)]),
+                    true
+            after 0 -> false
+            end
     end.
 
 %% --------------------------------------------------------------------------
@@ -211,12 +270,16 @@ migrate(Opts) ->
     loop(Opts, #{moved => 0, t0 => T0, last => T0, queues => #{}}).
 
 loop(Opts, S0) ->
-    case drain_journal(Opts, S0) of
+    case caller_gone() orelse drain_journal(Opts, S0) of
+        true ->
+            {error, caller_gone};
         {error, _} = E ->
             E;
         {ok, S1} ->
             S2 = progress(S1, false),
-            case take(maps:get(batch, Opts)) of
+            case caller_gone() orelse take(maps:get(batch, Opts)) of
+                true ->
+                    {error, caller_gone};
                 {ok, 0} when map_get(follow, Opts) ->
                     timer:sleep(500),
                     loop(Opts, S2);
@@ -224,11 +287,22 @@ loop(Opts, S0) ->
                     _ = progress(S2, true),
                     ok;
                 {ok, _N} ->
+                    pace(maps:get(rate, Opts), S2),
                     loop(Opts, S2);
                 {error, R} ->
                     say("error: could not take entries out of ~s: ~p~n", [table(), R]),
                     {error, R}
             end
+    end.
+
+%% --rate R: no more than R messages a second on average (0: no limit).
+pace(0, _S) ->
+    ok;
+pace(Rate, #{moved := M, t0 := T0}) ->
+    Ahead = M * 1000 div Rate - (erlang:monotonic_time(millisecond) - T0),
+    case Ahead > 0 of
+        true -> timer:sleep(Ahead);
+        false -> ok
     end.
 
 progress(S = #{moved := M, t0 := T0, last := Last}, Final) ->
@@ -283,60 +357,57 @@ take(N) ->
         Other -> {error, Other}
     end.
 
-%% The keys and their entries are read dirty first: nothing else writes the
-%% plugin's tables while this runs (the plugin's process is running it), and
-%% mnesia:next/2 inside a transaction that has deleted from the table walks
-%% the transaction's store at every call (quadratic: 5,000 entries took over
-%% a minute). The transaction then only writes and deletes, under table
-%% locks instead of a lock per key; it deletes the entries it read, one by
-%% one, not their keys: an entry written under the same key since (by
-%% whatever writes the table when the plugin's process does not run this)
-%% stays, and is found without its index key by a later step (orphans/5).
+%% The keys are found dirty first, walking the index: mnesia:next/2 inside a
+%% transaction that has deleted from the table walks the transaction's store
+%% at every call (quadratic: 5,000 entries took over a minute). The
+%% transaction then reads each key's entries, journals them and deletes the
+%% key from both tables, under table locks instead of a lock per key. By
+%% key, not by object: the key holds the whole #exchange record, maps and
+%% all, which an ets match cannot look up by key, so mnesia:delete_object/3
+%% on this bag scans the whole table for each entry (quadratic again: 120
+%% msg/s at 20,000 held); what a key holds is read and deleted in the same
+%% transaction, inside the plugin's process, so nothing written under it is
+%% lost. Entries whose key is not in the index (none should be) are taken
+%% in table order once the index is exhausted.
 take_step(N) ->
     T = table(),
     I = index_table(),
     HasIndex = table_exists(I),
-    Keys = case HasIndex of
-               true -> index_keys(I, mnesia:dirty_first(I), N, []);
-               false -> []
-           end,
-    Batch0 = [{K, mnesia:dirty_read(T, K)} || K <- Keys],
-    Taken0 = lists:sum([length(Es) || {_, Es} <- Batch0]),
-    %% entries without an index key (none should be): in table order
-    Batch = case Taken0 < N of
-                true -> Batch0 ++ orphans(T, mnesia:dirty_first(T), N - Taken0,
-                                                 maps:from_keys(Keys, true), []);
-                false -> Batch0
+    Keys0 = case HasIndex of
+                true -> index_keys(I, mnesia:dirty_first(I), N, []);
+                false -> []
             end,
+    Keys = case length(Keys0) < N of
+               true -> Keys0 ++ orphans(T, mnesia:dirty_first(T), N - length(Keys0),
+                                        maps:from_keys(Keys0, true), []);
+               false -> Keys0
+           end,
     mnesia:transaction(
       fun() ->
               mnesia:write_lock_table(T),
               mnesia:write_lock_table(delay_bridge_migration),
               case HasIndex of true -> mnesia:write_lock_table(I); false -> ok end,
-              lists:foldl(fun({K, Es}, Acc) ->
-                                  lists:foreach(fun(E) ->
-                                                        journal_entry(E),
-                                                        mnesia:delete_object(T, E, write)
-                                                end, Es),
+              lists:foldl(fun(K, Acc) ->
+                                  Es = mnesia:read(T, K, write),
+                                  lists:foreach(fun journal_entry/1, Es),
+                                  mnesia:delete(T, K, write),
                                   case HasIndex of true -> mnesia:delete(I, K, write); false -> ok end,
                                   Acc + length(Es)
-                          end, 0, Batch)
+                          end, 0, Keys)
       end).
 
-%% Up to N index keys (one key may hold several entries: a few more is fine).
+%% Up to N keys (one key may hold several entries: a few more is fine).
 index_keys(_I, '$end_of_table', _N, Acc) -> lists:reverse(Acc);
 index_keys(_I, _K, N, Acc) when N =< 0 -> lists:reverse(Acc);
 index_keys(I, K, N, Acc) -> index_keys(I, mnesia:dirty_next(I, K), N - 1, [K | Acc]).
 
-orphans(_T, '$end_of_table', _N, _Seen, Acc) -> Acc;
-orphans(_T, _K, N, _Seen, Acc) when N =< 0 -> Acc;
+orphans(_T, '$end_of_table', _N, _Seen, Acc) -> lists:reverse(Acc);
+orphans(_T, _K, N, _Seen, Acc) when N =< 0 -> lists:reverse(Acc);
 orphans(T, K, N, Seen, Acc) ->
     Next = mnesia:dirty_next(T, K),
     case maps:is_key(K, Seen) of
         true -> orphans(T, Next, N, Seen, Acc);
-        false ->
-            Es = mnesia:dirty_read(T, K),
-            orphans(T, Next, N - length(Es), Seen, [{K, Es} | Acc])
+        false -> orphans(T, Next, N - 1, Seen, [K | Acc])
     end.
 
 %% #delay_entry{delay_key = #delay_key{timestamp, exchange}, delivery, ref}
@@ -354,7 +425,9 @@ identity(Ref, TS, XName) ->
 
 drain_journal(Opts, S) ->
     Batch = maps:get(batch, Opts),
-    case mnesia:dirty_first(delay_bridge_migration) of
+    case caller_gone() orelse mnesia:dirty_first(delay_bridge_migration) of
+        true ->
+            {error, caller_gone};
         '$end_of_table' ->
             {ok, S};
         _ ->
