@@ -208,15 +208,17 @@ class Publishing(threading.Thread):
 
 
 class Migration(object):
-    """delay-bridge-migrate-plugin against the node, in a process group of
-    its own; its output lines kept with the time each came."""
+    """delay-bridge migrate-plugin (which runs delay-bridge-migrate-plugin)
+    against the node, in a process group of its own; its output lines kept
+    with the time each came."""
 
     def __init__(self, node, batch, name, rate=0):
         cmd, env = node.ctl_cmd()
         self.name = name
         self.lines = []
-        self.proc = subprocess.Popen([MIGRATE, "-n", cmd[2], "--rabbitmqctl", cmd[0], "--batch", str(batch),
-                                      "--rate", str(rate)],
+        env = dict(env, DELAY_BRIDGE_MIGRATE_PLUGIN=MIGRATE)
+        self.proc = subprocess.Popen([h.bridge_bin(), "migrate-plugin", "-n", cmd[2], "--rabbitmqctl", cmd[0],
+                                      "--batch", str(batch), "--rate", str(rate)],
                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      universal_newlines=True, start_new_session=True)
         self.t0 = time.monotonic()
