@@ -29,12 +29,16 @@ writing entries):
 Then every message published is either delivered exactly once (by the
 plugin, which kept firing what fell due before it was moved, or by the
 bridge) or pending in the bridge exactly once (GET /pending), never both,
-by message_id; none early; a moved message carries x-delay-until = the
+by message_id -- a delivery repeated with the same x-delay-bridge-id is the
+bridge's own at-least-once after its SIGKILL (README "Delivery
+guarantees": consumers deduplicate on it), counted and reported, not two
+messages; none early; a moved message carries x-delay-until = the
 plugin's due time, which lies between the publish and its confirm plus the
 delay; the long ones are checked by their due time in /pending, not by
 waiting; and the lateness of delivered messages is reported (moved and
 fired separately), bounded except for messages that fell due while the
-bridge was down.
+bridge was down (and, with the fixture, which fires nothing, for those due
+before the migration reached them: they go out at once when moved).
 
 The bridge consumes delay-bridge.delayed with a route {"delayed_exchanges":
 true} when the bridge accepts that key (--check-config), else with a plain
@@ -362,6 +366,7 @@ def run(ctx, mode, n, node):
         h.log("the bridge was down %.1f s" % ((outage[1] - outage[0]) / 1000.0))
     rc = m2.wait()
     check(rc == 0, "migrate-2 exited %d" % rc)
+    moved_by = wall_ms(time.monotonic())
 
     # 3. the publisher stops; a last run moves what it left
     feeder.stop_flag.set()
@@ -398,9 +403,15 @@ def run(ctx, mode, n, node):
     pend_ids = {}
     for p in pend:
         pend_ids.setdefault(p["message_id"], []).append(p)
-    twice = [mid for mid, ms in by_id.items() if len(ms) > 1]
+    # twice: two messages in the end for one message_id (another x-delay-bridge-id, or one
+    # from the plugin and one from the bridge). The same x-delay-bridge-id twice is the
+    # bridge's own at-least-once after its SIGKILL (README "Delivery guarantees": a republish
+    # confirmed before its DONE record was on disk; consumers deduplicate on that id).
+    twice = ["%s: %s" % (mid, ", ".join("%s at %.3f" % (m.bridge_id or "from the plugin", m.t) for m in ms))
+             for mid, ms in by_id.items() if len({m.bridge_id for m in ms}) > 1]
+    republished = sum(len(ms) - len({m.bridge_id for m in ms}) for ms in by_id.values())
     if twice:
-        problems.append("%d delivered more than once: %s" % (len(twice), sorted(twice)[:10]))
+        problems.append("%d delivered twice: %s" % (len(twice), sorted(twice)[:10]))
     ptwice = [mid for mid, ps in pend_ids.items() if len(ps) > 1]
     if ptwice:
         problems.append("%d pending more than once: %s" % (len(ptwice), sorted(ptwice)[:10]))
@@ -453,6 +464,10 @@ def run(ctx, mode, n, node):
     for lateness, mid, d in late_moved + late_fired:
         if outage[0] - bound <= d <= outage[1] + 10000:
             continue
+        if mode == "fixture" and d < moved_by:
+            # nothing fires the fixture's entries: one due before the migration reached it
+            # waited for it, and went out at once (x-delay-until in the past)
+            lateness -= moved_by - d
         if lateness > bound:
             too_late.append("%s %.0f ms late" % (mid, lateness))
     if too_late:
@@ -466,7 +481,9 @@ def run(ctx, mode, n, node):
         return "%d: p50 %.0f ms, p99 %.0f ms, max %.0f ms" % (len(v), v[len(v) // 2],
                                                               v[min(len(v) - 1, int(len(v) * 0.99))], v[-1])
     h.log("delivered %d (moved by the migration %s; fired by the plugin before it was moved %s), "
-          "pending %d" % (len(by_id), dist(late_moved), dist(late_fired), len(pend_ids)))
+          "pending %d; %d delivery(ies) again with the same x-delay-bridge-id (the bridge's "
+          "republish after its SIGKILL)" % (len(by_id), dist(late_moved), dist(late_fired), len(pend_ids),
+                                             republished))
     h.log("migration: %s | %s | %s" % (m1.rate(), m2.rate(), m3.rate()))
     if problems:
         h.fail("%d problem(s):\n  %s" % (len(problems), "\n  ".join(problems)))
