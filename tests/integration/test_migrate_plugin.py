@@ -480,6 +480,8 @@ def run(ctx, mode, n, node):
         v = sorted(l for l, _, _ in xs)
         return "%d: p50 %.0f ms, p99 %.0f ms, max %.0f ms" % (len(v), v[len(v) // 2],
                                                               v[min(len(v) - 1, int(len(v) * 0.99))], v[-1])
+    calm = [x for x in late_moved if not (outage[0] - bound <= x[2] <= outage[1] + 10000)]
+    h.log("lateness of the moved messages due outside the bridge's outage: %s" % dist(calm))
     h.log("delivered %d (moved by the migration %s; fired by the plugin before it was moved %s), "
           "pending %d; %d delivery(ies) again with the same x-delay-bridge-id (the bridge's "
           "republish after its SIGKILL)" % (len(by_id), dist(late_moved), dist(late_fired), len(pend_ids),
