@@ -10,6 +10,8 @@
 #   /usr/lib/systemd/system/delay-bridge.service  deploy/delay-bridge.service with
 #        the binary in /usr/bin and the package's system user instead of DynamicUser
 #   /etc/delay-bridge/config.json                 deploy/config.example.json (a conffile)
+#   /usr/bin/delay-bridge-migrate-plugin, /usr/share/delay-bridge/migrate/
+#                                                 deploy/plugin/migrate/install.cmake
 #   /usr/share/doc/delay-bridge/                  README.md, the example configs,
 #        deploy/monitoring/ (Prometheus rules, Grafana dashboard)
 # and its maintainer scripts (deploy/debian/postinst, prerm, postrm) add the
@@ -43,6 +45,7 @@ install(FILES ${CMAKE_SOURCE_DIR}/deploy/config.example.json DESTINATION /etc/de
 install(FILES ${CMAKE_SOURCE_DIR}/README.md DESTINATION share/doc/delay-bridge)
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/deploy/examples ${CMAKE_SOURCE_DIR}/deploy/monitoring
         DESTINATION share/doc/delay-bridge)
+include(${CMAKE_SOURCE_DIR}/deploy/plugin/migrate/install.cmake)
 
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME delay-bridge)
