@@ -22,9 +22,9 @@
 #   test/   the unit tests of the delay rules (not in the plugin):
 #           erl -noshell -pa test -pa <that ebin> -s rabbit_exchange_type_delay_bridge_tests run
 #
-# and the .ez's path on stdout (last line). Rebuilt only when a file of src/ or
+# and the .ez's path on stdout (last line). Rebuilt only when a file of src/, test/ or
 # this script is newer than the .ez. VSN is the project's version
-# (CMakeLists.txt). Needs erlc (erlang-dev... in Debian: erlang-base has it)
+# (CMakeLists.txt). Needs erlc (Debian: erlang-base, a dependency of rabbitmq-server)
 # and zip or python3.
 set -euo pipefail
 

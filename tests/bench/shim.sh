@@ -119,7 +119,9 @@ phase() { # phase NAME RUN load_publish-options
     "$PUB" --uri "$URI" --count "$N" --routing-key bench "$@" >"$out" 2>>"$WORK/errors" ||
         { cat "$WORK/errors" >&2; die "load_publish $name failed"; }
     dt=$(( $(now_ms) - t ))
+    # shellcheck disable=SC2034  # read by stats() through a nameref
     CPU[$name.$run]=$(fmt 1 "(($(session_cpu_ms "$BROKER_SID") - $c) - $IDLE * $dt / 1000.0) * 1000.0 / $N")
+    # shellcheck disable=SC2034  # read by stats() through a nameref
     RATE[$name.$run]=$(get "$out" rate)
     [ "$(get "$out" nacked)" = 0 ] || die "$name: nacked $(get "$out" nacked)"
     say "run $run $name: $(cat "$out")"
@@ -174,7 +176,9 @@ for run in $(seq "$RUNS"); do
     red=$(grep '^plain=' <<<"$out" | sed -n 2p)
     say "route run $run: CPU ns $line; reductions $red (per rabbit_exchange:route, $M calls)"
     for ph in "${PHASES[@]}"; do
+        # shellcheck disable=SC2034  # read by stats() through a nameref
         ROUTE[$ph.$run]=$(tr ' ' '\n' <<<"$line" | sed -n "s/^$ph=//p")
+        # shellcheck disable=SC2034  # read by stats() through a nameref
         RED[$ph.$run]=$(tr ' ' '\n' <<<"$red" | sed -n "s/^$ph=//p")
     done
 done

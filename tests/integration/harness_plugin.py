@@ -109,6 +109,23 @@ class PluginNode(object):
                                                                       r.stderr.strip()))
         return r.stdout
 
+    def plugins(self, *args):
+        """rabbitmq-plugins ARGS against this running node (its enabled-plugins
+        file, not the environment the node started with); returns stdout."""
+        node = None
+        with open(os.path.join(self.dir, "node.env")) as f:
+            for line in f:
+                if line.startswith("NODE="):
+                    node = line.strip().split("=", 1)[1]
+        env = dict(self.env, HOME=self.dir, ERL_EPMD_ADDRESS="127.0.0.1",
+                   RABBITMQ_ENABLED_PLUGINS_FILE=os.path.join(self.dir, "enabled_plugins"))
+        env.pop("RABBITMQ_ENABLED_PLUGINS", None)
+        r = run_cmd([os.path.join(self.bin_dir, "rabbitmq-plugins"), "-n", node] + list(args), env=env,
+                    timeout=180)
+        check(r.returncode == 0, "rabbitmq-plugins %s failed (%d): %s" % (" ".join(args), r.returncode,
+                                                                          r.stdout.strip()))
+        return r.stdout
+
     def stop(self):
         if not self.started:
             return

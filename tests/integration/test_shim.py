@@ -34,6 +34,9 @@ test_plugin_compat.py's reference mode uses for the real plugin). Then:
   restart       durable exchanges, the queue and its persistent messages
                 survive a broker restart and route the same after it; the
                 queue deleted, then a restart: the boot step declares it
+  enabled       disabled and enabled again on the running node (rabbitmq-
+                plugins): the queue, deleted meanwhile, is declared at once
+                and the exchanges route as before
   queue deleted a delayed mandatory publish after someone deleted the queue:
                 the shim declares it again and the message is in it (not
                 returned, not dropped); when it cannot (the vhost's
@@ -482,6 +485,31 @@ def run(ctx, node, line):
     r = refused(node, lambda ch_: ch_.queue_declare(QUEUE, passive=True))
     check(r is None, "%s not declared at boot: %s" % (QUEUE, r))
     h.log("queue deleted, broker restarted: %s declared at boot" % QUEUE)
+
+    # 5. enabled on a running node (how a node moves from the plugin to the
+    # shim): disabled, the exchanges' type is unknown; the queue deleted
+    # meanwhile; enabled again, the type and the queue are back at once
+    node.plugins("disable", APP)
+    def confirmed_publish(ch_):
+        ch_.confirm_delivery()
+        ch_.basic_publish(topo.ex["direct"], "rk", b"x", mandatory=True)
+    try:
+        r = refused(node, confirmed_publish) or "accepted"
+    except pika.exceptions.UnroutableError:
+        r = "returned"
+    h.log("shim disabled on the running node: a publish to %s: %s" % (topo.ex["direct"], r))
+    conn, ch = channel(node)
+    ch.queue_delete(QUEUE)
+    conn.close()
+    node.plugins("enable", APP)
+    c = ctx.consumer(topo.queues(), uri=node.uri)
+    conn, ch = channel(node)
+    r = refused(node, lambda ch_: ch_.queue_declare(QUEUE, passive=True))
+    check(r is None, "%s not declared when the shim was enabled on a running node: %s" % (QUEUE, r))
+    verify(node, topo, c, send_all(ch, topo, [("now", {}, "at once"), ("held", {"x-delay": h.i32(60000)},
+                                                                          "delayed")], "enabled"))
+    h.log("shim enabled on a running node: %s declared, routing as before" % QUEUE)
+    conn.close()
 
 
 if __name__ == "__main__":

@@ -169,8 +169,8 @@ set(db_it_cost_vhosts 30)
 set(db_it_cost_max_held 15)
 # broker4: a node of its own (the suite's port + 10), every case of "Supported brokers"
 set(db_it_cost_broker4 100)
-# shim: a node of its own (free ports) with deploy/plugin's shim, restarted twice
-set(db_it_cost_shim 40)
+# shim: a node of its own (free ports) with deploy/plugin's shim, restarted twice, the shim disabled and enabled
+set(db_it_cost_shim 50)
 
 foreach(script ${db_it_tests})
   get_filename_component(name ${script} NAME_WE)
