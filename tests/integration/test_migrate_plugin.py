@@ -45,6 +45,16 @@ true} when the bridge accepts that key (--check-config), else with a plain
 route whose ingress_queue is delay-bridge.delayed and whose target is the
 test's exchange (one exchange: the same thing for this test).
 
+What would fail: the step that takes entries out of the plugin's table
+run outside the plugin's process (a copy of delay_bridge_migrate.erl with
+take/1's `case whereis(rabbit_delayed_message) of` made `case undefined
+of`, passed in DELAY_BRIDGE_MIGRATE_ERL): on 2026-12-06 the reference run
+of 20,000 failed with "m7841: from the plugin at 3678.970,
+dcf2ae016924dd91-480 at 3679.004", fired by the plugin between the step's
+read and its commit, and moved. A SIGKILL of the migration that stopped
+its node-side process between a delivery and the journal's delete
+(before in_worker/1) delivered an overdue message twice (m1241).
+
 Skips (77) without the 4.0 root; the reference mode also without the
 plugin's source (plugin_node.py says where it looks).
 """
