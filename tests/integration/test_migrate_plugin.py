@@ -9,7 +9,7 @@ deploy/plugin/migrate/delay-bridge-migrate-plugin on a RabbitMQ 4.0.5 node.
 COUNT messages (default 20,000; 100,000 in the .100k tests, label
 migrate_long) are held by the plugin: a twentieth due 2-15 s after they
 were published (while the migration runs: the plugin fires them, or the
-migration moves them, never both), a tenth due after 20-80 s, the rest
+migration moves them, never both), a tenth due after 15-40 s, the rest
 from 10 minutes to 30 days. The reference publishes
 them to an x-delayed-message exchange (x-delayed-type direct) in pipelined
 chunks and reports the plugin's publish rate; the fixture writes them with
@@ -83,7 +83,7 @@ QUEUE = "delay-bridge.delayed"
 RK = "rk"  # harness_load.Feeder's routing key
 DURING = (2000, 15000)   # ms: what falls due while it moves: the plugin's timer and the
                          # migration both after the earliest entries
-SHORT = (20000, 80000)   # ms: what falls due after the move
+SHORT = (15000, 40000)   # ms: what falls due after the move
 LONG = (600000, 30 * 86400000)
 
 
