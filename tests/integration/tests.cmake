@@ -277,8 +277,9 @@ set_tests_properties(integration.plugin_compat.reference PROPERTIES
 # table written by tests/integration/migrate_fixture.erl (no plugin source
 # needed: CI); .reference: the real plugin 4.0.7, built as for
 # plugin_compat.reference, skipped (77) without its source. 20,000 messages
-# each (about 100 s, most of it waiting for the short delays); the 100,000
-# of issue 40 (5-8 min each) under label migrate_long, never in the suite, by hand:
+# each (about 70 s, most of it waiting for the short delays); the 100,000
+# of issue 40 (about 2 min each, heavy on the CPU for 40 s) under label
+# migrate_long, never in the suite, by hand:
 #   ctest --test-dir build -C long -L migrate_long --output-on-failure
 foreach(mode fixture reference)
   add_test(NAME integration.migrate_plugin.${mode}
@@ -289,7 +290,7 @@ foreach(mode fixture reference)
     LABELS integration
     SKIP_RETURN_CODE 77
     TIMEOUT 480
-    COST 100
+    COST 70
     ENVIRONMENT "DB_BRIDGE_BIN=$<TARGET_FILE:delay-bridge>;DB_TEST_BROKER_URI=${db_broker_uri};PYTHONDONTWRITEBYTECODE=1")
   set_tests_properties(integration.migrate_plugin.${mode}.100k PROPERTIES
     LABELS migrate_long

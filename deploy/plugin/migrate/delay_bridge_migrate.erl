@@ -305,16 +305,23 @@ pace(Rate, #{moved := M, t0 := T0}) ->
         false -> ok
     end.
 
+%% A line a second while something changes (--follow says nothing while idle).
 progress(S = #{moved := M, t0 := T0, last := Last}, Final) ->
     Now = erlang:monotonic_time(millisecond),
     case Final orelse Now - Last >= 1000 of
         false -> S;
         true ->
             Secs = max(Now - T0, 1) / 1000,
-            say("~s ~b moved, ~b left in the plugin's table, ~b in the journal, ~.1f s, ~b msg/s~n",
-                [case Final of true -> "done:"; false -> "progress:" end,
-                 M, size_of(table()), size_of(delay_bridge_migration), Secs, round(M / Secs)]),
-            S#{last => Now}
+            Seen = {M, size_of(table()), size_of(delay_bridge_migration)},
+            {_, Left, J} = Seen,
+            case Final orelse Seen =/= maps:get(seen, S, none) of
+                true ->
+                    say("~s ~b moved, ~b left in the plugin's table, ~b in the journal, ~.1f s, ~b msg/s~n",
+                        [case Final of true -> "done:"; false -> "progress:" end,
+                         M, Left, J, Secs, round(M / Secs)]);
+                false -> ok
+            end,
+            S#{last => Now, seen => Seen}
     end.
 
 ensure_journal() ->
@@ -370,8 +377,12 @@ take(N) ->
 %% lost. Entries whose key is not in the index (none should be) are taken
 %% in table order once the index is exhausted.
 take_step(N) ->
-    T = table(),
-    I = index_table(),
+    case table_exists(table()) of
+        true -> take_step(N, table(), index_table());
+        false -> {atomic, 0}   %% the plugin disabled (its tables dropped): the journal only
+    end.
+
+take_step(N, T, I) ->
     HasIndex = table_exists(I),
     Keys0 = case HasIndex of
                 true -> index_keys(I, mnesia:dirty_first(I), N, []);
