@@ -41,6 +41,7 @@ static void usage(FILE *f)
             "       delay-bridge cancel --route R KEY     (delay-bridge cancel --help)\n"
             "       delay-bridge drain [-c FILE]          (delay-bridge drain --help)\n"
             "       delay-bridge routes list|get|put|delete  (delay-bridge routes --help)\n"
+            "       delay-bridge migrate-plugin [--dry-run] ...  (delay-bridge migrate-plugin --help)\n"
             "       delay-bridge --version | --help\n"
             "\n"
             "Delayed messages for RabbitMQ without the delayed-message plugin: consumes\n"
@@ -146,6 +147,8 @@ int main(int argc, char **argv)
         return cli_drain_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "routes") == 0)
         return cli_routes_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "migrate-plugin") == 0)
+        return cli_migrate_main(argc - 1, argv + 1);
     while ((c = getopt_long(argc, argv, "c:Vh", opts, NULL)) != -1) {
         switch (c) {
         case 'c':

@@ -12,6 +12,8 @@
 #   /etc/delay-bridge/config.json                 deploy/config.example.json (a conffile)
 #   /usr/bin/delay-bridge-build-shim, /usr/share/delay-bridge/plugin/
 #                                                 the x-delayed-message shim: deploy/plugin/install.cmake
+#   /usr/bin/delay-bridge-migrate-plugin, /usr/share/delay-bridge/migrate/
+#                                                 deploy/plugin/migrate/install.cmake
 #   /usr/share/doc/delay-bridge/                  README.md, the example configs,
 #        deploy/monitoring/ (Prometheus rules, Grafana dashboard)
 # and its maintainer scripts (deploy/debian/postinst, prerm, postrm) add the
@@ -46,6 +48,7 @@ install(FILES ${CMAKE_SOURCE_DIR}/README.md DESTINATION share/doc/delay-bridge)
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/deploy/examples ${CMAKE_SOURCE_DIR}/deploy/monitoring
         DESTINATION share/doc/delay-bridge)
 include(${CMAKE_SOURCE_DIR}/deploy/plugin/install.cmake)
+include(${CMAKE_SOURCE_DIR}/deploy/plugin/migrate/install.cmake)
 
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME delay-bridge)

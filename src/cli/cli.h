@@ -10,6 +10,10 @@
  *                                       back to their ingress, wait for its exit
  *   delay-bridge routes list|get|put|delete  a running daemon's routes, over
  *                                       its HTTP route API (/routes)
+ *   delay-bridge migrate-plugin [...]   move what the delayed-message plugin
+ *                                       holds on a RabbitMQ node into the bridge
+ *                                       (runs delay-bridge-migrate-plugin:
+ *                                       cli_migrate.c says why)
  *
  * main() hands over argv from the subcommand's name on (argv[0] is "wal" or
  * "publish"). Each function parses its own options, prints its results on
@@ -43,5 +47,6 @@ int cli_publish_main(int argc, char **argv);
 int cli_cancel_main(int argc, char **argv);
 int cli_drain_main(int argc, char **argv);
 int cli_routes_main(int argc, char **argv);
+int cli_migrate_main(int argc, char **argv);
 
 #endif
