@@ -346,7 +346,7 @@ done
 podman exec "$C_SHIM" rabbitmq-plugins list -e -m >"$WORK/shim-plugins.log" 2>&1 || true
 grep -qx rabbitmq_delay_bridge_exchange "$WORK/shim-plugins.log" \
     || fail "rabbitmq_delay_bridge_exchange is not enabled: $(cat "$WORK/shim-plugins.log")"
-podman exec "$C_SHIM" rabbitmqctl eval 'rabbit_registry:lookup_module(exchange, <<"x-delayed-message">>).' \
+podman exec "$C_SHIM" rabbitmqctl eval "rabbit_registry:lookup_module(exchange, 'x-delayed-message')." \
     >"$WORK/shim-type.log" 2>&1 || true
 grep -q 'rabbit_exchange_type_delay_bridge' "$WORK/shim-type.log" \
     || fail "x-delayed-message is not the shim's: $(cat "$WORK/shim-type.log")"
