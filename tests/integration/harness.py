@@ -340,6 +340,50 @@ def header_int(props, key):
 # Environment
 # --------------------------------------------------------------------------
 
+def refused(fn, uri=None, confirm=True):
+    """fn(channel) on a fresh connection (as uri; default the suite's
+    broker): None, or the broker's "CODE TEXT" when it closed the channel
+    or the connection."""
+    conn = connect(uri=uri)
+    try:
+        ch = conn.channel()
+        if confirm:
+            ch.confirm_delivery()
+        fn(ch)
+        return None
+    except (pika.exceptions.ChannelClosedByBroker, pika.exceptions.ConnectionClosedByBroker) as e:
+        return "%s %s" % (e.reply_code, e.reply_text.split("\n")[0])
+    finally:
+        if conn.is_open:
+            conn.close()
+
+
+class BrokerUser(object):
+    """with BrokerUser(name, pw, configure, write, read) as uri: a broker
+    user of the owned broker (rabbitmqctl), with those permissions on vhost
+    "/", deleted on the way out; uri logs in as it. Skips without an owned
+    broker."""
+
+    def __init__(self, name, pw, configure=".*", write=".*", read=".*", why="a second broker user"):
+        require_owned_broker(why)
+        self.name, self.pw, self.perms = name, pw, (configure, write, read)
+
+    def __enter__(self):
+        rabbitmqctl("add_user", self.name, self.pw)
+        try:
+            rabbitmqctl("set_permissions", "-p", "/", self.name, *self.perms)
+        except BaseException:
+            rabbitmqctl("delete_user", self.name)
+            raise
+        params = pika.URLParameters(broker_uri())
+        check(params.virtual_host == "/", "BrokerUser: the default vhost only")
+        return "amqp://%s:%s@%s:%d/%%2f" % (self.name, self.pw, params.host, params.port)
+
+    def __exit__(self, *exc):
+        rabbitmqctl("delete_user", self.name)
+        return False
+
+
 def queue_pattern(*names):
     """A retry route's retry.queue_pattern admitting exactly these queue names
     (a POSIX extended regular expression; the names of tests have no other

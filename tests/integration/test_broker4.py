@@ -345,19 +345,6 @@ def disk_full(ctx, fs):
 # 3. declares, definitions, a vhost of quorum default
 # --------------------------------------------------------------------------
 
-def refused(fn):
-    conn = h.connect()
-    try:
-        fn(conn.channel())
-        return None
-    except (h.pika.exceptions.ChannelClosedByBroker,
-            h.pika.exceptions.ConnectionClosedByBroker) as e:
-        return "%s %s" % (e.reply_code, e.reply_text.split("\n")[0])
-    finally:
-        if conn.is_open:
-            conn.close()
-
-
 def case_declares(ctx):
     ex, qs = ctx.target("decl", "direct", ["rk"])
     c = ctx.consumer([qs["rk"]])
@@ -704,10 +691,10 @@ def check_deprecated(cases):
         skip_case("no deprecated features to refuse (transient non-exclusive queues, global QoS)")
         return
     q = "dbt.broker4.transient"
-    why = refused(lambda ch: ch.queue_declare(q, durable=False))
+    why = h.refused(lambda ch: ch.queue_declare(q, durable=False), confirm=False)
     check(why, "this node accepted a transient non-exclusive queue")
     h.log("this node refuses a transient non-exclusive queue: %s" % why)
-    refused(lambda ch: ch.basic_qos(prefetch_count=10, global_qos=True))
+    h.refused(lambda ch: ch.basic_qos(prefetch_count=10, global_qos=True), confirm=False)
     deadline = time.monotonic() + 10
     while "global_qos" not in deprecated_used(node_log()):
         check(time.monotonic() < deadline, "global QoS was not logged as a deprecated feature")

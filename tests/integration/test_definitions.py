@@ -48,20 +48,7 @@ SRC_VHOST = "orders"  # the definitions' vhost the retry example runs in
 
 
 def refused(uri, fn):
-    """fn(channel) on a fresh connection as uri: None, or the broker's
-    "CODE TEXT" when it closed the channel or the connection."""
-    conn = h.connect(uri=uri)
-    try:
-        ch = conn.channel()
-        ch.confirm_delivery()
-        fn(ch)
-        return None
-    except (h.pika.exceptions.ChannelClosedByBroker,
-            h.pika.exceptions.ConnectionClosedByBroker) as e:
-        return "%s %s" % (e.reply_code, e.reply_text.split("\n")[0])
-    finally:
-        if conn.is_open:
-            conn.close()
+    return h.refused(fn, uri=uri)
 
 
 def publish(ex, rk, body=b"x", headers=None, **props):

@@ -21,7 +21,6 @@ as a user of its own, whose write permission leaves out "forbidden".
 
 import time
 
-import pika
 
 import harness as h
 from harness import check
@@ -29,17 +28,9 @@ from test_delayed_exchanges import ROUTE, StandIn, pending
 
 
 def test(ctx):
-    h.require_owned_broker("a broker user with limited write permission")
-    user, pw = ctx.n("bridge").replace(".", "-"), "dx-acl-pw"
-    h.rabbitmqctl("add_user", user, pw)
-    try:
-        h.rabbitmqctl("set_permissions", "-p", "/", user, ".*", "^(?!.*forbidden).*$", ".*")
-        params = pika.URLParameters(h.broker_uri())
-        check(params.virtual_host == "/", "this test runs in the default vhost only")
-        uri = "amqp://%s:%s@%s:%d/%%2f" % (user, pw, params.host, params.port)
+    with h.BrokerUser(ctx.n("bridge").replace(".", "-"), "dx-acl-pw", write="^(?!.*forbidden).*$",
+                      why="a broker user with limited write permission") as uri:
         run(ctx, uri)
-    finally:
-        h.rabbitmqctl("delete_user", user)
 
 
 def run(ctx, uri):

@@ -119,17 +119,9 @@ def publish_batch(ch, ingress, prefix, n, sent):
 
 
 def test(ctx):
-    h.require_owned_broker("adding a second broker user")
-    user, pw = "dbtest-forger-" + secrets.token_hex(3), "Pw" + secrets.token_hex(12)
-    h.rabbitmqctl("add_user", user, pw)
-    try:
-        h.rabbitmqctl("set_permissions", "-p", "/", user, ".*", ".*", ".*")
-        params = pika.URLParameters(h.broker_uri())
-        check(params.virtual_host == "/", "this test uses the default vhost")
-        forger_uri = "amqp://%s:%s@%s:%d/%%2f" % (user, pw, params.host, params.port)
+    with h.BrokerUser("dbtest-forger-" + secrets.token_hex(3), "Pw" + secrets.token_hex(12),
+                      why="adding a second broker user") as forger_uri:
         run(ctx, forger_uri)
-    finally:
-        h.rabbitmqctl("delete_user", user)
 
 
 def run(ctx, forger_uri):

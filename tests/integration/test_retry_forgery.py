@@ -174,16 +174,9 @@ def test(ctx):
         check(n is not None and n >= 6, "parked not_admitted counted %r, expected >= 6" % n)
 
     def user_id():
-        h.require_owned_broker("a second user with its own password")
         user = ctx.n("forger").replace(".", "-")
-        h.rabbitmqctl("add_user", user, "forger-pw")
-        try:
-            h.rabbitmqctl("set_permissions", "-p", "/", user, ".*", ".*", ".*")
-            params = h.pika.URLParameters(h.broker_uri())
-            cred = h.pika.PlainCredentials(user, "forger-pw")
-            fconn = h.pika.BlockingConnection(h.pika.ConnectionParameters(
-                host=params.host, port=params.port, virtual_host=params.virtual_host,
-                credentials=cred))
+        with h.BrokerUser(user, "forger-pw", why="a second user with its own password") as uri:
+            fconn = h.connect(uri=uri)
             try:
                 fch = fconn.channel()
                 fch.confirm_delivery()
@@ -210,9 +203,8 @@ def test(ctx):
                       "honoured as a hand-back: after %.0f ms, attempt %r"
                       % ((t - t0) * 1000, h.header(p, "x-retry-attempt")))
             finally:
-                fconn.close()
-        finally:
-            h.rabbitmqctl("delete_user", user)
+                if fconn.is_open:
+                    fconn.close()
 
     case("forged-x-death", forged_x_death)
     case("forged-last-death", forged_last_death)
