@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import harness as h
 from harness import check
@@ -79,12 +80,30 @@ class PluginNode(object):
                 shutil.copy(p, plugdir)
         self.port, dist = h.free_port(), h.free_port()
         self.env = dict(os.environ, RABBITMQ_BIN_DIR=self.bin_dir,
-                        RABBITMQ_PLUGINS_DIR="%s:%s" % (in_root_plugins(self.root), plugdir),
-                        RABBITMQ_ENABLED_PLUGINS=",".join(apps))
+                        RABBITMQ_PLUGINS_DIR="%s:%s" % (in_root_plugins(self.root), plugdir))
+        if apps:
+            self.env["RABBITMQ_ENABLED_PLUGINS"] = ",".join(apps)
         self.started = False
         self._sh("start", self.dir, str(self.port), str(dist))
         self.started = True
         self.uri = "amqp://guest:guest@127.0.0.1:%d/%%2f" % self.port
+        self.node = self._node_name()
+
+    def _node_name(self):
+        with open(os.path.join(self.dir, "node.env")) as f:
+            for line in f:
+                if line.startswith("NODE="):
+                    return line.strip().split("=", 1)[1]
+        h.fail("no NODE= in %s/node.env" % self.dir)
+
+    def ctl_cmd(self):
+        """rabbitmqctl of this node (a root's runs under chroot), and its environment."""
+        env = dict(self.env, HOME=self.dir, ERL_EPMD_ADDRESS="127.0.0.1")
+        return [os.path.join(self.bin_dir, "rabbitmqctl"), "-n", self.node], env
+
+    def in_root(self, path):
+        """A host path for a path inside the node's root (where the node reads files)."""
+        return os.path.join(self.root, path.lstrip("/")) if self.root else path
 
     def _sh(self, *args):
         r = run_cmd(["bash", h.RABBITMQ_SH] + list(args), env=self.env, timeout=300)
@@ -94,29 +113,23 @@ class PluginNode(object):
     def restart(self):
         self._sh("restart", self.dir)
 
-    def ctl(self, *args):
-        """rabbitmqctl against this node; returns its stdout."""
-        node = None
-        with open(os.path.join(self.dir, "node.env")) as f:
-            for line in f:
-                if line.startswith("NODE="):
-                    node = line.strip().split("=", 1)[1]
-        env = dict(self.env, HOME=self.dir, ERL_EPMD_ADDRESS="127.0.0.1")
-        r = subprocess.run([os.path.join(self.bin_dir, "rabbitmqctl"), "-n", node, "-q"] + list(args),
-                           env=env, timeout=120, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           universal_newlines=True)
-        check(r.returncode == 0, "rabbitmqctl %s failed (%d): %s" % (" ".join(args), r.returncode,
-                                                                      r.stderr.strip()))
+    def ctl(self, *args, timeout=120):
+        """rabbitmqctl ARGS against this node: its stdout (fails on an error)."""
+        cmd, env = self.ctl_cmd()
+        for _ in range(3):
+            r = subprocess.run(cmd + ["-q"] + list(args), env=env, timeout=timeout,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+            if r.returncode != 69:  # the CLI could not reach the node: ask again (harness.rabbitmqctl)
+                break
+            time.sleep(1.0)
+        check(r.returncode == 0, "rabbitmqctl %s failed (%d): %s%s" % (
+            " ".join(a[:200] for a in args), r.returncode, r.stdout[-2000:], r.stderr[-2000:]))
         return r.stdout
 
     def plugins(self, *args):
         """rabbitmq-plugins ARGS against this running node (its enabled-plugins
         file, not the environment the node started with); returns stdout."""
-        node = None
-        with open(os.path.join(self.dir, "node.env")) as f:
-            for line in f:
-                if line.startswith("NODE="):
-                    node = line.strip().split("=", 1)[1]
+        node = self.node
         env = dict(self.env, HOME=self.dir, ERL_EPMD_ADDRESS="127.0.0.1",
                    RABBITMQ_ENABLED_PLUGINS_FILE=os.path.join(self.dir, "enabled_plugins"))
         env.pop("RABBITMQ_ENABLED_PLUGINS", None)

@@ -26,12 +26,10 @@ import fcntl
 import glob
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
-import time
 
 import harness as h
+import harness_plugin as hp
 from harness import check
 
 PLUGIN_VSN = "4.0.7"
@@ -39,11 +37,6 @@ RABBITMQ_VSN = "4.0.5"
 PLUGIN_APP = "rabbitmq_delayed_message_exchange"
 PLUGIN_CACHE = os.environ.get("DB_PLUGIN_CACHE", "/var/cache/delay-bridge/plugin-%s" % PLUGIN_VSN)
 IN_ROOT_PLUGINS = "/usr/lib/rabbitmq/lib/rabbitmq_server-%s/plugins" % RABBITMQ_VSN
-
-
-def _run(cmd, **kw):
-    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True, **kw)
 
 
 def plugin_dir():
@@ -55,8 +48,7 @@ def plugin_dir():
                      "github.com/rabbitmq/rabbitmq-delayed-message-exchange "
                      "(tests/integration/plugin_node.py's docstring)"
                      % (PLUGIN_VSN, len(srcs), os.path.join(PLUGIN_CACHE, "src"), PLUGIN_VSN))
-    bin_dir = broker_bin_dir()
-    root = bin_dir[:-len(".bin")]
+    root = hp.root_of(hp.broker_bin_dir("4.0"))
     out = os.path.join(PLUGIN_CACHE, "%s-%s" % (PLUGIN_APP, PLUGIN_VSN))
     ebin = os.path.join(out, "ebin")
     with open(os.path.join(PLUGIN_CACHE, ".lock"), "w") as lock:
@@ -75,7 +67,7 @@ def plugin_dir():
             inside = build[len(root):]
             sh = ("cd %s && ERL_LIBS=%s HOME=/tmp erlc -o ebin -I %s/rabbit_common-%s/include src/*.erl"
                   % (inside, IN_ROOT_PLUGINS, IN_ROOT_PLUGINS, RABBITMQ_VSN))
-            r = _run(["chroot", root, "/bin/sh", "-c", sh], timeout=300)
+            r = hp.run_cmd(["chroot", root, "/bin/sh", "-c", sh], timeout=300)
             check(r.returncode == 0, "erlc of the plugin failed (%d):\n%s" % (r.returncode, r.stdout))
             mods = sorted(os.path.splitext(os.path.basename(s))[0] for s in srcs)
             with open(os.path.join(build, "ebin", PLUGIN_APP + ".app"), "w") as f:
@@ -93,72 +85,11 @@ def plugin_dir():
     return out
 
 
-def broker_bin_dir():
-    r = _run(["bash", os.path.join(h.HERE, "broker.sh"), "bin-dir", "4.0"])
-    if r.returncode == 77:
-        raise h.Skip("RabbitMQ 4.0 cannot run here, and the plugin needs it: %s" % r.stdout.strip())
-    check(r.returncode == 0, "broker.sh bin-dir 4.0 failed (%d): %s" % (r.returncode, r.stdout))
-    return r.stdout.strip().splitlines()[-1]
-
-
-class PluginNode(object):
-    """A RabbitMQ 4.0.5 node in ctx.tmp/node (a symlink into the trixie
-    root, rabbitmq.sh), on free ports; with the plugin enabled unless
-    plugin=False (then it needs neither the plugin's source nor its build)."""
+class PluginNode(hp.PluginNode):
+    """A RabbitMQ 4.0.5 node (harness_plugin.PluginNode) with the plugin
+    enabled unless plugin=False (then it needs neither the plugin's source
+    nor its build)."""
 
     def __init__(self, ctx, plugin=True):
         self.built = plugin_dir() if plugin else None
-        self.bin_dir = broker_bin_dir()
-        self.root = self.bin_dir[:-len(".bin")]
-        self.dir = os.path.join(ctx.tmp, "node")
-        plugins = os.path.join(self.dir, "plugins")
-        os.makedirs(plugins)
-        self.env = dict(os.environ, RABBITMQ_BIN_DIR=self.bin_dir)
-        if plugin:
-            shutil.copytree(self.built, os.path.join(plugins, os.path.basename(self.built)))
-            self.env.update(RABBITMQ_PLUGINS_DIR="%s:%s" % (IN_ROOT_PLUGINS, plugins),
-                            RABBITMQ_ENABLED_PLUGINS=PLUGIN_APP)
-        self.port, self.dist = h.free_port(), h.free_port()
-        self.node = "dbtest%d@localhost" % self.port
-        self.started = False
-        r = _run(["bash", h.RABBITMQ_SH, "start", self.dir, str(self.port), str(self.dist)], env=self.env,
-                 timeout=300)
-        self.started = True
-        sys.stdout.write(r.stdout)
-        check(r.returncode == 0, "could not start the 4.0.5 node (rabbitmq.sh start %d)" % r.returncode)
-        self.uri = "amqp://guest:guest@127.0.0.1:%d/%%2f" % self.port
-
-    def ctl_cmd(self):
-        """rabbitmqctl of this node (the root's, under chroot), and its environment."""
-        env = dict(self.env, HOME=self.dir, ERL_EPMD_ADDRESS="127.0.0.1")
-        return [os.path.join(self.bin_dir, "rabbitmqctl"), "-n", self.node], env
-
-    def ctl(self, *args, timeout=120):
-        """rabbitmqctl ARGS against this node: its stdout (fails on an error)."""
-        cmd, env = self.ctl_cmd()
-        for attempt in range(3):
-            r = subprocess.run(cmd + ["-q"] + list(args), env=env, timeout=timeout,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
-            if r.returncode != 69:  # the CLI could not reach the node: ask again (harness.rabbitmqctl)
-                break
-            time.sleep(1.0)
-        check(r.returncode == 0, "rabbitmqctl %s failed (%d): %s%s" % (
-            " ".join(a[:200] for a in args), r.returncode, r.stdout[-2000:], r.stderr[-2000:]))
-        return r.stdout
-
-    def in_root(self, path):
-        """A host path for a path inside the root (where the node reads files)."""
-        return os.path.join(self.root, path.lstrip("/"))
-
-    def stop(self):
-        if not self.started:
-            return
-        r = _run(["bash", h.RABBITMQ_SH, "stop", self.dir], env=self.env, timeout=120)
-        sys.stdout.write(r.stdout)
-        inside = os.path.realpath(self.dir)
-        if inside != self.dir and inside.startswith(self.root + "/"):
-            shutil.rmtree(inside, ignore_errors=True)
-            try:
-                os.rmdir(os.path.dirname(inside))  # rabbitmq.sh's parent of it in the root
-            except OSError:
-                pass
+        super().__init__(ctx, "4.0", [self.built] if plugin else [], [PLUGIN_APP] if plugin else [])

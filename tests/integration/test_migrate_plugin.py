@@ -447,7 +447,6 @@ def run(ctx, mode, n, node):
         problems.append("%d pending with a due time not the plugin's: %s" % (len(bad_due), bad_due[:5]))
     # delivered: none early; lateness, moved and fired apart
     late_moved, late_fired, early, bad_until = [], [], [], []
-    allowed_extra = []
     for mid, ms in by_id.items():
         if mid not in due:
             continue
