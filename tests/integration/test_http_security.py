@@ -212,38 +212,13 @@ Promise.all([
 
 
 def start_browser(ctx, *extra):
-    """Headless chromium with extra flags and its DevTools client (test_ui's)."""
-    import shutil
-    import subprocess
-    import tempfile
-    import urllib.request
+    """Headless chromium with extra flags and its DevTools client (test_ui's);
+    (None, None) without chromium."""
     import test_ui
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not exe:
+    try:
+        return test_ui.start_chromium(ctx, *extra)
+    except h.Skip:
         return None, None
-    port = h.free_port()
-    profile = tempfile.mkdtemp(prefix="chromium-", dir=ctx.tmp)
-    logf = open(os.path.join(ctx.tmp, "chromium.log"), "wb")
-    args = [exe, "--headless", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
-            "--disable-extensions", "--disable-background-networking", "--disable-sync",
-            "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=%d" % port,
-            "--user-data-dir=" + profile] + list(extra) + ["about:blank"]
-    if os.geteuid() == 0:
-        args.insert(1, "--no-sandbox")
-    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen("http://127.0.0.1:%d/json/list" % port, timeout=2) as r:
-                pages = [t for t in json.load(r) if t.get("type") == "page"]
-            if pages:
-                return proc, test_ui.CDP(pages[0]["webSocketDebuggerUrl"])
-        except OSError:
-            pass
-        check(proc.poll() is None, "chromium exited with %s" % proc.returncode)
-        time.sleep(0.2)
-    proc.kill()
-    h.fail("chromium's DevTools endpoint did not answer within 30 s")
 
 
 def case_browser(ctx, b, port, route):

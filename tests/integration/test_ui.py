@@ -143,7 +143,8 @@ class CDP(object):
         h.fail("page: %s not within %.0fs; network: %r" % (what, timeout, net[-12:]))
 
 
-def start_chromium(ctx):
+def start_chromium(ctx, *extra):
+    """Headless chromium (with extra flags) and its DevTools client; Skip without it."""
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     if not exe:
         raise h.Skip("chromium missing (apt-get install chromium)")
@@ -153,7 +154,7 @@ def start_chromium(ctx):
     args = [exe, "--headless", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
             "--disable-extensions", "--disable-background-networking", "--disable-sync",
             "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=%d" % port,
-            "--user-data-dir=" + profile, "--window-size=1280,1500", "about:blank"]
+            "--user-data-dir=" + profile, "--window-size=1280,1500"] + list(extra) + ["about:blank"]
     if os.geteuid() == 0:
         args.insert(1, "--no-sandbox")  # chromium refuses root with its sandbox
     proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
