@@ -61,14 +61,6 @@ def build_shim(line):
     return r.stdout.strip().splitlines()[-1]
 
 
-def node_name(node):
-    with open(os.path.join(node.dir, "node.env")) as f:
-        for line in f:
-            if line.startswith("NODE="):
-                return line.strip().split("=", 1)[1]
-    h.fail("no NODE= in %s/node.env" % node.dir)
-
-
 def app_declare(ch):
     """What the application does at start, on every broker: unchanged."""
     ch.exchange_declare(EX, exchange_type="x-delayed-message", durable=True,
@@ -125,15 +117,15 @@ def test(ctx):
         h.log("2. the bridge consumes delay-bridge.delayed; the shim took the type")
 
         # 3. move what the plugin holds -----------------------------------------------------
-        env = dict(old.env, HOME=old.dir, ERL_EPMD_ADDRESS="127.0.0.1",
-                   DELAY_BRIDGE_MIGRATE_PLUGIN=MIGRATE)
-        ctl = os.path.join(old.bin_dir, "rabbitmqctl")
-        r = subprocess.run([h.bridge_bin(), "migrate-plugin", "-n", node_name(old), "--rabbitmqctl", ctl],
+        cmd, env = old.ctl_cmd()
+        env = dict(env, DELAY_BRIDGE_MIGRATE_PLUGIN=MIGRATE)
+        ctl = cmd[0]
+        r = subprocess.run([h.bridge_bin(), "migrate-plugin", "-n", old.node, "--rabbitmqctl", ctl],
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            universal_newlines=True, timeout=600)
         h.log("3. migrate-plugin (exit %d):\n%s" % (r.returncode, r.stdout.strip()[-1500:]))
         check(r.returncode == 0, "delay-bridge migrate-plugin failed (%d)" % r.returncode)
-        r = subprocess.run([h.bridge_bin(), "migrate-plugin", "--dry-run", "-n", node_name(old),
+        r = subprocess.run([h.bridge_bin(), "migrate-plugin", "--dry-run", "-n", old.node,
                             "--rabbitmqctl", ctl], env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, universal_newlines=True, timeout=300)
         check(r.returncode == 0 and " 0 held by the plugin" in r.stdout and " 0 in the journal" in r.stdout,

@@ -86,18 +86,7 @@ func main() {
 		}
 		lines = append(lines, fmt.Sprintf("SENT %s %d %s", k.id, t, k.expect))
 	}
-	for range cases {
-		select {
-		case c := <-confirms:
-			if !c.Ack {
-				fmt.Fprintf(os.Stderr, "nacked: delivery tag %d\n", c.DeliveryTag)
-				os.Exit(1)
-			}
-		case <-time.After(30 * time.Second):
-			fmt.Fprintln(os.Stderr, "no confirmation within 30 s")
-			os.Exit(1)
-		}
-	}
+	confirmAll(confirms, len(cases))
 	for _, l := range lines {
 		fmt.Println(l)
 	}
@@ -168,7 +157,15 @@ func delayedExchanges(ch *amqp.Channel) {
 			lines = append(lines, fmt.Sprintf("SENT %s %d %s", mid, t, k.expect))
 		}
 	}
-	for range lines {
+	confirmAll(confirms, len(lines))
+	for _, l := range lines {
+		fmt.Println(l)
+	}
+}
+
+// confirmAll waits for n publisher confirms: every one an ack, each within 30 s.
+func confirmAll(confirms <-chan amqp.Confirmation, n int) {
+	for i := 0; i < n; i++ {
 		select {
 		case c := <-confirms:
 			if !c.Ack {
@@ -179,8 +176,5 @@ func delayedExchanges(ch *amqp.Channel) {
 			fmt.Fprintln(os.Stderr, "no confirmation within 30 s")
 			os.Exit(1)
 		}
-	}
-	for _, l := range lines {
-		fmt.Println(l)
 	}
 }
