@@ -547,9 +547,13 @@ def test_crash(ctx):
         run.publish_wave("h", fails=[0, 1], copies=1, hold_ms=600000)
         h.wait_for("the held messages delivered", lambda: run.held <= {
             d["id"] for d in run.deliveries() if d.get("hold_ms")}, 10)
-        held, ahead = quiet_moment(run, ahead_ms=1000.0)
-        h.log("broker restart with %d retries held, the next due in %.0f ms, %d first deliveries unacked "
-              "in the consumers" % (held, ahead, len(run.held)))
+        # the same here: on a loaded machine wave a's retries may all have played out by now
+        # (issue 42: "pending 0 ... last delivery 30153 ms ago" on 3.10.8); the restart then
+        # holds only the consumers' unacked first deliveries, which is what it checks below
+        held, ahead = quiet_moment(run, ahead_ms=1000.0, held=False)
+        h.log("broker restart with %d retries held%s, %d first deliveries unacked in the consumers"
+              % (held, ", the next due in %.0f ms" % ahead if ahead is not None else "",
+                 len(run.held)))
         t = now_ms()
         h.broker_restart()
         for p in run.programs.values():
