@@ -358,6 +358,22 @@ int amqp_msg_provenance(amqp_bytes_t k)
     return 0;
 }
 
+int amqp_msg_intake_headers(const amqp_table_t *h, int stream, int from_bridge,
+                            amqp_table_entry_t *out)
+{
+    int k = 0;
+
+    for (int i = 0; h && i < h->num_entries; i++) {
+        amqp_bytes_t key = h->entries[i].key;
+        if (key_is(key, "x-delivery-count") || key_is(key, "x-acquired-count") ||
+            (stream && key_is(key, "x-stream-offset")) ||
+            (!from_bridge && amqp_msg_provenance(key)))
+            continue;
+        out[k++] = h->entries[i];
+    }
+    return k;
+}
+
 static struct json_object *field_json(const amqp_field_value_t *v, int depth);
 
 static struct json_object *table_json(const amqp_table_t *t, int depth)

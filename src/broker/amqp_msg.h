@@ -128,6 +128,22 @@ int amqp_msg_from_user(const amqp_basic_properties_t *p, const char *user);
 int amqp_msg_provenance(amqp_bytes_t k);
 
 /*
+ * Intake. The headers of an ingress delivery that go into the log (and so
+ * into its fingerprint, msgrec_fingerprint, and out again when it fires):
+ * h's entries in order into out (room for h->num_entries), without
+ *  - a queue's own bookkeeping, which changes from one delivery of the same
+ *    message to the next: a quorum queue's x-delivery-count and (RabbitMQ
+ *    4.x) x-acquired-count, on every redelivery -- kept, a redelivery
+ *    would not match the record its first delivery left, and would be
+ *    stored twice (integration.broker4, disk_full on 4.3.6);
+ *  - a stream's x-stream-offset (stream set);
+ *  - the provenance headers, unless from_bridge (amqp_msg_provenance).
+ * Returns how many entries out holds.
+ */
+int amqp_msg_intake_headers(const amqp_table_t *h, int stream, int from_bridge,
+                            amqp_table_entry_t *out);
+
+/*
  * AMQP-encoded basic properties (as stored in the WAL) as a JSON object
  * (json-c, new reference): content_type, message_id, delivery_mode, ... and
  * "headers" with strings, numbers, booleans, nested tables and arrays

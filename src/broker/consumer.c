@@ -26,9 +26,10 @@
  * acts on are read (x-delay judged, x-delay-key, x-delay-cancel, a key
  * event's four headers; on a retry route x-death's queue and reason and
  * x-retry-attempt, judged by retry.h instead of x-delay, read_retry) and the properties are encoded for the log without
- * the x-delivery-count a quorum queue adds when it redelivers (the ingress
- * queue's bookkeeping, not part of the message: neither stored nor
- * forwarded, so a redelivery looks like the original). The key events the
+ * the x-delivery-count and x-acquired-count a quorum queue adds when it
+ * redelivers (the ingress queue's bookkeeping, not part of the message:
+ * neither stored nor forwarded, so a redelivery looks like the original;
+ * amqp_msg_intake_headers). The key events the
  * owner sends (routes[].share_keys, bridge_keys.c) are encoded here too.
  *
  * A stream ingress (consumer.h) is consumed from stream_next[route]: the
@@ -398,18 +399,13 @@ static void read_headers(struct consumer *c, struct delivery *d,
         out.user_id = amqp_empty_bytes;
     }
     if (h) {
-        int k = 0;
         if ((size_t)h->num_entries > c->hdr_cap) {
             c->hdr_cap = (size_t)h->num_entries;
             c->hdr_scratch = xrealloc(c->hdr_scratch, c->hdr_cap * sizeof(*c->hdr_scratch));
         }
-        for (int i = 0; i < h->num_entries; i++)
-            if (!key_is(h->entries[i].key, "x-delivery-count") &&
-                !(d->stream_offset >= 0 && key_is(h->entries[i].key, "x-stream-offset")) &&
-                !(!from_bridge && amqp_msg_provenance(h->entries[i].key)))
-                c->hdr_scratch[k++] = h->entries[i];
+        out.headers.num_entries =
+            amqp_msg_intake_headers(h, d->stream_offset >= 0, from_bridge, c->hdr_scratch);
         out.headers.entries = c->hdr_scratch;
-        out.headers.num_entries = k;
     }
     d->props_len = amqp_msg_encode_props(&out, &c->props_buf, &c->props_cap);
     d->props = c->props_buf;

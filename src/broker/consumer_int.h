@@ -69,7 +69,7 @@ struct consumer {
     amqp_basic_properties_t no_props;
     uint8_t *props_buf; /* the current delivery's properties, AMQP-encoded */
     size_t props_cap;
-    amqp_table_entry_t *hdr_scratch; /* headers without the broker's x-delivery-count */
+    amqp_table_entry_t *hdr_scratch; /* headers without the queue's counters */
     size_t hdr_cap;
     int64_t *stream_next; /* per route: a stream ingress's next offset, -1 = first */
     int64_t *stream_upto; /* per route: below this, a delivery may be logged already */

@@ -380,7 +380,7 @@ static void take_delivery(struct bridge *b, const struct delivery *d)
     if (bridge_dx_refuse(b, d)) /* delayed_exchanges: nowhere of its own to go back to */
         return;
 
-    /* The properties were encoded by the consumer, without x-delivery-count (consumer.c). */
+    /* Encoded by the consumer without the queue's counters (amqp_msg_intake_headers). */
     if (d->props_len < 0) {
         bridge_fatal(b, "encode message properties", d->props_len);
         return;
