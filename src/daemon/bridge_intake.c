@@ -447,11 +447,14 @@ static void reject_unfit(struct bridge *b, const struct delivery *d)
 
 /*
  * A redelivery already in the log needs no room: recognise it now and ack
- * it alone (the stash below it stays unacked). Waiting would let its copy
- * fire and its segment be deleted under the space pressure that made it
- * wait, and a later restart would store it again (integration.broker4,
- * disk_full on 4.3.6: 945 stored twice). Keyed ones wait: their key event
- * must be confirmed before the ack (bridge_keys.c).
+ * it alone (the stash below it stays unacked), rather than hold it while
+ * its copy may fire. It is recognised by its fingerprint, so intake must
+ * give a redelivery the same properties as its first delivery: the broker's
+ * own redelivery headers (x-delivery-count, 4.x's x-acquired-count) are
+ * dropped first (amqp_msg_intake_headers; the 945 stored twice that
+ * integration.broker4's disk_full once saw on 4.3.6 were x-acquired-count
+ * after a consumer timeout). Keyed ones wait: their key event must be
+ * confirmed before the ack (bridge_keys.c).
  */
 static int seen_now(struct bridge *b, const struct delivery *d)
 {
