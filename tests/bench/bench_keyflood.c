@@ -35,6 +35,7 @@
 #include "delay-bridge/engine.h"
 #include "delay-bridge/wal.h"
 #include "../unit/keyflood.h"
+#include "bench_rec.h"
 
 enum { OPS = 3, CASES = 4, MAX_RUNS = 15 };
 static const char *op_name[OPS] = {"add", "find", "cancel"};
@@ -82,16 +83,7 @@ static void run(const char *base, const char *keys, uint64_t n, int old_hash, do
     t = now_s();
     for (i = 0; i < n; i++) {
         struct walrec_add a;
-        memset(&a, 0, sizeof(a));
-        a.enqueue_ms = t0;
-        a.due_ms = t0 + 3600000 + i % 600000;
-        a.route = "orders";
-        a.route_len = 6;
-        a.body = body;
-        a.body_len = sizeof(body);
-        a.flags = WALREC_ADD_KEYED;
-        a.key = keys + i * KEYFLOOD_KEY_LEN;
-        a.key_len = KEYFLOOD_KEY_LEN;
+        bench_rec(&a, t0, i, body, sizeof(body), keys + i * KEYFLOOD_KEY_LEN, KEYFLOOD_KEY_LEN);
         if (eng_add(e, 0, &a, NULL) < 0 || (i % 4096 == 4095 && eng_commit(e, NULL, NULL) < 0))
             exit(1);
     }

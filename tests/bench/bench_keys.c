@@ -20,6 +20,7 @@
 #include "delay-bridge/engine.h"
 #include "base/log.h"
 #include "delay-bridge/wal.h"
+#include "bench_rec.h"
 
 static long rss_kb(void)
 {
@@ -73,19 +74,9 @@ static void run(const char *base, uint64_t n, int keyed, double *ram_per, double
     t = now_s();
     for (i = 0; i < n; i++) {
         struct walrec_add a;
-        memset(&a, 0, sizeof(a));
-        a.enqueue_ms = t0;
-        a.due_ms = t0 + 3600000 + i % 600000;
-        a.route = "orders";
-        a.route_len = 6;
-        a.body = body;
-        a.body_len = sizeof(body);
-        if (keyed) {
+        if (keyed)
             snprintf(key, sizeof(key), "order-%018llu", (unsigned long long)i);
-            a.flags = WALREC_ADD_KEYED;
-            a.key = key;
-            a.key_len = 24;
-        }
+        bench_rec(&a, t0, i, body, sizeof(body), keyed ? key : NULL, 24);
         if (eng_add(e, 0, &a, NULL) < 0 || (i % 4096 == 4095 && eng_commit(e, NULL, NULL) < 0))
             exit(1);
     }
