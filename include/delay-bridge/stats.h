@@ -40,6 +40,28 @@ extern const double db_hist_le[DB_HIST_BUCKETS];
 /* Add one observation of v seconds (negative counts as 0). */
 void db_hist_observe(struct db_hist *h, double v);
 
+/*
+ * The stages of a firing, each timed by the bridge itself, which add up
+ * to the lateness the broker's confirm closes (fire_lateness):
+ *
+ *   wake     due time -> the loop turn that takes the message begins
+ *            (the wall clock: due times are wall-clock ms)
+ *   read     that turn begins -> the payload is read back from the log
+ *            and handed to the publisher (the turn's earlier work, the
+ *            earlier messages of the burst and the pread)
+ *   write    handed to the publisher -> the send() that put the last byte
+ *            of its frames in the kernel returned (encoding, the rest of
+ *            the burst, a socket that had no room)
+ *   confirm  written -> the broker's confirm was read (the broker's
+ *            routing, its queue's fsync for a persistent message, the
+ *            loop's turn that reads it)
+ *
+ * /metrics: delay_bridge_fire_stage_seconds{route,stage}; /stats:
+ * routes[].fire_stages.
+ */
+enum db_fire_stage { DB_STAGE_WAKE, DB_STAGE_READ, DB_STAGE_WRITE, DB_STAGE_CONFIRM, DB_STAGES };
+extern const char *const db_stage_names[DB_STAGES];
+
 struct db_stats;
 /*
  * Why the daemon is not ready ("" when it is): the one definition of
@@ -107,6 +129,7 @@ struct db_route_stats {
                                queue types: -2, not shown */
     int channel_open;       /* the route's publish channel is open */
     struct db_hist lateness; /* confirm time minus due time, seconds */
+    struct db_hist stage[DB_STAGES]; /* enum db_fire_stage: where the lateness went */
     /* max_held (README, "Bounds on what is held") */
     uint64_t max_held;          /* routes[].max_held; 0 = none of its own */
     uint64_t held_limit_paused; /* 1: not consuming, its max_held or limits.max_held reached */

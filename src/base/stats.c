@@ -30,6 +30,8 @@
 /* Retry routes' attempt histogram (stats.h): the last bucket, +Inf, has no bound here. */
 const uint32_t db_retry_le[DB_RETRY_BUCKETS - 1] = {1, 2, 3, 5, 10, 20, 50, 100};
 
+const char *const db_stage_names[DB_STAGES] = {"wake", "read", "write", "confirm"};
+
 const double db_hist_le[DB_HIST_BUCKETS] = {
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
     0.05,   0.1,     0.25,   0.5,   1.0,    2.5,   10.0, INFINITY,

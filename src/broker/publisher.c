@@ -84,7 +84,45 @@ static void win_push(struct route_pub *r, uint64_t tag, uint64_t msg_id, uint32_
         r->cap = ncap;
         r->head = 0;
     }
-    *win_at(r, r->n++) = (struct unconfirmed){tag, msg_id, ref, UNSETTLED, 0};
+    *win_at(r, r->n++) = (struct unconfirmed){tag, msg_id, ref, UNSETTLED, 0, 0, 0};
+    r->unwritten++;
+}
+
+static double secs_between(uint64_t from_us, uint64_t to_us)
+{
+    return to_us > from_us ? (double)(to_us - from_us) / 1e6 : 0.0;
+}
+
+/*
+ * Everything encoded so far is in the kernel since at_us (monotonic): the
+ * entries pushed since the buffer was last empty are written, and their
+ * write stage ends (stats.h). They are the last entries of each window:
+ * entries leave from the head only once settled, and none is settled
+ * before it is written but a gone exchange's, which has no stage.
+ */
+static void win_written(struct publisher *p, uint64_t at_us)
+{
+    for (int i = 0; i < p->nroutes; i++) {
+        struct route_pub *r = &p->routes[i];
+        size_t k = r->unwritten < r->n ? r->unwritten : r->n;
+        for (size_t j = r->n - k; j < r->n; j++) {
+            struct unconfirmed *u = win_at(r, j);
+            if (u->handed_us && !u->written_us) {
+                u->written_us = at_us;
+                db_hist_observe(&r->st_write, secs_between(u->handed_us, at_us));
+            }
+        }
+        r->unwritten = 0;
+    }
+}
+
+/* After a write of the output buffer: if it emptied, the write stage of what it held ends. */
+static void took_writes(struct publisher *p)
+{
+    if (p->out.emptied_us) {
+        win_written(p, p->out.emptied_us);
+        p->out.emptied_us = 0;
+    }
 }
 
 /* The route's channel is gone: forget its window and tell the owner. */
@@ -94,6 +132,7 @@ static void route_lost(struct publisher *p, struct route_pub *r)
     r->opening = 0;
     r->n = 0;
     r->head = 0;
+    r->unwritten = 0;
     p->ops.route_lost(p->ops.arg, (int)(r - p->routes));
 }
 
@@ -327,6 +366,8 @@ static void on_confirm(struct publisher *p, struct route_pub *r, uint64_t tag, i
 /* Report from the head, in tag order; the callback may not touch this window. */
 void pub_win_report(struct publisher *p, struct route_pub *r)
 {
+    uint64_t now_us = 0;
+
     while (r->n && win_at(r, 0)->settle != UNSETTLED) {
         struct unconfirmed u = *win_at(r, 0);
         r->head = (r->head + 1) % r->cap;
@@ -335,6 +376,15 @@ void pub_win_report(struct publisher *p, struct route_pub *r)
             r->nacked++;
         else
             backoff_reset(&r->bo);
+        if (u.settle == ACKED && u.handed_us) {
+            /* its last stage (stats.h); a confirm before the buffer emptied ends the write too */
+            now_us = now_us ? now_us : clock_mono_ns() / 1000u;
+            if (!u.written_us) {
+                u.written_us = now_us;
+                db_hist_observe(&r->st_write, secs_between(u.handed_us, now_us));
+            }
+            db_hist_observe(&r->st_confirm, secs_between(u.written_us, now_us));
+        }
         p->ops.confirmed(p->ops.arg, (int)(r - p->routes), u.ref, u.settle == ACKED, u.returned);
     }
 }
@@ -512,6 +562,8 @@ static void on_wio(struct ev_loop *loop, ev_io *w, int revents)
 {
     if (pub_out_write(w->data) < 0)
         out_lost(w->data);
+    else
+        took_writes(w->data);
 }
 
 /*
@@ -605,6 +657,7 @@ void publisher_turn(struct publisher *p, uint64_t now)
         out_lost(p);
         return;
     }
+    took_writes(p);
     for (i = 0; i < p->nroutes && p->up; i++) {
         struct route_pub *r = &p->routes[i];
         if (r->on && !r->open && !r->opening && !p->blocked && backoff_ready(&r->bo, now))
@@ -654,6 +707,7 @@ int publisher_send(struct publisher *p, int route, uint32_t ref, const struct wa
 {
     struct route_pub *r = &p->routes[route];
     amqp_basic_properties_t *in, out;
+    uint64_t handed_us = clock_mono_ns() / 1000u;
     int res;
 
     if (r->gone && o->exchange == o->exchange_buf && pub_is_gone(r, o->exchange)) {
@@ -715,6 +769,9 @@ int publisher_send(struct publisher *p, int route, uint32_t ref, const struct wa
         res = amqp_basic_publish(p->conn.st, r->ch, m.exchange, m.routing_key, 1, 0, &out, body);
     }
     win_push(r, r->next_tag++, a->msg_id, ref);
+    win_at(r, r->n - 1)->handed_us = handed_us;
+    if (!pub_own_writes(p)) /* TLS: amqp_basic_publish() has written it, blocking */
+        win_written(p, clock_mono_ns() / 1000u);
     if (res != AMQP_STATUS_OK) {
         conn_down(p, amqp_error_string2(res));
         return -1;
@@ -727,10 +784,12 @@ void publisher_flush(struct publisher *p)
 {
     if (!p->up)
         return;
-    if (pub_out_kick(p) < 0)
+    if (pub_out_kick(p) < 0) {
         out_lost(p);
-    else
-        drain(p);
+        return;
+    }
+    took_writes(p);
+    drain(p);
 }
 
 size_t publisher_inflight(const struct publisher *p)
@@ -799,6 +858,8 @@ void publisher_route_stats(const struct publisher *p, int route, struct db_route
     s->publish_retries = r->retries;
     s->returned = r->returned;
     s->channel_open = p->up && r->open;
+    s->stage[DB_STAGE_WRITE] = r->st_write;
+    s->stage[DB_STAGE_CONFIRM] = r->st_confirm;
 }
 
 /*

@@ -23,6 +23,7 @@
 #include "delay-bridge/publisher.h"
 #include "amqp_conn.h"
 #include "base/backoff.h"
+#include "delay-bridge/stats.h"
 
 #define FRAMES_PER_TURN 4096
 #define HEARTBEAT_POLL_MS 500
@@ -37,6 +38,8 @@ struct unconfirmed {
     uint32_t ref;
     uint8_t settle;   /* enum settle */
     uint8_t returned; /* basic.return came for it */
+    /* monotonic us: handed to publisher_send, its last byte sent; 0 = not (yet) */
+    uint64_t handed_us, written_us;
 };
 
 struct route_pub {
@@ -53,6 +56,8 @@ struct route_pub {
     uint64_t next_tag;
     struct unconfirmed *win; /* ring in tag order */
     size_t head, n, cap;
+    size_t unwritten;        /* the last entries pushed since the output buffer was last empty */
+    struct db_hist st_write, st_confirm; /* the firing stages timed here (stats.h) */
     struct backoff bo;       /* reopening the channel after an error */
     uint64_t published, nacked, retries, returned;
     /*
@@ -83,6 +88,7 @@ struct returning {
 struct outbuf {
     uint8_t *b;
     size_t off, len, cap;
+    uint64_t emptied_us; /* a send emptied it then (monotonic us); publisher.c takes it, 0 */
     char why[128]; /* the last failed write or send, for the "connection lost" line */
 };
 

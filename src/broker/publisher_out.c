@@ -146,6 +146,8 @@ int pub_out_write(struct publisher *p)
     if (pub_out_pending(p)) {
         ev_io_start(p->loop, &p->wio); /* the kernel is full: the rest when it has room */
     } else {
+        if (n > 0) /* the frames encoded so far are all in the kernel: their write stage ends */
+            p->out.emptied_us = clock_mono_ns() / 1000u;
         pub_out_reset(p);
         ev_io_stop(p->loop, &p->wio);
     }

@@ -142,6 +142,23 @@ static void on_route_lost(void *arg, int route)
     eng_unsent_route(b->eng, (uint16_t)route);
 }
 
+/*
+ * A message taken to publish: its first two stages (stats.h). The wake
+ * stage runs from its due time to the start of this loop turn, the read
+ * stage from there to now, its payload read back. Not for a drain: there
+ * a message is taken before its due time.
+ */
+static void time_taken(struct bridge *b, int route, eng_msg m)
+{
+    struct route_counts *n = &b->counts[route];
+    uint64_t due_us = eng_due_ms(b->eng, m) * 1000u, now_us = clock_now_us();
+
+    if (b->drain.active)
+        return;
+    db_hist_observe(&n->wake, b->turn_us > due_us ? (double)(b->turn_us - due_us) / 1e6 : 0.0);
+    db_hist_observe(&n->read, now_us > b->turn_us ? (double)(now_us - b->turn_us) / 1e6 : 0.0);
+}
+
 /* Publish what is due, route by route, while the publisher has room. */
 static void pump(struct bridge *b)
 {
@@ -163,6 +180,7 @@ static void pump(struct bridge *b)
                 }
                 if (r == 0)
                     break;
+                time_taken(b, i, m);
                 if (b->drain.active)
                     msgrec_to_handback(&a, &b->cfg->routes[i], b->log_id,
                                        eng_diverted(b->eng, m), clock_now_ms(), &o);
@@ -230,10 +248,11 @@ static void arm_wake(struct bridge *b, uint64_t now, uint64_t mono);
 static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 {
     struct bridge *b = w->data;
-    uint64_t now = clock_now_ms(), mono = clock_mono_ms();
+    uint64_t now_us = clock_now_us(), now = now_us / 1000u, mono = clock_mono_ms();
     int r;
 
     b->turn_ms = now;
+    b->turn_us = now_us;
     if (b->exit_code || b->done)
         return;
     if (!b->eng) {

@@ -83,6 +83,7 @@ struct route_counts {
     struct log_ratelimit rl_delay, rl_return, rl_stamp, rl_refused[4]; /* bridge_dx.c's reasons */
     int held_paused;      /* its max_held reached: not consuming (bridge_held_gate) */
     uint64_t held_pauses; /* times it paused so */
+    struct db_hist wake, read; /* a firing's first two stages (stats.h); the publisher times the rest */
 };
 
 struct bridge {
@@ -134,6 +135,7 @@ struct bridge {
      * (clock_mono_ms: a step of the wall clock must not fire or stall it).
      */
     uint64_t start_ms, turn_ms;
+    uint64_t turn_us; /* turn_ms to the microsecond: the "wake" stage ends there (stats.h) */
     uint64_t start_mono_ms, last_maintain;
     int ready_logged;
     int disk_full;          /* the last commit found no space: consuming paused */

@@ -178,6 +178,8 @@ static void stats_route(const struct bridge *b, int i, struct db_route_stats *r)
     r->pending = ers.held;
     r->oldest_due_ms = ers.oldest_due_ms;
     r->lateness = ers.lateness;
+    r->stage[DB_STAGE_WAKE] = n->wake;
+    r->stage[DB_STAGE_READ] = n->read;
     r->max_held = b->cfg->routes[i].max_held;
     r->held_limit_paused = !r->retired && (n->held_paused || b->held_all_paused);
     r->held_limit_pauses = n->held_pauses;

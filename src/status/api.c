@@ -72,7 +72,8 @@
  *                   (its declares refused by the broker, retried), <every counter and gauge of
  *                   struct db_route_stats under its field name>,
  *                   "next_due_ms", "next_due", "channel_open": bool,
- *                   "lateness": { "count", "sum_seconds" },
+ *                   "lateness": { "count", "sum_seconds" }, "fire_stages": { "wake",
+ *                   "read", "write", "confirm": each as "lateness" } (stats.h),
  *                   "max_held" (null: none of its own), "held_limit_paused": bool,
  *                   "held_limit_pauses" } ],
  *     "reload": { "count", "refused", "last", "pending_changes", "error" } (SIGHUP),
@@ -215,6 +216,10 @@ static json_object *route_json(const struct db_route_stats *r)
         add(o, "stream_offset",
             r->stream_offset >= 0 ? json_object_new_int64(r->stream_offset) : NULL);
     add(o, "lateness", hist_summary(&r->lateness));
+    json_object *st = json_object_new_object();
+    for (int k = 0; k < DB_STAGES; k++)
+        add(st, db_stage_names[k], hist_summary(&r->stage[k]));
+    add(o, "fire_stages", st);
     add(o, "max_held", r->max_held ? json_object_new_uint64(r->max_held) : NULL);
     add(o, "held_limit_paused", json_object_new_boolean(r->held_limit_paused != 0));
     add_u64(o, "held_limit_pauses", r->held_limit_pauses);

@@ -167,6 +167,35 @@ static void hist_samples(struct strbuf *out, const char *name, const char *k, co
     strbuf_printf(out, "%" PRIu64 "\n", cum);
 }
 
+/* A histogram with labels route and stage (hist_samples has room for one label). */
+static void stage_samples(struct strbuf *out, const char *route, const char *stage,
+                          const struct db_hist *h)
+{
+    static const char *const suffix[] = {"_bucket", "_sum", "_count"};
+    uint64_t cum = 0;
+
+    for (int i = 0; i < DB_HIST_BUCKETS + 2; i++) {
+        int kind = i < DB_HIST_BUCKETS ? 0 : i - DB_HIST_BUCKETS + 1;
+        strbuf_printf(out, PREFIX "fire_stage_seconds%s{route=\"", suffix[kind]);
+        put_escaped_label(out, route);
+        strbuf_printf(out, "\",stage=\"%s\"", stage);
+        if (kind == 0) {
+            cum += h->count[i];
+            if (i == DB_HIST_BUCKETS - 1 || isinf(db_hist_le[i]))
+                strbuf_puts(out, ",le=\"+Inf\"} ");
+            else
+                strbuf_printf(out, ",le=\"%.15g\"} ", db_hist_le[i]);
+            strbuf_printf(out, "%" PRIu64 "\n", cum);
+        } else if (kind == 1) {
+            strbuf_puts(out, "} ");
+            put_double(out, h->sum);
+            strbuf_puts(out, "\n");
+        } else {
+            strbuf_printf(out, "} %" PRIu64 "\n", cum);
+        }
+    }
+}
+
 /* ---- per-route families ---- */
 
 struct route_family {
@@ -286,6 +315,14 @@ static void render_routes(const struct db_stats *s, struct strbuf *out)
     for (int i = 0; i < nr; i++)
         hist_samples(out, "fire_lateness_seconds", "route", s->routes[i].name,
                      &s->routes[i].lateness);
+
+    family(out, "fire_stage_seconds", "histogram",
+           "Where a firing's lateness went, stage by stage: wake (due time to the loop turn "
+           "that takes it), read (to its payload read back), write (to its frames sent), "
+           "confirm (to the broker's confirm), seconds.");
+    for (int i = 0; i < nr; i++)
+        for (int k = 0; k < DB_STAGES; k++)
+            stage_samples(out, s->routes[i].name, db_stage_names[k], &s->routes[i].stage[k]);
 }
 
 /* The max_held bounds as gauges (absent: no bound), beside held_messages and pending_messages. */

@@ -166,6 +166,62 @@ load() {
     consumed "$name"
 }
 
+# watch_start NAME / watch_stop NAME: what the bridge and the broker did
+# during one load of the bridge. The bridge's /metrics before and after
+# (NAME.metrics-before, -after) give where its lateness went, stage by stage
+# (stages.py -> NAME.stages: wake, read, write, confirm, and the confirm
+# lateness, mean and p50/p99 bucket bounds); perf stat counts the fsync and
+# fdatasync calls of the broker's beam.smp and of the bridge meanwhile
+# (NAME.fsyncs: broker= bridge= seconds=; "-" without perf or its rights).
+# The counters watch the broker and the bridge, not the load tools.
+WATCH_PIDS=()
+# beam_of PID: the beam.smp process under PID (the node rabbitmq.sh started), or nothing.
+beam_of() {
+    local c
+    [ -n "$1" ] || return 0
+    for c in $(pgrep -P "$1" || true); do
+        if [ "$(cat "/proc/$c/comm" 2>/dev/null)" = beam.smp ]; then echo "$c"; return 0; fi
+        c=$(beam_of "$c")
+        [ -z "$c" ] || { echo "$c"; return 0; }
+    done
+}
+watch_start() {
+    local beam
+    curl -sf "http://127.0.0.1:$HTTP_PORT/metrics" >"$WORK/$1.metrics-before" || true
+    WATCH_PIDS=() WATCH_T0=$(now_ms)
+    command -v perf >/dev/null || return 0
+    beam=$(beam_of "$(cat "$BROKER_DIR/node.pid" 2>/dev/null)")
+    for who in broker:$beam bridge:$BRIDGE_PID; do
+        [ -n "${who#*:}" ] || continue
+        perf stat -x, -e syscalls:sys_enter_fsync,syscalls:sys_enter_fdatasync -p "${who#*:}" \
+            -o "$WORK/$1.perf-${who%%:*}" 2>/dev/null &
+        WATCH_PIDS+=($!)
+    done
+}
+watch_stop() {
+    local pid who n secs line
+    curl -sf "http://127.0.0.1:$HTTP_PORT/metrics" >"$WORK/$1.metrics-after" || true
+    for pid in "${WATCH_PIDS[@]}"; do kill -INT "$pid" 2>/dev/null; done
+    for pid in "${WATCH_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    secs=$(fmt 1 "($(now_ms) - $WATCH_T0) / 1000")
+    line="fsyncs seconds=$secs"
+    for who in broker bridge; do
+        n=-
+        [ ! -s "$WORK/$1.perf-$who" ] ||
+            n=$(awk -F, '/sys_enter_f/ { if ($1 ~ /^[0-9]+$/) s += $1; else bad = 1 }
+                END { if (bad || NR == 0) print "-"; else print s + 0 }' "$WORK/$1.perf-$who")
+        line+=" $who=$n"
+    done
+    echo "$line" >"$WORK/$1.fsyncs"
+    if [ -s "$WORK/$1.metrics-before" ] && [ -s "$WORK/$1.metrics-after" ]; then
+        python3 "$HERE/stages.py" "$WORK/$1.metrics-before" "$WORK/$1.metrics-after" >"$WORK/$1.stages" || true
+    fi
+    say "$1 stages: $(cat "$WORK/$1.stages" 2>/dev/null); $line"
+}
+# st NAME KEY: a figure of NAME.stages; fs NAME KEY: of NAME.fsyncs ("-" when missing).
+st() { local f=$WORK/$1.stages; [ -s "$f" ] && get "$f" "$2" || printf -- '-'; }
+fs() { local f=$WORK/$1.fsyncs; [ -s "$f" ] && get "$f" "$2" || printf -- '-'; }
+
 # ---------------------------------------------------------------- broker
 
 say "machine: $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -188,7 +244,9 @@ bridge_config "$WORK/wal"
 bridge_launch
 bridge_ready
 say "delay-bridge pid $BRIDGE_PID, http 127.0.0.1:$HTTP_PORT"
+watch_start bridge-sat
 load bridge-sat 0 bridge
+watch_stop bridge-sat
 R_BRIDGE=$(p bridge-sat rate)
 [[ "$R_BRIDGE" =~ ^[1-9][0-9]*$ ]] || die "the bridge's accept rate at full speed is '$R_BRIDGE'"
 say "R = $R_BRIDGE msg/s: the loads are ${LOADS//,/, } % of it"
@@ -198,7 +256,9 @@ for l in ${LOADS//,/ }; do
     [ "${RATE[$l]}" -gt 0 ] || die "load $l %: a rate of 0 msg/s"
     load "alone-$l" "${RATE[$l]}" plain
     load "twohop-$l" "${RATE[$l]}" twohop
+    watch_start "bridge-$l"
     load "bridge-$l" "${RATE[$l]}" bridge
+    watch_stop "bridge-$l"
 done
 bridge_stop
 if [ "$PLUGIN" = 1 ]; then
@@ -244,6 +304,19 @@ rows() {
     srow "$who" "$sc" "early (before send + delay) / arrived" "$(c "$n" early) / $(c "$n" unique)" - -
     [ "$sat" = 1 ] || srow "$who" "$sc" "publisher behind its schedule at most, ms" "$(p "$n" behind_max_ms)" \
         "$(p "$a" behind_max_ms)" -
+    [ -s "$WORK/$n.fsyncs" ] || return 0
+    srow "$who" "$sc" "stages wake / read / write / confirm, mean ms" \
+        "$(st "$n" wake_mean_ms) / $(st "$n" read_mean_ms) / $(st "$n" write_mean_ms) / $(st "$n" confirm_mean_ms)" - -
+    srow "$who" "$sc" "stages wake / read / write / confirm, p99 <= ms" \
+        "$(st "$n" wake_p99_ms) / $(st "$n" read_p99_ms) / $(st "$n" write_p99_ms) / $(st "$n" confirm_p99_ms)" - -
+    srow "$who" "$sc" "fsyncs per second, broker / bridge" \
+        "$(fsps "$n" broker) / $(fsps "$n" bridge)" - -
+}
+# fsps NAME WHO: WHO's fsync + fdatasync calls per second during load NAME.
+fsps() {
+    local n s
+    n=$(fs "$1" "$2") s=$(fs "$1" seconds)
+    if isnum "$n" && isnum "$s" && [ "$s" != 0.0 ]; then fmt 0 "$n / $s"; else printf -- '-'; fi
 }
 # twohop_rows: the broker alone carrying both hops, at each load.
 twohop_rows() {
