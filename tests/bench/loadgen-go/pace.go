@@ -58,7 +58,9 @@
 //
 //	pace_publish gen=amqp091-go-1.5.0 mode=.. count=.. bytes=.. size=fixed
 //	  window=.. seconds=.. rate=.. mb_per_s=.. acked=.. nacked=.. end_ms=..
-//	  target_rate=.. behind_max_ms=.. ticks=..
+//	  target_rate=.. behind_max_ms=.. behind_max_seq=.. ticks=..
+//	(behind_max_seq: the message that was furthest behind; ticks: how many
+//	the publisher received -- Go's ticker drops those it was too late for)
 //	pace_consume gen=amqp091-go-1.5.0 queue=.. expected=.. received=..
 //	  unique=.. dup=.. foreign=.. early=.. seconds=.. rate=..
 //	  first_recv_ms=.. last_recv_ms=.. min_due_ms=.. max_due_ms=..
@@ -195,6 +197,7 @@ func publish(args []string) {
 	filler := []byte(strings.Repeat(".", *size))
 	var bytes int64
 	var behindMax time.Duration
+	behindSeq := 0
 	ticks := 0
 	send := func(i int) {
 		slots <- struct{}{} // blocks only when the window is full
@@ -238,7 +241,7 @@ func publish(args []string) {
 					break
 				}
 				if late := t.Sub(slot); late > behindMax {
-					behindMax = late
+					behindMax, behindSeq = late, next
 				}
 				send(next)
 				next++
@@ -254,9 +257,9 @@ func publish(args []string) {
 	}
 	secs := end.Sub(start).Seconds()
 	fmt.Printf("pace_publish gen=%s mode=%s count=%d bytes=%d size=fixed window=%d seconds=%.3f "+
-		"rate=%.0f mb_per_s=%.1f acked=%d nacked=%d end_ms=%d target_rate=%d behind_max_ms=%.1f ticks=%d\n",
+		"rate=%.0f mb_per_s=%.1f acked=%d nacked=%d end_ms=%d target_rate=%d behind_max_ms=%.1f behind_max_seq=%d ticks=%d\n",
 		gen, *mode, *count, bytes, *window, secs, float64(*count)/secs, float64(bytes)/secs/1e6,
-		acked, nacked, epochUs(time.Now())/1000, *rate, float64(behindMax.Microseconds())/1000, ticks)
+		acked, nacked, epochUs(time.Now())/1000, *rate, float64(behindMax.Microseconds())/1000, behindSeq, ticks)
 	conn.Close()
 }
 
