@@ -4,7 +4,7 @@
 # fraction of what the bridge accepts at full speed, on one broker in one
 # run (tests/bench/README.md, "Lateness at the loads people run").
 #
-#   tests/bench/ontime.sh [--count N] [--loads 25,50,90] [--smoke] [--keep]
+#   tests/bench/ontime.sh [--count N] [--loads 25,50,90] [--smoke] [--keep] [--gen c|go]
 #
 # run.sh publishes at full speed: its lateness is that of a saturated
 # system. Publishers in production are open loop, below saturation; this
@@ -34,9 +34,22 @@
 #   --smoke     2000 messages a load, delays 1000-3000 ms: for CI
 #               (ctest bench.ontime.smoke)
 #   --keep      keep the work directory (config, logs, WAL, summaries)
+#   --gen G     the load generator of the broker alone's, delay-bridge's
+#               and the plugin's loads, saturation included: c (default:
+#               load_publish / load_consume, rabbitmq-c) or go
+#               (tests/bench/loadgen-go/pace.go, amqp091-go 1.5.0, written
+#               apart from them: a 1 ms ticker sends every message whose
+#               slot start + i/R has come; built into the work directory,
+#               exit 77 without go or golang-github-rabbitmq-amqp091-go-dev;
+#               BENCH_GOCACHE, default WORK/gocache, keeps its build cache).
+#               The both hops rows stay load_publish / load_consume (the
+#               acked hop's manual acks are theirs). Same rows, same keys:
+#               median.sh and the report work unchanged; the report's
+#               header and summary lines name the generator.
 #
 # Delays: uniform in 2000-6000 ms (1000-3000 with --smoke). Lateness is
-# load_consume's: receive time - (send time + delay), to the microsecond;
+# the consumer's (load_consume, or pace consume): receive time - (send time
+# + delay), to the microsecond;
 # for the broker alone (no delay) the end-to-end latency.
 #
 # Report (stdout): a markdown table with run.sh's side-by-side layout,
@@ -68,7 +81,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 say() { printf '[ontime %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { say "error: $*"; exit 2; }
 
-N="" LOADS=25,50,90 SMOKE=0 KEEP=0
+N="" LOADS=25,50,90 SMOKE=0 KEEP=0 GEN=c
 while [ $# -gt 0 ]; do
     case "$1" in
     --count) [ $# -ge 2 ] || die "--count needs a number"; N=$2; shift 2 ;;
@@ -77,6 +90,8 @@ while [ $# -gt 0 ]; do
     --loads=*) LOADS=${1#*=}; shift ;;
     --smoke) SMOKE=1; shift ;;
     --keep) KEEP=1; shift ;;
+    --gen) [ $# -ge 2 ] || die "--gen needs c or go"; GEN=$2; shift 2 ;;
+    --gen=*) GEN=${1#*=}; shift ;;
     -h|--help) sed -n '2,/^set -E/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
     esac
@@ -86,6 +101,8 @@ for l in ${LOADS//,/ }; do
     [[ "$l" =~ ^[1-9][0-9]*$ ]] || die "--loads $LOADS: expected percentages (positive integers), comma-separated"
 done
 [ -n "${LOADS//,/}" ] || die "--loads is empty"
+case "$GEN" in c|go) ;; *) die "--gen $GEN: expected c or go" ;; esac
+[ "$GEN" = c ] || [ -z "${BENCH_STAMP:-}" ] || die "BENCH_STAMP: pace.go does not stamp timestamp_in_ms (use --gen c)"
 if [ "$SMOKE" = 1 ]; then
     N=${N:-2000} DELAY=1000-3000
 else
@@ -101,6 +118,29 @@ CONS=$TOOLS/load_consume
 # c, p, srow, lat3, plus (the report)
 . "$HERE/harness.sh"
 bench_setup ontime 5698 bench-ontime-rabbitmq
+
+# The generator: GEN_DESC names it in the report; with --gen go, GPUB and
+# GCONS are pace.go's two roles (the harness runs "$PUB" / "$CONS" OPTIONS).
+C_DESC="load_publish / load_consume (rabbitmq-c $(pkg-config --modversion librabbitmq 2>/dev/null || echo '?'))"
+GEN_DESC=$C_DESC GPUB="" GCONS=""
+if [ "$GEN" = go ]; then
+    GOPATH_DEB=/usr/share/gocode
+    if ! command -v go >/dev/null || [ ! -d "$GOPATH_DEB/src/github.com/rabbitmq/amqp091-go" ]; then
+        say "--gen go: go or amqp091-go missing: skipping (apt-get install golang-go golang-github-rabbitmq-amqp091-go-dev)"
+        rm -rf "$WORK"
+        exit 77
+    fi
+    say "--gen go: building tests/bench/loadgen-go/pace.go into $WORK"
+    (cd "$HERE/loadgen-go" && GO111MODULE=off GOPATH=$GOPATH_DEB GOCACHE=${BENCH_GOCACHE:-$WORK/gocache} \
+        go build -o "$WORK/pace" pace.go) || die "go build of tests/bench/loadgen-go/pace.go failed"
+    printf '#!/bin/sh\nexec "%s" publish "$@"\n' "$WORK/pace" >"$WORK/pace-publish"
+    printf '#!/bin/sh\nexec "%s" consume "$@"\n' "$WORK/pace" >"$WORK/pace-consume"
+    chmod +x "$WORK/pace-publish" "$WORK/pace-consume"
+    GPUB=$WORK/pace-publish GCONS=$WORK/pace-consume
+    GEN_DESC="amqp091-go 1.5.0 (tests/bench/loadgen-go/pace.go, $(go version | awk '{ print $3 }'))"
+fi
+# gen_of KIND: the generator of a load of KIND, for the summary lines.
+gen_of() { if [ "$GEN" = go ] && [ "$1" != twohop ]; then echo "amqp091-go 1.5.0"; else echo "rabbitmq-c"; fi; }
 
 # Topology, as run.sh's: bench.target (direct) -> bench.out, routing key "bench".
 TARGET_EX=bench.target
@@ -125,6 +165,11 @@ TAG=0
 load() {
     local name=$1 rate=$2 kind=$3 pace=() in_pid pub_rc=0
     TAG=$((TAG + 1))
+    # --gen go: pace.go publishes and consumes all but the both hops' loads
+    # (harness.sh's publish and consume read PUB and CONS: shadowed here).
+    if [ "$GEN" = go ] && [ "$kind" != twohop ]; then
+        local PUB=$GPUB CONS=$GCONS
+    fi
     [ "$rate" = 0 ] || pace=(--rate "$rate")
     say "== $name: $N x 256 B, $kind, $([ "$rate" = 0 ] && echo "full speed" || echo "$rate msg/s")$(
         [ "$kind" = plain ] || echo ", delays $DELAY ms")"
@@ -370,7 +415,7 @@ earliest() {
 # summary WHO PREFIX: one line of a delaying system's figures at each load.
 summary() {
     local who=$1 pre=$2 l line
-    line="summary, $BROKER_VSN, $who: full speed $(p "$pre-sat" rate) msg/s"
+    line="summary, $BROKER_VSN, $who, generator $(gen_of "$pre"): full speed $(p "$pre-sat" rate) msg/s"
     line+=" ($(ratio "$(p "$pre-sat" rate)" "$(p alone-sat rate)") the broker alone);"
     line+=" lateness p50 / p99 / max"
     for l in ${LOADS//,/ }; do
@@ -385,7 +430,7 @@ summary() {
 
 {
     echo
-    echo "ontime benchmark on $BROKER_VSN, $(date -u +%FT%TZ), $(nproc) CPUs, load average before: $LOAD_BEFORE, after: $(cut -d' ' -f1 /proc/loadavg)$([ "$SMOKE" = 1 ] && echo ', SMOKE sizes'), $N messages a load, delays $DELAY ms"
+    echo "ontime benchmark on $BROKER_VSN, $(date -u +%FT%TZ), $(nproc) CPUs, load average before: $LOAD_BEFORE, after: $(cut -d' ' -f1 /proc/loadavg)$([ "$SMOKE" = 1 ] && echo ', SMOKE sizes'), $N messages a load, delays $DELAY ms; generator: $GEN_DESC$([ "$GEN" = c ] || echo "; both hops: $C_DESC")"
     echo "loads: ${LOADS//,/, } % of delay-bridge's accept rate at full speed, R = $R_BRIDGE msg/s"
     [ -z "${BENCH_ROUTE:-}${BENCH_STAMP:-}" ] ||
         echo "route keys: ${BENCH_ROUTE:-none}; publishers stamp timestamp_in_ms: $([ -n "${BENCH_STAMP:-}" ] && echo yes || echo no)"
@@ -402,10 +447,10 @@ summary() {
         srow "$PLUGIN_NAME" - "$PLUGIN_WHY" - - -
     fi
     echo
-    line="summary, $BROKER_VSN, broker alone: full speed $(p alone-sat rate) msg/s; end-to-end latency p50 / p99 / max"
+    line="summary, $BROKER_VSN, broker alone, generator $(gen_of plain): full speed $(p alone-sat rate) msg/s; end-to-end latency p50 / p99 / max"
     for l in ${LOADS//,/ }; do line+=" at $l% (${RATE[$l]} msg/s) $(lat3 "alone-$l") ms,"; done
     echo "$line at full speed $(lat3 alone-sat) ms"
-    line="summary, $BROKER_VSN, broker alone, both hops at once: p99 of the acked + the plain hop"
+    line="summary, $BROKER_VSN, broker alone, both hops at once, generator $(gen_of twohop): p99 of the acked + the plain hop"
     for l in ${LOADS//,/ }; do
         line+=" at $l% $(c "twohop-$l-in" lat_p99_ms) + $(c "twohop-$l" lat_p99_ms) = $(hops_p99 "$l") ms,"
     done
