@@ -8,7 +8,8 @@
 #          load_publish), BRIDGE (the bridge's binary), URI, TARGET_EX and
 #          OUT_Q (the target exchange and its queue, key "bench"),
 #          INGRESS_EX and INGRESS_Q (the route's ingress), RABBITMQ_SH,
-#          BROKER_DIR, PORT, DIST, BENCH_ROUTE (extra route keys, JSON),
+#          BROKER_DIR, PORT, DIST, BENCH_ROUTE (extra route keys, JSON), BENCH_WAL
+#          (wal keys over dir and fsync: true, JSON),
 #          and PLUGIN, PLUGIN_APP, PLUGIN_NAME (plugin.sh, sourced first)
 #   sets   CONS_PID, BRIDGE_PID, HTTP_PORT, FAILED (an array the caller
 #          declares: what went missing), BROKER_SID, NODE_LOG, LAST_START,
@@ -125,10 +126,13 @@ bridge_config() {
         INGRESS_EX=bench.delayed.$(basename "$1") INGRESS_Q=bench.delayed.q.$(basename "$1")
     fi
     HTTP_PORT=$(free_port)
+    # BENCH_WAL: a JSON object of wal keys over these, e.g. '{"commit_interval_ms": 0}'
+    local wal
+    wal=$(jq -c --arg d "$1" --argjson x "${BENCH_WAL:-"{}"}" -n '{dir: $d, fsync: true} + $x')
     cat >"$WORK/bridge.json" <<EOF
 {
   "broker": { "uri": "$URI" },
-  "wal": { "dir": "$1", "fsync": true$repl },
+  "wal": ${wal%\}}$repl },
   "http": { "listen": "127.0.0.1:$HTTP_PORT" },
   "log": { "level": "info" },
   "routes": [
