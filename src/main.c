@@ -97,7 +97,8 @@ static int run_daemon(const char *path, int check, int watch)
 
     struct wal_opts wo = {.dir = cfg.wal_dir, .segment_bytes = cfg.segment_bytes,
                           .no_sync = !cfg.fsync, .sync_thread = 1,
-                          .reserve_bytes = WAL_RESERVE_SEGMENTS * cfg.segment_bytes};
+                          .reserve_bytes = WAL_RESERVE_SEGMENTS * cfg.segment_bytes,
+                          .prewrite_bytes = cfg.prewrite_bytes};
     loop = ev_default_loop(EVFLAG_AUTO);
     b = bridge_new(loop, &cfg, cfg.repl.enabled ? wrepl_log(&wo, &cfg) : wal_file_log(&wo), &rc);
     if (b) {

@@ -257,6 +257,8 @@ struct config {
     uint32_t commit_interval_ms; /* "commit_interval_ms": 10 -- the shortest time between the
                                     starts of two commits; 0 = as soon as the last is durable */
     uint32_t max_message_bytes;  /* "max_message_bytes": 134217728 */
+    uint64_t prewrite_bytes;     /* "prewrite_kb": 1024 -- zeros written ahead of the records
+                                    (wal.h); 0 = none */
     uint32_t checkpoint_interval_s; /* "checkpoint_interval_s": 60; 0 = no checkpoints */
     uint32_t checkpoint_min_mb;  /* "checkpoint_min_mb": 64 -- and at least this much
                                     log appended since the last one began */

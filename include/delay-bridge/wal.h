@@ -91,7 +91,17 @@ struct wal_opts {
      * daemon passes WAL_RESERVE_SEGMENTS x segment_bytes.
      */
     uint64_t reserve_bytes;
+    /*
+     * Zeros kept written ahead of the active segment's records, so that a
+     * commit's fdatasync changes no file size and need not commit the file
+     * system's journal (wal.c, "PREWRITTEN ZEROS"); recovery reads zeros
+     * after the last record as the segment's end. 0: none (an import, the
+     * tools). The daemon passes wal.prewrite_bytes (WAL_DEFAULT_PREWRITE).
+     */
+    uint64_t prewrite_bytes;
 };
+
+#define WAL_DEFAULT_PREWRITE (1ull << 20)
 
 /* The daemon's reserve, in segments: one for compaction's copies of the
  * head segment, one for the records that end messages before a deleted

@@ -277,7 +277,7 @@ static int parse_broker(struct ctx *x, struct config *c, json_object *root)
 static int parse_wal(struct ctx *x, struct config *c, json_object *root)
 {
     static const char *const keys[] = { "dir", "segment_mb", "fsync", "commit_interval_ms",
-                                        "max_message_bytes", "checkpoint_interval_s",
+                                        "prewrite_kb", "max_message_bytes", "checkpoint_interval_s",
                                         "checkpoint_min_mb", "replicate", NULL };
     json_object *w;
     if (cfg_section(x, root, "wal", keys, &w) < 0)
@@ -297,6 +297,10 @@ static int parse_wal(struct ctx *x, struct config *c, json_object *root)
     if (cfg_get_int(x, w, "wal", "commit_interval_ms", 0, 1000, &v) < 0)
         return -1;
     c->commit_interval_ms = (uint32_t)v;
+    v = c->prewrite_bytes >> 10;
+    if (cfg_get_int(x, w, "wal", "prewrite_kb", 0, 1u << 20, &v) < 0)
+        return -1;
+    c->prewrite_bytes = v << 10;
     /* RabbitMQ's own ceiling for max_message_size is 512 MiB */
     v = c->max_message_bytes;
     if (cfg_get_int(x, w, "wal", "max_message_bytes", 1, 512u << 20, &v) < 0)
@@ -580,6 +584,7 @@ static void defaults(struct config *c)
     c->segment_bytes = 64ull << 20;
     c->fsync = 1;
     c->commit_interval_ms = 10;
+    c->prewrite_bytes = WAL_DEFAULT_PREWRITE;
     c->max_message_bytes = 134217728u;
     c->checkpoint_interval_s = 60;
     c->checkpoint_min_mb = 64;

@@ -170,6 +170,7 @@ int config_diff(const struct config *a, const struct config *b,
     say(&d, a->segment_bytes != b->segment_bytes, "wal.segment_mb");
     say(&d, a->fsync != b->fsync, "wal.fsync");
     say(&d, a->commit_interval_ms != b->commit_interval_ms, "wal.commit_interval_ms");
+    say(&d, a->prewrite_bytes != b->prewrite_bytes, "wal.prewrite_kb");
     say(&d, a->max_message_bytes != b->max_message_bytes, "wal.max_message_bytes");
     say(&d, a->checkpoint_interval_s != b->checkpoint_interval_s ||
                 a->checkpoint_min_mb != b->checkpoint_min_mb, "wal.checkpoint_*");

@@ -46,6 +46,7 @@ struct seg {
     uint32_t salt;
     int fd;              /* -1: rolled to, file not created yet */
     uint64_t disk;       /* bytes in the file (header included once created) */
+    uint64_t written;    /* the file's bytes: disk, then prewritten zeros (wal.c) */
     uint64_t size;       /* disk + bytes still in the write buffer */
     size_t pend_off;     /* where its buffered bytes start in wbuf */
     uint64_t live_count;
@@ -62,6 +63,7 @@ struct wal {
     int lockfd;
     uint64_t segment_bytes;
     int no_sync;
+    uint64_t prewrite; /* opts.prewrite_bytes: zeros kept ahead of the active segment's records */
     uint64_t id;
 
     struct seg *segs; /* oldest first; the last one is active */

@@ -15,6 +15,11 @@
  * by the rule below -- is walscan.h's, the same code "delay-bridge wal
  * check" runs; this file decides what follows: cut the tail or refuse.
  *
+ * Zeros from a record's place to the end of the file are the prewritten
+ * tail (wal.c, "PREWRITTEN ZEROS"), in any segment: the segment ends
+ * there, and the zeros are cut with an info line, not counted as torn (a
+ * record lost under them would show as the next segment's LSN gap).
+ *
  * The first record that fails its checks ends the log if it is a torn tail:
  * it lies in the newest segment and no valid record (correct CRC under the
  * segment's salt, LSN beyond the last good one) follows it anywhere in that
@@ -132,7 +137,7 @@ static int wal_load_segments(struct wal *w)
         s->base_lsn = h.base_lsn;
         s->last_lsn = h.base_lsn - 1;
         s->fd = fd;
-        s->disk = s->size = (uint64_t)st.st_size;
+        s->disk = s->size = s->written = (uint64_t)st.st_size;
         w->total_size += s->size;
         r = 0;
     }
@@ -257,6 +262,26 @@ static int replay_segment(struct wal *w, size_t idx, struct replay_state *st, ui
         log_error("wal", "cannot read segment", "file=%s/%s err=\"%s\"", w->dir, name,
                   strerror(-r));
         return r;
+    }
+    if (st->scan.zero_tail) {
+        /*
+         * The prewritten zeros after its last record (wal.c): no crash
+         * damage. The newest segment's are cut (prewrite refills them); an
+         * older one's file is open read-only and its zeros are never read.
+         */
+        char name[WALSCAN_NAME_SIZE];
+        walscan_seg_name(name, s->segno);
+        if (idx != w->nsegs - 1)
+            log_info("wal", "prewritten zeros after the last record of an older segment, left",
+                     "file=%s/%s bytes=%llu", w->dir, name,
+                     (unsigned long long)st->scan.zero_tail);
+        else if (walfs_ftruncate(s->fd, (off_t)st->scan.size) < 0)
+            log_warn("wal", "cannot cut the prewritten zeros after the last record (harmless)",
+                     "file=%s/%s err=\"%s\"", w->dir, name, strerror(errno));
+        else
+            log_info("wal", "prewritten zeros after the last record cut", "file=%s/%s bytes=%llu",
+                     w->dir, name, (unsigned long long)st->scan.zero_tail);
+        s->written = st->scan.size;
     }
     if (st->scan.size < s->disk) { /* shorter than fstat said: what is there is the end */
         w->total_size -= s->disk - st->scan.size;
@@ -410,6 +435,7 @@ int wal_open(struct wal **out, const struct wal_opts *o, wlog_replay_fn *replay,
     w->dir = xstrdup(o->dir);
     w->segment_bytes = o->segment_bytes ? o->segment_bytes : WAL_DEFAULT_SEGMENT_BYTES;
     w->no_sync = o->no_sync;
+    w->prewrite = o->prewrite_bytes;
     w->progress = o->progress;
 
     if ((r = wal_dir_make(o->dir)) < 0) {

@@ -160,6 +160,28 @@ static int below_horizon(const struct wal *w)
     return w->segs[0].base_lsn < w->force_lsn;
 }
 
+/*
+ * 1 if the head segment holds only zeros from off to its end: its
+ * prewritten tail (wal.c), left by a crash or by a start that read it from
+ * a checkpoint without scanning it. 0 if not, negative on a read error.
+ */
+static int zeros_from(struct wal *w, struct seg *s, uint64_t off)
+{
+    uint8_t buf[4096];
+
+    while (off < s->disk) {
+        size_t n = s->disk - off < sizeof(buf) ? (size_t)(s->disk - off) : sizeof(buf);
+        int r = wal_seg_read(w, s, off, buf, n);
+        if (r < 0)
+            return r;
+        for (size_t i = 0; i < n; i++)
+            if (buf[i])
+                return 0;
+        off += n;
+    }
+    return s->size == s->disk; /* nothing buffered after it either */
+}
+
 /* Copy the live ADDs of the oldest segment forward, up to budget bytes walked. */
 static int compact_head(struct wal *w, size_t budget, const struct wlog_compact_ops *ops)
 {
@@ -196,6 +218,12 @@ static int compact_head(struct wal *w, size_t budget, const struct wlog_compact_
                     w->ccap = RECHDR + (size_t)walrec_get32(w->cbuf);
                     w->cbuf = xrealloc(w->cbuf, w->ccap);
                 }
+                break;
+            }
+            if (r < 0 && w->nsegs > 1 && zeros_from(w, &w->segs[0], w->cpt_off) == 1) {
+                /* its prewritten zeros: the records end here */
+                w->total_size -= w->segs[0].size - w->cpt_off;
+                w->segs[0].size = w->segs[0].disk = w->cpt_off;
                 break;
             }
             if (r < 0 || h.lsn < w->segs[0].base_lsn || h.lsn > w->segs[0].last_lsn) {

@@ -183,7 +183,7 @@ void walscan_start(struct walscan *sc, int fd, uint64_t size, uint32_t salt, uin
     sc->boff = SEGHDR;
     sc->have = sc->pos = 0;
     sc->end = WALSCAN_CLEAN;
-    sc->bad_off = sc->next_valid = sc->bad_lsn = 0;
+    sc->bad_off = sc->next_valid = sc->bad_lsn = sc->zero_tail = 0;
     sc->why = WALSCAN_WHY_NONE;
     sc->reason[0] = '\0';
 }
@@ -360,12 +360,49 @@ static int finish(struct walscan *sc, int end)
     return 0;
 }
 
-/* The record at the buffer's pos fails walrec_decode(): classify, then torn or corrupt. */
+/*
+ * 1 if the file holds nothing but zero bytes from off to its end, 0 if not,
+ * negative on a read error. A log's segment ends so when the zeros written
+ * ahead of its records (wal.h, prewrite_bytes) were not all overwritten.
+ */
+static int zeros_to_end(struct walscan *sc, uint64_t off)
+{
+    static const uint8_t zero[4096];
+    uint8_t buf[4096];
+
+    while (off < sc->size) {
+        size_t n = sc->size - off < sizeof(buf) ? (size_t)(sc->size - off) : sizeof(buf);
+        ssize_t got = walscan_pread(sc->fd, buf, n, off);
+        if (got < 0)
+            return (int)got;
+        if (got == 0)
+            return 1; /* the file shrank: what there was is zeros */
+        if (memcmp(buf, zero, (size_t)got) != 0)
+            return 0;
+        off += (uint64_t)got;
+    }
+    return 1;
+}
+
+/*
+ * The record at the buffer's pos fails walrec_decode(): zeros to the end of
+ * the file are the prewritten tail, where the records end, in any segment
+ * (a lost record would show as an LSN gap: the next segment's base LSN);
+ * anything else is classified, then torn or corrupt.
+ */
 static int bad_record(struct walscan *sc)
 {
     uint64_t off = sc->boff + sc->pos;
     int64_t next;
+    int z = zeros_to_end(sc, off);
 
+    if (z < 0)
+        return z;
+    if (z) {
+        sc->zero_tail = sc->size - off;
+        sc->size = off;
+        return finish(sc, WALSCAN_CLEAN);
+    }
     sc->bad_off = off;
     classify(sc, sc->buf + sc->pos, sc->size - off);
     if (!sc->newest)

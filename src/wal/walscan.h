@@ -170,6 +170,9 @@ struct walscan {
     uint64_t next_valid;    /* BAD_RECORD in the newest segment: offset of a valid record
                                after bad_off; 0 otherwise */
     uint64_t bad_lsn;       /* BAD_LSN: the LSN found (next_lsn was expected) */
+    uint64_t zero_tail;     /* CLEAN: bytes of zeros after the last record, to the end of
+                               the file (the log's prewritten tail, wal.h); size excludes
+                               them */
 
     /* Private. */
     int fd;

@@ -128,6 +128,13 @@ static void file_pread(const char *p, void *b, size_t n, long long off)
         close(fd);
 }
 
+static void zero_range(const char *p, long long off, size_t n)
+{
+    uint8_t *z = calloc(1, n);
+    file_pwrite(p, z, n, off);
+    free(z);
+}
+
 static void flip_bit(const char *p, long long off, int bit)
 {
     uint8_t b;
@@ -404,6 +411,66 @@ static void test_sync(void)
     coll_reset(&c);
 }
 
+/*
+ * Prewritten zeros (wal.c, issue 41): the active segment's file stays at
+ * least half of prewrite_bytes ahead of its records, so commits change no
+ * file size; completed segments are cut back to their records; a reopen
+ * (after a crash: nothing cut) reads the zeros as the end and cuts them.
+ */
+static void test_prewrite(void)
+{
+    const char *dir = tdir("prewrite");
+    const uint64_t segb = 64 * 1024, pre = 16 * 1024;
+    struct wal_opts o = {.dir = dir, .segment_bytes = segb, .no_sync = 0, .prewrite_bytes = pre};
+    struct coll c = {0};
+    struct wlog_loc loc;
+    struct wal *w;
+    int grew = 0, n = 0;
+
+    CHECK_RC(wal_open(&w, &o, collect, &c), 0);
+    long long last = 0;
+    for (int i = 0; i < 40; i++, n++) {
+        CHECK_RC(append_add(w, 100, NULL, &loc), 0);
+        CHECK_RC(wal_commit(w), 0);
+        long long sz = fsize(seg_path(dir, 1)), end = (long long)(loc.off + loc.len);
+        CHECK(sz >= end + (long long)pre / 2 && sz % 4096 == 0,
+              "commit %d: file %lld, records to %lld", i, sz, end);
+        grew += sz != last;
+        last = sz;
+    }
+    CHECK(grew <= 3, "the file grew at %d of 40 commits (a chunk at a time)", grew);
+    /* on to a second segment: the first is cut back to its records */
+    while (loc.seg == 1) {
+        CHECK_RC(append_add(w, 100, NULL, &loc), 0);
+        CHECK_RC(wal_commit(w), 0);
+        n++;
+    }
+    CHECK(count_segments(dir) == 2, "rolled");
+    long long s1 = fsize(seg_path(dir, 1));
+    CHECK(s1 < (long long)segb && s1 % 4096 != 0 && s1 > 1024, "segment 1 cut to its records: %lld",
+          s1);
+    CHECK(fsize(seg_path(dir, 2)) >= (long long)(loc.off + loc.len + pre / 2), "segment 2 ahead");
+    /* closed as a crash leaves it (close cuts nothing): a reopen ends the records at the zeros */
+    wal_close(w);
+    coll_reset(&c);
+    CHECK_RC(wal_open(&w, &o, collect, &c), 0);
+    CHECK(coll_is_prefix(&c, (size_t)n), "all %d records replayed: %zu", n, c.n);
+    CHECK(fsize(seg_path(dir, 2)) == (long long)(loc.off + loc.len), "segment 2's zeros cut");
+    struct wal_stats st;
+    wal_get_stats(w, &st);
+    CHECK_U64(st.truncated_bytes, 0);
+    /* and writing goes on where the records end, ahead again after the next commit */
+    CHECK_RC(append_add(w, 100, NULL, &loc), 0);
+    CHECK_RC(wal_commit(w), 0);
+    CHECK(fsize(seg_path(dir, 2)) >= (long long)(loc.off + loc.len + pre / 2), "ahead again");
+    wal_close(w);
+    coll_reset(&c);
+    CHECK_RC(wal_open(&w, &o, collect, &c), 0);
+    CHECK(coll_is_prefix(&c, (size_t)n + 1), "%d records replayed: %zu", n + 1, c.n);
+    wal_close(w);
+    coll_reset(&c);
+}
+
 static void test_roll(void)
 {
     const char *dir = tdir("roll");
@@ -637,9 +704,29 @@ static void test_corrupt(void)
     FRESH();
     file_truncate(seg_path(work, 2), fsize(seg_path(work, 2)) - 5);
     CHECK_RC(wopen(&w, work, segb, &c), WAL_ECORRUPT);
-    /* Zeros appended to an older segment. */
+    /* Zeros after an older segment's records: its prewritten tail (wal.c), left, no loss. */
     FRESH();
+    CHECK_RC(wopen(&w, work, segb, &c), 0);
+    size_t before = c.n;
+    wal_close(w);
+    w = NULL;
+    FRESH();
+    long long was = fsize(seg_path(work, 2));
     file_append(seg_path(work, 2), "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 26);
+    CHECK_RC(wopen(&w, work, segb, &c), 0);
+    CHECK(c.n == before && fsize(seg_path(work, 2)) == was + 26, "older zeros: %zu records of %zu", c.n,
+          before);
+    wal_close(w);
+    w = NULL;
+    /* ... but zeros in place of its last record: the next segment's LSN gap tells. */
+    FRESH();
+    {
+        int last2 = 0;
+        for (int i = 0; i < n; i++)
+            if (locs[i].seg == 2u)
+                last2 = i;
+        zero_range(seg_path(work, 2), locs[last2].off, locs[last2].len);
+    }
     CHECK_RC(wopen(&w, work, segb, &c), WAL_ECORRUPT);
     /* A missing middle segment. */
     FRESH();
@@ -1731,6 +1818,7 @@ static const struct check_case cases[] = {
     {"basic", test_basic},
     {"sync", test_sync},
     {"roll", test_roll},
+    {"prewrite", test_prewrite},
     {"torn_tail", test_torn_tail},
     {"corrupt", test_corrupt},
     {"stale_salt", test_stale_salt},

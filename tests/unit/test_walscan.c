@@ -280,8 +280,31 @@ static void test_torn_tail(void)
         }
     }
 
-    /* Garbage after the last record: zeros, then ones. */
-    for (int fill = 0; fill <= 0xff; fill += 0xff) {
+    /* Zeros after the last record: the prewritten tail (wal.c), a clean end there. */
+    {
+        struct seg t = s;
+        t.p = calloc(1, s.n + 3000);
+        t.cap = s.n + 3000;
+        memcpy(t.p, s.p, s.n);
+        t.n = s.n + 3000;
+        for (int newest = 0; newest <= 1; newest++) {
+            scan(&sc, &res, &t, t.n, 4096, newest);
+            CHECK(sc.end == WALSCAN_CLEAN && sc.size == s.n && sc.zero_tail == 3000 &&
+                      prefix_ok(&res, &s, s.nrec),
+                  "zeros (newest %d): end %d size %llu zeros %llu", newest, sc.end,
+                  (unsigned long long)sc.size, (unsigned long long)sc.zero_tail);
+            walscan_free(&sc);
+        }
+        /* one nonzero byte far into the zeros: torn in the newest, as before */
+        t.p[t.n - 7] = 1;
+        scan(&sc, &res, &t, t.n, 4096, 1);
+        CHECK(sc.end == WALSCAN_TORN && sc.bad_off == s.n, "zeros, then a 1: end %d", sc.end);
+        walscan_free(&sc);
+        free(t.p);
+    }
+
+    /* Garbage after the last record: ones. */
+    for (int fill = 0xff; fill <= 0xff; fill += 0xff) {
         struct seg t = s;
         t.p = malloc(s.n + 3000);
         t.cap = s.n + 3000;
@@ -480,8 +503,15 @@ static void test_empty(void)
         CHECK_U64(res.reads, 0);
         walscan_free(&sc);
     }
-    /* One byte after the header: a torn record header. */
+    /* One zero byte after the header: the prewritten tail, a clean end. */
     put(&s, "\0", 1);
+    scan(&sc, &res, &s, s.n, 64, 1);
+    CHECK(sc.end == WALSCAN_CLEAN && sc.size == SEGHDR && sc.zero_tail == 1,
+          "one zero byte: end %d", sc.end);
+    walscan_free(&sc);
+    s.n--;
+    /* One other byte after the header: a torn record header. */
+    put(&s, "\x01", 1);
     scan(&sc, &res, &s, s.n, 64, 1);
     CHECK(sc.end == WALSCAN_TORN && sc.bad_off == SEGHDR && sc.why == WALSCAN_WHY_SHORT_HEADER,
           "one byte: end %d why %d", sc.end, sc.why);
