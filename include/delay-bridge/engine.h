@@ -162,6 +162,12 @@ int eng_add(struct engine *e, uint16_t route, struct walrec_add *a, eng_msg *m);
 int eng_dirty(const struct engine *e);
 
 /*
+ * Confirmed messages whose DONE record no commit has taken yet: until one
+ * is durable, a crash publishes them again.
+ */
+size_t eng_done_waiting(const struct engine *e);
+
+/*
  * Make every add and every confirm so far durable (one group commit).
  * Returns 0 and calls done(arg, err) exactly once -- before returning or
  * later -- after the committed adds became WAITING; or returns ENG_EBUSY

@@ -336,6 +336,11 @@ int eng_dirty(const struct engine *e)
            wlog_pending(e->log) > 0;
 }
 
+size_t eng_done_waiting(const struct engine *e)
+{
+    return e->done.n;
+}
+
 int eng_committing(const struct engine *e)
 {
     return e->commit_busy;
