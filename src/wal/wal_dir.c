@@ -19,8 +19,10 @@
  * walscan.h)     records by pwrite;               before a record;   (wal_open.c); torn tail of the
  *                wal_space.c deletes              records: one       newest cut (logged); damage
  *                (unlinkat + dir fsync);          fdatasync per      elsewhere: WAL_ECORRUPT, the
- *                wal_replace_segments()           group commit       operator runs "wal salvage"
- *                swaps in (below)
+ *                wal_replace_segments()           group commit       operator runs "wal salvage";
+ *                swaps in (below); zeros                             zeros after the last record:
+ *                prewritten past the                                 the end (the newest's cut)
+ *                newest's records (wal.c)
  * LOCK           wal_lock_dir(): created    0600  never (empty)      the flock dies with the
  *                if missing, flock'ed                                process; the file is reused
  * CHECKPOINT     walckpt.c: .tmp written    0600  .tmp fdatasync,    old or new CHECKPOINT; one

@@ -16,7 +16,10 @@
  * figure) -- or, with --manual-ack N, the way delay-bridge takes its
  * ingress: basic.qos prefetch P (default 1000) and one multiple ack every
  * N messages and when the queue goes quiet (tests/bench/hops.sh compares
- * the two) -- touches --ready-file once basic.consume-ok arrived, and
+ * the two); with --ack-every-ms T as well, the quiet queue no longer acks
+ * at once: one multiple ack once T ms passed since the last (or N were
+ * taken), as the bridge acks after each paced commit (wal.commit_interval_ms,
+ * ontime.sh's "both hops, the bridge's timing") -- touches --ready-file once basic.consume-ok arrived, and
  * stops when N distinct messages of --tag arrived, or when nothing arrived
  * for --idle seconds (default 30) once the first message came, or for
  * --first-wait seconds (default 600) before it.
@@ -48,7 +51,7 @@ static const char *prog = "load_consume";
 struct opts {
     struct load_common c; /* --uri, --exchange, --routing-key, --count, --tag */
     const char *queue, *ready_file, *dump, *queue_type, *exchange_type, *delayed_type;
-    uint64_t first_wait, idle, manual_ack, prefetch, queue_version;
+    uint64_t first_wait, idle, manual_ack, prefetch, queue_version, ack_every_ms;
     bool purge;
 };
 
@@ -58,7 +61,7 @@ static void usage(void)
             "usage: %s --uri URI --queue Q --count N [--exchange X --routing-key K]\n"
             "       [--exchange-type T [--delayed-type D]] [--purge] [--tag T] [--ready-file F]\n"
             "       [--first-wait S] [--idle S] [--dump FILE] [--manual-ack N [--prefetch P]]\n"
-            "       [--queue-type T] [--queue-version V]\n",
+            "       [--ack-every-ms T] [--queue-type T] [--queue-version V]\n",
             prog);
     exit(2);
 }
@@ -77,6 +80,7 @@ static void parse(int argc, char **argv, struct opts *o)
         { "--idle", LOAD_OPT_U64, &o->idle, NULL, NULL },
         { "--manual-ack", LOAD_OPT_U64, &o->manual_ack, NULL, NULL },
         { "--prefetch", LOAD_OPT_U64, &o->prefetch, NULL, NULL },
+        { "--ack-every-ms", LOAD_OPT_U64, &o->ack_every_ms, NULL, NULL },
         { "--queue-type", LOAD_OPT_STR, &o->queue_type, NULL, NULL },
         { "--exchange-type", LOAD_OPT_STR, &o->exchange_type, NULL, NULL },
         { "--delayed-type", LOAD_OPT_STR, &o->delayed_type, NULL, NULL },
@@ -85,6 +89,8 @@ static void parse(int argc, char **argv, struct opts *o)
     load_parse_opts(prog, argc, argv, opts, sizeof opts / sizeof opts[0], usage);
     if (!o->c.count)
         load_die(prog, "--count N (N >= 1) is required");
+    if (o->ack_every_ms && !o->manual_ack)
+        load_die(prog, "--ack-every-ms needs --manual-ack N");
 }
 
 int main(int argc, char **argv)
@@ -148,20 +154,32 @@ int main(int argc, char **argv)
         load_die(prog, "out of memory");
     uint64_t received = 0, unique = 0, dup = 0, foreign = 0, early = 0;
     uint64_t first_us = 0, last_us = 0, min_due = UINT64_MAX, max_due = 0;
-    uint64_t last_activity = load_mono_us(), unacked = 0, last_tag = 0;
+    uint64_t last_activity = load_mono_us(), unacked = 0, last_tag = 0, last_ack = 0;
 
     while (unique < o.c.count) {
         amqp_envelope_t env;
         struct timeval tv = { .tv_sec = 1 }, quick = { .tv_usec = 0 };
+        uint64_t mono = load_mono_us(), next_ack = last_ack + o.ack_every_ms * 1000u;
+        if (unacked && o.ack_every_ms) /* wait for a delivery no longer than the next ack */
+            quick.tv_usec = next_ack > mono ? (long)(next_ack - mono) : 0;
+        if (unacked && o.ack_every_ms && mono >= next_ack) {
+            amqp_basic_ack(c, 1, last_tag, 1); /* the paced commit's ack */
+            unacked = 0;
+            last_ack = mono;
+            continue;
+        }
         amqp_maybe_release_buffers(c);
         amqp_rpc_reply_t r = amqp_consume_message(c, &env, unacked ? &quick : &tv, 0);
-        if (unacked && r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
+        if (unacked && !o.ack_every_ms && r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
             r.library_error == AMQP_STATUS_TIMEOUT) {
             /* nothing more buffered: settle what was taken, as the bridge does per commit */
             amqp_basic_ack(c, 1, last_tag, 1);
             unacked = 0;
             continue;
         }
+        if (unacked && r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
+            r.library_error == AMQP_STATUS_TIMEOUT)
+            continue; /* --ack-every-ms: the ack is due at the top of the loop */
         if (r.reply_type == AMQP_RESPONSE_NORMAL) {
             uint64_t now = load_now_us();
             struct load_stamp s;
@@ -191,6 +209,7 @@ int main(int argc, char **argv)
                 if (++unacked >= o.manual_ack) {
                     amqp_basic_ack(c, 1, last_tag, 1);
                     unacked = 0;
+                    last_ack = load_mono_us();
                 }
             }
             amqp_destroy_envelope(&env);

@@ -83,6 +83,24 @@ def check_endpoints(ctx, b, port, route):
                                            "routes": 1}]},
           "/stats connections %r" % s["connections"])
 
+    # Ten fired: each firing stage counted once per message, as the lateness is (issue 41).
+    p = ctx.publisher()
+    for i in range(10):
+        p.publish(route["ingress_exchange"], "rk", b"soon", headers={"x-delay": h.i32(100)},
+                  message_id="soon-%d" % i, delivery_mode=2)
+    p.close()
+    h.wait_for("10 fired in /metrics",
+               lambda: h.metric_value(get(port, "/metrics")[2],
+                                      "delay_bridge_fire_lateness_seconds_count", lbl) == 10, 10)
+    body = get(port, "/metrics")[2]
+    for stage in ("wake", "read", "write", "confirm"):
+        n = h.metric_value(body, "delay_bridge_fire_stage_seconds_count", '%s,stage="%s"' % (lbl, stage))
+        check(n == 10, "fire_stage_seconds_count{stage=%s}: %r, want 10" % (stage, n))
+    s = json.loads(get(port, "/stats")[2])
+    r = [x for x in s["routes"] if x["name"] == route["name"]][0]
+    check(all(r["fire_stages"][k]["count"] == 10 for k in ("wake", "read", "write", "confirm")),
+          "/stats fire_stages: %r" % r.get("fire_stages"))
+
     st, _, _ = get(port, "/nope")
     check(st == 404, "/nope: %d, expected 404" % st)
     st, hd, _ = get(port, "/metrics", method="POST", headers=h.CHANGE_HEADERS)

@@ -77,6 +77,7 @@ static void fake_init(struct fake *f)
     f->routes[0].oldest_due_ms = NOW + 1500;
     f->routes[0].channel_open = 1;
     db_hist_observe(&f->routes[0].lateness, 0.5);
+    db_hist_observe(&f->routes[0].stage[DB_STAGE_WRITE], 0.25);
     f->routes[1].name = "mails";
     f->routes[1].target_exchange = "mails.out";
     s->routes = f->routes;
@@ -317,6 +318,9 @@ static void test_stats(void)
         CHECK(str_is(r0, "oldest_due", "2027-01-15T08:00:01.500Z"));
         CHECK(bool_is(r0, "channel_open", 1));
         CHECK(int_is(r0, "lateness.count", 1));
+        CHECK(int_is(r0, "fire_stages.write.count", 1) && int_is(r0, "fire_stages.wake.count", 0) &&
+              int_is(r0, "fire_stages.read.count", 0) && int_is(r0, "fire_stages.confirm.count", 0));
+        CHECK(double_is(r0, "fire_stages.write.sum_seconds", 0.25));
         CHECK(double_is(r0, "lateness.sum_seconds", 0.5));
         CHECK(str_is(r1, "name", "mails"));
         CHECK(int_is(r1, "oldest_due_ms", 0));

@@ -299,6 +299,10 @@ static void fill(struct db_stats *s)
     db_hist_observe(&routes[0].lateness, 0.003);
     db_hist_observe(&routes[0].lateness, 0.7);
     db_hist_observe(&routes[0].lateness, 100.0); /* only +Inf */
+    db_hist_observe(&routes[0].stage[DB_STAGE_WAKE], 0.002);
+    db_hist_observe(&routes[0].stage[DB_STAGE_CONFIRM], 0.0004);
+    db_hist_observe(&routes[0].stage[DB_STAGE_CONFIRM], 0.0004);
+    db_hist_observe(&routes[1].stage[DB_STAGE_READ], 0.03);
 
     routes[1].name = EVIL;
     routes[1].target_exchange = "x";
@@ -358,7 +362,7 @@ static void test_families(void)
         { "returned_total", "counter" },      { "invalid_delay_total", "counter" },
         { "dead_lettered_total", "counter" }, { "cancelled_total", "counter" },
         { "cancel_missed_total", "counter" }, { "route_channel_open", "gauge" },
-        { "fire_lateness_seconds", "histogram" }, { "next_due_seconds", "gauge" }, { "overdue_seconds", "gauge" },
+        { "fire_lateness_seconds", "histogram" }, { "fire_stage_seconds", "histogram" }, { "next_due_seconds", "gauge" }, { "overdue_seconds", "gauge" },
         { "orphaned_messages", "gauge" },     { "held_messages", "gauge" },
         { "wal_bytes", "gauge" },             { "wal_live_bytes", "gauge" },
         { "wal_segments", "gauge" },          { "wal_commits_total", "counter" },
@@ -573,6 +577,22 @@ static void test_histograms(void)
     CHECK(strstr(text, "delay_bridge_fire_lateness_seconds_bucket{route=\"orders\",le=\"0.005\"} 2\n"));
     CHECK(strstr(text, "delay_bridge_fire_lateness_seconds_bucket{route=\"orders\",le=\"10\"} 3\n"));
     CHECK(strstr(text, "delay_bridge_fire_lateness_seconds_bucket{route=\"orders\",le=\"+Inf\"} 4\n"));
+    /* The stages: labels route, stage, le; cumulative; sum and count per (route, stage). */
+    CHECK(strstr(text, "delay_bridge_fire_stage_seconds_bucket{route=\"orders\",stage=\"wake\",le=\"0.001\"} 0\n"));
+    CHECK(strstr(text, "delay_bridge_fire_stage_seconds_bucket{route=\"orders\",stage=\"wake\",le=\"0.0025\"} 1\n"));
+    CHECK(strstr(text, "delay_bridge_fire_stage_seconds_bucket{route=\"orders\",stage=\"confirm\",le=\"0.0005\"} 2\n"));
+    CHECK(strstr(text, "delay_bridge_fire_stage_seconds_count{route=\"orders\",stage=\"confirm\"} 2\n"));
+    CHECK(strstr(text, "delay_bridge_fire_stage_seconds_count{route=\"orders\",stage=\"read\"} 0\n"));
+    CHECK(strstr(text, "delay_bridge_fire_stage_seconds_sum{route=\"orders\",stage=\"confirm\"} 0.0008\n"));
+    int nstage = 0;
+    for (int i = 0; i < e.ns; i++)
+        if (!strcmp(e.s[i].name, "delay_bridge_fire_stage_seconds_count")) {
+            nstage++;
+            CHECK(label(&e.s[i], "stage") && label(&e.s[i], "route"));
+            if (!strcmp(label(&e.s[i], "route"), EVIL) && !strcmp(label(&e.s[i], "stage"), "read"))
+                CHECK(!strcmp(e.s[i].value, "1")); /* the hostile name parsed back whole */
+        }
+    CHECK(nstage == 2 * DB_STAGES);
     free(text);
     free(e.s);
 }
