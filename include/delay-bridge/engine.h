@@ -168,6 +168,18 @@ int eng_dirty(const struct engine *e);
 size_t eng_done_waiting(const struct engine *e);
 
 /*
+ * While the commit waits (its pacing): append the DONE records of the
+ * confirms so far and write everything appended into the log's files
+ * without waiting for the disk (wlog.h, write). A kill -9 before the
+ * commit then does not publish those messages again; a crash of the
+ * machine may (at least once). Nothing is acked or counted durable by it.
+ * 1 written, 0 nothing to do (no confirm waiting, a commit running, or a
+ * log that does not offer it), or a negative code (the log failed;
+ * -ENOSPC/-EDQUOT: the commit meets the full disk as before).
+ */
+int eng_write_ahead(struct engine *e);
+
+/*
  * Make every add and every confirm so far durable (one group commit).
  * Returns 0 and calls done(arg, err) exactly once -- before returning or
  * later -- after the committed adds became WAITING; or returns ENG_EBUSY

@@ -142,6 +142,12 @@ int wal_append(struct wal *w, uint8_t type, const struct walrec_piece *pieces, i
 
 /* Bytes appended and not yet committed. */
 size_t wal_pending(const struct wal *w);
+/*
+ * Write the buffered records into the files now, without an fdatasync
+ * (wal.c, "WRITING AHEAD"): they survive the process, not the machine,
+ * until the next commit, which syncs them. 0 or the log's error.
+ */
+int wal_write_ahead(struct wal *w);
 
 /* Write and fdatasync everything appended (group commit). 0 or negative. */
 int wal_commit(struct wal *w);

@@ -35,7 +35,7 @@
  * One exception: a commit that fails with -ENOSPC or -EDQUOT left nothing
  * of the batch on disk and may be tried again (the batch stays appended).
  *
- * Who calls what, and why each is an operation. 22 operations; each has
+ * Who calls what, and why each is an operation. 23 operations; each has
  * a caller outside the tests, and each differs between the two
  * implementations -- the segment log (src/wal/wal_log.c, "wal" below) and
  * the replicated log (src/repl/wrepl.c, "repl"), which wraps a segment log
@@ -94,6 +94,9 @@
  *                                               lease or the broker
  *   intake      engine_admin.c eng_intake       wal: the space gate (wal_space.c) /
  *               (bridge_intake.c)               repl: the inner log's
+ *   write       engine.c eng_write_ahead        wal: pwrite into the page cache, the
+ *               (bridge_commit.c)               fdatasync left to the next commit /
+ *                                               repl: NULL (its commit is the stream's)
  *
  * Why these are separate. recover takes the checkpoint callback with the
  * record callback (they were two operations, always called one after the
@@ -304,6 +307,16 @@ struct wlog_ops {
      * never hold beside the log's reserve. Cheap enough to ask per delivery.
      */
     int (*intake)(const struct wlog *l, uint64_t bytes);
+
+    /*
+     * Optional (NULL: not offered): put everything appended into the
+     * log's files now, without waiting for the disk. Records so written
+     * survive the process being killed, not the machine; they become
+     * durable with the next commit, and pending() stays above 0 until
+     * then. No completion: 0 or a negative code (-ENOSPC/-EDQUOT: nothing
+     * lost, the next commit meets it too).
+     */
+    int (*write)(struct wlog *l);
 };
 
 #define WLOG_INTAKE_OK 0
@@ -331,6 +344,16 @@ static inline size_t wlog_pending(const struct wlog *l)
 static inline int wlog_commit(struct wlog *l, wlog_commit_fn *done, void *arg)
 {
     return l->ops->commit(l, done, arg);
+}
+/* 1 when written ahead, 0 when the log does not offer it, or a negative code. */
+static inline int wlog_write(struct wlog *l)
+{
+    int r;
+
+    if (!l->ops->write)
+        return 0;
+    r = l->ops->write(l);
+    return r < 0 ? r : 1;
 }
 static inline int wlog_read(struct wlog *l, struct wlog_loc loc, struct wlog_buf *b,
                             struct walrec_hdr *h, const uint8_t **payload)

@@ -341,6 +341,24 @@ size_t eng_done_waiting(const struct engine *e)
     return e->done.n;
 }
 
+int eng_write_ahead(struct engine *e)
+{
+    int r;
+
+    if (e->failed)
+        return e->failed;
+    if (!e->done.n)
+        return 0;
+    if ((r = engine_append_ends(e)) < 0)
+        return e->failed = r;
+    r = wlog_write(e->log);
+    if (r == -ENOSPC || r == -EDQUOT)
+        return r; /* appended all the same: the next commit writes them */
+    if (r < 0)
+        return e->failed = r;
+    return r;
+}
+
 int eng_committing(const struct engine *e)
 {
     return e->commit_busy;

@@ -40,6 +40,21 @@
  * cache and goes on; the thread syncs and wakes it; the commit completes on
  * the loop thread. Only the sync before a roll (above) stays inline.
  *
+ * WRITING AHEAD
+ *
+ * wal_write_ahead() writes the buffer into the files without an
+ * fdatasync: the records are then in the page cache, which a killed
+ * process does not take with it, though a crash of the machine may. The
+ * daemon writes a confirm's DONE record so at once, while its commit
+ * waits for the pacing (bridge_commit.c): a kill -9 in between no longer
+ * publishes the message again. Nothing is durable, acked or counted
+ * durable by it (durable_lsn does not move): the segments it wrote are
+ * marked unsynced, the next commit fdatasyncs them even if it writes
+ * nothing to them (and before a new segment is created), and
+ * wal_pending() says a commit is owed until then. It may run while a
+ * commit's fdatasync is out on the sync thread: that batch then leaves
+ * what was written after it unsynced (seg.ahead, batch.ahead).
+ *
  * PREWRITTEN ZEROS
  *
  * A commit that appends grows the file, and an fdatasync of a file whose
@@ -122,7 +137,7 @@ static int wal_pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
     return 0;
 }
 
-static int wal_sync_fd(struct wal *w, int fd)
+int wal_sync_fd(struct wal *w, int fd)
 {
     uint64_t t0;
     int r = 0;
@@ -352,7 +367,36 @@ int wal_append(struct wal *w, uint8_t type, const struct walrec_piece *pieces, i
 
 size_t wal_pending(const struct wal *w)
 {
-    return w->wlen;
+    return w->wlen + (w->unsynced ? 1 : 0); /* written ahead, not synced: a commit is owed */
+}
+
+/*
+ * Write what is buffered into the files now, without an fdatasync (see
+ * WRITING AHEAD above): the segments written are marked unsynced, and the
+ * next commit syncs them whether or not it writes to them again.
+ */
+int wal_write_ahead(struct wal *w)
+{
+    struct wal_batch b;
+    int r;
+
+    if (w->failed)
+        return w->failed;
+    if (!w->wlen)
+        return 0;
+    if ((r = wal_write_batch(w, &b)) < 0)
+        return r;
+    w->ahead++;
+    for (int i = 0; i < b.n; i++) {
+        struct seg *s = wal_seg_find(w, b.segnos[i]);
+        if (s && !s->unsynced) {
+            s->unsynced = 1;
+            w->unsynced++;
+        }
+        if (s)
+            s->ahead = w->ahead; /* a batch being synced now may miss these bytes */
+    }
+    return 0;
 }
 
 
@@ -393,6 +437,7 @@ static int write_batch_once(struct wal *w, struct wal_batch *b)
 
     b->n = 0;
     b->lsn = w->durable_lsn;
+    b->ahead = w->ahead;
     /*
      * The segments with buffered bytes are a suffix of the list, oldest
      * first -- with, perhaps, an empty one rolled to by wal_force_horizon()
@@ -402,6 +447,13 @@ static int write_batch_once(struct wal *w, struct wal_batch *b)
     while (first > 0 && (w->segs[first - 1].size > w->segs[first - 1].disk ||
                          w->segs[first - 1].fd < 0))
         first--;
+    /* segments written ahead and not synced since, older than the suffix: this sync is theirs */
+    for (size_t i = 0; w->unsynced && i < first; i++)
+        if (w->segs[i].unsynced && b->n < (int)(sizeof(b->fds) / sizeof(b->fds[0]))) {
+            b->fds[b->n] = w->segs[i].fd;
+            b->segnos[b->n++] = w->segs[i].segno;
+        }
+    int ahead = b->n;
     for (size_t i = first; i < w->nsegs; i++) {
         struct seg *s = &w->segs[i];
 
@@ -444,8 +496,13 @@ static int write_batch_once(struct wal *w, struct wal_batch *b)
     }
     if (b->n == 0)
         return 0;
-    b->lsn = w->segs[first + (size_t)b->n - 1].last_lsn;
-    if (first + (size_t)b->n == w->nsegs) {
+    if (b->n == ahead) { /* nothing new: the sync of what was written ahead */
+        b->lsn = w->segs[first - 1].last_lsn;
+        FAILPOINT("wal.before_fsync");
+        return 0;
+    }
+    b->lsn = w->segs[first + (size_t)(b->n - ahead) - 1].last_lsn;
+    if (first + (size_t)(b->n - ahead) == w->nsegs) {
         w->wlen = 0;
         b->lsn = w->next_lsn - 1;
     }
@@ -469,7 +526,15 @@ int wal_write_batch(struct wal *w, struct wal_batch *b)
 
 void wal_batch_durable(struct wal *w, const struct wal_batch *b)
 {
-    w->durable_lsn = b->lsn;
+    for (int i = 0; w->unsynced && i < b->n; i++) {
+        struct seg *s = wal_seg_find(w, b->segnos[i]);
+        if (s && s->unsynced && s->ahead <= b->ahead) {
+            s->unsynced = 0;
+            w->unsynced--;
+        }
+    }
+    if (b->lsn > w->durable_lsn)
+        w->durable_lsn = b->lsn;
     w->commits++;
     if (w->no_space) {
         log_info("wal", "space again: the buffered batch is on disk", "dir=%s", w->dir);
@@ -490,7 +555,7 @@ int wal_commit(struct wal *w)
 
     if (w->failed)
         return w->failed;
-    while (w->wlen) {
+    while (w->wlen || w->unsynced) {
         if ((r = wal_write_batch(w, &b)) < 0)
             return r;
         if (b.n == 0)

@@ -47,6 +47,8 @@ struct seg {
     int fd;              /* -1: rolled to, file not created yet */
     uint64_t disk;       /* bytes in the file (header included once created) */
     uint64_t written;    /* the file's bytes: disk, then prewritten zeros (wal.c) */
+    int unsynced;        /* written ahead since its last fdatasync (wal_write_ahead) */
+    uint64_t ahead;      /* ... by the wal.ahead-th write ahead, the last */
     uint64_t size;       /* disk + bytes still in the write buffer */
     size_t pend_off;     /* where its buffered bytes start in wbuf */
     uint64_t live_count;
@@ -64,6 +66,8 @@ struct wal {
     uint64_t segment_bytes;
     int no_sync;
     uint64_t prewrite; /* opts.prewrite_bytes: zeros kept ahead of the active segment's records */
+    int unsynced;      /* segments with unsynced (written ahead) bytes */
+    uint64_t ahead;    /* writes ahead so far */
     uint64_t id;
 
     struct seg *segs; /* oldest first; the last one is active */
@@ -132,11 +136,14 @@ struct wal_batch {
     uint64_t segnos[8];
     int n;
     uint64_t lsn;        /* durable once they are synced */
+    uint64_t ahead;      /* wal.ahead when written: later writes ahead are not its to sync */
 };
 
 /* ---- wal.c ---- */
 
 int wal_sync_dir(struct wal *w);
+/* fdatasync fd (unless no_sync), timed into the fsync histogram. 0 or -errno. */
+int wal_sync_fd(struct wal *w, int fd);
 struct seg *wal_seg_find(struct wal *w, uint64_t segno);
 struct seg *wal_seg_push(struct wal *w);
 struct seg *wal_active(struct wal *w);

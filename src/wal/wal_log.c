@@ -348,11 +348,17 @@ static int wl_intake(const struct wlog *l, uint64_t bytes)
     return wal_intake(WAL_LOG(l)->w, bytes);
 }
 
+/* Also while a batch is out: its completion leaves these bytes unsynced (wal.c). */
+static int wl_write(struct wlog *l)
+{
+    return wal_write_ahead(WAL_LOG(l)->w);
+}
+
 static const struct wlog_ops wal_log_ops = {
     "segment files", wl_recover, wl_append, wl_pending, wl_commit, wl_read,
     wl_live, wl_reclaim, wl_stats, wl_id, wl_next_lsn, wl_close, wl_poll, wl_set_notify,
     wl_flush, wl_ckpt_begin, wl_ckpt_write, wl_ckpt_end, wl_ckpt_poll, wl_has, NULL, NULL,
-    wl_intake,
+    wl_intake, wl_write,
 };
 
 struct wal *wal_file_log_wal(struct wlog *l)

@@ -291,6 +291,12 @@ static int roll_dead_active(struct wal *w)
         a->fd < 0 || a->size != a->disk || a->size <= SEGHDR ||
         a->size - a->live_bytes - SEGHDR < w->segment_bytes / 8)
         return 0;
+    if (a->unsynced) { /* written ahead: on disk before a newer segment exists */
+        if ((r = wal_sync_fd(w, a->fd)) < 0)
+            return wal_fail(w, r, "fdatasync", a->segno);
+        a->unsynced = 0;
+        w->unsynced--;
+    }
     wal_roll(w);
     prev = w->nsegs - 2;
     s = wal_active(w);

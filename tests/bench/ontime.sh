@@ -20,7 +20,8 @@
 #      then the broker alone carrying both hops of a delayed message at
 #      once ("both hops": two publishers at RATE, one to a queue whose
 #      consumer acks the way the bridge acks its ingress -- prefetch 1000,
-#      one multiple ack per 50 -- and one through bench.target -> bench.out,
+#      one multiple ack per paced commit, every 10 ms or 500 messages
+#      (TWOHOP_ACK below) -- and one through bench.target -> bench.out,
 #      automatic acks: the broker's load under a delayed message, without
 #      the bridge), then the bridge (xdelay, DELAY).
 #   3. on RabbitMQ 4.0 with the plugin (plugin.sh; run.sh's plugin rows:
@@ -65,6 +66,7 @@
 # it several times and prints the medians.
 #
 # Environment as run.sh's: BUILD_DIR, BENCH_BRIDGE_BIN, BENCH_TOOLS_DIR;
+#   BENCH_TWOHOP_ACK (the acked hop's load_consume options, below);
 #   DB_RABBITMQ (3.10, 4.0, 4.3); BENCH_PORT (default 5698), BENCH_DIST_PORT
 #   (default 25698), BENCH_BROKER_DIR (default $BUILD_DIR/bench-ontime-rabbitmq);
 #   BENCH_TMP (the work directory's parent, default /var/tmp); BENCH_PLUGIN=0,
@@ -185,7 +187,7 @@ load() {
     twohop)
         rm -f "$WORK/$name-in.ready"
         "$CONS" --uri "$URI" --queue bench.hop1.q --exchange bench.hop1 --routing-key bench \
-            --count "$N" --tag "$((TAG + 1000))" --purge --manual-ack 50 --prefetch 1000 \
+            --count "$N" --tag "$((TAG + 1000))" --purge $TWOHOP_ACK \
             --ready-file "$WORK/$name-in.ready" >"$WORK/$name-in.consume" 2>"$WORK/$name-in.consume.err" &
         in_pid=$!
         wait_ready "$name-in" "$in_pid" "$WORK/$name-in.consume.err"
@@ -266,6 +268,15 @@ watch_stop() {
 # st NAME KEY: a figure of NAME.stages; fs NAME KEY: of NAME.fsyncs ("-" when missing).
 st() { local f=$WORK/$1.stages; [ -s "$f" ] && get "$f" "$2" || printf -- '-'; }
 fs() { local f=$WORK/$1.fsyncs; [ -s "$f" ] && get "$f" "$2" || printf -- '-'; }
+
+# The acked hop of "both hops" acks the way the bridge acks its ingress on
+# its defaults: prefetch 1000, one multiple ack per paced commit -- every
+# wal.commit_interval_ms (10) or at half the prefetch (500), whichever
+# comes first (load_consume --ack-every-ms; the bridge's fdatasync is not
+# imitated). BENCH_TWOHOP_ACK replaces these load_consume options, e.g.
+# "--manual-ack 50 --prefetch 1000", an ack per 50 or when the queue goes
+# quiet (the acked hop of the runs before 2026-12-06).
+TWOHOP_ACK=${BENCH_TWOHOP_ACK:---manual-ack 500 --ack-every-ms 10 --prefetch 1000}
 
 # ---------------------------------------------------------------- broker
 
@@ -430,7 +441,7 @@ summary() {
 
 {
     echo
-    echo "ontime benchmark on $BROKER_VSN, $(date -u +%FT%TZ), $(nproc) CPUs, load average before: $LOAD_BEFORE, after: $(cut -d' ' -f1 /proc/loadavg)$([ "$SMOKE" = 1 ] && echo ', SMOKE sizes'), $N messages a load, delays $DELAY ms; generator: $GEN_DESC$([ "$GEN" = c ] || echo "; both hops: $C_DESC")"
+    echo "ontime benchmark on $BROKER_VSN, $(date -u +%FT%TZ), $(nproc) CPUs, load average before: $LOAD_BEFORE, after: $(cut -d' ' -f1 /proc/loadavg)$([ "$SMOKE" = 1 ] && echo ', SMOKE sizes'), $N messages a load, delays $DELAY ms; generator: $GEN_DESC$([ "$GEN" = c ] || echo "; both hops: $C_DESC"); both hops' acked consumer: load_consume $TWOHOP_ACK"
     echo "loads: ${LOADS//,/, } % of delay-bridge's accept rate at full speed, R = $R_BRIDGE msg/s"
     [ -z "${BENCH_ROUTE:-}${BENCH_STAMP:-}" ] ||
         echo "route keys: ${BENCH_ROUTE:-none}; publishers stamp timestamp_in_ms: $([ -n "${BENCH_STAMP:-}" ] && echo yes || echo no)"

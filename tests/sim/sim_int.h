@@ -80,6 +80,7 @@ struct sim_state {
     jmp_buf jb;
     /* configuration from the seed */
     uint64_t seg_bytes, ck_interval, ck_min;
+    int write_ahead; /* eng_write_ahead after each settle (issue 41) */
     uint32_t ck_step, wheel_split;
     int collide, nops, crash_every;
     int flip_den;         /* a bit flip after one crash in flip_den */

@@ -116,7 +116,7 @@ static void al_close(struct wlog *l)
 static const struct wlog_ops async_ops = {"async test log", al_recover, al_append, al_pending,
                                           al_commit, al_read, al_live, al_reclaim, al_stats,
                                           al_id, al_next_lsn, al_close, NULL, NULL, NULL,
-                                          NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+                                          NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 
 /* The "disk" finished: write and sync for real, then complete. */
 static void async_complete(void)
