@@ -43,8 +43,8 @@
 #               slot start + i/R has come; built into the work directory,
 #               exit 77 without go or golang-github-rabbitmq-amqp091-go-dev;
 #               BENCH_GOCACHE, default WORK/gocache, keeps its build cache).
-#               The both hops rows stay load_publish / load_consume (the
-#               acked hop's manual acks are theirs). Same rows, same keys:
+#               The both hops rows run on it too (pace consume takes the
+#               acked hop's manual-ack options). Same rows, same keys:
 #               median.sh and the report work unchanged; the report's
 #               header and summary lines name the generator.
 #
@@ -142,7 +142,7 @@ if [ "$GEN" = go ]; then
     GEN_DESC="amqp091-go 1.5.0 (tests/bench/loadgen-go/pace.go, $(go version | awk '{ print $3 }'))"
 fi
 # gen_of KIND: the generator of a load of KIND, for the summary lines.
-gen_of() { if [ "$GEN" = go ] && [ "$1" != twohop ]; then echo "amqp091-go 1.5.0"; else echo "rabbitmq-c"; fi; }
+gen_of() { if [ "$GEN" = go ]; then echo "amqp091-go 1.5.0"; else echo "rabbitmq-c"; fi; }
 
 # Topology, as run.sh's: bench.target (direct) -> bench.out, routing key "bench".
 TARGET_EX=bench.target
@@ -167,9 +167,10 @@ TAG=0
 load() {
     local name=$1 rate=$2 kind=$3 pace=() in_pid pub_rc=0
     TAG=$((TAG + 1))
-    # --gen go: pace.go publishes and consumes all but the both hops' loads
-    # (harness.sh's publish and consume read PUB and CONS: shadowed here).
-    if [ "$GEN" = go ] && [ "$kind" != twohop ]; then
+    # --gen go: pace.go publishes and consumes every load, both hops too (its
+    # consume takes TWOHOP_ACK's options); harness.sh's publish and consume
+    # read PUB and CONS: shadowed here.
+    if [ "$GEN" = go ]; then
         local PUB=$GPUB CONS=$GCONS
     fi
     [ "$rate" = 0 ] || pace=(--rate "$rate")
@@ -441,7 +442,7 @@ summary() {
 
 {
     echo
-    echo "ontime benchmark on $BROKER_VSN, $(date -u +%FT%TZ), $(nproc) CPUs, load average before: $LOAD_BEFORE, after: $(cut -d' ' -f1 /proc/loadavg)$([ "$SMOKE" = 1 ] && echo ', SMOKE sizes'), $N messages a load, delays $DELAY ms; generator: $GEN_DESC$([ "$GEN" = c ] || echo "; both hops: $C_DESC"); both hops' acked consumer: load_consume $TWOHOP_ACK"
+    echo "ontime benchmark on $BROKER_VSN, $(date -u +%FT%TZ), $(nproc) CPUs, load average before: $LOAD_BEFORE, after: $(cut -d' ' -f1 /proc/loadavg)$([ "$SMOKE" = 1 ] && echo ', SMOKE sizes'), $N messages a load, delays $DELAY ms; generator: $GEN_DESC; both hops' acked consumer: $([ "$GEN" = c ] && echo load_consume || echo pace consume) $TWOHOP_ACK"
     echo "loads: ${LOADS//,/, } % of delay-bridge's accept rate at full speed, R = $R_BRIDGE msg/s"
     [ -z "${BENCH_ROUTE:-}${BENCH_STAMP:-}" ] ||
         echo "route keys: ${BENCH_ROUTE:-none}; publishers stamp timestamp_in_ms: $([ -n "${BENCH_STAMP:-}" ] && echo yes || echo no)"

@@ -291,6 +291,9 @@ func consume(args []string) {
 	ready := fs.String("ready-file", "", "touched once consume-ok came")
 	idle := fs.Int("idle", 30, "stop after S s without a message, once one came")
 	firstWait := fs.Int("first-wait", 600, "stop after S s without the first message")
+	manualAck := fs.Int("manual-ack", 0, "manual acks: one multiple ack per N messages (0: automatic acks)")
+	prefetch := fs.Int("prefetch", 1000, "basic.qos prefetch with --manual-ack")
+	ackEvery := fs.Int("ack-every-ms", 0, "with --manual-ack: also one multiple ack once T ms passed since the last")
 	fs.Parse(args)
 	if fs.NArg() > 0 {
 		die("consume", "unexpected argument %q", fs.Arg(0))
@@ -327,7 +330,15 @@ func consume(args []string) {
 			die("consume", "queue.purge: %v", err)
 		}
 	}
-	deliveries, err := ch.Consume(*queue, "", true /* auto-ack */, false, false, false, nil)
+	if *ackEvery > 0 && *manualAck == 0 {
+		die("consume", "--ack-every-ms needs --manual-ack N")
+	}
+	if *manualAck > 0 {
+		if err := ch.Qos(*prefetch, 0, false); err != nil {
+			die("consume", "basic.qos: %v", err)
+		}
+	}
+	deliveries, err := ch.Consume(*queue, "", *manualAck == 0 /* auto-ack */, false, false, false, nil)
 	if err != nil {
 		die("consume", "basic.consume: %v", err)
 	}
@@ -343,6 +354,24 @@ func consume(args []string) {
 	var firstUs, lastUs int64
 	minDue, maxDue := int64(math.MaxInt64), int64(0)
 	quiet := time.NewTimer(time.Duration(*firstWait) * time.Second)
+	// --manual-ack: the way delay-bridge takes its ingress (ontime.sh's both hops): a multiple ack
+	// per N messages, and with --ack-every-ms once T ms passed with messages unacked.
+	var unacked int
+	var lastTag uint64
+	var ackTick <-chan time.Time
+	if *ackEvery > 0 {
+		t := time.NewTicker(time.Duration(*ackEvery) * time.Millisecond)
+		defer t.Stop()
+		ackTick = t.C
+	}
+	ack := func() {
+		if unacked > 0 {
+			if err := ch.Ack(lastTag, true); err != nil {
+				die("consume", "basic.ack: %v", err)
+			}
+			unacked = 0
+		}
+	}
 loop:
 	for len(lat) < *count {
 		select {
@@ -381,16 +410,25 @@ loop:
 					maxDue = due / 1000
 				}
 			}
+			if *manualAck > 0 {
+				lastTag = d.DeliveryTag
+				if unacked++; unacked >= *manualAck {
+					ack()
+				}
+			}
 			if !quiet.Stop() {
 				<-quiet.C
 			}
 			quiet.Reset(time.Duration(*idle) * time.Second)
+		case <-ackTick:
+			ack()
 		case <-quiet.C:
 			fmt.Fprintf(os.Stderr, "pace consume: nothing for a while: stopping with %d of %d\n", len(lat), *count)
 			break loop
 		}
 	}
 
+	ack()
 	mean := 0.0
 	for _, l := range lat {
 		mean += l
