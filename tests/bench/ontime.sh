@@ -291,6 +291,16 @@ else
     say "$PLUGIN_NAME: $PLUGIN_WHY"
 fi
 broker_start
+# BENCH_NEIGHBOUR=RATE: another tenant of the disk for the whole run,
+# RATE data flushes a second (neighbour.py); its line goes in the report.
+NEIGHBOUR_PID=""
+if [ -n "${BENCH_NEIGHBOUR:-}" ]; then
+    [[ "$BENCH_NEIGHBOUR" =~ ^[1-9][0-9]*$ ]] || die "BENCH_NEIGHBOUR=$BENCH_NEIGHBOUR: expected flushes a second"
+    python3 "$HERE/neighbour.py" "$BENCH_NEIGHBOUR" "$WORK" >"$WORK/neighbour.out" 2>&1 &
+    NEIGHBOUR_PID=$!
+    bench_cleanup_first() { [ -z "$NEIGHBOUR_PID" ] || kill "$NEIGHBOUR_PID" 2>/dev/null; }
+    say "a neighbour on the disk: $BENCH_NEIGHBOUR fdatasyncs a second (pid $NEIGHBOUR_PID)"
+fi
 LOAD_BEFORE=$(cut -d' ' -f1 /proc/loadavg)
 
 # ---------------------------------------------------------------- the loads
@@ -318,6 +328,11 @@ for l in ${LOADS//,/ }; do
     watch_stop "bridge-$l"
 done
 bridge_stop
+if [ -n "$NEIGHBOUR_PID" ]; then
+    kill "$NEIGHBOUR_PID" 2>/dev/null; wait "$NEIGHBOUR_PID" 2>/dev/null || true
+    NEIGHBOUR_PID=""
+    say "$(cat "$WORK/neighbour.out")"
+fi
 if [ "$PLUGIN" = 1 ]; then
     load plugin-sat 0 plugin
     for l in ${LOADS//,/ }; do load "plugin-$l" "${RATE[$l]}" plugin; done
@@ -368,6 +383,8 @@ rows() {
         "$(st "$n" wake_p99_ms) / $(st "$n" read_p99_ms) / $(st "$n" write_p99_ms) / $(st "$n" confirm_p99_ms)" - -
     srow "$who" "$sc" "fsyncs per second, broker / bridge" \
         "$(fsps "$n" broker) / $(fsps "$n" bridge)" - -
+    srow "$who" "$sc" "the bridge's fdatasync mean / p99 <=, ms" \
+        "$(st "$n" fsync_mean_ms) / $(st "$n" fsync_p99_ms)" - -
 }
 # fsps NAME WHO: WHO's fsync + fdatasync calls per second during load NAME.
 fsps() {
@@ -444,6 +461,7 @@ summary() {
     echo
     echo "ontime benchmark on $BROKER_VSN, $(date -u +%FT%TZ), $(nproc) CPUs, load average before: $LOAD_BEFORE, after: $(cut -d' ' -f1 /proc/loadavg)$([ "$SMOKE" = 1 ] && echo ', SMOKE sizes'), $N messages a load, delays $DELAY ms; generator: $GEN_DESC; both hops' acked consumer: $([ "$GEN" = c ] && echo load_consume || echo pace consume) $TWOHOP_ACK"
     echo "loads: ${LOADS//,/, } % of delay-bridge's accept rate at full speed, R = $R_BRIDGE msg/s"
+    [ ! -s "$WORK/neighbour.out" ] || echo "disk: $(cat "$WORK/neighbour.out")"
     [ -z "${BENCH_ROUTE:-}${BENCH_STAMP:-}" ] ||
         echo "route keys: ${BENCH_ROUTE:-none}; publishers stamp timestamp_in_ms: $([ -n "${BENCH_STAMP:-}" ] && echo yes || echo no)"
     echo

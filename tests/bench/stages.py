@@ -6,11 +6,12 @@ bridge's /metrics taken around one load (tests/bench/ontime.sh).
 
 BEFORE and AFTER are /metrics texts. For the route (default "bench") it
 takes delay_bridge_fire_stage_seconds{route,stage} (stats.h: wake, read,
-write, confirm) and delay_bridge_fire_lateness_seconds, subtracts BEFORE
+write, confirm) delay_bridge_fire_lateness_seconds and the WAL's fdatasync durations
+(delay_bridge_wal_fsync_seconds: the disk's condition), subtracts BEFORE
 from AFTER, and prints one key=value line, the shape the load tools print:
 
     stages n=N wake_mean_ms=.. wake_p50_ms=.. wake_p99_ms=.. read_... write_...
-           confirm_... lateness_mean_ms=.. lateness_p99_ms=..
+           confirm_... lateness_mean_ms=.. lateness_p99_ms=.. fsync_mean_ms=.. fsync_p99_ms=..
 
 mean is exact (sum / count); p50 and p99 are the upper bound of the bucket
 that holds them (the histogram's resolution: 0.1, 0.25, 0.5, 1, 2.5, 5,
@@ -21,8 +22,8 @@ error.
 import re
 import sys
 
-SAMPLE = re.compile(r'^delay_bridge_(fire_stage_seconds|fire_lateness_seconds)_(bucket|sum|count)'
-                    r'\{([^}]*)\} (\S+)$')
+SAMPLE = re.compile(r'^delay_bridge_(fire_stage_seconds|fire_lateness_seconds|wal_fsync_seconds)_(bucket|sum|count)'
+                    r'(?:\{([^}]*)\})? (\S+)$')
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
@@ -34,8 +35,8 @@ def parse(path, route):
             m = SAMPLE.match(line.strip())
             if not m:
                 continue
-            labels = dict(LABEL.findall(m.group(3)))
-            if labels.get("route") != route:
+            labels = dict(LABEL.findall(m.group(3) or ""))
+            if m.group(1) != "wal_fsync_seconds" and labels.get("route") != route:
                 continue
             h = out.setdefault((m.group(1), labels.get("stage", "")), {"le": {}, "sum": 0.0, "count": 0})
             v = float(m.group(4))
@@ -83,8 +84,9 @@ def main():
     n = None
     keys = [("fire_stage_seconds", s) for s in ("wake", "read", "write", "confirm")]
     keys.append(("fire_lateness_seconds", ""))
+    keys.append(("wal_fsync_seconds", ""))
     for fam, stage in keys:
-        name = stage or "lateness"
+        name = stage or ("fsync" if fam == "wal_fsync_seconds" else "lateness")
         a = after.get((fam, stage))
         if not a:
             fields += ["%s_mean_ms=-" % name, "%s_p50_ms=-" % name, "%s_p99_ms=-" % name]
