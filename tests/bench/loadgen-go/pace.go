@@ -129,6 +129,14 @@ func parseDelay(s string) (lo, hi int64, err error) {
 	return
 }
 
+// parseFlags parses a role's options; a stray argument is a usage error.
+func parseFlags(fs *flag.FlagSet, args []string, role string) {
+	fs.Parse(args)
+	if fs.NArg() > 0 {
+		die(role, "unexpected argument %q", fs.Arg(0))
+	}
+}
+
 func publish(args []string) {
 	fs := flag.NewFlagSet("pace publish", flag.ExitOnError)
 	uri := fs.String("uri", "amqp://guest:guest@127.0.0.1:5672/%2f", "broker URI")
@@ -142,10 +150,7 @@ func publish(args []string) {
 	window := fs.Int("window", 1000, "unconfirmed publishes at most")
 	tag := fs.Int("tag", 1, "run tag, matched by the consumer")
 	seed := fs.Int64("seed", 1, "seed of the delays")
-	fs.Parse(args)
-	if fs.NArg() > 0 {
-		die("publish", "unexpected argument %q", fs.Arg(0))
-	}
+	parseFlags(fs, args, "publish")
 	if *count < 1 || *window < 1 || *rate < 0 || *size < 0 {
 		die("publish", "--count and --window must be >= 1, --rate and --size >= 0")
 	}
@@ -294,10 +299,7 @@ func consume(args []string) {
 	manualAck := fs.Int("manual-ack", 0, "manual acks: one multiple ack per N messages (0: automatic acks)")
 	prefetch := fs.Int("prefetch", 1000, "basic.qos prefetch with --manual-ack")
 	ackEvery := fs.Int("ack-every-ms", 0, "with --manual-ack: also one multiple ack once T ms passed since the last")
-	fs.Parse(args)
-	if fs.NArg() > 0 {
-		die("consume", "unexpected argument %q", fs.Arg(0))
-	}
+	parseFlags(fs, args, "consume")
 	if *count < 1 {
 		die("consume", "--count N (N >= 1) is required")
 	}
