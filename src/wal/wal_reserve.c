@@ -109,7 +109,11 @@ static void look_at_volume(struct wal *w)
     struct statvfs v;
 
     if (walfs_fstatvfs(w->dirfd, &v) == 0) {
+        const struct seg *a = &w->segs[w->nsegs - 1];
         w->free_bytes = (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
+        /* the prewritten zeros (wal.c) are room for the active segment's next records */
+        if (a->fd >= 0 && a->written > a->disk)
+            w->free_bytes += a->written - a->disk;
         w->volume_bytes = (uint64_t)v.f_blocks * (uint64_t)v.f_frsize;
         w->appended_at_look = w->appended_bytes - w->wlen; /* the buffer is not on the volume yet */
     }

@@ -44,11 +44,14 @@ def segments(d):
 
 
 def records(path):
-    """(offset, length, type, lsn) of every complete record of a segment file."""
+    """(offset, length, type, lsn) of every complete record of a segment file
+    (zeros after the last record are the log's prewritten tail: the end)."""
     with open(path, "rb") as f:
         data = f.read()
     out, off = [], SEGHDR
     while off + RECHDR <= len(data):
+        if not any(data[off:off + RECHDR]):
+            break
         n, t = struct.unpack_from("<IB", data, off)
         lsn = struct.unpack_from("<Q", data, off + 8)[0]
         if off + RECHDR + n > len(data):
