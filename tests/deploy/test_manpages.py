@@ -27,6 +27,8 @@ No build, no broker: it reads sources. Checks, each printed as "ok:" or
   delay-bridge(8) against the code
     - every subcommand main() dispatches is in SYNOPSIS and COMMANDS;
     - every environment variable src/ reads with getenv() is in ENVIRONMENT;
+    - each page's .TH line carries "delay-bridge X.Y.Z", which the package
+      replaces with the project's version (deploy/debian/package.cmake);
     - both pages render without a groff warning (when groff is installed).
 
 A new key must therefore be added to the parser, the README's table and
@@ -333,6 +335,20 @@ def check_daemon_page():
            % ", ".join(sorted(names)))
 
 
+def check_th():
+    """deploy/debian/package.cmake puts the project's version in each page's .TH line
+    by replacing "delay-bridge X.Y.Z" there: the line must have it."""
+    for page in (PAGE8, PAGE5):
+        th = [l for l in read(page).split("\n") if l.startswith(".TH ")]
+        if len(th) == 1 and len(re.findall(r'"delay-bridge \d+\.\d+\.\d+"', read(page))) == 1 \
+                and '"delay-bridge' in th[0]:
+            ok("%s: one .TH line, with \"delay-bridge X.Y.Z\" for the package's version"
+               % os.path.basename(page))
+        else:
+            fail("%s: expected one .TH line holding the only \"delay-bridge X.Y.Z\" of the page "
+                 "(package.cmake replaces it with the version)" % os.path.basename(page))
+
+
 def check_render():
     if not shutil.which("groff"):
         print("skip: groff not installed: the pages' rendering is not checked")
@@ -350,6 +366,7 @@ def check_render():
 def main():
     check_config_page()
     check_daemon_page()
+    check_th()
     check_render()
     print("%s: %d failure(s)" % ("FAILED" if failures else "PASSED", failures))
     return 1 if failures else 0
