@@ -29,7 +29,8 @@ No build, no broker: it reads sources. Checks, each printed as "ok:" or
     - every environment variable src/ reads with getenv() is in ENVIRONMENT;
     - each page's .TH line carries "delay-bridge X.Y.Z", which the package
       replaces with the project's version (deploy/debian/package.cmake);
-    - both pages render without a groff warning (when groff is installed).
+    - both pages render without a groff warning, -Tutf8 and -Tascii (when
+      groff is installed).
 
 A new key must therefore be added to the parser, the README's table and
 the page together. Exit 0 pass, 1 fail.
@@ -354,13 +355,16 @@ def check_render():
         print("skip: groff not installed: the pages' rendering is not checked")
         return
     for page in (PAGE8, PAGE5):
-        r = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z", page],
-                           capture_output=True, text=True)
-        if r.returncode != 0 or r.stderr.strip():
-            fail("%s: groff -man -ww: %s" % (os.path.basename(page), r.stderr.strip() or
-                                              "exit %d" % r.returncode))
-        else:
-            ok("%s renders without a groff warning" % os.path.basename(page))
+        bad = 0
+        for dev in ("utf8", "ascii"):  # ascii: what man uses under LANG=C
+            r = subprocess.run(["groff", "-man", "-T" + dev, "-ww", "-z", page],
+                               capture_output=True, text=True)
+            if r.returncode != 0 or r.stderr.strip():
+                bad += 1
+                fail("%s: groff -man -T%s -ww: %s" % (os.path.basename(page), dev,
+                                                      r.stderr.strip() or "exit %d" % r.returncode))
+        if not bad:
+            ok("%s renders without a groff warning (-Tutf8, -Tascii)" % os.path.basename(page))
 
 
 def main():
