@@ -213,6 +213,11 @@ def norm(s):
 
 def check_config_page():
     accepted, arrays = parser_keys()
+    if len(accepted) < 40:
+        fail("src/config/*.c: found only %d key paths in the parser's key arrays: has the "
+             "configuration moved to a schema table? Teach parser_keys() in %s to read it"
+             % (len(accepted), os.path.basename(__file__)))
+        return
     text5 = read(PAGE5)
     secs = sections(text5)
     if "KEYS" not in secs:
