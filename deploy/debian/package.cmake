@@ -16,6 +16,9 @@
 #                                                 deploy/plugin/migrate/install.cmake
 #   /usr/share/doc/delay-bridge/                  README.md, the example configs,
 #        deploy/monitoring/ (Prometheus rules, Grafana dashboard)
+#   /usr/share/man/man8/delay-bridge.8.gz, /usr/share/man/man5/delay-bridge.json.5.gz
+#                                                 deploy/man/, gzip -9n (no trigger needed:
+#                                                 man finds them by path)
 # and its maintainer scripts (deploy/debian/postinst, prerm, postrm) add the
 # system user "delay-bridge" and /var/lib/delay-bridge (0700, the WAL).
 # Tested in a clean Debian 12 container: tests/container/test_deb.sh.
@@ -45,6 +48,33 @@ install(FILES ${CMAKE_BINARY_DIR}/deb/delay-bridge.service DESTINATION lib/syste
 install(FILES ${CMAKE_SOURCE_DIR}/deploy/config.example.json DESTINATION /etc/delay-bridge
         RENAME config.json PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ)
 install(FILES ${CMAKE_SOURCE_DIR}/README.md DESTINATION share/doc/delay-bridge)
+
+# The man pages, gzipped as Debian policy wants them (-n: no name or time in
+# the header, so the same page makes the same bytes), with the project's
+# version in their .TH line. Made when cmake configures; an edited page
+# configures again (CMAKE_CONFIGURE_DEPENDS). tests/deploy/test_manpages.py
+# checks the pages, tests/container/test_deb.sh that man finds them.
+find_program(DB_GZIP gzip)
+foreach(db_man delay-bridge.8 delay-bridge.json.5)
+  set(db_man_src ${CMAKE_SOURCE_DIR}/deploy/man/${db_man})
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${db_man_src})
+  if(NOT DB_GZIP)
+    message(WARNING "gzip not found: the package will lack the man page ${db_man}")
+    continue()
+  endif()
+  file(READ ${db_man_src} db_page)
+  # the .TH line's footer, "delay-bridge 0.1.0": the only such string in a page
+  string(REGEX REPLACE [["delay-bridge [0-9]+\.[0-9]+\.[0-9]+"]] "\"delay-bridge ${PROJECT_VERSION}\""
+         db_page "${db_page}")
+  file(WRITE ${CMAKE_BINARY_DIR}/deb/man/${db_man} "${db_page}")
+  execute_process(COMMAND ${DB_GZIP} -9nf ${CMAKE_BINARY_DIR}/deb/man/${db_man}
+                  RESULT_VARIABLE db_rc)
+  if(NOT db_rc EQUAL 0)
+    message(FATAL_ERROR "gzip -9n ${db_man}: ${db_rc}")
+  endif()
+  string(REGEX MATCH "[0-9]$" db_section ${db_man})
+  install(FILES ${CMAKE_BINARY_DIR}/deb/man/${db_man}.gz DESTINATION share/man/man${db_section})
+endforeach()
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/deploy/examples ${CMAKE_SOURCE_DIR}/deploy/monitoring
         DESTINATION share/doc/delay-bridge)
 include(${CMAKE_SOURCE_DIR}/deploy/plugin/install.cmake)

@@ -12,7 +12,12 @@
 #   5. the systemd unit is at /usr/lib/systemd/system/delay-bridge.service
 #      (ExecStart=/usr/bin/delay-bridge, User=delay-bridge) and the config is
 #      a conffile;
-#   6. `apt-get purge` removes the binary and the user, and keeps
+#   6. the man pages: /usr/share/man/man8/delay-bridge.8.gz and
+#      /usr/share/man/man5/delay-bridge.json.5.gz are in the package and valid
+#      gzip; with man-db installed afterwards (minbase has none; our package
+#      needs no man-db trigger), `man -w delay-bridge` and
+#      `man -w delay-bridge.json` resolve to them and both render;
+#   7. `apt-get purge` removes the binary and the user, and keeps
 #      /var/lib/delay-bridge when it holds something (a WAL is never deleted
 #      by the package manager).
 #
@@ -68,6 +73,10 @@ version=$(sed -n 's/^project(delay-bridge VERSION \([0-9.]*\).*/\1/p' CMakeLists
 cp "$deb" "$WORK/"
 deb=$WORK/$(basename "$deb")
 info "$(basename "$deb"): $(stat -c %s "$deb") bytes; $(dpkg-deb -f "$deb" Depends)"
+for m in ./usr/share/man/man8/delay-bridge.8.gz ./usr/share/man/man5/delay-bridge.json.5.gz; do
+    dpkg-deb -c "$deb" | awk '{print $NF}' | grep -qx "$m" || fail "the package lacks $m (deploy/debian/package.cmake)"
+done
+info "man pages in the package: delay-bridge.8.gz, delay-bridge.json.5.gz"
 
 step "Host settings for root podman"
 db_podman_host_settings
@@ -106,8 +115,18 @@ grep -qx 'User=delay-bridge' $u || { echo "$u: no User=delay-bridge"; exit 20; }
 ! grep -q '^DynamicUser' $u || { echo "$u: DynamicUser"; exit 21; }
 grep -qx /etc/delay-bridge/config.json /var/lib/dpkg/info/delay-bridge.conffiles || { echo "config not a conffile"; exit 22; }
 say "unit $u (User=delay-bridge), config a conffile"
+m8=/usr/share/man/man8/delay-bridge.8.gz m5=/usr/share/man/man5/delay-bridge.json.5.gz
+gzip -t $m8 && gzip -t $m5 || { echo "man pages missing or not gzip"; exit 27; }
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends man-db >/tmp/man.log 2>&1 \
+    || { tail -n 20 /tmp/man.log; exit 28; }
+[ "$(man -w delay-bridge)" = $m8 ] || { echo "man -w delay-bridge: $(man -w delay-bridge 2>&1)"; exit 29; }
+[ "$(man -w delay-bridge.json)" = $m5 ] || { echo "man -w delay-bridge.json: $(man -w delay-bridge.json 2>&1)"; exit 30; }
+MANWIDTH=80 man -P cat delay-bridge 2>/dev/null | grep -q 'wal salvage' || { echo "man delay-bridge does not render"; exit 31; }
+MANWIDTH=80 man -P cat delay-bridge.json 2>/dev/null | grep -q 'routes\[\]\.max_held' || { echo "man delay-bridge.json does not render"; exit 32; }
+say "man -w delay-bridge: $m8; man -w delay-bridge.json: $m5; both render"
 DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq delay-bridge >/tmp/purge.log 2>&1 || { tail /tmp/purge.log; exit 23; }
 [ ! -e /usr/bin/delay-bridge ] || { echo "binary left after purge"; exit 24; }
+[ ! -e $m8 ] && [ ! -e $m5 ] || { echo "man pages left after purge"; exit 33; }
 ! id delay-bridge >/dev/null 2>&1 || { echo "user left after purge"; exit 25; }
 [ -e /var/lib/delay-bridge/probe ] || { echo "purge deleted a non-empty /var/lib/delay-bridge"; exit 26; }
 say "purged: binary and user gone, non-empty /var/lib/delay-bridge kept"

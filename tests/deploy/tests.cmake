@@ -10,6 +10,7 @@
 # Each script also runs alone, with the daemon's path as its argument:
 #   bash tests/deploy/test_systemd.sh build/delay-bridge
 #   /usr/bin/python3 tests/deploy/test_manifests.py build/delay-bridge
+#   /usr/bin/python3 tests/deploy/test_manpages.py
 # They exit 77 (ctest: skipped) when their tool is missing: systemd-analyze
 # (package systemd), python3's yaml module (package python3-yaml).
 
@@ -36,6 +37,15 @@ else()
   add_test(NAME deploy.manifests
            COMMAND ${CMAKE_COMMAND} -E echo "deploy.manifests needs python3 with yaml (apt-get install python3-yaml)")
   set_tests_properties(deploy.manifests PROPERTIES LABELS deploy WILL_FAIL TRUE)
+endif()
+
+# The man pages (deploy/man/) against the parser's keys, the README's
+# configuration table and the daemon's commands; reads sources only.
+if(DB_PYTHON3)
+  add_test(NAME deploy.manpages
+           COMMAND ${DB_PYTHON3} ${db_deploy_dir}/test_manpages.py)
+  set_tests_properties(deploy.manpages PROPERTIES
+    LABELS deploy TIMEOUT 60 ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
 endif()
 
 # The unit the Debian package installs (deploy/debian/package.cmake writes it).
