@@ -195,6 +195,16 @@ static void write_ahead(struct bridge *b)
 {
     int r;
 
+    /*
+     * Not with a stream ingress: writing ahead also puts the deliveries
+     * appended since the last commit in the files, past the place the
+     * stream's file says the log holds ("upto"); after a kill -9 they are
+     * read again from the stream, unflagged, and would be stored twice
+     * (integration.stream_crash). A classic or quorum queue redelivers
+     * them flagged, and a redelivery already logged is recognised.
+     */
+    if (b->ioff)
+        return;
     if (eng_done_waiting(b->eng) && (r = eng_write_ahead(b->eng)) < 0 && r != -ENOSPC &&
         r != -EDQUOT)
         bridge_fatal(b, "WAL write", r);
