@@ -36,7 +36,8 @@
  * whose DONE record a kill -9 loses is published again, and paced, 50
  * kills of a bridge under load delivered 52-60 messages twice
  * (integration.kill_loop, issue 41). While the pacing holds the commit,
- * (or a commit runs), the DONE records are written into the log's files at once without an
+ * (or a commit runs), the DONE records are written into the log's files at once (not with a
+ * stream ingress: write_ahead() says why) without an
  * fdatasync (eng_write_ahead, wal.c "WRITING AHEAD"): the page cache
  * outlives a killed process, and the paced commit makes them durable.
  * Committing them unpaced instead cut the duplicates as well but ran
