@@ -162,12 +162,6 @@ int eng_add(struct engine *e, uint16_t route, struct walrec_add *a, eng_msg *m);
 int eng_dirty(const struct engine *e);
 
 /*
- * Confirmed messages whose DONE record no commit has taken yet: until one
- * is durable, a crash publishes them again.
- */
-size_t eng_done_waiting(const struct engine *e);
-
-/*
  * While the commit waits (its pacing): append the DONE records of the
  * confirms so far and write everything appended into the log's files
  * without waiting for the disk (wlog.h, write). A kill -9 before the

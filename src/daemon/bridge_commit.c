@@ -206,7 +206,7 @@ static void write_ahead(struct bridge *b)
      */
     if (b->ioff)
         return;
-    if (eng_done_waiting(b->eng) && (r = eng_write_ahead(b->eng)) < 0 && r != -ENOSPC &&
+    if ((r = eng_write_ahead(b->eng)) < 0 && r != -ENOSPC &&
         r != -EDQUOT)
         bridge_fatal(b, "WAL write", r);
 }

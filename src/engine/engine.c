@@ -336,11 +336,6 @@ int eng_dirty(const struct engine *e)
            wlog_pending(e->log) > 0;
 }
 
-size_t eng_done_waiting(const struct engine *e)
-{
-    return e->done.n;
-}
-
 int eng_write_ahead(struct engine *e)
 {
     int r;
