@@ -4,7 +4,7 @@
  *
  *   load_retry declare SPEC...
  *   load_retry consume --queue Q --count N [--tag T] [--fail-every K --fail-times F]
- *                      [--backoff MS[,MS...]] [--prefetch P] [--attempt-header]
+ *                      [--backoff MS[,MS...]] [--prefetch P] [--attempt-header] [--requeue]
  *                      [--ready-file F] [--first-wait S] [--idle S] [--deadline S]
  *   load_retry watch --queues Q1[,Q2...] [--interval-ms MS] [--once]
  *
@@ -13,7 +13,12 @@
  *   q:NAME[:k=v,...]              queue; ttl=MS (x-message-ttl), dlx=X
  *                                 (x-dead-letter-exchange; "dlx=" the default
  *                                 exchange), dlk=K (x-dead-letter-routing-key),
- *                                 type=T (x-queue-type)
+ *                                 type=T (x-queue-type); a quorum queue's own
+ *                                 delayed retry (RabbitMQ 4.3+): drt=TYPE
+ *                                 (x-delayed-retry-type: failed, returned,
+ *                                 all), drmin=MS, drmax=MS
+ *                                 (x-delayed-retry-min, -max), limit=N
+ *                                 (x-delivery-limit)
  *   b:QUEUE:EXCHANGE:KEY          binding
  *   p:QUEUE                       purge
  *
@@ -22,7 +27,9 @@
  * libraries do: pika, kombu, Spring), prefetch P (default 200). A message
  * whose seq is a multiple of K (--fail-every; 0, the default: none) is
  * rejected without requeue on its first F deliveries (--fail-times,
- * default 1), so the queue's dead-letter exchange takes it, and acked on
+ * default 1), so the queue's dead-letter exchange takes it (with --requeue:
+ * rejected with requeue, so the queue itself holds it back: a quorum
+ * queue's x-delayed-retry-type failed), and acked on
  * delivery F + 1; every other message is acked at once. Attempts are
  * counted here per seq, so the same consumer serves a retry route and a TTL
  * ladder; with --attempt-header the header x-retry-attempt (absent = 1) is
@@ -66,10 +73,10 @@ static const char *prog = "load_retry";
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: %s declare SPEC...   (x:NAME[:TYPE] q:NAME[:ttl=MS,dlx=X,dlk=K,type=T] "
+            "usage: %s declare SPEC...   (x:NAME[:TYPE] q:NAME[:ttl=MS,dlx=X,dlk=K,type=T,drt=T,drmin=MS,drmax=MS,limit=N] "
             "b:QUEUE:EXCHANGE:KEY p:QUEUE)\n"
             "       %s consume --queue Q --count N [--tag T] [--fail-every K --fail-times F]\n"
-            "                  [--backoff MS[,MS...]] [--prefetch P] [--attempt-header]\n"
+            "                  [--backoff MS[,MS...]] [--prefetch P] [--attempt-header] [--requeue]\n"
             "                  [--ready-file F] [--first-wait S] [--idle S] [--deadline S] [--uri URI]\n"
             "       %s watch --queues Q1[,Q2...] [--interval-ms MS] [--once] [--uri URI]\n",
             prog, prog, prog);
@@ -96,27 +103,34 @@ static void declare_one(amqp_connection_state_t c, char *spec)
                               amqp_empty_table);
         load_check_reply(prog, amqp_get_rpc_reply(c), "exchange.declare");
     } else if (!strcmp(kind, "q")) {
-        amqp_table_entry_t e[4];
+        amqp_table_entry_t e[8];
         amqp_table_t args = { 0, e };
         for (char *kv = rest ? strtok(rest, ",") : NULL; kv; kv = strtok(NULL, ",")) {
             char *v = strchr(kv, '=');
             if (!v)
                 load_die(prog, "declare %s: %s: expected k=v", name, kv);
             *v++ = 0;
-            if (args.num_entries == 4)
+            if (args.num_entries == 8)
                 load_die(prog, "declare %s: too many arguments", name);
-            if (!strcmp(kv, "ttl")) {
-                amqp_table_entry_t *a = qarg(&args, "x-message-ttl");
+            const char *ikey = !strcmp(kv, "ttl")     ? "x-message-ttl"
+                               : !strcmp(kv, "drmin") ? "x-delayed-retry-min"
+                               : !strcmp(kv, "drmax") ? "x-delayed-retry-max"
+                               : !strcmp(kv, "limit") ? "x-delivery-limit"
+                                                      : NULL;
+            if (ikey) {
+                amqp_table_entry_t *a = qarg(&args, ikey);
                 a->value.kind = AMQP_FIELD_KIND_I64;
-                a->value.value.i64 = (int64_t)load_parse_u64(prog, "ttl", v);
+                a->value.value.i64 = (int64_t)load_parse_u64(prog, kv, v);
                 continue;
             }
             const char *key = !strcmp(kv, "dlx")    ? "x-dead-letter-exchange"
                               : !strcmp(kv, "dlk")  ? "x-dead-letter-routing-key"
                               : !strcmp(kv, "type") ? "x-queue-type"
+                              : !strcmp(kv, "drt")  ? "x-delayed-retry-type"
                                                     : NULL;
             if (!key)
-                load_die(prog, "declare %s: unknown argument %s (ttl, dlx, dlk, type)", name, kv);
+                load_die(prog, "declare %s: unknown argument %s (ttl, dlx, dlk, type, drt, drmin, "
+                               "drmax, limit)", name, kv);
             amqp_table_entry_t *a = qarg(&args, key);
             a->value.kind = AMQP_FIELD_KIND_UTF8;
             a->value.value.bytes = amqp_cstring_bytes(v);
@@ -171,6 +185,7 @@ struct copts {
     const char *queue, *ready_file, *backoff;
     uint64_t count, tag, fail_every, fail_times, prefetch, first_wait, idle, deadline;
     bool attempt_header;
+    bool requeue; /* reject with requeue: the queue's own delayed retry */
 };
 
 /* x-retry-attempt of a delivery: its integer value, 1 when absent, -1 when not an integer. */
@@ -275,7 +290,8 @@ static int consume(amqp_connection_state_t c, const struct copts *o)
             if (ack) {
                 amqp_basic_ack(c, 1, env.delivery_tag, 0);
             } else {
-                amqp_basic_reject(c, 1, env.delivery_tag, 0 /* no requeue: dead-letter it */);
+                /* no requeue: dead-letter it; --requeue: the queue holds it back itself */
+                amqp_basic_reject(c, 1, env.delivery_tag, o->requeue);
                 rejected++;
             }
             amqp_destroy_envelope(&env);
@@ -382,6 +398,7 @@ int main(int argc, char **argv)
         { "--idle", LOAD_OPT_U64, &o.idle, NULL, NULL },
         { "--deadline", LOAD_OPT_U64, &o.deadline, NULL, NULL },
         { "--attempt-header", LOAD_OPT_FLAG, &o.attempt_header, NULL, NULL },
+        { "--requeue", LOAD_OPT_FLAG, &o.requeue, NULL, NULL },
     };
     load_parse_opts(prog, argc - 1, argv + 1, opts, sizeof opts / sizeof opts[0], usage);
     if (!com.count)

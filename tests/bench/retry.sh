@@ -33,6 +33,12 @@
 #            DELAY, x-dead-letter-exchange bench.lwork.x, x-dead-letter-
 #            routing-key work.1) -> on expiry back to bench.lwork (bound to
 #            bench.lwork.x with work.0 and work.1); the consumer acks it
+#   qq       the same retry inside a quorum queue, RabbitMQ 4.3's own delayed
+#            retry (RabbitMQ 4.3 and later only; skipped before): bench.qwork
+#            (x-queue-type quorum, x-delayed-retry-type failed, -min and -max
+#            DELAY, x-delivery-limit 100); the consumer rejects each message
+#            once WITH requeue, the queue holds it DELAY ms and delivers it
+#            again, the consumer acks it
 #   base2    base again, last: the baseline is the mean of base and base2
 # charged as hops.sh charges a phase: user + system CPU of every process in
 # the node's session (/proc; beam.smp and its helpers) from the consumer
@@ -55,6 +61,10 @@
 #            (TTL 100, dead-letters to bench.mwork.x with key work.1),
 #            work.1 -> .2 (TTL 200, key work.2), work.2 -> .3 (TTL 400, key
 #            work.3), work.3 -> bench.mladder.parked
+#   qq       RabbitMQ 4.3's delayed retry (4.3 and later): bench.qswork, a
+#            quorum queue with x-delayed-retry-type failed, -min 100, -max
+#            400; the consumer rejects with requeue. Its backoff is linear,
+#            min x delivery count: 100, 200, 300 ms (the others' third is 400)
 # Each step publishes open loop at an offered rate for --duration seconds
 # (default 15) and waits until the consumer acked every message. A rate is
 # sustained when (1) every message was acked, none parked, (2) the
@@ -73,8 +83,9 @@
 # (default 10). Printed: every step, each system's highest sustained
 # offered rate, and their ratio.
 #
-#   --cpu LIST       paths of (a), default base,delayed,retry,ladder ("none": skip (a))
-#   --sustain LIST   systems of (b), default retry,ladder ("none": skip (b))
+#   --cpu LIST       paths of (a), default base,delayed,retry,ladder,qq ("none": skip (a))
+#   --sustain LIST   systems of (b), default retry,ladder,qq ("none": skip (b))
+#                    (qq is left out, with a line saying so, before RabbitMQ 4.3)
 #   --smoke          (a) 300 messages a path at full speed, delay 300 ms;
 #                    (b) one step each at 200 msg/s for 2 s, no search: for
 #                    CI (ctest bench.retry.smoke), about 27 s
@@ -100,7 +111,7 @@ say() { printf '[retry %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { say "error: $*"; exit 2; }
 
 N=40000 RATES=0,2000 DELAY=1000 DURATION=15 START_RATE=1000 MAX_RATE=64000 RES=10 LAG_MS=1000
-CPU_PATHS=base,delayed,retry,ladder SUSTAIN=retry,ladder SMOKE=0 KEEP=0
+CPU_PATHS=base,delayed,retry,ladder,qq SUSTAIN=retry,ladder,qq SMOKE=0 KEEP=0
 num() { [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "$1 $2: expected a positive integer"; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -132,10 +143,10 @@ IFS=, read -ra cpu_paths <<<"$CPU_PATHS"
 IFS=, read -ra rates <<<"$RATES"
 IFS=, read -ra systems <<<"$SUSTAIN"
 for v in "${cpu_paths[@]}"; do
-    case "$v" in base|delayed|retry|ladder) ;; *) die "--cpu: unknown path $v (base, delayed, retry, ladder)" ;; esac
+    case "$v" in base|delayed|retry|ladder|qq) ;; *) die "--cpu: unknown path $v (base, delayed, retry, ladder, qq)" ;; esac
 done
 for v in "${systems[@]}"; do
-    case "$v" in retry|ladder) ;; *) die "--sustain: unknown system $v (retry, ladder)" ;; esac
+    case "$v" in retry|ladder|qq) ;; *) die "--sustain: unknown system $v (retry, ladder, qq)" ;; esac
 done
 [ ${#cpu_paths[@]} -gt 0 ] || [ ${#systems[@]} -gt 0 ] || die "nothing to run (--cpu none --sustain none)"
 # The retry routes are in the config only when a retry path runs.
@@ -152,6 +163,19 @@ bench_setup retry 5694 bench-retry-rabbitmq
 BRIDGE_PID="" CONS_PID="" HTTP_PORT="" BROKER_SID="" FAILED=() WATCH_PID="" SAMPLER_PID=""
 declare -A R
 BROKER_VSN=$(sed -E 's/^(RabbitMQ [0-9]+(\.[0-9]+)*).*/\1/' <<<"${BROKER_DESC:-RabbitMQ ?}")
+# RabbitMQ 4.3's delayed retry in quorum queues (the qq path and system): 4.3 and later only.
+WANT_QQ=0
+if [[ ",$CPU_PATHS,$SUSTAIN," == *,qq,* ]]; then
+    if awk -v v="${BROKER_VSN#RabbitMQ }" 'BEGIN { split(v, a, "."); exit !(a[1] > 4 || (a[1] == 4 && a[2] >= 3)) }'; then
+        WANT_QQ=1
+    else
+        say "$BROKER_VSN has no delayed retry in quorum queues (4.3 and later): qq left out"
+        drop_qq() { local out=() v; IFS=, read -ra vs <<<"$1"; for v in "${vs[@]}"; do [ "$v" = qq ] || out+=("$v"); done; (IFS=,; echo "${out[*]}"); }
+        CPU_PATHS=$(drop_qq "$CPU_PATHS") SUSTAIN=$(drop_qq "$SUSTAIN")
+        IFS=, read -ra cpu_paths <<<"$CPU_PATHS"
+        IFS=, read -ra systems <<<"$SUSTAIN"
+    fi
+fi
 # plugin_check_started (broker_start calls it); the plugin is not measured here (PLUGIN=0).
 . "$HERE/plugin.sh"
 bench_cleanup_first() {
@@ -212,6 +236,12 @@ declare_topology() {
         q:bench.mladder.3:ttl=400,dlx=bench.mwork.x,dlk=work.3 b:bench.mladder.3:bench.mladder:work.2 \
         q:bench.mladder.parked b:bench.mladder.parked:bench.mladder:work.3 \
         || die "declaring the topology failed"
+    [ "$WANT_QQ" = 0 ] || "$LR" declare --uri "$URI" \
+        x:bench.qwork.x q:bench.qwork:type=quorum,drt=failed,drmin=$DELAY,drmax=$DELAY,limit=100 \
+        b:bench.qwork:bench.qwork.x:work.0 \
+        x:bench.qswork.x q:bench.qswork:type=quorum,drt=failed,drmin=100,drmax=400,limit=100 \
+        b:bench.qswork:bench.qswork.x:work.0 \
+        || die "declaring the quorum queues with delayed retry failed"
 }
 
 # ---------------------------------------------------------------- (a) CPU per message
@@ -264,6 +294,8 @@ cpu_path() { # cpu_path RATE PATH [KEY]: R[RATE.KEY] (KEY default PATH)
            cargs=(--fail-every 1 --fail-times 1 --backoff "$DELAY" --attempt-header) ;;
     ladder) queue=bench.lwork; pargs=(--mode plain --exchange bench.lwork.x --routing-key work.0)
             cargs=(--fail-every 1 --fail-times 1 --backoff "$DELAY") ;;
+    qq) queue=bench.qwork; pargs=(--mode plain --exchange bench.qwork.x --routing-key work.0)
+        cargs=(--fail-every 1 --fail-times 1 --backoff "$DELAY" --requeue) ;;
     esac
     consumer_bg "$key" "$queue" "$N" --idle 20 "${cargs[@]}"
     phase_begin
@@ -307,7 +339,7 @@ drained() {
 STEP_ROWS=()
 # sustain_step SYS RATE: one step; STEP_OK=1 when RATE was sustained.
 sustain_step() {
-    local sys=$1 rate=$2 n name work ex qs route="" cargs=() t0 t1 ew el eb lb pe pl verdict why=()
+    local sys=$1 rate=$2 n name work ex qs route="" cargs=() backoff=100,200,400 t0 t1 ew el eb lb pe pl verdict why=()
     n=$((rate * DURATION))
     TAG=$((TAG + 1))
     name=s-$sys-$rate
@@ -315,6 +347,7 @@ sustain_step() {
     retry) work=bench.swork ex=bench.swork.x qs=bench.swork,bench.retry.b.q route=retry-b
            cargs=(--attempt-header) ;;
     ladder) work=bench.mwork ex=bench.mwork.x qs=bench.mwork,bench.mladder.1,bench.mladder.2,bench.mladder.3 ;;
+    qq) work=bench.qswork ex=bench.qswork.x qs=bench.qswork cargs=(--requeue) backoff=100,200,300 ;;
     esac
     say "== $sys at $rate msg/s for $DURATION s ($n messages, every 10th failed 3 times)"
     "$LR" watch --uri "$URI" --queues "$qs" --interval-ms 500 >"$WORK/$name.watch" 2>/dev/null &
@@ -323,7 +356,7 @@ sustain_step() {
         while sleep 1; do printf '%s %s\n' "$(now_ms)" "$(route_pending "$route")"; done >"$WORK/$name.pending" &
         SAMPLER_PID=$!
     fi
-    consumer_bg "$name" "$work" "$n" --fail-every 10 --fail-times 3 --backoff 100,200,400 --idle 15 \
+    consumer_bg "$name" "$work" "$n" --fail-every 10 --fail-times 3 --backoff "$backoff" --idle 15 \
         --deadline $((DURATION * 8 + 120)) "${cargs[@]}"
     t0=$(now_ms)
     pub "$name" --mode plain --exchange "$ex" --routing-key work.0 --count "$n" --rate "$rate"
@@ -391,7 +424,7 @@ if [ ${#cpu_paths[@]} -gt 0 ]; then
     say "(a) broker idle ${IDLE} ms CPU/s; $N x 256 B a path at each of $RATES msg/s (0: full speed), delay/backoff $DELAY ms"
     for rate in "${rates[@]}"; do
         [[ ",$CPU_PATHS," != *,base,* ]] || cpu_path "$rate" base
-        for v in delayed retry ladder; do
+        for v in delayed retry ladder qq; do
             [[ ",$CPU_PATHS," != *,$v,* ]] || cpu_path "$rate" "$v"
         done
         if [[ ",$CPU_PATHS," == *,base,* ]]; then
@@ -442,6 +475,12 @@ a_rows() {
         xrow "TTL ladder, 1 level" "retry once, $at" "the retry alone (minus baseline), us" "${R[$k.le]}" - -
         xrow delay-bridge "retry once, $at" "$CPU; ratio: / ladder's" "${R[$k.retry]}" - "$(ratio "${R[$k.retry]}" "${R[$k.ladder]}")"
     fi
+    if [ -n "${R[$k.qq]:-}" ]; then
+        xrow "quorum delayed retry" "retry once, $at" "$CPU" "${R[$k.qq]}" "$B" "$(ratio "${R[$k.qq]}" "$B")"
+        xrow "quorum delayed retry" "retry once, $at" "$late" "$(late_cell "$k.qq")" - -
+        [ -z "${R[$k.retry]:-}" ] ||
+            xrow delay-bridge "retry once, $at" "$CPU; ratio: / quorum delayed retry's" "${R[$k.retry]}" - "$(ratio "${R[$k.retry]}" "${R[$k.qq]}")"
+    fi
     [ -z "${R[$k.base2]:-}" ] || xrow "broker alone" "publish -> consume, $at" "$CPU (again, last)" "${R[$k.base2]}" "$B" "$(ratio "${R[$k.base2]}" "$B")"
 }
 if [ ${#cpu_paths[@]} -gt 0 ]; then
@@ -455,7 +494,7 @@ if [ ${#cpu_paths[@]} -gt 0 ]; then
 fi
 if [ ${#systems[@]} -gt 0 ]; then
     echo
-    echo "(b) Sustained retry load on $BROKER_VSN: every 10th message failed 3 times (backoff 100/200/400 ms), $DURATION s a step;"
+    echo "(b) Sustained retry load on $BROKER_VSN: every 10th message failed 3 times (backoff 100/200/400 ms; quorum delayed retry: 100/200/300), $DURATION s a step;"
     echo "    sustained = all acked, publisher on schedule (behind <= $LAG_MS ms, achieved >= 98 %), lag p99 <= $LAG_MS ms, no growing backlog (ready messages"
     echo "    and held retries, mean over the second quarter of the publishing -> over its last quarter)"
     echo
@@ -471,6 +510,7 @@ if [ ${#systems[@]} -gt 0 ]; then
         retry) via=delay-bridge
                r=$( [ -z "${R[ladder.sustained]:-}" ] || ratio "${R[retry.sustained]}" "${R[ladder.sustained]}") ;;
         ladder) via="TTL ladder, 3 levels" r=- ;;
+        qq) via="quorum delayed retry" r=- ;;
         esac
         xrow "$via" "retry 10 % x 3" "highest sustained offered rate, msg/s$([ "$s" = retry ] && [ -n "$r" ] && echo "; ratio: / ladder's")" \
             "${R[$s.sustained]}" - "${r:--}"
@@ -484,6 +524,7 @@ for k in "${rates[@]}"; do
     [ -z "${R[$k.delayed]:-}" ] || line+="; delayed through the bridge ${R[$k.delayed]} µs = $(ratio "${R[$k.delayed]}" "${R[$k.baseline]}")"
     [ -z "${R[$k.retry]:-}" ] || line+="; retry through the bridge ${R[$k.retry]} µs = $(ratio "${R[$k.retry]}" "${R[$k.baseline]}")"
     [ -z "${R[$k.ladder]:-}" ] || line+="; retry through a TTL ladder ${R[$k.ladder]} µs = $(ratio "${R[$k.ladder]}" "${R[$k.baseline]}")"
+    [ -z "${R[$k.qq]:-}" ] || line+="; retry inside a quorum queue (4.3 delayed retry) ${R[$k.qq]} µs = $(ratio "${R[$k.qq]}" "${R[$k.baseline]}")"
     echo "summary, $BROKER_VSN, (a) $at: $line"
     [ -z "${R[$k.re]:-}" ] ||
         echo "summary, $BROKER_VSN, (a) $at: one retry costs the broker ${R[$k.re]} µs through the bridge, ${R[$k.le]} µs through the ladder: bridge / ladder = $(ratio "${R[$k.re]}" "${R[$k.le]}") (whole message: $(ratio "${R[$k.retry]}" "${R[$k.ladder]}"))"
