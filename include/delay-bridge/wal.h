@@ -93,8 +93,8 @@ struct wal_opts {
     uint64_t reserve_bytes;
     /*
      * Zeros kept written ahead of the active segment's records, so that a
-     * commit's fdatasync changes no file size and need not commit the file
-     * system's journal (wal.c, "PREWRITTEN ZEROS"); recovery reads zeros
+     * commit's fdatasync changes no file size and writes no metadata (no
+     * inode block, no journal commit: wal.c, "PREWRITTEN ZEROS"); recovery reads zeros
      * after the last record as the segment's end. 0: none (an import, the
      * tools). The daemon passes wal.prewrite_bytes (WAL_DEFAULT_PREWRITE).
      */

@@ -19,8 +19,8 @@
  * missing from the log, and takes what lies below upto as redeliveries
  * (eng_seen), so nothing is logged twice either.
  *
- * Pacing. A commit is an fdatasync -- and, the log's file growing, a
- * journal commit of the file system. Started as soon as the last one was
+ * Pacing. A commit is an fdatasync -- and, were the log's file growing, a
+ * write of its size too (wal.c, "PREWRITTEN ZEROS"). Started as soon as the last one was
  * durable, commits ran back to back: about 1,000 a second at 11k msg/s on
  * this project's virtual disk (one per 3.5 messages), and the broker's own
  * queues, on the same disk beside the bridge, waited behind them: its

@@ -58,17 +58,19 @@
  * PREWRITTEN ZEROS
  *
  * A commit that appends grows the file, and an fdatasync of a file whose
- * size changed must commit the file system's journal (ext4's jbd2, xfs's
- * log): a flush that every other writer on the volume waits behind -- the
- * broker's own queue files among them, on a machine where the two share a
- * disk. Measured on RabbitMQ 4.3.6 at 10 % of the bridge's full speed,
+ * size changed must make the size durable too: one more write in every
+ * commit (ext4 without a journal writes the inode's block -- three block
+ * requests per commit against two, tests/bench/growsync.py -- and a
+ * journalled ext4 or xfs commits its journal), which every other writer
+ * on the volume queues behind -- the broker's own queue files among them,
+ * on a machine where the two share a disk. Measured on RabbitMQ 4.3.6 at 10 % of the bridge's full speed,
  * the broker's deliveries to the bridge then came up to 25-70 ms late at
  * p99 (tests/bench/README.md, "On time when traffic is light"). So the
  * active segment keeps opts.prewrite_bytes of zeros written ahead of its
  * records (prewrite(), a chunk at a time when less than half is left,
  * never past segment_bytes): a commit overwrites blocks the file already
  * has, its fdatasync writes data and flushes the device cache, and the
- * journal commits once per chunk instead of once per commit. The zeros go
+ * size changes once per chunk instead of once per commit. The zeros go
  * out in the commit that writes them, after its records. A segment
  * completed by a roll is cut back to its records; a crash leaves zeros
  * after the last record, which recovery (walscan.c) reads as the end of

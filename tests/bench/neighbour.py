@@ -10,7 +10,7 @@ SIGINT; then prints one line,
     neighbour rate=R syncs=N sync_p50_ms=.. sync_p99_ms=.. sync_max_ms=..
 
 and removes its file. It overwrites and never appends, so its fdatasyncs
-commit no file-system journal of their own: it only keeps the device's
+write no metadata of their own (no inode, no journal commit): it only keeps the device's
 write cache busy, the way a database beside the bridge and the broker
 would, and makes every flush on the volume slower. ontime.sh runs one
 for the whole run with BENCH_NEIGHBOUR=RATE (tests/bench/README.md, "On
