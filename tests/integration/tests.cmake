@@ -3,7 +3,7 @@
 # One ctest test per tests/integration/test_*.py (label "integration").
 # They are mostly waiting (for due times, restarts, takeovers): on 2 cores
 # the machine sits 70-90 % idle under one test at a time, so they run side
-# by side under "ctest -j" (tests/run.sh passes -j 4), in three lanes:
+# by side under "ctest -j" (tests/run.sh passes -j 5, DB_TEST_JOBS), in three lanes:
 #
 #   shared   most tests share one throwaway broker that a fixture starts
 #            with rabbitmq.sh under ${CMAKE_BINARY_DIR}/rabbitmq on
