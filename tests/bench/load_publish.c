@@ -2,7 +2,7 @@
  * load_publish.c -- publish N stamped messages as fast as a window of
  * publisher confirms allows, and print one key=value summary line.
  *
- *   load_publish --uri URI --count N [--mode plain|xdelay|ttl]
+ *   load_publish --uri URI --count N [--mode plain|xdelay|ttl|deliverytime]
  *                [--exchange X] [--routing-key K] [--delay MIN[-MAX]]
  *                [--due-at MS --spread MS] [--size B | --mix]
  *                [--window W] [--tag T] [--transient] [--seed S] [--rate R]
@@ -10,6 +10,9 @@
  * Modes (where the delay goes):
  *   plain   no delay: due = publish time (the broker's end-to-end ceiling)
  *   xdelay  header x-delay = delay ms (delay-bridge, or the plugin)
+ *   deliverytime  header x-opt-delivery-time = the due time, epoch ms (a
+ *           long): a quorum queue's own delay (rabbitmq-server's qq-vNext,
+ *           the 4.4 line), published to --exchange as plain messages are
  *   ttl     property expiration = delay ms, published through the default
  *           exchange to --ttl-queue, which this tool declares with
  *           x-dead-letter-exchange = --exchange and
@@ -185,7 +188,7 @@ static void wait_until(amqp_connection_state_t c, struct window *w, uint64_t at_
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: %s --uri URI --count N [--mode plain|xdelay|ttl] [--exchange X]\n"
+            "usage: %s --uri URI --count N [--mode plain|xdelay|ttl|deliverytime] [--exchange X]\n"
             "       [--routing-key K] [--ttl-queue Q] [--delay MIN[-MAX]] [--due-at MS --spread MS]\n"
             "       [--size B | --mix] [--window W] [--tag T] [--seed S] [--transient]\n"
             "       [--like-bridge | --bridge-headers | --mandatory] [--bridge-id string|u64|none]\n"
@@ -221,8 +224,9 @@ static void parse(int argc, char **argv, struct opts *o)
     };
     load_parse_opts(prog, argc, argv, opts, sizeof opts / sizeof opts[0], usage);
     o->seed |= 1;
-    if (strcmp(o->mode, "plain") && strcmp(o->mode, "xdelay") && strcmp(o->mode, "ttl"))
-        load_die(prog, "--mode %s: expected plain, xdelay or ttl", o->mode);
+    if (strcmp(o->mode, "plain") && strcmp(o->mode, "xdelay") && strcmp(o->mode, "ttl") &&
+        strcmp(o->mode, "deliverytime"))
+        load_die(prog, "--mode %s: expected plain, xdelay, ttl or deliverytime", o->mode);
     if (o->size < LOAD_HDR)
         load_die(prog, "--size %llu: at least %d bytes", (unsigned long long)o->size, LOAD_HDR);
     if (o->window < 1 || o->window > 1000000)
@@ -236,6 +240,7 @@ int main(int argc, char **argv)
     struct opts o;
     parse(argc, argv, &o);
     bool ttl = !strcmp(o.mode, "ttl"), xdelay = !strcmp(o.mode, "xdelay");
+    bool dtime = !strcmp(o.mode, "deliverytime");
 
     amqp_connection_state_t c = load_connect(prog, o.c.uri);
 
@@ -270,6 +275,9 @@ int main(int argc, char **argv)
     hdr[0].value.kind = AMQP_FIELD_KIND_I64;
     hdr[1].key = amqp_cstring_bytes("timestamp_in_ms");
     hdr[1].value.kind = AMQP_FIELD_KIND_I64;
+    amqp_table_entry_t dt;
+    dt.key = amqp_cstring_bytes("x-opt-delivery-time");
+    dt.value.kind = AMQP_FIELD_KIND_I64;
     amqp_table_entry_t bh[2];
     char expiration[32];
 
@@ -325,6 +333,11 @@ int main(int argc, char **argv)
             p._flags |= AMQP_BASIC_HEADERS_FLAG;
             p.headers.num_entries = o.stamp ? 2 : 1;
             p.headers.entries = hdr;
+        } else if (dtime) {
+            dt.value.value.i64 = (int64_t)due;
+            p._flags |= AMQP_BASIC_HEADERS_FLAG;
+            p.headers.num_entries = 1;
+            p.headers.entries = &dt;
         } else if (ttl) {
             snprintf(expiration, sizeof expiration, "%lld", (long long)delay);
             p._flags |= AMQP_BASIC_EXPIRATION_FLAG;

@@ -56,6 +56,14 @@
 #   nothing: without it the plugin's rows say why and the run goes on. On
 #   3.10 they say it is not measured here; on 4.3 that it cannot run there
 #   (Mnesia removed). BENCH_PLUGIN=0 leaves it out.
+# RabbitMQ's own delays beside the bridge: with steady or burst listed, on a
+#   node whose quorum queues delay (DB_RABBITMQ=qq-delay: rabbitmq-server's
+#   qq-vNext, tests/integration/build_qq_delay.sh) the same loads go to
+#   quorum queue bench.qout through exchange bench.qq with header
+#   x-opt-delivery-time (quorumdelay.sh), after the broker alone through the
+#   same quorum queue (its own ceiling): rows "quorum queue delay" and
+#   "broker alone: quorum queue". Elsewhere a row says why not; BENCH_QQ=0
+#   leaves it out.
 # Work directory (configs, WALs, logs): a new directory under
 #   ${BENCH_TMP:-/var/tmp} (the disk the WAL benchmarks use), removed at the end
 #   unless --keep or --perf.
@@ -136,6 +144,8 @@ BROKER_VSN=$(sed -E 's/^(RabbitMQ [0-9]+(\.[0-9]+)*).*/\1/' <<<"${BROKER_DESC:-R
 # The delayed-message plugin: PLUGIN=1 when it runs beside the bridge, else
 # PLUGIN_WHY says why not, in the words of the report (plugin.sh).
 . "$HERE/plugin.sh"
+# QQ, QQ_WHY, QQ_NAME, qq_decide, qq_consume, qq_publish, qq_plain
+. "$HERE/quorumdelay.sh"
 
 # the perf recorders first, on any exit (bench_cleanup, harness.sh)
 bench_cleanup_first() {
@@ -184,6 +194,15 @@ if [ "$PLUGIN" = 1 ]; then
         "exchange $PLUGIN_EX; RABBITMQ_PLUGINS_DIR=$RABBITMQ_PLUGINS_DIR)"
 else
     say "$PLUGIN_NAME: $PLUGIN_WHY"
+fi
+qq_decide
+if [ "$QQ" = 1 ] && ! want steady && ! want burst; then
+    QQ=0 QQ_WHY="absent: it runs the steady and burst loads, and neither is listed"
+fi
+if [ "$QQ" = 1 ]; then
+    say "$QQ_NAME: runs on this node (exchange $QQ_EX -> quorum queue $QQ_Q, header x-opt-delivery-time)"
+else
+    say "$QQ_NAME: $QQ_WHY"
 fi
 broker_start
 R[load.before]=$(cut -d' ' -f1 /proc/loadavg)
@@ -351,6 +370,48 @@ if [ "$PLUGIN" = 1 ] && want burst; then
     fi
     consumed plugin-burst
     cpu_per_msg plugin-burst "$N_BURST"
+fi
+
+# ---------------------------------------------------------------- quorum queue delays beside
+# The steady and burst loads once more, the bridge stopped, into a quorum
+# queue that holds each message until its x-opt-delivery-time: first the
+# broker alone through the same quorum queue (its ceiling), then the loads.
+# Accept means the quorum queue's confirm: the message is in a majority of
+# its members' logs (one member here), fsynced by Ra's WAL.
+if [ "$QQ" = 1 ]; then
+    say "== qq-ceiling: plain publish -> consume through quorum queue $QQ_Q, $N_CEIL x 256 B"
+    qq_consume qq-ceiling "$N_CEIL" 21
+    cpu_mark qq-ceiling
+    qq_plain qq-ceiling --count "$N_CEIL" --tag 21
+    consumed qq-ceiling
+    cpu_per_msg qq-ceiling "$N_CEIL"
+fi
+if [ "$QQ" = 1 ] && want steady; then
+    say "== qq-steady: $N_STEADY x 256 B into quorum queue $QQ_Q with x-opt-delivery-time, delays $DELAY ms, full speed"
+    qq_consume qq-steady "$N_STEADY" 22
+    cpu_mark qq-steady
+    qq_publish qq-steady --count "$N_STEADY" --tag 22 --delay "$DELAY"
+    consumed qq-steady
+    cpu_per_msg qq-steady "$N_STEADY"
+fi
+if [ "$QQ" = 1 ] && want burst; then
+    # As the plugin's burst: the margin from its own steady accept rate, times 3.
+    rate=$( [ -s "$WORK/qq-steady.publish" ] && get "$WORK/qq-steady.publish" rate || echo 5000)
+    margin=$(fmt 0 "$N_BURST / $rate * 3000 + $MARGIN0")
+    due_at=$(( $(now_ms) + margin ))
+    say "== qq-burst: $N_BURST x 256 B into $QQ_Q, all due in [$margin, $((margin + SPREAD))] ms from now"
+    qq_consume qq-burst "$N_BURST" 23
+    cpu_mark qq-burst
+    qq_publish qq-burst --count "$N_BURST" --tag 23 --due-at "$due_at" --spread "$SPREAD"
+    done_ms=$(get "$WORK/qq-burst.publish" end_ms)
+    if [ "$done_ms" -lt "$due_at" ]; then
+        R[qq-burst.held_before_due]=yes
+    else
+        R[qq-burst.held_before_due]=no
+        say "qq-burst: NOTE the last confirm came $((done_ms - due_at)) ms after the first due time"
+    fi
+    consumed qq-burst
+    cpu_per_msg qq-burst "$N_BURST"
 fi
 
 # ---------------------------------------------------------------- replicate
@@ -659,6 +720,23 @@ summary() {
     else
         srow "$PLUGIN_NAME" - "$PLUGIN_WHY" - - -
     fi
+    if [ "$QQ" = 1 ]; then
+        srow "broker alone: quorum queue" ceiling "publish rate (confirms), msg/s" "$(p qq-ceiling rate)" \
+            "$(p ceiling rate)" "$(ratio "$(p qq-ceiling rate)" "$(p ceiling rate)")"
+        srow "broker alone: quorum queue" ceiling "end-to-end latency p50 / p99 / max, ms (no delay)" \
+            "$(lat3 qq-ceiling)" "$(lat3 ceiling)" -
+        srow "broker alone: quorum queue" ceiling "broker CPU per message, us" "$(v qq-ceiling.broker_us)" \
+            "$(v ceiling.broker_us)" "$(ratio "$(v qq-ceiling.broker_us)" "$(v ceiling.broker_us)")"
+        delayed_rows "$QQ_NAME" qq-steady qq-burst
+        if want steady; then
+            srow "$QQ_NAME" steady "accept rate / its own quorum queue's" "$(p qq-steady rate)" \
+                "$(p qq-ceiling rate)" "$(ratio "$(p qq-steady rate)" "$(p qq-ceiling rate)")"
+            srow "$QQ_NAME" steady "broker CPU per message / its own quorum queue's, us" "$(v qq-steady.broker_us)" \
+                "$(v qq-ceiling.broker_us)" "$(ratio "$(v qq-steady.broker_us)" "$(v qq-ceiling.broker_us)")"
+        fi
+    else
+        srow "$QQ_NAME" - "$QQ_WHY" - - -
+    fi
     echo
     echo "summary, $BROKER_VSN, broker alone: publish $(p ceiling rate) msg/s (confirms), consume $(c ceiling rate) msg/s," \
         "end-to-end latency p50 / p99 / max $(lat3 ceiling) ms"
@@ -667,13 +745,18 @@ summary() {
         if [ "$PLUGIN" = 1 ]; then
             summary "$PLUGIN_NAME" plugin-steady plugin-burst
         fi
+        if [ "$QQ" = 1 ]; then
+            summary "$QQ_NAME" qq-steady qq-burst
+        fi
     fi
+    [ "$QQ" = 1 ] || echo "summary, $BROKER_VSN, $QQ_NAME: $QQ_WHY"
     [ "$PLUGIN" = 1 ] || echo "summary, $BROKER_VSN, $PLUGIN_NAME: $PLUGIN_WHY"
 } | tee "$WORK/report.txt"
 
 # Every scenario runs the bridge; the broker alone is always measured.
 WHO="delay-bridge, broker alone"
 if [ "$PLUGIN" = 1 ]; then WHO="delay-bridge, $PLUGIN_NAME, broker alone"; fi
+if [ "$QQ" = 1 ]; then WHO="$WHO, $QQ_NAME"; fi
 if [ ${#FAILED[@]} -gt 0 ]; then
     say "$BROKER_VSN ($WHO): FAILED: ${FAILED[*]}"
     exit 1
