@@ -10,8 +10,8 @@
  * Modes (where the delay goes):
  *   plain   no delay: due = publish time (the broker's end-to-end ceiling)
  *   xdelay  header x-delay = delay ms (delay-bridge, or the plugin)
- *   deliverytime  header x-opt-delivery-time = the due time, epoch ms (a
- *           long): a quorum queue's own delay (rabbitmq-server's qq-vNext,
+ *   deliverytime  header x-opt-delivery-time = send time + delay, epoch ms
+ *           rounded up (a long): a quorum queue's own delay (rabbitmq-server's qq-vNext,
  *           the 4.4 line), published to --exchange as plain messages are
  *   ttl     property expiration = delay ms, published through the default
  *           exchange to --ttl-queue, which this tool declares with
@@ -334,7 +334,9 @@ int main(int argc, char **argv)
             p.headers.num_entries = o.stamp ? 2 : 1;
             p.headers.entries = hdr;
         } else if (dtime) {
-            dt.value.value.i64 = (int64_t)due;
+            /* send time + delay rounded up to a whole ms: never before what
+             * the consumer's stamp counts from (pub_us + delay) */
+            dt.value.value.i64 = (int64_t)((now_us + (uint64_t)delay * 1000u + 999u) / 1000u);
             p._flags |= AMQP_BASIC_HEADERS_FLAG;
             p.headers.num_entries = 1;
             p.headers.entries = &dt;

@@ -29,6 +29,14 @@
 #      direct, bench.out bound with key bench), the bridge stopped: full
 #      speed, then each RATE of step 2 -- the bridge's R, so the two are
 #      compared at equal offered load. Elsewhere its rows say why not.
+#   4. on a node whose quorum queues delay (DB_RABBITMQ=qq-delay:
+#      rabbitmq-server's qq-vNext, quorumdelay.sh; run.sh's rows "quorum
+#      queue delay"), the bridge stopped: the broker alone through quorum
+#      queue bench.qout (exchange bench.qq), then the same with header
+#      x-opt-delivery-time = send time + delay, each at full speed and at
+#      each RATE of step 2. Its lateness is set beside the broker alone's
+#      (classic bench.out) and its own quorum queue's at the same rate.
+#      Elsewhere a row says why not; BENCH_QQ=0 leaves it out.
 #
 #   --count N   messages a load (default 40000; --smoke 2000)
 #   --loads L   percentages of R, comma-separated (default 25,50,90)
@@ -155,12 +163,15 @@ BROKER_VSN=$(sed -E 's/^(RabbitMQ [0-9]+(\.[0-9]+)*).*/\1/' <<<"${BROKER_DESC:-R
 
 # PLUGIN, PLUGIN_WHY, PLUGIN_NAME, PLUGIN_EX, plugin_decide, plugin_check_started
 . "$HERE/plugin.sh"
+# QQ, QQ_WHY, QQ_NAME, qq_decide, qq_consume, qq_publish, qq_plain
+. "$HERE/quorumdelay.sh"
 
 bench_traps
 
 # load NAME RATE KIND: one load of N messages (tag: the next number), a
 # consumer on bench.out first; RATE 0 = full speed; KIND plain (to bench.target), bridge (x-delay
-# to the ingress exchange), plugin (x-delay to the plugin's exchange) or
+# to the ingress exchange), plugin (x-delay to the plugin's exchange), qq
+# (x-opt-delivery-time to quorum queue bench.qout), qqplain (plain to it) or
 # twohop (plain to bench.out and, at the same time and rate, plain to
 # bench.hop1.q, consumed with the bridge's acks: NAME-in.*).
 TAG=0
@@ -175,7 +186,7 @@ load() {
     fi
     [ "$rate" = 0 ] || pace=(--rate "$rate")
     say "== $name: $N x 256 B, $kind, $([ "$rate" = 0 ] && echo "full speed" || echo "$rate msg/s")$(
-        [ "$kind" = plain ] || echo ", delays $DELAY ms")"
+        [ "$kind" = plain ] || [ "$kind" = qqplain ] || echo ", delays $DELAY ms")"
     case "$kind" in
     plain)
         consume "$name" "$N" "$TAG" --purge
@@ -210,6 +221,12 @@ load() {
             --delayed-type direct
         publish "$name" --mode xdelay --exchange "$PLUGIN_EX" --routing-key bench --count "$N" --tag "$TAG" \
             --delay "$DELAY" ${BENCH_STAMP:+--stamp} "${pace[@]}" ;;
+    qq)
+        qq_consume "$name" "$N" "$TAG"
+        qq_publish "$name" --count "$N" --tag "$TAG" --delay "$DELAY" "${pace[@]}" ;;
+    qqplain)
+        qq_consume "$name" "$N" "$TAG"
+        qq_plain "$name" --count "$N" --tag "$TAG" "${pace[@]}" ;;
     esac
     consumed "$name"
 }
@@ -284,6 +301,8 @@ TWOHOP_ACK=${BENCH_TWOHOP_ACK:---manual-ack 500 --ack-every-ms 10 --prefetch 100
 say "machine: $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 say "work directory $WORK, broker state $BROKER_DIR, port $PORT"
 say "delay-bridge: $BRIDGE_SRC (built $BRIDGE_BUILT), run from a copy in the work directory"
+qq_decide
+say "$QQ_NAME: $([ "$QQ" = 1 ] && echo "runs on this node (exchange $QQ_EX -> quorum queue $QQ_Q, x-opt-delivery-time; the bridge stopped)" || echo "$QQ_WHY")"
 plugin_decide
 if [ "$PLUGIN" = 1 ]; then
     say "$PLUGIN_NAME: runs on this node (exchange $PLUGIN_EX, the bridge stopped; RABBITMQ_PLUGINS_DIR=$RABBITMQ_PLUGINS_DIR)"
@@ -336,6 +355,14 @@ fi
 if [ "$PLUGIN" = 1 ]; then
     load plugin-sat 0 plugin
     for l in ${LOADS//,/ }; do load "plugin-$l" "${RATE[$l]}" plugin; done
+fi
+if [ "$QQ" = 1 ]; then
+    load qqalone-sat 0 qqplain
+    load qq-sat 0 qq
+    for l in ${LOADS//,/ }; do
+        load "qqalone-$l" "${RATE[$l]}" qqplain
+        load "qq-$l" "${RATE[$l]}" qq
+    done
 fi
 
 # ---------------------------------------------------------------- report
@@ -413,11 +440,13 @@ hops_p99() {
     a=$(c "twohop-$1-in" lat_p99_ms) b=$(c "twohop-$1" lat_p99_ms)
     if isnum "$a" && isnum "$b"; then fmt 1 "$a + $b"; else printf -- '-'; fi
 }
-# system_rows WHO PREFIX: saturation and every load of one system (PREFIX-sat, PREFIX-L).
+# system_rows WHO PREFIX [ALONE]: saturation and every load of one system
+# (PREFIX-sat, PREFIX-L) against ALONE-sat, ALONE-L (default: alone, the
+# broker alone through bench.out).
 system_rows() {
     local who=$1 pre=$2 alone l
     for l in sat ${LOADS//,/ }; do
-        alone="alone-$l"
+        alone="${3:-alone}-$l"
         [ "$pre" != alone ] || alone=""
         rows "$who" "$pre-$l" "$alone" "$([ "$l" = sat ] && echo saturation || echo "load $l%")"
     done
@@ -476,6 +505,13 @@ summary() {
     else
         srow "$PLUGIN_NAME" - "$PLUGIN_WHY" - - -
     fi
+    if [ "$QQ" = 1 ]; then
+        system_rows "broker alone: quorum queue" qqalone
+        system_rows "$QQ_NAME" qq
+        system_rows "$QQ_NAME / its quorum queue" qq qqalone
+    else
+        srow "$QQ_NAME" - "$QQ_WHY" - - -
+    fi
     echo
     line="summary, $BROKER_VSN, broker alone, generator $(gen_of plain): full speed $(p alone-sat rate) msg/s; end-to-end latency p50 / p99 / max"
     for l in ${LOADS//,/ }; do line+=" at $l% (${RATE[$l]} msg/s) $(lat3 "alone-$l") ms,"; done
@@ -491,10 +527,16 @@ summary() {
     else
         echo "summary, $BROKER_VSN, $PLUGIN_NAME: $PLUGIN_WHY"
     fi
+    if [ "$QQ" = 1 ]; then
+        summary "$QQ_NAME" qq
+    else
+        echo "summary, $BROKER_VSN, $QQ_NAME: $QQ_WHY"
+    fi
 } | tee "$WORK/report.txt"
 
 WHO="delay-bridge, broker alone"
 if [ "$PLUGIN" = 1 ]; then WHO="delay-bridge, $PLUGIN_NAME, broker alone"; fi
+if [ "$QQ" = 1 ]; then WHO="$WHO, $QQ_NAME"; fi
 if [ ${#FAILED[@]} -gt 0 ]; then
     say "$BROKER_VSN ($WHO): FAILED: ${FAILED[*]}"
     exit 1

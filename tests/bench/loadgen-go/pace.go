@@ -6,12 +6,13 @@
 // processes (the harness starts the consumer in the background and waits
 // for its ready file, then runs the publisher in the foreground):
 //
-//	pace publish --uri URI --count N [--mode plain|xdelay] [--exchange X]
+//	pace publish --uri URI --count N [--mode plain|xdelay|deliverytime] [--exchange X]
 //	             [--routing-key K] [--delay LO[-HI]] [--rate R] [--size B]
 //	             [--window W] [--tag T] [--seed S]
 //	pace consume --uri URI --count N [--queue Q] [--exchange X
 //	             [--exchange-type T [--delayed-type D]]] [--routing-key K]
 //	             [--purge] [--tag T] [--ready-file F] [--idle S] [--first-wait S]
+//	             [--queue-type T]
 //
 // Flags take one dash or two (Go's flag package), so the harness's command
 // lines for load_publish / load_consume serve unchanged; options of theirs
@@ -40,12 +41,15 @@
 //
 // sent_us is time.Now() just before the publish; d is 0 in plain mode and
 // in xdelay mode uniform in [LO, HI] ms (math/rand, seeded by --seed), sent
-// as header x-delay (int64). Messages are persistent (delivery mode 2).
+// as header x-delay (int64); in deliverytime mode the same d goes as header
+// x-opt-delivery-time = sent_us + d ms in epoch ms, rounded up (int64: a
+// quorum queue's own delay, rabbitmq-server's qq-vNext). Messages are
+// persistent (delivery mode 2).
 //
 // The consumer declares what load_consume declares for the bench topology
 // when --exchange is given: exchange X durable, direct (or of type T, with
 // argument x-delayed-type D when given: the plugin's exchange), queue Q
-// durable (no arguments), Q bound to X with K; --purge empties Q; then basic.consume
+// durable (argument x-queue-type T with --queue-type T), Q bound to X with K; --purge empties Q; then basic.consume
 // with automatic acks, the ready file touched once consume-ok came back.
 // Lateness of a message = receive time - (sent_us + d * 1000), in ms with
 // the microseconds kept; it stops at N distinct messages of its --tag, or
@@ -141,7 +145,7 @@ func publish(args []string) {
 	fs := flag.NewFlagSet("pace publish", flag.ExitOnError)
 	uri := fs.String("uri", "amqp://guest:guest@127.0.0.1:5672/%2f", "broker URI")
 	count := fs.Int("count", 0, "messages to publish")
-	mode := fs.String("mode", "plain", "plain or xdelay")
+	mode := fs.String("mode", "plain", "plain, xdelay or deliverytime")
 	exchange := fs.String("exchange", "bench.target", "exchange to publish to")
 	key := fs.String("routing-key", "bench", "routing key")
 	delay := fs.String("delay", "0", "xdelay: delay LO[-HI] ms, uniform")
@@ -154,8 +158,8 @@ func publish(args []string) {
 	if *count < 1 || *window < 1 || *rate < 0 || *size < 0 {
 		die("publish", "--count and --window must be >= 1, --rate and --size >= 0")
 	}
-	if *mode != "plain" && *mode != "xdelay" {
-		die("publish", "--mode %s: plain or xdelay", *mode)
+	if *mode != "plain" && *mode != "xdelay" && *mode != "deliverytime" {
+		die("publish", "--mode %s: plain, xdelay or deliverytime", *mode)
 	}
 	lo, hi, err := parseDelay(*delay)
 	if err != nil {
@@ -219,8 +223,13 @@ func publish(args []string) {
 			body = append(body, filler[:*size-len(body)]...)
 		}
 		msg := amqp.Publishing{DeliveryMode: amqp.Persistent, ContentType: "application/octet-stream", Body: body}
-		if *mode == "xdelay" {
+		switch *mode {
+		case "xdelay":
 			msg.Headers = amqp.Table{"x-delay": d}
+		case "deliverytime":
+			// A quorum queue's own delay: the send time + d in epoch ms,
+			// rounded up, so never before what the stamp counts from.
+			msg.Headers = amqp.Table{"x-opt-delivery-time": (epochUs(now) + d*1000 + 999) / 1000}
 		}
 		if err := ch.Publish(*exchange, *key, false, false, msg); err != nil {
 			die("publish", "basic.publish %d: %v", i, err)
@@ -299,6 +308,7 @@ func consume(args []string) {
 	manualAck := fs.Int("manual-ack", 0, "manual acks: one multiple ack per N messages (0: automatic acks)")
 	prefetch := fs.Int("prefetch", 1000, "basic.qos prefetch with --manual-ack")
 	ackEvery := fs.Int("ack-every-ms", 0, "with --manual-ack: also one multiple ack once T ms passed since the last")
+	queueType := fs.String("queue-type", "", "argument x-queue-type of the queue declared with --exchange")
 	parseFlags(fs, args, "consume")
 	if *count < 1 {
 		die("consume", "--count N (N >= 1) is required")
@@ -320,7 +330,11 @@ func consume(args []string) {
 		if err := ch.ExchangeDeclare(*exchange, *exType, true, false, false, false, xargs); err != nil {
 			die("consume", "exchange.declare: %v", err)
 		}
-		if _, err := ch.QueueDeclare(*queue, true, false, false, false, nil); err != nil {
+		var qargs amqp.Table
+		if *queueType != "" {
+			qargs = amqp.Table{"x-queue-type": *queueType}
+		}
+		if _, err := ch.QueueDeclare(*queue, true, false, false, false, qargs); err != nil {
 			die("consume", "queue.declare: %v", err)
 		}
 		if err := ch.QueueBind(*queue, *key, *exchange, false, nil); err != nil {
