@@ -39,7 +39,7 @@ set_target_properties(db_sim PROPERTIES OUTPUT_NAME sim RUNTIME_OUTPUT_DIRECTORY
 # runs them, on the shared machine: 3000 plain 26.7 s of CPU, 400 under
 # ASan 26.4 s.
 #
-# The bound, in CPU time: run.sh --cpu-limit 120 (ulimit -t) lets no
+# The bound, in CPU time: run.sh --cpu-limit 120 (ulimit -S -t) lets no
 # process of the run use more than 120 s of CPU, so a seed that never ends
 # fails as that seed -- on an idle machine and on a loaded one alike. The
 # wall TIMEOUT is only a backstop for a process that blocks; it is not a
