@@ -155,6 +155,10 @@ lane_release() {
 lane_asan() {
     # The unit tests under the sanitizers (the integration tests that run
     # the sanitized daemon are in [build]: one scheduler for every broker test).
+    # Under nice, this lane gets what [build] leaves: its heavy test,
+    # sim.seeds, is sized for ASan and bounded by CPU time, not wall time
+    # (tests/sim/tests.cmake has the arithmetic), so a loaded machine
+    # slows it down but cannot fail it.
     ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:strict_string_checks=1} \
     UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
         nice ctest --test-dir build-asan -L unit -j "$JOBS" --output-on-failure

@@ -36,6 +36,7 @@
 #include "delay-bridge/engine.h"
 #include "base/log.h"
 #include "delay-bridge/wal.h"
+#include "../unit/testkit.h"
 
 static double now_s(void)
 {
@@ -55,10 +56,7 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 static uint64_t rnd(void)
 {
-    uint64_t z = (rng += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
+    return tk_rand(&rng);
 }
 
 static const char *route_names[2] = {"r0", "r1"};

@@ -24,6 +24,7 @@
 #include "delay-bridge/engine.h"
 #include "delay-bridge/wal.h"
 #include "base/log.h"
+#include "../unit/testkit.h"
 
 static double now_s(void)
 {
@@ -50,13 +51,6 @@ static int route_index(void *arg, const char *name, size_t len)
     return 0;
 }
 
-static void rm_rf(const char *dir)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", dir);
-}
 
 /* Fire what is due and confirm it at once, as a broker would. */
 static void retire(struct engine *e, uint64_t now)
@@ -172,7 +166,7 @@ static void run(const char *base, uint64_t n, int with_ckpt, int *cold, uint64_t
     long rss0, rss1;
 
     snprintf(dir, sizeof(dir), "%s/bench_recovery.%d", base, (int)getpid());
-    rm_rf(dir);
+    tk_rm_rf(dir);
     fill(dir, n, t0, with_ckpt ? n - n / 100 : 0);
     if (*cold) {
         sync();
@@ -200,7 +194,7 @@ static void run(const char *base, uint64_t n, int with_ckpt, int *cold, uint64_t
            (double)(rss1 - rss0) * 1024.0 / (double)s.held);
     fflush(stdout);
     eng_close(e);
-    rm_rf(dir);
+    tk_rm_rf(dir);
 }
 
 int main(int argc, char **argv)

@@ -24,7 +24,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +35,7 @@
 
 #include "delay-bridge/wal.h"
 #include "delay-bridge/walrec.h"
+#include "../unit/testkit.h"
 
 #define TMPFS_MAGIC 0x01021994
 
@@ -46,18 +46,6 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-static void rm_rf(const char *p)
-{
-    nftw(p, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 /* AMQP basic properties: content-type, headers {x-delay: long}, delivery-mode, message-id. */
 static const uint8_t props[] = {
@@ -164,7 +152,7 @@ static void bench_append(const char *root, uint32_t body, int k, uint64_t n, int
     int r;
 
     snprintf(dir, sizeof(dir), "%s/append-%u-%d", root, body, k);
-    rm_rf(dir);
+    tk_rm_rf(dir);
     memset(&o, 0, sizeof(o));
     o.dir = dir;
     if ((r = wal_open(&w, &o, no_replay, NULL)) < 0)
@@ -206,7 +194,7 @@ static void bench_append(const char *root, uint32_t body, int k, uint64_t n, int
            (unsigned long long)(st.appended_bytes / n));
     free(m.body);
     if (!keep)
-        rm_rf(dir);
+        tk_rm_rf(dir);
 }
 
 /* Fraction of the log's bytes in the page cache (mincore). */
@@ -260,7 +248,7 @@ static void bench_replay(const char *root, uint64_t n, int cold, int keep)
     int r;
 
     snprintf(dir, sizeof(dir), "%s/replay-%llu", root, (unsigned long long)n);
-    rm_rf(dir);
+    tk_rm_rf(dir);
     memset(&o, 0, sizeof(o));
     o.dir = dir;
     o.no_sync = 1; /* building the log; the syncs are not what is measured here */
@@ -303,7 +291,7 @@ static void bench_replay(const char *root, uint64_t n, int cold, int keep)
            rs.records == n && st.live_records == n ? "" : "  MISMATCH");
     free(m.body);
     if (!keep)
-        rm_rf(dir);
+        tk_rm_rf(dir);
 }
 
 static int parse_list(const char *s, uint64_t *v, int max)
@@ -395,6 +383,6 @@ int main(int argc, char **argv)
         if (replay_n[i])
             bench_replay(dir, replay_n[i], cold, keep);
     if (!keep)
-        rm_rf(dir);
+        tk_rm_rf(dir);
     return 0;
 }

@@ -9,6 +9,13 @@ Every test_*.py is a standalone script run against a REAL RabbitMQ:
 
 Exit codes: 0 pass, 1 fail, 77 skipped (ctest's SKIP_RETURN_CODE).
 
+A test of several steps runs them as named cases (`Cases` below): each
+case runs even when an earlier one failed, each is logged "case NAME: ok"
+or "case NAME: FAILED ...", and the test fails at the end naming every
+failed case -- so the first failure does not hide the rest. A case that
+cannot mean anything without an earlier one names it (needs=...) and is
+reported as not run when that one failed.
+
 Beside it, for the tests that need them: harness_load.py (load that keeps
 the broker busy: publish_pipelined, the background Feeder) and
 harness_wal.py (the daemon's WAL files: segments, records, `wal dump`).
@@ -82,6 +89,11 @@ class Skip(Exception):
 
 class TestFailure(AssertionError):
     """A check failed; the message says what a user would see go wrong."""
+
+
+class BudgetExceeded(TestFailure):
+    """The test's watchdog (run()'s budget_s) fired: it ends the whole test,
+    whatever case is running."""
 
 
 def fail(msg):
@@ -1491,6 +1503,71 @@ def report(ctx, e):
     ctx.dump_logs()
 
 
+class Cases(object):
+    """A test's named cases, each run whatever happened to the ones before:
+
+        cases = h.Cases()
+        cases.run("added", case_added)                # fn(*args)
+        cases.run("on_time", case_on_time, needs="added")
+        cases.done()                                  # fails naming every failed case
+
+    A case fails by raising (TestFailure from check(), or any error: a
+    timeout, a reset connection); it is logged with its reason (and the
+    traceback when it was not a check) and the next case runs. Skip in a
+    case skips that case only. needs: a case name (or a list) this one
+    cannot run without; when one of them failed or did not run, this one
+    is reported as not run (and counts as failed). The test's budget
+    (run()'s watchdog) still ends the whole test."""
+
+    def __init__(self):
+        self.results = []  # (name, "ok" | "FAILED" | "skipped" | "not run", reason)
+
+    def _status(self, name):
+        for n, st, _ in self.results:
+            if n == name:
+                return st
+        return None
+
+    def run(self, name, fn, *args, needs=()):
+        check(self._status(name) is None, "two cases named %r" % name)
+        needs = [needs] if isinstance(needs, str) else list(needs)
+        missing = [n for n in needs if self._status(n) not in ("ok", "skipped")]
+        if missing:
+            why = "needs %s, which %s" % (", ".join(missing), "failed or did not run")
+            log("case %s: NOT RUN: %s" % (name, why))
+            self.results.append((name, "not run", why))
+            return
+        log("case %s: start" % name)
+        try:
+            fn(*args)
+        except BudgetExceeded:
+            raise
+        except Skip as e:
+            log("case %s: skipped: %s" % (name, e))
+            self.results.append((name, "skipped", str(e)))
+            return
+        except Exception as e:  # noqa: B902 -- a timeout or a reset is this case's failure too
+            if isinstance(e, TestFailure):
+                log("case %s: FAILED: %s" % (name, e))
+            else:
+                log("case %s: FAILED: %r" % (name, e))
+                traceback.print_exc(file=sys.stdout)
+            self.results.append((name, "FAILED", str(e) or repr(e)))
+            return
+        log("case %s: ok" % name)
+        self.results.append((name, "ok", ""))
+
+    def failed(self):
+        return [(n, st, why) for n, st, why in self.results if st in ("FAILED", "not run")]
+
+    def done(self):
+        """Log one line per case; fail naming each that failed or did not run."""
+        log("cases: %s" % ", ".join("%s %s" % (n, st) for n, st, _ in self.results))
+        bad = self.failed()
+        check(not bad, "%d of %d case(s) failed:\n  %s" % (len(bad), len(self.results), "\n  ".join(
+            "%s: %s: %s" % (n, st, why.splitlines()[0] if why else "") for n, st, why in bad)))
+
+
 def on_tmpfs(ctx, size_mb, fn, filler_mb=0):
     """fn(path, filler) with path a tmpfs of size_mb MiB mounted for it,
     unmounted after whatever happened (a WAL disk that can fill), and
@@ -1529,7 +1606,7 @@ def run(test_fn, budget_s=120):
         name, mask_uri(broker_uri()), broker_version(), os.environ.get("DB_BRIDGE_BIN"), ctx.tmp))
 
     def on_alarm(signum, frame):
-        raise TestFailure("test exceeded its %ds budget" % budget_s)
+        raise BudgetExceeded("test exceeded its %ds budget" % budget_s)
 
     signal.signal(signal.SIGALRM, on_alarm)
     signal.alarm(budget_s)

@@ -28,12 +28,18 @@ Then the watermark goes back to 0.4 (always, in a finally block): blocked
 returns to 0, every message arrives (lost = 0), none before its due time
 (batch B's due time counts from its dead-lettering, no earlier than publish
 + TTL); duplicates are counted by cause with harness.tally().
+
+Named cases (harness.Cases: each runs and is reported even when one before
+it failed): held_before_alarm, alarm, then what the alarm showed --
+loop_ran, metrics_answered, blocked_reported, batch_b_taken, timers_ran --
+then unblocked_after, none_lost, none_early, healthz_after, clean_stop.
 """
 
 import http.client
 import random
 import threading
 import time
+import types
 
 import harness as h
 from harness import check
@@ -188,123 +194,160 @@ def test(ctx):
     p.close()
     h.log("published %d x %d KiB (delays 4-14 s) in %.1fs, and %d to the staging queue "
           "(TTL %d ms, delays 1-4 s)" % (N_A, BODY // 1024, time.monotonic() - t_a, N_B, TTL_MS))
-    # received >= N_A: batch A, all of it (batch B reaches the ingress only after
-    # its TTL, behind A in the queue)
-    ctx.wait_taken(port, route["ingress_queue"], N_A, 20, "the bridge to take batch A")
-    # Publishing 12.8 MB normally takes a second or two; on a loaded machine
-    # (or under ASan) the first of batch A can fall due before the alarm.
-    # That is fine as long as none came before its own due time (and most of
-    # batch A is still held: the alarm's checks below need timers to run).
-    early = [m for m in c.snapshot() if m.t < sent[m.message_id][0] - h.early_tolerance()]
-    check(not early, "messages arrived before their due time: %s" % h.summarize(early))
-    check(c.count() < N_A // 2, "half of batch A fell due before the alarm (%d): the machine "
-          "is too slow for this test's timing" % c.count())
-    if c.count():
-        h.log("%d message(s) of batch A fell due before the alarm, none early" % c.count())
+    # What a case leaves for the later ones (each runs whatever happened before it).
+    st_ = types.SimpleNamespace(t_on=None, t_off=None, during=[], silence=0.0, stalled=None,
+                                delivered_in_alarm=None, ingress_depth=None, staging_depth=None,
+                                t=None, msgs=[])
+
+    def case_held_before_alarm():
+        # received >= N_A: batch A, all of it (batch B reaches the ingress only after
+        # its TTL, behind A in the queue)
+        ctx.wait_taken(port, route["ingress_queue"], N_A, 20, "the bridge to take batch A")
+        # Publishing 12.8 MB normally takes a second or two; on a loaded machine
+        # (or under ASan) the first of batch A can fall due before the alarm.
+        # That is fine as long as none came before its own due time (and most of
+        # batch A is still held: the alarm's checks below need timers to run).
+        early = [m for m in c.snapshot() if m.t < sent[m.message_id][0] - h.early_tolerance()]
+        check(not early, "messages arrived before their due time: %s" % h.summarize(early))
+        check(c.count() < N_A // 2, "half of batch A fell due before the alarm (%d): the machine "
+              "is too slow for this test's timing" % c.count())
+        if c.count():
+            h.log("%d message(s) of batch A fell due before the alarm, none early" % c.count())
 
     prober = Prober(port, "alarm", b.proc.pid)
-    problems = []
-    t_on = t_off = None
-    try:
-        h.log("raising a memory alarm: set_vm_memory_high_watermark 0.000001")
-        h.rabbitmqctl("set_vm_memory_high_watermark", "0.000001")
-        t_on = time.monotonic()
-        delivered_at_alarm = c.count()
-        deadline = t_on + ALARM_S
-        while time.monotonic() < deadline:
-            b.check_alive()
-            time.sleep(0.5)
-        conns = h.rabbitmqctl("list_connections", "client_properties", "state")
-        states = [line for line in conns.splitlines() if "delay-bridge" in line]
-        for line in states:
-            name = "publisher" if "delay-bridge publisher" in line else "consumer"
-            h.log("broker's view during the alarm: bridge %s connection state %s"
-                  % (name, line.split()[-1]))
-        delivered_in_alarm = c.count() - delivered_at_alarm
-        ingress_depth = ctx.queue_depth(route["ingress_queue"])
-        staging_depth = ctx.queue_depth(staging)
-    finally:
-        h.log("clearing the alarm: set_vm_memory_high_watermark 0.4")
-        h.rabbitmqctl("set_vm_memory_high_watermark", "0.4")
-        t_off = time.monotonic()
 
-    # What happened while the alarm was on.
-    silence, stalled = prober.loop_check(t_on, t_off, "the alarm")
-    if stalled:
-        problems.append(stalled)
-    during = prober.between(t_on, t_off)
-    if during:
-        first, last = during[0], during[-1]
-        h.log("metrics during the alarm: first %s" % first)
-        h.log("                          last  %s" % last)
-    else:
-        first = last = {}
-        problems.append("/metrics never answered while the broker was blocked")
-    if not any(s.get("blocked") == 1 for s in during):
-        problems.append('delay_bridge_broker_blocked{connection="publisher"} never became 1 '
-                        "during a %.0f s memory alarm (values seen: %s)"
-                        % (ALARM_S, sorted({s.get("blocked") for s in during}, key=str)))
-    if not any((s.get("received") or 0) >= N_A + N_B for s in during):
-        problems.append("the consumer did not take batch B from the ingress queue during the "
-                        "alarm: received_total reached %s of %d (ingress queue %d, staging queue "
-                        "%d at the end of the alarm)" % (
-                            max((s.get("received") or 0) for s in during) if during else None,
-                            N_A + N_B, ingress_depth, staging_depth))
-    waits = [s.get("waiting") for s in during if s.get("waiting") is not None]
-    if not waits or not min(waits) < max(waits):
-        problems.append("timers did not run during the alarm: waiting_messages %s"
-                        % (sorted(set(waits))[:5] if waits else "never read"))
-    else:
+    def case_alarm():
+        try:
+            h.log("raising a memory alarm: set_vm_memory_high_watermark 0.000001")
+            h.rabbitmqctl("set_vm_memory_high_watermark", "0.000001")
+            st_.t_on = time.monotonic()
+            delivered_at_alarm = c.count()
+            deadline = st_.t_on + ALARM_S
+            while time.monotonic() < deadline:
+                b.check_alive()
+                time.sleep(0.5)
+            conns = h.rabbitmqctl("list_connections", "client_properties", "state")
+            states = [line for line in conns.splitlines() if "delay-bridge" in line]
+            for line in states:
+                name = "publisher" if "delay-bridge publisher" in line else "consumer"
+                h.log("broker's view during the alarm: bridge %s connection state %s"
+                      % (name, line.split()[-1]))
+            st_.delivered_in_alarm = c.count() - delivered_at_alarm
+            st_.ingress_depth = ctx.queue_depth(route["ingress_queue"])
+            st_.staging_depth = ctx.queue_depth(staging)
+        finally:
+            h.log("clearing the alarm: set_vm_memory_high_watermark 0.4")
+            h.rabbitmqctl("set_vm_memory_high_watermark", "0.4")
+            st_.t_off = time.monotonic()
+        # What happened while the alarm was on (the cases below judge it).
+        st_.silence, st_.stalled = prober.loop_check(st_.t_on, st_.t_off, "the alarm")
+        st_.during = prober.between(st_.t_on, st_.t_off)
+        if st_.during:
+            h.log("metrics during the alarm: first %s" % st_.during[0])
+            h.log("                          last  %s" % st_.during[-1])
+        h.log("during the alarm: %d message(s) reached the target (the broker may route what it "
+              "read before blocking), ingress queue %d, staging queue %d"
+              % (st_.delivered_in_alarm, st_.ingress_depth, st_.staging_depth))
+
+    def case_loop_ran():
+        check(not st_.stalled, st_.stalled or "")
+
+    def case_metrics_answered():
+        check(st_.during, "/metrics never answered while the broker was blocked")
+
+    def case_blocked_reported():
+        during = st_.during
+        check(any(x.get("blocked") == 1 for x in during),
+              'delay_bridge_broker_blocked{connection="publisher"} never became 1 '
+              "during a %.0f s memory alarm (values seen: %s)"
+              % (ALARM_S, sorted({x.get("blocked") for x in during}, key=str)))
+
+    def case_batch_b_taken():
+        during = st_.during
+        check(any((x.get("received") or 0) >= N_A + N_B for x in during),
+              "the consumer did not take batch B from the ingress queue during the "
+              "alarm: received_total reached %s of %d (ingress queue %d, staging queue "
+              "%d at the end of the alarm)" % (
+                  max((x.get("received") or 0) for x in during) if during else None,
+                  N_A + N_B, st_.ingress_depth, st_.staging_depth))
+
+    def case_timers_ran():
+        waits = [x.get("waiting") for x in st_.during if x.get("waiting") is not None]
+        check(waits and min(waits) < max(waits), "timers did not run during the alarm: "
+              "waiting_messages %s" % (sorted(set(waits))[:5] if waits else "never read"))
         h.log("timers ran: waiting_messages went from %d to %d during the alarm"
               % (max(waits), min(waits)))
-    h.log("during the alarm: %d message(s) reached the target (the broker may route what it "
-          "read before blocking), ingress queue %d, staging queue %d"
-          % (delivered_in_alarm, ingress_depth, staging_depth))
 
     # After the alarm: publishing resumes, blocked returns to 0, all arrive.
-    deadline = time.monotonic() + 20
-    while True:
-        st, body, took = http_get(port, "/metrics", timeout=5)
-        blocked = (h.metric_value(body, "delay_bridge_broker_blocked", 'connection="publisher"')
-                   if st == 200 else None)
-        if blocked == 0:
-            break
-        if time.monotonic() > deadline:
-            problems.append('delay_bridge_broker_blocked{connection="publisher"} is %r 20 s after '
-                            "the alarm cleared" % blocked)
-            break
-        time.sleep(0.2)
-    h.log("after the alarm: broker_blocked{publisher}=%r %.1fs after clearing"
-          % (blocked, time.monotonic() - t_off))
+    def case_unblocked_after():
+        deadline = time.monotonic() + 20
+        while True:
+            st, body, took = http_get(port, "/metrics", timeout=5)
+            blocked = (h.metric_value(body, "delay_bridge_broker_blocked", 'connection="publisher"')
+                       if st == 200 else None)
+            if blocked == 0:
+                break
+            check(time.monotonic() <= deadline, 'delay_bridge_broker_blocked{connection="publisher"} '
+                  "is %r 20 s after the alarm cleared" % blocked)
+            time.sleep(0.2)
+        h.log("after the alarm: broker_blocked{publisher}=%r %.1fs after clearing"
+              % (blocked, time.monotonic() - st_.t_off))
 
-    c.wait_ids(sent.keys(), 60)
-    msgs = c.quiet(1.5)
-    t = h.tally(sent.keys(), msgs)
-    h.log("tally: " + h.tally_line(t))
-    check(not t["lost"], "%d message(s) never arrived: %s" % (len(t["lost"]), t["lost"][:20]))
-    check(not t["unknown"], "unknown message ids arrived: %s" % t["unknown"][:20])
-    early = []
-    for mid, (due, delay) in sent.items():
-        first_t = min(m.t for m in t["per_id"][mid])
-        if first_t < due - h.early_tolerance():
-            early.append("%s %.3fs before its due time" % (mid, due - first_t))
-        if mid.startswith("a"):
-            check(all(len(m.body) == BODY for m in t["per_id"][mid]), "%s: body changed" % mid)
-    check(not early, "%d message(s) arrived EARLY: %s" % (len(early), early[:10]))
-    released = [m.t - t_off for m in msgs if m.t >= t_off]
-    h.log("none early; %d delivered after the alarm cleared, the last %.1fs after"
-          % (len(released), max(released, default=0.0)))
-    st, body, took = http_get(port, "/healthz")
-    check(st == 200, "/healthz after the alarm: %r" % st)
-    prober.stop()
-    b.stop()
+    def case_none_lost():
+        try:
+            c.wait_ids(sent.keys(), 60)
+        finally:  # none_early judges whatever arrived
+            st_.msgs = c.quiet(1.5)
+            st_.t = h.tally(sent.keys(), st_.msgs)
+        t = st_.t
+        h.log("tally: " + h.tally_line(t))
+        check(not t["lost"], "%d message(s) never arrived: %s" % (len(t["lost"]), t["lost"][:20]))
+        check(not t["unknown"], "unknown message ids arrived: %s" % t["unknown"][:20])
+
+    def case_none_early():
+        t = st_.t
+        early = []
+        for mid, (due, delay) in sent.items():
+            if mid not in t["per_id"]:
+                continue  # lost: none_lost says so
+            first_t = min(m.t for m in t["per_id"][mid])
+            if first_t < due - h.early_tolerance():
+                early.append("%s %.3fs before its due time" % (mid, due - first_t))
+            if mid.startswith("a"):
+                check(all(len(m.body) == BODY for m in t["per_id"][mid]), "%s: body changed" % mid)
+        check(not early, "%d message(s) arrived EARLY: %s" % (len(early), early[:10]))
+        released = [m.t - st_.t_off for m in st_.msgs if m.t >= st_.t_off]
+        h.log("none early; %d delivered after the alarm cleared, the last %.1fs after"
+              % (len(released), max(released, default=0.0)))
+
+    def case_healthz_after():
+        st, body, took = http_get(port, "/healthz")
+        check(st == 200, "/healthz after the alarm: %r" % st)
+
+    def case_clean_stop():
+        prober.stop()
+        b.stop()
+
+    cases = h.Cases()
+    cases.run("held_before_alarm", case_held_before_alarm)
+    cases.run("alarm", case_alarm)
+    cases.run("loop_ran", case_loop_ran, needs="alarm")
+    cases.run("metrics_answered", case_metrics_answered, needs="alarm")
+    cases.run("blocked_reported", case_blocked_reported, needs="alarm")
+    cases.run("batch_b_taken", case_batch_b_taken, needs="alarm")
+    cases.run("timers_ran", case_timers_ran, needs="alarm")
+    cases.run("unblocked_after", case_unblocked_after)
+    cases.run("none_lost", case_none_lost)
+    cases.run("none_early", case_none_early)
+    cases.run("healthz_after", case_healthz_after)
+    cases.run("clean_stop", case_clean_stop)
+    t = st_.t or {"sent": len(sent), "delivered": 0, "lost": [], "duplicates": 0, "case1": 0,
+                  "case2": 0}
     h.log("RESULT sent=%d delivered=%d lost=%d duplicates=%d (case1=%d case2=%d) "
           "healthz_longest_silence_s=%.1f problems=%d" % (
               t["sent"], t["delivered"], len(t["lost"]), t["duplicates"], t["case1"], t["case2"],
-              silence, len(problems)))
-    if problems:
-        h.fail("during the memory alarm:\n  - " + "\n  - ".join(problems))
-
+              st_.silence, len(cases.failed())))
+    cases.done()
 
 if __name__ == "__main__":
     h.run(test, budget_s=180)

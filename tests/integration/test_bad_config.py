@@ -11,7 +11,12 @@ cannot create or write (as root the daemon runs as nobody via setpriv for
 that case, where root could write anywhere). --check-config agrees (exit 3)
 on every mistake that is in the file itself; the two wal.dir cases depend on
 the machine and user and are the daemon's check at start only
-(config_check_wal_dir)."""
+(config_check_wal_dir).
+
+Each mistake is a named case (harness.Cases), run and reported whatever
+happened to the ones before; the two unwritable wal.dir cases are skipped
+(alone) where they cannot run (root without setpriv, or a user that cannot
+run the binary)."""
 
 import json
 import os
@@ -31,7 +36,6 @@ def stream(cfg):
 
 def test(ctx):
     n = [0]
-    failures = []
 
     def case_dir():
         n[0] += 1
@@ -76,10 +80,9 @@ def test(ctx):
             if rc2 != 3 or key not in err2:
                 problems.append("--check-config: exit %d (%s)" % (rc2, err2.strip()[:200]))
         h.log("%s %-44s exit %d: %s" % ("ok  " if not problems else "BAD ", what, rc, shown))
-        for x in problems:
-            failures.append("%s: %s (stderr: %s)" % (what, x, shown))
+        check(not problems, "%s (stderr: %s)" % ("; ".join(problems), shown))
 
-    cases = [
+    table = [
         # missing required keys
         ("missing broker.uri", lambda c: mutate(c, "broker.uri", delete=True), "broker.uri"),
         ("missing wal.dir", lambda c: mutate(c, "wal.dir", delete=True), "wal.dir"),
@@ -137,48 +140,69 @@ def test(ctx):
         ("stream_max_mb -1", lambda c: stream(mutate(c, "routes[0].stream_max_mb", -1)),
          "routes[0].stream_max_mb"),
     ]
-    for what, fn, key in cases:
+    cases = h.Cases()
+
+    def table_case(what, fn, key):
         d = case_dir()
         expect_refused(what, d, fn(base(d)), key)
 
+    for what, fn, key in table:
+        cases.run(what, table_case, what, fn, key)
+
     # wal.dir through a regular file: cannot be a directory, whoever runs it.
-    d = case_dir()
-    afile = os.path.join(d, "a-file")
+    d_file = case_dir()
+    afile = os.path.join(d_file, "a-file")
     with open(afile, "w") as f:
         f.write("not a directory\n")
-    expect_refused("wal.dir under a regular file", d,
-                   mutate(base(d), "wal.dir", os.path.join(afile, "wal")), "wal.dir",
-                   check_config=False)
-    expect_refused("wal.dir is a regular file", d, mutate(base(d), "wal.dir", afile), "wal.dir",
-                   check_config=False, wal=os.path.join(d, "never"))
+    cases.run("wal.dir under a regular file", expect_refused, "wal.dir under a regular file", d_file,
+              mutate(base(d_file), "wal.dir", os.path.join(afile, "wal")), "wal.dir", False)
+    cases.run("wal.dir is a regular file", lambda: expect_refused(
+        "wal.dir is a regular file", d_file, mutate(base(d_file), "wal.dir", afile), "wal.dir",
+        check_config=False, wal=os.path.join(d_file, "never")))
+
     # /etc/passwd/x, the classic
-    d = case_dir()
-    expect_refused("wal.dir /etc/passwd/x", d, mutate(base(d), "wal.dir", "/etc/passwd/x"),
-                   "wal.dir", check_config=False)
+    def case_etc_passwd():
+        d = case_dir()
+        expect_refused("wal.dir /etc/passwd/x", d, mutate(base(d), "wal.dir", "/etc/passwd/x"),
+                       "wal.dir", check_config=False)
+    cases.run("wal.dir /etc/passwd/x", case_etc_passwd)
 
     # An unwritable parent, and an existing WAL directory that is not writable.
     user = None
     if os.geteuid() == 0:
-        if not shutil.which("setpriv"):
-            raise h.Skip("running as root without setpriv: cannot test an unwritable wal.dir")
-        user = NOBODY
-        r = subprocess.run(["setpriv", "--reuid=%d" % user, "--regid=%d" % user, "--clear-groups",
-                            h.bridge_bin(), "--version"], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE)
-        if r.returncode != 0:
-            h.log("SKIP the unwritable wal.dir cases: user %d cannot run %s" % (user, h.bridge_bin()))
-            user = -1
-    if user != -1:
-        d = case_dir()
+        if shutil.which("setpriv"):
+            user = NOBODY
+            r = subprocess.run(["setpriv", "--reuid=%d" % user, "--regid=%d" % user, "--clear-groups",
+                                h.bridge_bin(), "--version"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+            if r.returncode != 0:
+                user = "user %d cannot run %s" % (user, h.bridge_bin())
+        else:
+            user = "running as root without setpriv: cannot test an unwritable wal.dir"
+    d_ro = case_dir()
+    ro = os.path.join(d_ro, "read-only")
+    existing = os.path.join(ro, "existing")
+
+    def case_read_only_parent():
+        if isinstance(user, str):
+            raise h.Skip(user)
+        d = d_ro
         os.chmod(d, 0o755)
         os.chmod(ctx.tmp, 0o755)
-        ro = os.path.join(d, "read-only")
         os.makedirs(ro)
         os.chmod(ro, 0o555)
         expect_refused("wal.dir under a read-only directory", d,
                        mutate(base(d), "wal.dir", os.path.join(ro, "wal")), "wal.dir",
                        check_config=False, user=user)
-        existing = os.path.join(ro, "existing")
+
+    def case_existing_read_only():
+        if isinstance(user, str):
+            raise h.Skip(user)
+        d = d_ro
+        if not os.path.isdir(ro):  # the case before did not get that far
+            os.chmod(d, 0o755)
+            os.chmod(ctx.tmp, 0o755)
+            os.makedirs(ro)
         os.chmod(ro, 0o755)
         os.makedirs(existing)
         os.chmod(existing, 0o555)
@@ -191,18 +215,21 @@ def test(ctx):
             sorted(os.listdir(existing)) == before
         h.log("%s %-44s exit %d: %s" % ("ok  " if ok else "BAD ", "existing read-only wal.dir", rc,
                                          " | ".join(lines)[:300]))
-        if not ok:
-            failures.append("existing read-only wal.dir: exit %d, %d line(s), LOCK created: %s (%s)"
-                            % (rc, len(lines), "LOCK" in os.listdir(existing), err.strip()[:300]))
         os.chmod(ro, 0o755)
         os.chmod(existing, 0o755)
+        check(ok, "existing read-only wal.dir: exit %d, %d line(s), LOCK created: %s (%s)"
+              % (rc, len(lines), "LOCK" in os.listdir(existing), err.strip()[:300]))
+
+    cases.run("wal.dir under a read-only directory", case_read_only_parent)
+    cases.run("existing read-only wal.dir", case_existing_read_only)
 
     # And the good config runs: the mistakes above are what stopped it.
-    d = case_dir()
-    rc, out, err = h.bridge_cli("--check-config", "-c", write(d, base(d)), timeout=20)
-    check(rc == 0, "the unmodified config fails --check-config: %s" % err)
-    if failures:
-        h.fail("%d problem(s):\n  " % len(failures) + "\n  ".join(failures))
+    def case_good_config():
+        d = case_dir()
+        rc, out, err = h.bridge_cli("--check-config", "-c", write(d, base(d)), timeout=20)
+        check(rc == 0, "the unmodified config fails --check-config: %s" % err)
+    cases.run("the unmodified config passes", case_good_config)
+    cases.done()
 
 
 if __name__ == "__main__":

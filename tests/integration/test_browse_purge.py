@@ -22,12 +22,18 @@
   while the purge runs; due_before as ISO 8601) never delivers a message
   twice and loses none: every message is delivered or purged, the purged
   were all held and due before T when it started, removed + delivered = 2000.
+
+Named cases (harness.Cases: each runs and is reported even when one before
+it failed): browse_p1, browse_p2, get_by_key, argument_errors,
+purge_before, purge_survives_kill, purge_racing_firing, arrivals,
+race_accounting, all_fired, purge_all, clean_stop.
 """
 
 import os
 import random
 import subprocess
 import time
+import types
 
 import pika
 
@@ -186,9 +192,12 @@ def test(ctx):
         ctx.wait_taken(port, r["ingress_queue"], sum(1 for rn, _ in plan if rn == r["name"]), 20,
                        route=i)
 
+    # What a case leaves for the later ones (each runs whatever happened before it).
+    st_ = types.SimpleNamespace(listed={}, keep=None, before=None, snap=None, Tr=None,
+                                removed_r=None, per=None)
+
     # ---- browse: pages of 7 ----------------------------------------------------------
-    listed = {}
-    for rname in ("p1", "p2"):
+    def case_browse(rname):
         # received is logged, listed once durable (the next group commit, which a loaded
         # machine may pace): list again until every one is there, or 10 s
         end = time.monotonic() + 10
@@ -228,135 +237,174 @@ def test(ctx):
             check(m["due"].startswith(time.strftime("%Y-%m-%dT%H:%M:", time.gmtime(m["due_ms"] / 1000))),
                   "%s: due %r does not match due_ms %d" % (what, m["due"], m["due_ms"]))
         check(listing(port, rname) == msgs, "/pending?route=%s: pages of 7 and of 1000 differ" % rname)
-        listed[rname] = msgs
-    ties = len(listed["p1"]) - len({m["due_ms"] for m in listed["p1"]})
-    h.log("p1: %d messages share a due_ms with another" % ties)
+        st_.listed[rname] = msgs
+        if rname == "p1":
+            ties = len(msgs) - len({m["due_ms"] for m in msgs})
+            h.log("p1: %d messages share a due_ms with another" % ties)
 
     # one message by key, with its headers
     k = sorted(keyed["p1"])[0]  # replaced: the newest must show
-    st, j = h.http_req(port, "GET", "/pending/p1/%s" % h.url_arg(k))
-    check(st == 200 and j["message_id"] == keyed["p1"][k] and j["key"] == k,
-          "GET /pending/p1/%s: %d %r (expected %s)" % (k, st, j, keyed["p1"][k]))
-    hd = j["properties"]["headers"]
-    i = int(keyed["p1"][k].split("-")[1])
-    check(hd.get("x-delay-key") == k and hd.get("x-test") == i and
-          hd.get("x-delay") == expect["p1"][keyed["p1"][k]]["delay"],
-          "GET /pending/p1/%s: headers %r" % (k, hd))
-    check(j.get("exchange") == r1["ingress_exchange"], "GET /pending/p1/%s: exchange %r" % (k, j.get("exchange")))
-    check(j["properties"].get("delivery_mode") == 2 or "delivery_mode" in str(j["properties"]),
-          "GET /pending/p1/%s: properties %r lack delivery mode" % (k, j["properties"]))
-    for path, want_st in (("/pending?route=p1&limit=0", 400), ("/pending?route=p1&limit=1001", 400),
-                          ("/pending?route=p1&after=garbage", 400), ("/pending?route=nope", 404),
-                          ("/pending", 400)):
-        st, j = h.http_req(port, "GET", path)
-        check(st == want_st, "GET %s: %d %r, expected %d" % (path, st, j, want_st))
-    for path, want_st in (("/purge?route=nope", 404), ("/purge?route=p1&due_before=soon", 400),
-                          ("/purge", 400)):
-        st, j = h.http_req(port, "POST", path)
-        check(st == want_st, "POST %s: %d %r, expected %d" % (path, st, j, want_st))
-    st, _ = h.http_req(port, "GET", "/purge?route=p1")
-    check(st == 405, "GET /purge: %d, expected 405" % st)
-    st, _ = h.http_req(port, "GET", "/pending/p1/no-such-key")
-    check(st == 404, "GET /pending/p1/no-such-key: %d" % st)
-    st, _ = h.http_req(port, "GET", "/pending/p2/%s" % h.url_arg(k))
-    check(st == 404, "GET /pending/p2/<a p1 key>: %d (keys are per route)" % st)
+
+    def case_get_by_key():
+        st, j = h.http_req(port, "GET", "/pending/p1/%s" % h.url_arg(k))
+        check(st == 200 and j["message_id"] == keyed["p1"][k] and j["key"] == k,
+              "GET /pending/p1/%s: %d %r (expected %s)" % (k, st, j, keyed["p1"][k]))
+        hd = j["properties"]["headers"]
+        i = int(keyed["p1"][k].split("-")[1])
+        check(hd.get("x-delay-key") == k and hd.get("x-test") == i and
+              hd.get("x-delay") == expect["p1"][keyed["p1"][k]]["delay"],
+              "GET /pending/p1/%s: headers %r" % (k, hd))
+        check(j.get("exchange") == r1["ingress_exchange"], "GET /pending/p1/%s: exchange %r" % (
+            k, j.get("exchange")))
+        check(j["properties"].get("delivery_mode") == 2 or "delivery_mode" in str(j["properties"]),
+              "GET /pending/p1/%s: properties %r lack delivery mode" % (k, j["properties"]))
+
+    def case_argument_errors():
+        for path, want_st in (("/pending?route=p1&limit=0", 400), ("/pending?route=p1&limit=1001", 400),
+                              ("/pending?route=p1&after=garbage", 400), ("/pending?route=nope", 404),
+                              ("/pending", 400)):
+            st, j = h.http_req(port, "GET", path)
+            check(st == want_st, "GET %s: %d %r, expected %d" % (path, st, j, want_st))
+        for path, want_st in (("/purge?route=nope", 404), ("/purge?route=p1&due_before=soon", 400),
+                              ("/purge", 400)):
+            st, j = h.http_req(port, "POST", path)
+            check(st == want_st, "POST %s: %d %r, expected %d" % (path, st, j, want_st))
+        st, _ = h.http_req(port, "GET", "/purge?route=p1")
+        check(st == 405, "GET /purge: %d, expected 405" % st)
+        st, _ = h.http_req(port, "GET", "/pending/p1/no-such-key")
+        check(st == 404, "GET /pending/p1/no-such-key: %d" % st)
+        st, _ = h.http_req(port, "GET", "/pending/p2/%s" % h.url_arg(k))
+        check(st == 404, "GET /pending/p2/<a p1 key>: %d (keys are per route)" % st)
 
     # ---- purge p1 due before T (a due time in the middle: exclusive) ---------------------
-    T = listed["p1"][len(listed["p1"]) // 2]["due_ms"]
-    before = [m for m in listed["p1"] if m["due_ms"] < T]
-    keep = [m for m in listed["p1"] if m["due_ms"] >= T]
-    check(any(m["due_ms"] == T for m in keep), "T is a due time")
-    check(time.time() * 1000 < listed["p1"][0]["due_ms"] - 1000, "too slow: p1 began firing")
-    st, removed = purge(port, "p1", T)
-    check(st == 202, "a purge over %d+ message-table entries answered %d, expected 202" % (BULK, st))
-    check(removed == len(before), "purge removed %d, expected %d (due before %d)" % (
-        removed, len(before), T))
-    check(h.route_metric(port, "delay_bridge_cancelled_total", "p1") == len(before) + 5,  # + 5 replaced
-          "cancelled_total{p1} after the purge: %r"
-          % h.route_metric(port, "delay_bridge_cancelled_total", "p1"))
-    after = listing(port, "p1")
-    check(after == keep, "/pending?route=p1 after the purge: %d messages, expected the %d due at or "
-          "after T" % (len(after), len(keep)))
-    check(listing(port, "p2") == listed["p2"], "the purge of p1 changed p2's listing")
-    st, j = h.http_req(port, "GET", "/pending/p1/%s" % h.url_arg(before[0]["key"] or "none")) if any(
-        m["key"] for m in before) else (404, None)
-    check(st == 404, "a purged keyed message is still found by key: %d %r" % (st, j))
+    def case_purge_before():
+        listed = st_.listed
+        T = listed["p1"][len(listed["p1"]) // 2]["due_ms"]
+        st_.before = [m for m in listed["p1"] if m["due_ms"] < T]
+        st_.keep = [m for m in listed["p1"] if m["due_ms"] >= T]
+        before, keep = st_.before, st_.keep
+        check(any(m["due_ms"] == T for m in keep), "T is a due time")
+        check(time.time() * 1000 < listed["p1"][0]["due_ms"] - 1000, "too slow: p1 began firing")
+        st, removed = purge(port, "p1", T)
+        check(st == 202, "a purge over %d+ message-table entries answered %d, expected 202" % (BULK, st))
+        check(removed == len(before), "purge removed %d, expected %d (due before %d)" % (
+            removed, len(before), T))
+        check(h.route_metric(port, "delay_bridge_cancelled_total", "p1") == len(before) + 5,  # + 5 replaced
+              "cancelled_total{p1} after the purge: %r"
+              % h.route_metric(port, "delay_bridge_cancelled_total", "p1"))
+        after = listing(port, "p1")
+        check(after == keep, "/pending?route=p1 after the purge: %d messages, expected the %d due at or "
+              "after T" % (len(after), len(keep)))
+        check(listing(port, "p2") == listed["p2"], "the purge of p1 changed p2's listing")
+        st, j = h.http_req(port, "GET", "/pending/p1/%s" % h.url_arg(before[0]["key"] or "none")) if any(
+            m["key"] for m in before) else (404, None)
+        check(st == 404, "a purged keyed message is still found by key: %d %r" % (st, j))
 
     # ---- kill -9 and restart: still purged -------------------------------------------
-    b.kill9()
-    b.start(timeout=60)
-    now1 = listing(port, "p1")
-    check(now1 == keep, "after kill -9 + restart p1 lists %d, expected %d" % (len(now1), len(keep)))
-    check(listing(port, "p2") == listed["p2"], "after kill -9 + restart p2 changed")
+    def case_purge_survives_kill():
+        b.kill9()
+        b.start(timeout=60)
+        now1 = listing(port, "p1")
+        check(now1 == st_.keep, "after kill -9 + restart p1 lists %d, expected %d" % (
+            len(now1), len(st_.keep)))
+        check(listing(port, "p2") == st_.listed["p2"], "after kill -9 + restart p2 changed")
 
     # ---- purge racing with firing ------------------------------------------------------
     NR = 2000
-    items = []
-    for i in range(NR):
-        items.append((rks[i % 3], b"r",
-                      pika.BasicProperties(headers={"x-delay": h.i32(1000 + i)},
-                                           message_id="race-%04d" % i, delivery_mode=2)))
-    tr = time.monotonic()
-    hl.publish_pipelined(rrace["ingress_exchange"], items)
-    h.log("published %d race messages in %.2fs" % (NR, time.monotonic() - tr))
-    time.sleep(max(0.0, tr + 1.8 - time.monotonic()))
-    snap = listing(port, "race")
-    Tr = int(time.time() * 1000) + 600
-    Tiso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(Tr / 1000.0)) + ".%03dZ" % (Tr % 1000)
-    delivered_before = {m.message_id for m in c.snapshot() if m.message_id.startswith("race-")}
-    st, removed_r = purge(port, "race", Tiso)
-    h.log("race purge: %d listed just before, %d already delivered, %d removed (status %d)" % (
-        len(snap), len(delivered_before), removed_r, st))
-    check(removed_r > 0, "the race purge removed nothing: the test did not race")
-    check(len(delivered_before) > 0, "nothing had fired before the race purge: the test did not race")
+
+    def case_purge_racing_firing():
+        items = []
+        for i in range(NR):
+            items.append((rks[i % 3], b"r",
+                          pika.BasicProperties(headers={"x-delay": h.i32(1000 + i)},
+                                               message_id="race-%04d" % i, delivery_mode=2)))
+        tr = time.monotonic()
+        hl.publish_pipelined(rrace["ingress_exchange"], items)
+        h.log("published %d race messages in %.2fs" % (NR, time.monotonic() - tr))
+        time.sleep(max(0.0, tr + 1.8 - time.monotonic()))
+        st_.snap = listing(port, "race")
+        st_.Tr = int(time.time() * 1000) + 600
+        Tr = st_.Tr
+        Tiso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(Tr / 1000.0)) + ".%03dZ" % (Tr % 1000)
+        delivered_before = {m.message_id for m in c.snapshot() if m.message_id.startswith("race-")}
+        st, st_.removed_r = purge(port, "race", Tiso)
+        h.log("race purge: %d listed just before, %d already delivered, %d removed (status %d)" % (
+            len(st_.snap), len(delivered_before), st_.removed_r, st))
+        check(st_.removed_r > 0, "the race purge removed nothing: the test did not race")
+        check(len(delivered_before) > 0,
+              "nothing had fired before the race purge: the test did not race")
 
     # ---- everything that should arrive does, once --------------------------------------
-    want = {m["message_id"] for m in keep} | set(expect["p2"])
-    last_due = max(m["due_ms"] for m in keep + listed["p2"])
-    wait_s = (last_due - time.time() * 1000) / 1000.0 + 10
-    c.wait_until(lambda ms: want.issubset({m.message_id for m in ms}), max(wait_s, 10),
-                 "the %d unpurged p1/p2 messages" % len(want))
-    msgs = c.quiet(1.5)
-    per = {}
-    for m in msgs:
-        per.setdefault(m.message_id, []).append(m)
-    dups = {k: len(v) for k, v in per.items() if len(v) > 1}
-    check(not dups, "delivered more than once: %s" % sorted(dups.items())[:10])
-    purged_p1 = {m["message_id"] for m in before} & set(per)
-    check(not purged_p1, "purged p1 messages arrived: %s" % sorted(purged_p1)[:10])
-    extra = {k for k in per if k.startswith("p")} - want
-    check(not extra, "unexpected p1/p2 messages arrived: %s" % sorted(extra)[:10])
-    for mid in want:
-        m = per[mid][0]
-        h.check_on_time(m, sent[mid][0], sent[mid][1] / 1000.0, mid, late=3.0)
-        check(m.routing_key == expect[mid[:2]][mid]["rk"], "%s arrived with routing key %s" % (
-            mid, m.routing_key))
+    def case_arrivals():
+        keep, before, listed = st_.keep, st_.before, st_.listed
+        want = {m["message_id"] for m in keep} | set(expect["p2"])
+        last_due = max(m["due_ms"] for m in keep + listed["p2"])
+        wait_s = (last_due - time.time() * 1000) / 1000.0 + 10
+        try:
+            c.wait_until(lambda ms: want.issubset({m.message_id for m in ms}), max(wait_s, 10),
+                         "the %d unpurged p1/p2 messages" % len(want))
+        finally:  # race_accounting judges whatever arrived
+            st_.per = {}
+            for m in c.quiet(1.5):
+                st_.per.setdefault(m.message_id, []).append(m)
+        per = st_.per
+        dups = {k: len(v) for k, v in per.items() if len(v) > 1}
+        check(not dups, "delivered more than once: %s" % sorted(dups.items())[:10])
+        purged_p1 = {m["message_id"] for m in before} & set(per)
+        check(not purged_p1, "purged p1 messages arrived: %s" % sorted(purged_p1)[:10])
+        extra = {k for k in per if k.startswith("p")} - want
+        check(not extra, "unexpected p1/p2 messages arrived: %s" % sorted(extra)[:10])
+        for mid in want:
+            m = per[mid][0]
+            h.check_on_time(m, sent[mid][0], sent[mid][1] / 1000.0, mid, late=3.0)
+            check(m.routing_key == expect[mid[:2]][mid]["rk"], "%s arrived with routing key %s" % (
+                mid, m.routing_key))
 
-    race_got = {k for k in per if k.startswith("race-")}
-    race_all = {"race-%04d" % i for i in range(NR)}
-    missing = race_all - race_got
-    eligible = {m["message_id"] for m in snap if m["due_ms"] < Tr}
-    check(missing <= eligible, "%d race message(s) neither delivered nor purgeable (not held, or due "
-          "after T, when the purge started): %s" % (len(missing - eligible),
-                                                      sorted(missing - eligible)[:10]))
-    check(len(missing) == removed_r, "race: %d delivered + %d removed != %d (%d missing)" % (
-        len(race_got), removed_r, NR, len(missing)))
-    check(listing(port, "race") == [] and listing(port, "p1") == [] and listing(port, "p2") == [],
-          "messages still held after everything fell due")
-    st, j = h.http_req(port, "GET", "/pending?route=bulk&limit=3")
-    check(st == 200 and j["count"] == 3 and j["next"], "bulk route listing: %d %r" % (st, j))
+    def case_race_accounting():
+        per = st_.per
+        check(per is not None, "no deliveries collected (arrivals did not get that far)")
+        race_got = {k for k in per if k.startswith("race-")}
+        race_all = {"race-%04d" % i for i in range(NR)}
+        missing = race_all - race_got
+        eligible = {m["message_id"] for m in st_.snap if m["due_ms"] < st_.Tr}
+        check(missing <= eligible, "%d race message(s) neither delivered nor purgeable (not held, or "
+              "due after T, when the purge started): %s" % (len(missing - eligible),
+                                                            sorted(missing - eligible)[:10]))
+        check(len(missing) == st_.removed_r, "race: %d delivered + %d removed != %d (%d missing)" % (
+            len(race_got), st_.removed_r, NR, len(missing)))
+
+    def case_all_fired():
+        check(listing(port, "race") == [] and listing(port, "p1") == [] and listing(port, "p2") == [],
+              "messages still held after everything fell due")
+        st, j = h.http_req(port, "GET", "/pending?route=bulk&limit=3")
+        check(st == 200 and j["count"] == 3 and j["next"], "bulk route listing: %d %r" % (st, j))
 
     # ---- a purge of everything: 1.2M messages, durable across kill -9 ----------------
-    st, removed = purge(port, "bulk", "")
-    check(removed == BULK, "purge of the whole bulk route removed %d, expected %d" % (removed, BULK))
-    h.log("purged %d bulk messages" % removed)
-    time.sleep(1.0)  # let the CANCEL records reach the disk (a purge answers before they do)
-    b.kill9()
-    b.start(timeout=60)
-    st, j = h.http_req(port, "GET", "/pending?route=bulk&limit=3")
-    check(st == 200 and j["count"] == 0, "after purging all and kill -9 + restart: %d %r" % (st, j))
-    b.stop(timeout=60)
+    def case_purge_all():
+        st, removed = purge(port, "bulk", "")
+        check(removed == BULK, "purge of the whole bulk route removed %d, expected %d" % (
+            removed, BULK))
+        h.log("purged %d bulk messages" % removed)
+        time.sleep(1.0)  # let the CANCEL records reach the disk (a purge answers before they do)
+        b.kill9()
+        b.start(timeout=60)
+        st, j = h.http_req(port, "GET", "/pending?route=bulk&limit=3")
+        check(st == 200 and j["count"] == 0, "after purging all and kill -9 + restart: %d %r" % (st, j))
 
+    cases = h.Cases()
+    cases.run("browse_p1", case_browse, "p1")
+    cases.run("browse_p2", case_browse, "p2")
+    cases.run("get_by_key", case_get_by_key)
+    cases.run("argument_errors", case_argument_errors)
+    cases.run("purge_before", case_purge_before, needs=["browse_p1", "browse_p2"])
+    cases.run("purge_survives_kill", case_purge_survives_kill, needs="purge_before")
+    cases.run("purge_racing_firing", case_purge_racing_firing)
+    cases.run("arrivals", case_arrivals, needs="purge_before")
+    cases.run("race_accounting", case_race_accounting, needs="purge_racing_firing")
+    cases.run("all_fired", case_all_fired)
+    cases.run("purge_all", case_purge_all)
+    cases.run("clean_stop", lambda: b.stop(timeout=60))
+    cases.done()
 
 if __name__ == "__main__":
     h.run(test, budget_s=180)

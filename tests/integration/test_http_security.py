@@ -391,39 +391,28 @@ def test(ctx):
     p.close()
     h.wait_for("%d pending" % HELD, lambda: pending(port, route["name"]) == HELD, 30)
 
-    failures = []
-
-    def case(name, fn, *args):
-        try:
-            fn(*args)
-            h.log("case %s: ok" % name)
-        except Exception as e:  # noqa: B902 -- a timeout or a reset is this case's failure too
-            h.log("case %s: FAIL %s" % (name, e if isinstance(e, h.TestFailure) else repr(e)))
-            failures.append("%s: %s" % (name, e))
-
-    case("cross_site_drain", case_cross_site_drain, ctx, b, port, route)
-    case("cross_site_purge", case_cross_site_purge, ctx, b, port, route)
-    case("cross_site_read", case_cross_site_read, ctx, b, port, route)
-    case("simple_post", case_simple_post, ctx, b, port, route)
-    case("rebinding", case_rebinding, ctx, b, port, route)
-    case("headers", case_headers, ctx, b, port, route)
-    case("browser", case_browser, ctx, b, port, route)
-    case("own_clients", case_own_clients, ctx, b, port, route)
-    case("start_refused", case_start_refused, ctx, ctx.route("open", ex))
-    case("token_first", case_token_first, ctx, ctx.route("tok", ex))
+    cases = h.Cases()
+    cases.run("cross_site_drain", case_cross_site_drain, ctx, b, port, route)
+    cases.run("cross_site_purge", case_cross_site_purge, ctx, b, port, route)
+    cases.run("cross_site_read", case_cross_site_read, ctx, b, port, route)
+    cases.run("simple_post", case_simple_post, ctx, b, port, route)
+    cases.run("rebinding", case_rebinding, ctx, b, port, route)
+    cases.run("headers", case_headers, ctx, b, port, route)
+    cases.run("browser", case_browser, ctx, b, port, route)
+    cases.run("own_clients", case_own_clients, ctx, b, port, route)
+    cases.run("start_refused", case_start_refused, ctx, ctx.route("open", ex))
+    cases.run("token_first", case_token_first, ctx, ctx.route("tok", ex))
 
     # The project's CLI drains the bridge: it sends what the bridge asks for.
-    if b.alive():
+    def case_drain():
+        check(b.alive(), "the bridge is not running at the end (a refused request drained it?)")
         rc, out, err = h.bridge_cli("drain", "--url", "http://127.0.0.1:%d" % port, "--timeout", "60",
                                     timeout=90)
-        if rc != 0:
-            failures.append("drain: delay-bridge drain exit %d: %s %s" % (rc, out, err))
+        check(rc == 0, "delay-bridge drain exit %d: %s %s" % (rc, out, err))
         rc = b.wait_exit(30, "the bridge did not exit after delay-bridge drain")
-        if rc != 0:
-            failures.append("drain: the bridge exited %d after the drain" % rc)
-    else:
-        failures.append("the bridge is not running at the end (a refused request drained it?)")
-    check(not failures, "%d case(s) failed:\n  %s" % (len(failures), "\n  ".join(failures)))
+        check(rc == 0, "the bridge exited %d after the drain" % rc)
+    cases.run("drain", case_drain)
+    cases.done()
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 # tests/sim/run.sh -- run the deterministic simulator over a range of seeds.
 #
 #   tests/sim/run.sh --seeds N [--from S] [-j J] [--bin PATH] [--liveness] [--disk SEGMENTS] [--plant NAME]
+#                    [--cpu-limit S]
 #
 # Prints one line per failing seed with the command that replays it
 # exactly, then "N passed, N failed" and the figures (simulated operations
@@ -11,13 +12,19 @@
 # gives a liveness seed's disk N segments. Exit 0 when every seed
 # passed. The binary is build/tests/sim/sim unless --bin says otherwise
 # (it is built by cmake --build build --target db_sim).
+#
+# --cpu-limit S: no process of the run may use more than S seconds of CPU
+# (ulimit -S -t, for the simulator and each seed's child): a seed that never
+# ends is killed by SIGXCPU and fails as that seed, with its replay line.
+# CPU time, not wall time, so the bound means the same on an idle machine
+# and on one where the run gets a small share (sim.seeds in tests.cmake).
 set -eu
 # All of it in one function, read whole before it runs: editing this file
 # while a long run is under way cannot change what that run does.
 main() {
     here=$(cd "$(dirname "$0")" && pwd)
     bin="$here/../../build/tests/sim/sim"
-    seeds=1000 from=1 jobs=1 extra=""
+    seeds=1000 from=1 jobs=1 extra="" cpu=""
     while [ $# -gt 0 ]; do
         case "$1" in
             --seeds) seeds=$2; shift 2 ;;
@@ -27,9 +34,11 @@ main() {
             --plant) extra="$extra --plant $2"; shift 2 ;;
             --liveness) extra="$extra --liveness"; shift ;;
             --disk) extra="$extra --disk $2"; shift 2 ;;
-            *) echo "usage: $0 --seeds N [--from S] [-j J] [--bin PATH] [--liveness] [--disk SEGMENTS] [--plant NAME]" >&2; exit 2 ;;
+            --cpu-limit) cpu=$2; shift 2 ;;
+            *) echo "usage: $0 --seeds N [--from S] [-j J] [--bin PATH] [--liveness] [--disk SEGMENTS] [--plant NAME] [--cpu-limit S]" >&2; exit 2 ;;
         esac
     done
+    [ -z "$cpu" ] || ulimit -S -t "$cpu" # soft: SIGXCPU (the hard limit would be SIGKILL)
     [ -x "$bin" ] || { echo "$0: no simulator at $bin (cmake --build build --target db_sim)" >&2; exit 2; }
     if [ "$jobs" -le 1 ]; then
         exec "$bin" --seeds "$seeds" --from "$from" $extra

@@ -99,6 +99,7 @@
 #include <inttypes.h>
 #include <malloc.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1160,8 +1161,12 @@ static void one_forked(uint64_t seed, struct result *res)
     waitpid(pid, &st, 0);
     if (k != (ssize_t)sizeof(*res) || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         res->failed = 1;
-        snprintf(res->why, sizeof(res->why), "the simulated process died: %s %d",
-                 WIFSIGNALED(st) ? "signal" : "exit", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+        if (WIFSIGNALED(st) && WTERMSIG(st) == SIGXCPU)
+            snprintf(res->why, sizeof(res->why), "the seed used up its CPU limit (run.sh --cpu-limit): "
+                     "it never ends");
+        else
+            snprintf(res->why, sizeof(res->why), "the simulated process died: %s %d",
+                     WIFSIGNALED(st) ? "signal" : "exit", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
     }
 }
 

@@ -121,6 +121,7 @@
 
 #include "base/clock.h"
 #include "wal/walfs.h" /* the prototypes the log layer calls, under DB_SIM */
+#include "../unit/testkit.h" /* tk_rand: the generator */
 
 #define NAME_MAX_SIM 64
 #define MAX_NAMES 1024
@@ -131,10 +132,7 @@
 
 uint64_t sim_rand(struct simrng *r)
 {
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return tk_rand(&r->s);
 }
 
 uint64_t sim_below(struct simrng *r, uint64_t n)

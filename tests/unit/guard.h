@@ -46,15 +46,4 @@ static inline const uint8_t *at_guard(const uint8_t *src, size_t n)
     return p;
 }
 
-/* n pseudo-random bytes into buf from the xorshift64 state *x (fuzz-style decoder tests). */
-static inline void xorshift_fill(uint8_t *buf, size_t n, uint64_t *x)
-{
-    for (size_t i = 0; i < n; i++) {
-        *x ^= *x << 13;
-        *x ^= *x >> 7;
-        *x ^= *x << 17;
-        buf[i] = (uint8_t)*x;
-    }
-}
-
 #endif

@@ -15,6 +15,7 @@
 #include "delay-bridge/retry.h"
 
 #include "check.h"
+#include "testkit.h"
 
 #define HEAD "{\"broker\":{\"uri\":\"amqp://g:g@127.0.0.1:5672/v\"},\"wal\":{\"dir\":\"/tmp/x\"},"
 #define RROUTE(extra, retry)                                                               \
@@ -136,8 +137,8 @@ static void test_backoff(void)
     struct config_retry_policy e = {100, 2.0, 1000, RETRY_JITTER_EQUAL, 5};
     uint64_t fmin = UINT64_MAX, fmax = 0, emin = UINT64_MAX, emax = 0, x = 0x9e3779b97f4a7c15ull;
     for (int i = 0; i < 20000; i++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        uint64_t a = retry_backoff_ms(&f, 3, x), b = retry_backoff_ms(&e, 3, x);
+        uint64_t r = tk_rand(&x);
+        uint64_t a = retry_backoff_ms(&f, 3, r), b = retry_backoff_ms(&e, 3, r);
         fmin = a < fmin ? a : fmin, fmax = a > fmax ? a : fmax;
         emin = b < emin ? b : emin, emax = b > emax ? b : emax;
     }

@@ -9,14 +9,12 @@
 #include "base/crc32c.h"
 
 #include "check.h"
+#include "testkit.h"
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
 static uint8_t rnd8(void)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint8_t)(rng >> 24);
+    return (uint8_t)(tk_rand(&rng) >> 24);
 }
 
 /* Bit-at-a-time reference, straight from the definition. */

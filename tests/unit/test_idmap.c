@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "testkit.h"
 
 struct item {
     uint32_t tag;   /* universe index, to check the right item came back */
@@ -29,35 +30,7 @@ static uint64_t rng_state;
 
 static uint64_t rnd(void)
 {
-    /* splitmix64 */
-    uint64_t z = (rng_state += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
-
-/* $TEST_SEED, or the default; printed once. */
-static uint64_t test_seed(void)
-{
-    static uint64_t seed;
-    static int done;
-    if (!done) {
-        const char *s = getenv("TEST_SEED");
-        char *end;
-        seed = 20240601;
-        if (s && *s) {
-            errno = 0;
-            seed = strtoull(s, &end, 0);
-            if (errno || *end) {
-                fprintf(stderr, "test_idmap: TEST_SEED=\"%s\" is not a number\n", s);
-                exit(2);
-            }
-        }
-        printf("test_idmap: TEST_SEED=%" PRIu64 "\n", seed);
-        fflush(stdout);
-        done = 1;
-    }
-    return seed;
+    return tk_rand(&rng_state);
 }
 
 /* Key of universe index i under key family f. */
@@ -91,7 +64,7 @@ static void check_load(const struct idmap *m)
  */
 static void run(int family, uint32_t U)
 {
-    rng_state = test_seed();
+    rng_state = tk_seed("test_idmap", 20240601);
     long phase = 3L * U, ops = 6 * phase;
     struct pool pool;
     struct idmap m;

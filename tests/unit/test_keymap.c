@@ -9,15 +9,13 @@
 #include "check.h"
 #include "engine/keymap.h"
 #include "keyflood.h"
+#include "testkit.h"
 
 static uint64_t rng = 0x1234567;
 
 static uint64_t rnd(void)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
+    return tk_rand(&rng);
 }
 
 /* A model: handle i is in the map under hashes[i] when in[i]. */

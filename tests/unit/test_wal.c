@@ -11,7 +11,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +26,7 @@ void wal_test_drop_readahead(struct wal *w);
 size_t wal_test_readahead_size(const struct wal *w);
 
 #include "check.h"
+#include "testkit.h"
 
 static char base[64];
 
@@ -51,18 +51,6 @@ static void expect_error_lines(void)
 
 /* ---- files ------------------------------------------------------------- */
 
-static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-static void rm_rf(const char *p)
-{
-    nftw(p, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 /* A path under the test's base directory; each call gets its own buffer. */
 static const char *tdir(const char *name)
@@ -565,7 +553,7 @@ static void test_torn_tail(void)
     uint32_t from = locs[n - 3].off, end = locs[n - 1].off + locs[n - 1].len;
     for (uint32_t cut = from; cut < end; cut++) {
         int whole = 0;
-        rm_rf(work);
+        tk_rm_rf(work);
         mkdir(work, 0755);
         copy_file(seg_path(dir, 1), seg_path(work, 1));
         file_truncate(seg_path(work, 1), cut);
@@ -612,7 +600,7 @@ static void test_torn_tail(void)
             junk[0] = 100;
             junk[4] = WALREC_ADD;
         }
-        rm_rf(work);
+        tk_rm_rf(work);
         mkdir(work, 0755);
         copy_file(seg_path(dir, 1), seg_path(work, 1));
         file_append(seg_path(work, 1), junk, tails[t].n);
@@ -624,14 +612,14 @@ static void test_torn_tail(void)
     }
 
     /* A flipped bit in the very last record looks like a torn write: cut. */
-    rm_rf(work);
+    tk_rm_rf(work);
     mkdir(work, 0755);
     copy_file(seg_path(dir, 1), seg_path(work, 1));
     flip_bit(seg_path(work, 1), locs[n - 1].off + 30, 3);
     CHECK_RC(wopen(&w, work, 0, &c), 0);
     CHECK(coll_is_prefix(&c, (size_t)n - 1), "bad last record cut: %zu", c.n);
     wal_close(w);
-    rm_rf(work);
+    tk_rm_rf(work);
     coll_reset(&c);
 }
 
@@ -665,7 +653,7 @@ static void test_corrupt(void)
 
 #define FRESH()                                                                            \
     do {                                                                                   \
-        rm_rf(work);                                                                       \
+        tk_rm_rf(work);                                                                       \
         mkdir(work, 0755);                                                                 \
         for (int s_ = 1; s_ <= nseg; s_++)                                                 \
             copy_file(seg_path(dir, (uint64_t)s_), seg_path(work, (uint64_t)s_));          \
@@ -759,7 +747,7 @@ static void test_corrupt(void)
         snprintf(other, sizeof(other), "%s/other", base);
         build(other, 2, segb, ol, 0);
         copy_file(seg_path(other, 1), seg_path(work, (uint64_t)nseg + 1));
-        rm_rf(other);
+        tk_rm_rf(other);
     }
     CHECK_RC(wopen(&w, work, segb, &c), WAL_EFORMAT);
     /* A file name that is not a segment's. */
@@ -803,7 +791,7 @@ static void test_corrupt(void)
         CHECK_RC(wal_open(&w, &o, collect, &c), -1234);
         CHECK(c.n == 17, "stopped at 17: %zu", c.n);
     }
-    rm_rf(work);
+    tk_rm_rf(work);
     coll_reset(&c);
 #undef FRESH
 }
@@ -1839,7 +1827,7 @@ static const struct check_case cases[] = {
 
 static void remove_base(void)
 {
-    rm_rf(base);
+    tk_rm_rf(base);
 }
 
 int main(int argc, char **argv)

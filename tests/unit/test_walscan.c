@@ -16,7 +16,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +27,7 @@
 #include "wal/walscan.h"
 
 #include "check.h"
+#include "testkit.h"
 
 #define SEGHDR WALREC_SEGHDR_SIZE
 #define RECHDR WALREC_HDR_SIZE
@@ -640,14 +640,6 @@ static void test_seghdr(void)
     free(s.p);
 }
 
-static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
 static const struct check_case cases[] = {
     {"clean", test_clean},
     {"torn_tail", test_torn_tail},
@@ -669,6 +661,6 @@ int main(int argc, char **argv)
         return 1;
     }
     rc = CHECK_MAIN(argc, argv, cases);
-    nftw(base, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    tk_rm_rf(base);
     return rc;
 }

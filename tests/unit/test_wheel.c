@@ -30,6 +30,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "testkit.h"
 
 struct item {
     struct wheel_node node; /* first member, as wheel.h requires */
@@ -65,11 +66,7 @@ static uint64_t rng_state;
 
 static uint64_t rnd(void)
 {
-    /* splitmix64 */
-    uint64_t z = (rng_state += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
+    return tk_rand(&rng_state);
 }
 
 /* ---- Deterministic cases ------------------------------------------------ */
@@ -734,10 +731,7 @@ static uint64_t pick_seq(void)
     if (rnd() & 1)
         return seq_counter; /* insertion order, as the daemon does */
     /* A bijective scramble: unique but in no particular order. */
-    uint64_t z = seq_counter + seq_salt;
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
+    return tk_mix(seq_counter + seq_salt);
 }
 
 static uint64_t sat_add(uint64_t a, uint64_t b)
@@ -943,30 +937,14 @@ static void test_random(void)
     CHECK(pool.used == used); /* the model released every item it took */
 }
 
-/* An unsigned number from the environment, or def. */
-static uint64_t env_u64(const char *name, uint64_t def)
-{
-    const char *s = getenv(name);
-    char *end;
-    if (!s || !*s)
-        return def;
-    errno = 0;
-    uint64_t v = strtoull(s, &end, 0);
-    if (errno || *end) {
-        fprintf(stderr, "test_wheel: %s=\"%s\" is not a number\n", name, s);
-        exit(2);
-    }
-    return v;
-}
-
 /* Every case: a fresh pool and the generator restarted from the seed. */
 static void run_case(void (*fn)(void))
 {
     static int printed;
     if (!printed) {
-        test_seed = env_u64("TEST_SEED", 0x5eed2024);
-        test_ops = (long)env_u64("TEST_OPS", 12000000);
-        test_split = (uint32_t)env_u64("TEST_SPLIT", 0);
+        test_seed = tk_env_u64("test_wheel", "TEST_SEED", 0x5eed2024);
+        test_ops = (long)tk_env_u64("test_wheel", "TEST_OPS", 12000000);
+        test_split = (uint32_t)tk_env_u64("test_wheel", "TEST_SPLIT", 0);
         printf("test_wheel: TEST_SEED=%" PRIu64 " TEST_OPS=%ld TEST_SPLIT=%u\n", test_seed,
                test_ops, test_split);
         fflush(stdout);

@@ -12,6 +12,7 @@
 
 #include "check.h"
 #include "guard.h"
+#include "testkit.h"
 
 #define BIG UINT64_MAX
 #define NOW_MS 1764000000000ull /* 2025-11-24T16:00:00.000Z */
@@ -222,11 +223,7 @@ static void test_rfc3339_random(void)
 {
     uint64_t x = 0x9e3779b97f4a7c15ull;
     for (int n = 0; n < 200000; n++) {
-        uint8_t r[16];
-        xorshift_fill(r, sizeof r, &x);
-        uint64_t a, b;
-        memcpy(&a, r, 8);
-        memcpy(&b, r + 8, 8);
+        uint64_t a = tk_rand(&x), b = tk_rand(&x);
         int64_t due = 100000000000LL + (int64_t)(a % (253402300799999ull - 100000000000ull));
         int off_min = (int)(b % (2 * 1440 - 1)) - 1439; /* -23:59 .. +23:59 */
         int digits = (int)((b >> 16) % 10);               /* 0 = no fraction, else 1..9 digits */
