@@ -62,6 +62,20 @@ void duecount_free(struct duecount *d)
     free(d);
 }
 
+/* Room for need days: the array grows by doubling from 64, whichever end
+ * a day is added at, so it never holds more than the next power of two
+ * above the days spanned (65,536 x 16 B = 1 MiB for DUECOUNT_SPAN_DAYS). */
+static void room(struct duecount *d, size_t need)
+{
+    if (need <= d->cap)
+        return;
+    size_t cap = d->cap ? d->cap : 64;
+    while (cap < need)
+        cap *= 2;
+    d->day = xrealloc(d->day, cap * sizeof(*d->day));
+    d->cap = cap;
+}
+
 /* Make day number dn addressable; 0, or -1 when it is too far ahead. */
 static int reach(struct duecount *d, uint64_t dn)
 {
@@ -69,10 +83,7 @@ static int reach(struct duecount *d, uint64_t dn)
         d->base = dn;
     } else if (dn < d->base) {
         size_t shift = (size_t)(d->base - dn);
-        if (d->n + shift > d->cap) {
-            d->cap = (d->n + shift) * 2;
-            d->day = xrealloc(d->day, d->cap * sizeof(*d->day));
-        }
+        room(d, d->n + shift);
         memmove(d->day + shift, d->day, d->n * sizeof(*d->day));
         memset(d->day, 0, shift * sizeof(*d->day));
         d->n += shift;
@@ -82,13 +93,7 @@ static int reach(struct duecount *d, uint64_t dn)
     if (dn - d->base >= DUECOUNT_SPAN_DAYS)
         return -1;
     size_t need = (size_t)(dn - d->base) + 1;
-    if (need > d->cap) {
-        size_t cap = d->cap ? d->cap : 64;
-        while (cap < need)
-            cap *= 2;
-        d->day = xrealloc(d->day, cap * sizeof(*d->day));
-        d->cap = cap;
-    }
+    room(d, need);
     if (need > d->n) {
         memset(d->day + d->n, 0, (need - d->n) * sizeof(*d->day));
         d->n = need;

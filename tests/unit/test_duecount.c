@@ -4,6 +4,7 @@
  * adds, deletes and firings keep them exact.
  */
 #include "check.h"
+#include "testkit.h"
 #include "engine/duecount.h"
 #include "base/pool.h"
 #include "engine/wheel.h"
@@ -12,13 +13,16 @@
 #define HOUR 3600000ull
 #define DAY 86400000ull
 
-static uint64_t rng = 88172645463325252ull;
+/* The shared generator (testkit.h), seeded by $TEST_SEED (default 1). */
+static uint64_t rng;
 static uint64_t next_rand(void)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
+    static int seeded;
+    if (!seeded) {
+        rng = tk_seed("test_duecount", 1);
+        seeded = 1;
+    }
+    return tk_rand(&rng);
 }
 
 /* What a view must say for due times dues[0..n) at now. */
