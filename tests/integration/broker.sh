@@ -11,6 +11,10 @@
 #   3.10  the host's own Debian 12 package (rabbitmq-server 3.10.8, apt-get)
 #   4.0   Debian 13 (trixie)'s rabbitmq-server 4.0.5, Erlang 27
 #   4.3   Debian 14 (forky, testing)'s rabbitmq-server 4.3.6, Erlang 29
+#   qq-delay  rabbitmq-server's qq-vNext branch (the 4.4 line, quorum queues
+#         that hold a message published with a future x-opt-delivery-time),
+#         built from source by build_qq_delay.sh over the forky root, into
+#         ROOTS/qq-delay (a minute, once; see that script)
 #
 # Debian 12 cannot install the newer packages (their Erlang needs a newer
 # libc), so 4.0 and 4.3 live in a root file system of their Debian suite,
@@ -52,7 +56,8 @@ suite_of() {
     3.10) echo host ;;
     4.0) echo trixie ;;
     4.3) echo forky ;;
-    *) say "unknown broker version '$1': 3.10, 4.0 or 4.3"; exit 2 ;;
+    qq-delay) echo qq-delay ;;
+    *) say "unknown broker version '$1': 3.10, 4.0, 4.3 or qq-delay"; exit 2 ;;
     esac
 }
 
@@ -68,6 +73,14 @@ mirror() {
 make_root() {
     local suite=$1 root=$ROOTS/$1 script=() log
     [ -x "$root/usr/lib/rabbitmq/bin/rabbitmq-server" ] && return 0
+    if [ "$suite" = qq-delay ]; then
+        # Built from source over the forky root (which it prepares itself,
+        # under this same lock: it calls "broker.sh prepare 4.3" only when
+        # forky is missing, so take that case first).
+        make_root forky
+        DB_RABBITMQ_ROOTS=$ROOTS "$(dirname "$0")/build_qq_delay.sh" >&2 || exit $?
+        return 0
+    fi
     [ "$(id -u)" -eq 0 ] || cannot "making its root needs root (debootstrap, chroot)"
     command -v debootstrap >/dev/null || cannot "debootstrap is not installed (apt-get install debootstrap)"
     mkdir -p "$ROOTS"
@@ -135,6 +148,13 @@ describe)
             "$(dpkg-query -W -f '${Version}' rabbitmq-server 2>/dev/null || echo '?')"
     else
         bin_dir >/dev/null
+        if [ "$suite" = qq-delay ]; then
+            printf 'RabbitMQ %s (%s, built in %s)\n' \
+                "$(awk '$1 == "version" {print $2}' "$ROOTS/qq-delay/QQ_DELAY_BUILD")" \
+                "$(awk '$1 == "rabbitmq-server" {print $2 " " substr($3, 1, 12)}' "$ROOTS/qq-delay/QQ_DELAY_BUILD")" \
+                "$ROOTS/qq-delay"
+            exit 0
+        fi
         printf 'RabbitMQ %s (Debian %s root in %s)\n' \
             "$(chroot "$ROOTS/$suite" dpkg-query -W -f '${Version}' rabbitmq-server 2>/dev/null || echo '?')" \
             "$suite" "$ROOTS/$suite"

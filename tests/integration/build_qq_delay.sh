@@ -77,8 +77,11 @@ fi
 [ "$(id -u)" -eq 0 ] || cannot "it needs root (chroot)"
 command -v git >/dev/null || cannot "git is not installed"
 
-# The 4.3 root first: broker.sh makes it if need be.
-DB_RABBITMQ_ROOTS=$ROOTS "$HERE/broker.sh" prepare 4.3 || exit $?
+# The 4.3 root first: broker.sh makes it if need be (broker.sh prepare
+# qq-delay makes forky itself before calling this script, under its lock).
+if [ ! -x "$BASE/usr/lib/rabbitmq/bin/rabbitmq-server" ]; then
+    DB_RABBITMQ_ROOTS=$ROOTS "$HERE/broker.sh" prepare 4.3 || exit $?
+fi
 PLUG_REL=usr/lib/rabbitmq/lib/rabbitmq_server-$BASE_VSN/plugins
 [ -d "$BASE/$PLUG_REL/ra-3.1.10" ] ||
     die "the forky root has no ra 3.1.10 ($BASE/$PLUG_REL): the recipe assumes forky's rabbitmq-server $BASE_VSN"
