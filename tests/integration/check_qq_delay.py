@@ -151,9 +151,10 @@ def case_pub091():
     due = t0 + DELAY_MS
     publish(ch, q, "m", {"x-opt-delivery-time": due})
     # While held: not ready (queue.declare's count) and basic.get finds nothing.
-    time.sleep(0.5)
-    ready = ch.queue_declare(q, passive=True).method.message_count
-    empty = ch.basic_get(q, auto_ack=False)[0] is None
+    if QQ_DELAYS:
+        time.sleep(0.5)
+        ready = ch.queue_declare(q, passive=True).method.message_count
+        empty = ch.basic_get(q, auto_ack=False)[0] is None
     got = arrivals(c, ch, q, 1, 6)
     held_verdict("pub091", t0, due, got, QQ_DELAYS)
     if QQ_DELAYS:
@@ -276,13 +277,17 @@ class Settler:
     """An AMQP 1.0 receiver that settles the first message it gets as
     modified(delivery-failed, undeliverable-here, annotations)."""
 
-    def __init__(self, q, annotations, failed=True, undeliverable=True, count=1):
+    def __init__(self, q, annotations, failed=True, undeliverable=True, count=1, prefetch=10):
         from proton.handlers import MessagingHandler
         outer = self
 
         class H(MessagingHandler):
             def __init__(self):
-                super().__init__(auto_accept=False, prefetch=1)
+                # Credit 10: with credit 1, topped up after each delivery
+                # (proton's flow controller), a message returned to the
+                # delay a second time was not delivered again though ready
+                # (4.3.6 and qq-vNext alike; see tests/bench/qq-delay-notes.md).
+                super().__init__(auto_accept=False, prefetch=prefetch)
                 self.times = []
 
             def on_start(self, event):
