@@ -45,6 +45,9 @@ Cases (all by default):
               1.0 modified(delivery-failed) comes back after min x count,
               capped: ~1, ~2, ~2.5 s; type failed with a 0-9-1 nack(requeue):
               back at once
+  retry_explicit  a plain quorum queue: an AMQP 1.0 modified outcome with
+              annotation x-opt-delivery-time = now + 3 s holds the requeued
+              message until then
 
 Each case prints what it measured (ms from publish or settle to delivery)
 and ok or FAIL; the exit code is 1 if any case failed."""
@@ -472,9 +475,39 @@ def case_retry_failed():
     c.close()
 
 
+def case_retry_explicit():
+    """A plain quorum queue (no x-delayed-retry-*): an AMQP 1.0 consumer
+    settles modified (not undeliverable-here) with annotation
+    x-opt-delivery-time = now + 3 s: the requeued message is held until
+    then (4.3 already)."""
+    c = conn()
+    ch = c.channel()
+    ch.confirm_delivery()
+    q = declare_qq(ch, qname("retry.exp"))
+    publish(ch, q, "m")
+    due = [None]
+
+    def anns(n):
+        if n == 1:
+            due[0] = now_ms() + DELAY_MS
+            return {"x-opt-delivery-time": due[0]}
+        return None
+    times = Settler(q, anns, failed=False, undeliverable=False, count=2).run(10)
+    if len(times) == 2:
+        t = times[1]
+        ok = due[0] - EARLY_SLACK_MS <= t <= due[0] + LATE_SLACK_MS
+        verdict("retry_explicit", ok, "modified(x-opt-delivery-time +%d ms): back after %d ms (%+d ms from due)"
+                % (DELAY_MS, t - times[0], t - due[0]))
+    else:
+        verdict("retry_explicit", False, "deliveries at %s" % times)
+    ch.queue_delete(q)
+    c.close()
+
+
 CASES = [("pub091", case_pub091), ("pub10", case_pub10), ("order", case_order), ("forms", case_forms),
          ("dlx_classic", case_dlx_classic), ("dlx_qq", case_dlx_qq), ("restart", case_restart),
-         ("retry_returned", case_retry_returned), ("retry_failed", case_retry_failed)]
+         ("retry_returned", case_retry_returned), ("retry_failed", case_retry_failed),
+         ("retry_explicit", case_retry_explicit)]
 
 log("RabbitMQ %s on port %d: publish-time delays in quorum queues %s"
     % (VERSION, PORT, "expected" if QQ_DELAYS else "not expected"))
