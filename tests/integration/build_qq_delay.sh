@@ -45,8 +45,11 @@
 #                       (default /work/.mirror/rabbitmq+khepri_mnesia_migration/repo)
 #   QQ_DELAY_KMM_REF    (default v0.8.0: the newest tag there; its kmm_logging.hrl
 #                       is the one 0.8.1 has)
+#   QQ_DELAY_NAME       the root's name under ROOTS (default qq-delay)
 # A URL is cloned bare once into ROOTS/qq-delay.git/. The same recipe
-# builds main (QQ_DELAY_REF=main) as long as main asks for the same ra.
+# builds another ref (QQ_DELAY_REF=main QQ_DELAY_NAME=main) as long as it
+# asks for the same ra; another khepri or osiris than the ones used here is
+# a warning (see tests/bench/qq-delay-notes.md for main).
 #
 # Exit codes: 0 built (or already there), 1 build failed, 77 this machine
 # cannot (not root, no forky root and no debootstrap).
@@ -60,8 +63,9 @@ KHEPRI_GIT=${QQ_DELAY_KHEPRI_GIT:-/work/.mirror/rabbitmq+khepri/repo}
 KHEPRI_REF=${QQ_DELAY_KHEPRI_REF:-v0.19.0-beta.1}
 KMM_GIT=${QQ_DELAY_KMM_GIT:-/work/.mirror/rabbitmq+khepri_mnesia_migration/repo}
 KMM_REF=${QQ_DELAY_KMM_REF:-v0.8.0}
+NAME=${QQ_DELAY_NAME:-qq-delay}
 BASE=$ROOTS/forky
-ROOT=$ROOTS/qq-delay
+ROOT=$ROOTS/$NAME
 TMP=$ROOT.tmp
 BASE_VSN=4.3.6
 
@@ -110,8 +114,11 @@ KSHA=$(git --git-dir="$KG" rev-parse --verify "$KHEPRI_REF^{commit}") || die "no
 git --git-dir="$MG" rev-parse --verify "$KMM_REF^{commit}" >/dev/null || die "no $KMM_REF in $MG"
 WANT_RA=$(git --git-dir="$SG" show "$SHA:rabbitmq-components.mk" | awk '$1 == "dep_ra" {print $4}')
 WANT_KHEPRI=$(git --git-dir="$SG" show "$SHA:rabbitmq-components.mk" | awk '$1 == "dep_khepri" {print $4}')
+WANT_OSIRIS=$(git --git-dir="$SG" show "$SHA:rabbitmq-components.mk" | awk '$1 == "dep_osiris" {print $5}')
 [ "$WANT_RA" = 3.1.10 ] || die "$REF asks for ra $WANT_RA; the forky root has 3.1.10"
 [ "v$WANT_KHEPRI" = "$KHEPRI_REF" ] || say "warning: $REF asks for khepri $WANT_KHEPRI, building $KHEPRI_REF"
+[ -d "$BASE/$PLUG_REL/osiris-${WANT_OSIRIS#v}" ] ||
+    say "warning: $REF asks for osiris $WANT_OSIRIS, the root has $(cd "$BASE/$PLUG_REL" && echo osiris-*)"
 # The version the node reports: the 4.4 line, then the ref and commit.
 TAG=$(printf '%s' "$REF" | tr -c 'A-Za-z0-9' '.' | tr 'A-Z' 'a-z')
 VSN=${QQ_DELAY_VSN:-4.4.0-alpha.$TAG.${SHA:0:8}}
