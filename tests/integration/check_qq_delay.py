@@ -45,6 +45,9 @@ Cases (all by default):
               1.0 modified(delivery-failed) comes back after min x count,
               capped: ~1, ~2, ~2.5 s; type failed with a 0-9-1 nack(requeue):
               back at once
+  retry_down  x-delayed-retry-type failed, min 1000: a 0-9-1 channel that
+              closes with the message unacked is a failed delivery: back
+              after ~1 s, x-delivery-count 1
   retry_explicit  a plain quorum queue: an AMQP 1.0 modified outcome with
               annotation x-opt-delivery-time = now + 3 s holds the requeued
               message until then
@@ -509,10 +512,36 @@ def case_retry_explicit():
     c.close()
 
 
+def case_retry_down():
+    """x-delayed-retry-type failed, min 1000: a 0-9-1 consumer whose channel
+    closes with the message unacked counts as a failed delivery
+    (x-delivery-count 1): the next consumer gets it ~1 s later."""
+    c = conn()
+    ch = c.channel()
+    ch.confirm_delivery()
+    q = declare_qq(ch, qname("retry.down"), **{"x-delayed-retry-type": "failed",
+                                               "x-delayed-retry-min": 1000})
+    publish(ch, q, "m")
+    ch2 = c.channel()
+    got = arrivals(c, ch2, q, 1, 5, ack=False)
+    t0 = now_ms()
+    ch2.close()
+    got2 = arrivals(c, ch, q, 1, 5)
+    if got and got2:
+        g = got2[0][0] - t0
+        verdict("retry_down", 1000 - EARLY_SLACK_MS <= g <= 1000 + LATE_SLACK_MS,
+                "channel closed unacked: back after %d ms, x-delivery-count %s"
+                % (g, got2[0][2].get("x-delivery-count")))
+    else:
+        verdict("retry_down", False, "deliveries %s then %s" % (got, got2))
+    ch.queue_delete(q)
+    c.close()
+
+
 CASES = [("pub091", case_pub091), ("pub10", case_pub10), ("order", case_order), ("forms", case_forms),
          ("dlx_classic", case_dlx_classic), ("dlx_qq", case_dlx_qq), ("restart", case_restart),
          ("retry_returned", case_retry_returned), ("retry_failed", case_retry_failed),
-         ("retry_explicit", case_retry_explicit)]
+         ("retry_explicit", case_retry_explicit), ("retry_down", case_retry_down)]
 
 log("RabbitMQ %s on port %d: publish-time delays in quorum queues %s"
     % (VERSION, PORT, "expected" if QQ_DELAYS else "not expected"))

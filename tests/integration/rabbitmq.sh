@@ -218,6 +218,7 @@ root_link() {
     fi
     inside=$ROOT_DIR$d
     if [ -L "$d" ] && [ "$(readlink "$d")" = "$inside" ]; then
+        mkdir -p "$inside"   # the root may have been made anew (build_qq_delay.sh --force)
         return 0
     fi
     mkdir -p "$inside"
