@@ -19,7 +19,7 @@
 #       rabbitmq_prelaunch and rabbit (the AMQP 0-9-1 and 1.0 framing
 #       modules generated from rabbitmq_codegen's specs with python3, as
 #       erlang.mk does; the SQL filter lexer/parser from their .xrl/.yrl);
-#   from khepri at KHEPRI_REF: khepri;
+#   from khepri at KHEPRI_REF: khepri (.app from its own .app.src);
 #   from khepri_mnesia_migration: only its private header
 #       src/kmm_logging.hrl, which rabbit includes and Debian does not ship
 #       (the application itself, 0.8.1, is the root's).
@@ -120,21 +120,49 @@ WANT_OSIRIS=$(git --git-dir="$SG" show "$SHA:rabbitmq-components.mk" | awk '$1 =
 [ -d "$BASE/$PLUG_REL/osiris-${WANT_OSIRIS#v}" ] ||
     say "warning: $REF asks for osiris $WANT_OSIRIS, the root has $(cd "$BASE/$PLUG_REL" && echo osiris-*)"
 # The version the node reports: the 4.4 line, then the ref and commit.
-TAG=$(printf '%s' "$REF" | tr -c 'A-Za-z0-9' '.' | tr 'A-Z' 'a-z')
+TAG=$(printf '%s' "$REF" | tr -c '[:alnum:]' '.' | tr '[:upper:]' '[:lower:]')
 VSN=${QQ_DELAY_VSN:-4.4.0-alpha.$TAG.${SHA:0:8}}
 KVSN=${KHEPRI_REF#v}
 say "building rabbitmq-server $REF ($SHA) as $VSN with khepri $KVSN (log: $TMP/build/build.log)"
 
-# rm -rf of a root: its proc, dev and sys are unmounted first (the wrappers
-# mount them), and it stops if one cannot be.
-remove_root() {
-    local r=$1 d
-    [ -e "$r" ] || return 0
+# Unmount ROOT's proc, dev and sys (the wrappers mount them, sometimes
+# twice). A mount still busy (a process of a node that just stopped) is
+# detached lazily: it leaves the tree at once, so nothing below walks into it.
+unmount_root() {
+    local r=$1 d n
     for d in proc dev sys; do
-        while mountpoint -q "$r/$d" 2>/dev/null; do umount "$r/$d" || die "cannot unmount $r/$d"; done
+        n=0
+        while mountpoint -q "$r/$d" 2>/dev/null; do
+            if ! umount "$r/$d" 2>/dev/null; then
+                n=$((n + 1))
+                if [ $n -ge 5 ]; then
+                    umount -l "$r/$d" || die "cannot unmount $r/$d"
+                else
+                    sleep 1
+                fi
+            fi
+        done
     done
+}
+# rm -rf of a root, its mounts gone first; --one-file-system as a second guard.
+remove_root() {
+    local r=$1
+    [ -e "$r" ] || return 0
+    unmount_root "$r"
     rm -rf --one-file-system "$r"
 }
+
+# No node may run in the root being replaced (its files would go from under it).
+running_in() {
+    local p
+    for p in /proc/[0-9]*; do
+        [ "$(readlink "$p/root" 2>/dev/null)" = "$1" ] && { echo "${p#/proc/}"; return 0; }
+    done
+    return 1
+}
+if pid=$(running_in "$ROOT"); then
+    die "process $pid runs in $ROOT (a node?): stop it first (rabbitmq.sh stop DIR)"
+fi
 
 # A fresh copy of the forky root, hard-linked; proc, dev, sys and tmp empty.
 remove_root "$TMP"
@@ -150,19 +178,14 @@ for e in "$BASE"/* "$BASE"/.[!.]*; do
 done
 chmod 1777 "$TMP/tmp"
 for d in proc dev sys; do mount --bind "/$d" "$TMP/$d"; done
-release() {
-    local d
-    for d in proc dev sys; do
-        while mountpoint -q "$TMP/$d" 2>/dev/null; do umount "$TMP/$d" || break; done
-    done
-}
+release() { unmount_root "$TMP"; }
 trap release EXIT
 
 # The Erlang headers (public_key.hrl, ...) and parsetools (leex, yecc) a
 # build needs are not in the root: forky's erlang-dev and erlang-parsetools,
 # from the mirror apt uses here. dpkg unpacks new files and renames over
 # old ones, so the hard-linked files of the forky root stay as they were.
-if [ ! -d "$TMP"/usr/lib/erlang/lib/public_key-*/include ] ||
+if ! ls -d "$TMP"/usr/lib/erlang/lib/public_key-*/include >/dev/null 2>&1 ||
     ! ls -d "$TMP"/usr/lib/erlang/lib/parsetools-* >/dev/null 2>&1; then
     say "installing erlang-dev and erlang-parsetools into the root (apt-get, forky)"
     m=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
@@ -248,7 +271,8 @@ app() {
     erlc -o "$d/ebin" "${OPTS[@]}" -I "$src/include" -I "$src/src" -I "$src" -pa "$d/ebin" "$src"/src/*.erl
     escript /build/mkapp.escript "$tmpl" "$d/ebin/$name.app" "$vsn" "$d/ebin" "$env" "$@"
 }
-# make_vars MAKEFILE: kernel stdlib LOCAL_DEPS DEPS, as erlang.mk lists them.
+# make_apps MAKEFILE: kernel stdlib LOCAL_DEPS DEPS, as erlang.mk lists them
+# (split into words on purpose where it is used).
 make_apps() {
     echo kernel stdlib
     sed -n -e 's/^LOCAL_DEPS *= *//p' -e 's/^DEPS *= *//p' "$1"
@@ -287,7 +311,7 @@ app amqp10_common "$VSN" "$R/amqp10_common" "$P/amqp10_common-$BASE_VSN/ebin/amq
     $(make_apps "$R/amqp10_common/Makefile")
 app rabbitmq_prelaunch "$VSN" "$R/rabbitmq_prelaunch" "$P/rabbitmq_prelaunch-$BASE_VSN/ebin/rabbitmq_prelaunch.app" - \
     $(make_apps "$R/rabbitmq_prelaunch/Makefile")
-app khepri "$KVSN" "$S/khepri" "$P"/khepri-*/ebin/khepri.app - 
+app khepri "$KVSN" "$S/khepri" "$S/khepri/src/khepri.app.src" -   # its own app.src as the template
 make_env "$R/rabbit/Makefile" /build/rabbit.env
 app rabbit "$VSN" "$R/rabbit" "$P/rabbit-$BASE_VSN/ebin/rabbit.app" /build/rabbit.env \
     $(make_apps "$R/rabbit/Makefile")
@@ -316,9 +340,7 @@ built $(date -u +%FT%TZ) in $(($(date +%s) - START)) s
 EOF
 remove_root "$ROOT.old"
 if [ -e "$ROOT" ]; then
-    for d in proc dev sys; do
-        while mountpoint -q "$ROOT/$d" 2>/dev/null; do umount "$ROOT/$d" || die "cannot unmount $ROOT/$d"; done
-    done
+    unmount_root "$ROOT"
     mv "$ROOT" "$ROOT.old"
 fi
 mv "$TMP" "$ROOT"
