@@ -34,6 +34,10 @@ Cases (all by default):
               x-opt-delivery-time = now + 3 s: it is dead-lettered into a
               second quorum queue, at-most-once (the default) and
               at-least-once
+  dlx_ttl     a quorum queue with x-message-ttl 500 and a DLX (either
+              strategy), a message with x-opt-delivery-time = now + 3 s: on
+              qq-vNext held for the 3 s, then expired into the target; on
+              others expired after 500 ms
   restart     a message held for 25 s survives a node restart and is
               still held until its time (only with QQ_DELAY_NODE_DIR set:
               the rabbitmq.sh directory of the node, to restart it, with
@@ -279,6 +283,42 @@ def case_dlx_classic():
         verdict("dlx_classic", False, "nothing delivered")
     ch.queue_delete(src)
     ch.queue_delete(tgt)
+    c.close()
+
+
+def case_dlx_ttl():
+    """A quorum queue with x-message-ttl 500 and a DLX (both strategies),
+    a message with x-opt-delivery-time = now + 3 s: qq-vNext holds it in
+    the source for the 3 s (the TTL does not take it out of the delay) and
+    it expires into the target when due; 4.3 expires it after 500 ms."""
+    c = conn()
+    ch = c.channel()
+    ch.confirm_delivery()
+    for strategy in ("at-most-once", "at-least-once"):
+        name = "dlx_ttl." + strategy
+        tgt = declare_qq(ch, qname("ttl.tgt"))
+        args = {"x-message-ttl": 500, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": tgt,
+                "x-dead-letter-strategy": strategy}
+        if strategy == "at-least-once":
+            args["x-overflow"] = "reject-publish"
+        src = declare_qq(ch, qname("ttl.src"), **args)
+        t0 = now_ms()
+        due = t0 + DELAY_MS
+        publish(ch, src, "m", {"x-opt-delivery-time": due})
+        got = arrivals(c, ch, tgt, 1, 8)
+        if got:
+            t = got[0][0]
+            reason = got[0][2].get("x-first-death-reason")
+            if QQ_DELAYS:
+                ok = due - EARLY_SLACK_MS <= t <= due + LATE_SLACK_MS
+            else:
+                ok = 450 <= t - t0 <= 1500
+            verdict(name, ok and reason == "expired",
+                    "dead-lettered (%s) %d ms after publish (due %+d ms, ttl 500 ms)" % (reason, t - t0, DELAY_MS))
+        else:
+            verdict(name, False, "nothing dead-lettered")
+        ch.queue_delete(src)
+        ch.queue_delete(tgt)
     c.close()
 
 
@@ -539,7 +579,8 @@ def case_retry_down():
 
 
 CASES = [("pub091", case_pub091), ("pub10", case_pub10), ("order", case_order), ("forms", case_forms),
-         ("dlx_classic", case_dlx_classic), ("dlx_qq", case_dlx_qq), ("restart", case_restart),
+         ("dlx_classic", case_dlx_classic), ("dlx_qq", case_dlx_qq), ("dlx_ttl", case_dlx_ttl),
+         ("restart", case_restart),
          ("retry_returned", case_retry_returned), ("retry_failed", case_retry_failed),
          ("retry_explicit", case_retry_explicit), ("retry_down", case_retry_down)]
 
