@@ -5,7 +5,7 @@
 #
 #   build_qq_delay.sh [--force]    build ROOTS/qq-delay if it is not there yet
 #
-# Why this can be done without erlang.mk, hex or a network. RabbitMQ's
+# Why this can be done without erlang.mk, hex or the internet. RabbitMQ's
 # qq-vNext branch (commit 656ea1e "QQ: implement message delays" and the
 # deferral-token commits around it) lies on main, the 4.4 line. Debian
 # forky's rabbitmq-server 4.3.6 (the 4.3 root broker.sh makes) already ships
@@ -24,9 +24,13 @@
 #       src/kmm_logging.hrl, which rabbit includes and Debian does not ship
 #       (the application itself, 0.8.1, is the root's).
 #
-# Each .app file is the 4.3.6 one with vsn, modules, env (rabbit's
-# PROJECT_ENV) and applications (kernel, stdlib, LOCAL_DEPS, DEPS: the
-# rule erlang.mk follows) taken from the branch's Makefile. Then the root
+# What the root lacks for a build, the OTP headers (public_key.hrl ...) and
+# parsetools (leex, yecc), comes from forky's erlang-dev and
+# erlang-parsetools, installed into the new root with apt-get from the
+# Debian mirror apt uses here. Each .app file but khepri's is the 4.3.6 one
+# with vsn, modules, env (rabbit's PROJECT_ENV) and applications (kernel,
+# stdlib, LOCAL_DEPS, DEPS: the rule erlang.mk follows) taken from the
+# branch's Makefile. The root
 # is forky's root hard-linked file by file (cp -al: a second, free copy of
 # 580 MB; nothing here ever writes into a linked file, replaced
 # applications are unlinked, never overwritten) with the five applications
@@ -46,6 +50,9 @@
 #   QQ_DELAY_KMM_REF    (default v0.8.0: the newest tag there; its kmm_logging.hrl
 #                       is the one 0.8.1 has)
 #   QQ_DELAY_NAME       the root's name under ROOTS (default qq-delay)
+#   QQ_DELAY_VSN        the version the node reports (default
+#                       4.4.0-alpha.<ref>.<commit>, e.g. 4.4.0-alpha.qq.vnext.c6ab3c91:
+#                       check_qq_delay.py expects publish delays when it names qq)
 # A URL is cloned bare once into ROOTS/qq-delay.git/. The same recipe
 # builds another ref (QQ_DELAY_REF=main QQ_DELAY_NAME=main) as long as it
 # asks for the same ra; another khepri or osiris than the ones used here is
