@@ -17,7 +17,7 @@
 # The node's stdout/stderr are appended to DIR/log/node.stdout.log and
 # DIR/log/node.stderr.log; RabbitMQ's own log is DIR/log/NODE.log.
 #
-# Environment: DB_RABBITMQ (3.10, 4.0 or 4.3: the broker matrix, see
+# Environment: DB_RABBITMQ (3.10, 4.0, 4.3, 4.4 or qq-delay: the brokers, see
 # broker.sh; default 3.10, the host's package), RABBITMQ_BIN_DIR (default:
 # what broker.sh bin-dir says for DB_RABBITMQ; for 3.10
 # /usr/lib/rabbitmq/bin: the real scripts, not Debian's /usr/sbin wrappers,
@@ -27,7 +27,7 @@
 # to the node's rabbitmq.conf when it starts, e.g. "consumer_timeout = 5000"
 # for a test that shortens a broker timer).
 #
-# A node in a root (4.0, 4.3): its commands run under chroot in that root,
+# A node in a root (all but 3.10): its commands run under chroot in that root,
 # where every path the node gets must mean the same directory. So DIR
 # becomes, on the host, a symlink to ROOT/DIR (what was in DIR, such as a
 # cookie put there first, is moved over): the host reaches the node's files
@@ -218,6 +218,7 @@ root_link() {
     fi
     inside=$ROOT_DIR$d
     if [ -L "$d" ] && [ "$(readlink "$d")" = "$inside" ]; then
+        mkdir -p "$inside"   # the root may have been made anew (build_qq_delay.sh --force)
         return 0
     fi
     mkdir -p "$inside"
