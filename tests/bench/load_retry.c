@@ -9,7 +9,8 @@
  *   load_retry watch --queues Q1[,Q2...] [--interval-ms MS] [--once]
  *
  * declare: one AMQP connection, each SPEC in order (all durable):
- *   x:NAME[:TYPE]                 exchange, TYPE direct (default), fanout, topic
+ *   x:NAME[:TYPE]                 exchange, TYPE direct (default), fanout, topic,
+ *                                 x-delayed-message (the plugin's, x-delayed-type direct)
  *   q:NAME[:k=v,...]              queue; ttl=MS (x-message-ttl), dlx=X
  *                                 (x-dead-letter-exchange; "dlx=" the default
  *                                 exchange), dlk=K (x-dead-letter-routing-key),
@@ -98,9 +99,15 @@ static void declare_one(amqp_connection_state_t c, char *spec)
     if (!kind || !name)
         load_die(prog, "declare: bad spec (x:NAME[:TYPE], q:NAME[:k=v,..], b:Q:X:KEY, p:Q)");
     if (!strcmp(kind, "x")) {
+        /* the delayed-message plugin's exchange routes as a direct one */
+        amqp_table_entry_t xt = { .key = amqp_cstring_bytes("x-delayed-type"),
+                                  .value = { .kind = AMQP_FIELD_KIND_UTF8,
+                                             .value.bytes = amqp_cstring_bytes("direct") } };
+        amqp_table_t xargs = { 0, &xt };
+        if (rest && !strcmp(rest, "x-delayed-message"))
+            xargs.num_entries = 1;
         amqp_exchange_declare(c, 1, amqp_cstring_bytes(name),
-                              amqp_cstring_bytes(rest ? rest : "direct"), 0, 1, 0, 0,
-                              amqp_empty_table);
+                              amqp_cstring_bytes(rest ? rest : "direct"), 0, 1, 0, 0, xargs);
         load_check_reply(prog, amqp_get_rpc_reply(c), "exchange.declare");
     } else if (!strcmp(kind, "q")) {
         amqp_table_entry_t e[8];

@@ -23,6 +23,11 @@
 #                  (only on a node that delays in its quorum queues,
 #                  DB_RABBITMQ=qq-delay: quorumdelay.sh; elsewhere a line
 #                  says why not)
+#   plugin 4.0.7   x-delay 3600000 to the delayed-message plugin's exchange
+#                  bench.plugin (x-delayed-message, x-delayed-type direct;
+#                  bench.phold bound with key hold): the broker's figures
+#                  alone, as for the quorum delay (only on RabbitMQ 4.0 with
+#                  the plugin built: plugin.sh; BENCH_PLUGIN=0 leaves it out)
 # and both as RAM per held message, bridge + broker together.
 #
 # (b) Restart (--restart N, default 1000000; 0 skips it; 256 B bodies).
@@ -80,7 +85,7 @@ TARGET_EX=bench.target OUT_Q=bench.out INGRESS_EX=bench.delayed INGRESS_Q=bench.
 BRIDGE_PID="" CONS_PID="" HTTP_PORT="" BROKER_SID="" FAILED=()
 declare -A R
 BROKER_VSN=$(sed -E 's/^(RabbitMQ [0-9]+(\.[0-9]+)*).*/\1/' <<<"${BROKER_DESC:-RabbitMQ ?}")
-. "$HERE/plugin.sh"        # plugin_check_started (broker_start calls it); the plugin is not measured here
+. "$HERE/plugin.sh"        # PLUGIN, plugin_decide, plugin_check_started (broker_start calls it)
 . "$HERE/quorumdelay.sh"   # QQ, QQ_WHY, QQ_NAME, qq_decide, qq_consume, qq_beam
 bench_traps
 
@@ -119,6 +124,8 @@ new_bridge() { # new_bridge NAME: a bridge on an empty WAL
 say "machine: $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadavg); delay-bridge $BRIDGE_BUILT"
 qq_decide
 say "$QQ_NAME: $([ "$QQ" = 1 ] && echo "measured on this node" || echo "$QQ_WHY")"
+plugin_decide
+say "$PLUGIN_NAME: $([ "$PLUGIN" = 1 ] && echo "measured on this node" || echo "$PLUGIN_WHY")"
 
 # ---------------------------------------------------------------- (a) holding
 TAG=0
@@ -152,6 +159,21 @@ for size in ${SIZES//,/ }; do
             sleep 1
             node_mark "$k"
             publish "$k" --mode deliverytime --exchange "$QQ_EX" --routing-key hold --count "$n" \
+                --delay "$HOLD_DELAY" --size "$size" --tag "$TAG"
+            sleep 5
+            node_delta "$k" "$n"
+            R[$k.total_ram]=${R[$k.node_rss]}
+            say "$k: node RSS ${R[$k.node_rss]} B/msg, erlang:memory ${R[$k.node_mem]} B/msg, disk ${R[$k.node_disk]} B/msg"
+        fi
+        if [ "$PLUGIN" = 1 ]; then
+            k=p-$size-$n TAG=$((TAG + 1))
+            say "== $k: the $PLUGIN_NAME holds $n x $size B"
+            fresh_node
+            "$LR" declare --uri "$URI" "x:$PLUGIN_EX:x-delayed-message" "q:bench.phold" \
+                "b:bench.phold:$PLUGIN_EX:hold" >/dev/null
+            sleep 1
+            node_mark "$k"
+            publish "$k" --mode xdelay --exchange "$PLUGIN_EX" --routing-key hold --count "$n" \
                 --delay "$HOLD_DELAY" --size "$size" --tag "$TAG"
             sleep 5
             node_delta "$k" "$n"
@@ -253,6 +275,14 @@ hrow() { printf '| %-15s | %-20s | %-26s | %-52s | %14s |\n' "$BROKER_VSN" "$@";
             hrow delay-bridge "$sc" "broker disk per held message, B" "$(v "$b.node_disk")"
             hrow delay-bridge "$sc" "RAM per held message, bridge + broker, B" "$(v "$b.total_ram")"
             hrow delay-bridge "$sc" "broker RSS at the end, MiB" "$(v "$b.node_rss_mib")"
+            if [ "$PLUGIN" = 1 ]; then
+                pk=p-$size-$n
+                hrow "$PLUGIN_NAME" "$sc" "accept rate, msg/s" "$(p "$pk" rate)"
+                hrow "$PLUGIN_NAME" "$sc" "broker RSS per held message, B" "$(v "$pk.node_rss")"
+                hrow "$PLUGIN_NAME" "$sc" "broker erlang:memory per held message, B" "$(v "$pk.node_mem")"
+                hrow "$PLUGIN_NAME" "$sc" "broker disk per held message, B" "$(v "$pk.node_disk")"
+                hrow "$PLUGIN_NAME" "$sc" "broker RSS at the end, MiB" "$(v "$pk.node_rss_mib")"
+            fi
             [ "$QQ" = 1 ] || continue
             hrow "$QQ_NAME" "$sc" "accept rate, msg/s" "$(p "$q" rate)"
             hrow "$QQ_NAME" "$sc" "broker RSS per held message, B" "$(v "$q.node_rss")"
@@ -277,6 +307,7 @@ hrow() { printf '| %-15s | %-20s | %-26s | %-52s | %14s |\n' "$BROKER_VSN" "$@";
         for n in ${COUNTS//,/ }; do
             line="summary, $BROKER_VSN, hold $n x $size B: delay-bridge RAM $(v "b-$size-$n.total_ram") B/msg (bridge $(v "b-$size-$n.bridge_rss"), broker $(v "b-$size-$n.node_rss")), disk $(v "b-$size-$n.wal") B/msg"
             [ "$QQ" = 1 ] && line+="; $QQ_NAME RAM $(v "q-$size-$n.total_ram") B/msg, disk $(v "q-$size-$n.node_disk") B/msg"
+            [ "$PLUGIN" = 1 ] && line+="; $PLUGIN_NAME RAM $(v "p-$size-$n.total_ram") B/msg, erlang:memory $(v "p-$size-$n.node_mem") B/msg, disk $(v "p-$size-$n.node_disk") B/msg"
             echo "$line"
         done
     done
