@@ -105,18 +105,6 @@ static int add_uri(struct ctx *x, struct config *c, const char *path, const char
     return 0;
 }
 
-const char *cfg_uri_vhost(const struct config *c)
-{
-    if (c->nuris == 0 || !c->uris[0])
-        return "/";
-    return c->uris[0] + strlen(c->uris[0]) + 1; /* add_uri() */
-}
-
-const char *config_route_vhost(const struct config *c, const struct config_route *r)
-{
-    return r->vhost[0] ? r->vhost : cfg_uri_vhost(c);
-}
-
 /* A JSON value that must be one URI string. */
 static int add_uri_json(struct ctx *x, struct config *c, const char *path, json_object *v)
 {

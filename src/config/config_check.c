@@ -45,6 +45,22 @@ int cfg_check_uri(struct ctx *x, const char *path, const char *uri, struct uri *
 }
 
 
+/*
+ * The first URI's vhost: stored right after it in the same allocation,
+ * "URI\0VHOST\0", by add_uri() in config.c.
+ */
+const char *cfg_uri_vhost(const struct config *c)
+{
+    if (c->nuris == 0 || !c->uris[0])
+        return "/";
+    return c->uris[0] + strlen(c->uris[0]) + 1; /* add_uri() */
+}
+
+const char *config_route_vhost(const struct config *c, const struct config_route *r)
+{
+    return r->vhost[0] ? r->vhost : cfg_uri_vhost(c);
+}
+
 /* The file named by key (a path) opens for reading and is not a directory. */
 int cfg_check_readable(struct ctx *x, const char *path, const char *file)
 {

@@ -73,6 +73,9 @@ int cfg_string(struct ctx *x, const char *path, json_object *v, const char **s, 
 int cfg_check_keys(struct ctx *x, json_object *obj, const char *prefix,
                       const char *const *allowed);
 
+/* The key prefix of route i in messages ("routes[i]" outside a parse of routes). */
+const char *cfg_route_pre(const struct ctx *x, int i, char *buf, size_t n);
+
 /* prefix.key (or key alone) into out: the key path of messages. */
 void cfg_join(char *out, size_t outlen, const char *prefix, const char *key);
 
@@ -120,11 +123,6 @@ json_object *cfg_json_parse(const char *text, const char **why, int *line, int *
 /* A file's text as a JSON object, or NULL with "<name>:<line>:<col>: invalid JSON: ..." (reported). */
 json_object *cfg_parse_text(struct ctx *x, const char *text);
 
-/* ---- config.c ---- */
-
-/* The first broker URI's vhost, %-decoded ("/" when c has no URI): a route's without "vhost". */
-const char *cfg_uri_vhost(const struct config *c);
-
 /* ---- config_routes.c ---- */
 
 /*
@@ -142,9 +140,6 @@ extern const char *const cfg_route_keys[];
 int cfg_add_routes(struct config *c, const char *json, const char *name, int *shadowed, int warn,
                    char *err, size_t errlen);
 
-/* The key prefix of route i in messages ("routes[i]" outside a parse of routes). */
-const char *cfg_route_pre(const struct ctx *x, int i, char *buf, size_t n);
-
 /* ---- config_template.c ---- */
 
 /* "route_templates" of root into c->templates (their text), each template's shape checked. */
@@ -157,6 +152,9 @@ json_object *cfg_template_json(const struct config *c, int t);
 json_object *cfg_template_expand(json_object *t, const char *name);
 
 /* ---- config_check.c ---- */
+
+/* The first broker URI's vhost, %-decoded ("/" when c has no URI): a route's without "vhost". */
+const char *cfg_uri_vhost(const struct config *c);
 
 struct uri;
 /* One broker URI: amqp:// or amqps://, parsed by uri.c (as the connection will be) into *u. */

@@ -125,6 +125,14 @@ int cfg_check_keys(struct ctx *x, json_object *obj, const char *prefix,
     return 0;
 }
 
+const char *cfg_route_pre(const struct ctx *x, int i, char *buf, size_t n)
+{
+    if (x->where)
+        return x->where[i].pre;
+    snprintf(buf, n, "routes[%d]", i);
+    return buf;
+}
+
 void cfg_join(char *out, size_t outlen, const char *prefix, const char *key)
 {
     snprintf(out, outlen, "%s%s%s", prefix, *prefix ? "." : "", key);

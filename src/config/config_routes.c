@@ -329,14 +329,6 @@ static int route_instance(struct ctx *x, const struct config_template *t, json_o
     return rc;
 }
 
-const char *cfg_route_pre(const struct ctx *x, int i, char *buf, size_t n)
-{
-    if (x->where)
-        return x->where[i].pre;
-    snprintf(buf, n, "routes[%d]", i);
-    return buf;
-}
-
 static const char *route_id(const struct ctx *x, int i, char *buf, size_t n)
 {
     if (x->where)
