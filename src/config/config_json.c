@@ -250,25 +250,6 @@ int cfg_get_choice(struct ctx *x, json_object *o, const char *prefix, const char
 }
 
 
-/* The optional section key of root: an object whose keys are all in keys, or absent (*out NULL). */
-int cfg_section(struct ctx *x, json_object *root, const char *key, const char *const *keys,
-                   json_object **out)
-{
-    *out = NULL;
-    json_object *v;
-    if (!json_object_object_get_ex(root, key, &v))
-        return 0;
-    if (json_object_get_type(v) != json_type_object) {
-        char got[96];
-        return cfg_fail(x, key, "expected an object, got %s", cfg_show(v, got, sizeof got));
-    }
-    if (cfg_check_keys(x, v, key, keys) < 0)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-
 /* 1-based line and column of byte offset off in s. */
 void cfg_line_col(const char *s, size_t off, int *line, int *col)
 {

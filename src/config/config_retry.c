@@ -47,9 +47,6 @@
 
 #include "base/xalloc.h"
 
-static const char *const policy_keys[] = { "initial_ms", "multiplier", "max_ms", "jitter",
-                                            "max_attempts", NULL };
-
 /* A number lo..hi (an integer or a fraction). Absent: *out untouched. */
 static int get_double(struct ctx *x, json_object *o, const char *pre, const char *key,
                       double lo, double hi, double *out)
@@ -159,7 +156,7 @@ static int parse_queues(struct ctx *x, json_object *o, const char *pre, uint64_t
         if (json_object_get_type(v) != json_type_object)
             return cfg_fail(x, path, "expected an object of policy keys, got %s",
                             cfg_show(v, got, sizeof got));
-        if (cfg_check_keys(x, v, path, policy_keys) < 0)
+        if (cfg_check_sect(x, v, path, CONFIG_SECT_POLICY) < 0)
             return -1;
         memcpy(e->queue, name, strlen(name) + 1);
         e->policy = rt->policy;
@@ -229,9 +226,6 @@ int cfg_route_is_retry(json_object *o)
 
 int cfg_parse_route_retry(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
 {
-    static const char *const keys[] = { "initial_ms", "multiplier", "max_ms", "jitter",
-                                         "max_attempts", "parking_exchange", "parking_queue",
-                                         "reasons", "queues", "queue_pattern", NULL };
     json_object *v;
     char path[320], got[96];
     struct config_retry *rt;
@@ -247,7 +241,7 @@ int cfg_parse_route_retry(struct ctx *x, struct config_route *r, json_object *o,
         return cfg_fail(x, path, "a retry route's ingress cannot be a stream: dead-lettering "
                         "publishes into it, and a stream is read, never emptied; use classic "
                         "or quorum");
-    if (cfg_check_keys(x, v, path, keys) < 0)
+    if (cfg_check_sect(x, v, path, CONFIG_SECT_RETRY) < 0)
         return -1;
     rt = r->retry = xmalloc(sizeof *rt);
     memset(rt, 0, sizeof *rt);

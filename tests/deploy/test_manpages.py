@@ -7,19 +7,20 @@ the README.
 No build, no broker: it reads sources. Checks, each printed as "ok:" or
 "FAIL:" naming the key (or command, or variable) that is wrong and where:
 
-  delay-bridge.json(5) against the parser (src/config/*.c)
-    - the key paths the parser accepts are read from its key arrays, the
-      `static const char *const NAME[] = {...}` lists it hands to
-      cfg_section() and cfg_check_keys() (an unknown key is refused by
-      them), each mapped to its section: the literal prefix of the call
-      ("broker", "broker.tls", ...), or SECTIONS below for the arrays whose
-      prefix is computed (a route's, a retry object's);
+  delay-bridge.json(5) against the schema (src/config/config_keys.def)
+    - the key paths the parser accepts are the schema's rows: the parser
+      reads, defaults and refuses unknown keys from them alone;
     - every accepted key path has a .TP entry in the page's KEYS section
       (a section object such as "broker" may instead be a .SS heading),
       and every entry names an accepted key path;
     - keys documented inside one entry: a per-queue retry policy's keys
       (routes[].retry.queues), a template's extra and excluded keys
       (route_templates), the routes file's top-level keys (routes_file).
+    - each entry's "Default: D." is the row's documented default, word for
+      word; an integer row's range "LO..HI" is in its entry, and a choice
+      row's every name;
+    - RELOAD lists a route key under "applied at once" exactly when its row
+      is LIVE, under "applied by consuming again" when RECONSUME.
   delay-bridge.json(5) against README.md's "Configuration reference"
     - the same set of key paths (a row "`a.b` / `c`" is a.b and a.c);
     - each entry's first line is "Default: D." (or "Required ...") with D
@@ -32,8 +33,8 @@ No build, no broker: it reads sources. Checks, each printed as "ok:" or
     - both pages render without a groff warning, -Tutf8 and -Tascii (when
       groff is installed).
 
-A new key must therefore be added to the parser, the README's table and
-the page together. Exit 0 pass, 1 fail.
+A new key is one row of the schema; this test then names the README row
+and the page entry it needs, with their default. Exit 0 pass, 1 fail.
 """
 import os
 import re
@@ -46,16 +47,19 @@ PAGE5 = os.path.join(ROOT, "deploy", "man", "delay-bridge.json.5")
 PAGE8 = os.path.join(ROOT, "deploy", "man", "delay-bridge.8")
 CONFIG_SRC = os.path.join(ROOT, "src", "config")
 
-# Key arrays whose section prefix is not a literal in the call that checks
-# them: (file, array) -> prefix, or None for arrays of another file's keys.
-SECTIONS = {
-    ("config_routes.c", "cfg_route_keys"): "routes[]",
-    ("config_retry.c", "keys"): "routes[].retry",
-    ("config_retry.c", "policy_keys"): "routes[].retry.queues.*",
-    ("config_routes.c", "keys"): None,  # store_top: the routes file's own top level
-}
-# Arrays that are not key lists (choices of a value).
-VALUE_LISTS = {"queue_types", "types", "froms", "policies", "jitters", "names"}
+# The schema (src/config/config_keys.def): one row per key. Its sections' key prefixes, as
+# config_schema.c's cfg_sect_pre names them.
+SCHEMA = os.path.join(CONFIG_SRC, "config_keys.def")
+SECT_PREFIX = {"TOP": "", "BROKER": "broker", "TLS": "broker.tls", "WAL": "wal",
+               "REPL": "wal.replicate", "HTTP": "http", "LOG": "log", "LIMITS": "limits",
+               "ROUTE": "routes[]", "RETRY": "routes[].retry",
+               "POLICY": "routes[].retry.queues.*"}
+# The routes file's own top level (config_routes.c store_top): not keys of the configuration.
+STORE_ARRAY = ("config_routes.c", "keys")
+# C constants the schema's ranges are written with.
+CONSTS = {"UINT32_MAX": 4294967295, "INT64_MAX": 9223372036854775807,
+          "CONFIG_MAX_HELD": 4294967295, "CONFIG_STREAM_SEGMENT_MAX_MB": 2861,
+          "WAL_MAX_SEGMENT_BYTES": 2 << 30}
 
 failures = 0
 
@@ -77,49 +81,81 @@ def read(path):
 
 # ---- the parser's key paths --------------------------------------------------------
 
-def function_at(text, pos):
-    """The name of the C function defined (at column 0) before pos, or ''."""
-    name = ""
-    for m in re.finditer(r"^[a-z][^\n;]*?\b(\w+)\([^;{]*$", text[:pos], re.M):
-        name = m.group(1)
-    return name
+def c_args(text):
+    """The arguments of one macro call's text (after its "("), strings unquoted and joined."""
+    args, cur, depth, i = [], "", 0, 0
+    while i < len(text):
+        ch = text[i]
+        if ch == '"':
+            j = i + 1
+            while text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            cur += text[i:j + 1]
+            i = j + 1
+            continue
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            if depth == 0:
+                break
+            depth -= 1
+        elif ch == "," and depth == 0:
+            args.append(cur.strip())
+            cur = ""
+            i += 1
+            continue
+        cur += ch
+        i += 1
+    args.append(cur.strip())
+    out = []
+    for a in args:
+        parts = re.findall(r'"((?:[^"\\]|\\.)*)"', a)
+        if parts and re.fullmatch(r'(\s*"(?:[^"\\]|\\.)*"\s*)+', a):
+            out.append("".join(parts).replace('\\"', '"').replace("\\\\", "\\"))
+        else:
+            out.append(None if a == "NULL" else a)
+    return out
+
+
+def schema_rows():
+    """The schema's rows: dicts of path, sect, key, type, lo, hi, flags, choices, docdef, doc."""
+    text = re.sub(r"/\*.*?\*/", "", read(SCHEMA), flags=re.S)
+    rows = []
+    for m in re.finditer(r"^CFG_(KEY|OWN)\(", text, re.M):
+        a = c_args(text[m.end():])
+        if m.group(1) == "KEY":
+            r = dict(sect=a[0], key=a[1], type=a[2], lo=a[4], hi=a[5], flags=a[9],
+                     choices=a[10], docdef=a[12], doc=a[13])
+        else:
+            r = dict(sect=a[0], key=a[1], type=a[2], lo=None, hi=None, flags=a[3],
+                     choices=None, docdef=a[6], doc=a[7])
+        pre = SECT_PREFIX[r["sect"]]
+        r["path"] = pre + "." + r["key"] if pre else r["key"]
+        rows.append(r)
+    return rows
+
+
+def c_value(expr):
+    """A range bound of the schema as a number (C constants and + - * << >> of them)."""
+    e = expr
+    for k, v in CONSTS.items():
+        e = re.sub(r"\b%s\b" % k, str(v), e)
+    if not re.fullmatch(r"[0-9 ()+\-*<>]+", e):
+        return None
+    return eval(e)  # digits and operators only, checked above
 
 
 def parser_keys():
-    """{key path: 'file:function'} of every key the parser accepts, and the
-    arrays met (for the special checks)."""
+    """{key path: where} of every key the parser accepts (the schema's rows), and the arrays
+    met (the routes file's own keys)."""
     paths, arrays = {}, {}
-    for fn in sorted(os.listdir(CONFIG_SRC)):
-        if not fn.endswith(".c"):
-            continue
-        text = read(os.path.join(CONFIG_SRC, fn))
-        for m in re.finditer(r"(?:static )?const char \*const (\w+)\[\w*\] = \{(.*?)\};", text, re.S):
-            array, body = m.group(1), m.group(2)
-            if array in VALUE_LISTS:
-                continue
-            keys = re.findall(r'"([^"]*)"', body)
-            func = function_at(text, m.start())
-            arrays[(fn, array)] = keys
-            if (fn, array) in SECTIONS:
-                prefix = SECTIONS[(fn, array)]
-            else:
-                end = text.find("\n}\n", m.end())
-                scope = text[m.end():end if end > 0 else len(text)]
-                call = re.search(r'cfg_(?:section|check_keys)\([^;]*?("[^"]*"|\w+), %s[,)]'
-                                 % array, scope)
-                if call and not call.group(1).startswith('"'):  # static const char pre[] = "..."
-                    call = re.search(r'static const char %s\[\] = ("[^"]*");'
-                                     % call.group(1), text[text.rfind("\n{\n", 0, m.start()):end])
-                if not call:
-                    fail("src/config/%s: key array %s (in %s): cannot tell which section it "
-                         "checks; add it to SECTIONS in %s" % (fn, array, func or "file scope",
-                                                               os.path.basename(__file__)))
-                    continue
-                prefix = call.group(1).strip('"')
-            if prefix is None:
-                continue
-            for k in keys:
-                paths[prefix + "." + k if prefix else k] = "%s:%s" % (fn, func or array)
+    for r in schema_rows():
+        if r["type"] == "SECTION" and r["sect"] == "TOP":
+            pass
+        paths[r["path"]] = "config_keys.def:%s" % r["sect"]
+    text = read(os.path.join(CONFIG_SRC, STORE_ARRAY[0]))
+    m = re.search(r"static const char \*const keys\[\] = \{(.*?)\};", text, re.S)
+    arrays[STORE_ARRAY] = re.findall(r'"([^"]*)"', m.group(1)) if m else []
     return paths, arrays
 
 
@@ -286,6 +322,62 @@ def check_config_page():
         fail("README.md's configuration table has no row for key %s (accepted by the parser)" % p)
 
 
+def check_schema_page():
+    """Each row's default, range, choices and reload flags against the page."""
+    text5 = read(PAGE5)
+    secs = sections(text5)
+    entries, _ = page_entries(secs.get("KEYS", []))
+    choices = {}
+    src = read(os.path.join(CONFIG_SRC, "config_schema.c"))
+    for m in re.finditer(r"static const char \*const (\w+)\[\] = \{(.*?)\};", src, re.S):
+        choices[m.group(1)] = re.findall(r'"([^"]*)"', m.group(2))
+    bad = 0
+    for r in schema_rows():
+        e = entries.get(r["path"])
+        if e is None or r["docdef"] is None:
+            continue
+        first = re.sub(r"^Default: |\.$", "", e.split("\n")[0])
+        if norm(first) != norm(r["docdef"]):
+            bad += 1
+            fail("%s: the schema's default %r, the page's entry says %r"
+                 % (r["path"], r["docdef"], e.split("\n")[0]))
+        if r["type"] == "INT" and r["lo"] is not None:
+            lo, hi = c_value(r["lo"]), c_value(r["hi"])
+            if lo is None or hi is None or "%d..%d" % (lo, hi) not in e:
+                bad += 1
+                fail("%s: the page's entry does not give the schema's range %s..%s"
+                     % (r["path"], lo, hi))
+        if r["type"] == "CHOICE":
+            for c in choices.get(r["choices"], []):
+                if not re.search(r"(?<![\w-])%s(?![\w-])" % re.escape(c), e):
+                    bad += 1
+                    fail("%s: the page's entry does not name the choice %s" % (r["path"], c))
+    if not bad:
+        ok("delay-bridge.json.5: each key's default, range and choices are the schema's")
+
+    reload_ = roff_text("\n".join(secs.get("RELOAD", [])))
+    parts = re.split(r"^\.TP\n\.B ", reload_, flags=re.M)
+    said = {}
+    for p in parts[1:]:
+        head, _, body = p.partition("\n")
+        said[head.strip()] = set(re.findall(r"^\.B[R]? (\w+)", body, re.M))
+    bad = 0
+    for r in schema_rows():
+        if r["sect"] != "ROUTE":
+            continue
+        flags = r["flags"] or ""
+        for head, flag in (("applied at once", "LIVE"), ("applied by consuming again", "RECONSUME")):
+            listed = r["key"] in said.get(head, set())
+            if listed != (flag in flags):
+                bad += 1
+                fail("delay-bridge.json.5: RELOAD: %s is %s under \"%s\", but its schema row "
+                     "is %s%s" % (r["key"], "listed" if listed else "not listed", head,
+                                  "" if flag in flags else "not ", flag))
+    if not bad:
+        ok("delay-bridge.json.5: RELOAD lists the route keys the schema applies live and by "
+           "consuming again")
+
+
 def check_daemon_page():
     text8 = read(PAGE8)
     secs = sections(text8)
@@ -374,6 +466,7 @@ def check_render():
 
 def main():
     check_config_page()
+    check_schema_page()
     check_daemon_page()
     check_th()
     check_render()
