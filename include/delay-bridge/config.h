@@ -360,6 +360,8 @@ extern const int config_nkeys;
 
 /* The row of key in section s, or NULL. */
 const struct config_key *config_key_find(enum config_sect s, const char *key);
+/* The row of a key of the file's sections (not a route's) named by its own diff path, or NULL. */
+const struct config_key *config_key_by_path(const char *path);
 /* A BOOL, INT (in the file's units) or CHOICE (its index) row's value in base. */
 uint64_t config_key_uint(const struct config_key *k, const void *base);
 /* A STR row's value in base, or a CHOICE row's name. */

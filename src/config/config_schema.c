@@ -93,6 +93,21 @@ const struct config_key *config_key_find(enum config_sect s, const char *key)
     return NULL;
 }
 
+const struct config_key *config_key_by_path(const char *path)
+{
+    char p[CFG_PATH_MAX];
+
+    for (int i = 0; i < config_nkeys; i++) {
+        const struct config_key *k = &config_keys[i];
+        if (k->sect >= CONFIG_SECT_ROUTE || !k->has_field || k->diff)
+            continue;
+        cfg_join(p, sizeof p, cfg_sect_pre[k->sect], k->key);
+        if (strcmp(p, path) == 0)
+            return k;
+    }
+    return NULL;
+}
+
 /* A row's field held as a string: a STR, or a CHOICE kept by name (target_type). */
 static int held_as_string(const struct config_key *k)
 {

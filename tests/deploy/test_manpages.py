@@ -360,21 +360,22 @@ def check_schema_page():
     said = {}
     for p in parts[1:]:
         head, _, body = p.partition("\n")
-        said[head.strip()] = set(re.findall(r"^\.B[R]? (\w+)", body, re.M))
+        said[head.strip()] = set(re.findall(r"^\.B[R]? ([\w.]+)", body, re.M))
     bad = 0
     for r in schema_rows():
-        if r["sect"] != "ROUTE":
+        if r["sect"] in ("RETRY", "POLICY") or r["type"] == "SECTION":
             continue
         flags = r["flags"] or ""
+        name = r["key"] if r["sect"] == "ROUTE" else r["path"]
         for head, flag in (("applied at once", "LIVE"), ("applied by consuming again", "RECONSUME")):
-            listed = r["key"] in said.get(head, set())
+            listed = name in said.get(head, set())
             if listed != (flag in flags):
                 bad += 1
                 fail("delay-bridge.json.5: RELOAD: %s is %s under \"%s\", but its schema row "
-                     "is %s%s" % (r["key"], "listed" if listed else "not listed", head,
+                     "is %s%s" % (name, "listed" if listed else "not listed", head,
                                   "" if flag in flags else "not ", flag))
     if not bad:
-        ok("delay-bridge.json.5: RELOAD lists the route keys the schema applies live and by "
+        ok("delay-bridge.json.5: RELOAD lists the keys the schema applies live and by "
            "consuming again")
 
 
