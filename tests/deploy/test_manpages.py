@@ -33,8 +33,11 @@ No build, no broker: it reads sources. Checks, each printed as "ok:" or
     - both pages render without a groff warning, -Tutf8 and -Tascii (when
       groff is installed).
 
-A new key is one row of the schema; this test then names the README row
-and the page entry it needs, with their default. Exit 0 pass, 1 fail.
+  README.md's table and the page's KEYS section are written from the
+  schema by deploy/man/config_doc.py: each must be what it makes now.
+
+A new key is one row of the schema, then `config_doc.py` to write the two
+documents. Exit 0 pass, 1 fail.
 """
 import os
 import re
@@ -47,19 +50,13 @@ PAGE5 = os.path.join(ROOT, "deploy", "man", "delay-bridge.json.5")
 PAGE8 = os.path.join(ROOT, "deploy", "man", "delay-bridge.8")
 CONFIG_SRC = os.path.join(ROOT, "src", "config")
 
-# The schema (src/config/config_keys.def): one row per key. Its sections' key prefixes, as
-# config_schema.c's cfg_sect_pre names them.
-SCHEMA = os.path.join(CONFIG_SRC, "config_keys.def")
-SECT_PREFIX = {"TOP": "", "BROKER": "broker", "TLS": "broker.tls", "WAL": "wal",
-               "REPL": "wal.replicate", "HTTP": "http", "LOG": "log", "LIMITS": "limits",
-               "ROUTE": "routes[]", "RETRY": "routes[].retry",
-               "POLICY": "routes[].retry.queues.*"}
+# The schema's reader and the documents' maker (deploy/man/config_doc.py).
+sys.path.insert(0, os.path.join(ROOT, "deploy", "man"))
+import config_doc  # noqa: E402
+from config_doc import c_value, schema_rows  # noqa: E402
+
 # The routes file's own top level (config_routes.c store_top): not keys of the configuration.
 STORE_ARRAY = ("config_routes.c", "keys")
-# C constants the schema's ranges are written with.
-CONSTS = {"UINT32_MAX": 4294967295, "INT64_MAX": 9223372036854775807,
-          "CONFIG_MAX_HELD": 4294967295, "CONFIG_STREAM_SEGMENT_MAX_MB": 2861,
-          "WAL_MAX_SEGMENT_BYTES": 2 << 30}
 
 failures = 0
 
@@ -81,77 +78,11 @@ def read(path):
 
 # ---- the parser's key paths --------------------------------------------------------
 
-def c_args(text):
-    """The arguments of one macro call's text (after its "("), strings unquoted and joined."""
-    args, cur, depth, i = [], "", 0, 0
-    while i < len(text):
-        ch = text[i]
-        if ch == '"':
-            j = i + 1
-            while text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            cur += text[i:j + 1]
-            i = j + 1
-            continue
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            if depth == 0:
-                break
-            depth -= 1
-        elif ch == "," and depth == 0:
-            args.append(cur.strip())
-            cur = ""
-            i += 1
-            continue
-        cur += ch
-        i += 1
-    args.append(cur.strip())
-    out = []
-    for a in args:
-        parts = re.findall(r'"((?:[^"\\]|\\.)*)"', a)
-        if parts and re.fullmatch(r'(\s*"(?:[^"\\]|\\.)*"\s*)+', a):
-            out.append("".join(parts).replace('\\"', '"').replace("\\\\", "\\"))
-        else:
-            out.append(None if a == "NULL" else a)
-    return out
-
-
-def schema_rows():
-    """The schema's rows: dicts of path, sect, key, type, lo, hi, flags, choices, docdef, doc."""
-    text = re.sub(r"/\*.*?\*/", "", read(SCHEMA), flags=re.S)
-    rows = []
-    for m in re.finditer(r"^CFG_(KEY|OWN)\(", text, re.M):
-        a = c_args(text[m.end():])
-        if m.group(1) == "KEY":
-            r = dict(sect=a[0], key=a[1], type=a[2], lo=a[4], hi=a[5], flags=a[9],
-                     choices=a[10], docdef=a[12], doc=a[13])
-        else:
-            r = dict(sect=a[0], key=a[1], type=a[2], lo=None, hi=None, flags=a[3],
-                     choices=None, docdef=a[6], doc=a[7])
-        pre = SECT_PREFIX[r["sect"]]
-        r["path"] = pre + "." + r["key"] if pre else r["key"]
-        rows.append(r)
-    return rows
-
-
-def c_value(expr):
-    """A range bound of the schema as a number (C constants and + - * << >> of them)."""
-    e = expr
-    for k, v in CONSTS.items():
-        e = re.sub(r"\b%s\b" % k, str(v), e)
-    if not re.fullmatch(r"[0-9 ()+\-*<>]+", e):
-        return None
-    return eval(e)  # digits and operators only, checked above
-
-
 def parser_keys():
     """{key path: where} of every key the parser accepts (the schema's rows), and the arrays
     met (the routes file's own keys)."""
     paths, arrays = {}, {}
     for r in schema_rows():
-        if r["type"] == "SECTION" and r["sect"] == "TOP":
-            pass
         paths[r["path"]] = "config_keys.def:%s" % r["sect"]
     text = read(os.path.join(CONFIG_SRC, STORE_ARRAY[0]))
     m = re.search(r"static const char \*const keys\[\] = \{(.*?)\};", text, re.S)
@@ -337,7 +268,7 @@ def check_schema_page():
         if e is None or r["docdef"] is None:
             continue
         first = re.sub(r"^Default: |\.$", "", e.split("\n")[0])
-        if norm(first) != norm(r["docdef"]):
+        if norm(first) != norm(re.sub(r"`|\*\*", "", r["docdef"])):
             bad += 1
             fail("%s: the schema's default %r, the page's entry says %r"
                  % (r["path"], r["docdef"], e.split("\n")[0]))
@@ -377,6 +308,21 @@ def check_schema_page():
     if not bad:
         ok("delay-bridge.json.5: RELOAD lists the keys the schema applies live and by "
            "consuming again")
+
+
+def check_generated():
+    """README.md's table and the page's KEYS are what config_doc.py makes of the schema."""
+    rows = schema_rows()
+    bad = 0
+    for path, make in ((os.path.join(ROOT, "README.md"), config_doc.readme_text),
+                       (PAGE5, config_doc.page_text)):
+        if make(rows, read(path)) != read(path):
+            bad += 1
+            fail("%s: not what the schema (src/config/config_keys.def) makes of it; run "
+                 "/usr/bin/python3 deploy/man/config_doc.py" % os.path.relpath(path, ROOT))
+    if not bad:
+        ok("README.md's configuration table and delay-bridge.json.5's KEYS are made from the "
+           "schema (%d rows)" % len(rows))
 
 
 def check_daemon_page():
@@ -466,6 +412,7 @@ def check_render():
 
 
 def main():
+    check_generated()
     check_config_page()
     check_schema_page()
     check_daemon_page()
