@@ -17,6 +17,8 @@ the code nor from each other:
       .SS heading per section: "Default: D." (or "Required ..."), the
       description in roff, then from the row's fields "Range: LO..HI." for
       an integer and "Reload: ..." from its LIVE / RECONSUME flags.
+  deploy/man/delay-bridge.json.5, RELOAD  the lists of keys a reload applies
+      at once (LIVE) and by consuming again (RECONSUME).
 
 Everything else in both files is written by hand. tests/deploy/test_manpages.py
 runs the check (ctest deploy.manpages). No build, no broker: it reads text.
@@ -229,11 +231,32 @@ def man_keys(rows):
     return "\n".join(out) + "\n"
 
 
+def reload_list(rows, what):
+    """RELOAD's list of what ("LIVE file", "LIVE routes", "RECONSUME routes"): its lines."""
+    flag, where = what.split()
+    names = [r["key"] if r["sect"] == "ROUTE" else r["path"] for r in rows
+             if flag in r["flags"] and (r["sect"] == "ROUTE") == (where == "routes")]
+    return [".BR %s ," % n for n in names[:-1]] + [".B %s" % n for n in names[-1:]]
+
+
 def page_text(rows, text):
-    """The page's text with its KEYS section made from the schema."""
+    """The page's text with its KEYS section, and RELOAD's lists of keys, made from the
+    schema. A list is the lines between '.\\" list: FLAG file|routes' and
+    '.\\" end of the list'."""
     start = text.index(".SH KEYS\n") + len(".SH KEYS\n")
     end = text.index("\n.SH ", start) + 1
-    return text[:start] + man_keys(rows) + text[end:]
+    text = text[:start] + man_keys(rows) + text[end:]
+    out, skip = [], False
+    for line in text.split("\n"):
+        if skip and line != '.\\" end of the list':
+            continue
+        skip = False
+        out.append(line)
+        m = re.match(r'\.\\" list: (\w+ \w+)', line)
+        if m:
+            out += reload_list(rows, m.group(1))
+            skip = True
+    return "\n".join(out)
 
 
 def main():
