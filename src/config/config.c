@@ -255,28 +255,11 @@ static int parse_wal(struct ctx *x, struct config *c, json_object *root)
 }
 
 
-/*
- * wal.replicate, after "instance" is known (the default stream name uses
- * it) and before routes (whose ingress queues the names are checked
- * against, in check_repl_routes). Absent: c->repl stays all zero.
- */
-static int parse_replicate(struct ctx *x, struct config *c, json_object *root)
+/* wal.replicate.stream and lease_queue: each valid, defaulted from instance and stream. */
+static int repl_names(struct ctx *x, struct config *c, json_object *o, const char *pre)
 {
-    static const char pre[] = "wal.replicate";
     struct config_replicate *r = &c->repl;
-    json_object *w, *o;
-    char got[96], q[96];
-    uint64_t age_s = 0;
-
-    if (!json_object_object_get_ex(root, "wal", &w) ||
-        !json_object_object_get_ex(w, "replicate", &o))
-        return 0;
-    if (json_object_get_type(o) != json_type_object)
-        return cfg_fail(x, pre, "expected an object, got %s", cfg_show(o, got, sizeof got));
-    if (cfg_check_sect(x, o, pre, CONFIG_SECT_REPL) < 0)
-        return -1;
-    cfg_defaults(CONFIG_SECT_REPL, c);
-    r->enabled = 1;
+    char q[96];
 
     int have = cfg_get_str(x, o, pre, "stream", NONEMPTY, r->stream, CONFIG_NAME_MAX);
     if (have < 0)
@@ -304,14 +287,15 @@ static int parse_replicate(struct ctx *x, struct config *c, json_object *root)
         return cfg_fail(x, "wal.replicate.lease_queue", "same as stream %s; expected another name "
                     "(the lease is a queue of its own)",
                     cfg_quote(r->stream, strlen(r->stream), q, sizeof q));
+    return 0;
+}
 
-    /* a stream refuses x-stream-max-segment-size-bytes above 3,000,000,000 (segment_mb) */
-    if (cfg_read_keys(x, CONFIG_SECT_REPL, o, pre, c) < 0 ||
-        cfg_get_max_age(x, o, pre, "max_age", 1, r->max_age, sizeof r->max_age, &age_s) < 0)
-        return -1;
-
-    /* retention: everything since the last completed stream checkpoint stays */
+/* wal.replicate's retention keeps everything since the last completed stream checkpoint. */
+static int repl_retention(struct ctx *x, const struct config_replicate *r, uint64_t age_s)
+{
+    char q[96];
     uint64_t need = 2 * (r->checkpoint_bytes >> 20) + 2 * (r->segment_bytes >> 20);
+
     if (r->max_bytes != 0 && (r->max_bytes >> 20) < need)
         return cfg_fail(x, "wal.replicate.max_mb", "%llu is too small; must be at least 2 x "
                     "checkpoint_mb + 2 x segment_mb (%llu): the stream must keep everything "
@@ -329,6 +313,36 @@ static int parse_replicate(struct ctx *x, struct config *c, json_object *root)
                     cfg_quote(r->max_age, strlen(r->max_age), q, sizeof q),
                     (unsigned long long)age_s, (unsigned long long)need);
     return 0;
+}
+
+/*
+ * wal.replicate, after "instance" is known (the default stream name uses
+ * it) and before routes (whose ingress queues the names are checked
+ * against, in check_repl_routes). Absent: c->repl stays all zero; present,
+ * it starts from the schema's defaults.
+ */
+static int parse_replicate(struct ctx *x, struct config *c, json_object *root)
+{
+    static const char pre[] = "wal.replicate";
+    json_object *w, *o;
+    char got[96];
+    uint64_t age_s = 0;
+
+    if (!json_object_object_get_ex(root, "wal", &w) ||
+        !json_object_object_get_ex(w, "replicate", &o))
+        return 0;
+    if (json_object_get_type(o) != json_type_object)
+        return cfg_fail(x, pre, "expected an object, got %s", cfg_show(o, got, sizeof got));
+    if (cfg_check_sect(x, o, pre, CONFIG_SECT_REPL) < 0)
+        return -1;
+    cfg_defaults(CONFIG_SECT_REPL, c);
+    c->repl.enabled = 1;
+    /* segment_mb's range: a stream refuses x-stream-max-segment-size-bytes above 3,000,000,000 */
+    if (repl_names(x, c, o, pre) < 0 || cfg_read_keys(x, CONFIG_SECT_REPL, o, pre, c) < 0 ||
+        cfg_get_max_age(x, o, pre, "max_age", 1, c->repl.max_age, sizeof c->repl.max_age,
+                        &age_s) < 0)
+        return -1;
+    return repl_retention(x, &c->repl, age_s);
 }
 
 
