@@ -5,8 +5,9 @@
  * A route with a "retry" object is a retry route (README, "Retries with
  * backoff"): consumers' queues dead-letter into its ingress exchange, and
  * the bridge sends each message back to the queue it failed in after the
- * policy's delay, or parks it. Three keys of an ordinary route make no
- * sense then and are refused by name rather than ignored: target_exchange
+ * policy's delay, or parks it. Keys of an ordinary route that make no
+ * sense then are refused by name rather than ignored (the schema's
+ * NO_RETRY rows, which GET /routes leaves out too): target_exchange
  * (the message goes back through the default exchange), invalid_delay and
  * dead_letter_exchange (a hopeless message is parked), and
  * unroutable_exchange (a queue that is gone parks it too). The parser fills
@@ -192,7 +193,10 @@ static int parse_pattern(struct ctx *x, json_object *o, const char *pre, struct 
     return 0;
 }
 
-/* The keys a retry route may not have: each names what replaces it. */
+/*
+ * The keys a retry route may not have, the schema's NO_RETRY rows: each
+ * named with what replaces it (a row without a reason here gets a plain one).
+ */
 static int refuse_route_keys(struct ctx *x, json_object *o, const char *pre)
 {
     static const struct {
@@ -211,11 +215,18 @@ static int refuse_route_keys(struct ctx *x, json_object *o, const char *pre)
     };
     char path[320];
 
-    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
-        if (json_object_object_get_ex(o, no[i].key, NULL)) {
-            cfg_join(path, sizeof path, pre, no[i].key);
-            return cfg_fail(x, path, "not allowed with retry: %s", no[i].why);
-        }
+    for (int i = 0; i < config_nkeys; i++) {
+        const struct config_key *k = &config_keys[i];
+        const char *why = "a retry route has no such key";
+        if (k->sect != CONFIG_SECT_ROUTE || !(k->flags & CONFIG_KEY_NO_RETRY) ||
+            !json_object_object_get_ex(o, k->key, NULL))
+            continue;
+        for (size_t j = 0; j < sizeof no / sizeof no[0]; j++)
+            if (strcmp(no[j].key, k->key) == 0)
+                why = no[j].why;
+        cfg_join(path, sizeof path, pre, k->key);
+        return cfg_fail(x, path, "not allowed with retry: %s", why);
+    }
     return 0;
 }
 
