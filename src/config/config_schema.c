@@ -30,6 +30,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/log.h"
@@ -238,9 +239,16 @@ int cfg_read_keys(struct ctx *x, enum config_sect s, json_object *o, const char 
 int cfg_sect_keys(enum config_sect s, const char **out, int max)
 {
     int n = 0;
-    for (int i = 0; i < config_nkeys && n + 1 < max; i++)
-        if (config_keys[i].sect == s)
-            out[n++] = config_keys[i].key;
+    for (int i = 0; i < config_nkeys; i++) {
+        if (config_keys[i].sect != s)
+            continue;
+        if (n + 1 >= max) { /* the schema outgrew CFG_SECT_MAX_KEYS: a build mistake */
+            fprintf(stderr, "delay-bridge: %s has more than %d keys; raise CFG_SECT_MAX_KEYS\n",
+                    cfg_sect_pre[s][0] ? cfg_sect_pre[s] : "the top level", max - 1);
+            abort();
+        }
+        out[n++] = config_keys[i].key;
+    }
     out[n] = NULL;
     return n;
 }
