@@ -147,13 +147,14 @@ struct json_object *api_message_json(uint64_t log_id, uint64_t id, uint64_t due_
 struct config_route;
 
 /*
- * A route as GET /routes shows it (api_routes.c): "name", "vhost" (vhost:
- * the effective one, config_route_vhost), "ingress_exchange",
- * "ingress_queue", "target_exchange" (null for a retry route), "queue_type",
- * "source" ("file" | "api"), "template" (or null), "retired", "held" (held:
- * < 0 = not known yet, null), then every other key of the route as the file
- * writes it, defaults included, so that the object PUT back (through
- * api_route_body) makes the same route. A new reference.
+ * A route as GET /routes shows it (api_routes.c): every key of the route
+ * as the file writes it, defaults included, in the schema's order
+ * (config_keys.def) -- "vhost" the effective one (vhost;
+ * config_route_vhost), "target_exchange" null for a retry or
+ * delayed_exchanges route, "template" null for none -- then "source"
+ * ("file" | "api"), "retired" and "held" (held: < 0 = not known yet,
+ * null), so that the object PUT back (through api_route_body) makes the
+ * same route. A new reference.
  */
 struct json_object *api_route_json(const struct config_route *r, const char *vhost,
                                    int64_t held);

@@ -7,8 +7,12 @@
  * falls back to a default. DELAY_BRIDGE_BROKER_URI, when set and not empty,
  * replaces broker.uri (a comma-separated list gives failover URIs).
  *
- * The reference for every key, with its default, is README.md
- * ("Configuration reference"); keep the two in step.
+ * Every key is written once, in the schema src/config/config_keys.def
+ * (name, type, range, default, how a reload applies it, a line of
+ * description): the parser, the defaults, the reload diff and GET /routes
+ * walk it (struct config_key below), and tests/deploy/test_manpages.py
+ * holds README.md's "Configuration reference" and delay-bridge.json(5) to
+ * it.
  */
 #ifndef DB_CONFIG_H
 #define DB_CONFIG_H
@@ -311,6 +315,61 @@ struct config {
     struct config_route *routes;
     int nroutes;
 };
+
+/*
+ * The schema: one row per key of the file (src/config/config_keys.def), in
+ * the order of the file's key lists. A row with a field (has_field) is read,
+ * defaulted, compared and shown from that field alone: base is struct
+ * config, or struct config_route for CONFIG_SECT_ROUTE.
+ */
+enum config_sect {
+    CONFIG_SECT_TOP, CONFIG_SECT_BROKER, CONFIG_SECT_TLS, CONFIG_SECT_WAL, CONFIG_SECT_REPL,
+    CONFIG_SECT_HTTP, CONFIG_SECT_LOG, CONFIG_SECT_LIMITS, CONFIG_SECT_ROUTE, CONFIG_SECT_RETRY,
+    CONFIG_SECT_POLICY,
+};
+enum config_type {
+    CONFIG_T_BOOL, CONFIG_T_INT, CONFIG_T_STR, CONFIG_T_CHOICE, /* held in a field */
+    CONFIG_T_NUMBER, CONFIG_T_OBJECT, CONFIG_T_ARRAY, CONFIG_T_SECTION, /* read by their own code */
+};
+#define CONFIG_KEY_REQUIRED 0x01    /* must be present */
+#define CONFIG_KEY_NONEMPTY 0x02    /* a string that must not be "" */
+#define CONFIG_KEY_OWN 0x04         /* read by code of its own, not by the walk */
+#define CONFIG_KEY_LIVE 0x08        /* a reload writes it into the running route */
+#define CONFIG_KEY_RECONSUME 0x10   /* a reload applies it by consuming the ingress again */
+#define CONFIG_KEY_NO_RETRY 0x20    /* a retry route has none (refused beside "retry") */
+#define CONFIG_KEY_NO_DELAYED 0x40  /* a delayed_exchanges route has none */
+#define CONFIG_KEY_STREAM_ONLY 0x80 /* only a stream ingress has it */
+
+struct config_key {
+    enum config_sect sect;
+    const char *key;            /* as in the file */
+    enum config_type type;
+    int has_field;
+    size_t off, size;           /* the field in the section's struct */
+    int64_t lo, hi;             /* CONFIG_T_INT: the range, in the file's units */
+    uint64_t def;               /* BOOL, INT (file units), CHOICE held as an index */
+    const char *sdef;           /* STR, CHOICE held as a string; NULL: none */
+    unsigned shift;             /* INT held as value << shift (10: KiB, 20: MiB) */
+    unsigned flags;             /* CONFIG_KEY_* */
+    const char *const *choices; /* CHOICE: NULL-terminated */
+    int cmp;                    /* no field: how config_diff compares it */
+    const char *diff;           /* the path a reload names it by; NULL: its own */
+};
+extern const struct config_key config_keys[];
+extern const int config_nkeys;
+
+/* The row of key in section s, or NULL. */
+const struct config_key *config_key_find(enum config_sect s, const char *key);
+/* The row of a key of the file's sections (not a route's) named by its own diff path, or NULL. */
+const struct config_key *config_key_by_path(const char *path);
+/* A BOOL, INT (in the file's units) or CHOICE (its index) row's value in base. */
+uint64_t config_key_uint(const struct config_key *k, const void *base);
+/* A STR row's value in base, or a CHOICE row's name. */
+const char *config_key_str(const struct config_key *k, const void *base);
+/* A row with a field: its value differs from a to b. */
+int config_key_differs(const struct config_key *k, const void *a, const void *b);
+/* A row with a field: its value copied from b to a. */
+void config_key_copy(const struct config_key *k, void *a, const void *b);
 
 /* A route's vhost: its "vhost", or the first broker URI's. */
 const char *config_route_vhost(const struct config *c, const struct config_route *r);

@@ -2,9 +2,13 @@
  * config.c -- read the JSON configuration into struct config.
  *
  * json-c parses the file in strict mode (no comments, no trailing commas,
- * nothing after the top-level object); then one walk per section copies
- * each key into the plain struct, checking its type and range as it goes,
- * and stops at the first problem. Every message is one line:
+ * nothing after the top-level object); then each section is read: its
+ * unknown keys refused and its keys copied into the plain struct by the
+ * schema's walk (config_keys.def, config_schema.c: type, range, default),
+ * then the keys that need code of their own (URIs, names, the replicated
+ * stream's) and the rules between keys. The first problem stops the parse
+ * (a key's type or range is found before the rules that relate it to
+ * others). Every message is one line:
  *
  *   <name>: <key path>: <what is wrong>, <what is expected>
  *   <name>:<line>:<col>: invalid JSON: <tokener error>
@@ -35,14 +39,13 @@
  *     exchange of a route that leads back (config_routes.c says how routes
  *     are followed).
  *
- * Ranges the header leaves open, chosen here:
- *   broker.heartbeat_s 0..65535 (AMQP short); connect_timeout_ms,
- *   reconnect_*_ms, publish_retry_*_ms 1..2^32-1; shutdown_timeout_ms
- *   0..2^32-1; wal.max_message_bytes 1..536870912 (RabbitMQ's own ceiling,
- *   well under WALREC_MAX_PAYLOAD); wal.checkpoint_interval_s 0 (off)..604800;
- *   wal.checkpoint_min_mb 1..1048576; limits.max_held and routes[].max_held
- *   0..2^32-1 (a message handle is 32 bits); wal.replicate.max_age at most 9
- *   digits (its seconds fit in 64 bits even in years); http.listen is ""
+ * Ranges are the schema's (config_keys.def); why some are what they are:
+ *   broker.heartbeat_s 0..65535 (AMQP short); wal.max_message_bytes
+ *   1..536870912 (RabbitMQ's own ceiling, well under WALREC_MAX_PAYLOAD);
+ *   wal.segment_mb the segment-file log's own limit; limits.max_held and
+ *   routes[].max_held 0..2^32-1 (a message handle is 32 bits);
+ *   wal.replicate.max_age at most 9 digits (its seconds fit in 64 bits
+ *   even in years); http.listen is ""
  *   (off) by default, else host:port with IPv6 hosts in brackets
  *   ("[::1]:9187"); routes_file "" is wal.dir + "/routes.json", filled in
  *   at parse (one path for every reader), and must fit 4095 bytes.
@@ -54,10 +57,13 @@
  * missing, it is no routes yet; unreadable or wrong, the load fails with
  * its name, as a file of the configuration would.
  *
- * The routes are read in config_routes.c (route_templates in
- * config_template.c, the routes file's text edited in config_store.c), the
- * JSON access is in config_json.c, the checks in config_check.c;
- * config_int.h is what they share.
+ * The files of config/ call one way, down: this file (the top) calls
+ * config_routes.c (the routes; route_templates in config_template.c,
+ * retry routes in config_retry.c, delayed_exchanges in config_delayed.c),
+ * which call the checks in config_check.c, which call the schema's walks
+ * (config_schema.c) and the JSON access (config_json.c, the floor).
+ * config_diff.c and config_store.c stand beside them and call only the
+ * floor. config_int.h is what they share.
  */
 #include "config_int.h"
 
@@ -74,7 +80,6 @@
 #include <unistd.h>
 
 #include "base/log.h"
-#include "delay-bridge/wal.h"
 #include "base/xalloc.h"
 #include "uri.h"
 
@@ -103,18 +108,6 @@ static int add_uri(struct ctx *x, struct config *c, const char *path, const char
     free(text);
     c->uris[c->nuris++] = kept;
     return 0;
-}
-
-const char *cfg_uri_vhost(const struct config *c)
-{
-    if (c->nuris == 0 || !c->uris[0])
-        return "/";
-    return c->uris[0] + strlen(c->uris[0]) + 1; /* add_uri() */
-}
-
-const char *config_route_vhost(const struct config *c, const struct config_route *r)
-{
-    return r->vhost[0] ? r->vhost : cfg_uri_vhost(c);
 }
 
 /* A JSON value that must be one URI string. */
@@ -160,8 +153,6 @@ static int uris_from_env(struct ctx *x, struct config *c, const char *env)
  */
 static int parse_tls(struct ctx *x, struct config *c, json_object *b)
 {
-    static const char *const keys[] = { "ca_file", "cert_file", "key_file", "verify_hostname",
-                                        NULL };
     struct config_tls *t = &c->tls;
     json_object *o = NULL;
     int have_ca = 0, have_cert = 0, have_key = 0, tls = 0;
@@ -172,17 +163,12 @@ static int parse_tls(struct ctx *x, struct config *c, json_object *b)
         return cfg_fail(x, "broker.tls", "expected an object, got %s", cfg_show(o, got, sizeof got));
     }
     if (o) {
-        if (cfg_check_keys(x, o, "broker.tls", keys) < 0)
+        if (cfg_check_sect(x, o, "broker.tls", CONFIG_SECT_TLS) < 0 ||
+            cfg_read_keys(x, CONFIG_SECT_TLS, o, "broker.tls", c) < 0)
             return -1;
-        if ((have_ca = cfg_get_str(x, o, "broker.tls", "ca_file", NONEMPTY, t->ca_file,
-                               sizeof t->ca_file - 1)) < 0 ||
-            (have_cert = cfg_get_str(x, o, "broker.tls", "cert_file", NONEMPTY, t->cert_file,
-                                 sizeof t->cert_file - 1)) < 0 ||
-            (have_key = cfg_get_str(x, o, "broker.tls", "key_file", NONEMPTY, t->key_file,
-                                sizeof t->key_file - 1)) < 0)
-            return -1;
-        if (cfg_get_bool(x, o, "broker.tls", "verify_hostname", &t->verify_hostname) < 0)
-            return -1;
+        have_ca = json_object_object_get_ex(o, "ca_file", NULL);
+        have_cert = json_object_object_get_ex(o, "cert_file", NULL);
+        have_key = json_object_object_get_ex(o, "key_file", NULL);
     }
     if (have_cert != have_key)
         return cfg_fail(x, have_cert ? "broker.tls.key_file" : "broker.tls.cert_file",
@@ -202,12 +188,8 @@ static int parse_tls(struct ctx *x, struct config *c, json_object *b)
 
 static int parse_broker(struct ctx *x, struct config *c, json_object *root)
 {
-    static const char *const keys[] = { "uri", "heartbeat_s", "connect_timeout_ms",
-                                        "reconnect_min_ms", "reconnect_max_ms",
-                                        "publish_retry_min_ms", "publish_retry_max_ms", "tls",
-                                        NULL };
     json_object *b;
-    if (cfg_section(x, root, "broker", keys, &b) < 0)
+    if (cfg_section(x, root, "broker", CONFIG_SECT_BROKER, &b) < 0)
         return -1;
     const char *env = getenv(ENV_URI);
     int use_env = env && *env;
@@ -247,20 +229,7 @@ static int parse_broker(struct ctx *x, struct config *c, json_object *root)
         }
     }
 
-    uint64_t v;
-    v = c->heartbeat_s;
-    if (cfg_get_int(x, b, "broker", "heartbeat_s", 0, 65535, &v) < 0)
-        return -1;
-    c->heartbeat_s = (uint16_t)v;
-    if (cfg_get_u32(x, b, "broker", "connect_timeout_ms", 1, &c->connect_timeout_ms) < 0)
-        return -1;
-    if (cfg_get_u32(x, b, "broker", "reconnect_min_ms", 1, &c->reconnect_min_ms) < 0)
-        return -1;
-    if (cfg_get_u32(x, b, "broker", "reconnect_max_ms", 1, &c->reconnect_max_ms) < 0)
-        return -1;
-    if (cfg_get_u32(x, b, "broker", "publish_retry_min_ms", 1, &c->publish_retry_min_ms) < 0)
-        return -1;
-    if (cfg_get_u32(x, b, "broker", "publish_retry_max_ms", 1, &c->publish_retry_max_ms) < 0)
+    if (cfg_read_keys(x, CONFIG_SECT_BROKER, b, "broker", c) < 0)
         return -1;
 
     if (c->reconnect_min_ms > c->reconnect_max_ms)
@@ -276,72 +245,21 @@ static int parse_broker(struct ctx *x, struct config *c, json_object *root)
 
 static int parse_wal(struct ctx *x, struct config *c, json_object *root)
 {
-    static const char *const keys[] = { "dir", "segment_mb", "fsync", "commit_interval_ms",
-                                        "prewrite_kb", "max_message_bytes", "checkpoint_interval_s",
-                                        "checkpoint_min_mb", "replicate", NULL };
     json_object *w;
-    if (cfg_section(x, root, "wal", keys, &w) < 0)
+    if (cfg_section(x, root, "wal", CONFIG_SECT_WAL, &w) < 0)
         return -1;
     if (!w)
         return cfg_fail(x, "wal.dir", "missing; expected the directory for the write-ahead log");
-    if (cfg_get_str(x, w, "wal", "dir", REQUIRED | NONEMPTY, c->wal_dir, sizeof c->wal_dir - 1) < 0)
-        return -1;
-    uint64_t v = c->segment_bytes >> 20;
-    /* the segment-file log's own limits, so --check-config agrees with it */
-    if (cfg_get_int(x, w, "wal", "segment_mb", 1, WAL_MAX_SEGMENT_BYTES >> 20, &v) < 0)
-        return -1;
-    c->segment_bytes = v << 20;
-    if (cfg_get_bool(x, w, "wal", "fsync", &c->fsync) < 0)
-        return -1;
-    v = c->commit_interval_ms;
-    if (cfg_get_int(x, w, "wal", "commit_interval_ms", 0, 1000, &v) < 0)
-        return -1;
-    c->commit_interval_ms = (uint32_t)v;
-    v = c->prewrite_bytes >> 10;
-    if (cfg_get_int(x, w, "wal", "prewrite_kb", 0, 1u << 20, &v) < 0)
-        return -1;
-    c->prewrite_bytes = v << 10;
-    /* RabbitMQ's own ceiling for max_message_size is 512 MiB */
-    v = c->max_message_bytes;
-    if (cfg_get_int(x, w, "wal", "max_message_bytes", 1, 512u << 20, &v) < 0)
-        return -1;
-    c->max_message_bytes = (uint32_t)v;
-    v = c->checkpoint_interval_s;
-    if (cfg_get_int(x, w, "wal", "checkpoint_interval_s", 0, 7 * 86400, &v) < 0)
-        return -1;
-    c->checkpoint_interval_s = (uint32_t)v;
-    v = c->checkpoint_min_mb;
-    if (cfg_get_int(x, w, "wal", "checkpoint_min_mb", 1, 1u << 20, &v) < 0)
-        return -1;
-    c->checkpoint_min_mb = (uint32_t)v;
-    return 0;
+    /* segment_mb's range is the segment-file log's own, so --check-config agrees with it */
+    return cfg_read_keys(x, CONFIG_SECT_WAL, w, "wal", c);
 }
 
 
-/*
- * wal.replicate, after "instance" is known (the default stream name uses
- * it) and before routes (whose ingress queues the names are checked
- * against, in check_repl_routes). Absent: c->repl stays all zero.
- */
-static int parse_replicate(struct ctx *x, struct config *c, json_object *root)
+/* wal.replicate.stream and lease_queue: each valid, defaulted from instance and stream. */
+static int repl_names(struct ctx *x, struct config *c, json_object *o, const char *pre)
 {
-    static const char *const keys[] = { "stream", "lease_queue", "max_mb", "max_age",
-                                        "segment_mb", "checkpoint_mb", "checkpoint_interval_s",
-                                        "batch_kb", "confirm_timeout_ms", "lease_renew_ms", NULL };
-    static const char pre[] = "wal.replicate";
     struct config_replicate *r = &c->repl;
-    json_object *w, *o;
-    char got[96], q[96];
-    uint64_t u, age_s = 0;
-
-    if (!json_object_object_get_ex(root, "wal", &w) ||
-        !json_object_object_get_ex(w, "replicate", &o))
-        return 0;
-    if (json_object_get_type(o) != json_type_object)
-        return cfg_fail(x, pre, "expected an object, got %s", cfg_show(o, got, sizeof got));
-    if (cfg_check_keys(x, o, pre, keys) < 0)
-        return -1;
-    r->enabled = 1;
+    char q[96];
 
     int have = cfg_get_str(x, o, pre, "stream", NONEMPTY, r->stream, CONFIG_NAME_MAX);
     if (have < 0)
@@ -369,43 +287,15 @@ static int parse_replicate(struct ctx *x, struct config *c, json_object *root)
         return cfg_fail(x, "wal.replicate.lease_queue", "same as stream %s; expected another name "
                     "(the lease is a queue of its own)",
                     cfg_quote(r->stream, strlen(r->stream), q, sizeof q));
+    return 0;
+}
 
-    u = 20480;
-    if (cfg_get_int(x, o, pre, "max_mb", 0, 16777216, &u) < 0)
-        return -1;
-    r->max_bytes = u << 20;
-
-    if (cfg_get_max_age(x, o, pre, "max_age", 1, r->max_age, sizeof r->max_age, &age_s) < 0)
-        return -1;
-
-    u = 64;
-    /* a stream refuses x-stream-max-segment-size-bytes above 3,000,000,000 */
-    if (cfg_get_int(x, o, pre, "segment_mb", 1, CONFIG_STREAM_SEGMENT_MAX_MB, &u) < 0)
-        return -1;
-    r->segment_bytes = u << 20;
-    u = 1024;
-    if (cfg_get_int(x, o, pre, "checkpoint_mb", 1, 1048576, &u) < 0)
-        return -1;
-    r->checkpoint_bytes = u << 20;
-    u = 3600;
-    if (cfg_get_int(x, o, pre, "checkpoint_interval_s", 0, 31536000, &u) < 0)
-        return -1;
-    r->checkpoint_interval_s = (uint32_t)u;
-    u = 1024;
-    if (cfg_get_int(x, o, pre, "batch_kb", 4, 65536, &u) < 0)
-        return -1;
-    r->batch_bytes = (uint32_t)u << 10;
-    u = 10000;
-    if (cfg_get_int(x, o, pre, "confirm_timeout_ms", 100, 600000, &u) < 0)
-        return -1;
-    r->confirm_timeout_ms = (uint32_t)u;
-    u = 10000;
-    if (cfg_get_int(x, o, pre, "lease_renew_ms", 100, 600000, &u) < 0)
-        return -1;
-    r->lease_renew_ms = (uint32_t)u;
-
-    /* retention: everything since the last completed stream checkpoint stays */
+/* wal.replicate's retention keeps everything since the last completed stream checkpoint. */
+static int repl_retention(struct ctx *x, const struct config_replicate *r, uint64_t age_s)
+{
+    char q[96];
     uint64_t need = 2 * (r->checkpoint_bytes >> 20) + 2 * (r->segment_bytes >> 20);
+
     if (r->max_bytes != 0 && (r->max_bytes >> 20) < need)
         return cfg_fail(x, "wal.replicate.max_mb", "%llu is too small; must be at least 2 x "
                     "checkpoint_mb + 2 x segment_mb (%llu): the stream must keep everything "
@@ -423,6 +313,36 @@ static int parse_replicate(struct ctx *x, struct config *c, json_object *root)
                     cfg_quote(r->max_age, strlen(r->max_age), q, sizeof q),
                     (unsigned long long)age_s, (unsigned long long)need);
     return 0;
+}
+
+/*
+ * wal.replicate, after "instance" is known (the default stream name uses
+ * it) and before routes (whose ingress queues the names are checked
+ * against, in check_repl_routes). Absent: c->repl stays all zero; present,
+ * it starts from the schema's defaults.
+ */
+static int parse_replicate(struct ctx *x, struct config *c, json_object *root)
+{
+    static const char pre[] = "wal.replicate";
+    json_object *w, *o;
+    char got[96];
+    uint64_t age_s = 0;
+
+    if (!json_object_object_get_ex(root, "wal", &w) ||
+        !json_object_object_get_ex(w, "replicate", &o))
+        return 0;
+    if (json_object_get_type(o) != json_type_object)
+        return cfg_fail(x, pre, "expected an object, got %s", cfg_show(o, got, sizeof got));
+    if (cfg_check_sect(x, o, pre, CONFIG_SECT_REPL) < 0)
+        return -1;
+    cfg_defaults(CONFIG_SECT_REPL, c);
+    c->repl.enabled = 1;
+    /* segment_mb's range: a stream refuses x-stream-max-segment-size-bytes above 3,000,000,000 */
+    if (repl_names(x, c, o, pre) < 0 || cfg_read_keys(x, CONFIG_SECT_REPL, o, pre, c) < 0 ||
+        cfg_get_max_age(x, o, pre, "max_age", 1, c->repl.max_age, sizeof c->repl.max_age,
+                        &age_s) < 0)
+        return -1;
+    return repl_retention(x, &c->repl, age_s);
 }
 
 
@@ -475,19 +395,14 @@ static int parse_allowed_hosts(struct ctx *x, struct config *c, json_object *h)
 
 static int parse_http(struct ctx *x, struct config *c, json_object *root)
 {
-    static const char *const keys[] = { "listen", "allow_remote", "allowed_hosts", NULL };
     json_object *h;
     const char *tok = getenv(ENV_HTTP_TOKEN);
     c->http_token_set = tok && *tok;
-    if (cfg_section(x, root, "http", keys, &h) < 0)
+    if (cfg_section(x, root, "http", CONFIG_SECT_HTTP, &h) < 0)
         return -1;
     if (!h)
         return 0;
-    if (cfg_get_str(x, h, "http", "listen", OPTIONAL, c->http_listen, sizeof c->http_listen - 1) < 0)
-        return -1;
-    if (cfg_get_bool(x, h, "http", "allow_remote", &c->http_allow_remote) < 0)
-        return -1;
-    if (parse_allowed_hosts(x, c, h) < 0)
+    if (cfg_read_keys(x, CONFIG_SECT_HTTP, h, "http", c) < 0 || parse_allowed_hosts(x, c, h) < 0)
         return -1;
     if (c->http_listen[0] &&
         cfg_parse_listen(c->http_listen, c->http_host, sizeof c->http_host, &c->http_port) < 0) {
@@ -516,20 +431,16 @@ static int parse_http(struct ctx *x, struct config *c, json_object *root)
 /* limits: bounds a publisher cannot push past (README, "Bounds on what is held"). */
 static int parse_limits(struct ctx *x, struct config *c, json_object *root)
 {
-    static const char *const keys[] = { "max_held", NULL };
     json_object *l;
-    if (cfg_section(x, root, "limits", keys, &l) < 0)
+    if (cfg_section(x, root, "limits", CONFIG_SECT_LIMITS, &l) < 0)
         return -1;
-    if (!l)
-        return 0;
-    return cfg_get_int(x, l, "limits", "max_held", 0, (int64_t)CONFIG_MAX_HELD, &c->max_held);
+    return l ? cfg_read_keys(x, CONFIG_SECT_LIMITS, l, "limits", c) : 0;
 }
 
 static int parse_log(struct ctx *x, struct config *c, json_object *root)
 {
-    static const char *const keys[] = { "level", NULL };
     json_object *l;
-    if (cfg_section(x, root, "log", keys, &l) < 0)
+    if (cfg_section(x, root, "log", CONFIG_SECT_LOG, &l) < 0)
         return -1;
     if (!l)
         return 0;
@@ -550,12 +461,10 @@ static int parse_log(struct ctx *x, struct config *c, json_object *root)
 }
 
 
-/* "routes_file": "" is WAL_DIR/routes.json, resolved here so that every reader sees one path. */
-static int parse_routes_file(struct ctx *x, struct config *c, json_object *root)
+/* "routes_file" (read): "" is WAL_DIR/routes.json, resolved here so that every reader sees one path. */
+static int fill_routes_file(struct ctx *x, struct config *c)
 {
     char *f = c->routes_file;
-    if (cfg_get_str(x, root, "", "routes_file", OPTIONAL, f, sizeof c->routes_file - 1) < 0)
-        return -1;
     if (f[0])
         return 0;
     size_t n = strlen(c->wal_dir);
@@ -570,28 +479,16 @@ static int parse_routes_file(struct ctx *x, struct config *c, json_object *root)
     return 0;
 }
 
+/* Every default but wal.replicate's, which apply when it is present (parse_replicate). */
 static void defaults(struct config *c)
 {
+    static const enum config_sect sects[] = {CONFIG_SECT_TOP,  CONFIG_SECT_BROKER,
+                                             CONFIG_SECT_TLS,  CONFIG_SECT_WAL,
+                                             CONFIG_SECT_HTTP, CONFIG_SECT_LOG,
+                                             CONFIG_SECT_LIMITS};
     memset(c, 0, sizeof *c);
-    c->heartbeat_s = 30;
-    c->connect_timeout_ms = 5000;
-    c->reconnect_min_ms = 500;
-    c->reconnect_max_ms = 30000;
-    c->publish_retry_min_ms = 1000;
-    c->publish_retry_max_ms = 60000;
-    memcpy(c->tls.ca_file, CONFIG_TLS_DEFAULT_CA_FILE, sizeof CONFIG_TLS_DEFAULT_CA_FILE);
-    c->tls.verify_hostname = 1;
-    c->segment_bytes = 64ull << 20;
-    c->fsync = 1;
-    c->commit_interval_ms = 10;
-    c->prewrite_bytes = WAL_DEFAULT_PREWRITE;
-    c->max_message_bytes = 134217728u;
-    c->checkpoint_interval_s = 60;
-    c->checkpoint_min_mb = 64;
-    /* http_listen "": the endpoint is off unless configured (README) */
-    c->log_level = LOG_LEVEL_INFO;
-    c->shutdown_timeout_ms = 10000;
-    c->max_held = CONFIG_MAX_HELD_DEFAULT;
+    for (size_t i = 0; i < sizeof sects / sizeof sects[0]; i++)
+        cfg_defaults(sects[i], c);
 }
 
 
@@ -607,19 +504,12 @@ int config_parse(struct config *c, const char *json, const char *name, char *err
     if (!root)
         goto cleanup;
 
-    static const char *const keys[] = { "instance", "broker", "wal", "http", "log",
-                                        "shutdown_timeout_ms", "routes_file", "route_templates",
-                                        "limits", "routes", NULL };
-    if (cfg_check_keys(&x, root, "", keys) < 0)
+    if (cfg_check_sect(&x, root, "", CONFIG_SECT_TOP) < 0)
         goto cleanup;
     if (parse_broker(&x, c, root) < 0 || parse_wal(&x, c, root) < 0 ||
         parse_http(&x, c, root) < 0 || parse_log(&x, c, root) < 0 ||
-        parse_limits(&x, c, root) < 0 ||
-        parse_routes_file(&x, c, root) < 0)
-        goto cleanup;
-    if (cfg_get_u32(&x, root, "", "shutdown_timeout_ms", 0, &c->shutdown_timeout_ms) < 0)
-        goto cleanup;
-    if (cfg_get_str(&x, root, "", "instance", OPTIONAL, c->instance, sizeof c->instance - 1) < 0)
+        parse_limits(&x, c, root) < 0 || cfg_read_keys(&x, CONFIG_SECT_TOP, root, "", c) < 0 ||
+        fill_routes_file(&x, c) < 0)
         goto cleanup;
     for (const char *p = c->instance; *p; p++)
         if (!isalnum((unsigned char)*p) && !strchr("._-", *p)) {

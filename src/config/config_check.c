@@ -5,6 +5,9 @@
  * that must open for reading, the replication stream's names and retention,
  * share_keys' key-event queue names, loops between routes, and the WAL
  * directory (config_check_wal_dir). Messages follow config_json.c's form.
+ * Also the vhost look-ups every rule between routes needs (cfg_uri_vhost,
+ * config_route_vhost). Calls only the floor (config_schema.c,
+ * config_json.c), never the files that call it.
  */
 #define _GNU_SOURCE
 #include "config_int.h"
@@ -44,6 +47,22 @@ int cfg_check_uri(struct ctx *x, const char *path, const char *uri, struct uri *
     return 0;
 }
 
+
+/*
+ * The first URI's vhost: stored right after it in the same allocation,
+ * "URI\0VHOST\0", by add_uri() in config.c.
+ */
+const char *cfg_uri_vhost(const struct config *c)
+{
+    if (c->nuris == 0 || !c->uris[0])
+        return "/";
+    return c->uris[0] + strlen(c->uris[0]) + 1; /* add_uri() */
+}
+
+const char *config_route_vhost(const struct config *c, const struct config_route *r)
+{
+    return r->vhost[0] ? r->vhost : cfg_uri_vhost(c);
+}
 
 /* The file named by key (a path) opens for reading and is not a directory. */
 int cfg_check_readable(struct ctx *x, const char *path, const char *file)
@@ -429,10 +448,8 @@ int cfg_parse_route_stream(struct ctx *x, struct config_route *r, json_object *o
                            const char *pre)
 {
     char path[CFG_PATH_MAX];
-    uint64_t u = 0, age_s;
+    uint64_t age_s;
 
-    snprintf(r->stream_max_age, sizeof r->stream_max_age, "7D");
-    r->stream_max_bytes = 0;
     if (r->queue_type != QUEUE_STREAM) {
         const char *k = json_object_object_get_ex(o, "stream_max_age", NULL) ? "stream_max_age"
                         : json_object_object_get_ex(o, "stream_max_mb", NULL) ? "stream_max_mb"
@@ -445,9 +462,8 @@ int cfg_parse_route_stream(struct ctx *x, struct config_route *r, json_object *o
     if (cfg_get_max_age(x, o, pre, "stream_max_age", 0, r->stream_max_age,
                         sizeof r->stream_max_age, &age_s) < 0)
         return -1;
-    if (cfg_get_int(x, o, pre, "stream_max_mb", 0, 16777216, &u) < 0)
+    if (cfg_read_key(x, config_key_find(CONFIG_SECT_ROUTE, "stream_max_mb"), o, pre, r) < 0)
         return -1;
-    r->stream_max_bytes = u << 20;
     snprintf(path, sizeof path, "%s.queue_type", pre);
     if (r->single_active_consumer)
         return cfg_fail(x, path, "\"stream\" cannot be combined with single_active_consumer: "

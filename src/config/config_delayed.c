@@ -24,8 +24,9 @@
  *                      exactly as the bridge does (consumer_declare.c), so
  *                      neither side meets a 406; quorum and stream would
  *                      differ, and so would single_active_consumer
- *   target_exchange, declare_target, target_type, retry   refused by name:
- *                      the target is each message's own exchange
+ *   target_exchange, declare_target, target_type, retry   refused by name
+ *                      (the schema's NO_DELAYED rows): the target is each
+ *                      message's own exchange
  *   share_keys         needs an ingress_exchange (its key-event exchange is
  *                      named after it)
  * Everything else (limits, delay_from, invalid_delay and
@@ -58,11 +59,19 @@ int cfg_parse_route_delayed(struct ctx *x, struct config_route *r, json_object *
         return -1;
     if (!r->delayed_exchanges)
         return 0;
-    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
-        if (json_object_object_get_ex(o, no[i].key, NULL)) {
-            cfg_join(path, sizeof path, pre, no[i].key);
-            return cfg_fail(x, path, "not allowed with delayed_exchanges: %s", no[i].why);
-        }
+    /* the schema's NO_DELAYED rows, each with its reason (or a plain one) */
+    for (int i = 0; i < config_nkeys; i++) {
+        const struct config_key *k = &config_keys[i];
+        const char *why = "a delayed_exchanges route has no such key";
+        if (k->sect != CONFIG_SECT_ROUTE || !(k->flags & CONFIG_KEY_NO_DELAYED) ||
+            !json_object_object_get_ex(o, k->key, NULL))
+            continue;
+        for (size_t j = 0; j < sizeof no / sizeof no[0]; j++)
+            if (strcmp(no[j].key, k->key) == 0)
+                why = no[j].why;
+        cfg_join(path, sizeof path, pre, k->key);
+        return cfg_fail(x, path, "not allowed with delayed_exchanges: %s", why);
+    }
     snprintf(r->ingress_queue, sizeof r->ingress_queue, "%s", CONFIG_DELAYED_QUEUE);
     return 0;
 }

@@ -8,9 +8,12 @@
  * the array changes nothing: "routes[NAME]" is added, removed or changed
  * (one line for a route, whichever of its keys differ; its retry policy
  * and per-queue overrides included). The other keys are compared one by
- * one and named as in the file ("broker.uri", "wal.fsync", ...);
- * route_templates is one path, the templates' text (a template's change
- * also shows in the routes made from it).
+ * one, walking the schema (config_keys.def), and named as in the file
+ * ("broker.uri", "wal.fsync", ...) or by the diff path rows share
+ * ("broker.tls", "wal.replicate", "http", "broker.reconnect_*_ms"); a
+ * route's keys are the schema's ROUTE rows. route_templates is one path,
+ * the templates' text (a template's change also shows in the routes made
+ * from it).
  *
  * A route the running configuration retired (removed while it still held
  * messages, config.h) is as good as absent: config_route_index does not
@@ -18,9 +21,11 @@
  * that route again adds it anew. Where a route was read (its source, the
  * -c file or the routes file) is not one of its keys.
  *
- * Pure: no I/O, no allocation. Every key of the file is compared;
- * test_config_diff changes each one alone and expects exactly its path, so
- * a key added to the file must be added here and there.
+ * Pure: no I/O, no allocation. Every key of the file is compared: a row
+ * with a field by its value (config_key_differs), a row without one by its
+ * compare (CMP_*: URIs, allowed hosts, templates, wal.replicate's presence,
+ * retry). test_config_diff changes each key alone and expects exactly its
+ * path; a new row with a field needs nothing here.
  */
 #include "config_int.h"
 
@@ -52,42 +57,21 @@ static int same_retry(const struct config_retry *a, const struct config_retry *b
 int config_route_keys_diff(const struct config_route *a, const struct config_route *b,
                            void (*cb)(void *arg, const char *key), void *arg)
 {
-    const struct {
-        const char *key;
-        int differs;
-    } k[] = {
-        {"name", strcmp(a->name, b->name) != 0},
-        {"ingress_exchange", strcmp(a->ingress_exchange, b->ingress_exchange) != 0},
-        {"ingress_queue", strcmp(a->ingress_queue, b->ingress_queue) != 0},
-        {"target_exchange", strcmp(a->target_exchange, b->target_exchange) != 0},
-        {"queue_type", a->queue_type != b->queue_type},
-        {"stream_max_age", strcmp(a->stream_max_age, b->stream_max_age) != 0},
-        {"stream_max_mb", a->stream_max_bytes != b->stream_max_bytes},
-        {"single_active_consumer", a->single_active_consumer != b->single_active_consumer},
-        {"share_keys", a->share_keys != b->share_keys},
-        {"declare_target", a->declare_target != b->declare_target},
-        {"target_type", strcmp(a->target_type, b->target_type) != 0},
-        {"prefetch", a->prefetch != b->prefetch},
-        {"max_inflight", a->max_inflight != b->max_inflight},
-        {"max_delay_ms", a->max_delay_ms != b->max_delay_ms},
-        {"max_held", a->max_held != b->max_held},
-        {"delay_from", a->delay_from != b->delay_from},
-        {"invalid_delay", a->invalid_delay != b->invalid_delay},
-        {"dead_letter_exchange", strcmp(a->dead_letter_exchange, b->dead_letter_exchange) != 0},
-        {"unroutable_exchange", strcmp(a->unroutable_exchange, b->unroutable_exchange) != 0},
-        {"retry", !same_retry(a->retry, b->retry)},
-        {"delayed_exchanges", a->delayed_exchanges != b->delayed_exchanges},
-        {"vhost", strcmp(a->vhost, b->vhost) != 0},
-        {"template", strcmp(a->template_name, b->template_name) != 0},
-    };
     int n = 0;
 
-    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
-        if (k[i].differs) {
+    for (int i = 0; i < config_nkeys; i++) {
+        const struct config_key *k = &config_keys[i];
+        if (k->sect != CONFIG_SECT_ROUTE)
+            continue;
+        int differs = k->has_field ? config_key_differs(k, a, b)
+                      : k->cmp == CMP_RETRY ? !same_retry(a->retry, b->retry)
+                                            : 0;
+        if (differs) {
             n++;
             if (cb)
-                cb(arg, k[i].key);
+                cb(arg, k->key);
         }
+    }
     return n;
 }
 
@@ -148,50 +132,48 @@ static int uris_differ(const struct config *a, const struct config *b)
     return 0;
 }
 
+static int hosts_differ(const struct config *a, const struct config *b)
+{
+    return a->http_nallowed_hosts != b->http_nallowed_hosts ||
+           memcmp(a->http_allowed_hosts, b->http_allowed_hosts, sizeof a->http_allowed_hosts);
+}
+
+/* A row of the file's sections (not of a route) differs from a to b. */
+static int row_differs(const struct config_key *k, const struct config *a, const struct config *b)
+{
+    if (k->has_field)
+        return config_key_differs(k, a, b);
+    switch (k->cmp) {
+    case CMP_URIS: return uris_differ(a, b);
+    case CMP_HOSTS: return hosts_differ(a, b);
+    case CMP_TEMPLATES: return templates_differ(a, b);
+    case CMP_REPLICATE: return a->repl.enabled != b->repl.enabled;
+    default: return 0; /* a section (its rows follow) or the routes (below) */
+    }
+}
+
 int config_diff(const struct config *a, const struct config *b,
                 void (*cb)(void *arg, const char *what, const char *path), void *arg)
 {
     struct diff d = {cb, arg, 0};
-    const struct config_tls *ta = &a->tls, *tb = &b->tls;
-    const struct config_replicate *ra = &a->repl, *rb = &b->repl;
     char path[CONFIG_NAME_MAX + 16];
 
-    say(&d, uris_differ(a, b), "broker.uri");
-    say(&d, a->heartbeat_s != b->heartbeat_s, "broker.heartbeat_s");
-    say(&d, a->connect_timeout_ms != b->connect_timeout_ms, "broker.connect_timeout_ms");
-    say(&d, a->reconnect_min_ms != b->reconnect_min_ms ||
-                a->reconnect_max_ms != b->reconnect_max_ms, "broker.reconnect_*_ms");
-    say(&d, a->publish_retry_min_ms != b->publish_retry_min_ms ||
-                a->publish_retry_max_ms != b->publish_retry_max_ms, "broker.publish_retry_*_ms");
-    say(&d, strcmp(ta->ca_file, tb->ca_file) || strcmp(ta->cert_file, tb->cert_file) ||
-                strcmp(ta->key_file, tb->key_file) || ta->verify_hostname != tb->verify_hostname,
-        "broker.tls");
-    say(&d, strcmp(a->wal_dir, b->wal_dir), "wal.dir");
-    say(&d, a->segment_bytes != b->segment_bytes, "wal.segment_mb");
-    say(&d, a->fsync != b->fsync, "wal.fsync");
-    say(&d, a->commit_interval_ms != b->commit_interval_ms, "wal.commit_interval_ms");
-    say(&d, a->prewrite_bytes != b->prewrite_bytes, "wal.prewrite_kb");
-    say(&d, a->max_message_bytes != b->max_message_bytes, "wal.max_message_bytes");
-    say(&d, a->checkpoint_interval_s != b->checkpoint_interval_s ||
-                a->checkpoint_min_mb != b->checkpoint_min_mb, "wal.checkpoint_*");
-    say(&d, ra->enabled != rb->enabled || strcmp(ra->stream, rb->stream) ||
-                strcmp(ra->lease_queue, rb->lease_queue) || ra->max_bytes != rb->max_bytes ||
-                strcmp(ra->max_age, rb->max_age) || ra->segment_bytes != rb->segment_bytes ||
-                ra->checkpoint_bytes != rb->checkpoint_bytes ||
-                ra->checkpoint_interval_s != rb->checkpoint_interval_s ||
-                ra->batch_bytes != rb->batch_bytes ||
-                ra->confirm_timeout_ms != rb->confirm_timeout_ms ||
-                ra->lease_renew_ms != rb->lease_renew_ms, "wal.replicate");
-    say(&d, strcmp(a->instance, b->instance), "instance");
-    say(&d, strcmp(a->http_listen, b->http_listen) || a->http_allow_remote != b->http_allow_remote ||
-                a->http_nallowed_hosts != b->http_nallowed_hosts ||
-                memcmp(a->http_allowed_hosts, b->http_allowed_hosts, sizeof a->http_allowed_hosts),
-        "http");
-    say(&d, a->log_level != b->log_level, "log.level");
-    say(&d, a->shutdown_timeout_ms != b->shutdown_timeout_ms, "shutdown_timeout_ms");
-    say(&d, a->max_held != b->max_held, "limits.max_held");
-    say(&d, strcmp(a->routes_file, b->routes_file), "routes_file");
-    say(&d, templates_differ(a, b), "route_templates");
+    /* the rows in the table's order; neighbours sharing a diff path report once */
+    for (int i = 0; i < config_nkeys; i++) {
+        const struct config_key *k = &config_keys[i];
+        if (k->sect >= CONFIG_SECT_ROUTE || k->type == CONFIG_T_SECTION)
+            continue;
+        int differs = row_differs(k, a, b);
+        if (k->diff) {
+            while (i + 1 < config_nkeys && config_keys[i + 1].diff &&
+                   strcmp(config_keys[i + 1].diff, k->diff) == 0)
+                differs |= row_differs(&config_keys[++i], a, b);
+            say(&d, differs, k->diff);
+        } else {
+            cfg_join(path, sizeof path, cfg_sect_pre[k->sect], k->key);
+            say(&d, differs, path);
+        }
+    }
 
     for (int i = 0; i < b->nroutes; i++) {
         if (b->routes[i].retired)

@@ -2,9 +2,13 @@
  * config_int.h -- what the files of config share (internal: only config*.c
  * include it; config.h is the contract).
  *
- *   config.c        the sections: one walk per section copies each key
- *                   into struct config (parse_broker, parse_wal, ...), then
- *                   config_parse / config_load / config_free
+ *   config.c        the sections: each read by the schema's walk and the
+ *                   rules between its keys (parse_broker, parse_wal, ...),
+ *                   then config_parse / config_load / config_free
+ *   config_keys.def the schema: every key once (name, type, range, default,
+ *                   how a reload applies it, a line of description)
+ *   config_schema.c its rows, and the walks over them: defaults, reading,
+ *                   unknown keys, a row's value compared and copied
  *   config_routes.c the routes -- the file's, route_templates' instances,
  *                   the routes file's (config_add_routes): each route's
  *                   keys, then the rules between routes (unique names, loops)
@@ -73,6 +77,9 @@ int cfg_string(struct ctx *x, const char *path, json_object *v, const char **s, 
 int cfg_check_keys(struct ctx *x, json_object *obj, const char *prefix,
                       const char *const *allowed);
 
+/* The key prefix of route i in messages ("routes[i]" outside a parse of routes). */
+const char *cfg_route_pre(const struct ctx *x, int i, char *buf, size_t n);
+
 /* prefix.key (or key alone) into out: the key path of messages. */
 void cfg_join(char *out, size_t outlen, const char *prefix, const char *key);
 
@@ -103,10 +110,6 @@ int cfg_get_str(struct ctx *x, json_object *obj, const char *prefix, const char 
 int cfg_get_choice(struct ctx *x, json_object *o, const char *prefix, const char *key,
                       const char *const *choices, const char *expect, int *idx);
 
-/* The optional section key of root: an object whose keys are all in keys, or absent (*out NULL). */
-int cfg_section(struct ctx *x, json_object *root, const char *key, const char *const *keys,
-                   json_object **out);
-
 /* 1-based line and column of byte offset off in s. */
 void cfg_line_col(const char *s, size_t off, int *line, int *col);
 
@@ -120,10 +123,30 @@ json_object *cfg_json_parse(const char *text, const char **why, int *line, int *
 /* A file's text as a JSON object, or NULL with "<name>:<line>:<col>: invalid JSON: ..." (reported). */
 json_object *cfg_parse_text(struct ctx *x, const char *text);
 
-/* ---- config.c ---- */
+/* ---- config_schema.c: the rows of config_keys.def and the walks over them ---- */
 
-/* The first broker URI's vhost, %-decoded ("/" when c has no URI): a route's without "vhost". */
-const char *cfg_uri_vhost(const struct config *c);
+/* How config_diff compares a row without a field (struct config_key.cmp). */
+enum { CMP_NONE, CMP_URIS, CMP_HOSTS, CMP_TEMPLATES, CMP_REPLICATE, CMP_ROUTES, CMP_RETRY };
+
+#define CFG_SECT_MAX_KEYS 32 /* rows of one section, at most */
+
+/* Each section's key prefix, as messages and the man page name it ("routes[]" for a route). */
+extern const char *const cfg_sect_pre[];
+
+/* Section s's defaults into base (struct config, or struct config_route for a route). */
+void cfg_defaults(enum config_sect s, void *base);
+/* One row's key of o (a row with a field) into base; absent: base untouched. */
+int cfg_read_key(struct ctx *x, const struct config_key *k, json_object *o, const char *pre,
+                 void *base);
+/* Section s's keys with a field and not OWN, read from o (key prefix pre) into base. */
+int cfg_read_keys(struct ctx *x, enum config_sect s, json_object *o, const char *pre, void *base);
+/* Section s's key names into out (room for max, NULL-terminated); returns how many. */
+int cfg_sect_keys(enum config_sect s, const char **out, int max);
+/* Refuse keys of o that section s does not have. */
+int cfg_check_sect(struct ctx *x, json_object *o, const char *pre, enum config_sect s);
+/* The optional section key of root: an object whose keys are all section s's, or absent (*out NULL). */
+int cfg_section(struct ctx *x, json_object *root, const char *key, enum config_sect s,
+                json_object **out);
 
 /* ---- config_routes.c ---- */
 
@@ -134,16 +157,9 @@ const char *cfg_uri_vhost(const struct config *c);
  */
 int cfg_parse_routes(struct ctx *x, struct config *c, json_object *root);
 
-/* The keys a route object may have ("name" first, "template" last), NULL-terminated. */
-extern const char *const cfg_route_keys[];
-#define CFG_ROUTE_NKEYS 23
-
 /* config_add_routes(), warning (log_warn) about each route skipped when warn. */
 int cfg_add_routes(struct config *c, const char *json, const char *name, int *shadowed, int warn,
                    char *err, size_t errlen);
-
-/* The key prefix of route i in messages ("routes[i]" outside a parse of routes). */
-const char *cfg_route_pre(const struct ctx *x, int i, char *buf, size_t n);
 
 /* ---- config_template.c ---- */
 
@@ -157,6 +173,9 @@ json_object *cfg_template_json(const struct config *c, int t);
 json_object *cfg_template_expand(json_object *t, const char *name);
 
 /* ---- config_check.c ---- */
+
+/* The first broker URI's vhost, %-decoded ("/" when c has no URI): a route's without "vhost". */
+const char *cfg_uri_vhost(const struct config *c);
 
 struct uri;
 /* One broker URI: amqp:// or amqps://, parsed by uri.c (as the connection will be) into *u. */

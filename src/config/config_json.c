@@ -125,6 +125,14 @@ int cfg_check_keys(struct ctx *x, json_object *obj, const char *prefix,
     return 0;
 }
 
+const char *cfg_route_pre(const struct ctx *x, int i, char *buf, size_t n)
+{
+    if (x->where)
+        return x->where[i].pre;
+    snprintf(buf, n, "routes[%d]", i);
+    return buf;
+}
+
 void cfg_join(char *out, size_t outlen, const char *prefix, const char *key)
 {
     snprintf(out, outlen, "%s%s%s", prefix, *prefix ? "." : "", key);
@@ -239,25 +247,6 @@ int cfg_get_choice(struct ctx *x, json_object *o, const char *prefix, const char
         }
     snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", key);
     return cfg_fail(x, path, "expected %s, got %s", expect, cfg_quote(buf, strlen(buf), q, sizeof q));
-}
-
-
-/* The optional section key of root: an object whose keys are all in keys, or absent (*out NULL). */
-int cfg_section(struct ctx *x, json_object *root, const char *key, const char *const *keys,
-                   json_object **out)
-{
-    *out = NULL;
-    json_object *v;
-    if (!json_object_object_get_ex(root, key, &v))
-        return 0;
-    if (json_object_get_type(v) != json_type_object) {
-        char got[96];
-        return cfg_fail(x, key, "expected an object, got %s", cfg_show(v, got, sizeof got));
-    }
-    if (cfg_check_keys(x, v, key, keys) < 0)
-        return -1;
-    *out = v;
-    return 0;
 }
 
 

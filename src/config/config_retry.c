@@ -5,8 +5,9 @@
  * A route with a "retry" object is a retry route (README, "Retries with
  * backoff"): consumers' queues dead-letter into its ingress exchange, and
  * the bridge sends each message back to the queue it failed in after the
- * policy's delay, or parks it. Three keys of an ordinary route make no
- * sense then and are refused by name rather than ignored: target_exchange
+ * policy's delay, or parks it. Keys of an ordinary route that make no
+ * sense then are refused by name rather than ignored (the schema's
+ * NO_RETRY rows, which GET /routes leaves out too): target_exchange
  * (the message goes back through the default exchange), invalid_delay and
  * dead_letter_exchange (a hopeless message is parked), and
  * unroutable_exchange (a queue that is gone parks it too). The parser fills
@@ -46,9 +47,6 @@
 #include <string.h>
 
 #include "base/xalloc.h"
-
-static const char *const policy_keys[] = { "initial_ms", "multiplier", "max_ms", "jitter",
-                                            "max_attempts", NULL };
 
 /* A number lo..hi (an integer or a fraction). Absent: *out untouched. */
 static int get_double(struct ctx *x, json_object *o, const char *pre, const char *key,
@@ -159,7 +157,7 @@ static int parse_queues(struct ctx *x, json_object *o, const char *pre, uint64_t
         if (json_object_get_type(v) != json_type_object)
             return cfg_fail(x, path, "expected an object of policy keys, got %s",
                             cfg_show(v, got, sizeof got));
-        if (cfg_check_keys(x, v, path, policy_keys) < 0)
+        if (cfg_check_sect(x, v, path, CONFIG_SECT_POLICY) < 0)
             return -1;
         memcpy(e->queue, name, strlen(name) + 1);
         e->policy = rt->policy;
@@ -195,7 +193,10 @@ static int parse_pattern(struct ctx *x, json_object *o, const char *pre, struct 
     return 0;
 }
 
-/* The keys a retry route may not have: each names what replaces it. */
+/*
+ * The keys a retry route may not have, the schema's NO_RETRY rows: each
+ * named with what replaces it (a row without a reason here gets a plain one).
+ */
 static int refuse_route_keys(struct ctx *x, json_object *o, const char *pre)
 {
     static const struct {
@@ -214,11 +215,18 @@ static int refuse_route_keys(struct ctx *x, json_object *o, const char *pre)
     };
     char path[320];
 
-    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
-        if (json_object_object_get_ex(o, no[i].key, NULL)) {
-            cfg_join(path, sizeof path, pre, no[i].key);
-            return cfg_fail(x, path, "not allowed with retry: %s", no[i].why);
-        }
+    for (int i = 0; i < config_nkeys; i++) {
+        const struct config_key *k = &config_keys[i];
+        const char *why = "a retry route has no such key";
+        if (k->sect != CONFIG_SECT_ROUTE || !(k->flags & CONFIG_KEY_NO_RETRY) ||
+            !json_object_object_get_ex(o, k->key, NULL))
+            continue;
+        for (size_t j = 0; j < sizeof no / sizeof no[0]; j++)
+            if (strcmp(no[j].key, k->key) == 0)
+                why = no[j].why;
+        cfg_join(path, sizeof path, pre, k->key);
+        return cfg_fail(x, path, "not allowed with retry: %s", why);
+    }
     return 0;
 }
 
@@ -229,9 +237,6 @@ int cfg_route_is_retry(json_object *o)
 
 int cfg_parse_route_retry(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
 {
-    static const char *const keys[] = { "initial_ms", "multiplier", "max_ms", "jitter",
-                                         "max_attempts", "parking_exchange", "parking_queue",
-                                         "reasons", "queues", "queue_pattern", NULL };
     json_object *v;
     char path[320], got[96];
     struct config_retry *rt;
@@ -247,7 +252,7 @@ int cfg_parse_route_retry(struct ctx *x, struct config_route *r, json_object *o,
         return cfg_fail(x, path, "a retry route's ingress cannot be a stream: dead-lettering "
                         "publishes into it, and a stream is read, never emptied; use classic "
                         "or quorum");
-    if (cfg_check_keys(x, v, path, keys) < 0)
+    if (cfg_check_sect(x, v, path, CONFIG_SECT_RETRY) < 0)
         return -1;
     rt = r->retry = xmalloc(sizeof *rt);
     memset(rt, 0, sizeof *rt);

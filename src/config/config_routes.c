@@ -13,10 +13,12 @@
  * the routes file (its index when it has no usable name) -- struct
  * cfg_where, one per route while routes are read.
  *
- * A route is read in groups of keys (its names, the kinds of its queue and
- * target, its flow limits, its side exits, then "retry" in
- * config_retry.c); the first error wins, so the order of the groups is the
- * order of the messages. Then the rules between one route's keys (reserved
+ * A route is read in steps: delayed_exchanges (config_delayed.c, which
+ * refuses what such a route cannot have), its names, every key of the
+ * schema's walk (config_keys.def: type, range and default, in the table's
+ * order), the stream ingress's keys, its unroutable exchange, then "retry"
+ * in config_retry.c; the first error wins, so the order of the steps is
+ * the order of the messages. Then the rules between one route's keys (reserved
  * names, a target that is its own ingress, what cannot be declared), and
  * last the rules between routes, which need them all read: names unique
  * across the bridge, ingress exchanges and ingress queues unique in their
@@ -60,24 +62,12 @@
 #include "base/log.h"
 #include "base/xalloc.h"
 
-/* A route's values before its keys are read: what an absent key means. */
+/* A route's values before its keys are read: what an absent key means (the schema's). */
 static void route_defaults(struct config_route *r)
 {
-    r->queue_type = QUEUE_CLASSIC;
-    r->declare_target = 0;
-    snprintf(r->target_type, sizeof r->target_type, "direct");
-    r->prefetch = 1000;
-    r->max_inflight = 1000;
-    r->max_delay_ms = 4294967295u;
-    r->max_held = 0; /* none of its own: limits.max_held bounds it */
-    r->invalid_delay = INVALID_DELAY_PUBLISH;
-    r->dead_letter_exchange[0] = '\0';
-    r->unroutable_exchange[0] = '\0';
-    r->vhost[0] = '\0';
-    r->template_name[0] = '\0';
+    cfg_defaults(CONFIG_SECT_ROUTE, r);
     r->source = CONFIG_SOURCE_FILE;
     r->retired = 0;
-    r->delayed_exchanges = 0;
 }
 
 /* routes[i].name: required, [A-Za-z0-9._-]. */
@@ -123,83 +113,11 @@ static int route_names(struct ctx *x, struct config_route *r, json_object *o, co
     return 0;
 }
 
-/* routes[i]: the kinds of its queue and target, and the switches on them. */
-static int route_kinds(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
-{
-    static const char *const queue_types[] = { "classic", "quorum", "stream", NULL };
-    int choice = -1;
-    if (cfg_get_choice(x, o, pre, "queue_type", queue_types,
-                       "\"classic\", \"quorum\" or \"stream\"", &choice) < 0)
-        return -1;
-    if (choice >= 0)
-        r->queue_type = choice == 0 ? QUEUE_CLASSIC : choice == 1 ? QUEUE_QUORUM : QUEUE_STREAM;
-
-    if (cfg_get_bool(x, o, pre, "declare_target", &r->declare_target) < 0)
-        return -1;
-    r->single_active_consumer = 0;
-    if (cfg_get_bool(x, o, pre, "single_active_consumer", &r->single_active_consumer) < 0)
-        return -1;
-    r->share_keys = 0;
-    if (cfg_get_bool(x, o, pre, "share_keys", &r->share_keys) < 0)
-        return -1;
-    if (cfg_parse_route_stream(x, r, o, pre) < 0)
-        return -1;
-
-    static const char *const types[] = { "direct", "topic", "fanout", "headers", NULL };
-    choice = -1;
-    if (cfg_get_choice(x, o, pre, "target_type", types,
-                   "\"direct\", \"topic\", \"fanout\" or \"headers\"", &choice) < 0)
-        return -1;
-    if (choice >= 0)
-        memcpy(r->target_type, types[choice], strlen(types[choice]) + 1);
-    return 0;
-}
-
-/* routes[i]: flow limits (prefetch, in flight, longest delay, most held) and where delays
- * count from. */
-static int route_limits(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
-{
-    uint64_t v = r->prefetch;
-    if (cfg_get_int(x, o, pre, "prefetch", 1, 65535, &v) < 0)
-        return -1;
-    r->prefetch = (uint16_t)v;
-    v = r->max_inflight;
-    if (cfg_get_int(x, o, pre, "max_inflight", 1, 1000000, &v) < 0)
-        return -1;
-    r->max_inflight = (uint32_t)v;
-    v = r->max_delay_ms;
-    if (cfg_get_int(x, o, pre, "max_delay_ms", 1, INT64_MAX, &v) < 0)
-        return -1;
-    r->max_delay_ms = v;
-    if (cfg_get_int(x, o, pre, "max_held", 0, (int64_t)CONFIG_MAX_HELD, &r->max_held) < 0)
-        return -1;
-    static const char *const froms[] = { "bridge", "broker", NULL };
-    int choice = -1;
-    r->delay_from = DELAY_FROM_BRIDGE;
-    if (cfg_get_choice(x, o, pre, "delay_from", froms, "\"bridge\" or \"broker\"", &choice) < 0)
-        return -1;
-    if (choice == 1)
-        r->delay_from = DELAY_FROM_BROKER;
-    return 0;
-}
-
-/* routes[i]: where a message goes when its delay is invalid or its target unroutable. */
-static int route_side_exits(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
+/* routes[i]: an unroutable message's exchange is not one it would come back or bounce from. */
+static int route_side_exits(struct ctx *x, const struct config_route *r, const char *pre)
 {
     char path[320];
-    static const char *const policies[] = { "publish", "dead-letter", NULL };
-    int choice = -1;
-    if (cfg_get_choice(x, o, pre, "invalid_delay", policies, "\"publish\" or \"dead-letter\"",
-                   &choice) < 0)
-        return -1;
-    if (choice >= 0)
-        r->invalid_delay = choice == 0 ? INVALID_DELAY_PUBLISH : INVALID_DELAY_DEAD_LETTER;
-    if (cfg_get_str(x, o, pre, "dead_letter_exchange", OPTIONAL, r->dead_letter_exchange,
-                CONFIG_NAME_MAX) < 0)
-        return -1;
-    if (cfg_get_str(x, o, pre, "unroutable_exchange", OPTIONAL, r->unroutable_exchange,
-                CONFIG_NAME_MAX) < 0)
-        return -1;
+
     if (r->unroutable_exchange[0] && (strcmp(r->unroutable_exchange, r->ingress_exchange) == 0 ||
                                       strcmp(r->unroutable_exchange, r->target_exchange) == 0)) {
         snprintf(path, sizeof path, "%s.unroutable_exchange", pre);
@@ -254,22 +172,12 @@ static int route_check_rules(struct ctx *x, const struct config_route *r, const 
 }
 
 
-const char *const cfg_route_keys[] = {
-    "name", "ingress_exchange", "ingress_queue", "target_exchange", "queue_type",
-    "declare_target", "target_type", "prefetch", "max_inflight", "max_delay_ms", "max_held",
-    "invalid_delay", "dead_letter_exchange", "unroutable_exchange",
-    "single_active_consumer", "share_keys", "stream_max_age", "stream_max_mb", "delay_from",
-    "retry", "delayed_exchanges", "vhost", "template", NULL
-};
-_Static_assert(sizeof cfg_route_keys / sizeof *cfg_route_keys == CFG_ROUTE_NKEYS + 1,
-               "CFG_ROUTE_NKEYS counts cfg_route_keys");
-
 /* A route's keys but its name, from o (its own, or merged with a template's), into r. */
 static int route_read(struct ctx *x, struct config_route *r, json_object *o, const char *pre)
 {
-    if (cfg_parse_route_delayed(x, r, o, pre) < 0 ||
-        route_names(x, r, o, pre) < 0 || route_kinds(x, r, o, pre) < 0 ||
-        route_limits(x, r, o, pre) < 0 || route_side_exits(x, r, o, pre) < 0 ||
+    if (cfg_parse_route_delayed(x, r, o, pre) < 0 || route_names(x, r, o, pre) < 0 ||
+        cfg_read_keys(x, CONFIG_SECT_ROUTE, o, pre, r) < 0 ||
+        cfg_parse_route_stream(x, r, o, pre) < 0 || route_side_exits(x, r, pre) < 0 ||
         cfg_parse_route_retry(x, r, o, pre) < 0)
         return -1;
     return route_check_rules(x, r, pre);
@@ -290,7 +198,7 @@ static int route_object(struct ctx *x, const struct config *c, struct config_rou
 
     if (json_object_get_type(o) != json_type_object)
         return cfg_fail(x, pre, "expected an object, got %s", cfg_show(o, got, sizeof got));
-    if (cfg_check_keys(x, o, pre, cfg_route_keys) < 0)
+    if (cfg_check_sect(x, o, pre, CONFIG_SECT_ROUTE) < 0)
         return -1;
     route_defaults(r);
     if (route_name(x, r, o, pre) < 0)
@@ -327,14 +235,6 @@ static int route_instance(struct ctx *x, const struct config_template *t, json_o
     int rc = route_read(x, r, m, pre);
     json_object_put(m);
     return rc;
-}
-
-const char *cfg_route_pre(const struct ctx *x, int i, char *buf, size_t n)
-{
-    if (x->where)
-        return x->where[i].pre;
-    snprintf(buf, n, "routes[%d]", i);
-    return buf;
 }
 
 static const char *route_id(const struct ctx *x, int i, char *buf, size_t n)

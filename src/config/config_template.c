@@ -104,9 +104,10 @@ static int check_instances(struct ctx *x, json_object *t, const char *pre)
 int cfg_parse_templates(struct ctx *x, struct config *c, json_object *root)
 {
     /* a route's keys but "name" and "template", then "routes" */
-    const char *keys[CFG_ROUTE_NKEYS + 1];
+    const char *route_keys[CFG_SECT_MAX_KEYS + 1], *keys[CFG_SECT_MAX_KEYS + 2];
     int nk = 0;
-    for (const char *const *k = cfg_route_keys; *k; k++)
+    cfg_sect_keys(CONFIG_SECT_ROUTE, route_keys, CFG_SECT_MAX_KEYS + 1);
+    for (const char *const *k = route_keys; *k; k++)
         if (strcmp(*k, "name") != 0 && strcmp(*k, "template") != 0)
             keys[nk++] = *k;
     keys[nk++] = "routes";

@@ -28,9 +28,10 @@
  *              ingress queue stays in the broker with whatever was
  *              published after the removal (the bridge never deletes a
  *              queue).
- *   changed    each key that can change live is written in the running
- *              configuration (read where it is used: the next delivery or
- *              publish sees it); the keys of the ingress side (exchange,
+ *   changed    each key that can change live (its schema row is LIVE,
+ *              config_keys.def) is written in the running configuration
+ *              (read where it is used: the next delivery or publish sees
+ *              it); the keys of the ingress side (RECONSUME: exchange,
  *              queue, type, prefetch, single active consumer) are applied
  *              by consuming again: basic.cancel, the new declares, the new
  *              basic.consume -- deliveries taken before are acked as ever,
@@ -114,23 +115,21 @@ static void applied(struct apply *x, const char *path)
 
 enum how { KEY_WAITS, KEY_WRITE, KEY_RECONSUME };
 
-/* How key of route r (running) changes to n's, or why it waits. */
+/*
+ * How key of route r (running) changes to n's, or why it waits: the
+ * schema's row says (CONFIG_KEY_LIVE, CONFIG_KEY_RECONSUME); the conditions
+ * below are where a live key still waits.
+ */
 static enum how how_key(const struct apply *x, const struct config_route *r,
                         const struct config_route *n, const char *key, const char **why)
 {
-    static const char *const write[] = {"max_inflight", "max_delay_ms", "delay_from",
-                                        "invalid_delay", "dead_letter_exchange",
-                                        "unroutable_exchange", "template", "max_held", NULL};
-    static const char *const ingress[] = {"ingress_exchange", "ingress_queue", "queue_type",
-                                          "prefetch", "single_active_consumer", NULL};
+    const struct config_key *k = config_key_find(CONFIG_SECT_ROUTE, key);
+    unsigned flags = k ? k->flags : 0;
 
     if (r->delayed_exchanges != n->delayed_exchanges) { /* all its keys: a route anew */
         *why = "a route becoming or ceasing to be a delayed_exchanges route";
         return KEY_WAITS;
     }
-    for (int i = 0; write[i]; i++)
-        if (!strcmp(key, write[i]))
-            return KEY_WRITE;
     if (!strcmp(key, "target_exchange")) {
         *why = "the target of a declared target or of a retry route";
         return !r->declare_target && !n->declare_target && !r->retry && !n->retry ? KEY_WRITE
@@ -140,57 +139,35 @@ static enum how how_key(const struct apply *x, const struct config_route *r,
         *why = "a route becoming or ceasing to be a retry route";
         return r->retry && n->retry ? KEY_WRITE : KEY_WAITS;
     }
-    for (int i = 0; ingress[i]; i++)
-        if (!strcmp(key, ingress[i])) {
-            *why = "a stream ingress, or a route with share_keys";
-            if (r->queue_type == QUEUE_STREAM || n->queue_type == QUEUE_STREAM ||
-                r->share_keys || n->share_keys)
-                return KEY_WAITS;
-            if (!strcmp(key, "prefetch") && x->b->eng &&
-                n->prefetch > x->b->rec.opts.recent) {
-                *why = "a prefetch above the redelivery memory sized at start";
-                return KEY_WAITS;
-            }
-            return KEY_RECONSUME;
+    if (flags & CONFIG_KEY_LIVE)
+        return KEY_WRITE;
+    if (flags & CONFIG_KEY_RECONSUME) {
+        *why = "a stream ingress, or a route with share_keys";
+        if (r->queue_type == QUEUE_STREAM || n->queue_type == QUEUE_STREAM || r->share_keys ||
+            n->share_keys)
+            return KEY_WAITS;
+        if (!strcmp(key, "prefetch") && x->b->eng && n->prefetch > x->b->rec.opts.recent) {
+            *why = "a prefetch above the redelivery memory sized at start";
+            return KEY_WAITS;
         }
+        return KEY_RECONSUME;
+    }
     *why = "this key is read at start only";
     return KEY_WAITS;
 }
 
+/* Key of r made n's (the held gate weighs max_held at the next turn). */
 static void write_key(struct config_route *r, struct config_route *n, const char *key)
 {
-    if (!strcmp(key, "target_exchange"))
-        memcpy(r->target_exchange, n->target_exchange, sizeof(r->target_exchange));
-    else if (!strcmp(key, "max_inflight"))
-        r->max_inflight = n->max_inflight;
-    else if (!strcmp(key, "max_delay_ms"))
-        r->max_delay_ms = n->max_delay_ms;
-    else if (!strcmp(key, "max_held")) /* the held gate weighs it at the next turn */
-        r->max_held = n->max_held;
-    else if (!strcmp(key, "delay_from"))
-        r->delay_from = n->delay_from;
-    else if (!strcmp(key, "invalid_delay"))
-        r->invalid_delay = n->invalid_delay;
-    else if (!strcmp(key, "dead_letter_exchange"))
-        memcpy(r->dead_letter_exchange, n->dead_letter_exchange, sizeof(r->dead_letter_exchange));
-    else if (!strcmp(key, "unroutable_exchange"))
-        memcpy(r->unroutable_exchange, n->unroutable_exchange, sizeof(r->unroutable_exchange));
-    else if (!strcmp(key, "template"))
-        memcpy(r->template_name, n->template_name, sizeof(r->template_name));
-    else if (!strcmp(key, "retry")) { /* swapped: the new configuration frees the old one */
+    const struct config_key *k = config_key_find(CONFIG_SECT_ROUTE, key);
+
+    if (!strcmp(key, "retry")) { /* swapped: the new configuration frees the old one */
         struct config_retry *t = r->retry;
         r->retry = n->retry;
         n->retry = t;
-    } else if (!strcmp(key, "ingress_exchange"))
-        memcpy(r->ingress_exchange, n->ingress_exchange, sizeof(r->ingress_exchange));
-    else if (!strcmp(key, "ingress_queue"))
-        memcpy(r->ingress_queue, n->ingress_queue, sizeof(r->ingress_queue));
-    else if (!strcmp(key, "queue_type"))
-        r->queue_type = n->queue_type;
-    else if (!strcmp(key, "prefetch"))
-        r->prefetch = n->prefetch;
-    else if (!strcmp(key, "single_active_consumer"))
-        r->single_active_consumer = n->single_active_consumer;
+    } else if (k && k->has_field) {
+        config_key_copy(k, r, n);
+    }
 }
 
 struct keys {
@@ -339,15 +316,12 @@ static void note_other(void *arg, const char *what, const char *path)
     if (!strncmp(path, "routes[", 7) || !strncmp(path, "route_templates", 15) ||
         !strcmp(path, "log.level"))
         return; /* routes are matched here; templates live in their routes; log.level below */
-    if (!strcmp(path, "shutdown_timeout_ms")) {
+    /* a live key (shutdown_timeout_ms; limits.max_held, which the held gate weighs at the
+       next turn) is written in place */
+    const struct config_key *k = config_key_by_path(path);
+    if (k && (k->flags & CONFIG_KEY_LIVE)) {
         if (!x->dry)
-            x->now->shutdown_timeout_ms = x->next->shutdown_timeout_ms;
-        applied(x, path);
-        return;
-    }
-    if (!strcmp(path, "limits.max_held")) { /* the held gate weighs it at the next turn */
-        if (!x->dry)
-            x->now->max_held = x->next->max_held;
+            config_key_copy(k, x->now, x->next);
         applied(x, path);
         return;
     }

@@ -28,14 +28,17 @@
  *   ingress_exchange    null on a delayed_exchanges    null dropped
  *                       route without one
  *
- * Which keys a route shows follows what config.c accepts of it, so that
- * what GET shows always parses: a retry route leaves out the keys
- * config_retry.c refuses next to "retry" (its target, dead-letter and
- * unroutable exchanges are filled from retry.parking_exchange, not
- * written), a delayed_exchanges route leaves out declare_target and
- * target_type (config_delayed.c), and only a stream route shows stream_max_age and
- * stream_max_mb. Numbers are JSON numbers in the file's units (stream_max_mb
- * in MiB).
+ * The route's keys are the schema's ROUTE rows (config.h, struct
+ * config_key; src/config/config_keys.def), in its order, each rendered by
+ * its type: a key added to the schema shows here with no change. Which
+ * keys a route shows follows what config.c accepts of it, so that what
+ * GET shows always parses, and the rows' flags say it: a retry route
+ * leaves out the NO_RETRY keys config_retry.c refuses next to "retry"
+ * (its target, dead-letter and unroutable exchanges are filled from
+ * retry.parking_exchange, not written), a delayed_exchanges route the
+ * NO_DELAYED ones (config_delayed.c), and only a stream route shows the
+ * STREAM_ONLY ones (stream_max_age, stream_max_mb). Numbers are JSON
+ * numbers in the file's units (stream_max_mb in MiB).
  *
  * What the keys mean and whether a value is allowed is the config's to
  * say: api_route_body() only drops the keys above; config_add_routes()
@@ -113,58 +116,50 @@ static json_object *retry_json(const struct config_retry *rt)
     return o;
 }
 
+/* A row of a route with a field, as the file writes it. */
+static json_object *key_json(const struct config_key *k, const struct config_route *r)
+{
+    const char *str;
+
+    switch (k->type) {
+    case CONFIG_T_BOOL: return json_object_new_boolean(config_key_uint(k, r) != 0);
+    case CONFIG_T_INT: return json_object_new_uint64(config_key_uint(k, r));
+    case CONFIG_T_STR:
+    case CONFIG_T_CHOICE: str = config_key_str(k, r); return api_json_str(str, strlen(str));
+    default: return NULL;
+    }
+}
+
 struct json_object *api_route_json(const struct config_route *r, const char *vhost,
                                    int64_t held)
 {
-    static const char *const qtypes[] = {"classic", "quorum", "stream"};
     json_object *o = json_object_new_object();
 
-    add_str(o, "name", r->name);
-    add_str(o, "vhost", vhost ? vhost : r->vhost);
-    /* a delayed_exchanges route's may be "": none (null, dropped on PUT) */
-    add(o, "ingress_exchange", r->ingress_exchange[0] || !r->delayed_exchanges
-                                   ? api_json_str(r->ingress_exchange,
-                                                  strlen(r->ingress_exchange))
-                                   : NULL);
-    add_str(o, "ingress_queue", r->ingress_queue);
-    add(o, "target_exchange", r->retry || r->delayed_exchanges
-                                  ? NULL
-                                  : api_json_str(r->target_exchange,
-                                                 strlen(r->target_exchange)));
-    add_bool(o, "delayed_exchanges", r->delayed_exchanges);
-    add(o, "queue_type", json_object_new_string(qtypes[r->queue_type <= QUEUE_STREAM
-                                                           ? r->queue_type : 0]));
+    /* every key of the schema's ROUTE rows, but those this kind of route has not */
+    for (int i = 0; i < config_nkeys; i++) {
+        const struct config_key *k = &config_keys[i];
+        if (k->sect != CONFIG_SECT_ROUTE || (k->flags & CONFIG_KEY_STREAM_ONLY &&
+                                             r->queue_type != QUEUE_STREAM))
+            continue;
+        if (!strcmp(k->key, "target_exchange")) /* none: null, dropped on PUT */
+            add(o, k->key, r->retry || r->delayed_exchanges ? NULL : key_json(k, r));
+        else if (!strcmp(k->key, "ingress_exchange")) /* a delayed_exchanges route's may be "" */
+            add(o, k->key, r->ingress_exchange[0] || !r->delayed_exchanges ? key_json(k, r)
+                                                                            : NULL);
+        else if (!strcmp(k->key, "vhost"))
+            add_str(o, k->key, vhost ? vhost : r->vhost);
+        else if (!strcmp(k->key, "template"))
+            add(o, k->key, r->template_name[0] ? key_json(k, r) : NULL);
+        else if (!strcmp(k->key, "retry")) {
+            if (r->retry)
+                add(o, k->key, retry_json(r->retry));
+        } else if (!(k->flags & CONFIG_KEY_NO_RETRY && r->retry) &&
+                   !(k->flags & CONFIG_KEY_NO_DELAYED && r->delayed_exchanges))
+            add(o, k->key, key_json(k, r));
+    }
     add(o, "source", json_object_new_string(r->source == CONFIG_SOURCE_STORE ? "api" : "file"));
-    add(o, "template", r->template_name[0] ? api_json_str(r->template_name,
-                                                          strlen(r->template_name)) : NULL);
     add_bool(o, "retired", r->retired);
     add(o, "held", held >= 0 ? json_object_new_int64(held) : NULL);
-
-    if (r->queue_type == QUEUE_STREAM) {
-        add_str(o, "stream_max_age", r->stream_max_age);
-        add(o, "stream_max_mb", json_object_new_uint64(r->stream_max_bytes >> 20));
-    }
-    add(o, "prefetch", json_object_new_uint64(r->prefetch));
-    add(o, "max_inflight", json_object_new_uint64(r->max_inflight));
-    add(o, "max_delay_ms", json_object_new_uint64(r->max_delay_ms));
-    add(o, "max_held", json_object_new_uint64(r->max_held)); /* 0: none of its own */
-    add_bool(o, "single_active_consumer", r->single_active_consumer);
-    add_bool(o, "share_keys", r->share_keys);
-    if (r->retry) { /* the keys config_retry.c refuses beside "retry" stay out */
-        add(o, "retry", retry_json(r->retry));
-        return o;
-    }
-    if (!r->delayed_exchanges) { /* the keys config_delayed.c refuses stay out */
-        add_bool(o, "declare_target", r->declare_target);
-        add_str(o, "target_type", r->target_type);
-    }
-    add(o, "delay_from",
-        json_object_new_string(r->delay_from == DELAY_FROM_BROKER ? "broker" : "bridge"));
-    add(o, "invalid_delay", json_object_new_string(
-                                r->invalid_delay == INVALID_DELAY_DEAD_LETTER ? "dead-letter"
-                                                                              : "publish"));
-    add_str(o, "dead_letter_exchange", r->dead_letter_exchange);
-    add_str(o, "unroutable_exchange", r->unroutable_exchange);
     return o;
 }
 

@@ -7,19 +7,20 @@ the README.
 No build, no broker: it reads sources. Checks, each printed as "ok:" or
 "FAIL:" naming the key (or command, or variable) that is wrong and where:
 
-  delay-bridge.json(5) against the parser (src/config/*.c)
-    - the key paths the parser accepts are read from its key arrays, the
-      `static const char *const NAME[] = {...}` lists it hands to
-      cfg_section() and cfg_check_keys() (an unknown key is refused by
-      them), each mapped to its section: the literal prefix of the call
-      ("broker", "broker.tls", ...), or SECTIONS below for the arrays whose
-      prefix is computed (a route's, a retry object's);
+  delay-bridge.json(5) against the schema (src/config/config_keys.def)
+    - the key paths the parser accepts are the schema's rows: the parser
+      reads, defaults and refuses unknown keys from them alone;
     - every accepted key path has a .TP entry in the page's KEYS section
       (a section object such as "broker" may instead be a .SS heading),
       and every entry names an accepted key path;
     - keys documented inside one entry: a per-queue retry policy's keys
       (routes[].retry.queues), a template's extra and excluded keys
       (route_templates), the routes file's top-level keys (routes_file).
+    - each entry's "Default: D." is the row's documented default, word for
+      word; an integer row's range "LO..HI" is in its entry, and a choice
+      row's every name;
+    - RELOAD lists a route key under "applied at once" exactly when its row
+      is LIVE, under "applied by consuming again" when RECONSUME.
   delay-bridge.json(5) against README.md's "Configuration reference"
     - the same set of key paths (a row "`a.b` / `c`" is a.b and a.c);
     - each entry's first line is "Default: D." (or "Required ...") with D
@@ -32,8 +33,11 @@ No build, no broker: it reads sources. Checks, each printed as "ok:" or
     - both pages render without a groff warning, -Tutf8 and -Tascii (when
       groff is installed).
 
-A new key must therefore be added to the parser, the README's table and
-the page together. Exit 0 pass, 1 fail.
+  README.md's table and the page's KEYS section are written from the
+  schema by deploy/man/config_doc.py: each must be what it makes now.
+
+A new key is one row of the schema, then `config_doc.py` to write the two
+documents. Exit 0 pass, 1 fail.
 """
 import os
 import re
@@ -46,16 +50,13 @@ PAGE5 = os.path.join(ROOT, "deploy", "man", "delay-bridge.json.5")
 PAGE8 = os.path.join(ROOT, "deploy", "man", "delay-bridge.8")
 CONFIG_SRC = os.path.join(ROOT, "src", "config")
 
-# Key arrays whose section prefix is not a literal in the call that checks
-# them: (file, array) -> prefix, or None for arrays of another file's keys.
-SECTIONS = {
-    ("config_routes.c", "cfg_route_keys"): "routes[]",
-    ("config_retry.c", "keys"): "routes[].retry",
-    ("config_retry.c", "policy_keys"): "routes[].retry.queues.*",
-    ("config_routes.c", "keys"): None,  # store_top: the routes file's own top level
-}
-# Arrays that are not key lists (choices of a value).
-VALUE_LISTS = {"queue_types", "types", "froms", "policies", "jitters", "names"}
+# The schema's reader and the documents' maker (deploy/man/config_doc.py).
+sys.path.insert(0, os.path.join(ROOT, "deploy", "man"))
+import config_doc  # noqa: E402
+from config_doc import c_value, schema_rows  # noqa: E402
+
+# The routes file's own top level (config_routes.c store_top): not keys of the configuration.
+STORE_ARRAY = ("config_routes.c", "keys")
 
 failures = 0
 
@@ -77,49 +78,15 @@ def read(path):
 
 # ---- the parser's key paths --------------------------------------------------------
 
-def function_at(text, pos):
-    """The name of the C function defined (at column 0) before pos, or ''."""
-    name = ""
-    for m in re.finditer(r"^[a-z][^\n;]*?\b(\w+)\([^;{]*$", text[:pos], re.M):
-        name = m.group(1)
-    return name
-
-
 def parser_keys():
-    """{key path: 'file:function'} of every key the parser accepts, and the
-    arrays met (for the special checks)."""
+    """{key path: where} of every key the parser accepts (the schema's rows), and the arrays
+    met (the routes file's own keys)."""
     paths, arrays = {}, {}
-    for fn in sorted(os.listdir(CONFIG_SRC)):
-        if not fn.endswith(".c"):
-            continue
-        text = read(os.path.join(CONFIG_SRC, fn))
-        for m in re.finditer(r"(?:static )?const char \*const (\w+)\[\w*\] = \{(.*?)\};", text, re.S):
-            array, body = m.group(1), m.group(2)
-            if array in VALUE_LISTS:
-                continue
-            keys = re.findall(r'"([^"]*)"', body)
-            func = function_at(text, m.start())
-            arrays[(fn, array)] = keys
-            if (fn, array) in SECTIONS:
-                prefix = SECTIONS[(fn, array)]
-            else:
-                end = text.find("\n}\n", m.end())
-                scope = text[m.end():end if end > 0 else len(text)]
-                call = re.search(r'cfg_(?:section|check_keys)\([^;]*?("[^"]*"|\w+), %s[,)]'
-                                 % array, scope)
-                if call and not call.group(1).startswith('"'):  # static const char pre[] = "..."
-                    call = re.search(r'static const char %s\[\] = ("[^"]*");'
-                                     % call.group(1), text[text.rfind("\n{\n", 0, m.start()):end])
-                if not call:
-                    fail("src/config/%s: key array %s (in %s): cannot tell which section it "
-                         "checks; add it to SECTIONS in %s" % (fn, array, func or "file scope",
-                                                               os.path.basename(__file__)))
-                    continue
-                prefix = call.group(1).strip('"')
-            if prefix is None:
-                continue
-            for k in keys:
-                paths[prefix + "." + k if prefix else k] = "%s:%s" % (fn, func or array)
+    for r in schema_rows():
+        paths[r["path"]] = "config_keys.def:%s" % r["sect"]
+    text = read(os.path.join(CONFIG_SRC, STORE_ARRAY[0]))
+    m = re.search(r"static const char \*const keys\[\] = \{(.*?)\};", text, re.S)
+    arrays[STORE_ARRAY] = re.findall(r'"([^"]*)"', m.group(1)) if m else []
     return paths, arrays
 
 
@@ -286,6 +253,78 @@ def check_config_page():
         fail("README.md's configuration table has no row for key %s (accepted by the parser)" % p)
 
 
+def check_schema_page():
+    """Each row's default, range, choices and reload flags against the page."""
+    text5 = read(PAGE5)
+    secs = sections(text5)
+    entries, _ = page_entries(secs.get("KEYS", []))
+    choices = {}
+    src = read(os.path.join(CONFIG_SRC, "config_schema.c"))
+    for m in re.finditer(r"static const char \*const (\w+)\[\] = \{(.*?)\};", src, re.S):
+        choices[m.group(1)] = re.findall(r'"([^"]*)"', m.group(2))
+    bad = 0
+    for r in schema_rows():
+        e = entries.get(r["path"])
+        if e is None or r["docdef"] is None:
+            continue
+        first = re.sub(r"^Default: |\.$", "", e.split("\n")[0])
+        if norm(first) != norm(re.sub(r"`|\*\*", "", r["docdef"])):
+            bad += 1
+            fail("%s: the schema's default %r, the page's entry says %r"
+                 % (r["path"], r["docdef"], e.split("\n")[0]))
+        if r["type"] == "INT" and r["lo"] is not None:
+            lo, hi = c_value(r["lo"]), c_value(r["hi"])
+            if lo is None or hi is None or "%d..%d" % (lo, hi) not in e:
+                bad += 1
+                fail("%s: the page's entry does not give the schema's range %s..%s"
+                     % (r["path"], lo, hi))
+        if r["type"] == "CHOICE":
+            for c in choices.get(r["choices"], []):
+                if not re.search(r"(?<![\w-])%s(?![\w-])" % re.escape(c), e):
+                    bad += 1
+                    fail("%s: the page's entry does not name the choice %s" % (r["path"], c))
+    if not bad:
+        ok("delay-bridge.json.5: each key's default, range and choices are the schema's")
+
+    reload_ = roff_text("\n".join(secs.get("RELOAD", [])))
+    parts = re.split(r"^\.TP\n\.B ", reload_, flags=re.M)
+    said = {}
+    for p in parts[1:]:
+        head, _, body = p.partition("\n")
+        said[head.strip()] = set(re.findall(r"^\.B[R]? ([\w.]+)", body, re.M))
+    bad = 0
+    for r in schema_rows():
+        if r["sect"] in ("RETRY", "POLICY") or r["type"] == "SECTION":
+            continue
+        flags = r["flags"] or ""
+        name = r["key"] if r["sect"] == "ROUTE" else r["path"]
+        for head, flag in (("applied at once", "LIVE"), ("applied by consuming again", "RECONSUME")):
+            listed = name in said.get(head, set())
+            if listed != (flag in flags):
+                bad += 1
+                fail("delay-bridge.json.5: RELOAD: %s is %s under \"%s\", but its schema row "
+                     "is %s%s" % (name, "listed" if listed else "not listed", head,
+                                  "" if flag in flags else "not ", flag))
+    if not bad:
+        ok("delay-bridge.json.5: RELOAD lists the keys the schema applies live and by "
+           "consuming again")
+
+
+def check_generated():
+    """README.md's table and the page's KEYS are what config_doc.py makes of the schema."""
+    rows = schema_rows()
+    bad = 0
+    for path, make in ((os.path.join(ROOT, "README.md"), config_doc.readme_text),
+                       (PAGE5, config_doc.page_text)):
+        if make(rows, read(path)) != read(path):
+            bad += 1
+            fail("%s: not what the schema (src/config/config_keys.def) makes of it; run "
+                 "/usr/bin/python3 deploy/man/config_doc.py" % os.path.relpath(path, ROOT))
+    if not bad:
+        ok("README.md's configuration table and delay-bridge.json.5's KEYS are made from the "
+           "schema (%d rows)" % len(rows))
+
+
 def check_daemon_page():
     text8 = read(PAGE8)
     secs = sections(text8)
@@ -373,7 +412,9 @@ def check_render():
 
 
 def main():
+    check_generated()
     check_config_page()
+    check_schema_page()
     check_daemon_page()
     check_th()
     check_render()
