@@ -17,10 +17,10 @@
  *    off again, the batch stays buffered, wal_commit() returns the error and
  *    the next call writes the batch again;
  *  - wal_open() replays every valid record in LSN order, truncates a torn
- *    tail of the newest segment (logged), and fails with WAL_ECORRUPT,
+ *    tail of the newest segment (logged), and fails with WLOG_ECORRUPT,
  *    naming segment and offset in the log, for damage anywhere else;
  *  - the directory is locked (flock on dir/LOCK): a second process gets
- *    WAL_ELOCKED instead of corrupting the log;
+ *    WLOG_ELOCKED instead of corrupting the log;
  *  - space: a segment is deleted once it is the oldest and holds no live
  *    ADD; when the log is larger than 2 x live bytes + one segment, the
  *    oldest segment's live ADDs are copied forward (wal_maintain, a bounded
@@ -42,11 +42,7 @@
 #include "delay-bridge/walrec.h"
 #include "delay-bridge/wlog.h"
 
-/* The codes are the log interface's (wlog.h), so the engine sees one set. */
-#define WAL_ECORRUPT WLOG_ECORRUPT /* a record that is not a torn tail fails its checks */
-#define WAL_ELOCKED WLOG_ELOCKED   /* another process holds the log directory */
-#define WAL_EFORMAT WLOG_EFORMAT   /* unknown version, bad segment header or name */
-#define WAL_ETOOBIG WLOG_ETOOBIG   /* record larger than WALREC_MAX_PAYLOAD */
+/* Errors: -errno or the log interface's WLOG_E* (wlog.h), text from wlog_strerror(). */
 
 #define WAL_DEFAULT_SEGMENT_BYTES (64ull << 20)
 #define WAL_MIN_SEGMENT_BYTES 1024
@@ -155,7 +151,7 @@ int wal_commit(struct wal *w);
 /*
  * Read and verify the record at loc (committed or still buffered). On
  * success *h is filled and *payload points into b (caller-owned; grown as
- * needed; free(b->p) when done). Returns 0, WAL_ECORRUPT or -errno.
+ * needed; free(b->p) when done). Returns 0, WLOG_ECORRUPT or -errno.
  */
 int wal_read(struct wal *w, struct wlog_loc loc, struct wlog_buf *b, struct walrec_hdr *h,
              const uint8_t **payload);
@@ -250,9 +246,6 @@ int wal_horizon_reached(const struct wal *w, uint64_t lsn);
 /* Does the log still have segment loc.seg? */
 int wal_has_segment(const struct wal *w, uint32_t segno);
 
-/* Text for a negative code from this module (errno values included): the log's one table. */
-#define wal_strerror wlog_strerror
-
 /* ---- the directory: one owner of its files (src/wal/wal_dir.c) ----
  *
  * Every process or tool that takes a WAL directory, or puts segment files
@@ -322,7 +315,7 @@ void wal_dir_discard_file(int dirfd, const char *name, int fd);
  * Lock the WAL directory dir (it must exist) against every other owner:
  * dir/LOCK is created if missing (WAL_FILE_MODE) and flock(LOCK_EX|LOCK_NB)'ed.
  * The lock lasts as long as *lockfd stays open; close it to release.
- * Returns 0 with *lockfd set, WAL_ELOCKED when another process holds it (a
+ * Returns 0 with *lockfd set, WLOG_ELOCKED when another process holds it (a
  * daemon running on dir), or -errno. Every failure is logged (module "wal",
  * with file=dir/LOCK), so callers only pass the code on.
  */

@@ -269,7 +269,7 @@ static void commit_and_ack(struct bridge *b, int force)
         }
         return;
     }
-    if (r < 0 && r != ENG_EBUSY)
+    if (r < 0 && r != WLOG_EBUSY)
         bridge_fatal(b, "WAL commit", r);
 }
 

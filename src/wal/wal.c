@@ -205,7 +205,7 @@ int wal_fail(struct wal *w, int err, const char *what, uint64_t segno)
     if (!w->failed)
         w->failed = err;
     log_error("wal", "write to the log failed; it is stopped and the process must restart",
-              "op=%s file=%s/%s err=\"%s\"", what, w->dir, name, wal_strerror(err));
+              "op=%s file=%s/%s err=\"%s\"", what, w->dir, name, wlog_strerror(err));
     return w->failed;
 }
 
@@ -225,7 +225,7 @@ static int wal_out_of_space(struct wal *w, int err, const char *what, uint64_t s
     if (!w->no_space)
         log_error("wal", "the log's disk is full: the batch stays in memory and is written "
                   "again when space returns", "op=%s file=%s/%s err=\"%s\" buffered_bytes=%zu",
-                  what, w->dir, name, wal_strerror(err), w->wlen);
+                  what, w->dir, name, wlog_strerror(err), w->wlen);
     w->no_space = 1;
     return err;
 }
@@ -313,11 +313,11 @@ int wal_append(struct wal *w, uint8_t type, const struct walrec_piece *pieces, i
         return -EINVAL;
     for (int i = 0; i < npieces; i++) {
         if (pieces[i].n > WALREC_MAX_PAYLOAD)
-            return WAL_ETOOBIG;
+            return WLOG_ETOOBIG;
         plen += pieces[i].n;
     }
     if (plen > WALREC_MAX_PAYLOAD)
-        return WAL_ETOOBIG;
+        return WLOG_ETOOBIG;
     rlen = RECHDR + plen;
 
     s = wal_active(w);
@@ -579,7 +579,7 @@ int wal_seg_read(struct wal *w, struct seg *s, uint64_t off, uint8_t *dst, size_
         if (got < 0)
             return (int)got;
         if ((size_t)got < from_disk)
-            return WAL_ECORRUPT; /* the file is shorter than we wrote */
+            return WLOG_ECORRUPT; /* the file is shorter than we wrote */
         dst += from_disk;
         off += from_disk;
         n -= from_disk;
@@ -647,7 +647,7 @@ static int wal_ra_read(struct wal *w, struct seg *s, uint64_t off, uint8_t *dst,
         if (got < 0)
             return (int)got;
         if ((size_t)got < n)
-            return WAL_ECORRUPT; /* the file is shorter than we wrote */
+            return WLOG_ECORRUPT; /* the file is shorter than we wrote */
         w->ra_segno = s->segno;
         w->ra_off = off;
         w->ra_len = (size_t)got;
@@ -677,7 +677,7 @@ int wal_read(struct wal *w, struct wlog_loc loc, struct wlog_buf *b, struct walr
     }
     if (loc.len < RECHDR || loc.off < SEGHDR || (uint64_t)loc.off + loc.len > s->size) {
         why = "location outside the segment";
-        r = WAL_ECORRUPT;
+        r = WLOG_ECORRUPT;
         goto bad;
     }
     if (b->cap < loc.len) {
@@ -685,24 +685,24 @@ int wal_read(struct wal *w, struct wlog_loc loc, struct wlog_buf *b, struct walr
         b->cap = loc.len;
     }
     if ((r = wal_ra_read(w, s, loc.off, b->p, loc.len)) < 0) {
-        why = r == WAL_ECORRUPT ? "segment shorter than expected" : "read error";
+        why = r == WLOG_ECORRUPT ? "segment shorter than expected" : "read error";
         goto bad;
     }
     if (walrec_decode(b->p, loc.len, s->salt, h, payload) != (int)loc.len) {
         why = "bad header, checksum or payload";
-        r = WAL_ECORRUPT;
+        r = WLOG_ECORRUPT;
         goto bad;
     }
     if (h->lsn < s->base_lsn || h->lsn > s->last_lsn) {
         why = "lsn does not belong to this segment";
-        r = WAL_ECORRUPT;
+        r = WLOG_ECORRUPT;
         goto bad;
     }
     return 0;
 bad:
     walscan_seg_name(name, loc.seg);
     log_error("wal", "cannot read record", "file=%s/%s offset=%u len=%u reason=\"%s\" err=\"%s\"",
-              w->dir, name, loc.off, loc.len, why, wal_strerror(r));
+              w->dir, name, loc.off, loc.len, why, wlog_strerror(r));
     return r;
 }
 
@@ -713,7 +713,7 @@ bad:
 static int wal_ckpt_failed(struct wal *w, int err, const char *what)
 {
     log_error("wal", "checkpoint abandoned; the previous one (if any) stays in use",
-              "dir=%s step=%s err=\"%s\"", w->dir, what, wal_strerror(err));
+              "dir=%s step=%s err=\"%s\"", w->dir, what, wlog_strerror(err));
     walckpt_free(w->ck);
     w->ck = NULL;
     w->ck_state = WLOG_CKPT_IDLE;

@@ -3,7 +3,7 @@
  *
  * RECOVERY
  *
- * wal_open() checks every segment header (WAL_EFORMAT if one is bad; only a
+ * wal_open() checks every segment header (WLOG_EFORMAT if one is bad; only a
  * newest segment that is no longer than a header and holds no valid header
  * is taken for a crash during its creation and deleted), then reads the
  * records in big chunks (4 MiB, with the partial record at the end of a
@@ -26,7 +26,7 @@
  * segment. The file is then cut there (ftruncate + fsync) and a warning says
  * how much was cut. Anything else -- a bad record in an older segment, or
  * one followed by good data -- is corruption: wal_open() fails with
- * WAL_ECORRUPT and the error names the file and offset; an operator must
+ * WLOG_ECORRUPT and the error names the file and offset; an operator must
  * look (salvage tool) rather than have the daemon silently drop committed
  * messages. A limit of the rule: if the disk persisted the blocks of an
  * unfinished commit out of order, so that a later record of that batch
@@ -35,7 +35,7 @@
  *
  * Before any of it the directory is created if need be and dir/LOCK is
  * taken (flock LOCK_EX|LOCK_NB) for the life of the struct wal: a second
- * daemon on the same directory gets WAL_ELOCKED.
+ * daemon on the same directory gets WLOG_ELOCKED.
  */
 #define _GNU_SOURCE
 #include "wal_int.h"
@@ -70,7 +70,7 @@ static int wal_load_segments(struct wal *w)
     int r;
 
     r = walscan_list(w->dirfd, &nos, &n, bad, sizeof(bad));
-    if (r == WAL_EFORMAT)
+    if (r == WLOG_EFORMAT)
         log_error("wal", "unexpected file name in the log directory; move it away",
                   "file=%s/%s", w->dir, bad);
     if (r < 0)
@@ -127,7 +127,7 @@ static int wal_load_segments(struct wal *w)
                       "bad segment header (not a segment of this log, or damaged); the log "
                       "needs operator attention",
                       "file=%s/%s size=%lld", w->dir, name, (long long)st.st_size);
-            r = WAL_EFORMAT;
+            r = WLOG_EFORMAT;
             goto cleanup;
         }
         w->id = h.wal_id;
@@ -170,7 +170,7 @@ static int cut_torn_tail(struct wal *w, struct seg *s, uint64_t off, uint64_t la
     return 0;
 }
 
-/* Log how the scan of s found the log corrupt; WAL_ECORRUPT. */
+/* Log how the scan of s found the log corrupt; WLOG_ECORRUPT. */
 static int corrupt(struct wal *w, const struct seg *s, const struct walscan *sc)
 {
     const char *why = sc->why == WALSCAN_WHY_SHORT_HEADER || sc->why == WALSCAN_WHY_SHORT_PAYLOAD
@@ -198,7 +198,7 @@ static int corrupt(struct wal *w, const struct seg *s, const struct walscan *sc)
                   "tool or operator attention",
                   "file=%s/%s offset=%llu reason=\"%s\" last_lsn=%llu", w->dir, name,
                   (unsigned long long)sc->bad_off, why, (unsigned long long)last_good);
-    return WAL_ECORRUPT;
+    return WLOG_ECORRUPT;
 }
 
 struct replay_state {
@@ -344,7 +344,7 @@ static int wal_replay_all(struct wal *w, wlog_replay_fn *fn, void *arg, uint64_t
                       "log needs operator attention",
                       "file=%s/%s base_lsn=%llu expected_lsn=%llu", w->dir, name,
                       (unsigned long long)s->base_lsn, (unsigned long long)expect);
-            r = WAL_ECORRUPT;
+            r = WLOG_ECORRUPT;
             goto cleanup;
         }
         if ((r = replay_segment(w, i, &st, &expect)) != 0)
@@ -401,7 +401,7 @@ static int wal_load_ckpt(struct wal *w, const struct wal_opts *o, uint64_t *from
     }
     if (r < 0) {
         log_error("wal", "cannot read the checkpoint", "file=%s/%s err=\"%s\" reason=\"%s\"",
-                  w->dir, WALCKPT_NAME, wal_strerror(r), why);
+                  w->dir, WALCKPT_NAME, wlog_strerror(r), why);
         return r;
     }
     *from_lsn = info.start_lsn;
@@ -468,7 +468,7 @@ int wal_open(struct wal **out, const struct wal_opts *o, wlog_replay_fn *replay,
         w->total_size = SEGHDR;
         if ((r = wal_seg_create(w, s)) < 0) {
             log_error("wal", "cannot create the first segment", "dir=%s err=\"%s\"", o->dir,
-                      wal_strerror(r));
+                      wlog_strerror(r));
             goto fail;
         }
         log_info("wal", "new log created", "dir=%s wal_id=%016llx", o->dir,
@@ -494,7 +494,7 @@ int wal_open(struct wal **out, const struct wal_opts *o, wlog_replay_fn *replay,
                   "dir=%s checkpoint_end_lsn=%llu log_next_lsn=%llu", w->dir,
                   (unsigned long long)w->ck_end_lsn, (unsigned long long)w->next_lsn);
         *out = NULL;
-        r = WAL_ECORRUPT;
+        r = WLOG_ECORRUPT;
         goto fail;
     }
     w->ck_end_lsn = 0;

@@ -227,7 +227,7 @@ static int compact_head(struct wal *w, size_t budget, const struct wlog_compact_
                 break;
             }
             if (r < 0 || h.lsn < w->segs[0].base_lsn || h.lsn > w->segs[0].last_lsn) {
-                r = WAL_ECORRUPT;
+                r = WLOG_ECORRUPT;
                 goto bad;
             }
             if (h.type == WALREC_ADD && walrec_add_peek(payload, h.len, &a) > 0) {
@@ -261,7 +261,7 @@ static int compact_head(struct wal *w, size_t budget, const struct wlog_compact_
 bad:
     log_error("wal", "compaction hit a bad record; the log needs operator attention",
               "file=%s/%s offset=%llu err=\"%s\"", w->dir, name, (unsigned long long)w->cpt_off,
-              wal_strerror(r));
+              wlog_strerror(r));
     return r;
 }
 

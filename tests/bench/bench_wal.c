@@ -149,7 +149,7 @@ static int recover_cb(void *arg, const struct walrec_hdr *h, const uint8_t *p, s
 
 static void die(const char *what, int r)
 {
-    fprintf(stderr, "bench_wal: %s: %s\n", what, wal_strerror(r));
+    fprintf(stderr, "bench_wal: %s: %s\n", what, wlog_strerror(r));
     exit(1);
 }
 

@@ -826,7 +826,7 @@ static void op_maintain(void)
     if (sim_chance(&G.rng, 1, 8)) {
         r = eng_checkpoint(G.e);
         TRACE("checkpoint: %d", r);
-        if (r < 0 && r != ENG_EBUSY && r != -ENOTSUP && !(r == -EIO || r == -ENOSPC))
+        if (r < 0 && r != WLOG_EBUSY && r != -ENOTSUP && !(r == -EIO || r == -ENOSPC))
             failf("eng_checkpoint: %s", wlog_strerror(r));
         return;
     }

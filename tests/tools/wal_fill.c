@@ -50,7 +50,7 @@ int main(int argc, char **argv)
 
     log_set_level(LOG_LEVEL_WARN);
     if ((r = eng_open(&e, &eo)) < 0) {
-        fprintf(stderr, "wal_fill: %s\n", eng_strerror(r));
+        fprintf(stderr, "wal_fill: %s\n", wlog_strerror(r));
         return 1;
     }
     for (uint64_t i = 0; i < n; i++) {
@@ -76,12 +76,12 @@ int main(int argc, char **argv)
         a.body_len = (uint32_t)body_len;
         if ((r = eng_add(e, 0, &a, NULL)) < 0 ||
             (i % 4096 == 4095 && (r = eng_commit(e, NULL, NULL)) < 0)) {
-            fprintf(stderr, "wal_fill: %s\n", eng_strerror(r));
+            fprintf(stderr, "wal_fill: %s\n", wlog_strerror(r));
             return 1;
         }
     }
     if ((r = eng_commit(e, NULL, NULL)) < 0) {
-        fprintf(stderr, "wal_fill: %s\n", eng_strerror(r));
+        fprintf(stderr, "wal_fill: %s\n", wlog_strerror(r));
         return 1;
     }
     eng_close(e);

@@ -153,7 +153,7 @@ static struct engine *open_engine_log(uint64_t now, int *known_routes, uint64_t 
     }
     r = eng_open(&e, &o);
     if (r < 0) {
-        fprintf(stderr, "eng_open: %s\n", eng_strerror(r));
+        fprintf(stderr, "eng_open: %s\n", wlog_strerror(r));
         exit(1);
     }
     return e;
@@ -468,7 +468,7 @@ static void test_async_commit(void)
     CHECK(eng_commit(e, on_commit, NULL) == 0);
     CHECK(eng_committing(e) && commit_done_calls == before);
     m2 = add(e, 0, T0, 0, "second"); /* arrives while the commit runs */
-    CHECK(eng_commit(e, on_commit, NULL) == ENG_EBUSY);
+    CHECK(eng_commit(e, on_commit, NULL) == WLOG_EBUSY);
     CHECK(eng_advance(e, T0 + 10) == 0); /* nothing durable yet */
     async_complete();
     CHECK(commit_done_calls == before + 1 && !eng_committing(e));
@@ -1063,7 +1063,7 @@ static void sync_thread_case(void)
         __atomic_store_n(&notified, 0, __ATOMIC_SEQ_CST);
         CHECK(eng_commit(e, on_commit, NULL) == 0);
         add(e, 0, T0, 10, "during"); /* appended while the sync runs */
-        CHECK(eng_commit(e, on_commit, NULL) == ENG_EBUSY);
+        CHECK(eng_commit(e, on_commit, NULL) == WLOG_EBUSY);
         for (i = 0; i < 5000 && !__atomic_load_n(&notified, __ATOMIC_SEQ_CST); i++)
             usleep(1000);
         CHECK(notified, "no notify within 5 s");
@@ -1269,7 +1269,7 @@ static void checkpoint_fuzzy_case(void)
     }
     commit(e);
     CHECK(eng_checkpoint(e) == 0);
-    CHECK(eng_checkpoint(e) == ENG_EBUSY);
+    CHECK(eng_checkpoint(e) == WLOG_EBUSY);
     /* Change everything while the walk runs: adds, replaces, cancels, fires, compaction. */
     do {
         now += 30;

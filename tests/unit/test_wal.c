@@ -36,7 +36,7 @@ static char base[64];
         int rc_ = (expr), want_ = (want);                                                  \
         if (rc_ != want_)                                                                  \
             check_failed(__FILE__, __LINE__, #expr " == " #want, "got %d (%s), want %d (%s)", \
-                         rc_, wal_strerror(rc_), want_, wal_strerror(want_));              \
+                         rc_, wlog_strerror(rc_), want_, wlog_strerror(want_));              \
     } while (0)
 
 /* The wal module logs warnings and errors for the damage these cases make. */
@@ -382,7 +382,7 @@ static void test_basic(void)
     CHECK_RC(wopen(&w, dir, 0, &c), 0);
     {
         struct walrec_piece big = {"", (size_t)WALREC_MAX_PAYLOAD + 1};
-        CHECK_RC(wal_append(w, WALREC_ADD, &big, 1, NULL, NULL), WAL_ETOOBIG);
+        CHECK_RC(wal_append(w, WALREC_ADD, &big, 1, NULL, NULL), WLOG_ETOOBIG);
         CHECK_RC(wal_append(w, 0, NULL, 0, NULL, NULL), -EINVAL);
     }
     wal_close(w);
@@ -686,7 +686,7 @@ static void test_corrupt(void)
         FRESH();
         long long off = locs[mid].off + (field == 0 ? 2 : field == 1 ? 9 : 60);
         flip_bit(seg_path(work, (uint64_t)nseg), off, 1);
-        CHECK_RC(wopen(&w, work, segb, &c), WAL_ECORRUPT);
+        CHECK_RC(wopen(&w, work, segb, &c), WLOG_ECORRUPT);
         CHECK(w == NULL, "no log on error");
     }
 
@@ -698,12 +698,12 @@ static void test_corrupt(void)
                 last = i;
         FRESH();
         flip_bit(seg_path(work, (uint64_t)s), locs[last].off + locs[last].len - 1, 0);
-        CHECK_RC(wopen(&w, work, segb, &c), WAL_ECORRUPT);
+        CHECK_RC(wopen(&w, work, segb, &c), WLOG_ECORRUPT);
     }
     /* An older segment cut short. */
     FRESH();
     file_truncate(seg_path(work, 2), fsize(seg_path(work, 2)) - 5);
-    CHECK_RC(wopen(&w, work, segb, &c), WAL_ECORRUPT);
+    CHECK_RC(wopen(&w, work, segb, &c), WLOG_ECORRUPT);
     /* Zeros after an older segment's records: its prewritten tail (wal.c), left, no loss. */
     FRESH();
     CHECK_RC(wopen(&w, work, segb, &c), 0);
@@ -727,11 +727,11 @@ static void test_corrupt(void)
                 last2 = i;
         zero_range(seg_path(work, 2), locs[last2].off, locs[last2].len);
     }
-    CHECK_RC(wopen(&w, work, segb, &c), WAL_ECORRUPT);
+    CHECK_RC(wopen(&w, work, segb, &c), WLOG_ECORRUPT);
     /* A missing middle segment. */
     FRESH();
     unlink(seg_path(work, 2));
-    CHECK_RC(wopen(&w, work, segb, &c), WAL_ECORRUPT);
+    CHECK_RC(wopen(&w, work, segb, &c), WLOG_ECORRUPT);
     /* Missing oldest segments are fine (that is how space is reclaimed). */
     FRESH();
     unlink(seg_path(work, 1));
@@ -747,10 +747,10 @@ static void test_corrupt(void)
     /* A bad header in an older segment, or in a newest one that holds records. */
     FRESH();
     flip_bit(seg_path(work, 2), 20, 0);
-    CHECK_RC(wopen(&w, work, segb, &c), WAL_EFORMAT);
+    CHECK_RC(wopen(&w, work, segb, &c), WLOG_EFORMAT);
     FRESH();
     flip_bit(seg_path(work, (uint64_t)nseg), 13, 0);
-    CHECK_RC(wopen(&w, work, segb, &c), WAL_EFORMAT);
+    CHECK_RC(wopen(&w, work, segb, &c), WLOG_EFORMAT);
     /* A segment from another log. */
     FRESH();
     {
@@ -761,11 +761,11 @@ static void test_corrupt(void)
         copy_file(seg_path(other, 1), seg_path(work, (uint64_t)nseg + 1));
         rm_rf(other);
     }
-    CHECK_RC(wopen(&w, work, segb, &c), WAL_EFORMAT);
+    CHECK_RC(wopen(&w, work, segb, &c), WLOG_EFORMAT);
     /* A file name that is not a segment's. */
     FRESH();
     file_append(tdir("work/12.wal"), "x", 1);
-    CHECK_RC(wopen(&w, work, segb, &c), WAL_EFORMAT);
+    CHECK_RC(wopen(&w, work, segb, &c), WLOG_EFORMAT);
     /* Other files are ignored. */
     FRESH();
     file_append(tdir("work/notes.txt"), "x", 1);
@@ -908,13 +908,13 @@ static void test_read(void)
     /* Bad locations. */
     struct wlog_loc bad = l1;
     bad.off += 1;
-    CHECK_RC(wal_read(w, bad, &b, &h, &p), WAL_ECORRUPT);
+    CHECK_RC(wal_read(w, bad, &b, &h, &p), WLOG_ECORRUPT);
     bad = l1;
     bad.len -= 1;
-    CHECK_RC(wal_read(w, bad, &b, &h, &p), WAL_ECORRUPT);
+    CHECK_RC(wal_read(w, bad, &b, &h, &p), WLOG_ECORRUPT);
     bad = l3;
     bad.off = 1000000;
-    CHECK_RC(wal_read(w, bad, &b, &h, &p), WAL_ECORRUPT);
+    CHECK_RC(wal_read(w, bad, &b, &h, &p), WLOG_ECORRUPT);
     bad.seg = 999;
     CHECK_RC(wal_read(w, bad, &b, &h, &p), -ENOENT);
     wal_close(w);
@@ -925,7 +925,7 @@ static void test_read(void)
     CHECK(h.lsn == lsn1, "read after reopen");
     flip_bit(seg_path(dir, l1.seg), l1.off + 50, 2);
     wal_test_drop_readahead(w); /* else the window read before the damage answers */
-    CHECK_RC(wal_read(w, l1, &b, &h, &p), WAL_ECORRUPT);
+    CHECK_RC(wal_read(w, l1, &b, &h, &p), WLOG_ECORRUPT);
     wal_close(w);
     free(b.p);
 }
@@ -1618,7 +1618,7 @@ static void test_lock(void)
     struct wal *w1, *w2 = (struct wal *)1;
 
     CHECK_RC(wopen_quiet_coll(&w1, dir, 0), 0);
-    CHECK_RC(wopen_quiet_coll(&w2, dir, 0), WAL_ELOCKED);
+    CHECK_RC(wopen_quiet_coll(&w2, dir, 0), WLOG_ELOCKED);
     CHECK(w2 == NULL, "no second log");
     wal_close(w1);
     CHECK_RC(wopen_quiet_coll(&w2, dir, 0), 0);
@@ -1644,7 +1644,7 @@ static void test_failed_commit(void)
     CHECK_RC(append_add(w, 64, NULL, NULL), 0);
     CHECK_RC(wal_test_break_fd(w), 0);
     err = wal_commit(w);
-    CHECK(err == -EBADF, "commit fails: %d %s", err, wal_strerror(err));
+    CHECK(err == -EBADF, "commit fails: %d %s", err, wlog_strerror(err));
     /* Failed for good: every later call returns the same error. */
     CHECK_RC(wal_commit(w), err);
     CHECK_RC(append_add(w, 64, NULL, NULL), err);
@@ -1776,7 +1776,7 @@ static void test_reserve_full_disk(void)
     kill_live_upto(w, &m, first_paused - 1);
     r = wal_commit(w);
     CHECK(r == 0, "the commit behind a full disk succeeds on the reserve: %d (%s)", r,
-          wal_strerror(r));
+          wlog_strerror(r));
     wal_get_stats(w, &st);
     CHECK(st.reserve_spent == 1 && st.reserve_held == 0, "reserve spent %llu, held %llu",
           (unsigned long long)st.reserve_spent, (unsigned long long)st.reserve_held);
