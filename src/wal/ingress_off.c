@@ -21,7 +21,8 @@
 #include <unistd.h>
 
 #include "base/crc32c.h"
-#include "delay-bridge/wal.h" /* WAL_FILE_MODE, wal_dir_sync(): the directory's owner */
+#include "delay-bridge/wal.h" /* WAL_FILE_MODE: the directory's owner */
+#include "wal_int.h"          /* wal_dir_sync() */
 #include "walfs.h"
 
 static const uint8_t MAGIC[8] = {'D', 'B', 'S', 'T', 'R', 'O', 'F', 'F'};

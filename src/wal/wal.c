@@ -298,9 +298,10 @@ void wal_roll(struct wal *w)
 
 /* ---- append and commit ------------------------------------------------- */
 
-int wal_append(struct wal *w, uint8_t type, const struct walrec_piece *pieces, int npieces,
+int wal_append(struct wlog *l, uint8_t type, const struct walrec_piece *pieces, int npieces,
                uint64_t *lsn, struct wlog_loc *loc)
 {
+    struct wal *w = WAL(l);
     struct walrec_hdr h;
     struct walrec_piece one;
     struct seg *s;
@@ -365,25 +366,30 @@ int wal_append(struct wal *w, uint8_t type, const struct walrec_piece *pieces, i
     return 0;
 }
 
-size_t wal_pending(const struct wal *w)
+size_t wal_pending(const struct wlog *l)
 {
+    const struct wal *w = WAL_C(l);
+
     return w->wlen + (w->unsynced ? 1 : 0); /* written ahead, not synced: a commit is owed */
 }
 
 /*
  * Write what is buffered into the files now, without an fdatasync (see
  * WRITING AHEAD above): the segments written are marked unsynced, and the
- * next commit syncs them whether or not it writes to them again.
+ * next commit syncs them whether or not it writes to them again. Also while
+ * a batch is out on the sync thread: its completion leaves these bytes
+ * unsynced. 1 (written), or the log's error.
  */
-int wal_write_ahead(struct wal *w)
+int wal_write_ahead(struct wlog *l)
 {
+    struct wal *w = WAL(l);
     struct wal_batch b;
     int r;
 
     if (w->failed)
         return w->failed;
     if (!w->wlen)
-        return 0;
+        return 1;
     if ((r = wal_write_batch(w, &b)) < 0)
         return r;
     w->ahead++;
@@ -396,7 +402,7 @@ int wal_write_ahead(struct wal *w)
         if (s)
             s->ahead = w->ahead; /* a batch being synced now may miss these bytes */
     }
-    return 0;
+    return 1;
 }
 
 
@@ -658,9 +664,10 @@ static int wal_ra_read(struct wal *w, struct seg *s, uint64_t off, uint8_t *dst,
     return 0;
 }
 
-int wal_read(struct wal *w, struct wlog_loc loc, struct wlog_buf *b, struct walrec_hdr *h,
+int wal_read(struct wlog *l, struct wlog_loc loc, struct wlog_buf *b, struct walrec_hdr *h,
              const uint8_t **payload)
 {
+    struct wal *w = WAL(l);
     struct seg *s;
     char name[WALSCAN_NAME_SIZE];
     const char *why;
@@ -722,8 +729,9 @@ static int wal_ckpt_failed(struct wal *w, int err, const char *what)
     return err;
 }
 
-int wal_ckpt_begin(struct wal *w)
+int wal_ckpt_begin(struct wlog *l)
 {
+    struct wal *w = WAL(l);
     int r;
 
     if (w->failed)
@@ -740,8 +748,9 @@ int wal_ckpt_begin(struct wal *w)
     return 0;
 }
 
-int wal_ckpt_write(struct wal *w, uint8_t kind, const void *p, size_t n)
+int wal_ckpt_write(struct wlog *l, uint8_t kind, const void *p, size_t n)
 {
+    struct wal *w = WAL(l);
     int r;
 
     if (!w->ck || w->ck_state != WLOG_CKPT_WRITING)
@@ -753,8 +762,9 @@ int wal_ckpt_write(struct wal *w, uint8_t kind, const void *p, size_t n)
     return r < 0 ? wal_ckpt_failed(w, r, "write") : 0;
 }
 
-int wal_ckpt_end(struct wal *w)
+int wal_ckpt_end(struct wlog *l)
 {
+    struct wal *w = WAL(l);
     int r;
 
     if (!w->ck || w->ck_state != WLOG_CKPT_WRITING)
@@ -763,12 +773,13 @@ int wal_ckpt_end(struct wal *w)
         return wal_ckpt_failed(w, r, "finish");
     w->ck_end_lsn = w->next_lsn;
     w->ck_state = WLOG_CKPT_SEALING;
-    wal_ckpt_poll(w);
+    wal_ckpt_poll(l);
     return 0;
 }
 
-void wal_ckpt_poll(struct wal *w)
+void wal_ckpt_poll(struct wlog *l)
 {
+    struct wal *w = WAL(l);
     int r;
 
     if (!w->ck || w->ck_state != WLOG_CKPT_SEALING)
@@ -807,9 +818,10 @@ void wal_ckpt_poll(struct wal *w)
     w->ck_installing = 0;
 }
 
-int wal_has_segment(const struct wal *w, uint32_t segno)
+/* Does the log still have the segment of loc? */
+int wal_has(const struct wlog *l, struct wlog_loc loc)
 {
-    return wal_seg_find((struct wal *)w, segno) != NULL;
+    return wal_seg_find((struct wal *)WAL_C(l), loc.seg) != NULL;
 }
 
 /*

@@ -138,7 +138,7 @@ static void run(const char *base, uint64_t n, const char *dist)
     }
     snprintf(dir, sizeof(dir), "%s/bench_browse.%d", base, (int)getpid());
     struct wal_opts wo = {.dir = dir, .no_sync = 1};
-    struct eng_opts o = {.log = wal_file_log(&wo), .nroutes = 2, .route_index = route_index,
+    struct eng_opts o = {.log = wal_log(wal_new(&wo)), .nroutes = 2, .route_index = route_index,
                          .now_ms = now};
     if ((r = eng_open(&e, &o)) < 0) {
         fprintf(stderr, "bench_browse: %s: %s\n", dir, wlog_strerror(r));
