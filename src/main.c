@@ -30,7 +30,7 @@
 #include "delay-bridge/config.h"
 #include "base/log.h"
 #include "delay-bridge/wal.h"
-#include "delay-bridge/wrepl.h"
+#include "repl/wrepl.h"
 
 static void usage(FILE *f)
 {

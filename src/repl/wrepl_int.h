@@ -36,7 +36,7 @@
 
 #include "broker/amqp_conn.h"
 #include "base/clock.h"
-#include "delay-bridge/wrepl.h"
+#include "wrepl.h"
 #include "wal/replrec.h"
 
 #include "base/xalloc.h"
