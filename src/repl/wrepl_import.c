@@ -46,7 +46,7 @@
 #include "base/log.h"
 #include "wal/replrec.h"
 #include "wal/walckpt.h"
-#include "wal/walscan.h"
+#include "delay-bridge/walscan.h"
 #include "base/xalloc.h"
 
 /* Delete the segments (and checkpoint) in dirfd (the log layer's rule for its files). */

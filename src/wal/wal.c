@@ -115,7 +115,7 @@
 #include "base/clock.h"
 #include "base/xalloc.h"
 #include "base/failpoint.h"
-#include "walscan.h"
+#include "delay-bridge/walscan.h"
 
 /* ---- small helpers ----------------------------------------------------- */
 

@@ -125,7 +125,7 @@
 
 #include "base/xalloc.h"
 #include "walckpt.h"
-#include "walscan.h"
+#include "delay-bridge/walscan.h"
 
 #define LOCK_NAME "LOCK"
 #define RESERVE_NAME "RESERVE" /* wal_reserve.c's */

@@ -52,7 +52,7 @@
 #include "base/clock.h"
 #include "base/xalloc.h"
 #include "base/failpoint.h"
-#include "walscan.h"
+#include "delay-bridge/walscan.h"
 
 
 /* ---- open and replay --------------------------------------------------- */

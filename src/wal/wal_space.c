@@ -48,7 +48,7 @@
 #include "base/clock.h"
 #include "base/xalloc.h"
 #include "base/failpoint.h"
-#include "walscan.h"
+#include "delay-bridge/walscan.h"
 
 /* ---- space ------------------------------------------------------------- */
 

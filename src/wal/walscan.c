@@ -4,7 +4,7 @@
  * (src/cli/cli_wal.c) share. The design and the contract are in
  * src/wal/walscan.h; the byte format in src/wal/walrec.c.
  */
-#include "walscan.h"
+#include "delay-bridge/walscan.h"
 
 #include <dirent.h>
 #include <errno.h>
