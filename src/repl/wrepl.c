@@ -60,7 +60,7 @@
 
 #include "base/log.h"
 #include "config/uri.h"
-#include "wal/replrec.h"
+#include "delay-bridge/replrec.h"
 
 static void close_msg(struct wrepl *r)
 {

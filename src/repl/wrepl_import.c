@@ -44,7 +44,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
-#include "wal/replrec.h"
+#include "delay-bridge/replrec.h"
 #include "wal/walckpt.h"
 #include "delay-bridge/walscan.h"
 #include "base/xalloc.h"

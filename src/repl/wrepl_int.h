@@ -37,7 +37,7 @@
 #include "broker/amqp_conn.h"
 #include "base/clock.h"
 #include "wrepl.h"
-#include "wal/replrec.h"
+#include "delay-bridge/replrec.h"
 
 #include "base/xalloc.h"
 

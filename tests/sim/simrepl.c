@@ -50,7 +50,7 @@
 #include "delay-bridge/wal.h"
 #include "wal/wal_int.h" /* wal_open(), and the log's own functions the tests reach */
 #include "delay-bridge/walrec.h"
-#include "wal/replrec.h"
+#include "delay-bridge/replrec.h"
 #include "simfs.h"
 
 struct msg {
