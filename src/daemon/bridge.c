@@ -75,7 +75,7 @@
 #include "delay-bridge/consumer.h"
 #include "delay-bridge/engine.h"
 #include "http.h"
-#include "wal/ingress_off.h"
+#include "delay-bridge/ingress_off.h"
 #include "base/log.h"
 #include "delay-bridge/msgrec.h"
 #include "delay-bridge/publisher.h"

@@ -66,7 +66,7 @@
 #include "base/log.h"
 #include "delay-bridge/consumer.h"
 #include "delay-bridge/engine.h"
-#include "wal/ingress_off.h"
+#include "delay-bridge/ingress_off.h"
 
 /*
  * Stream ingresses: write each route's place file, before a commit (begin:

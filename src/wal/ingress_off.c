@@ -11,7 +11,7 @@
  * wal_dir.c's table).
  */
 #define _GNU_SOURCE
-#include "ingress_off.h"
+#include "delay-bridge/ingress_off.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "wal/ingress_off.h"
+#include "delay-bridge/ingress_off.h"
 #include "base/crc32c.h"
 
 #include "check.h"

@@ -23,7 +23,7 @@
 
 #include "delay-bridge/wal.h"
 #include "wal/wal_int.h" /* wal_open(), and the log's own functions the tests reach */
-#include "wal/ingress_off.h"
+#include "delay-bridge/ingress_off.h"
 #include "wal/walckpt.h"
 
 #include "check.h"
