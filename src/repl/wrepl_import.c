@@ -45,7 +45,7 @@
 
 #include "base/log.h"
 #include "delay-bridge/replrec.h"
-#include "wal/walckpt.h"
+#include "delay-bridge/walckpt.h"
 #include "delay-bridge/walscan.h"
 #include "base/xalloc.h"
 

@@ -124,7 +124,7 @@
 #include <unistd.h>
 
 #include "base/xalloc.h"
-#include "walckpt.h"
+#include "delay-bridge/walckpt.h"
 #include "delay-bridge/walscan.h"
 
 #define LOCK_NAME "LOCK"

@@ -38,7 +38,7 @@
 #include "base/log.h"
 #include "delay-bridge/wal.h"
 #include "delay-bridge/walrec.h"
-#include "walckpt.h"
+#include "delay-bridge/walckpt.h"
 #include "walfs.h"
 
 #define SEGHDR WALREC_SEGHDR_SIZE

@@ -24,7 +24,7 @@
 #include "delay-bridge/wal.h"
 #include "wal/wal_int.h" /* wal_open(), and the log's own functions the tests reach */
 #include "delay-bridge/ingress_off.h"
-#include "wal/walckpt.h"
+#include "delay-bridge/walckpt.h"
 
 #include "check.h"
 
