@@ -22,7 +22,7 @@
 #include "delay-bridge/api.h"
 #include "base/clock.h"
 #include "base/xalloc.h"
-#include "engine/duecount.h"
+#include "delay-bridge/duecount.h"
 #include "status/ui.h"
 
 static void api_stats(void *arg, struct db_stats *s)

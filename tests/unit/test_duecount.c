@@ -4,7 +4,7 @@
  * adds, deletes and firings keep them exact.
  */
 #include "check.h"
-#include "engine/duecount.h"
+#include "delay-bridge/duecount.h"
 #include "base/pool.h"
 #include "engine/wheel.h"
 
