@@ -354,7 +354,7 @@ struct wlog {
 };
 
 /* Moves l down to the nearest layer whose table has op (l stays put when none has it). */
-#define WLOG_LAYER(l, op) for (; !(l)->ops->op && (l)->under; (l) = (l)->under)
+#define WLOG_LAYER(l, op) while (!(l)->ops->op && (l)->under) (l) = (l)->under
 
 static inline int wlog_recover(struct wlog *l, wlog_replay_fn *fn, wlog_ckpt_fn *ckpt, void *arg,
                                struct db_progress *progress)

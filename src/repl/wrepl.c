@@ -39,6 +39,18 @@
  * shown as wal.replication.needed_bytes and warned about when it comes
  * within one stream segment of wal.replicate.max_mb.
  *
+ * COMPOSED OVER THE SEGMENT LOG
+ *
+ * wrepl_log() makes the segment log itself (wal_new) and keeps both views
+ * of it: the struct wal, for what only a segment log has (the tap, the
+ * horizon, a synchronous commit at resume), and its struct wlog as the
+ * layer under this one (wlog.h: base.under). The table below lists the
+ * operations this log changes; the ones it leaves NULL -- append, read,
+ * live, id, next_lsn, the checkpoint file's steps, has, intake -- are the
+ * segment log's, reached through wlog.h's wrappers, so there is no shell
+ * here that only passes a call on, and nothing casts a struct wlog back to
+ * a struct wal.
+ *
  * The publishing thread is wrepl_thread.c's; the lease (one writer per
  * log) is wrepl_lease.c's; reading the stream back is wrepl_import.c's,
  * resuming on an intact local log wrepl_resume.c's; what they share is

@@ -89,8 +89,10 @@
  * buffer if it has not been written yet), checks it with the segment's salt
  * and that its LSN belongs to that segment. Each segment keeps one fd open.
  *
- * RECOVERY is in wal_open.c, SPACE in wal_space.c, the wlog interface and
- * its sync thread in wal_log.c; wal_int.h holds what they share.
+ * RECOVERY is in wal_open.c, SPACE in wal_space.c, the wlog operations
+ * table (append, pending, write, read, the checkpoint's steps and has are
+ * this file's functions in it) and the sync thread in wal_log.c; wal_int.h
+ * holds what they share.
  *
  * WHO CALLS WHOM: wal_open.c, wal_space.c and wal_log.c call down into this
  * file; this file calls down only into wal_reserve.c (a full disk spends the

@@ -158,7 +158,7 @@ struct wal {
     uint64_t volume_bytes;   /* and its size */
     int intake_paused;       /* space low: no new messages (hysteresis) */
     uint64_t appended_at_look; /* appended_bytes less the unwritten buffer when free_bytes was read */
-    uint64_t intake_pauses;  /* times intake was paused (the tests read it; /stats counts the bridge's) */
+    uint64_t intake_pauses;  /* times intake paused (tests; /stats counts the bridge's) */
 
     uint64_t force_lsn; /* wal_force_horizon(): compact every segment below it */
     wal_tap_fn *tap;    /* wal_set_tap(): sees every record appended */

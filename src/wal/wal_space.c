@@ -78,7 +78,10 @@ static struct seg *live_del(struct wal *w, struct wlog_loc loc)
     return s;
 }
 
-/* The owner's: an ADD is live, or its message died (its DONE or CANCEL comes with the next commit). */
+/*
+ * The owner's: an ADD is live, or its message died (its DONE or
+ * CANCEL comes with the next commit).
+ */
 void wal_live(struct wlog *l, struct wlog_loc loc, int live)
 {
     struct wal *w = WAL(l);

@@ -42,7 +42,8 @@ int main(int argc, char **argv)
     }
     size_t body_len = argc > 5 ? strtoul(argv[5], NULL, 10) : 16;
     struct wal_opts wo = {.dir = argv[1], .no_sync = 1};
-    struct eng_opts eo = {.log = wal_log(wal_new(&wo)), .nroutes = 1, .route_index = route_index, .now_ms = now};
+    struct eng_opts eo = {.log = wal_log(wal_new(&wo)), .nroutes = 1, .route_index = route_index,
+                          .now_ms = now};
     struct engine *e;
     uint8_t *body = calloc(1, body_len ? body_len : 1);
     static const uint8_t props[] = {0x10, 0x00, 0x02}; /* delivery-mode 2 */

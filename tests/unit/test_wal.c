@@ -327,7 +327,8 @@ static void test_basic(void)
 
     CHECK_RC(wopen(&w, dir, 0, &c), 0);
     CHECK(c.n == 0, "empty log replays nothing");
-    CHECK(wlog_next_lsn(wal_log(w)) == 1, "first lsn %llu", (unsigned long long)wlog_next_lsn(wal_log(w)));
+    CHECK(wlog_next_lsn(wal_log(w)) == 1, "first lsn %llu", (unsigned long long)
+          wlog_next_lsn(wal_log(w)));
     id1 = wlog_id(wal_log(w));
     CHECK(id1 != 0, "wal id");
     CHECK(exists(seg_path(dir, 1)) && fsize(seg_path(dir, 1)) == WALREC_SEGHDR_SIZE,
@@ -358,7 +359,8 @@ static void test_basic(void)
     CHECK(c.n >= 151 && c.v[150].type == WALREC_DONE && c.v[150].ndone == 3 &&
               c.v[150].done0 == 2,
           "DONE replayed");
-    CHECK(wlog_next_lsn(wal_log(w)) == 152, "next lsn %llu", (unsigned long long)wlog_next_lsn(wal_log(w)));
+    CHECK(wlog_next_lsn(wal_log(w)) == 152, "next lsn %llu", (unsigned long long)
+          wlog_next_lsn(wal_log(w)));
     CHECK(wlog_id(wal_log(w)) == id1, "wal id stable");
     struct wlog_stats st;
     wlog_stats(wal_log(w), &st);
@@ -1403,9 +1405,10 @@ static void test_horizon(void)
     uint64_t pending = wlog_pending(wal_log(w));
     CHECK(pending > 0, "buffered bytes before the commit");
     CHECK_RC(wal_commit(w), 0);
-    CHECK(wlog_pending(wal_log(w)) == 0, "the commit wrote what was buffered behind the roll: %zu left",
-          wlog_pending(wal_log(w)));
-    CHECK(h == wlog_next_lsn(wal_log(w)), "the horizon is the next LSN: %llu", (unsigned long long)h);
+    CHECK(wlog_pending(wal_log(w)) == 0,
+          "the commit wrote what was buffered behind the roll: %zu left", wlog_pending(wal_log(w)));
+    CHECK(h == wlog_next_lsn(wal_log(w)), "the horizon is the next LSN: %llu",
+          (unsigned long long)h);
     CHECK(!wal_horizon_reached(w, h), "live records lie below it");
     uint64_t tapped_before = t.n;
     for (int round = 0; round < 100 && !wal_horizon_reached(w, h); round++) {
@@ -1443,8 +1446,8 @@ static void test_horizon(void)
     wlog_close(wal_log(w));
     coll_reset(&c);
     CHECK_RC(wal_open(&w, &o2, collect, &c), 0);
-    CHECK(c.n == 1 && c.v[0].lsn == 500 && wlog_next_lsn(wal_log(w)) == 501, "reopened: %zu records",
-          c.n);
+    CHECK(c.n == 1 && c.v[0].lsn == 500 && wlog_next_lsn(wal_log(w)) == 501,
+          "reopened: %zu records", c.n);
     wlog_close(wal_log(w));
     coll_reset(&c);
     model_free(&m);
@@ -1560,7 +1563,8 @@ static void test_random_sessions(void)
                 uint64_t ids[16];
                 uint32_t k = 0;
                 for (int t = 0; t < 40 && k < 16; t++) {
-                    uint64_t cand = 1 + RND() % (wlog_next_lsn(wal_log(w)) - 1 ? wlog_next_lsn(wal_log(w)) - 1 : 1);
+                    uint64_t last = wlog_next_lsn(wal_log(w)) - 1;
+                    uint64_t cand = 1 + RND() % (last ? last : 1);
                     int dup = 0;
                     for (uint32_t j = 0; j < k; j++)
                         dup |= ids[j] == cand;
