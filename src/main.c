@@ -30,7 +30,7 @@
 #include "delay-bridge/config.h"
 #include "base/log.h"
 #include "delay-bridge/wal.h"
-#include "delay-bridge/wrepl.h"
+#include "repl/wrepl.h"
 
 static void usage(FILE *f)
 {
@@ -100,7 +100,8 @@ static int run_daemon(const char *path, int check, int watch)
                           .reserve_bytes = WAL_RESERVE_SEGMENTS * cfg.segment_bytes,
                           .prewrite_bytes = cfg.prewrite_bytes};
     loop = ev_default_loop(EVFLAG_AUTO);
-    b = bridge_new(loop, &cfg, cfg.repl.enabled ? wrepl_log(&wo, &cfg) : wal_file_log(&wo), &rc);
+    b = bridge_new(loop, &cfg, cfg.repl.enabled ? wrepl_log(&wo, &cfg) : wal_log(wal_new(&wo)),
+                   &rc);
     if (b) {
         bridge_set_reload(b, path, &cfg, text);
         if (watch)

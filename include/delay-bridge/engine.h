@@ -77,15 +77,10 @@ struct engine;
 typedef uint32_t eng_msg;
 
 /*
- * Errors: 0, -errno, or one of these: the log's own codes (wlog.h), passed
- * through unchanged, with the log's one string function.
+ * Errors: 0, -errno, or a code of the log's one table (wlog.h's WLOG_E*,
+ * text from wlog_strerror()), passed through unchanged: the engine has no
+ * codes of its own.
  */
-#define ENG_ECORRUPT WLOG_ECORRUPT /* a log record fails its checks */
-#define ENG_ELOCKED WLOG_ELOCKED   /* another process holds the log */
-#define ENG_EFORMAT WLOG_EFORMAT   /* unreadable log files (version, header, name) */
-#define ENG_ETOOBIG WLOG_ETOOBIG   /* message larger than a record may be */
-#define ENG_EBUSY WLOG_EBUSY       /* a commit is still in progress */
-#define eng_strerror wlog_strerror
 
 #define ENG_ROUTE_UNKNOWN 0xFFFFu
 
@@ -176,7 +171,7 @@ int eng_write_ahead(struct engine *e);
 /*
  * Make every add and every confirm so far durable (one group commit).
  * Returns 0 and calls done(arg, err) exactly once -- before returning or
- * later -- after the committed adds became WAITING; or returns ENG_EBUSY
+ * later -- after the committed adds became WAITING; or returns WLOG_EBUSY
  * (a commit is in progress: try again after its done), -ENOSPC or -EDQUOT
  * (the disk is full: nothing was written, everything stays PENDING, try
  * again later), or another negative code, and never calls done. After any
@@ -367,7 +362,7 @@ int eng_purge_step(struct engine *e, struct eng_purge *p, size_t budget);
  */
 int eng_maintain(struct engine *e, size_t budget);
 
-/* Begin a checkpoint now (0), or ENG_EBUSY if one is running, or -ENOTSUP. */
+/* Begin a checkpoint now (0), or WLOG_EBUSY if one is running, or -ENOTSUP. */
 int eng_checkpoint(struct engine *e);
 
 struct eng_route_stats {

@@ -8,26 +8,36 @@
  * are still live so that space can be reclaimed.
  *
  * Promises:
- *  - after wal_commit() returns 0, every record appended before it survives
- *    a crash or power loss;
+ *  - once a commit completes without error, every record appended before it
+ *    survives a crash or power loss;
  *  - a failed write or fsync is never retried: the log enters a failed state
  *    and every later call returns the first error (the caller stops and
  *    lets recovery start from what is on disk) -- except a write refused
  *    for lack of space (ENOSPC, EDQUOT) before any fsync: its bytes are cut
- *    off again, the batch stays buffered, wal_commit() returns the error and
- *    the next call writes the batch again;
- *  - wal_open() replays every valid record in LSN order, truncates a torn
- *    tail of the newest segment (logged), and fails with WAL_ECORRUPT,
+ *    off again, the batch stays buffered, the commit returns the error and
+ *    the next one writes the batch again;
+ *  - recovery replays every valid record in LSN order, truncates a torn
+ *    tail of the newest segment (logged), and fails with WLOG_ECORRUPT,
  *    naming segment and offset in the log, for damage anywhere else;
  *  - the directory is locked (flock on dir/LOCK): a second process gets
- *    WAL_ELOCKED instead of corrupting the log;
+ *    WLOG_ELOCKED instead of corrupting the log;
  *  - space: a segment is deleted once it is the oldest and holds no live
  *    ADD; when the log is larger than 2 x live bytes + one segment, the
- *    oldest segment's live ADDs are copied forward (wal_maintain, a bounded
+ *    oldest segment's live ADDs are copied forward (reclaim, a bounded
  *    amount per call), so disk use stays near 2 x live data + one segment.
  *
- * This is the file backend. The engine uses nothing but these functions, so
- * a replicated backend (a RabbitMQ stream) can implement the same set.
+ * The log itself is reached through the engine's interface (wlog.h):
+ * wal_new() makes one, wal_log() is its struct wlog, and every record
+ * operation -- recover, append, commit, read, live, reclaim, stats,
+ * checkpoints, close -- is a wlog_*() call. What this header adds is what
+ * its users call beside that interface, by user:
+ *
+ *   main.c, the tests           wal_new(), wal_log()
+ *   the replicated log (repl/)  wal_commit() (a synchronous commit at
+ *                               resume), the tap and the horizon
+ *   the replicated log, the     the directory: wal_dir_*(), the lock, the
+ *   tools (cli/), the daemon    segment swap (wal_dir.c)
+ *
  * Not thread-safe: one event loop owns it.
  */
 #ifndef DB_WAL_H
@@ -42,11 +52,7 @@
 #include "delay-bridge/walrec.h"
 #include "delay-bridge/wlog.h"
 
-/* The codes are the log interface's (wlog.h), so the engine sees one set. */
-#define WAL_ECORRUPT WLOG_ECORRUPT /* a record that is not a torn tail fails its checks */
-#define WAL_ELOCKED WLOG_ELOCKED   /* another process holds the log directory */
-#define WAL_EFORMAT WLOG_EFORMAT   /* unknown version, bad segment header or name */
-#define WAL_ETOOBIG WLOG_ETOOBIG   /* record larger than WALREC_MAX_PAYLOAD */
+/* Errors: -errno or the log interface's WLOG_E* (wlog.h), text from wlog_strerror(). */
 
 #define WAL_DEFAULT_SEGMENT_BYTES (64ull << 20)
 #define WAL_MIN_SEGMENT_BYTES 1024
@@ -54,24 +60,16 @@
 
 struct wal;
 
-/*
- * The log's own API speaks the log interface's types (wlog.h): a record's
- * place is a struct wlog_loc (segment number, byte offset, total bytes,
- * header + payload), reads go into a caller-owned struct wlog_buf, replay
- * calls a wlog_replay_fn and compaction asks a struct wlog_compact_ops.
- * wal_file_log() is then a thin shell with no conversions.
- */
-
 struct wal_opts {
     const char *dir;        /* created if missing */
     uint64_t segment_bytes; /* roll to a new segment past this; 0 = default */
     int no_sync;            /* benchmarks and unit tests only: skip fdatasync */
     struct db_progress *progress; /* optional: replay progress, updated as it reads */
-    int sync_thread;        /* wal_file_log(): fdatasync on a thread of its own; the
+    int sync_thread;        /* the commit op: fdatasync on a thread of its own; the
                                commit completes through wlog_poll() after notify */
     /*
      * Optional: recover from dir/CHECKPOINT (walckpt.h) when there is a
-     * valid one. wal_open() hands its chunks to ckpt_fn (wlog.h's contract)
+     * valid one. recovery hands its chunks to ckpt_fn (wlog.h's contract)
      * and then replays only the records from its start LSN on; without a
      * usable checkpoint it replays everything.
      */
@@ -115,125 +113,29 @@ struct wal_opts {
 #define WAL_MIN_VOLUME_SEGMENTS 5
 
 /*
- * replay is called for each valid record in LSN order. Non-zero return
- * aborts wal_open with it. payload is valid during the call only. *out of
- * wal_open() is already set while replay runs, so the callback may call
- * wal_live_add() and wal_live_del() through it (it is reset to NULL if
- * wal_open() fails).
+ * A log with options o (o->dir is copied), not opened yet: wlog_recover()
+ * on wal_log() opens it (locks the directory, loads the checkpoint in
+ * dir/CHECKPOINT when it is given a checkpoint callback, replays,
+ * cuts a torn tail) and wlog_close() frees it. The commit is synchronous
+ * (write + fdatasync, then the completion) unless o->sync_thread.
  */
-int wal_open(struct wal **out, const struct wal_opts *o, wlog_replay_fn *replay, void *arg);
-
-/* Release fds and the lock. Does not commit: call wal_commit() first. */
-void wal_close(struct wal *w);
-
-/* LSN the next wal_append() will get (an ADD stores it as its msg_id). */
-uint64_t wal_next_lsn(const struct wal *w);
-
-/* Random id of this log, stable across restarts (for message id headers). */
-uint64_t wal_id(const struct wal *w);
+struct wal *wal_new(const struct wal_opts *o);
+/* The log as the engine holds it (NULL for NULL). */
+struct wlog *wal_log(struct wal *w);
 
 /*
- * Buffer one record. The payload is given in pieces and copied into the
- * write buffer. Sets *lsn and *loc (either may be NULL). Not durable until
- * wal_commit(). Returns 0 or a negative code.
+ * Write and fdatasync everything appended, here and now (group commit),
+ * whatever o->sync_thread says. 0 or the log's error. No batch of the
+ * sync thread may be out (the replicated log's resume: before any commit).
  */
-int wal_append(struct wal *w, uint8_t type, const struct walrec_piece *pieces, int npieces,
-               uint64_t *lsn, struct wlog_loc *loc);
-
-/* Bytes appended and not yet committed. */
-size_t wal_pending(const struct wal *w);
-/*
- * Write the buffered records into the files now, without an fdatasync
- * (wal.c, "WRITING AHEAD"): they survive the process, not the machine,
- * until the next commit, which syncs them. 0 or the log's error.
- */
-int wal_write_ahead(struct wal *w);
-
-/* Write and fdatasync everything appended (group commit). 0 or negative. */
 int wal_commit(struct wal *w);
-
-/*
- * Read and verify the record at loc (committed or still buffered). On
- * success *h is filled and *payload points into b (caller-owned; grown as
- * needed; free(b->p) when done). Returns 0, WAL_ECORRUPT or -errno.
- */
-int wal_read(struct wal *w, struct wlog_loc loc, struct wlog_buf *b, struct walrec_hdr *h,
-             const uint8_t **payload);
-
-/* Live-data accounting: the caller marks ADD records live and dead. */
-void wal_live_add(struct wal *w, struct wlog_loc loc);
-void wal_live_del(struct wal *w, struct wlog_loc loc);
-
-/*
- * Reclaim space: delete dead segments at the head of the log, then, if the
- * space policy asks for it, copy up to budget bytes of the oldest segment's
- * live ADD records forward. Copies are buffered like appends; a segment is
- * deleted only once the copies of its live records are committed. Call it
- * from the event loop when idle; it returns 1 if more work remains, 0 if
- * none, negative on error.
- */
-int wal_maintain(struct wal *w, size_t budget, const struct wlog_compact_ops *ops);
-
-struct wal_stats {
-    uint64_t segments;       /* segment files on disk */
-    uint64_t disk_bytes;     /* their total size */
-    uint64_t live_bytes;     /* bytes of live ADD records */
-    uint64_t live_records;
-    uint64_t durable_lsn;    /* last committed LSN */
-    uint64_t commits;        /* successful wal_commit() calls that wrote */
-    uint64_t appended_bytes;
-    uint64_t compacted_bytes;
-    uint64_t deleted_segments;
-    uint64_t truncated_bytes; /* torn tail cut at open */
-    int failed;               /* first write/fsync error, 0 if none */
-    int no_space;             /* the last commit found the disk full (retried) */
-    int intake_paused;        /* space low: the owner should take no new messages */
-    uint64_t free_bytes;      /* the volume's free space at the last look (reserve excluded) */
-    uint64_t reserve_bytes;   /* dir/RESERVE when whole (0: no reserve) */
-    uint64_t reserve_held;    /* bytes it holds now */
-    uint64_t reserve_spent;   /* times it was given back to a commit on a full disk */
-    uint64_t intake_pauses;   /* times intake was paused for space */
-    struct db_hist fsync;     /* fdatasync durations, seconds */
-    uint64_t compact_segment; /* segment being compacted, 0 if none */
-    uint64_t compact_done, compact_total; /* its bytes looked at, of */
-    int ckpt_state;           /* WLOG_CKPT_* */
-    uint64_t ckpt_installed, ckpt_failed, ckpt_lsn, ckpt_bytes, ckpt_age_ms, ckpt_loaded_lsn;
-    double ckpt_seconds;
-};
-void wal_get_stats(const struct wal *w, struct wal_stats *s);
-
-/*
- * The intake gate (wal_space.c): may the owner append a new message whose
- * record is about bytes long (0: any)? WLOG_INTAKE_WAIT while intake is
- * paused (the reserve not whole, the last commit found no space) or while
- * the volume's free space, less what was appended since the last look,
- * would fall under one segment with it; WLOG_INTAKE_NEVER for a record
- * larger than the volume less the reserve and two segments. No system
- * call. A log without a reserve always answers WLOG_INTAKE_OK.
- */
-int wal_intake(const struct wal *w, uint64_t bytes);
-
-/*
- * Checkpoints (wlog.h has the contract): begin one whose replay starts at
- * the first LSN not yet durable; write the owner's chunks; end it. It is
- * installed -- synced on a thread, renamed over dir/CHECKPOINT -- by a
- * later wal_ckpt_poll() once every record appended before wal_ckpt_end()
- * is durable. An I/O error abandons the checkpoint (logged, counted) and
- * leaves the log and the installed checkpoint as they were: the caller
- * gets the error and may simply try again later. WLOG_EBUSY while one is
- * being written or installed.
- */
-int wal_ckpt_begin(struct wal *w);
-int wal_ckpt_write(struct wal *w, uint8_t kind, const void *p, size_t n);
-int wal_ckpt_end(struct wal *w);
-void wal_ckpt_poll(struct wal *w);
 
 /*
  * Replication (src/repl/wrepl.c). A tap sees every record as it is appended --
  * the caller's and compaction's copies alike -- header and payload, valid
  * during the call only. wal_force_horizon() asks for every record still
  * live to end up at an LSN >= *lsn: it rolls to a new segment and makes
- * wal_maintain() copy the live records of every older segment forward
+ * reclaim (wlog_reclaim) copy the live records of every older segment forward
  * whatever their use, and delete them. The horizon is reached once
  * wal_horizon_reached() says so.
  */
@@ -247,17 +149,11 @@ uint64_t wal_first_lsn(const struct wal *w);
  */
 int wal_horizon_reached(const struct wal *w, uint64_t lsn);
 
-/* Does the log still have segment loc.seg? */
-int wal_has_segment(const struct wal *w, uint32_t segno);
-
-/* Text for a negative code from this module (errno values included): the log's one table. */
-#define wal_strerror wlog_strerror
-
 /* ---- the directory: one owner of its files (src/wal/wal_dir.c) ----
  *
  * Every process or tool that takes a WAL directory, or puts segment files
  * into one, goes through the lock and the swap below: the daemon's log
- * (wal_open), "delay-bridge wal salvage", and the replicated log's import
+ * (its recover), "delay-bridge wal salvage", and the replicated log's import
  * (wrepl.c). Every other layer that keeps a file in the directory (the
  * replicated log's REPLICA note and import/) makes, writes, renames and
  * deletes it with the wal_dir_* functions, never with system calls of its
@@ -275,8 +171,6 @@ int wal_has_segment(const struct wal *w, uint32_t segno);
 int wal_dir_make(const char *dir);
 /* Open dir (O_RDONLY | O_DIRECTORY) for *at calls. The fd (caller closes) or -errno. */
 int wal_dir_open(const char *dir);
-/* fsync dir itself: the names created in it are durable. */
-int wal_dir_sync(const char *dir);
 /*
  * Open dir/name, a directory the log layer keeps inside the WAL directory
  * (import/); with create it is made (WAL_DIR_MODE) if missing. The fd
@@ -322,7 +216,7 @@ void wal_dir_discard_file(int dirfd, const char *name, int fd);
  * Lock the WAL directory dir (it must exist) against every other owner:
  * dir/LOCK is created if missing (WAL_FILE_MODE) and flock(LOCK_EX|LOCK_NB)'ed.
  * The lock lasts as long as *lockfd stays open; close it to release.
- * Returns 0 with *lockfd set, WAL_ELOCKED when another process holds it (a
+ * Returns 0 with *lockfd set, WLOG_ELOCKED when another process holds it (a
  * daemon running on dir), or -errno. Every failure is logged (module "wal",
  * with file=dir/LOCK), so callers only pass the code on.
  */
@@ -370,20 +264,10 @@ struct wal_replacement {
  * done, and *failed (when not NULL) names the step for the caller's
  * message: "delete", "keep aside", "rename" or "sync the directory".
  * Nothing is logged. Segment names are not checked against the contents:
- * wal_open() checks every header at the next start.
+ * recovery checks every header at the next start.
  */
 #define WAL_REPLACE_ALL 1
 int wal_replace_segments(int dirfd, const struct wal_replacement *v, size_t n, int flags,
                          const char **failed);
-
-/*
- * The segment-file log behind the engine's interface (wlog.h). Nothing is
- * opened until wlog_recover(), which runs wal_open() with its replay; commit
- * is synchronous (write + fdatasync, then the completion). o->dir is copied.
- */
-struct wlog *wal_file_log(const struct wal_opts *o);
-
-/* The struct wal behind a wal_file_log() (NULL before wlog_recover()). */
-struct wal *wal_file_log_wal(struct wlog *l);
 
 #endif

@@ -24,10 +24,21 @@
  *             those chunks and then only the records the snapshot may not
  *             reflect, instead of the whole history.
  *
- * struct wlog is the interface: an ops table and the object behind it. The
- * segment-file log (wal.h) is one implementation; a replicated log can wrap
- * it or sit beside it without the engine changing. A location is 12 opaque
- * bytes the implementation gives out and takes back.
+ * struct wlog is the interface: an ops table, the object behind it, and
+ * for a log composed over another, the log under it. Two logs fill one
+ * in, and neither forwards by hand:
+ *
+ *  - the segment-file log (wal.h, src/wal/wal_log.c) embeds its struct
+ *    wlog, libuv-style, and each entry of its table is the function that
+ *    does the work, finding its struct wal by container_of;
+ *  - the replicated log (src/repl/wrepl.c) is a layer over a segment log it
+ *    makes itself (so it holds the struct wal, and never gets it back out
+ *    of a struct wlog): its table lists only the operations it changes,
+ *    and every one it leaves NULL is the segment log's, reached through
+ *    under by the wrappers below (WLOG_LAYER).
+ *
+ * A location is 12 opaque bytes the implementation gives out and takes
+ * back.
  *
  * Errors: 0 or a negative code: -errno, or one of WLOG_E* below. After a
  * failed append, commit or completion the log is failed for good (no silent
@@ -35,12 +46,13 @@
  * One exception: a commit that fails with -ENOSPC or -EDQUOT left nothing
  * of the batch on disk and may be tried again (the batch stays appended).
  *
- * Who calls what, and why each is an operation. 23 operations; each has
- * a caller outside the tests, and each differs between the two
- * implementations -- the segment log (src/wal/wal_log.c, "wal" below) and
- * the replicated log (src/repl/wrepl.c, "repl"), which wraps a segment log
- * (its "inner" log) -- or is one a third kind of log may need to differ
- * on. The engine reaches them through its eng_* functions; the daemon
+ * Who calls what, and why each is an operation. 23 operations, each with
+ * a caller outside the tests. "wal" below is the segment log
+ * (src/wal/wal_log.c's table), "repl" the replicated log's layer
+ * (src/repl/wrepl.c), which changes 12 of them and leaves the other 11 to
+ * the segment log under it ("repl: -"); those stay operations because a
+ * log of another kind would differ on them. The engine reaches them
+ * through its eng_* functions; the daemon
  * (src/daemon) calls those, and calls the log itself only where marked.
  * The tools (src/cli) call none: they read the directory through wal.h.
  *
@@ -49,19 +61,19 @@
  *   recover     engine.c eng_open (bridge.c)    wal: opens the segments, hands the
  *                                               checkpoint then the records / repl:
  *                                               takes the lease, imports the stream
- *                                               into the inner log, then recovers it
- *   append      engine.c eng_add, engine_       wal: buffers the record / repl: the
- *               state.c (DONE, CANCEL)          same (the stream copy is taken by a
- *                                               tap in wal.c, not here)
+ *                                               into the segment log, then recovers it
+ *   append      engine.c eng_add, engine_       wal: buffers the record / repl: -
+ *               state.c (DONE, CANCEL)          (the stream copy is taken by a tap
+ *                                               in wal.c, not here)
  *   pending     engine.c eng_dirty (bridge.c,   wal: bytes buffered / repl: those
  *               bridge_http.c)                  plus the stream batch not yet sent
  *   commit      engine.c eng_commit (bridge.c)  wal: write + fdatasync (inline or on
  *                                               its sync thread) / repl: that and the
  *                                               stream's publisher confirms
- *   read        engine_state.c (eng_take,       wal: reads the segment / repl:
- *               keys, checkpoint walk, purge)   the inner log's
- *   live        engine.c eng_add, engine_       wal: space accounting / repl: the
- *               state.c, engine_recover.c,      inner log's
+ *   read        engine_state.c (eng_take,       wal: reads the segment / repl: -
+ *               keys, checkpoint walk, purge)
+ *   live        engine.c eng_add, engine_       wal: space accounting / repl: -
+ *               state.c, engine_recover.c,
  *               engine_ckpt.c
  *   reclaim     engine.c eng_maintain           wal: compacts and deletes segments
  *               (bridge.c)                      (skipped while a sync is out) / repl:
@@ -69,11 +81,11 @@
  *   stats       engine_admin.c eng_stats,       wal: the segment log's figures /
  *               engine.c, engine_ckpt.c         repl: those, failed set by the
  *                                               stream too
- *   id          engine_admin.c eng_log_id       both the segment log's random id
- *               (bridge.c)                      (repl forwards: one id per log dir)
- *   next_lsn    engine.c eng_add, engine_       both the inner log's counter (repl
- *               ckpt.c                          forwards; a log numbering records
- *                                               elsewhere would differ)
+ *   id          engine_admin.c eng_log_id       wal: its random id / repl: - (one id
+ *               (bridge.c)                      per log directory)
+ *   next_lsn    engine.c eng_add, engine_       wal: its counter / repl: - (a log
+ *               ckpt.c                          numbering records elsewhere would
+ *                                               differ)
  *   close       engine.c eng_close; bridge.c    wal: closes files, stops its thread
  *               (a log recovery never took)     / repl: also the connections
  *   poll        engine.c eng_poll (bridge.c)    wal: completes a synced batch / repl:
@@ -84,19 +96,20 @@
  *               bridge_commit_and_wait)         repl: and for the stream's confirms
  *   ckpt_begin  engine_ckpt.c eng_checkpoint    wal: fixes the LSN replay starts
  *   ckpt_write  engine_ckpt.c                   from, writes and installs the file
- *   ckpt_end    engine_ckpt.c                   / repl: the inner log's (the stream
- *   ckpt_poll   engine.c eng_maintain           has horizons instead); a log with
- *   has         engine_ckpt.c (loading)         no checkpoint file leaves them NULL
+ *   ckpt_end    engine_ckpt.c                   / repl: - (the stream has horizons
+ *   ckpt_poll   engine.c eng_maintain           instead); a log with no checkpoint
+ *   has         engine_ckpt.c (loading)         file leaves them NULL
  *   repl_stats  bridge_stats.c (directly)       wal: NULL / repl: lease, stream,
  *                                               import figures
  *   cancel      bridge.c (directly, a stop      wal: NULL (its recover never waits)
  *               asked during recovery)          / repl: gives up waiting for the
  *                                               lease or the broker
- *   intake      engine_admin.c eng_intake       wal: the space gate (wal_space.c) /
- *               (bridge_intake.c)               repl: the inner log's
+ *   intake      engine_admin.c eng_intake       wal: the space gate (wal_reserve.c) /
+ *               (bridge_intake.c)               repl: -
  *   write       engine.c eng_write_ahead        wal: pwrite into the page cache, the
  *               (bridge_commit.c)               fdatasync left to the next commit /
- *                                               repl: NULL (its commit is the stream's)
+ *                                               repl: refuses (0: its commit is the
+ *                                               stream's)
  *
  * Why these are separate. recover takes the checkpoint callback with the
  * record callback (they were two operations, always called one after the
@@ -109,7 +122,10 @@
  *
  * A new log implements recover, append, pending, commit, read, live,
  * reclaim, stats, id, next_lsn and close; everything else may be NULL (the
- * inline wrappers below say what NULL means).
+ * inline wrappers below say what NULL means). A new layer over a log sets
+ * under and implements close (closing the log under it) and what it
+ * changes; a layer that must refuse an optional operation the log under
+ * it offers says so in its own entry (as repl's write does).
  */
 #ifndef DB_WLOG_H
 #define DB_WLOG_H
@@ -313,8 +329,9 @@ struct wlog_ops {
      * log's files now, without waiting for the disk. Records so written
      * survive the process being killed, not the machine; they become
      * durable with the next commit, and pending() stays above 0 until
-     * then. No completion: 0 or a negative code (-ENOSPC/-EDQUOT: nothing
-     * lost, the next commit meets it too).
+     * then. No completion: 1 written, 0 not offered (a layer refusing what
+     * the log under it offers), or a negative code (-ENOSPC/-EDQUOT:
+     * nothing lost, the next commit meets it too).
      */
     int (*write)(struct wlog *l);
 };
@@ -323,109 +340,138 @@ struct wlog_ops {
 #define WLOG_INTAKE_WAIT 1
 #define WLOG_INTAKE_NEVER 2
 
+/*
+ * A log: its operations, and for a log composed over another (the
+ * replicated log over the segment log), the log under it. An operation a
+ * layer's table leaves NULL is the log under it's, called with that log:
+ * a layer lists only what it changes, and forwards nothing by hand. At
+ * the bottom (under NULL) a NULL operation means what the wrappers below
+ * say.
+ */
 struct wlog {
     const struct wlog_ops *ops;
+    struct wlog *under;
 };
+
+/* Moves l down to the nearest layer whose table has op (l stays put when none has it). */
+#define WLOG_LAYER(l, op) while (!(l)->ops->op && (l)->under) (l) = (l)->under
 
 static inline int wlog_recover(struct wlog *l, wlog_replay_fn *fn, wlog_ckpt_fn *ckpt, void *arg,
                                struct db_progress *progress)
 {
+    WLOG_LAYER(l, recover);
     return l->ops->recover(l, fn, ckpt, arg, progress);
 }
 static inline int wlog_append(struct wlog *l, uint8_t type, const struct walrec_piece *pieces,
                               int npieces, uint64_t *lsn, struct wlog_loc *loc)
 {
+    WLOG_LAYER(l, append);
     return l->ops->append(l, type, pieces, npieces, lsn, loc);
 }
 static inline size_t wlog_pending(const struct wlog *l)
 {
+    WLOG_LAYER(l, pending);
     return l->ops->pending(l);
 }
 static inline int wlog_commit(struct wlog *l, wlog_commit_fn *done, void *arg)
 {
+    WLOG_LAYER(l, commit);
     return l->ops->commit(l, done, arg);
 }
 /* 1 when written ahead, 0 when the log does not offer it, or a negative code. */
 static inline int wlog_write(struct wlog *l)
 {
-    int r;
-
-    if (!l->ops->write)
-        return 0;
-    r = l->ops->write(l);
-    return r < 0 ? r : 1;
+    WLOG_LAYER(l, write);
+    return l->ops->write ? l->ops->write(l) : 0;
 }
 static inline int wlog_read(struct wlog *l, struct wlog_loc loc, struct wlog_buf *b,
                             struct walrec_hdr *h, const uint8_t **payload)
 {
+    WLOG_LAYER(l, read);
     return l->ops->read(l, loc, b, h, payload);
 }
 static inline void wlog_live(struct wlog *l, struct wlog_loc loc, int live)
 {
+    WLOG_LAYER(l, live);
     l->ops->live(l, loc, live);
 }
 static inline int wlog_reclaim(struct wlog *l, size_t budget, const struct wlog_compact_ops *ops)
 {
+    WLOG_LAYER(l, reclaim);
     return l->ops->reclaim(l, budget, ops);
 }
 static inline void wlog_stats(const struct wlog *l, struct wlog_stats *s)
 {
+    WLOG_LAYER(l, stats);
     l->ops->stats(l, s);
 }
 static inline int wlog_intake(const struct wlog *l, uint64_t bytes)
 {
+    WLOG_LAYER(l, intake);
     return l->ops->intake ? l->ops->intake(l, bytes) : WLOG_INTAKE_OK;
 }
 static inline uint64_t wlog_id(const struct wlog *l)
 {
+    WLOG_LAYER(l, id);
     return l->ops->id(l);
 }
 static inline uint64_t wlog_next_lsn(const struct wlog *l)
 {
+    WLOG_LAYER(l, next_lsn);
     return l->ops->next_lsn(l);
 }
 static inline void wlog_poll(struct wlog *l)
 {
+    WLOG_LAYER(l, poll);
     if (l->ops->poll)
         l->ops->poll(l);
 }
 static inline void wlog_set_notify(struct wlog *l, void (*fn)(void *arg), void *arg)
 {
+    WLOG_LAYER(l, set_notify);
     if (l->ops->set_notify)
         l->ops->set_notify(l, fn, arg);
 }
 static inline void wlog_flush(struct wlog *l)
 {
+    WLOG_LAYER(l, flush);
     if (l->ops->flush)
         l->ops->flush(l);
 }
 static inline int wlog_has_ckpt(const struct wlog *l)
 {
+    WLOG_LAYER(l, ckpt_begin);
     return l->ops->ckpt_begin != NULL;
 }
 static inline int wlog_ckpt_begin(struct wlog *l)
 {
+    WLOG_LAYER(l, ckpt_begin);
     return l->ops->ckpt_begin ? l->ops->ckpt_begin(l) : -ENOTSUP;
 }
 static inline int wlog_ckpt_write(struct wlog *l, uint8_t kind, const void *p, size_t n)
 {
+    WLOG_LAYER(l, ckpt_write);
     return l->ops->ckpt_write(l, kind, p, n);
 }
 static inline int wlog_ckpt_end(struct wlog *l)
 {
+    WLOG_LAYER(l, ckpt_end);
     return l->ops->ckpt_end(l);
 }
 static inline void wlog_ckpt_poll(struct wlog *l)
 {
+    WLOG_LAYER(l, ckpt_poll);
     if (l->ops->ckpt_poll)
         l->ops->ckpt_poll(l);
 }
 static inline int wlog_has(const struct wlog *l, struct wlog_loc loc)
 {
+    WLOG_LAYER(l, has);
     return l->ops->has ? l->ops->has(l, loc) : 1;
 }
 static inline int wlog_repl_stats(struct wlog *l, struct wlog_repl_stats *s)
 {
+    WLOG_LAYER(l, repl_stats);
     if (!l->ops->repl_stats)
         return 0;
     l->ops->repl_stats(l, s);
@@ -433,13 +479,14 @@ static inline int wlog_repl_stats(struct wlog *l, struct wlog_repl_stats *s)
 }
 static inline void wlog_cancel(struct wlog *l)
 {
+    WLOG_LAYER(l, cancel);
     if (l->ops->cancel)
         l->ops->cancel(l);
 }
 static inline void wlog_close(struct wlog *l)
 {
     if (l)
-        l->ops->close(l);
+        l->ops->close(l); /* every layer closes the log under it */
 }
 
 /* Text for a negative code (WLOG_E* or -errno). */

@@ -32,7 +32,7 @@
 
 #include "cli.h"
 #include "delay-bridge/walrec.h"
-#include "wal/walckpt.h"
+#include "delay-bridge/walckpt.h"
 
 /* ---- wal check --------------------------------------------------------- */
 

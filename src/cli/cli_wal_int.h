@@ -24,7 +24,7 @@
 
 #include "base/idmap.h"
 #include "base/pool.h"
-#include "wal/walscan.h"
+#include "delay-bridge/walscan.h"
 
 #define CLI_OK 0
 #define CLI_EIO 1

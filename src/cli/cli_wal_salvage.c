@@ -645,7 +645,7 @@ static int salvage_lock(struct scan *s, const char *dir, int yes, int *lockfd)
         return CLI_EIO;
     }
     r = wal_lock_dir_flags(dir, WAL_LOCK_QUIET | (yes ? 0 : WAL_LOCK_NO_CREATE), lockfd, &op);
-    if (r == WAL_ELOCKED) {
+    if (r == WLOG_ELOCKED) {
         fprintf(stderr, "delay-bridge wal salvage: %s is locked by a running daemon "
                 "(%s/LOCK); stop it first\n", dir, dir);
         return CLI_LOCKED;

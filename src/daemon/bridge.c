@@ -75,7 +75,7 @@
 #include "delay-bridge/consumer.h"
 #include "delay-bridge/engine.h"
 #include "http.h"
-#include "wal/ingress_off.h"
+#include "delay-bridge/ingress_off.h"
 #include "base/log.h"
 #include "delay-bridge/msgrec.h"
 #include "delay-bridge/publisher.h"
@@ -498,9 +498,9 @@ static void on_recovered(struct ev_loop *loop, ev_async *w, int revents)
     }
     if (r < 0) {
         log_error("bridge", "cannot open the WAL", "dir=\"%s\" error=\"%s\"", b->cfg->wal_dir,
-                  eng_strerror(r));
+                  wlog_strerror(r));
         b->exit_code =
-            r == ENG_ECORRUPT || r == ENG_ELOCKED || r == ENG_EFORMAT ? EXIT_WAL : EXIT_FATAL;
+            r == WLOG_ECORRUPT || r == WLOG_ELOCKED || r == WLOG_EFORMAT ? EXIT_WAL : EXIT_FATAL;
         ev_break(loop, EVBREAK_ALL);
         return;
     }

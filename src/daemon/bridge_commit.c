@@ -66,7 +66,7 @@
 #include "base/log.h"
 #include "delay-bridge/consumer.h"
 #include "delay-bridge/engine.h"
-#include "wal/ingress_off.h"
+#include "delay-bridge/ingress_off.h"
 
 /*
  * Stream ingresses: write each route's place file, before a commit (begin:
@@ -269,7 +269,7 @@ static void commit_and_ack(struct bridge *b, int force)
         }
         return;
     }
-    if (r < 0 && r != ENG_EBUSY)
+    if (r < 0 && r != WLOG_EBUSY)
         bridge_fatal(b, "WAL commit", r);
 }
 

@@ -28,7 +28,7 @@ void bridge_fatal(struct bridge *b, const char *what, int err)
     if (b->exit_code)
         return;
     log_error("bridge", "fatal error, stopping without acking more", "what=\"%s\" error=\"%s\"",
-              what, eng_strerror(err));
+              what, wlog_strerror(err));
     b->exit_code = EXIT_FATAL;
     /* Abrupt close: unacked deliveries go back to their queues. */
     bridge_consumers(b, CONSUMERS_ABORT);

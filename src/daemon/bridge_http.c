@@ -22,7 +22,7 @@
 #include "delay-bridge/api.h"
 #include "base/clock.h"
 #include "base/xalloc.h"
-#include "engine/duecount.h"
+#include "delay-bridge/duecount.h"
 #include "status/ui.h"
 
 static void api_stats(void *arg, struct db_stats *s)
@@ -88,7 +88,7 @@ static int api_pending_list(void *arg, const char *route, const char *after, uns
             if ((r = eng_read(b->eng, items[i].m, &a)) < 0) {
                 free(items);
                 json_object_put(arr);
-                return api_fail(out, 500, eng_strerror(r));
+                return api_fail(out, 500, wlog_strerror(r));
             }
             after_due = items[i].due_ms;
             after_id = items[i].id;
@@ -141,7 +141,7 @@ static int api_pending_get(void *arg, const char *route, const char *key, struct
     if (!(m = eng_find(b->eng, (uint16_t)ri, key, strlen(key))))
         return api_fail(out, 404, "no message with this key is pending");
     if ((r = eng_read(b->eng, m, &a)) < 0)
-        return api_fail(out, 500, eng_strerror(r));
+        return api_fail(out, 500, wlog_strerror(r));
     struct eng_item it = {m, a.msg_id, a.due_ms, eng_state(b->eng, m)};
     struct json_object *msg = message_json(b, &it, &a, 1);
     json_object_object_foreach(msg, k, v) json_object_object_add(out, k, json_object_get(v));
@@ -162,7 +162,7 @@ static int api_pending_cancel(void *arg, const char *route, const char *key,
     r = eng_cancel(b->eng, (uint16_t)ri, key, strlen(key));
     if (r < 0) {
         bridge_fatal(b, "WAL read (cancel)", r);
-        return api_fail(out, 500, eng_strerror(r));
+        return api_fail(out, 500, wlog_strerror(r));
     }
     json_object_object_add(out, "route", api_json_str(route, strlen(route)));
     json_object_object_add(out, "key", api_json_str(key, strlen(key)));
@@ -248,7 +248,7 @@ static int api_purge(void *arg, const char *route, const char *due_before, const
     r = eng_purge_step(b->eng, &b->purge.job, PURGE_AT_ONCE);
     if (r < 0) {
         bridge_fatal(b, "WAL read (purge)", r);
-        return api_fail(out, 500, eng_strerror(r));
+        return api_fail(out, 500, wlog_strerror(r));
     }
     if (r == 0) {
         b->purge.active = 0;

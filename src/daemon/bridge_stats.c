@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
-#include "wal/ingress_off.h"
+#include "delay-bridge/ingress_off.h"
 #include "delay-bridge/wlog.h"
 
 /* Resident set size from /proc (one small read), 0 if unknown. */

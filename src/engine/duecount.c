@@ -18,7 +18,7 @@
  *
  * Pure: no clock, no I/O. Out of memory aborts (xalloc.h).
  */
-#include "duecount.h"
+#include "delay-bridge/duecount.h"
 
 #include <stdlib.h>
 #include <string.h>

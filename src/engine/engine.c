@@ -407,7 +407,7 @@ int eng_commit(struct engine *e, eng_commit_fn *done, void *arg)
     if (e->failed)
         return e->failed;
     if (e->commit_busy)
-        return ENG_EBUSY;
+        return WLOG_EBUSY;
     if ((r = engine_append_ends(e)) < 0)
         return e->failed = r;
     e->commit_busy = 1;

@@ -63,7 +63,7 @@
  * META entry needs it. An entry whose segment is gone is skipped at load:
  * reclamation deletes only segments with nothing live, so the message was
  * done since or a later copy of it is replayed. Any other inconsistency is
- * ENG_ECORRUPT; routes renamed, added or reordered return 1 and the log is
+ * WLOG_ECORRUPT; routes renamed, added or reordered return 1 and the log is
  * replayed whole.
  *
  * Layering: engine.c calls this file (eng_open loads, eng_maintain walks,
@@ -103,7 +103,7 @@ static int ck_load_meta(struct engine *e, const uint8_t *p, size_t n)
         return 1;
     }
     if (n < CK_META_HEAD || walrec_get32(p) != 2)
-        return ENG_ECORRUPT;
+        return WLOG_ECORRUPT;
     nroutes = walrec_get32(p + 4);
     ring = walrec_get32(p + 24);
     if ((int)nroutes != e->nroutes) {
@@ -114,7 +114,7 @@ static int ck_load_meta(struct engine *e, const uint8_t *p, size_t n)
     const uint8_t *q = p + CK_META_HEAD;
     for (uint32_t i = 0; i < nroutes; i++) {
         if (end - q < 2 || end - q - 2 < walrec_get16(q))
-            return ENG_ECORRUPT;
+            return WLOG_ECORRUPT;
         uint16_t len = walrec_get16(q);
         int r = e->route_index ? e->route_index(e->route_arg, (const char *)q + 2, len) : -1;
         if (r != (int)i) {
@@ -124,7 +124,7 @@ static int ck_load_meta(struct engine *e, const uint8_t *p, size_t n)
         }
         q += 2 + len;
         if (end - q < 4 || (uint64_t)(end - q - 4) / 8 < walrec_get32(q))
-            return ENG_ECORRUPT;
+            return WLOG_ECORRUPT;
         uint32_t k = walrec_get32(q);
         q += 4;
         /* The newest min(k, ring size) fingerprints, oldest first. */
@@ -142,7 +142,7 @@ static int ck_load_meta(struct engine *e, const uint8_t *p, size_t n)
 static int ck_load_held(struct engine *e, const uint8_t *p, size_t n)
 {
     if (n % CK_HELD_SIZE)
-        return ENG_ECORRUPT;
+        return WLOG_ECORRUPT;
     for (size_t i = 0; i < n; i += CK_HELD_SIZE) {
         const uint8_t *q = p + i;
         struct wlog_loc loc = {walrec_get32(q + 16), walrec_get32(q + 20), walrec_get32(q + 24)};
@@ -175,7 +175,7 @@ static int ck_load_held(struct engine *e, const uint8_t *p, size_t n)
 static int ck_load_keys(struct engine *e, const uint8_t *p, size_t n)
 {
     if (n % CK_KEY_SIZE)
-        return ENG_ECORRUPT;
+        return WLOG_ECORRUPT;
     for (size_t i = 0; i < n; i += CK_KEY_SIZE) {
         pool_handle h = idmap_get(&e->ids, walrec_get64(p + i));
         uint32_t fp = walrec_get32(p + i + 8);
@@ -209,11 +209,11 @@ int engine_ck_load(void *arg, uint8_t kind, const uint8_t *p, size_t n)
         return ck_load_keys(e, p, n);
     case CK_END:
         if (n != 8)
-            return ENG_ECORRUPT;
+            return WLOG_ECORRUPT;
         e->ck_end_lsn = walrec_get64(p);
         return 0;
     default:
-        return ENG_ECORRUPT;
+        return WLOG_ECORRUPT;
     }
 }
 
@@ -245,7 +245,7 @@ int eng_checkpoint(struct engine *e)
     if (!wlog_has_ckpt(e->log) || !e->route_name)
         return -ENOTSUP;
     if (e->ck_active)
-        return ENG_EBUSY;
+        return WLOG_EBUSY;
     if ((r = wlog_ckpt_begin(e->log)) < 0)
         return r;
     wlog_stats(e->log, &ls);

@@ -36,11 +36,6 @@
 #define CK_STEP 65536 /* checkpoint: handles walked per eng_maintain() */
 #define ENG_DUE_HINTS 8 /* browsers whose place in a DUE list is kept */
 
-_Static_assert(ENG_ECORRUPT == WLOG_ECORRUPT && ENG_ELOCKED == WLOG_ELOCKED &&
-                   ENG_EFORMAT == WLOG_EFORMAT && ENG_ETOOBIG == WLOG_ETOOBIG &&
-                   ENG_EBUSY == WLOG_EBUSY,
-               "engine codes pass the log's through unchanged");
-
 struct held {
     struct wheel_node node; /* node.seq: message id; node.due: due time; links: see above */
     struct wlog_loc loc;    /* the ADD record */

@@ -31,7 +31,7 @@ static int replay_add(struct engine *e, const uint8_t *payload, uint32_t len, ui
     int r;
 
     if ((e->recent ? walrec_add_decode(payload, len, &a) : walrec_add_peek(payload, len, &a)) < 0)
-        return ENG_ECORRUPT; /* the CRC passed, so this is a bug, not bit rot */
+        return WLOG_ECORRUPT; /* the CRC passed, so this is a bug, not bit rot */
     if (e->recent && lsn == a.msg_id && lsn >= e->ck_ring_lsn) {
         /* a fresh ADD (not a compaction copy): it may be redelivered after this crash */
         r = e->route_index ? e->route_index(e->route_arg, a.route, a.route_len) : -1;
@@ -108,7 +108,7 @@ int engine_replay(void *arg, const struct walrec_hdr *hdr, const uint8_t *payloa
         uint32_t named;
 
         return walreplay_forget(&e->ids, payload, hdr->len, &named, replay_forget, e) < 0
-                   ? ENG_ECORRUPT : 0;
+                   ? WLOG_ECORRUPT : 0;
     }
     default:
         return 0;

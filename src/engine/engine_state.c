@@ -179,7 +179,7 @@ int engine_read_record(struct engine *e, const struct held *m, struct wlog_buf *
         return r;
     if (hdr.type != WALREC_ADD || walrec_add_decode(payload, hdr.len, a) < 0 ||
         a->msg_id != m->node.seq)
-        return ENG_ECORRUPT;
+        return WLOG_ECORRUPT;
     return 0;
 }
 

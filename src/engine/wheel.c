@@ -96,7 +96,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "duecount.h"
+#include "delay-bridge/duecount.h"
 #include "base/xalloc.h"
 
 /* Put entry h (due > now) into its slot, or the slot's split tree. */

@@ -39,6 +39,18 @@
  * shown as wal.replication.needed_bytes and warned about when it comes
  * within one stream segment of wal.replicate.max_mb.
  *
+ * COMPOSED OVER THE SEGMENT LOG
+ *
+ * wrepl_log() makes the segment log itself (wal_new) and keeps both views
+ * of it: the struct wal, for what only a segment log has (the tap, the
+ * horizon, a synchronous commit at resume), and its struct wlog as the
+ * layer under this one (wlog.h: base.under). The table below lists the
+ * operations this log changes; the ones it leaves NULL -- append, read,
+ * live, id, next_lsn, the checkpoint file's steps, has, intake -- are the
+ * segment log's, reached through wlog.h's wrappers, so there is no shell
+ * here that only passes a call on, and nothing casts a struct wlog back to
+ * a struct wal.
+ *
  * The publishing thread is wrepl_thread.c's; the lease (one writer per
  * log) is wrepl_lease.c's; reading the stream back is wrepl_import.c's,
  * resuming on an intact local log wrepl_resume.c's; what they share is
@@ -60,7 +72,7 @@
 
 #include "base/log.h"
 #include "config/uri.h"
-#include "wal/replrec.h"
+#include "delay-bridge/replrec.h"
 
 static void close_msg(struct wrepl *r)
 {
@@ -199,22 +211,23 @@ static int wr_recover(struct wlog *l, wlog_replay_fn *fn, wlog_ckpt_fn *ckpt, vo
         goto out;
     if (r->resume && (e = wrepl_resume_apply(r, fn, arg)) < 0)
         goto out;
-    struct wal *w = wal_file_log_wal(r->inner);
-    if (r->resume && wal_pending(w) && (e = wal_commit(w)) < 0)
+    struct wal *w = r->wal;
+    uint64_t next = wlog_next_lsn(r->inner);
+    if (r->resume && wlog_pending(r->inner) && (e = wal_commit(w)) < 0)
         goto out; /* what the stream added, durable here too before the note says so */
-    r->wal_id = wal_id(w);
+    r->wal_id = wlog_id(r->inner);
     if (r->need_horizon < 0)
-        r->need_horizon = wal_next_lsn(w) > wal_first_lsn(w) || wal_first_lsn(w) > 1;
+        r->need_horizon = next > wal_first_lsn(w) || wal_first_lsn(w) > 1;
     if (r->need_horizon)
         log_info("wal-replica", "the local log has records the stream does not: a stream "
                  "checkpoint starts at once, and until it completes the stream alone does not "
                  "hold the whole log", "stream=%s next_lsn=%llu", r->rc->stream,
-                 (unsigned long long)wal_next_lsn(w));
+                 (unsigned long long)next);
     wal_set_tap(w, tap, r);
-    r->tap_next = r->commit_next = r->durable_next = wal_next_lsn(w);
+    r->tap_next = r->commit_next = r->durable_next = next;
     /* Everything below next_lsn is the stream's; this term's records follow its fence. */
     if (r->fence_off >= 0)
-        wrepl_replica_write(r, r->wal_id, wal_next_lsn(w), r->fence_off, 1);
+        wrepl_replica_write(r, r->wal_id, next, r->fence_off, 1);
     r->note_from_prev = r->fence_off;
     r->note_ms = clock_mono_ms();
     r->last_horizon_ms = clock_mono_ms();
@@ -239,12 +252,6 @@ out:
     if (dirfd >= 0)
         close(dirfd);
     return e;
-}
-
-static int wr_append(struct wlog *l, uint8_t type, const struct walrec_piece *pieces, int npieces,
-                     uint64_t *lsn, struct wlog_loc *loc)
-{
-    return wlog_append(R(l)->inner, type, pieces, npieces, lsn, loc);
 }
 
 /* Stream messages not shipped yet count too: a horizon alone must still cause a commit. */
@@ -402,22 +409,11 @@ static void wr_set_notify(struct wlog *l, void (*fn)(void *arg), void *arg)
     pthread_mutex_unlock(&r->mu);
 }
 
-static int wr_read(struct wlog *l, struct wlog_loc loc, struct wlog_buf *b, struct walrec_hdr *h,
-                   const uint8_t **payload)
-{
-    return wlog_read(R(l)->inner, loc, b, h, payload);
-}
-
-static void wr_live(struct wlog *l, struct wlog_loc loc, int live)
-{
-    wlog_live(R(l)->inner, loc, live);
-}
-
 /* Reclaim, and drive stream checkpoints: a horizon asked for, reached, then announced. */
 static int wr_reclaim(struct wlog *l, size_t budget, const struct wlog_compact_ops *ops)
 {
     struct wrepl *r = R(l);
-    struct wal *w = wal_file_log_wal(r->inner);
+    struct wal *w = r->wal;
     uint64_t now = clock_mono_ms(); /* last_horizon_ms, warned_ms: monotonic too */
     int e;
 
@@ -491,16 +487,6 @@ static void wr_cancel(struct wlog *l)
     atomic_store(&R(l)->cancel, 1);
 }
 
-static uint64_t wr_id(const struct wlog *l)
-{
-    return wlog_id(R(l)->inner);
-}
-
-static uint64_t wr_next_lsn(const struct wlog *l)
-{
-    return wlog_next_lsn(R(l)->inner);
-}
-
 static void wr_close(struct wlog *l)
 {
     struct wrepl *r = R(l);
@@ -533,60 +519,32 @@ static void wr_close(struct wlog *l)
     free(r);
 }
 
-static int wr_ckpt_begin(struct wlog *l)
+/* Not offered: its commit is the stream's, and a record written ahead here is not in it. */
+static int wr_write(struct wlog *l)
 {
-    return wlog_ckpt_begin(R(l)->inner);
+    (void)l;
+    return 0;
 }
 
-static int wr_ckpt_write(struct wlog *l, uint8_t kind, const void *p, size_t n)
-{
-    return wlog_ckpt_write(R(l)->inner, kind, p, n);
-}
-
-static int wr_ckpt_end(struct wlog *l)
-{
-    return wlog_ckpt_end(R(l)->inner);
-}
-
-static void wr_ckpt_poll(struct wlog *l)
-{
-    wlog_ckpt_poll(R(l)->inner);
-}
-
-static int wr_has(const struct wlog *l, struct wlog_loc loc)
-{
-    return wlog_has(R(l)->inner, loc);
-}
-
-static int wr_intake(const struct wlog *l, uint64_t bytes)
-{
-    return wlog_intake(R(l)->inner, bytes);
-}
-
+/*
+ * What the replicated log changes; every operation left NULL is the
+ * segment log's under it (append, read, live, id, next_lsn, the
+ * checkpoint file's ckpt_*, has, intake: wlog.h's layers).
+ */
 static const struct wlog_ops wrepl_ops = {
     .name = "segment files replicated to a RabbitMQ stream",
     .recover = wr_recover,
-    .append = wr_append,
     .pending = wr_pending,
     .commit = wr_commit,
-    .read = wr_read,
-    .live = wr_live,
     .reclaim = wr_reclaim,
     .stats = wr_stats,
-    .id = wr_id,
-    .next_lsn = wr_next_lsn,
     .close = wr_close,
     .poll = wr_poll,
     .set_notify = wr_set_notify,
     .flush = wr_flush,
-    .ckpt_begin = wr_ckpt_begin,
-    .ckpt_write = wr_ckpt_write,
-    .ckpt_end = wr_ckpt_end,
-    .ckpt_poll = wr_ckpt_poll,
-    .has = wr_has,
     .repl_stats = wr_repl_stats,
     .cancel = wr_cancel,
-    .intake = wr_intake,
+    .write = wr_write,
 };
 
 struct wlog *wrepl_log(const struct wal_opts *wo, const struct config *cfg)
@@ -594,7 +552,9 @@ struct wlog *wrepl_log(const struct wal_opts *wo, const struct config *cfg)
     struct wrepl *r = xcalloc(1, sizeof(*r));
 
     r->base.ops = &wrepl_ops;
-    r->inner = wal_file_log(wo);
+    r->wal = wal_new(wo);
+    r->inner = wal_log(r->wal);
+    r->base.under = r->inner;
     r->wo = *wo;
     r->cfg = cfg;
     r->rc = &cfg->repl;

@@ -44,9 +44,9 @@
 #include <unistd.h>
 
 #include "base/log.h"
-#include "wal/replrec.h"
-#include "wal/walckpt.h"
-#include "wal/walscan.h"
+#include "delay-bridge/replrec.h"
+#include "delay-bridge/walckpt.h"
+#include "delay-bridge/walscan.h"
 #include "base/xalloc.h"
 
 /* Delete the segments (and checkpoint) in dirfd (the log layer's rule for its files). */
@@ -77,7 +77,7 @@ static int imp_reset(void *arg, uint64_t wal_id, uint64_t base_lsn)
     if (r->imp) {
         log_warn("wal-replica", "the stream skips records (a gap): the log starts again after it",
                  "base_lsn=%llu", (unsigned long long)base_lsn);
-        wal_close(r->imp);
+        wlog_close(wal_log(r->imp));
         r->imp = NULL;
     }
     if ((fd = imp_dirfd(r, 1)) < 0 || (e = drop_segments(fd)) < 0)
@@ -90,7 +90,12 @@ static int imp_reset(void *arg, uint64_t wal_id, uint64_t base_lsn)
     o.create_id = wal_id;
     o.create_base_lsn = base_lsn;
     r->imp_pending = 0;
-    return wal_open(&r->imp, &o, NULL, NULL);
+    r->imp = wal_new(&o);
+    if ((e = wlog_recover(wal_log(r->imp), NULL, NULL, NULL, NULL)) < 0) {
+        wlog_close(wal_log(r->imp));
+        r->imp = NULL;
+    }
+    return e;
 }
 
 static int imp_record(void *arg, const struct walrec_hdr *h, const uint8_t *payload)
@@ -98,7 +103,7 @@ static int imp_record(void *arg, const struct walrec_hdr *h, const uint8_t *payl
     struct wrepl *r = arg;
     struct walrec_piece pc = {payload, h->len};
     uint64_t lsn = 0;
-    int e = wal_append(r->imp, h->type, &pc, 1, &lsn, NULL);
+    int e = wlog_append(wal_log(r->imp), h->type, &pc, 1, &lsn, NULL);
 
     if (e < 0)
         return e;
@@ -124,7 +129,7 @@ static int imp_install(struct wrepl *r, int dirfd)
 
     if ((e = wal_commit(r->imp)) < 0)
         return e;
-    wal_close(r->imp);
+    wlog_close(wal_log(r->imp));
     r->imp = NULL;
     if ((e = walscan_list(r->impfd, &nos, &n, NULL, 0)) < 0)
         return e;
@@ -149,7 +154,7 @@ static int imp_install(struct wrepl *r, int dirfd)
 static void imp_remove(struct wrepl *r)
 {
     if (r->imp) {
-        wal_close(r->imp);
+        wlog_close(wal_log(r->imp));
         r->imp = NULL;
     }
     if (r->impfd >= 0) {

@@ -36,8 +36,8 @@
 
 #include "broker/amqp_conn.h"
 #include "base/clock.h"
-#include "delay-bridge/wrepl.h"
-#include "wal/replrec.h"
+#include "wrepl.h"
+#include "delay-bridge/replrec.h"
 
 #include "base/xalloc.h"
 
@@ -81,8 +81,9 @@ struct buf {
 };
 
 struct wrepl {
-    struct wlog base;
-    struct wlog *inner;
+    struct wlog base;   /* base.under is inner: what the table leaves NULL is the segment log's */
+    struct wal *wal;    /* the segment log it is composed over (made here: wrepl_log) */
+    struct wlog *inner; /* ... as a struct wlog (wal_log(wal)) */
     struct wal_opts wo;
     const struct config *cfg;
     const struct config_replicate *rc;

@@ -87,7 +87,7 @@
 #include "base/crc32c.h"
 #include "base/log.h"
 #include "delay-bridge/walrec.h"
-#include "wal/walscan.h"
+#include "delay-bridge/walscan.h"
 #include "base/xalloc.h"
 
 #define REPLICA_NAME "REPLICA"

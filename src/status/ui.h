@@ -18,7 +18,7 @@
 
 #include <stddef.h>
 
-#include "engine/duecount.h"
+#include "delay-bridge/duecount.h"
 
 #define UI_CONTENT_TYPE "text/html; charset=utf-8"
 

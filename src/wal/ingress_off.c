@@ -11,7 +11,7 @@
  * wal_dir.c's table).
  */
 #define _GNU_SOURCE
-#include "ingress_off.h"
+#include "delay-bridge/ingress_off.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,7 +21,8 @@
 #include <unistd.h>
 
 #include "base/crc32c.h"
-#include "delay-bridge/wal.h" /* WAL_FILE_MODE, wal_dir_sync(): the directory's owner */
+#include "delay-bridge/wal.h" /* WAL_FILE_MODE: the directory's owner */
+#include "wal_int.h"          /* wal_dir_sync() */
 #include "walfs.h"
 
 static const uint8_t MAGIC[8] = {'D', 'B', 'S', 'T', 'R', 'O', 'F', 'F'};

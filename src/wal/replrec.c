@@ -63,7 +63,7 @@
  * fence. Otherwise the import says the stream is not whole, rather than
  * hand over a log that may be the wrong owner's.
  */
-#include "replrec.h"
+#include "delay-bridge/replrec.h"
 
 #include <stdio.h>
 #include <string.h>

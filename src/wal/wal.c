@@ -91,8 +91,10 @@
  * buffer if it has not been written yet), checks it with the segment's salt
  * and that its LSN belongs to that segment. Each segment keeps one fd open.
  *
- * RECOVERY is in wal_open.c, SPACE in wal_space.c, the wlog interface and
- * its sync thread in wal_log.c; wal_int.h holds what they share.
+ * RECOVERY is in wal_open.c, SPACE in wal_space.c, the wlog operations
+ * table (append, pending, write, read, the checkpoint's steps and has are
+ * this file's functions in it) and the sync thread in wal_log.c; wal_int.h
+ * holds what they share.
  *
  * WHO CALLS WHOM: wal_open.c, wal_space.c and wal_log.c call down into this
  * file; this file calls down only into wal_reserve.c (a full disk spends the
@@ -117,7 +119,7 @@
 #include "base/clock.h"
 #include "base/xalloc.h"
 #include "base/failpoint.h"
-#include "walscan.h"
+#include "delay-bridge/walscan.h"
 
 /* ---- small helpers ----------------------------------------------------- */
 
@@ -207,7 +209,7 @@ int wal_fail(struct wal *w, int err, const char *what, uint64_t segno)
     if (!w->failed)
         w->failed = err;
     log_error("wal", "write to the log failed; it is stopped and the process must restart",
-              "op=%s file=%s/%s err=\"%s\"", what, w->dir, name, wal_strerror(err));
+              "op=%s file=%s/%s err=\"%s\"", what, w->dir, name, wlog_strerror(err));
     return w->failed;
 }
 
@@ -227,7 +229,7 @@ static int wal_out_of_space(struct wal *w, int err, const char *what, uint64_t s
     if (!w->no_space)
         log_error("wal", "the log's disk is full: the batch stays in memory and is written "
                   "again when space returns", "op=%s file=%s/%s err=\"%s\" buffered_bytes=%zu",
-                  what, w->dir, name, wal_strerror(err), w->wlen);
+                  what, w->dir, name, wlog_strerror(err), w->wlen);
     w->no_space = 1;
     return err;
 }
@@ -300,9 +302,10 @@ void wal_roll(struct wal *w)
 
 /* ---- append and commit ------------------------------------------------- */
 
-int wal_append(struct wal *w, uint8_t type, const struct walrec_piece *pieces, int npieces,
+int wal_append(struct wlog *l, uint8_t type, const struct walrec_piece *pieces, int npieces,
                uint64_t *lsn, struct wlog_loc *loc)
 {
+    struct wal *w = WAL(l);
     struct walrec_hdr h;
     struct walrec_piece one;
     struct seg *s;
@@ -315,11 +318,11 @@ int wal_append(struct wal *w, uint8_t type, const struct walrec_piece *pieces, i
         return -EINVAL;
     for (int i = 0; i < npieces; i++) {
         if (pieces[i].n > WALREC_MAX_PAYLOAD)
-            return WAL_ETOOBIG;
+            return WLOG_ETOOBIG;
         plen += pieces[i].n;
     }
     if (plen > WALREC_MAX_PAYLOAD)
-        return WAL_ETOOBIG;
+        return WLOG_ETOOBIG;
     rlen = RECHDR + plen;
 
     s = wal_active(w);
@@ -367,25 +370,30 @@ int wal_append(struct wal *w, uint8_t type, const struct walrec_piece *pieces, i
     return 0;
 }
 
-size_t wal_pending(const struct wal *w)
+size_t wal_pending(const struct wlog *l)
 {
+    const struct wal *w = WAL_C(l);
+
     return w->wlen + (w->unsynced ? 1 : 0); /* written ahead, not synced: a commit is owed */
 }
 
 /*
  * Write what is buffered into the files now, without an fdatasync (see
  * WRITING AHEAD above): the segments written are marked unsynced, and the
- * next commit syncs them whether or not it writes to them again.
+ * next commit syncs them whether or not it writes to them again. Also while
+ * a batch is out on the sync thread: its completion leaves these bytes
+ * unsynced. 1 (written), or the log's error.
  */
-int wal_write_ahead(struct wal *w)
+int wal_write_ahead(struct wlog *l)
 {
+    struct wal *w = WAL(l);
     struct wal_batch b;
     int r;
 
     if (w->failed)
         return w->failed;
     if (!w->wlen)
-        return 0;
+        return 1;
     if ((r = wal_write_batch(w, &b)) < 0)
         return r;
     w->ahead++;
@@ -398,7 +406,7 @@ int wal_write_ahead(struct wal *w)
         if (s)
             s->ahead = w->ahead; /* a batch being synced now may miss these bytes */
     }
-    return 0;
+    return 1;
 }
 
 
@@ -581,7 +589,7 @@ int wal_seg_read(struct wal *w, struct seg *s, uint64_t off, uint8_t *dst, size_
         if (got < 0)
             return (int)got;
         if ((size_t)got < from_disk)
-            return WAL_ECORRUPT; /* the file is shorter than we wrote */
+            return WLOG_ECORRUPT; /* the file is shorter than we wrote */
         dst += from_disk;
         off += from_disk;
         n -= from_disk;
@@ -649,7 +657,7 @@ static int wal_ra_read(struct wal *w, struct seg *s, uint64_t off, uint8_t *dst,
         if (got < 0)
             return (int)got;
         if ((size_t)got < n)
-            return WAL_ECORRUPT; /* the file is shorter than we wrote */
+            return WLOG_ECORRUPT; /* the file is shorter than we wrote */
         w->ra_segno = s->segno;
         w->ra_off = off;
         w->ra_len = (size_t)got;
@@ -660,9 +668,10 @@ static int wal_ra_read(struct wal *w, struct seg *s, uint64_t off, uint8_t *dst,
     return 0;
 }
 
-int wal_read(struct wal *w, struct wlog_loc loc, struct wlog_buf *b, struct walrec_hdr *h,
+int wal_read(struct wlog *l, struct wlog_loc loc, struct wlog_buf *b, struct walrec_hdr *h,
              const uint8_t **payload)
 {
+    struct wal *w = WAL(l);
     struct seg *s;
     char name[WALSCAN_NAME_SIZE];
     const char *why;
@@ -679,7 +688,7 @@ int wal_read(struct wal *w, struct wlog_loc loc, struct wlog_buf *b, struct walr
     }
     if (loc.len < RECHDR || loc.off < SEGHDR || (uint64_t)loc.off + loc.len > s->size) {
         why = "location outside the segment";
-        r = WAL_ECORRUPT;
+        r = WLOG_ECORRUPT;
         goto bad;
     }
     if (b->cap < loc.len) {
@@ -687,24 +696,24 @@ int wal_read(struct wal *w, struct wlog_loc loc, struct wlog_buf *b, struct walr
         b->cap = loc.len;
     }
     if ((r = wal_ra_read(w, s, loc.off, b->p, loc.len)) < 0) {
-        why = r == WAL_ECORRUPT ? "segment shorter than expected" : "read error";
+        why = r == WLOG_ECORRUPT ? "segment shorter than expected" : "read error";
         goto bad;
     }
     if (walrec_decode(b->p, loc.len, s->salt, h, payload) != (int)loc.len) {
         why = "bad header, checksum or payload";
-        r = WAL_ECORRUPT;
+        r = WLOG_ECORRUPT;
         goto bad;
     }
     if (h->lsn < s->base_lsn || h->lsn > s->last_lsn) {
         why = "lsn does not belong to this segment";
-        r = WAL_ECORRUPT;
+        r = WLOG_ECORRUPT;
         goto bad;
     }
     return 0;
 bad:
     walscan_seg_name(name, loc.seg);
     log_error("wal", "cannot read record", "file=%s/%s offset=%u len=%u reason=\"%s\" err=\"%s\"",
-              w->dir, name, loc.off, loc.len, why, wal_strerror(r));
+              w->dir, name, loc.off, loc.len, why, wlog_strerror(r));
     return r;
 }
 
@@ -715,7 +724,7 @@ bad:
 static int wal_ckpt_failed(struct wal *w, int err, const char *what)
 {
     log_error("wal", "checkpoint abandoned; the previous one (if any) stays in use",
-              "dir=%s step=%s err=\"%s\"", w->dir, what, wal_strerror(err));
+              "dir=%s step=%s err=\"%s\"", w->dir, what, wlog_strerror(err));
     walckpt_free(w->ck);
     w->ck = NULL;
     w->ck_state = WLOG_CKPT_IDLE;
@@ -724,8 +733,9 @@ static int wal_ckpt_failed(struct wal *w, int err, const char *what)
     return err;
 }
 
-int wal_ckpt_begin(struct wal *w)
+int wal_ckpt_begin(struct wlog *l)
 {
+    struct wal *w = WAL(l);
     int r;
 
     if (w->failed)
@@ -742,8 +752,9 @@ int wal_ckpt_begin(struct wal *w)
     return 0;
 }
 
-int wal_ckpt_write(struct wal *w, uint8_t kind, const void *p, size_t n)
+int wal_ckpt_write(struct wlog *l, uint8_t kind, const void *p, size_t n)
 {
+    struct wal *w = WAL(l);
     int r;
 
     if (!w->ck || w->ck_state != WLOG_CKPT_WRITING)
@@ -755,8 +766,9 @@ int wal_ckpt_write(struct wal *w, uint8_t kind, const void *p, size_t n)
     return r < 0 ? wal_ckpt_failed(w, r, "write") : 0;
 }
 
-int wal_ckpt_end(struct wal *w)
+int wal_ckpt_end(struct wlog *l)
 {
+    struct wal *w = WAL(l);
     int r;
 
     if (!w->ck || w->ck_state != WLOG_CKPT_WRITING)
@@ -765,12 +777,13 @@ int wal_ckpt_end(struct wal *w)
         return wal_ckpt_failed(w, r, "finish");
     w->ck_end_lsn = w->next_lsn;
     w->ck_state = WLOG_CKPT_SEALING;
-    wal_ckpt_poll(w);
+    wal_ckpt_poll(l);
     return 0;
 }
 
-void wal_ckpt_poll(struct wal *w)
+void wal_ckpt_poll(struct wlog *l)
 {
+    struct wal *w = WAL(l);
     int r;
 
     if (!w->ck || w->ck_state != WLOG_CKPT_SEALING)
@@ -809,9 +822,10 @@ void wal_ckpt_poll(struct wal *w)
     w->ck_installing = 0;
 }
 
-int wal_has_segment(const struct wal *w, uint32_t segno)
+/* Does the log still have the segment of loc? */
+int wal_has(const struct wlog *l, struct wlog_loc loc)
 {
-    return wal_seg_find((struct wal *)w, segno) != NULL;
+    return wal_seg_find((struct wal *)WAL_C(l), loc.seg) != NULL;
 }
 
 /*

@@ -18,7 +18,7 @@
  * (20 digits,    O_CREAT|O_EXCL, header;          + dir fsync        being created, deleted
  * walscan.h)     records by pwrite;               before a record;   (wal_open.c); torn tail of the
  *                wal_space.c deletes              records: one       newest cut (logged); damage
- *                (unlinkat + dir fsync);          fdatasync per      elsewhere: WAL_ECORRUPT, the
+ *                (unlinkat + dir fsync);          fdatasync per      elsewhere: WLOG_ECORRUPT, the
  *                wal_replace_segments()           group commit       operator runs "wal salvage";
  *                swaps in (below); zeros                             zeros after the last record:
  *                prewritten past the                                 the end (the newest's cut)
@@ -124,8 +124,8 @@
 #include <unistd.h>
 
 #include "base/xalloc.h"
-#include "walckpt.h"
-#include "walscan.h"
+#include "delay-bridge/walckpt.h"
+#include "delay-bridge/walscan.h"
 
 #define LOCK_NAME "LOCK"
 #define RESERVE_NAME "RESERVE" /* wal_reserve.c's */
@@ -370,7 +370,7 @@ int wal_lock_dir_flags(const char *dir, int flags, int *lockfd, const char **op)
         return e;
     }
     if (walfs_flock(fd, LOCK_EX | LOCK_NB) < 0) {
-        e = errno == EWOULDBLOCK ? WAL_ELOCKED : -errno;
+        e = errno == EWOULDBLOCK ? WLOG_ELOCKED : -errno;
         if (op)
             *op = "lock";
         if (!(flags & WAL_LOCK_QUIET))

@@ -10,24 +10,35 @@
  *                 compaction, the horizon, figures
  *   wal_reserve.c the space reserve (dir/RESERVE) and the intake gate
  *   wal_dir.c     the directory: its files, modes, lock, segment swaps
- *   wal_log.c     struct wal as a struct wlog, and the sync thread
+ *   wal_log.c     the operations table, the object's life (wal_new, the
+ *                 close), and the sync thread behind the commit
  *
- * struct wal owns every fd, buffer and segment entry in it; wal_close()
- * releases them. Functions that fail return 0 or a negative code (-errno or
- * WAL_E*); a write or fsync error goes through wal_fail() and sticks. Every
+ * struct wal is a struct wlog (wlog.h) the libuv way: the interface is its
+ * first member, and each operation in the table is the function that does
+ * the work, taking the struct wlog and finding its struct wal with WAL()
+ * (container_of). No function here forwards to another: the operations
+ * have no struct wal twin (wal_append() is the append, wal_stats() fills
+ * the interface's figures), and what is not an operation (wal_commit(),
+ * the horizon, the tap) takes struct wal.
+ *
+ * struct wal owns every fd, buffer and segment entry in it; wal_release()
+ * frees them and wal_close() the object. Functions that fail return 0 or a
+ * negative code (-errno or WLOG_E*); a write or fsync error goes through
+ * wal_fail() and sticks. Every
  * system call on the directory is spelled walfs_NAME (walfs.h: the plain
  * call, or the simulator's file layer under -DDB_SIM).
  */
 #ifndef DELAY_BRIDGE_WAL_INT_H
 #define DELAY_BRIDGE_WAL_INT_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "base/log.h"
 #include "delay-bridge/wal.h"
 #include "delay-bridge/walrec.h"
-#include "walckpt.h"
+#include "delay-bridge/walckpt.h"
 #include "walfs.h"
 
 #define SEGHDR WALREC_SEGHDR_SIZE
@@ -59,7 +70,52 @@ struct seg {
     int scanned;         /* compaction walked all of it */
 };
 
+/*
+ * A group commit in two halves, so that the second may run on a thread:
+ * wal_write_batch() writes every buffered byte (pwrite, into the page cache) and
+ * names the files to sync; after their fdatasync, wal_batch_durable() moves the
+ * durable LSN. Between the two the bytes are readable from the files, new
+ * appends go to an empty buffer, and nothing counts as durable.
+ */
+struct wal_batch {
+    int fds[8];          /* files to fdatasync, oldest first */
+    uint64_t segnos[8];
+    int n;
+    uint64_t lsn;        /* durable once they are synced */
+    uint64_t ahead;      /* wal.ahead when written: later writes ahead are not its to sync */
+};
+
+/*
+ * The sync thread (opts.sync_thread, wal_log.c): the loop thread writes a
+ * batch (wal_write_batch) and hands the files to this thread; it
+ * fdatasyncs them and says so through notify (the owner wakes its loop,
+ * which calls wlog_poll: wal_batch_durable and the completion run there).
+ * One batch at a time; reclaim waits while one is out, so no file it syncs
+ * is closed under it.
+ */
+struct wal_sync {
+    pthread_t thread;
+    int started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv, finished_cv;
+    int posted, finished, quit; /* under mu */
+    int result;                 /* under mu: 0 or -errno of the first failed sync */
+    double seconds;             /* under mu: time of the syncs */
+    struct wal_batch batch;
+    int busy;                   /* loop thread: a batch is out */
+    wlog_commit_fn *done;
+    void *done_arg;
+    void (*notify)(void *arg);
+    void *notify_arg;
+};
+
 struct wal {
+    struct wlog log;      /* what the engine holds; WAL() gets back here */
+    struct wal_opts opts; /* wal_new()'s, dir copied (owned) */
+    struct wal_sync sync; /* the commit's thread (wal_log.c) */
+
+    /* The open log, from here on: wal_recover() fills it, wal_release() empties it. */
+    int open;
     char *dir;
     int dirfd;
     int lockfd;
@@ -102,7 +158,7 @@ struct wal {
     uint64_t volume_bytes;   /* and its size */
     int intake_paused;       /* space low: no new messages (hysteresis) */
     uint64_t appended_at_look; /* appended_bytes less the unwritten buffer when free_bytes was read */
-    uint64_t intake_pauses;
+    uint64_t intake_pauses;  /* times intake paused (tests; /stats counts the bridge's) */
 
     uint64_t force_lsn; /* wal_force_horizon(): compact every segment below it */
     wal_tap_fn *tap;    /* wal_set_tap(): sees every record appended */
@@ -124,20 +180,56 @@ struct wal {
     double ck_seconds;
 };
 
+#define WAL(l) ((struct wal *)((char *)(l) - offsetof(struct wal, log)))
+#define WAL_C(l) ((const struct wal *)((const char *)(l) - offsetof(struct wal, log)))
+
 /*
- * A group commit in two halves, so that the second may run on a thread:
- * wal_write_batch() writes every buffered byte (pwrite, into the page cache) and
- * names the files to sync; after their fdatasync, wal_batch_durable() moves the
- * durable LSN. Between the two the bytes are readable from the files, new
- * appends go to an empty buffer, and nothing counts as durable.
+ * ---- the wlog operations (wlog.h has their contracts), by file ----
+ *
+ * wal_log.c holds the table; these are the functions in it.
  */
-struct wal_batch {
-    int fds[8];          /* files to fdatasync, oldest first */
-    uint64_t segnos[8];
-    int n;
-    uint64_t lsn;        /* durable once they are synced */
-    uint64_t ahead;      /* wal.ahead when written: later writes ahead are not its to sync */
-};
+/* wal_open.c: recover opens the log (wal_open() for the tests: wal_new + recover) */
+int wal_recover(struct wlog *l, wlog_replay_fn *fn, wlog_ckpt_fn *ckpt, void *arg,
+                struct db_progress *progress);
+uint64_t wal_id(const struct wlog *l);
+uint64_t wal_next_lsn(const struct wlog *l);
+/* wal.c */
+int wal_append(struct wlog *l, uint8_t type, const struct walrec_piece *pieces, int npieces,
+               uint64_t *lsn, struct wlog_loc *loc);
+size_t wal_pending(const struct wlog *l);
+int wal_write_ahead(struct wlog *l);
+int wal_read(struct wlog *l, struct wlog_loc loc, struct wlog_buf *b, struct walrec_hdr *h,
+             const uint8_t **payload);
+int wal_ckpt_begin(struct wlog *l);
+int wal_ckpt_write(struct wlog *l, uint8_t kind, const void *p, size_t n);
+int wal_ckpt_end(struct wlog *l);
+void wal_ckpt_poll(struct wlog *l);
+int wal_has(const struct wlog *l, struct wlog_loc loc);
+/* wal_space.c */
+void wal_live(struct wlog *l, struct wlog_loc loc, int live);
+int wal_maintain(struct wlog *l, size_t budget, const struct wlog_compact_ops *ops);
+void wal_stats(const struct wlog *l, struct wlog_stats *s);
+/* wal_reserve.c */
+int wal_intake(const struct wlog *l, uint64_t bytes);
+/* wal_log.c: the commit with its completion, on the sync thread or inline */
+int wal_log_commit(struct wlog *l, wlog_commit_fn *done, void *arg);
+void wal_poll(struct wlog *l);
+void wal_flush(struct wlog *l);
+void wal_set_notify(struct wlog *l, void (*fn)(void *arg), void *arg);
+void wal_close(struct wlog *l);
+
+/*
+ * Open a log with options o and replay it through replay (the tests' and
+ * benchmarks' way; the program's is wlog_recover()). *out is set while
+ * replay runs, so the callback may reach the log through it; NULL when it
+ * fails. Close it with wlog_close(wal_log(w)).
+ */
+int wal_open(struct wal **out, const struct wal_opts *o, wlog_replay_fn *replay, void *arg);
+/* wal_open.c: free what the open log holds; the object stays (unopened). */
+void wal_release(struct wal *w);
+
+/* wal_dir.c: fsync dir itself, so the names created in it are durable (also ingress_off.c's). */
+int wal_dir_sync(const char *dir);
 
 /* ---- wal.c ---- */
 

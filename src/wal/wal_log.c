@@ -1,377 +1,235 @@
 /*
  * wal_log.c -- the segment log as a struct wlog (the interface the engine
- * holds), with the thread that runs its fdatasyncs.
+ * holds): its operations table, the object's life, and the thread that
+ * runs its fdatasyncs.
+ *
+ * THE TABLE
+ *
+ * struct wal embeds its struct wlog (libuv's way: the interface is a member
+ * of the object, and each operation gets back to the object with WAL(),
+ * container_of). The table below names, for every operation, the function
+ * that does the work, in the file that owns it (wal_int.h lists them):
+ * none is a shell that only passes the call on. The functions of this file
+ * are the ones that exist because of the interface: the commit with a
+ * completion, its poll and flush, the notify, and the close.
+ *
+ * THE SYNC THREAD
  *
  * In the daemon the fdatasync runs on a thread of its own (opts.sync_thread,
  * the wlog interface's poll/notify): the loop writes the batch into the page
  * cache (wal_write_batch) and goes on; the thread syncs and wakes it; the
  * commit completes on the loop thread (wal_batch_durable). Only the sync
  * before a roll stays inline. One batch is out at a time, and reclamation
- * waits while one is, so no file the thread syncs is closed under it.
+ * waits while one is (wal_maintain), so no file the thread syncs is closed
+ * under it.
  */
 #define _GNU_SOURCE
 #include "wal_int.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/types.h>
-#include <unistd.h>
 
 #include "base/clock.h"
 #include "delay-bridge/wlog.h"
 #include "base/xalloc.h"
 #include "base/failpoint.h"
-#include "walscan.h"
-
-/* ---- the wlog interface ------------------------------------------------ */
-
-/*
- * struct wal as a struct wlog: a thin shell (wal.h speaks the interface's
- * own location, buffer and callback types, so nothing is converted) that
- * turns the synchronous wal_commit() into a commit with a completion.
- */
-struct wal_log {
-    struct wlog base;
-    struct wal_opts opts;
-    struct wal *w;
-
-    /*
-     * The sync thread (opts.sync_thread): the loop thread writes a batch
-     * (write_batch) and hands the files to this thread; it fdatasyncs them
-     * and says so through notify (the owner wakes its loop, which calls
-     * wlog_poll: batch_durable and the completion run there). One batch at
-     * a time; reclaim waits while one is out, so no file it syncs is closed
-     * under it.
-     */
-    pthread_t thread;
-    int started;
-    pthread_mutex_t mu;
-    pthread_cond_t cv, finished_cv;
-    int posted, finished, quit; /* under mu */
-    int result;                 /* under mu: 0 or -errno of the first failed sync */
-    double seconds;             /* under mu: time of the syncs */
-    struct wal_batch batch;
-    int busy;                   /* loop thread: a batch is out */
-    wlog_commit_fn *done;
-    void *done_arg;
-    void (*notify)(void *arg);
-    void *notify_arg;
-};
-
-#define WAL_LOG(l) ((struct wal_log *)(l))
-
-static int wl_ckpt_begin(struct wlog *l)
-{
-    return wal_ckpt_begin(WAL_LOG(l)->w);
-}
-
-static int wl_ckpt_write(struct wlog *l, uint8_t kind, const void *p, size_t n)
-{
-    return wal_ckpt_write(WAL_LOG(l)->w, kind, p, n);
-}
-
-static int wl_ckpt_end(struct wlog *l)
-{
-    return wal_ckpt_end(WAL_LOG(l)->w);
-}
-
-static void wl_ckpt_poll(struct wlog *l)
-{
-    wal_ckpt_poll(WAL_LOG(l)->w);
-}
-
-static int wl_has(const struct wlog *l, struct wlog_loc loc)
-{
-    return wal_has_segment(WAL_LOG(l)->w, loc.seg);
-}
-
-static int wl_recover(struct wlog *l, wlog_replay_fn *fn, wlog_ckpt_fn *ckpt, void *arg,
-                      struct db_progress *progress)
-{
-    struct wal_log *wl = WAL_LOG(l);
-
-    if (wl->w)
-        return -EALREADY;
-    if (ckpt) {
-        wl->opts.ckpt_fn = ckpt;
-        wl->opts.ckpt_arg = arg;
-    }
-    if (progress)
-        wl->opts.progress = progress;
-    return wal_open(&wl->w, &wl->opts, fn, arg);
-}
-
-static int wl_append(struct wlog *l, uint8_t type, const struct walrec_piece *pieces, int npieces,
-                     uint64_t *lsn, struct wlog_loc *loc)
-{
-    struct wlog_loc wloc;
-    int r = wal_append(WAL_LOG(l)->w, type, pieces, npieces, lsn, &wloc);
-
-    if (r == 0 && loc)
-        *loc = wloc; /* only on success, as the interface promises */
-    return r;
-}
-
-static size_t wl_pending(const struct wlog *l)
-{
-    return wal_pending(WAL_LOG(l)->w);
-}
 
 static void *sync_main(void *arg)
 {
-    struct wal_log *wl = arg;
+    struct wal *w = arg;
+    struct wal_sync *y = &w->sync;
 
-    pthread_mutex_lock(&wl->mu);
+    pthread_mutex_lock(&y->mu);
     for (;;) {
-        while (!wl->posted && !wl->quit)
-            pthread_cond_wait(&wl->cv, &wl->mu);
-        if (wl->quit)
+        while (!y->posted && !y->quit)
+            pthread_cond_wait(&y->cv, &y->mu);
+        if (y->quit)
             break;
-        wl->posted = 0;
-        pthread_mutex_unlock(&wl->mu);
+        y->posted = 0;
+        pthread_mutex_unlock(&y->mu);
 
         uint64_t t0 = clock_mono_ns(); /* ns: the fsync histogram's buckets go below 1 ms */
         int r = 0;
-        for (int i = 0; i < wl->batch.n && r == 0; i++) {
+        for (int i = 0; i < y->batch.n && r == 0; i++) {
             if (FAILPOINT_ERR("wal.fsync_error"))
                 r = -EIO;
-            else if (walfs_fdatasync(wl->batch.fds[i]) < 0)
+            else if (walfs_fdatasync(y->batch.fds[i]) < 0)
                 r = -errno;
         }
         double secs = (double)(clock_mono_ns() - t0) / 1e9;
 
-        pthread_mutex_lock(&wl->mu);
-        wl->result = r;
-        wl->seconds = secs;
-        wl->finished = 1;
-        pthread_cond_broadcast(&wl->finished_cv);
-        if (wl->notify)
-            wl->notify(wl->notify_arg);
+        pthread_mutex_lock(&y->mu);
+        y->result = r;
+        y->seconds = secs;
+        y->finished = 1;
+        pthread_cond_broadcast(&y->finished_cv);
+        if (y->notify)
+            y->notify(y->notify_arg);
     }
-    pthread_mutex_unlock(&wl->mu);
+    pthread_mutex_unlock(&y->mu);
     return NULL;
 }
 
-static int wl_commit(struct wlog *l, wlog_commit_fn *done, void *arg)
+/* The commit operation: wal_commit() inline, or the batch handed to the sync thread. */
+int wal_log_commit(struct wlog *l, wlog_commit_fn *done, void *arg)
 {
-    struct wal_log *wl = WAL_LOG(l);
-    struct wal *w = wl->w;
+    struct wal *w = WAL(l);
+    struct wal_sync *y = &w->sync;
     int r;
 
-    if (!wl->opts.sync_thread || w->no_sync) {
+    if (!w->opts.sync_thread || w->no_sync) {
         if ((r = wal_commit(w)) < 0)
             return r;
         if (done)
             done(arg, 0);
         return 0;
     }
-    if (wl->busy)
+    if (y->busy)
         return WLOG_EBUSY;
     if (w->failed)
         return w->failed;
-    if (!wl->started) {
-        pthread_mutex_init(&wl->mu, NULL);
-        pthread_cond_init(&wl->cv, NULL);
-        pthread_cond_init(&wl->finished_cv, NULL);
-        if ((r = pthread_create(&wl->thread, NULL, sync_main, wl)) != 0)
+    if (!y->started) {
+        pthread_mutex_init(&y->mu, NULL);
+        pthread_cond_init(&y->cv, NULL);
+        pthread_cond_init(&y->finished_cv, NULL);
+        if ((r = pthread_create(&y->thread, NULL, sync_main, w)) != 0)
             return wal_fail(w, -r, "start the sync thread", wal_active(w)->segno);
-        wl->started = 1;
+        y->started = 1;
     }
-    if ((r = wal_write_batch(w, &wl->batch)) < 0)
+    if ((r = wal_write_batch(w, &y->batch)) < 0)
         return r;
-    wl->busy = 1;
-    wl->done = done;
-    wl->done_arg = arg;
-    pthread_mutex_lock(&wl->mu);
-    wl->finished = 0;
-    wl->posted = 1;
-    pthread_cond_signal(&wl->cv);
-    pthread_mutex_unlock(&wl->mu);
+    y->busy = 1;
+    y->done = done;
+    y->done_arg = arg;
+    pthread_mutex_lock(&y->mu);
+    y->finished = 0;
+    y->posted = 1;
+    pthread_cond_signal(&y->cv);
+    pthread_mutex_unlock(&y->mu);
     return 0;
 }
 
 /* On the loop thread: finish the batch the sync thread is done with, if any. */
-static void wl_poll(struct wlog *l)
+void wal_poll(struct wlog *l)
 {
-    struct wal_log *wl = WAL_LOG(l);
+    struct wal *w = WAL(l);
+    struct wal_sync *y = &w->sync;
     wlog_commit_fn *done;
     int finished, r = 0;
     double secs = 0;
 
-    if (!wl->busy)
+    if (!y->busy)
         return;
-    pthread_mutex_lock(&wl->mu);
-    finished = wl->finished;
+    pthread_mutex_lock(&y->mu);
+    finished = y->finished;
     if (finished) {
-        r = wl->result;
-        secs = wl->seconds;
-        wl->finished = 0;
+        r = y->result;
+        secs = y->seconds;
+        y->finished = 0;
     }
-    pthread_mutex_unlock(&wl->mu);
+    pthread_mutex_unlock(&y->mu);
     if (!finished)
         return;
-    wl->busy = 0;
-    done = wl->done;
-    wl->done = NULL;
-    db_hist_observe(&wl->w->fsync, secs);
+    y->busy = 0;
+    done = y->done;
+    y->done = NULL;
+    db_hist_observe(&w->fsync, secs);
     if (r < 0) {
-        r = wal_fail(wl->w, r, "fdatasync", wl->batch.segnos[0]);
+        r = wal_fail(w, r, "fdatasync", y->batch.segnos[0]);
     } else {
-        wal_batch_durable(wl->w, &wl->batch);
+        wal_batch_durable(w, &y->batch);
     }
     if (done)
-        done(wl->done_arg, r);
+        done(y->done_arg, r);
 }
 
 /* Wait for the batch out on the sync thread, if any, and complete it here. */
-static void wl_flush(struct wlog *l)
+void wal_flush(struct wlog *l)
 {
-    struct wal_log *wl = WAL_LOG(l);
+    struct wal_sync *y = &WAL(l)->sync;
 
-    if (!wl->busy)
+    if (!y->busy)
         return;
-    pthread_mutex_lock(&wl->mu);
-    while (!wl->finished)
-        pthread_cond_wait(&wl->finished_cv, &wl->mu);
-    pthread_mutex_unlock(&wl->mu);
-    wl_poll(l);
+    pthread_mutex_lock(&y->mu);
+    while (!y->finished)
+        pthread_cond_wait(&y->finished_cv, &y->mu);
+    pthread_mutex_unlock(&y->mu);
+    wal_poll(l);
 }
 
-static void wl_set_notify(struct wlog *l, void (*fn)(void *arg), void *arg)
+void wal_set_notify(struct wlog *l, void (*fn)(void *arg), void *arg)
 {
-    struct wal_log *wl = WAL_LOG(l);
+    struct wal_sync *y = &WAL(l)->sync;
 
-    if (wl->started)
-        pthread_mutex_lock(&wl->mu);
-    wl->notify = fn;
-    wl->notify_arg = arg;
-    if (wl->started)
-        pthread_mutex_unlock(&wl->mu);
+    if (y->started)
+        pthread_mutex_lock(&y->mu);
+    y->notify = fn;
+    y->notify_arg = arg;
+    if (y->started)
+        pthread_mutex_unlock(&y->mu);
 }
 
-static int wl_read(struct wlog *l, struct wlog_loc loc, struct wlog_buf *b, struct walrec_hdr *h,
-                   const uint8_t **payload)
+/* Stop the sync thread, release the open log (if it was opened), free the object. */
+void wal_close(struct wlog *l)
 {
-    return wal_read(WAL_LOG(l)->w, loc, b, h, payload);
-}
+    struct wal *w = WAL(l);
+    struct wal_sync *y = &w->sync;
 
-static void wl_live(struct wlog *l, struct wlog_loc loc, int live)
-{
-    if (live)
-        wal_live_add(WAL_LOG(l)->w, loc);
-    else
-        wal_live_del(WAL_LOG(l)->w, loc);
-}
-
-static int wl_reclaim(struct wlog *l, size_t budget, const struct wlog_compact_ops *ops)
-{
-    if (WAL_LOG(l)->busy)
-        return 1; /* not while the sync thread holds files: it could close one under it */
-    return wal_maintain(WAL_LOG(l)->w, budget, ops);
-}
-
-static void wl_stats(const struct wlog *l, struct wlog_stats *s)
-{
-    struct wal_stats ws;
-
-    memset(s, 0, sizeof(*s));
-    if (!WAL_LOG(l)->w)
-        return;
-    wal_get_stats(WAL_LOG(l)->w, &ws);
-    s->segments = ws.segments;
-    s->disk_bytes = ws.disk_bytes;
-    s->live_bytes = ws.live_bytes;
-    s->live_records = ws.live_records;
-    s->durable_lsn = ws.durable_lsn;
-    s->commits = ws.commits;
-    s->appended_bytes = ws.appended_bytes;
-    s->compacted_bytes = ws.compacted_bytes;
-    s->deleted_segments = ws.deleted_segments;
-    s->truncated_bytes = ws.truncated_bytes;
-    s->failed = ws.failed;
-    s->no_space = ws.no_space;
-    s->intake_paused = ws.intake_paused;
-    s->free_bytes = ws.free_bytes;
-    s->reserve_bytes = ws.reserve_bytes;
-    s->reserve_held = ws.reserve_held;
-    s->reserve_spent = ws.reserve_spent;
-    s->fsync = ws.fsync;
-    s->compact_segment = ws.compact_segment;
-    s->compact_done = ws.compact_done;
-    s->compact_total = ws.compact_total;
-    s->ckpt_state = ws.ckpt_state;
-    s->ckpt_installed = ws.ckpt_installed;
-    s->ckpt_failed = ws.ckpt_failed;
-    s->ckpt_lsn = ws.ckpt_lsn;
-    s->ckpt_bytes = ws.ckpt_bytes;
-    s->ckpt_age_ms = ws.ckpt_age_ms;
-    s->ckpt_seconds = ws.ckpt_seconds;
-    s->ckpt_loaded_lsn = ws.ckpt_loaded_lsn;
-}
-
-static uint64_t wl_id(const struct wlog *l)
-{
-    return wal_id(WAL_LOG(l)->w);
-}
-
-static uint64_t wl_next_lsn(const struct wlog *l)
-{
-    return wal_next_lsn(WAL_LOG(l)->w);
-}
-
-static void wl_close(struct wlog *l)
-{
-    struct wal_log *wl = WAL_LOG(l);
-
-    if (wl->started) {
-        pthread_mutex_lock(&wl->mu);
-        wl->quit = 1;
-        pthread_cond_signal(&wl->cv);
-        pthread_mutex_unlock(&wl->mu);
-        pthread_join(wl->thread, NULL);
-        pthread_mutex_destroy(&wl->mu);
-        pthread_cond_destroy(&wl->cv);
-        pthread_cond_destroy(&wl->finished_cv);
+    if (y->started) {
+        pthread_mutex_lock(&y->mu);
+        y->quit = 1;
+        pthread_cond_signal(&y->cv);
+        pthread_mutex_unlock(&y->mu);
+        pthread_join(y->thread, NULL);
+        pthread_mutex_destroy(&y->mu);
+        pthread_cond_destroy(&y->cv);
+        pthread_cond_destroy(&y->finished_cv);
     }
-    wal_close(wl->w);
-    free((char *)wl->opts.dir);
-    free(wl);
-}
-
-static int wl_intake(const struct wlog *l, uint64_t bytes)
-{
-    return wal_intake(WAL_LOG(l)->w, bytes);
-}
-
-/* Also while a batch is out: its completion leaves these bytes unsynced (wal.c). */
-static int wl_write(struct wlog *l)
-{
-    return wal_write_ahead(WAL_LOG(l)->w);
+    wal_release(w);
+    free((char *)w->opts.dir);
+    free(w);
 }
 
 static const struct wlog_ops wal_log_ops = {
-    "segment files", wl_recover, wl_append, wl_pending, wl_commit, wl_read,
-    wl_live, wl_reclaim, wl_stats, wl_id, wl_next_lsn, wl_close, wl_poll, wl_set_notify,
-    wl_flush, wl_ckpt_begin, wl_ckpt_write, wl_ckpt_end, wl_ckpt_poll, wl_has, NULL, NULL,
-    wl_intake, wl_write,
+    .name = "segment files",
+    .recover = wal_recover,       /* wal_open.c */
+    .append = wal_append,         /* wal.c */
+    .pending = wal_pending,       /* wal.c */
+    .commit = wal_log_commit,     /* here */
+    .read = wal_read,             /* wal.c */
+    .live = wal_live,             /* wal_space.c */
+    .reclaim = wal_maintain,      /* wal_space.c */
+    .stats = wal_stats,           /* wal_space.c */
+    .id = wal_id,                 /* wal_open.c */
+    .next_lsn = wal_next_lsn,     /* wal_open.c */
+    .close = wal_close,           /* here */
+    .poll = wal_poll,             /* here */
+    .set_notify = wal_set_notify, /* here */
+    .flush = wal_flush,           /* here */
+    .ckpt_begin = wal_ckpt_begin, /* wal.c */
+    .ckpt_write = wal_ckpt_write,
+    .ckpt_end = wal_ckpt_end,
+    .ckpt_poll = wal_ckpt_poll,
+    .has = wal_has,               /* wal.c */
+    .intake = wal_intake,         /* wal_reserve.c */
+    .write = wal_write_ahead,     /* wal.c */
+    /* repl_stats, cancel: NULL, not a replicated log */
 };
 
-struct wal *wal_file_log_wal(struct wlog *l)
+struct wal *wal_new(const struct wal_opts *o)
 {
-    return WAL_LOG(l)->w;
+    struct wal *w = xcalloc(1, sizeof(*w));
+
+    w->log.ops = &wal_log_ops;
+    w->opts = *o;
+    w->opts.dir = o->dir ? xstrdup(o->dir) : NULL;
+    w->dirfd = w->lockfd = w->reserve_fd = -1;
+    return w;
 }
 
-struct wlog *wal_file_log(const struct wal_opts *o)
+struct wlog *wal_log(struct wal *w)
 {
-    struct wal_log *wl = xcalloc(1, sizeof(*wl));
-
-    wl->base.ops = &wal_log_ops;
-    wl->opts = *o;
-    wl->opts.dir = xstrdup(o->dir);
-    return &wl->base;
+    return w ? &w->log : NULL;
 }

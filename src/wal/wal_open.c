@@ -3,7 +3,7 @@
  *
  * RECOVERY
  *
- * wal_open() checks every segment header (WAL_EFORMAT if one is bad; only a
+ * wal_recover() checks every segment header (WLOG_EFORMAT if one is bad; only a
  * newest segment that is no longer than a header and holds no valid header
  * is taken for a crash during its creation and deleted), then reads the
  * records in big chunks (4 MiB, with the partial record at the end of a
@@ -25,8 +25,8 @@
  * segment's salt, LSN beyond the last good one) follows it anywhere in that
  * segment. The file is then cut there (ftruncate + fsync) and a warning says
  * how much was cut. Anything else -- a bad record in an older segment, or
- * one followed by good data -- is corruption: wal_open() fails with
- * WAL_ECORRUPT and the error names the file and offset; an operator must
+ * one followed by good data -- is corruption: wal_recover() fails with
+ * WLOG_ECORRUPT and the error names the file and offset; an operator must
  * look (salvage tool) rather than have the daemon silently drop committed
  * messages. A limit of the rule: if the disk persisted the blocks of an
  * unfinished commit out of order, so that a later record of that batch
@@ -35,7 +35,7 @@
  *
  * Before any of it the directory is created if need be and dir/LOCK is
  * taken (flock LOCK_EX|LOCK_NB) for the life of the struct wal: a second
- * daemon on the same directory gets WAL_ELOCKED.
+ * daemon on the same directory gets WLOG_ELOCKED.
  */
 #define _GNU_SOURCE
 #include "wal_int.h"
@@ -52,7 +52,7 @@
 #include "base/clock.h"
 #include "base/xalloc.h"
 #include "base/failpoint.h"
-#include "walscan.h"
+#include "delay-bridge/walscan.h"
 
 
 /* ---- open and replay --------------------------------------------------- */
@@ -70,7 +70,7 @@ static int wal_load_segments(struct wal *w)
     int r;
 
     r = walscan_list(w->dirfd, &nos, &n, bad, sizeof(bad));
-    if (r == WAL_EFORMAT)
+    if (r == WLOG_EFORMAT)
         log_error("wal", "unexpected file name in the log directory; move it away",
                   "file=%s/%s", w->dir, bad);
     if (r < 0)
@@ -127,7 +127,7 @@ static int wal_load_segments(struct wal *w)
                       "bad segment header (not a segment of this log, or damaged); the log "
                       "needs operator attention",
                       "file=%s/%s size=%lld", w->dir, name, (long long)st.st_size);
-            r = WAL_EFORMAT;
+            r = WLOG_EFORMAT;
             goto cleanup;
         }
         w->id = h.wal_id;
@@ -170,7 +170,7 @@ static int cut_torn_tail(struct wal *w, struct seg *s, uint64_t off, uint64_t la
     return 0;
 }
 
-/* Log how the scan of s found the log corrupt; WAL_ECORRUPT. */
+/* Log how the scan of s found the log corrupt; WLOG_ECORRUPT. */
 static int corrupt(struct wal *w, const struct seg *s, const struct walscan *sc)
 {
     const char *why = sc->why == WALSCAN_WHY_SHORT_HEADER || sc->why == WALSCAN_WHY_SHORT_PAYLOAD
@@ -198,7 +198,7 @@ static int corrupt(struct wal *w, const struct seg *s, const struct walscan *sc)
                   "tool or operator attention",
                   "file=%s/%s offset=%llu reason=\"%s\" last_lsn=%llu", w->dir, name,
                   (unsigned long long)sc->bad_off, why, (unsigned long long)last_good);
-    return WAL_ECORRUPT;
+    return WLOG_ECORRUPT;
 }
 
 struct replay_state {
@@ -344,7 +344,7 @@ static int wal_replay_all(struct wal *w, wlog_replay_fn *fn, void *arg, uint64_t
                       "log needs operator attention",
                       "file=%s/%s base_lsn=%llu expected_lsn=%llu", w->dir, name,
                       (unsigned long long)s->base_lsn, (unsigned long long)expect);
-            r = WAL_ECORRUPT;
+            r = WLOG_ECORRUPT;
             goto cleanup;
         }
         if ((r = replay_segment(w, i, &st, &expect)) != 0)
@@ -401,7 +401,7 @@ static int wal_load_ckpt(struct wal *w, const struct wal_opts *o, uint64_t *from
     }
     if (r < 0) {
         log_error("wal", "cannot read the checkpoint", "file=%s/%s err=\"%s\" reason=\"%s\"",
-                  w->dir, WALCKPT_NAME, wal_strerror(r), why);
+                  w->dir, WALCKPT_NAME, wlog_strerror(r), why);
         return r;
     }
     *from_lsn = info.start_lsn;
@@ -417,21 +417,28 @@ static int wal_load_ckpt(struct wal *w, const struct wal_opts *o, uint64_t *from
     return 0;
 }
 
-int wal_open(struct wal **out, const struct wal_opts *o, wlog_replay_fn *replay, void *arg)
+int wal_recover(struct wlog *l, wlog_replay_fn *replay, wlog_ckpt_fn *ckpt, void *arg,
+                struct db_progress *progress)
 {
-    struct wal *w;
+    struct wal *w = WAL(l);
+    const struct wal_opts *o = &w->opts;
     int r;
 
-    *out = NULL;
+    if (w->open)
+        return -EALREADY;
+    if (ckpt) {
+        w->opts.ckpt_fn = ckpt;
+        w->opts.ckpt_arg = arg;
+    }
+    if (progress)
+        w->opts.progress = progress;
     if (!o->dir || !*o->dir)
         return -EINVAL;
     if (o->segment_bytes &&
         (o->segment_bytes < MIN_SEGMENT_BYTES || o->segment_bytes > MAX_SEGMENT_BYTES))
         return -EINVAL;
 
-    w = xrealloc(NULL, sizeof(*w));
-    memset(w, 0, sizeof(*w));
-    w->dirfd = w->lockfd = w->reserve_fd = -1;
+    w->open = 1;
     w->dir = xstrdup(o->dir);
     w->segment_bytes = o->segment_bytes ? o->segment_bytes : WAL_DEFAULT_SEGMENT_BYTES;
     w->no_sync = o->no_sync;
@@ -468,22 +475,18 @@ int wal_open(struct wal **out, const struct wal_opts *o, wlog_replay_fn *replay,
         w->total_size = SEGHDR;
         if ((r = wal_seg_create(w, s)) < 0) {
             log_error("wal", "cannot create the first segment", "dir=%s err=\"%s\"", o->dir,
-                      wal_strerror(r));
+                      wlog_strerror(r));
             goto fail;
         }
         log_info("wal", "new log created", "dir=%s wal_id=%016llx", o->dir,
                  (unsigned long long)w->id);
     }
 
-    /* The replay function may reach w through its own pointer to *out. */
-    *out = w;
     uint64_t from_lsn = 1, base = 0;
     if (o->ckpt_fn && (r = wal_load_ckpt(w, o, &from_lsn, &base)) < 0) {
-        *out = NULL;
         goto fail;
     }
     if ((r = wal_replay_all(w, replay, arg, from_lsn, base)) != 0) {
-        *out = NULL;
         goto fail;
     }
     if (w->ck_loaded_lsn && w->next_lsn < w->ck_end_lsn) {
@@ -493,27 +496,36 @@ int wal_open(struct wal **out, const struct wal_opts *o, wlog_replay_fn *replay,
                   "away to recover from the segments alone",
                   "dir=%s checkpoint_end_lsn=%llu log_next_lsn=%llu", w->dir,
                   (unsigned long long)w->ck_end_lsn, (unsigned long long)w->next_lsn);
-        *out = NULL;
-        r = WAL_ECORRUPT;
+        r = WLOG_ECORRUPT;
         goto fail;
     }
     w->ck_end_lsn = 0;
     w->durable_lsn = w->next_lsn - 1;
     if ((r = wal_reserve_open(w, o->reserve_bytes)) < 0) {
-        *out = NULL;
         goto fail;
     }
     return 0;
 
 fail:
-    wal_close(w);
+    wal_release(w);
     return r;
 }
 
-void wal_close(struct wal *w)
+int wal_open(struct wal **out, const struct wal_opts *o, wlog_replay_fn *replay, void *arg)
 {
-    if (!w)
-        return;
+    struct wal *w = wal_new(o);
+    int r;
+
+    *out = w; /* the replay function may reach w through its own pointer to *out */
+    if ((r = wal_recover(&w->log, replay, NULL, arg, NULL)) != 0) {
+        *out = NULL;
+        wal_close(&w->log);
+    }
+    return r;
+}
+
+void wal_release(struct wal *w)
+{
     walckpt_free(w->ck);
     for (size_t i = 0; i < w->nsegs; i++)
         if (w->segs[i].fd >= 0)
@@ -529,15 +541,16 @@ void wal_close(struct wal *w)
     free(w->cbuf);
     free(w->ra);
     free(w->dir);
-    free(w);
+    memset((char *)w + offsetof(struct wal, open), 0, sizeof(*w) - offsetof(struct wal, open));
+    w->dirfd = w->lockfd = w->reserve_fd = -1;
 }
 
-uint64_t wal_next_lsn(const struct wal *w)
+uint64_t wal_next_lsn(const struct wlog *l)
 {
-    return w->next_lsn;
+    return WAL_C(l)->next_lsn;
 }
 
-uint64_t wal_id(const struct wal *w)
+uint64_t wal_id(const struct wlog *l)
 {
-    return w->id;
+    return WAL_C(l)->id;
 }

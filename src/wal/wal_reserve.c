@@ -87,8 +87,9 @@ uint64_t wal_resume_mark(const struct wal *w)
     return 2 * w->segment_bytes;
 }
 
-int wal_intake(const struct wal *w, uint64_t bytes)
+int wal_intake(const struct wlog *l, uint64_t bytes)
 {
+    const struct wal *w = WAL_C(l);
     uint64_t since, fixed = w->reserve_bytes + 2 * w->segment_bytes;
 
     if (w->reserve_fd < 0)

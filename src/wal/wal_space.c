@@ -4,8 +4,9 @@
  *
  * SPACE
  *
- * The owner marks ADD records live and dead (wal_live_add/del), giving a
- * live count and byte total per segment. wal_maintain():
+ * The owner marks ADD records live and dead (wal_live, the wlog live
+ * operation), giving a live count and byte total per segment. wal_maintain()
+ * (the reclaim operation):
  *   1. deletes the oldest segments while they hold nothing live, are not the
  *      active one, have a durable successor, and every compaction copy taken
  *      from them is committed;
@@ -14,13 +15,13 @@
  *      live at that location, and if so appends an identical copy (same
  *      payload, so the same msg_id; a new LSN) and reports the new location.
  *      Once the whole segment is walked it holds nothing live and step 1
- *      deletes it after the caller's next wal_commit().
+ *      deletes it after the caller's next commit.
  * On replay the owner sees the original ADD and later its copy with the same
  * msg_id; the later one is the live one.
  *
  * wal_force_horizon() asks for every segment below the next LSN to be
  * compacted away (the replication stream's checkpoint uses it), and
- * wal_get_stats() reports the figures /stats and /metrics show.
+ * wal_stats() reports the figures /stats and /metrics show.
  *
  * WHO CALLS WHOM
  *
@@ -29,7 +30,7 @@
  * (wal_append, wal_roll, wal_seg_create, wal_fail, ...), and asks the space
  * reserve and intake gate (wal_reserve.c: wal_space_poll, wal_reserve_spend,
  * wal_resume_mark) like wal.c does. Nothing in wal.c or wal_reserve.c calls
- * back here; wal_log.c and the owner call wal_maintain().
+ * back here; the owner reaches wal_maintain() through the table in wal_log.c.
  */
 #define _GNU_SOURCE
 #include "wal_int.h"
@@ -47,11 +48,11 @@
 #include "base/clock.h"
 #include "base/xalloc.h"
 #include "base/failpoint.h"
-#include "walscan.h"
+#include "delay-bridge/walscan.h"
 
 /* ---- space ------------------------------------------------------------- */
 
-void wal_live_add(struct wal *w, struct wlog_loc loc)
+static void live_add(struct wal *w, struct wlog_loc loc)
 {
     struct seg *s = wal_seg_find(w, loc.seg);
 
@@ -77,13 +78,20 @@ static struct seg *live_del(struct wal *w, struct wlog_loc loc)
     return s;
 }
 
-/* The owner's: a message died; its DONE or CANCEL comes with the next commit. */
-void wal_live_del(struct wal *w, struct wlog_loc loc)
+/*
+ * The owner's: an ADD is live, or its message died (its DONE or
+ * CANCEL comes with the next commit).
+ */
+void wal_live(struct wlog *l, struct wlog_loc loc, int live)
 {
-    struct seg *s = live_del(w, loc);
+    struct wal *w = WAL(l);
+    struct seg *s;
 
-    if (s)
+    if (live) {
+        live_add(w, loc);
+    } else if ((s = live_del(w, loc)) != NULL) {
         s->dead_lsn = w->next_lsn;
+    }
 }
 
 /*
@@ -227,7 +235,7 @@ static int compact_head(struct wal *w, size_t budget, const struct wlog_compact_
                 break;
             }
             if (r < 0 || h.lsn < w->segs[0].base_lsn || h.lsn > w->segs[0].last_lsn) {
-                r = WAL_ECORRUPT;
+                r = WLOG_ECORRUPT;
                 goto bad;
             }
             if (h.type == WALREC_ADD && walrec_add_peek(payload, h.len, &a) > 0) {
@@ -236,11 +244,11 @@ static int compact_head(struct wal *w, size_t budget, const struct wlog_compact_
                     struct walrec_piece pc = {payload, h.len};
                     struct wlog_loc to = {0, 0, 0};
                     uint64_t lsn = 0;
-                    int e = wal_append(w, WALREC_ADD, &pc, 1, &lsn, &to);
+                    int e = wal_append(&w->log, WALREC_ADD, &pc, 1, &lsn, &to);
                     if (e < 0)
                         return e;
                     live_del(w, from); /* moved, not dead: the copy's durability is copy_lsn */
-                    wal_live_add(w, to);
+                    live_add(w, to);
                     w->segs[0].copy_lsn = lsn; /* wal_append may have moved segs */
                     w->compacted_bytes += (uint64_t)r;
                     ops->moved(ops->arg, a.msg_id, to);
@@ -261,7 +269,7 @@ static int compact_head(struct wal *w, size_t budget, const struct wlog_compact_
 bad:
     log_error("wal", "compaction hit a bad record; the log needs operator attention",
               "file=%s/%s offset=%llu err=\"%s\"", w->dir, name, (unsigned long long)w->cpt_off,
-              wal_strerror(r));
+              wlog_strerror(r));
     return r;
 }
 
@@ -309,10 +317,13 @@ static int roll_dead_active(struct wal *w)
     return 0;
 }
 
-int wal_maintain(struct wal *w, size_t budget, const struct wlog_compact_ops *ops)
+int wal_maintain(struct wlog *l, size_t budget, const struct wlog_compact_ops *ops)
 {
+    struct wal *w = WAL(l);
     int r;
 
+    if (w->sync.busy)
+        return 1; /* not while the sync thread holds files: it could close one under it */
     if (w->failed)
         return w->failed;
     if ((r = delete_head(w)) < 0)
@@ -332,7 +343,7 @@ int wal_maintain(struct wal *w, size_t budget, const struct wlog_compact_ops *op
     if (w->nsegs < 2)
         return 0;
     if (head_dead(w))
-        return 1; /* deletable after the next wal_commit() */
+        return 1; /* deletable after the next commit */
     return ops && (over_budget(w) || w->cpt_segno == w->segs[0].segno || below_horizon(w));
 }
 
@@ -368,9 +379,13 @@ void wal_set_tap(struct wal *w, wal_tap_fn *fn, void *arg)
     w->tap_arg = arg;
 }
 
-void wal_get_stats(const struct wal *w, struct wal_stats *s)
+void wal_stats(const struct wlog *l, struct wlog_stats *s)
 {
+    const struct wal *w = WAL_C(l);
+
     memset(s, 0, sizeof(*s));
+    if (!w->open)
+        return;
     s->segments = w->nsegs;
     s->disk_bytes = w->total_size;
     s->live_bytes = w->live_bytes;
@@ -388,7 +403,6 @@ void wal_get_stats(const struct wal *w, struct wal_stats *s)
     s->reserve_bytes = w->reserve_bytes;
     s->reserve_held = w->reserve_held;
     s->reserve_spent = w->reserve_spent;
-    s->intake_pauses = w->intake_pauses;
     s->fsync = w->fsync;
     if (w->nsegs && w->cpt_segno == w->segs[0].segno && w->cpt_off < w->segs[0].size) {
         s->compact_segment = w->cpt_segno;

@@ -47,7 +47,7 @@
  * megabytes takes long enough to hold up the event loop.
  */
 #define _GNU_SOURCE
-#include "walckpt.h"
+#include "delay-bridge/walckpt.h"
 
 #include <errno.h>
 #include <fcntl.h>

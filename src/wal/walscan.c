@@ -2,9 +2,9 @@
  * walscan.c -- read-only walk over WAL segment files: the one reader that
  * the daemon's recovery (src/wal/wal.c) and "delay-bridge wal check|dump"
  * (src/cli/cli_wal.c) share. The design and the contract are in
- * src/wal/walscan.h; the byte format in src/wal/walrec.c.
+ * include/delay-bridge/walscan.h; the byte format in src/wal/walrec.c.
  */
-#include "walscan.h"
+#include "delay-bridge/walscan.h"
 
 #include <dirent.h>
 #include <errno.h>

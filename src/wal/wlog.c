@@ -3,9 +3,9 @@
  * through the ops table: the text of its codes.
  *
  * Every log (the segment files of wal*.c, the replicated log of wrepl.c)
- * reports WLOG_E* or -errno, and the engine passes them through (ENG_E*
- * are the same values), so one table serves them all: wal_strerror() and
- * eng_strerror() are this function.
+ * reports WLOG_E* or -errno, and the engine passes them through
+ * unchanged, so one table under one name serves them all: no other module
+ * has codes or a string function of its own for the log's failures.
  */
 #include "delay-bridge/wlog.h"
 

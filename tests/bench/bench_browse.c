@@ -136,10 +136,10 @@ static void run(const char *base, uint64_t n, const char *dist)
     }
     snprintf(dir, sizeof(dir), "%s/bench_browse.%d", base, (int)getpid());
     struct wal_opts wo = {.dir = dir, .no_sync = 1};
-    struct eng_opts o = {.log = wal_file_log(&wo), .nroutes = 2, .route_index = route_index,
+    struct eng_opts o = {.log = wal_log(wal_new(&wo)), .nroutes = 2, .route_index = route_index,
                          .now_ms = now};
     if ((r = eng_open(&e, &o)) < 0) {
-        fprintf(stderr, "bench_browse: %s: %s\n", dir, eng_strerror(r));
+        fprintf(stderr, "bench_browse: %s: %s\n", dir, wlog_strerror(r));
         exit(1);
     }
     double t0 = now_s();
@@ -161,12 +161,12 @@ static void run(const char *base, uint64_t n, const char *dist)
         a.body_len = sizeof(body);
         if ((r = eng_add(e, (uint16_t)route, &a, NULL)) < 0 ||
             (i % 4096 == 4095 && (r = eng_commit(e, NULL, NULL)) < 0)) {
-            fprintf(stderr, "bench_browse: %s\n", eng_strerror(r));
+            fprintf(stderr, "bench_browse: %s\n", wlog_strerror(r));
             exit(1);
         }
     }
     if ((r = eng_commit(e, NULL, NULL)) < 0) {
-        fprintf(stderr, "bench_browse: %s\n", eng_strerror(r));
+        fprintf(stderr, "bench_browse: %s\n", wlog_strerror(r));
         exit(1);
     }
     eng_advance(e, wall_ms()); /* "due": every message onto the DUE list */

@@ -11,7 +11,7 @@
  * (mean of 1000 calls), and the counters' RAM.
  */
 #define _GNU_SOURCE
-#include "engine/duecount.h"
+#include "delay-bridge/duecount.h"
 #include "base/pool.h"
 #include "engine/wheel.h"
 

@@ -75,7 +75,7 @@ static void run(const char *base, const char *keys, uint64_t n, int old_hash, do
     memset(&wo, 0, sizeof(wo));
     wo.dir = dir;
     wo.no_sync = 1;
-    struct eng_opts o = {.log = wal_file_log(&wo), .nroutes = 1, .route_index = route_index,
+    struct eng_opts o = {.log = wal_log(wal_new(&wo)), .nroutes = 1, .route_index = route_index,
                          .now_ms = t0, .key_hash = old_hash ? keyflood_old_hash : NULL};
     if (eng_open(&e, &o) < 0)
         exit(1);

@@ -65,7 +65,7 @@ static void run(const char *base, uint64_t n, int keyed, double *ram_per, double
     memset(&wo, 0, sizeof(wo));
     wo.dir = dir;
     wo.no_sync = 1;
-    struct eng_opts o = {.log = wal_file_log(&wo), .nroutes = 1, .route_index = route_index,
+    struct eng_opts o = {.log = wal_log(wal_new(&wo)), .nroutes = 1, .route_index = route_index,
                          .now_ms = t0};
     if (eng_open(&e, &o) < 0)
         exit(1);

@@ -71,7 +71,7 @@ static const char *route_name(void *arg, int i)
 static struct engine *open_at(const char *dir, uint64_t t0, int no_sync)
 {
     struct wal_opts wo = {.dir = dir, .no_sync = no_sync};
-    struct eng_opts o = {.log = wal_file_log(&wo), .nroutes = 1, .route_index = route_index,
+    struct eng_opts o = {.log = wal_log(wal_new(&wo)), .nroutes = 1, .route_index = route_index,
                          .route_name = route_name, .now_ms = t0};
     struct engine *e;
 

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "delay-bridge/wal.h"
+#include "wal/wal_int.h" /* wal_open(), and the log's own functions the tests reach */
 #include "delay-bridge/walrec.h"
 #include "../unit/testkit.h"
 
@@ -97,12 +98,12 @@ static int append_one(struct wal *w, struct msg *m)
 {
     struct walrec_piece pc[2];
 
-    msg_encode(m, wal_next_lsn(w));
+    msg_encode(m, wlog_next_lsn(wal_log(w)));
     pc[0].p = m->head;
     pc[0].n = m->head_len;
     pc[1].p = m->body;
     pc[1].n = m->body_len;
-    return wal_append(w, WALREC_ADD, pc, 2, NULL, NULL);
+    return wlog_append(wal_log(w), WALREC_ADD, pc, 2, NULL, NULL);
 }
 
 static int no_replay(void *arg, const struct walrec_hdr *h, const uint8_t *p, struct wlog_loc l)
@@ -131,13 +132,13 @@ static int recover_cb(void *arg, const struct walrec_hdr *h, const uint8_t *p, s
         return -1;
     st->sum += a.msg_id ^ a.due_ms ^ a.route_len;
     st->records++;
-    wal_live_add(*st->wp, l);
+    wlog_live(wal_log(*st->wp), l, 1);
     return 0;
 }
 
 static void die(const char *what, int r)
 {
-    fprintf(stderr, "bench_wal: %s: %s\n", what, wal_strerror(r));
+    fprintf(stderr, "bench_wal: %s: %s\n", what, wlog_strerror(r));
     exit(1);
 }
 
@@ -177,9 +178,9 @@ static void bench_append(const char *root, uint32_t body, int k, uint64_t n, int
         die("wal_commit", r);
     commits++;
     t1 = now_s();
-    struct wal_stats st;
-    wal_get_stats(w, &st);
-    wal_close(w);
+    struct wlog_stats st;
+    wlog_stats(wal_log(w), &st);
+    wlog_close(wal_log(w));
     double secs = t1 - t0;
     char kname[16];
     if (k > 0)
@@ -264,9 +265,9 @@ static void bench_replay(const char *root, uint64_t n, int cold, int keep)
     }
     if ((r = wal_commit(w)) < 0)
         die("wal_commit", r);
-    struct wal_stats st;
-    wal_get_stats(w, &st);
-    wal_close(w);
+    struct wlog_stats st;
+    wlog_stats(wal_log(w), &st);
+    wlog_close(wal_log(w));
     t1 = now_s();
     printf("replay  built %llu ADDs of 256 B bodies: %.2f GB in %llu segments (%.1f s)\n",
            (unsigned long long)n, (double)st.disk_bytes / 1e9, (unsigned long long)st.segments,
@@ -280,8 +281,8 @@ static void bench_replay(const char *root, uint64_t n, int cold, int keep)
     if ((r = wal_open(&w2, &o, recover_cb, &rs)) < 0)
         die("wal_open (replay)", r);
     t1 = now_s();
-    wal_get_stats(w2, &st);
-    wal_close(w2);
+    wlog_stats(wal_log(w2), &st);
+    wlog_close(wal_log(w2));
     double secs = t1 - t0;
     printf("replay  msgs=%-9llu %6.2f s  %9.0f msgs/s  %7.1f MB/s  page cache before: %.0f%% "
            "resident (%s)%s\n",

@@ -17,7 +17,7 @@
  *    last reset's base, and replrec_import_complete() is 1 when nothing
  *    was handed.
  */
-#include "wal/replrec.h"
+#include "delay-bridge/replrec.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -36,7 +36,7 @@ import harness_wal
 from harness import check
 
 N1 = N2 = 150
-SALT = 0x5245504C  # REPLREC_SALT (src/wal/replrec.h)
+SALT = 0x5245504C  # REPLREC_SALT (include/delay-bridge/replrec.h)
 RECORDS, FENCE = 1, 2
 
 

@@ -7,9 +7,9 @@
 # event loop. This fails if one of SOURCES, or a project header it includes
 # (followed transitively through "delay-bridge/..." includes), includes a
 # rabbitmq-c header (<amqp*.h>) or libev (<ev.h>). "name.h" without a
-# directory is a header beside its code (src/: pool.h, walscan.h, ...) and
+# directory is a header beside its code (src/: pool.h, walreplay.h, ...) and
 # is looked up in the including file's own directory; "folder/name.h" is a
-# header of another folder of src/ (base/pool.h, wal/walscan.h, ...). The pure library also
+# header of another folder of src/ (base/pool.h, wal/walreplay.h, ...). The pure library also
 # links neither (see CMakeLists.txt), so a call would fail to link as well.
 cmake_policy(SET CMP0057 NEW)
 set(bad "")

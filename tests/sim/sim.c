@@ -70,7 +70,7 @@
  * NOT COVERED
  *
  * The log's sync thread (wal_log.c, opts.sync_thread): the simulator drives
- * wal_file_log() with synchronous commits, so the completion of a commit on
+ * wal_log(wal_new()) with synchronous commits, so the completion of a commit on
  * another thread, and eng_poll/notify, are not exercised here (test_engine's
  * sync_thread and async cases cover them). The checkpoint install thread
  * runs inline (walfs.h). The replicated log is simulated in part only
@@ -419,13 +419,14 @@ static int recover(void)
     for (;;) {
         G.torn_seen = 0;
         G.last_err[0] = 0;
-        o.log = wal_file_log(&wo);
+        struct wal *w = wal_new(&wo);
+        o.log = wal_log(w);
         o.now_ms = G.now;
         r = eng_open(&G.e, &o);
         G.recoveries++;
         if (r == 0) {
             if (G.repl)
-                wal_set_tap(wal_file_log_wal(o.log), simrepl_tap, NULL);
+                wal_set_tap(w, simrepl_tap, NULL);
             break;
         }
         G.e = NULL;
@@ -827,7 +828,7 @@ static void op_maintain(void)
     if (sim_chance(&G.rng, 1, 8)) {
         r = eng_checkpoint(G.e);
         TRACE("checkpoint: %d", r);
-        if (r < 0 && r != ENG_EBUSY && r != -ENOTSUP && !(r == -EIO || r == -ENOSPC))
+        if (r < 0 && r != WLOG_EBUSY && r != -ENOTSUP && !(r == -EIO || r == -ENOSPC))
             failf("eng_checkpoint: %s", wlog_strerror(r));
         return;
     }

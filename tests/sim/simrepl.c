@@ -48,8 +48,9 @@
 #include <string.h>
 
 #include "delay-bridge/wal.h"
+#include "wal/wal_int.h" /* wal_open(), and the log's own functions the tests reach */
 #include "delay-bridge/walrec.h"
-#include "wal/replrec.h"
+#include "delay-bridge/replrec.h"
 #include "simfs.h"
 
 struct msg {
@@ -160,7 +161,7 @@ static int imp_reset(void *arg, uint64_t wal_id, uint64_t base_lsn)
     struct wal_opts o;
 
     if (R.imp) {
-        wal_close(R.imp);
+        wlog_close(wal_log(R.imp));
         R.imp = NULL;
     }
     simfs_wipe();
@@ -176,13 +177,13 @@ static int imp_record(void *arg, const struct walrec_hdr *h, const uint8_t *payl
 {
     struct walrec_piece pc = {payload, h->len};
     uint64_t lsn = 0;
-    int e = wal_append(R.imp, h->type, &pc, 1, &lsn, NULL);
+    int e = wlog_append(wal_log(R.imp), h->type, &pc, 1, &lsn, NULL);
 
     if (e < 0)
         return e;
     if (lsn != h->lsn)
         return WLOG_ECORRUPT;
-    return wal_pending(R.imp) >= 4096 ? wal_commit(R.imp) : 0;
+    return wlog_pending(wal_log(R.imp)) >= 4096 ? wal_commit(R.imp) : 0;
 }
 
 int simrepl_import(uint64_t mine, int *complete, char *why, size_t whylen)
@@ -211,7 +212,7 @@ int simrepl_import(uint64_t mine, int *complete, char *why, size_t whylen)
         int c = wal_commit(R.imp);
         if (r == 0)
             r = c;
-        wal_close(R.imp);
+        wlog_close(wal_log(R.imp));
         R.imp = NULL;
     }
     return r;

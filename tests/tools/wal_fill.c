@@ -42,7 +42,8 @@ int main(int argc, char **argv)
     }
     size_t body_len = argc > 5 ? strtoul(argv[5], NULL, 10) : 16;
     struct wal_opts wo = {.dir = argv[1], .no_sync = 1};
-    struct eng_opts eo = {.log = wal_file_log(&wo), .nroutes = 1, .route_index = route_index, .now_ms = now};
+    struct eng_opts eo = {.log = wal_log(wal_new(&wo)), .nroutes = 1, .route_index = route_index,
+                          .now_ms = now};
     struct engine *e;
     uint8_t *body = calloc(1, body_len ? body_len : 1);
     static const uint8_t props[] = {0x10, 0x00, 0x02}; /* delivery-mode 2 */
@@ -50,7 +51,7 @@ int main(int argc, char **argv)
 
     log_set_level(LOG_LEVEL_WARN);
     if ((r = eng_open(&e, &eo)) < 0) {
-        fprintf(stderr, "wal_fill: %s\n", eng_strerror(r));
+        fprintf(stderr, "wal_fill: %s\n", wlog_strerror(r));
         return 1;
     }
     for (uint64_t i = 0; i < n; i++) {
@@ -76,12 +77,12 @@ int main(int argc, char **argv)
         a.body_len = (uint32_t)body_len;
         if ((r = eng_add(e, 0, &a, NULL)) < 0 ||
             (i % 4096 == 4095 && (r = eng_commit(e, NULL, NULL)) < 0)) {
-            fprintf(stderr, "wal_fill: %s\n", eng_strerror(r));
+            fprintf(stderr, "wal_fill: %s\n", wlog_strerror(r));
             return 1;
         }
     }
     if ((r = eng_commit(e, NULL, NULL)) < 0) {
-        fprintf(stderr, "wal_fill: %s\n", eng_strerror(r));
+        fprintf(stderr, "wal_fill: %s\n", wlog_strerror(r));
         return 1;
     }
     eng_close(e);

@@ -17,7 +17,7 @@
 #include <json-c/json.h>
 
 #include "check.h"
-#include "engine/duecount.h"
+#include "delay-bridge/duecount.h"
 #include "status/metrics.h"
 #include "status/ui.h"
 

@@ -5,7 +5,7 @@
  */
 #include "check.h"
 #include "testkit.h"
-#include "engine/duecount.h"
+#include "delay-bridge/duecount.h"
 #include "base/pool.h"
 #include "engine/wheel.h"
 

@@ -138,7 +138,7 @@ static struct engine *open_engine_log(uint64_t now, int *known_routes, uint64_t 
                                       int async)
 {
     struct wal_opts wo = {.dir = dir, .segment_bytes = segment_bytes, .no_sync = 1};
-    struct eng_opts o = {.log = wal_file_log(&wo), .nroutes = 2, .route_index = route_index,
+    struct eng_opts o = {.log = wal_log(wal_new(&wo)), .nroutes = 2, .route_index = route_index,
                          .route_name = route_name, .route_arg = known_routes, .now_ms = now,
                          .key_hash = g_key_hash, .checkpoint_step = 50};
     struct engine *e = NULL;
@@ -153,7 +153,7 @@ static struct engine *open_engine_log(uint64_t now, int *known_routes, uint64_t 
     }
     r = eng_open(&e, &o);
     if (r < 0) {
-        fprintf(stderr, "eng_open: %s\n", eng_strerror(r));
+        fprintf(stderr, "eng_open: %s\n", wlog_strerror(r));
         exit(1);
     }
     return e;
@@ -468,7 +468,7 @@ static void test_async_commit(void)
     CHECK(eng_commit(e, on_commit, NULL) == 0);
     CHECK(eng_committing(e) && commit_done_calls == before);
     m2 = add(e, 0, T0, 0, "second"); /* arrives while the commit runs */
-    CHECK(eng_commit(e, on_commit, NULL) == ENG_EBUSY);
+    CHECK(eng_commit(e, on_commit, NULL) == WLOG_EBUSY);
     CHECK(eng_advance(e, T0 + 10) == 0); /* nothing durable yet */
     async_complete();
     CHECK(commit_done_calls == before + 1 && !eng_committing(e));
@@ -542,7 +542,7 @@ static void test_route_added_adopts_orphans(void)
     commit(e);
     eng_close(e);
 
-    o.log = wal_file_log(&wo);
+    o.log = wal_log(wal_new(&wo));
     CHECK(eng_open(&e, &o) == 0);
     eng_stats(e, &s);
     CHECK(s.held == 3 && s.orphaned == 2 && eng_routes(e) == 1);
@@ -1005,7 +1005,7 @@ static void seen_case(void)
     char b[16];
     int i;
 
-    o.log = wal_file_log(&wo);
+    o.log = wal_log(wal_new(&wo));
     CHECK(eng_open(&e, &o) == 0);
     for (i = 0; i < 5; i++) {
         snprintf(b, sizeof(b), "m%d", i);
@@ -1016,7 +1016,7 @@ static void seen_case(void)
     commit(e);
     eng_close(e);
 
-    o.log = wal_file_log(&wo); /* "crash" and recover: the memory comes back from the log */
+    o.log = wal_log(wal_new(&wo)); /* "crash" and recover: the memory comes back from the log */
     CHECK(eng_open(&e, &o) == 0);
     CHECK(eng_seen(e, 0, fp_of("m4"), NULL) == 1);
     CHECK(eng_seen(e, 0, fp_of("m4"), NULL) == 1); /* two stored, two redeliveries */
@@ -1033,7 +1033,7 @@ static void seen_case(void)
     commit(e);
     eng_close(e);
 
-    o.log = wal_file_log(&wo); /* rebuilt from the log: the times come back too */
+    o.log = wal_log(wal_new(&wo)); /* rebuilt from the log: the times come back too */
     CHECK(eng_open(&e, &o) == 0);
     CHECK(eng_seen(e, 0, fp_of("again"), &first) == 1);
     CHECK_U64(first, T0 + 900);
@@ -1051,7 +1051,7 @@ static void on_notify(void *arg)
 static void sync_thread_case(void)
 {
     struct wal_opts wo = {.dir = dir, .sync_thread = 1};
-    struct eng_opts o = {.log = wal_file_log(&wo), .nroutes = 2, .route_index = route_index,
+    struct eng_opts o = {.log = wal_log(wal_new(&wo)), .nroutes = 2, .route_index = route_index,
                          .now_ms = T0};
     struct engine *e;
     int before = commit_done_calls, i, round;
@@ -1063,7 +1063,7 @@ static void sync_thread_case(void)
         __atomic_store_n(&notified, 0, __ATOMIC_SEQ_CST);
         CHECK(eng_commit(e, on_commit, NULL) == 0);
         add(e, 0, T0, 10, "during"); /* appended while the sync runs */
-        CHECK(eng_commit(e, on_commit, NULL) == ENG_EBUSY);
+        CHECK(eng_commit(e, on_commit, NULL) == WLOG_EBUSY);
         for (i = 0; i < 5000 && !__atomic_load_n(&notified, __ATOMIC_SEQ_CST); i++)
             usleep(1000);
         CHECK(notified, "no notify within 5 s");
@@ -1077,7 +1077,7 @@ static void sync_thread_case(void)
     eng_stats(e, &s);
     CHECK(s.fsync.n >= 20, "fsync histogram: %llu", (unsigned long long)s.fsync.n);
     eng_close(e); /* the last "during" is not committed: gone, like any uncommitted add */
-    o.log = wal_file_log(&(struct wal_opts){.dir = dir, .no_sync = 1});
+    o.log = wal_log(wal_new(&(struct wal_opts){.dir = dir, .no_sync = 1}));
     CHECK(eng_open(&e, &o) == 0);
     CHECK(held(e) == 20 + 19, "held %llu", (unsigned long long)held(e));
     eng_close(e);
@@ -1269,7 +1269,7 @@ static void checkpoint_fuzzy_case(void)
     }
     commit(e);
     CHECK(eng_checkpoint(e) == 0);
-    CHECK(eng_checkpoint(e) == ENG_EBUSY);
+    CHECK(eng_checkpoint(e) == WLOG_EBUSY);
     /* Change everything while the walk runs: adds, replaces, cancels, fires, compaction. */
     do {
         now += 30;
@@ -1678,20 +1678,20 @@ static void seen_until_lost_case(void)
     struct engine *e;
     struct eng_stats s;
 
-    o.log = wal_file_log(&wo);
+    o.log = wal_log(wal_new(&wo));
     CHECK(eng_open(&e, &o) == 0);
     add(e, 0, T0, 60000, "a");
     commit(e);
     eng_close(e);
 
-    o.log = wal_file_log(&wo); /* a crash: "a" is redelivered, recognised, its ack not out */
+    o.log = wal_log(wal_new(&wo)); /* a crash: "a" is redelivered, recognised, its ack not out */
     CHECK(eng_open(&e, &o) == 0);
     CHECK(eng_seen(e, 0, fp_of("a"), NULL) == 1);
     CHECK(eng_checkpoint(e) == 0);
     ck_run_until_installed(e, 1);
     eng_close(e);
 
-    o.log = wal_file_log(&wo); /* a crash before the ack: from the checkpoint */
+    o.log = wal_log(wal_new(&wo)); /* a crash before the ack: from the checkpoint */
     CHECK(eng_open(&e, &o) == 0);
     eng_stats(e, &s);
     CHECK(s.ckpt_loaded_lsn != 0, "recovery did not use the checkpoint");

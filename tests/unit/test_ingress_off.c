@@ -1,5 +1,5 @@
 /*
- * test_ingress_off.c -- a stream ingress's place file (src/wal/ingress_off.h).
+ * test_ingress_off.c -- a stream ingress's place file (include/delay-bridge/ingress_off.h).
  *
  * The 32 bytes laid out as the header says; every flipped bit and every
  * other size is refused, and so is an upto below next; a new (empty) file
@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "wal/ingress_off.h"
+#include "delay-bridge/ingress_off.h"
 #include "base/crc32c.h"
 
 #include "check.h"

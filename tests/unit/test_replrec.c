@@ -25,7 +25,7 @@
 
 #include "delay-bridge/walrec.h"
 #include "base/crc32c.h"
-#include "wal/replrec.h"
+#include "delay-bridge/replrec.h"
 
 #include "check.h"
 #include "guard.h"

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "delay-bridge/wal.h"
+#include "wal/wal_int.h" /* wal_open(), and the log's own functions the tests reach */
 #include "delay-bridge/walrec.h"
 
 /* Test hook in src/wal/wal.c: make the active segment's fd fail every write. */
@@ -36,7 +37,7 @@ static char base[64];
         int rc_ = (expr), want_ = (want);                                                  \
         if (rc_ != want_)                                                                  \
             check_failed(__FILE__, __LINE__, #expr " == " #want, "got %d (%s), want %d (%s)", \
-                         rc_, wal_strerror(rc_), want_, wal_strerror(want_));              \
+                         rc_, wlog_strerror(rc_), want_, wlog_strerror(want_));              \
     } while (0)
 
 /* The wal module logs warnings and errors for the damage these cases make. */
@@ -199,11 +200,11 @@ static int add_ok(const uint8_t *p, uint32_t len, uint64_t *msg_id)
 static int append_add(struct wal *w, uint32_t body_len, uint64_t *lsn, struct wlog_loc *loc)
 {
     uint8_t *p;
-    uint64_t id = wal_next_lsn(w);
+    uint64_t id = wlog_next_lsn(wal_log(w));
     size_t n = make_add(&p, id, body_len);
     size_t head = n - body_len;
     struct walrec_piece pcs[2] = {{p, head}, {p + head, body_len}};
-    int r = wal_append(w, WALREC_ADD, pcs, 2, lsn, loc);
+    int r = wlog_append(wal_log(w), WALREC_ADD, pcs, 2, lsn, loc);
     free(p);
     return r;
 }
@@ -212,7 +213,7 @@ static int append_done(struct wal *w, const uint64_t *ids, uint32_t n, struct wl
 {
     uint8_t buf[4 + 8 * 64];
     struct walrec_piece pc = {buf, walrec_done_encode(buf, ids, n)};
-    return wal_append(w, WALREC_DONE, &pc, 1, NULL, loc);
+    return wlog_append(wal_log(w), WALREC_DONE, &pc, 1, NULL, loc);
 }
 
 /* ---- replay collector -------------------------------------------------- */
@@ -251,7 +252,7 @@ static int collect(void *arg, const struct walrec_hdr *h, const uint8_t *payload
         if (!add_ok(payload, h->len, &r.msg_id))
             c->bad_payloads++;
         if (c->track_live)
-            wal_live_add(*c->wp, loc);
+            wlog_live(wal_log(*c->wp), loc, 1);
     } else if (h->type == WALREC_DONE) {
         if (walrec_done_decode(payload, h->len, &r.ndone) != (int)h->len)
             c->bad_payloads++;
@@ -314,8 +315,9 @@ static void test_basic(void)
 
     CHECK_RC(wopen(&w, dir, 0, &c), 0);
     CHECK(c.n == 0, "empty log replays nothing");
-    CHECK(wal_next_lsn(w) == 1, "first lsn %llu", (unsigned long long)wal_next_lsn(w));
-    id1 = wal_id(w);
+    CHECK(wlog_next_lsn(wal_log(w)) == 1, "first lsn %llu", (unsigned long long)
+          wlog_next_lsn(wal_log(w)));
+    id1 = wlog_id(wal_log(w));
     CHECK(id1 != 0, "wal id");
     CHECK(exists(seg_path(dir, 1)) && fsize(seg_path(dir, 1)) == WALREC_SEGHDR_SIZE,
           "segment 1 created with its header");
@@ -326,12 +328,12 @@ static void test_basic(void)
             CHECK_RC(wal_commit(w), 0);
     }
     CHECK_RC(append_done(w, ids, 3, &locs[150]), 0);
-    CHECK(wal_pending(w) > 0, "pending");
+    CHECK(wlog_pending(wal_log(w)) > 0, "pending");
     CHECK_RC(wal_commit(w), 0);
-    CHECK(wal_pending(w) == 0, "nothing pending after commit");
+    CHECK(wlog_pending(wal_log(w)) == 0, "nothing pending after commit");
     /* Appended but never committed: gone after close. */
     CHECK_RC(append_add(w, 10, NULL, NULL), 0);
-    wal_close(w);
+    wlog_close(wal_log(w));
 
     CHECK_RC(wopen(&w, dir, 0, &c), 0);
     CHECK(coll_is_prefix(&c, 151), "replayed %zu records, bad %d", c.n, c.bad_payloads);
@@ -345,20 +347,21 @@ static void test_basic(void)
     CHECK(c.n >= 151 && c.v[150].type == WALREC_DONE && c.v[150].ndone == 3 &&
               c.v[150].done0 == 2,
           "DONE replayed");
-    CHECK(wal_next_lsn(w) == 152, "next lsn %llu", (unsigned long long)wal_next_lsn(w));
-    CHECK(wal_id(w) == id1, "wal id stable");
-    struct wal_stats st;
-    wal_get_stats(w, &st);
+    CHECK(wlog_next_lsn(wal_log(w)) == 152, "next lsn %llu", (unsigned long long)
+          wlog_next_lsn(wal_log(w)));
+    CHECK(wlog_id(wal_log(w)) == id1, "wal id stable");
+    struct wlog_stats st;
+    wlog_stats(wal_log(w), &st);
     CHECK(st.durable_lsn == 151 && st.truncated_bytes == 0 && st.segments == 1, "stats");
 
     /* Appends continue in the same segment after reopen. */
     CHECK_RC(append_add(w, 5, &lsn, NULL), 0);
     CHECK(lsn == 152, "lsn continues");
     CHECK_RC(wal_commit(w), 0);
-    wal_close(w);
+    wlog_close(wal_log(w));
     CHECK_RC(wopen(&w, dir, 0, &c), 0);
     CHECK(coll_is_prefix(&c, 152), "after second session: %zu", c.n);
-    wal_close(w);
+    wlog_close(wal_log(w));
 
     /* Bad arguments. */
     {
@@ -370,10 +373,10 @@ static void test_basic(void)
     CHECK_RC(wopen(&w, dir, 0, &c), 0);
     {
         struct walrec_piece big = {"", (size_t)WALREC_MAX_PAYLOAD + 1};
-        CHECK_RC(wal_append(w, WALREC_ADD, &big, 1, NULL, NULL), WAL_ETOOBIG);
-        CHECK_RC(wal_append(w, 0, NULL, 0, NULL, NULL), -EINVAL);
+        CHECK_RC(wlog_append(wal_log(w), WALREC_ADD, &big, 1, NULL, NULL), WLOG_ETOOBIG);
+        CHECK_RC(wlog_append(wal_log(w), 0, NULL, 0, NULL, NULL), -EINVAL);
     }
-    wal_close(w);
+    wlog_close(wal_log(w));
     coll_reset(&c);
 }
 
@@ -390,12 +393,12 @@ static void test_sync(void)
         if (i % 10 == 9)
             CHECK_RC(wal_commit(w), 0);
     }
-    wal_close(w);
+    wlog_close(wal_log(w));
     coll_reset(&c);
     CHECK_RC(wal_open(&w, &o, collect, &c), 0);
     CHECK(coll_is_prefix(&c, 100), "fdatasync'ed log replays: %zu", c.n);
     CHECK(count_segments(dir) > 1, "rolled");
-    wal_close(w);
+    wlog_close(wal_log(w));
     coll_reset(&c);
 }
 
@@ -439,23 +442,23 @@ static void test_prewrite(void)
           s1);
     CHECK(fsize(seg_path(dir, 2)) >= (long long)(loc.off + loc.len + pre / 2), "segment 2 ahead");
     /* closed as a crash leaves it (close cuts nothing): a reopen ends the records at the zeros */
-    wal_close(w);
+    wlog_close(wal_log(w));
     coll_reset(&c);
     CHECK_RC(wal_open(&w, &o, collect, &c), 0);
     CHECK(coll_is_prefix(&c, (size_t)n), "all %d records replayed: %zu", n, c.n);
     CHECK(fsize(seg_path(dir, 2)) == (long long)(loc.off + loc.len), "segment 2's zeros cut");
-    struct wal_stats st;
-    wal_get_stats(w, &st);
+    struct wlog_stats st;
+    wlog_stats(wal_log(w), &st);
     CHECK_U64(st.truncated_bytes, 0);
     /* and writing goes on where the records end, ahead again after the next commit */
     CHECK_RC(append_add(w, 100, NULL, &loc), 0);
     CHECK_RC(wal_commit(w), 0);
     CHECK(fsize(seg_path(dir, 2)) >= (long long)(loc.off + loc.len + pre / 2), "ahead again");
-    wal_close(w);
+    wlog_close(wal_log(w));
     coll_reset(&c);
     CHECK_RC(wal_open(&w, &o, collect, &c), 0);
     CHECK(coll_is_prefix(&c, (size_t)n + 1), "%d records replayed: %zu", n + 1, c.n);
-    wal_close(w);
+    wlog_close(wal_log(w));
     coll_reset(&c);
 }
 
@@ -490,7 +493,7 @@ static void test_roll(void)
     CHECK(after_big.seg == big_loc.seg + 1 && after_big.off == WALREC_SEGHDR_SIZE,
           "next record after big one in a new segment");
     CHECK_RC(wal_commit(w), 0);
-    wal_close(w);
+    wlog_close(wal_log(w));
 
     for (uint64_t s = 1; s < big_loc.seg; s++)
         CHECK(fsize(seg_path(dir, s)) <= (long long)segb, "segment %llu size %lld",
@@ -502,10 +505,10 @@ static void test_roll(void)
     struct wlog_buf b = {0};
     struct walrec_hdr h;
     const uint8_t *p;
-    CHECK_RC(wal_read(w, big_loc, &b, &h, &p), 0);
+    CHECK_RC(wlog_read(wal_log(w), big_loc, &b, &h, &p), 0);
     CHECK(h.type == WALREC_ADD && add_ok(p, h.len, NULL), "big record reads back");
     free(b.p);
-    wal_close(w);
+    wlog_close(wal_log(w));
     coll_reset(&c);
 }
 
@@ -520,7 +523,7 @@ static void build(const char *dir, int n, uint64_t segb, struct wlog_loc *locs, 
             CHECK_RC(wal_commit(w), 0);
     }
     CHECK_RC(wal_commit(w), 0);
-    wal_close(w);
+    wlog_close(wal_log(w));
 }
 
 static void copy_file(const char *from, const char *to)
@@ -566,17 +569,17 @@ static void test_torn_tail(void)
               whole);
         CHECK(fsize(seg_path(work, 1)) == locs[whole - 1].off + locs[whole - 1].len,
               "cut at %u: file truncated to the last whole record", cut);
-        struct wal_stats st;
-        wal_get_stats(w, &st);
+        struct wlog_stats st;
+        wlog_stats(wal_log(w), &st);
         CHECK(st.truncated_bytes == cut - (locs[whole - 1].off + locs[whole - 1].len),
               "truncated_bytes %llu", (unsigned long long)st.truncated_bytes);
         /* The log goes on: append, commit, reopen. */
         CHECK_RC(append_add(w, 33, NULL, NULL), 0);
         CHECK_RC(wal_commit(w), 0);
-        wal_close(w);
+        wlog_close(wal_log(w));
         CHECK_RC(wopen(&w, work, 0, &c), 0);
         CHECK(coll_is_prefix(&c, (size_t)whole + 1), "cut at %u then append: %zu", cut, c.n);
-        wal_close(w);
+        wlog_close(wal_log(w));
     }
 
     /* Garbage, zeros, a lone partial header after the last committed record. */
@@ -608,7 +611,7 @@ static void test_torn_tail(void)
         CHECK(coll_is_prefix(&c, (size_t)n), "tail %s: %zu records", tails[t].what, c.n);
         CHECK(fsize(seg_path(work, 1)) == locs[n - 1].off + locs[n - 1].len,
               "tail %s cut", tails[t].what);
-        wal_close(w);
+        wlog_close(wal_log(w));
     }
 
     /* A flipped bit in the very last record looks like a torn write: cut. */
@@ -618,7 +621,7 @@ static void test_torn_tail(void)
     flip_bit(seg_path(work, 1), locs[n - 1].off + 30, 3);
     CHECK_RC(wopen(&w, work, 0, &c), 0);
     CHECK(coll_is_prefix(&c, (size_t)n - 1), "bad last record cut: %zu", c.n);
-    wal_close(w);
+    wlog_close(wal_log(w));
     tk_rm_rf(work);
     coll_reset(&c);
 }
@@ -646,7 +649,7 @@ static void test_corrupt(void)
         }
     }
     CHECK_RC(wal_commit(w), 0);
-    wal_close(w);
+    wlog_close(wal_log(w));
     nseg = (int)locs[n - 1].seg;
     CHECK(nseg >= 4, "several segments: %d", nseg);
     snprintf(work, sizeof(work), "%s/work", base);
@@ -662,7 +665,7 @@ static void test_corrupt(void)
     FRESH();
     CHECK_RC(wopen(&w, work, segb, &c), 0);
     CHECK(coll_is_prefix(&c, (size_t)n), "intact copy replays: %zu", c.n);
-    wal_close(w);
+    wlog_close(wal_log(w));
 
     /* A flipped bit in a middle record of the newest segment. */
     int mid = n - 1;
@@ -674,7 +677,7 @@ static void test_corrupt(void)
         FRESH();
         long long off = locs[mid].off + (field == 0 ? 2 : field == 1 ? 9 : 60);
         flip_bit(seg_path(work, (uint64_t)nseg), off, 1);
-        CHECK_RC(wopen(&w, work, segb, &c), WAL_ECORRUPT);
+        CHECK_RC(wopen(&w, work, segb, &c), WLOG_ECORRUPT);
         CHECK(w == NULL, "no log on error");
     }
 
@@ -686,17 +689,17 @@ static void test_corrupt(void)
                 last = i;
         FRESH();
         flip_bit(seg_path(work, (uint64_t)s), locs[last].off + locs[last].len - 1, 0);
-        CHECK_RC(wopen(&w, work, segb, &c), WAL_ECORRUPT);
+        CHECK_RC(wopen(&w, work, segb, &c), WLOG_ECORRUPT);
     }
     /* An older segment cut short. */
     FRESH();
     file_truncate(seg_path(work, 2), fsize(seg_path(work, 2)) - 5);
-    CHECK_RC(wopen(&w, work, segb, &c), WAL_ECORRUPT);
+    CHECK_RC(wopen(&w, work, segb, &c), WLOG_ECORRUPT);
     /* Zeros after an older segment's records: its prewritten tail (wal.c), left, no loss. */
     FRESH();
     CHECK_RC(wopen(&w, work, segb, &c), 0);
     size_t before = c.n;
-    wal_close(w);
+    wlog_close(wal_log(w));
     w = NULL;
     FRESH();
     long long was = fsize(seg_path(work, 2));
@@ -704,7 +707,7 @@ static void test_corrupt(void)
     CHECK_RC(wopen(&w, work, segb, &c), 0);
     CHECK(c.n == before && fsize(seg_path(work, 2)) == was + 26, "older zeros: %zu records of %zu", c.n,
           before);
-    wal_close(w);
+    wlog_close(wal_log(w));
     w = NULL;
     /* ... but zeros in place of its last record: the next segment's LSN gap tells. */
     FRESH();
@@ -715,11 +718,11 @@ static void test_corrupt(void)
                 last2 = i;
         zero_range(seg_path(work, 2), locs[last2].off, locs[last2].len);
     }
-    CHECK_RC(wopen(&w, work, segb, &c), WAL_ECORRUPT);
+    CHECK_RC(wopen(&w, work, segb, &c), WLOG_ECORRUPT);
     /* A missing middle segment. */
     FRESH();
     unlink(seg_path(work, 2));
-    CHECK_RC(wopen(&w, work, segb, &c), WAL_ECORRUPT);
+    CHECK_RC(wopen(&w, work, segb, &c), WLOG_ECORRUPT);
     /* Missing oldest segments are fine (that is how space is reclaimed). */
     FRESH();
     unlink(seg_path(work, 1));
@@ -731,14 +734,14 @@ static void test_corrupt(void)
         CHECK(c.n == (size_t)(n - first2) && c.v[0].lsn == (uint64_t)first2 + 1,
               "replay starts at segment 2's base lsn");
     }
-    wal_close(w);
+    wlog_close(wal_log(w));
     /* A bad header in an older segment, or in a newest one that holds records. */
     FRESH();
     flip_bit(seg_path(work, 2), 20, 0);
-    CHECK_RC(wopen(&w, work, segb, &c), WAL_EFORMAT);
+    CHECK_RC(wopen(&w, work, segb, &c), WLOG_EFORMAT);
     FRESH();
     flip_bit(seg_path(work, (uint64_t)nseg), 13, 0);
-    CHECK_RC(wopen(&w, work, segb, &c), WAL_EFORMAT);
+    CHECK_RC(wopen(&w, work, segb, &c), WLOG_EFORMAT);
     /* A segment from another log. */
     FRESH();
     {
@@ -749,16 +752,16 @@ static void test_corrupt(void)
         copy_file(seg_path(other, 1), seg_path(work, (uint64_t)nseg + 1));
         tk_rm_rf(other);
     }
-    CHECK_RC(wopen(&w, work, segb, &c), WAL_EFORMAT);
+    CHECK_RC(wopen(&w, work, segb, &c), WLOG_EFORMAT);
     /* A file name that is not a segment's. */
     FRESH();
     file_append(tdir("work/12.wal"), "x", 1);
-    CHECK_RC(wopen(&w, work, segb, &c), WAL_EFORMAT);
+    CHECK_RC(wopen(&w, work, segb, &c), WLOG_EFORMAT);
     /* Other files are ignored. */
     FRESH();
     file_append(tdir("work/notes.txt"), "x", 1);
     CHECK_RC(wopen(&w, work, segb, &c), 0);
-    wal_close(w);
+    wlog_close(wal_log(w));
 
     /* A newest segment whose header never made it to disk is deleted. */
     for (int len = 0; len <= WALREC_SEGHDR_SIZE; len += 8) {
@@ -776,10 +779,10 @@ static void test_corrupt(void)
         /* The previous segment is writable again. */
         CHECK_RC(append_add(w, 10, NULL, NULL), 0);
         CHECK_RC(wal_commit(w), 0);
-        wal_close(w);
+        wlog_close(wal_log(w));
         CHECK_RC(wopen(&w, work, segb, &c), 0);
         CHECK(coll_is_prefix(&c, (size_t)n + 1), "after torn header: %zu", c.n);
-        wal_close(w);
+        wlog_close(wal_log(w));
     }
 
     /* A replay callback error stops wal_open with that code. */
@@ -830,10 +833,10 @@ static void test_stale_salt(void)
     file_append(seg_path(dir, (uint64_t)nseg), rec, locs[0].len);
     CHECK_RC(wopen(&w, dir, segb, &c), 0);
     CHECK(coll_is_prefix(&c, (size_t)n), "copied record not replayed: %zu", c.n);
-    struct wal_stats st;
-    wal_get_stats(w, &st);
+    struct wlog_stats st;
+    wlog_stats(wal_log(w), &st);
     CHECK(st.truncated_bytes == locs[0].len, "copied record cut");
-    wal_close(w);
+    wlog_close(wal_log(w));
 
     /* (b) Worse: a record with exactly the next LSN, but sealed with segment 1's salt. */
     uint8_t *p;
@@ -846,13 +849,13 @@ static void test_stale_salt(void)
     CHECK_RC(wopen(&w, dir, segb, &c), 0);
     CHECK(coll_is_prefix(&c, (size_t)n), "stale-salt record with the right lsn not replayed: %zu",
           c.n);
-    wal_close(w);
+    wlog_close(wal_log(w));
     /* The same record sealed with the right salt does replay (the test is sound). */
     walrec_hdr_encode(rec, &hh, sl.salt, &pc, 1);
     file_append(seg_path(dir, (uint64_t)nseg), rec, WALREC_HDR_SIZE + plen);
     CHECK_RC(wopen(&w, dir, segb, &c), 0);
     CHECK(coll_is_prefix(&c, (size_t)n + 1), "right salt replays: %zu", c.n);
-    wal_close(w);
+    wlog_close(wal_log(w));
     free(p);
     coll_reset(&c);
 }
@@ -873,48 +876,48 @@ static void test_read(void)
     CHECK_RC(append_add(w, 100, &lsn1, &l1), 0);
     CHECK_RC(append_done(w, ids, 2, &ld), 0);
     /* Still buffered. */
-    CHECK_RC(wal_read(w, l1, &b, &h, &p), 0);
+    CHECK_RC(wlog_read(wal_log(w), l1, &b, &h, &p), 0);
     CHECK(h.type == WALREC_ADD && h.lsn == lsn1 && add_ok(p, h.len, &id) && id == lsn1,
           "buffered read");
-    CHECK_RC(wal_read(w, ld, &b, &h, &p), 0);
+    CHECK_RC(wlog_read(wal_log(w), ld, &b, &h, &p), 0);
     CHECK(h.type == WALREC_DONE && walrec_done_id(p, 1) == 2, "buffered DONE read");
     CHECK_RC(wal_commit(w), 0);
-    CHECK_RC(wal_read(w, l1, &b, &h, &p), 0);
+    CHECK_RC(wlog_read(wal_log(w), l1, &b, &h, &p), 0);
     CHECK(h.lsn == lsn1 && add_ok(p, h.len, NULL), "committed read");
     /* Across a roll with nothing committed yet: old and new segment both buffered. */
     for (int i = 0; i < 40; i++)
         CHECK_RC(append_add(w, 150, NULL, &l2), 0);
     CHECK(l2.seg > l1.seg, "rolled");
     CHECK_RC(append_add(w, 3000, NULL, &l3), 0);
-    CHECK_RC(wal_read(w, l2, &b, &h, &p), 0);
+    CHECK_RC(wlog_read(wal_log(w), l2, &b, &h, &p), 0);
     CHECK(add_ok(p, h.len, NULL), "buffered read in uncreated segment");
-    CHECK_RC(wal_read(w, l3, &b, &h, &p), 0);
+    CHECK_RC(wlog_read(wal_log(w), l3, &b, &h, &p), 0);
     CHECK(add_ok(p, h.len, NULL) && b.cap >= l3.len, "big buffered read grows the buffer");
     CHECK_RC(wal_commit(w), 0);
-    CHECK_RC(wal_read(w, l2, &b, &h, &p), 0);
+    CHECK_RC(wlog_read(wal_log(w), l2, &b, &h, &p), 0);
     CHECK(add_ok(p, h.len, NULL), "read after commit");
     /* Bad locations. */
     struct wlog_loc bad = l1;
     bad.off += 1;
-    CHECK_RC(wal_read(w, bad, &b, &h, &p), WAL_ECORRUPT);
+    CHECK_RC(wlog_read(wal_log(w), bad, &b, &h, &p), WLOG_ECORRUPT);
     bad = l1;
     bad.len -= 1;
-    CHECK_RC(wal_read(w, bad, &b, &h, &p), WAL_ECORRUPT);
+    CHECK_RC(wlog_read(wal_log(w), bad, &b, &h, &p), WLOG_ECORRUPT);
     bad = l3;
     bad.off = 1000000;
-    CHECK_RC(wal_read(w, bad, &b, &h, &p), WAL_ECORRUPT);
+    CHECK_RC(wlog_read(wal_log(w), bad, &b, &h, &p), WLOG_ECORRUPT);
     bad.seg = 999;
-    CHECK_RC(wal_read(w, bad, &b, &h, &p), -ENOENT);
-    wal_close(w);
+    CHECK_RC(wlog_read(wal_log(w), bad, &b, &h, &p), -ENOENT);
+    wlog_close(wal_log(w));
 
     /* After reopen, and with the bytes damaged on disk. */
     CHECK_RC(wopen_quiet_coll(&w, dir, 4096), 0);
-    CHECK_RC(wal_read(w, l1, &b, &h, &p), 0);
+    CHECK_RC(wlog_read(wal_log(w), l1, &b, &h, &p), 0);
     CHECK(h.lsn == lsn1, "read after reopen");
     flip_bit(seg_path(dir, l1.seg), l1.off + 50, 2);
     wal_test_drop_readahead(w); /* else the window read before the damage answers */
-    CHECK_RC(wal_read(w, l1, &b, &h, &p), WAL_ECORRUPT);
-    wal_close(w);
+    CHECK_RC(wlog_read(wal_log(w), l1, &b, &h, &p), WLOG_ECORRUPT);
+    wlog_close(wal_log(w));
     free(b.p);
 }
 
@@ -943,19 +946,19 @@ static void test_readahead_adapts(void)
     /* strided: every STRIDE-th record, pass after pass (~34 KiB apart) */
     for (int pass = 0; pass < STRIDE; pass++)
         for (int i = pass; i < N; i += STRIDE) {
-            CHECK_RC(wal_read(w, loc[i], &b, &h, &p), 0);
+            CHECK_RC(wlog_read(wal_log(w), loc[i], &b, &h, &p), 0);
             CHECK(h.lsn == lsn[i] && add_ok(p, h.len, &id) && id == lsn[i], "strided read %d", i);
         }
     size_t strided = wal_test_readahead_size(w);
     CHECK(strided > 0 && strided <= (32u << 10), "window after strided reads: %zu", strided);
     /* in log order: back to the full window */
     for (int i = 0; i < N; i++) {
-        CHECK_RC(wal_read(w, loc[i], &b, &h, &p), 0);
+        CHECK_RC(wlog_read(wal_log(w), loc[i], &b, &h, &p), 0);
         CHECK(h.lsn == lsn[i] && add_ok(p, h.len, NULL), "sequential read %d", i);
     }
     CHECK(wal_test_readahead_size(w) == (128u << 10), "window after sequential reads: %zu",
           wal_test_readahead_size(w));
-    wal_close(w);
+    wlog_close(wal_log(w));
     free(b.p);
     free(loc);
     free(lsn);
@@ -999,10 +1002,10 @@ static int m_replay(void *arg, const struct walrec_hdr *h, const uint8_t *payloa
         if (walrec_add_peek(payload, h->len, &a) < 0 || a.msg_id >= m->cap)
             return -1;
         if (m->live[a.msg_id])
-            wal_live_del(*m->wp, m->loc[a.msg_id]);
+            wlog_live(wal_log(*m->wp), m->loc[a.msg_id], 0);
         m->live[a.msg_id] = 1;
         m->loc[a.msg_id] = loc;
-        wal_live_add(*m->wp, loc);
+        wlog_live(wal_log(*m->wp), loc, 1);
     } else if (h->type == WALREC_DONE) {
         if (walrec_done_decode(payload, h->len, &n) < 0)
             return -1;
@@ -1010,7 +1013,7 @@ static int m_replay(void *arg, const struct walrec_hdr *h, const uint8_t *payloa
             uint64_t id = walrec_done_id(payload, i);
             if (id < m->cap && m->live[id]) {
                 m->live[id] = 0;
-                wal_live_del(*m->wp, m->loc[id]);
+                wlog_live(wal_log(*m->wp), m->loc[id], 0);
             }
         }
     }
@@ -1039,14 +1042,14 @@ static void add_live(struct wal *w, struct model *m, uint32_t body_len)
     CHECK_RC(append_add(w, body_len, &lsn, &loc), 0);
     m->live[lsn] = 1;
     m->loc[lsn] = loc;
-    wal_live_add(w, loc);
+    wlog_live(wal_log(w), loc, 1);
 }
 
 static void kill_ids(struct wal *w, struct model *m, const uint64_t *ids, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++) {
         m->live[ids[i]] = 0;
-        wal_live_del(w, m->loc[ids[i]]);
+        wlog_live(wal_log(w), m->loc[ids[i]], 0);
     }
     CHECK_RC(append_done(w, ids, n, NULL), 0);
 }
@@ -1105,7 +1108,7 @@ static void test_maintain_delete(void)
     struct wal *w = NULL;
     struct model m;
     struct wal_opts o = {.dir = dir, .segment_bytes = 4096, .no_sync = 1};
-    struct wal_stats st;
+    struct wlog_stats st;
     uint64_t next;
 
     model_init(&m, &w, 4096);
@@ -1113,13 +1116,13 @@ static void test_maintain_delete(void)
     for (int i = 0; i < 200; i++)
         add_live(w, &m, 150);
     CHECK_RC(wal_commit(w), 0);
-    wal_get_stats(w, &st);
+    wlog_stats(wal_log(w), &st);
     CHECK(st.segments >= 8 && st.live_records == 200, "segments %llu live %llu",
           (unsigned long long)st.segments, (unsigned long long)st.live_records);
     uint64_t nseg0 = st.segments;
 
     /* Nothing dead: nothing deleted; the live head segment stays. */
-    CHECK_RC(wal_maintain(w, 1 << 20, NULL), 0);
+    CHECK_RC(wlog_reclaim(wal_log(w), 1 << 20, NULL), 0);
     CHECK(exists(seg_path(dir, 1)), "live head kept");
 
     /* Kill everything in segments 1 and 2 and a bit of 4. */
@@ -1130,30 +1133,30 @@ static void test_maintain_delete(void)
             ids[k++] = id;
     kill_ids(w, &m, ids, k);
     CHECK_RC(wal_commit(w), 0);
-    CHECK_RC(wal_maintain(w, 1 << 20, NULL), 0);
+    CHECK_RC(wlog_reclaim(wal_log(w), 1 << 20, NULL), 0);
     CHECK(!exists(seg_path(dir, 1)) && !exists(seg_path(dir, 2)), "dead head segments deleted");
     CHECK(exists(seg_path(dir, 3)) && exists(seg_path(dir, 4)), "live segment 3 stops deletion");
-    wal_get_stats(w, &st);
+    wlog_stats(wal_log(w), &st);
     CHECK(st.segments == nseg0 - 2 && st.deleted_segments == 2, "stats after delete");
 
     /* Kill everything: every segment but the active one goes. */
     kill_live_upto(w, &m, 200);
     CHECK_RC(wal_commit(w), 0);
-    CHECK_RC(wal_maintain(w, 1 << 20, NULL), 0);
-    wal_get_stats(w, &st);
+    CHECK_RC(wlog_reclaim(wal_log(w), 1 << 20, NULL), 0);
+    wlog_stats(wal_log(w), &st);
     CHECK(st.segments == 1 && st.live_records == 0 && st.live_bytes == 0,
           "only the active segment remains: %llu", (unsigned long long)st.segments);
     CHECK(count_segments(dir) == 1, "one file: %d", count_segments(dir));
-    next = wal_next_lsn(w);
-    uint64_t id0 = wal_id(w);
-    wal_close(w);
+    next = wlog_next_lsn(wal_log(w));
+    uint64_t id0 = wlog_id(wal_log(w));
+    wlog_close(wal_log(w));
 
     /* LSNs continue after every old segment is gone. */
     memset(m.live, 0, m.cap);
     CHECK_RC(wal_open(&w, &o, m_replay, &m), 0);
-    CHECK(wal_next_lsn(w) == next, "lsn continues: %llu want %llu",
-          (unsigned long long)wal_next_lsn(w), (unsigned long long)next);
-    CHECK(wal_id(w) == id0, "same log");
+    CHECK(wlog_next_lsn(wal_log(w)) == next, "lsn continues: %llu want %llu",
+          (unsigned long long)wlog_next_lsn(wal_log(w)), (unsigned long long)next);
+    CHECK(wlog_id(wal_log(w)) == id0, "same log");
     /* Even when the remaining segment holds no record at all. */
     for (int i = 0; i < 30; i++)
         add_live(w, &m, 150);
@@ -1162,12 +1165,12 @@ static void test_maintain_delete(void)
         ids[k++] = id;
     kill_ids(w, &m, ids, k);
     CHECK_RC(wal_commit(w), 0);
-    CHECK_RC(wal_maintain(w, 1 << 20, NULL), 0);
-    next = wal_next_lsn(w);
-    wal_close(w);
+    CHECK_RC(wlog_reclaim(wal_log(w), 1 << 20, NULL), 0);
+    next = wlog_next_lsn(wal_log(w));
+    wlog_close(wal_log(w));
     CHECK_RC(wal_open(&w, &o, m_replay, &m), 0);
-    CHECK(wal_next_lsn(w) == next, "lsn continues again");
-    wal_close(w);
+    CHECK(wlog_next_lsn(wal_log(w)) == next, "lsn continues again");
+    wlog_close(wal_log(w));
     model_free(&m);
 }
 
@@ -1192,13 +1195,13 @@ static void test_maintain_waits_for_successor(void)
         ids[k++] = id;
     kill_ids(w, &m, ids, k); /* the DONE lands in segment 2, not yet created */
     CHECK(!exists(seg_path(dir, 2)), "segment 2 not created before commit");
-    int r = wal_maintain(w, 1 << 20, NULL);
+    int r = wlog_reclaim(wal_log(w), 1 << 20, NULL);
     CHECK(exists(seg_path(dir, 1)), "segment 1 kept while its successor is not on disk");
     CHECK(r == 1, "maintain says work remains: %d", r);
     CHECK_RC(wal_commit(w), 0);
-    CHECK_RC(wal_maintain(w, 1 << 20, NULL), 0);
+    CHECK_RC(wlog_reclaim(wal_log(w), 1 << 20, NULL), 0);
     CHECK(!exists(seg_path(dir, 1)), "deleted after commit");
-    wal_close(w);
+    wlog_close(wal_log(w));
     model_free(&m);
 }
 
@@ -1227,17 +1230,17 @@ static void test_maintain_waits_for_end_records(void)
     for (uint64_t id = 1; id <= 15; id++) {
         ids[k++] = id;
         m.live[id] = 0;
-        wal_live_del(w, m.loc[id]); /* dead in memory; no DONE appended yet */
+        wlog_live(wal_log(w), m.loc[id], 0); /* dead in memory; no DONE appended yet */
     }
-    wal_maintain(w, 1 << 20, NULL);
+    wlog_reclaim(wal_log(w), 1 << 20, NULL);
     CHECK(exists(seg_path(dir, 1)), "segment 1 kept while the records ending its ADDs are not durable");
     CHECK_RC(append_done(w, ids, k, NULL), 0);
-    wal_maintain(w, 1 << 20, NULL);
+    wlog_reclaim(wal_log(w), 1 << 20, NULL);
     CHECK(exists(seg_path(dir, 1)), "segment 1 kept while the DONE is only appended");
     CHECK_RC(wal_commit(w), 0);
-    CHECK_RC(wal_maintain(w, 1 << 20, NULL), 0);
+    CHECK_RC(wlog_reclaim(wal_log(w), 1 << 20, NULL), 0);
     CHECK(!exists(seg_path(dir, 1)), "deleted once the DONE is durable");
-    wal_close(w);
+    wlog_close(wal_log(w));
     model_free(&m);
 }
 
@@ -1248,7 +1251,7 @@ static void test_compaction(void)
     struct model m;
     const uint64_t segb = 8192;
     struct wal_opts o = {.dir = dir, .segment_bytes = segb, .no_sync = 1};
-    struct wal_stats st;
+    struct wlog_stats st;
     const int n = 1500;
     size_t nlive = 0;
 
@@ -1262,32 +1265,32 @@ static void test_compaction(void)
     }
     nlive = kill_all_but(w, &m, 1, (uint64_t)n, 7);
     CHECK_RC(wal_commit(w), 0);
-    wal_get_stats(w, &st);
+    wlog_stats(wal_log(w), &st);
     CHECK(st.live_records == nlive, "live %llu want %zu", (unsigned long long)st.live_records,
           nlive);
     CHECK(st.disk_bytes > 2 * st.live_bytes + segb, "policy should trigger");
     uint64_t live_bytes0 = st.live_bytes;
 
     /* One small step: copies are made, but segment 1 stays until they are committed. */
-    int r = wal_maintain(w, 4096, &(struct wlog_compact_ops){m_is_live, m_moved, &m});
+    int r = wlog_reclaim(wal_log(w), 4096, &(struct wlog_compact_ops){m_is_live, m_moved, &m});
     CHECK(r == 1, "more work: %d", r);
     CHECK(m.moved_calls > 0, "some live records moved");
     CHECK(exists(seg_path(dir, 1)), "segment 1 kept");
-    r = wal_maintain(w, 1 << 20, &(struct wlog_compact_ops){m_is_live, m_moved, &m});
+    r = wlog_reclaim(wal_log(w), 1 << 20, &(struct wlog_compact_ops){m_is_live, m_moved, &m});
     CHECK(exists(seg_path(dir, 1)), "segment 1 kept until the copies are committed");
-    CHECK(wal_pending(w) > 0, "copies are buffered");
+    CHECK(wlog_pending(wal_log(w)) > 0, "copies are buffered");
     CHECK_RC(wal_commit(w), 0);
 
     /* Run it like the event loop would. */
     int rounds = 0;
     do {
-        r = wal_maintain(w, 8192, &(struct wlog_compact_ops){m_is_live, m_moved, &m});
+        r = wlog_reclaim(wal_log(w), 8192, &(struct wlog_compact_ops){m_is_live, m_moved, &m});
         CHECK(r >= 0, "maintain -> %d", r);
         CHECK_RC(wal_commit(w), 0);
     } while (r == 1 && ++rounds < 10000);
     CHECK(r == 0, "compaction finished after %d rounds", rounds);
     CHECK(!exists(seg_path(dir, 1)), "segment 1 deleted");
-    wal_get_stats(w, &st);
+    wlog_stats(wal_log(w), &st);
     CHECK(st.live_records == nlive && st.live_bytes == live_bytes0,
           "live accounting moved with the copies: %llu %llu", (unsigned long long)st.live_records,
           (unsigned long long)st.live_bytes);
@@ -1309,13 +1312,13 @@ static void test_compaction(void)
     for (uint64_t i = 1; i <= (uint64_t)n; i++) {
         if (!m.live[i])
             continue;
-        CHECK_RC(wal_read(w, m.loc[i], &b, &h, &p), 0);
+        CHECK_RC(wlog_read(wal_log(w), m.loc[i], &b, &h, &p), 0);
         CHECK(add_ok(p, h.len, &id) && id == i, "message %llu after compaction",
               (unsigned long long)i);
     }
     struct wlog_loc saved[1501];
     memcpy(saved, m.loc, sizeof(saved));
-    wal_close(w);
+    wlog_close(wal_log(w));
 
     /* Reopen: the copies replay with the same ids and payloads, nothing dead comes back. */
     memset(m.live, 0, m.cap);
@@ -1329,13 +1332,13 @@ static void test_compaction(void)
         live_after++;
         CHECK(m.loc[i].seg == saved[i].seg && m.loc[i].off == saved[i].off,
               "message %llu at its copy", (unsigned long long)i);
-        CHECK_RC(wal_read(w, m.loc[i], &b, &h, &p), 0);
+        CHECK_RC(wlog_read(wal_log(w), m.loc[i], &b, &h, &p), 0);
         CHECK(add_ok(p, h.len, &id) && id == i, "payload of %llu", (unsigned long long)i);
     }
     CHECK(live_after == nlive, "live after reopen %zu", live_after);
-    wal_get_stats(w, &st);
+    wlog_stats(wal_log(w), &st);
     CHECK(st.live_bytes == live_bytes0, "replayed live bytes");
-    wal_close(w);
+    wlog_close(wal_log(w));
     free(b.p);
     model_free(&m);
 }
@@ -1374,46 +1377,47 @@ static void test_horizon(void)
         add_live(w, &m, 100);
     kill_all_but(w, &m, 1, 400, 10);
     CHECK_RC(wal_commit(w), 0);
-    CHECK(t.n == wal_next_lsn(w) - 1 && !t.out_of_order, "tap saw %llu of %llu records",
-          (unsigned long long)t.n, (unsigned long long)(wal_next_lsn(w) - 1));
+    CHECK(t.n == wlog_next_lsn(wal_log(w)) - 1 && !t.out_of_order, "tap saw %llu of %llu records",
+          (unsigned long long)t.n, (unsigned long long)(wlog_next_lsn(wal_log(w)) - 1));
     struct wlog_compact_ops ops = {m_is_live, m_moved, &m};
     /*
      * Append without committing, then force: the roll lands behind buffered
      * bytes, and the next commit must still write them (and create the new,
      * empty, segment after them).
      */
-    uint64_t x1 = wal_next_lsn(w);
+    uint64_t x1 = wlog_next_lsn(wal_log(w));
     add_live(w, &m, 100);
-    uint64_t x2 = wal_next_lsn(w);
+    uint64_t x2 = wlog_next_lsn(wal_log(w));
     add_live(w, &m, 100);
     CHECK_RC(wal_force_horizon(w, &h), 0);
-    uint64_t pending = wal_pending(w);
+    uint64_t pending = wlog_pending(wal_log(w));
     CHECK(pending > 0, "buffered bytes before the commit");
     CHECK_RC(wal_commit(w), 0);
-    CHECK(wal_pending(w) == 0, "the commit wrote what was buffered behind the roll: %zu left",
-          wal_pending(w));
-    CHECK(h == wal_next_lsn(w), "the horizon is the next LSN: %llu", (unsigned long long)h);
+    CHECK(wlog_pending(wal_log(w)) == 0,
+          "the commit wrote what was buffered behind the roll: %zu left", wlog_pending(wal_log(w)));
+    CHECK(h == wlog_next_lsn(wal_log(w)), "the horizon is the next LSN: %llu",
+          (unsigned long long)h);
     CHECK(!wal_horizon_reached(w, h), "live records lie below it");
     uint64_t tapped_before = t.n;
     for (int round = 0; round < 100 && !wal_horizon_reached(w, h); round++) {
-        CHECK(wal_maintain(w, 4096, &ops) >= 0, "maintain");
+        CHECK(wlog_reclaim(wal_log(w), 4096, &ops) >= 0, "maintain");
         CHECK_RC(wal_commit(w), 0);
     }
     CHECK(wal_horizon_reached(w, h), "horizon reached");
     CHECK(t.n - tapped_before >= 40 && !t.out_of_order, "the tap saw the copies: %llu",
           (unsigned long long)(t.n - tapped_before));
     CHECK_RC(wal_commit(w), 0);
-    CHECK_RC(wal_maintain(w, 1 << 20, &ops), 0);
+    CHECK_RC(wlog_reclaim(wal_log(w), 1 << 20, &ops), 0);
     CHECK(wal_first_lsn(w) >= h, "every segment below the horizon deleted: first LSN %llu",
           (unsigned long long)wal_first_lsn(w));
-    wal_close(w);
+    wlog_close(wal_log(w));
     /* What is left is everything live. */
     memset(m.live, 0, m.cap);
     CHECK_RC(wal_open(&w, &o, m_replay, &m), 0);
     for (uint64_t id = 10; id <= 400; id += 10)
         CHECK(m.live[id], "message %llu still held after the horizon", (unsigned long long)id);
     CHECK(m.live[x1] && m.live[x2], "the two appended behind the roll are held");
-    wal_close(w);
+    wlog_close(wal_log(w));
 
     /* A log created for a rebuild starts at the given id and LSN. */
     const char *dir2 = tdir("horizon-create");
@@ -1421,18 +1425,18 @@ static void test_horizon(void)
                           .create_id = 0x1234, .create_base_lsn = 500};
     struct coll c = {0};
     CHECK_RC(wal_open(&w, &o2, collect, &c), 0);
-    CHECK(wal_id(w) == 0x1234 && wal_next_lsn(w) == 500, "id %llx next %llu",
-          (unsigned long long)wal_id(w), (unsigned long long)wal_next_lsn(w));
+    CHECK(wlog_id(wal_log(w)) == 0x1234 && wlog_next_lsn(wal_log(w)) == 500, "id %llx next %llu",
+          (unsigned long long)wlog_id(wal_log(w)), (unsigned long long)wlog_next_lsn(wal_log(w)));
     add_live(w, &m, 10);
     CHECK_RC(wal_commit(w), 0);
-    wal_close(w);
+    wlog_close(wal_log(w));
     CHECK_RC(wal_open(&w, &o, collect, &c), 0); /* the first dir, again: unaffected */
-    wal_close(w);
+    wlog_close(wal_log(w));
     coll_reset(&c);
     CHECK_RC(wal_open(&w, &o2, collect, &c), 0);
-    CHECK(c.n == 1 && c.v[0].lsn == 500 && wal_next_lsn(w) == 501, "reopened: %zu records",
-          c.n);
-    wal_close(w);
+    CHECK(c.n == 1 && c.v[0].lsn == 500 && wlog_next_lsn(wal_log(w)) == 501,
+          "reopened: %zu records", c.n);
+    wlog_close(wal_log(w));
     coll_reset(&c);
     model_free(&m);
 }
@@ -1460,13 +1464,13 @@ static void test_big_records(void)
     add_live(w, &m, 100);      /* 7 */
     CHECK(m.loc[1].seg == 1 && m.loc[2].seg == 2, "big record alone");
     CHECK_RC(wal_commit(w), 0);
-    wal_close(w);
+    wlog_close(wal_log(w));
 
     memset(m.live, 0, m.cap);
     CHECK_RC(wal_open(&w, &o, m_replay, &m), 0);
     for (uint64_t i = 1; i <= 7; i++)
         CHECK(m.live[i], "record %llu replayed", (unsigned long long)i);
-    CHECK_RC(wal_read(w, m.loc[1], &b, &h, &p), 0);
+    CHECK_RC(wlog_read(wal_log(w), m.loc[1], &b, &h, &p), 0);
     CHECK(add_ok(p, h.len, &id) && id == 1, "5 MiB record reads back");
 
     for (uint64_t i = 3; i <= 6; i++)
@@ -1476,25 +1480,25 @@ static void test_big_records(void)
     struct wlog_loc old = m.loc[1];
     int r, rounds = 0;
     do {
-        r = wal_maintain(w, 1 << 20, &(struct wlog_compact_ops){m_is_live, m_moved, &m});
+        r = wlog_reclaim(wal_log(w), 1 << 20, &(struct wlog_compact_ops){m_is_live, m_moved, &m});
         CHECK(r >= 0, "maintain -> %d", r);
         CHECK_RC(wal_commit(w), 0);
     } while (r == 1 && ++rounds < 100);
     CHECK(m.loc[1].seg != old.seg, "5 MiB record moved");
     CHECK(!exists(seg_path(dir, 1)), "segment 1 deleted");
-    CHECK_RC(wal_read(w, m.loc[1], &b, &h, &p), 0);
+    CHECK_RC(wlog_read(wal_log(w), m.loc[1], &b, &h, &p), 0);
     CHECK(add_ok(p, h.len, &id) && id == 1, "moved 5 MiB record reads back");
-    struct wal_stats st;
-    wal_get_stats(w, &st);
+    struct wlog_stats st;
+    wlog_stats(wal_log(w), &st);
     CHECK(st.disk_bytes <= 2 * st.live_bytes + 4096, "disk %llu live %llu",
           (unsigned long long)st.disk_bytes, (unsigned long long)st.live_bytes);
-    wal_close(w);
+    wlog_close(wal_log(w));
     memset(m.live, 0, m.cap);
     CHECK_RC(wal_open(&w, &o, m_replay, &m), 0);
     CHECK(m.live[1] && m.live[2] && m.live[7] && !m.live[3] && !m.live[6], "liveness after reopen");
-    CHECK_RC(wal_read(w, m.loc[1], &b, &h, &p), 0);
+    CHECK_RC(wlog_read(wal_log(w), m.loc[1], &b, &h, &p), 0);
     CHECK(add_ok(p, h.len, &id) && id == 1, "copy replayed");
-    wal_close(w);
+    wlog_close(wal_log(w));
     free(b.p);
     model_free(&m);
 }
@@ -1534,12 +1538,12 @@ static void test_random_sessions(void)
                 break;
             }
             if (m.live[i] && (i % 13 == 0)) {
-                CHECK_RC(wal_read(w, m.loc[i], &b, &h, &p), 0);
+                CHECK_RC(wlog_read(wal_log(w), m.loc[i], &b, &h, &p), 0);
                 CHECK(add_ok(p, h.len, &id) && id == i, "payload of %llu", (unsigned long long)i);
             }
         }
         int ops = 200 + (int)(RND() % 400);
-        for (int op = 0; op < ops && wal_next_lsn(w) + 100 < cap; op++) {
+        for (int op = 0; op < ops && wlog_next_lsn(wal_log(w)) + 100 < cap; op++) {
             uint64_t r = RND() % 100;
             if (r < 55) {
                 add_live(w, &m, (uint32_t)(RND() % 600));
@@ -1547,7 +1551,8 @@ static void test_random_sessions(void)
                 uint64_t ids[16];
                 uint32_t k = 0;
                 for (int t = 0; t < 40 && k < 16; t++) {
-                    uint64_t cand = 1 + RND() % (wal_next_lsn(w) - 1 ? wal_next_lsn(w) - 1 : 1);
+                    uint64_t last = wlog_next_lsn(wal_log(w)) - 1;
+                    uint64_t cand = 1 + RND() % (last ? last : 1);
                     int dup = 0;
                     for (uint32_t j = 0; j < k; j++)
                         dup |= ids[j] == cand;
@@ -1560,7 +1565,7 @@ static void test_random_sessions(void)
                 CHECK_RC(wal_commit(w), 0);
                 memcpy(committed_live, m.live, cap);
             } else {
-                int mr = wal_maintain(w, (size_t)(RND() % 20000),
+                int mr = wlog_reclaim(wal_log(w), (size_t)(RND() % 20000),
                                       &(struct wlog_compact_ops){m_is_live, m_moved, &m});
                 CHECK(mr >= 0, "maintain -> %d", mr);
             }
@@ -1572,12 +1577,12 @@ static void test_random_sessions(void)
         } else {
             /* Uncommitted compaction copies and appends vanish; the model must agree. */
         }
-        struct wal_stats st;
-        wal_get_stats(w, &st);
+        struct wlog_stats st;
+        wlog_stats(wal_log(w), &st);
         deleted += st.deleted_segments;
         compacted += st.compacted_bytes;
         truncated += st.truncated_bytes;
-        wal_close(w);
+        wlog_close(wal_log(w));
         w = NULL;
         if (RND() % 3 == 0) { /* torn garbage after the last record */
             uint8_t junk[300];
@@ -1606,11 +1611,11 @@ static void test_lock(void)
     struct wal *w1, *w2 = (struct wal *)1;
 
     CHECK_RC(wopen_quiet_coll(&w1, dir, 0), 0);
-    CHECK_RC(wopen_quiet_coll(&w2, dir, 0), WAL_ELOCKED);
+    CHECK_RC(wopen_quiet_coll(&w2, dir, 0), WLOG_ELOCKED);
     CHECK(w2 == NULL, "no second log");
-    wal_close(w1);
+    wlog_close(wal_log(w1));
     CHECK_RC(wopen_quiet_coll(&w2, dir, 0), 0);
-    wal_close(w2);
+    wlog_close(wal_log(w2));
 }
 
 static void test_failed_commit(void)
@@ -1632,19 +1637,19 @@ static void test_failed_commit(void)
     CHECK_RC(append_add(w, 64, NULL, NULL), 0);
     CHECK_RC(wal_test_break_fd(w), 0);
     err = wal_commit(w);
-    CHECK(err == -EBADF, "commit fails: %d %s", err, wal_strerror(err));
+    CHECK(err == -EBADF, "commit fails: %d %s", err, wlog_strerror(err));
     /* Failed for good: every later call returns the same error. */
     CHECK_RC(wal_commit(w), err);
     CHECK_RC(append_add(w, 64, NULL, NULL), err);
-    CHECK_RC(wal_read(w, loc, &b, &h, &p), err);
-    CHECK_RC(wal_maintain(w, 1000, NULL), err);
-    struct wal_stats st;
-    wal_get_stats(w, &st);
+    CHECK_RC(wlog_read(wal_log(w), loc, &b, &h, &p), err);
+    CHECK_RC(wlog_reclaim(wal_log(w), 1000, NULL), err);
+    struct wlog_stats st;
+    wlog_stats(wal_log(w), &st);
     CHECK(st.durable_lsn == 10, "durable lsn stays at the last good commit");
-    wal_close(w);
+    wlog_close(wal_log(w));
     CHECK_RC(wopen(&w, dir, 0, &c), 0);
     CHECK(coll_is_prefix(&c, 10), "recovery from what is on disk: %zu", c.n);
-    wal_close(w);
+    wlog_close(wal_log(w));
     coll_reset(&c);
     free(b.p);
 }
@@ -1663,13 +1668,13 @@ static void test_reserve_file(void)
     const char *dir = tdir("reserve");
     char path[512];
     struct wal *w = NULL;
-    struct wal_stats st;
+    struct wlog_stats st;
     struct wal_opts o = {.dir = dir, .segment_bytes = 64 << 10, .no_sync = 1,
                          .reserve_bytes = 128 << 10};
 
     snprintf(path, sizeof(path), "%s/RESERVE", dir);
     CHECK_RC(wal_open(&w, &o, NULL, NULL), 0);
-    wal_get_stats(w, &st);
+    wlog_stats(wal_log(w), &st);
     CHECK(st.reserve_bytes == 128 << 10 && st.reserve_held == 128 << 10,
           "reserve %llu of %llu", (unsigned long long)st.reserve_held,
           (unsigned long long)st.reserve_bytes);
@@ -1677,29 +1682,29 @@ static void test_reserve_file(void)
           (unsigned long long)file_blocks_bytes(path));
     CHECK(!st.intake_paused, "a roomy volume: intake not paused");
     CHECK(st.free_bytes > 0, "the volume's free space is known");
-    wal_close(w);
+    wlog_close(wal_log(w));
 
     o.reserve_bytes = 64 << 10; /* segment_mb lowered */
     CHECK_RC(wal_open(&w, &o, NULL, NULL), 0);
-    wal_get_stats(w, &st);
+    wlog_stats(wal_log(w), &st);
     CHECK(st.reserve_held == 64 << 10, "held %llu after lowering", (unsigned long long)st.reserve_held);
     struct stat sb;
     CHECK(stat(path, &sb) == 0 && sb.st_size == 64 << 10, "RESERVE cut to 64 KiB");
-    wal_close(w);
+    wlog_close(wal_log(w));
 
     /* A sparse RESERVE (a copy that dropped its blocks) counts for what it holds: filled again. */
     CHECK(truncate(path, 0) == 0 && truncate(path, 64 << 10) == 0, "make it a hole");
     CHECK_RC(wal_open(&w, &o, NULL, NULL), 0);
     CHECK(file_blocks_bytes(path) >= 64 << 10, "the hole filled: %llu",
           (unsigned long long)file_blocks_bytes(path));
-    wal_close(w);
+    wlog_close(wal_log(w));
 
     /* Tools and tests open without a reserve: the file is left alone, no gate. */
     o.reserve_bytes = 0;
     CHECK_RC(wal_open(&w, &o, NULL, NULL), 0);
-    wal_get_stats(w, &st);
+    wlog_stats(wal_log(w), &st);
     CHECK(st.reserve_bytes == 0 && !st.intake_paused, "no reserve, no gate");
-    wal_close(w);
+    wlog_close(wal_log(w));
     CHECK(exists(path), "RESERVE kept by a log opened without one");
 }
 
@@ -1718,7 +1723,7 @@ static void test_reserve_full_disk(void)
     char mnt[512], dir[600];
     struct wal *w = NULL;
     struct model m;
-    struct wal_stats st;
+    struct wlog_stats st;
     uint64_t first_paused = 0;
     int r;
 
@@ -1739,19 +1744,19 @@ static void test_reserve_full_disk(void)
 
     /* Intake as the daemon takes it: until the gate says pause. */
     for (int i = 0; i < 4000; i++) {
-        wal_get_stats(w, &st);
+        wlog_stats(wal_log(w), &st);
         if (st.intake_paused)
             break;
         add_live(w, &m, 900);
         CHECK_RC(wal_commit(w), 0);
-        CHECK(wal_maintain(w, 1 << 20, NULL) >= 0, "maintain");
+        CHECK(wlog_reclaim(wal_log(w), 1 << 20, NULL) >= 0, "maintain");
     }
-    wal_get_stats(w, &st);
+    wlog_stats(wal_log(w), &st);
     CHECK(st.intake_paused, "intake paused before the disk is full");
     CHECK(st.reserve_held == 64 << 10, "the reserve untouched by intake: %llu",
           (unsigned long long)st.reserve_held);
-    CHECK(st.intake_pauses == 1, "one pause: %llu", (unsigned long long)st.intake_pauses);
-    first_paused = wal_next_lsn(w);
+    CHECK(w->intake_pauses == 1, "one pause: %llu", (unsigned long long)w->intake_pauses);
+    first_paused = wlog_next_lsn(wal_log(w));
 
     /* Appends past the pause (another writer, or an owner ignoring the gate): more ADDs
      * than the free space holds ... */
@@ -1764,17 +1769,17 @@ static void test_reserve_full_disk(void)
     kill_live_upto(w, &m, first_paused - 1);
     r = wal_commit(w);
     CHECK(r == 0, "the commit behind a full disk succeeds on the reserve: %d (%s)", r,
-          wal_strerror(r));
-    wal_get_stats(w, &st);
+          wlog_strerror(r));
+    wlog_stats(wal_log(w), &st);
     CHECK(st.reserve_spent == 1 && st.reserve_held == 0, "reserve spent %llu, held %llu",
           (unsigned long long)st.reserve_spent, (unsigned long long)st.reserve_held);
     CHECK(st.intake_paused, "intake stays paused while the reserve is not whole");
 
     /* Nobody frees anything: maintenance deletes the dead segments, refills, resumes. */
     for (int i = 0; i < 50 && st.intake_paused; i++) {
-        CHECK(wal_maintain(w, 1 << 20, NULL) >= 0, "maintain");
+        CHECK(wlog_reclaim(wal_log(w), 1 << 20, NULL) >= 0, "maintain");
         CHECK_RC(wal_commit(w), 0);
-        wal_get_stats(w, &st);
+        wlog_stats(wal_log(w), &st);
     }
     CHECK(!st.intake_paused, "intake resumed by itself: free %llu, reserve %llu of %llu",
           (unsigned long long)st.free_bytes, (unsigned long long)st.reserve_held,
@@ -1786,7 +1791,7 @@ static void test_reserve_full_disk(void)
     uint64_t live = 0;
     for (uint64_t id = 0; id < m.cap; id++)
         live += m.live[id];
-    wal_close(w);
+    wlog_close(wal_log(w));
     model_free(&m);
     model_init(&m, &w, 1 << 16);
     CHECK_RC(wal_open(&w, &o, m_replay, &m), 0);
@@ -1795,7 +1800,7 @@ static void test_reserve_full_disk(void)
         again += m.live[id];
     CHECK(again == live && live > 0, "live after reopen %llu, before %llu",
           (unsigned long long)again, (unsigned long long)live);
-    wal_close(w);
+    wlog_close(wal_log(w));
     model_free(&m);
     snprintf(cmd, sizeof(cmd), "umount -l %s", mnt);
     if (system(cmd) != 0)

@@ -24,7 +24,7 @@
 
 #include "delay-bridge/walrec.h"
 #include "delay-bridge/wlog.h"
-#include "wal/walscan.h"
+#include "delay-bridge/walscan.h"
 
 #include "check.h"
 #include "testkit.h"
