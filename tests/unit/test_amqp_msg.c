@@ -997,8 +997,93 @@ static void test_intake_headers(void)
     free(b);
 }
 
+
+/*
+ * Rules a header read keeps, pinned before the reading moved to one pass
+ * (issue 42): a name counts by its first entry only, whatever follows.
+ */
+static void test_first_entry_rules(void)
+{
+    const uint64_t now = 1764000000000ull;
+    const uint64_t M = 4294967295u;
+    uint64_t ms = 99;
+    int un = 9;
+    amqp_table_entry_t e[4];
+    amqp_table_t t = { 0, e };
+    const char *p;
+    size_t n;
+
+    /* x-delay-until after x-opt-delivery-time still wins */
+    e[0] = entry("x-opt-delivery-time", vi(AMQP_FIELD_KIND_I64, (int64_t)now + 9000));
+    e[1] = entry("x-delay-until", VS("2025-11-24T16:00:07.250Z"));
+    t.num_entries = 2;
+    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_OK && ms == 7250);
+    /* a second x-delay-until is not looked at, valid or not */
+    e[0] = entry("x-delay-until", VS("tomorrow"));
+    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_UNTIL_EINVALID && ms == 0);
+    e[0] = entry("x-opt-delivery-time", VS("soon"));
+    e[1] = entry("x-opt-delivery-time", vi(AMQP_FIELD_KIND_I64, (int64_t)now + 9000));
+    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_DT_EINVALID && ms == 0);
+    /* an invalid x-delay beside a valid x-opt-delivery-delay: x-delay's error */
+    e[0] = entry("x-opt-delivery-delay", vi(AMQP_FIELD_KIND_I64, 1500));
+    e[1] = entry("x-delay", VS("soon"));
+    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_EINVALID && ms == 0);
+    /* two x-opt-delivery-delay: the first */
+    e[0] = entry("x-opt-delivery-delay", vi(AMQP_FIELD_KIND_I64, 1500));
+    e[1] = entry("x-opt-delivery-delay", vi(AMQP_FIELD_KIND_I64, 2500));
+    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_OK && ms == 1500);
+    CHECK(amqp_msg_xdelay(&t, M, &ms) == XDELAY_NOW && ms == 0); /* x-delay alone: none */
+
+    /* the stamp: its first entry only; a string there is no stamp, whatever follows */
+    e[0] = entry("x-delay", vi(AMQP_FIELD_KIND_I32, 5000));
+    e[1] = entry("timestamp_in_ms", VS("1763999998800"));
+    e[2] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I64, (int64_t)now - 1200));
+    t.num_entries = 3;
+    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 5000 && un == 1);
+    e[1] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I64, (int64_t)now - 1200));
+    e[2] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I64, (int64_t)now - 100));
+    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 3801 && un == 0);
+    /* stamp kinds: I64, U64 up to INT64_MAX, I32, U32; not I16, not a timestamp */
+    t.num_entries = 2;
+    e[1] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I32, 5));
+    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 0 && un == 0);
+    e[1] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_U32, 5));
+    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 0 && un == 0);
+    e[1] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I16, 5));
+    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 5000 && un == 1);
+    e[1] = entry("timestamp_in_ms", vu64((uint64_t)INT64_MAX + 1));
+    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 5000 && un == 1);
+    /* x-opt-delivery-delay counts from the stamp too, and keeps its errors' names */
+    e[0] = entry("x-opt-delivery-delay", vi(AMQP_FIELD_KIND_I64, 5000));
+    e[1] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I64, (int64_t)now - 1200));
+    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 3801 && un == 0);
+    e[0] = entry("x-opt-delivery-delay", VS("soon"));
+    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_DD_EINVALID && ms == 0 &&
+          un == 0);
+    t.num_entries = 1; /* unstamped, invalid: not counted as unstamped */
+    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_DD_EINVALID && un == 0);
+    e[0] = entry("x-opt-delivery-delay", vi(AMQP_FIELD_KIND_I64, 0)); /* NOW is not OK */
+    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_NOW && un == 0);
+    /* x-opt-delivery-time with a stamp: absolute, unstamped stays 0 */
+    e[0] = entry("x-opt-delivery-time", vi(AMQP_FIELD_KIND_I64, (int64_t)now + 9000));
+    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 9000 && un == 0);
+
+    /* a string header: the first entry's kind decides (-1), a byte array is one */
+    e[0] = entry("x-delay-key", vi(AMQP_FIELD_KIND_I32, 7));
+    e[1] = entry("x-delay-key", VS("k1"));
+    t.num_entries = 2;
+    CHECK(amqp_msg_header_str(&t, "x-delay-key", &p, &n) == -1);
+    e[0] = entry("x-delay-key", vstr(AMQP_FIELD_KIND_BYTES, "k0", 2));
+    CHECK(amqp_msg_header_str(&t, "x-delay-key", &p, &n) == 1 && n == 2 && memcmp(p, "k0", 2) == 0);
+    e[0] = entry("x-delay-key", VS(""));
+    CHECK(amqp_msg_header_str(&t, "x-delay-key", &p, &n) == 1 && n == 0);
+    CHECK(amqp_msg_header_str(&t, "x-delay-cancel", &p, &n) == 0);
+    CHECK(amqp_msg_header_str(NULL, "x-delay-key", &p, &n) == 0);
+}
+
 int main(void)
 {
+    test_first_entry_rules();
     test_due();
     test_due_stamped();
     test_set_delay_drops_stamp();

@@ -441,7 +441,77 @@ static void test_out(void)
     empty_amqp_pool(&pool);
 }
 
+
+/* Rules of the read pinned before it moved to one pass (issue 42): first entries only. */
+static void test_in_first(void)
+{
+    amqp_table_entry_t d0[] = {e_("queue", s_("work.b"))}; /* no reason */
+    amqp_field_value_t death;
+    memset(&death, 0, sizeof death);
+    death.kind = AMQP_FIELD_KIND_TABLE;
+    death.value.table = (amqp_table_t){1, d0};
+    amqp_field_value_t arr;
+    memset(&arr, 0, sizeof arr);
+    arr.kind = AMQP_FIELD_KIND_ARRAY;
+    arr.value.array = (amqp_array_t){1, &death};
+    struct retry_in in;
+
+    /* a malformed first x-death: the fallbacks, never a second x-death */
+    amqp_table_entry_t h[] = {e_("x-death", s_("nonsense")), e_("x-death", arr),
+                              e_("x-first-death-reason", s_("expired")),
+                              e_("x-first-death-queue", s_("f1")),
+                              e_("x-first-death-queue", s_("f2"))};
+    amqp_table_t t = {5, h};
+    amqp_retry_in(&t, &in);
+    CHECK(in.queue_len == 2 && memcmp(in.queue, "f1", 2) == 0);
+    CHECK(in.reason_len == 7 && memcmp(in.reason, "expired", 7) == 0);
+    /* x-death's queue without its reason: the reason from the fallbacks */
+    h[0] = e_("x-death", arr);
+    amqp_retry_in(&t, &in);
+    CHECK(in.queue_len == 6 && memcmp(in.queue, "work.b", 6) == 0);
+    CHECK(in.reason_len == 7 && memcmp(in.reason, "expired", 7) == 0);
+    /* an empty queue name is none: the fallback; a long one (> 255) is none at all */
+    d0[0] = e_("queue", s_(""));
+    amqp_retry_in(&t, &in);
+    CHECK(in.queue_len == 2 && memcmp(in.queue, "f1", 2) == 0);
+    static char longq[300];
+    memset(longq, 'q', 299);
+    d0[0] = e_("queue", s_(longq));
+    amqp_retry_in(&t, &in);
+    CHECK(!in.queue && in.queue_len == 0);
+    /* a last-death queue that is not a string: the first-death one */
+    amqp_table_entry_t h2[] = {e_("x-last-death-queue", l_(5)),
+                               e_("x-first-death-queue", s_("f1")),
+                               e_("x-last-death-reason", l_(5)),
+                               e_("x-retry-attempt", l_(0)), e_("x-retry-attempt", l_(6)),
+                               e_("x-delay-bridge-handback", s_(""))};
+    t = (amqp_table_t){6, h2};
+    amqp_retry_in(&t, &in);
+    CHECK(in.queue_len == 2 && memcmp(in.queue, "f1", 2) == 0 && !in.reason);
+    CHECK(in.attempt == 0, "the first x-retry-attempt, below 1: none");
+    CHECK(in.handback, "the mark counts by its presence, any kind");
+    /* attempt kinds: any integer; a U64 above INT64_MAX saturates */
+    amqp_field_value_t u;
+    memset(&u, 0, sizeof u);
+    u.kind = AMQP_FIELD_KIND_U64;
+    u.value.u64 = UINT64_MAX;
+    h2[3] = e_("x-retry-attempt", u);
+    amqp_retry_in(&t, &in);
+    CHECK(in.attempt == INT64_MAX);
+    u.kind = AMQP_FIELD_KIND_I8;
+    u.value.i8 = 3;
+    h2[3] = e_("x-retry-attempt", u);
+    amqp_retry_in(&t, &in);
+    CHECK(in.attempt == 3);
+    u.kind = AMQP_FIELD_KIND_TIMESTAMP;
+    u.value.u64 = 3;
+    h2[3] = e_("x-retry-attempt", u);
+    amqp_retry_in(&t, &in);
+    CHECK(in.attempt == 0, "a timestamp is not an attempt");
+}
+
 static const struct check_case cases[] = {
+    {"in_first", test_in_first},
     {"config", test_config}, {"backoff", test_backoff}, {"judge", test_judge},
     {"in", test_in},         {"out", test_out},       {"admits", test_admits},
 };
