@@ -336,6 +336,25 @@ int amqp_msg_header_str(const amqp_table_t *headers, const char *name, const cha
     return 0;
 }
 
+int amqp_msg_header_i64(const amqp_table_t *headers, const char *name, int64_t *v)
+{
+    if (!headers || headers->num_entries <= 0 || !headers->entries)
+        return 0;
+    for (int i = 0; i < headers->num_entries; i++) {
+        const amqp_field_value_t *f = &headers->entries[i].value;
+        if (!key_is(headers->entries[i].key, name))
+            continue;
+        switch (f->kind) {
+        case AMQP_FIELD_KIND_I64: *v = f->value.i64; return 1;
+        case AMQP_FIELD_KIND_U64: *v = (int64_t)f->value.u64; return 1;
+        case AMQP_FIELD_KIND_I32: *v = f->value.i32; return 1;
+        case AMQP_FIELD_KIND_TIMESTAMP: *v = (int64_t)f->value.u64; return 1;
+        default: return -1;
+        }
+    }
+    return 0;
+}
+
 int amqp_msg_from_user(const amqp_basic_properties_t *p, const char *user)
 {
     size_t n = user ? strlen(user) : 0;

@@ -109,6 +109,14 @@ int amqp_msg_header_str(const amqp_table_t *headers, const char *name, const cha
                         size_t *len);
 
 /*
+ * The value of header name when it is an integer the broker writes for an
+ * offset or a time (long 'l', unsigned long 'L' cast, int 'I', timestamp
+ * 'T'): returns 1 with *v; 0 when absent; -1 when it has another type.
+ * The first entry of that name decides.
+ */
+int amqp_msg_header_i64(const amqp_table_t *headers, const char *name, int64_t *v);
+
+/*
  * Provenance. The bridge writes headers that say what it did to a message
  * (x-original-user-id, x-delay-error, x-delay-unroutable, x-original-exchange,
  * x-original-routing-key, the parked x-retry-* ones) and marks a drain's

@@ -315,28 +315,6 @@ static void begin(struct consumer *c, const amqp_basic_deliver_t *m, int route, 
     a->active = 1;
 }
 
-static int key_is(amqp_bytes_t k, const char *name)
-{
-    return k.len == strlen(name) && memcmp(k.bytes, name, k.len) == 0;
-}
-
-static int header_i64(const amqp_table_t *h, const char *name, int64_t *v)
-{
-    for (int i = 0; h && i < h->num_entries; i++) {
-        const amqp_table_entry_t *e = &h->entries[i];
-        if (!key_is(e->key, name))
-            continue;
-        switch (e->value.kind) {
-        case AMQP_FIELD_KIND_I64: *v = e->value.value.i64; return 1;
-        case AMQP_FIELD_KIND_U64: *v = (int64_t)e->value.value.u64; return 1;
-        case AMQP_FIELD_KIND_I32: *v = e->value.value.i32; return 1;
-        case AMQP_FIELD_KIND_TIMESTAMP: *v = (int64_t)e->value.value.u64; return 1;
-        default: return 0;
-        }
-    }
-    return 0;
-}
-
 /*
  * A retry route's delivery: where it failed and what the policy says
  * (retry.h). A drain's hand-back keeps what remained of its delay, in its
@@ -367,7 +345,7 @@ static void read_headers(struct consumer *c, struct delivery *d,
         d->ev.ok = amqp_msg_header_str(h, H_EVENT, &d->ev.kind, &d->ev.kind_len) > 0 &&
                    amqp_msg_header_str(h, H_KEY, &d->ev.key, &d->ev.key_len) > 0 &&
                    amqp_msg_header_str(h, H_ORIGIN, &d->ev.origin, &d->ev.origin_len) > 0 &&
-                   header_i64(h, H_AT, &d->ev.at);
+                   amqp_msg_header_i64(h, H_AT, &d->ev.at) > 0;
         return;
     }
     d->cancel = amqp_msg_header_str(h, H_CANCEL, &d->cancel_key, &d->cancel_key_len);
@@ -421,8 +399,8 @@ static void finish(struct consumer *c)
     if (!a->d.key_event && c->cfg->routes[a->d.route].queue_type == QUEUE_STREAM) {
         int64_t off;
         int64_t *next = &c->stream_next[a->d.route];
-        if (header_i64(p->_flags & AMQP_BASIC_HEADERS_FLAG ? &p->headers : NULL,
-                       "x-stream-offset", &off) && off >= 0) {
+        if (amqp_msg_header_i64(p->_flags & AMQP_BASIC_HEADERS_FLAG ? &p->headers : NULL,
+                                "x-stream-offset", &off) > 0 && off >= 0) {
             if (*next >= 0 && off < *next) {
                 /* Before the place (the chunk's start, or read again): credit, not a message. */
                 int r = amqp_basic_ack(c->conn.st, CONSUMER_CHANNEL, a->d.tag, 0);

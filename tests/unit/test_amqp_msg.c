@@ -1079,6 +1079,29 @@ static void test_first_entry_rules(void)
     CHECK(amqp_msg_header_str(&t, "x-delay-key", &p, &n) == 1 && n == 0);
     CHECK(amqp_msg_header_str(&t, "x-delay-cancel", &p, &n) == 0);
     CHECK(amqp_msg_header_str(NULL, "x-delay-key", &p, &n) == 0);
+    /* an integer header (x-stream-offset, x-delay-key-at): l L I T, the first entry's kind */
+    int64_t v = 5;
+    amqp_field_value_t ts;
+    memset(&ts, 0, sizeof ts);
+    ts.kind = AMQP_FIELD_KIND_TIMESTAMP;
+    ts.value.u64 = 1700000000;
+    e[0] = entry("x-stream-offset", vi(AMQP_FIELD_KIND_I64, -3));
+    e[1] = entry("x-stream-offset", vi(AMQP_FIELD_KIND_I64, 9));
+    CHECK(amqp_msg_header_i64(&t, "x-stream-offset", &v) == 1 && v == -3);
+    e[0] = entry("x-stream-offset", vu64(UINT64_MAX));
+    CHECK(amqp_msg_header_i64(&t, "x-stream-offset", &v) == 1 && v == -1);
+    e[0] = entry("x-stream-offset", vi(AMQP_FIELD_KIND_I32, 12));
+    CHECK(amqp_msg_header_i64(&t, "x-stream-offset", &v) == 1 && v == 12);
+    e[0] = entry("x-stream-offset", ts);
+    CHECK(amqp_msg_header_i64(&t, "x-stream-offset", &v) == 1 && v == 1700000000);
+    e[0] = entry("x-stream-offset", vi(AMQP_FIELD_KIND_U32, 12));
+    CHECK(amqp_msg_header_i64(&t, "x-stream-offset", &v) < 1);
+    e[0] = entry("x-stream-offset", vi(AMQP_FIELD_KIND_I16, 12));
+    CHECK(amqp_msg_header_i64(&t, "x-stream-offset", &v) < 1);
+    e[0] = entry("x-stream-offset", VS("12"));
+    CHECK(amqp_msg_header_i64(&t, "x-stream-offset", &v) < 1);
+    CHECK(amqp_msg_header_i64(&t, "x-delay-key-at", &v) == 0);
+    CHECK(amqp_msg_header_i64(NULL, "x-delay-key-at", &v) == 0);
 }
 
 int main(void)
