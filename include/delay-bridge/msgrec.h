@@ -41,7 +41,7 @@ struct msgrec_in {
 /*
  * Fill *a (pointers into in and rc) for a message of route rc received at
  * now, whose delay headers were judged xs with delay delay_ms
- * (amqp_msg_due(): due = now + delay_ms, the absolute time x-delay-until
+ * (broker_msg_due(): due = now + delay_ms, the absolute time x-delay-until
  * asked for). An invalid or too large delay (xdelay_invalid(xs)), or an
  * invalid x-delay-key, makes the message due now,
  * without a key; with invalid_delay "dead-letter" it is also flagged for

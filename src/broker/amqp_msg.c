@@ -10,7 +10,7 @@
  *   S (UTF8, long string)    -> TEXT     T        -> TIMESTAMP
  *   anything else (t x V F A) -> OTHER
  *
- * amqp_msg_due() looks first for "x-delay-until", then "x-opt-delivery-time"
+ * broker_msg_due() looks first for "x-delay-until", then "x-opt-delivery-time"
  * (an AMQP 1.0 annotation as RabbitMQ 4.x hands it to 0-9-1 consumers),
  * judged by xdelay_until_eval(); then "x-delay" as above; then
  * "x-opt-delivery-delay" (the relative AMQP 1.0 annotation, ms), judged as
@@ -22,7 +22,7 @@
  * short int, as RabbitMQ does), so "short or long string" is 'S' here. A
  * byte array 'x' is binary by definition and is not read as text.
  *
- * Writing: amqp_msg_outgoing() copies the properties struct, then builds a
+ * Writing: broker_msg_outgoing() copies the properties struct, then builds a
  * new header table in the pool: the input's entries in order (values shared
  * with the input, not copied), x-delay rewritten in place, bridge headers
  * replaced in place or appended. Strings the bridge adds (id, error, the
@@ -100,7 +100,7 @@ static void field_to_value(const amqp_field_value_t *f, struct xdelay_value *v)
     }
 }
 
-enum xdelay_status amqp_msg_xdelay(const amqp_table_t *headers, uint64_t max_delay_ms,
+enum xdelay_status broker_msg_xdelay(const amqp_table_t *headers, uint64_t max_delay_ms,
                                    uint64_t *delay_ms)
 {
     struct xdelay_value v;
@@ -136,13 +136,13 @@ static enum xdelay_status relative(const amqp_table_t *headers, uint64_t max_del
     enum xdelay_status s;
 
     if (lookup(headers, H_XDELAY) || !(f = lookup(headers, H_DELIVERY_DELAY)))
-        return amqp_msg_xdelay(headers, max_delay_ms, delay_ms);
+        return broker_msg_xdelay(headers, max_delay_ms, delay_ms);
     field_to_value(f, &v);
     s = xdelay_eval(&v, max_delay_ms, delay_ms);
     return s == XDELAY_EINVALID ? XDELAY_DD_EINVALID : s == XDELAY_ETOOBIG ? XDELAY_DD_ETOOBIG : s;
 }
 
-enum xdelay_status amqp_msg_due(const amqp_table_t *headers, uint64_t now_ms,
+enum xdelay_status broker_msg_due(const amqp_table_t *headers, uint64_t now_ms,
                                 uint64_t max_delay_ms, uint64_t *delay_ms)
 {
     static const char *const names[2] = {H_UNTIL, H_DELIVERY_TIME};
@@ -176,7 +176,7 @@ static uint64_t stamp_ms(const amqp_table_t *headers)
     return v > 0 ? (uint64_t)v : 0;
 }
 
-enum xdelay_status amqp_msg_due_stamped(const amqp_table_t *headers, uint64_t now_ms,
+enum xdelay_status broker_msg_due_stamped(const amqp_table_t *headers, uint64_t now_ms,
                                         uint64_t max_delay_ms, uint64_t *delay_ms,
                                         int *unstamped)
 {
@@ -185,7 +185,7 @@ enum xdelay_status amqp_msg_due_stamped(const amqp_table_t *headers, uint64_t no
 
     *unstamped = 0;
     if (lookup(headers, H_UNTIL) || lookup(headers, H_DELIVERY_TIME))
-        return amqp_msg_due(headers, now_ms, max_delay_ms, delay_ms);
+        return broker_msg_due(headers, now_ms, max_delay_ms, delay_ms);
     s = relative(headers, max_delay_ms, &d);
     if (!(at = stamp_ms(headers))) {
         *unstamped = s == XDELAY_OK;
@@ -243,7 +243,7 @@ static void table_set(amqp_table_t *t, const char *name, amqp_field_value_t v)
     t->entries[found].value = v;
 }
 
-void amqp_msg_outgoing(const amqp_basic_properties_t *in, amqp_basic_properties_t *out,
+void broker_msg_outgoing(const amqp_basic_properties_t *in, amqp_basic_properties_t *out,
                        amqp_pool_t *pool, uint64_t delay_ms, const char *bridge_user,
                        const char *id, const char *error)
 {
@@ -304,7 +304,7 @@ void amqp_msg_outgoing(const amqp_basic_properties_t *in, amqp_basic_properties_
     out->_flags |= AMQP_BASIC_HEADERS_FLAG;
 }
 
-int amqp_msg_encode_props(const amqp_basic_properties_t *props, uint8_t **buf, size_t *cap)
+int broker_msg_encode_props(const amqp_basic_properties_t *props, uint8_t **buf, size_t *cap)
 {
     for (;;) {
         amqp_bytes_t enc = {*cap, *buf};
@@ -318,7 +318,7 @@ int amqp_msg_encode_props(const amqp_basic_properties_t *props, uint8_t **buf, s
     }
 }
 
-int amqp_msg_header_str(const amqp_table_t *headers, const char *name, const char **p,
+int broker_msg_header_str(const amqp_table_t *headers, const char *name, const char **p,
                         size_t *len)
 {
     if (!headers || headers->num_entries <= 0 || !headers->entries)
@@ -336,7 +336,7 @@ int amqp_msg_header_str(const amqp_table_t *headers, const char *name, const cha
     return 0;
 }
 
-int amqp_msg_header_i64(const amqp_table_t *headers, const char *name, int64_t *v)
+int broker_msg_header_i64(const amqp_table_t *headers, const char *name, int64_t *v)
 {
     if (!headers || headers->num_entries <= 0 || !headers->entries)
         return 0;
@@ -355,7 +355,7 @@ int amqp_msg_header_i64(const amqp_table_t *headers, const char *name, int64_t *
     return 0;
 }
 
-int amqp_msg_from_user(const amqp_basic_properties_t *p, const char *user)
+int broker_msg_from_user(const amqp_basic_properties_t *p, const char *user)
 {
     size_t n = user ? strlen(user) : 0;
 
@@ -363,7 +363,7 @@ int amqp_msg_from_user(const amqp_basic_properties_t *p, const char *user)
            p->user_id.bytes && memcmp(p->user_id.bytes, user, n) == 0;
 }
 
-int amqp_msg_provenance(amqp_bytes_t k)
+int broker_msg_provenance(amqp_bytes_t k)
 {
     static const char *const names[] = {
         H_ORIG_USER, H_ERROR, "x-delay-unroutable", "x-original-exchange",
@@ -377,7 +377,7 @@ int amqp_msg_provenance(amqp_bytes_t k)
     return 0;
 }
 
-int amqp_msg_intake_headers(const amqp_table_t *h, int stream, int from_bridge,
+int broker_msg_intake_headers(const amqp_table_t *h, int stream, int from_bridge,
                             amqp_table_entry_t *out)
 {
     int k = 0;
@@ -386,7 +386,7 @@ int amqp_msg_intake_headers(const amqp_table_t *h, int stream, int from_bridge,
         amqp_bytes_t key = h->entries[i].key;
         if (key_is(key, "x-delivery-count") || key_is(key, "x-acquired-count") ||
             (stream && key_is(key, "x-stream-offset")) ||
-            (!from_bridge && amqp_msg_provenance(key)))
+            (!from_bridge && broker_msg_provenance(key)))
             continue;
         out[k++] = h->entries[i];
     }
@@ -449,7 +449,7 @@ static struct json_object *field_json(const amqp_field_value_t *v, int depth)
     if (p->_flags & (flag))                                                                  \
     json_object_object_add(o, name, api_json_str(p->field.bytes, p->field.len))
 
-struct json_object *amqp_msg_props_json(const uint8_t *props, size_t len)
+struct json_object *broker_msg_props_json(const uint8_t *props, size_t len)
 {
     amqp_pool_t pool;
     amqp_basic_properties_t *p;
@@ -482,7 +482,7 @@ struct json_object *amqp_msg_props_json(const uint8_t *props, size_t len)
 }
 
 /* Set name = v in p's headers, in a copy of the table that lives in pool. */
-void amqp_msg_set_value(amqp_basic_properties_t *p, amqp_pool_t *pool, const char *name,
+void broker_msg_set_value(amqp_basic_properties_t *p, amqp_pool_t *pool, const char *name,
                         amqp_field_value_t v)
 {
     int n = (p->_flags & AMQP_BASIC_HEADERS_FLAG) && p->headers.entries ? p->headers.num_entries
@@ -498,24 +498,24 @@ void amqp_msg_set_value(amqp_basic_properties_t *p, amqp_pool_t *pool, const cha
     p->_flags |= AMQP_BASIC_HEADERS_FLAG;
 }
 
-void amqp_msg_set_header(amqp_basic_properties_t *p, amqp_pool_t *pool, const char *name,
+void broker_msg_set_header(amqp_basic_properties_t *p, amqp_pool_t *pool, const char *name,
                          const char *value)
 {
-    amqp_msg_set_value(p, pool, name, pool_string(pool, value, strlen(value)));
+    broker_msg_set_value(p, pool, name, pool_string(pool, value, strlen(value)));
 }
 
-void amqp_msg_set_delay(amqp_basic_properties_t *p, amqp_pool_t *pool, int64_t ms)
+void broker_msg_set_delay(amqp_basic_properties_t *p, amqp_pool_t *pool, int64_t ms)
 {
     amqp_field_value_t v;
 
     memset(&v, 0, sizeof(v));
     v.kind = AMQP_FIELD_KIND_I64;
     v.value.i64 = ms;
-    amqp_msg_set_value(p, pool, H_XDELAY, v);
-    amqp_msg_drop_stamp(p); /* the table is the pool's copy now */
+    broker_msg_set_value(p, pool, H_XDELAY, v);
+    broker_msg_drop_stamp(p); /* the table is the pool's copy now */
 }
 
-void amqp_msg_drop_header(amqp_basic_properties_t *p, const char *name)
+void broker_msg_drop_header(amqp_basic_properties_t *p, const char *name)
 {
     int k = 0;
 
@@ -527,7 +527,7 @@ void amqp_msg_drop_header(amqp_basic_properties_t *p, const char *name)
     p->headers.num_entries = k;
 }
 
-void amqp_msg_drop_stamp(amqp_basic_properties_t *p)
+void broker_msg_drop_stamp(amqp_basic_properties_t *p)
 {
-    amqp_msg_drop_header(p, H_STAMP);
+    broker_msg_drop_header(p, H_STAMP);
 }

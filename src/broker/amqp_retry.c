@@ -12,7 +12,7 @@
  * moved between queues.
  *
  * A forged x-death (any publisher to the ingress can write one) names a
- * queue the route may not reach: amqp_retry_judge parks it (retry_admits),
+ * queue the route may not reach: broker_retry_judge parks it (retry_admits),
  * and a hand-back mark counts only on a message whose user-id the broker
  * checked to be the bridge's own.
  *
@@ -68,7 +68,7 @@ static int int_of(const amqp_field_value_t *v, int64_t *out)
     }
 }
 
-void amqp_retry_in(const amqp_table_t *h, struct retry_in *in)
+void broker_retry_in(const amqp_table_t *h, struct retry_in *in)
 {
     const amqp_field_value_t *d = find(h, "x-death");
     int64_t a;
@@ -95,16 +95,16 @@ void amqp_retry_in(const amqp_table_t *h, struct retry_in *in)
     in->handback = find(h, H_HANDBACK) != NULL;
 }
 
-void amqp_retry_judge(const struct config *c, const struct config_route *rc,
+void broker_retry_judge(const struct config *c, const struct config_route *rc,
                       const amqp_basic_properties_t *props, const char *bridge_user,
                       uint64_t now_ms, uint64_t rnd, struct retry_verdict *v)
 {
     const amqp_table_t *h = props->_flags & AMQP_BASIC_HEADERS_FLAG ? &props->headers : NULL;
     struct retry_in in;
 
-    amqp_retry_in(h, &in);
+    broker_retry_in(h, &in);
     in.admitted = retry_admits(c, rc, in.queue, in.queue_len);
-    in.handback = in.handback && amqp_msg_from_user(props, bridge_user);
+    in.handback = in.handback && broker_msg_from_user(props, bridge_user);
     memset(v, 0, sizeof *v);
     v->queue = in.queue;
     v->queue_len = in.queue_len;
@@ -113,7 +113,7 @@ void amqp_retry_judge(const struct config *c, const struct config_route *rc,
         v->handback = 1;
         v->failed = in.attempt >= 1 ? (in.attempt > UINT32_MAX ? UINT32_MAX
                                                                 : (uint32_t)in.attempt) : 1;
-        v->st = amqp_msg_due(h, now_ms, rc->max_delay_ms, &v->delay_ms);
+        v->st = broker_msg_due(h, now_ms, rc->max_delay_ms, &v->delay_ms);
         return;
     }
     v->st = retry_judge(rc->retry, &in, rnd, &v->failed, &v->delay_ms);
@@ -185,33 +185,33 @@ static int has_history(const amqp_table_t *h)
     return 1;
 }
 
-void amqp_retry_out(amqp_basic_properties_t *p, amqp_pool_t *pool, enum amqp_retry_way way,
+void broker_retry_out(amqp_basic_properties_t *p, amqp_pool_t *pool, enum broker_retry_way way,
                     uint64_t failed_ms, const char *queue, const char *reason)
 {
     const amqp_table_t *h = p->_flags & AMQP_BASIC_HEADERS_FLAG ? &p->headers : NULL;
     struct retry_in in;
     int64_t failed;
 
-    amqp_retry_in(h, &in);
-    if (way == AMQP_RETRY_HANDBACK) {
+    broker_retry_in(h, &in);
+    if (way == BROKER_RETRY_HANDBACK) {
         /* the failure's time goes with it: the next bridge received only the hand-back */
         if (!in.handback)
-            amqp_msg_set_value(p, pool, H_RETRY_HISTORY, history(h, pool, failed_ms));
-        amqp_msg_set_value(p, pool, H_HANDBACK, long_value(1));
+            broker_msg_set_value(p, pool, H_RETRY_HISTORY, history(h, pool, failed_ms));
+        broker_msg_set_value(p, pool, H_HANDBACK, long_value(1));
         return;
     }
     failed = in.attempt >= 1 ? in.attempt : 1;
     /* history() reads the old table: set it first, then the rest on the new one */
     if (!in.handback || !has_history(h)) /* a hand-back's has its failure already */
-        amqp_msg_set_value(p, pool, H_RETRY_HISTORY, history(h, pool, failed_ms));
-    amqp_msg_drop_header(p, H_HANDBACK);
-    if (way == AMQP_RETRY_BACK) {
-        amqp_msg_set_value(p, pool, H_RETRY_ATTEMPT,
+        broker_msg_set_value(p, pool, H_RETRY_HISTORY, history(h, pool, failed_ms));
+    broker_msg_drop_header(p, H_HANDBACK);
+    if (way == BROKER_RETRY_BACK) {
+        broker_msg_set_value(p, pool, H_RETRY_ATTEMPT,
                            long_value(failed < INT64_MAX ? failed + 1 : failed));
         return;
     }
-    amqp_msg_set_value(p, pool, H_RETRY_ATTEMPTS, long_value(failed));
-    amqp_msg_set_value(p, pool, H_RETRY_PARKED, str_value(pool, reason ? reason : "invalid"));
+    broker_msg_set_value(p, pool, H_RETRY_ATTEMPTS, long_value(failed));
+    broker_msg_set_value(p, pool, H_RETRY_PARKED, str_value(pool, reason ? reason : "invalid"));
     if (queue)
-        amqp_msg_set_value(p, pool, H_RETRY_QUEUE, str_value(pool, queue));
+        broker_msg_set_value(p, pool, H_RETRY_QUEUE, str_value(pool, queue));
 }

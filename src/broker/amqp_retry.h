@@ -9,8 +9,8 @@
  * ("Retries with backoff") lists for a returned and for a parked message.
  * Unit-tested over hand-built tables (tests/unit/test_amqp_retry.c).
  */
-#ifndef DB_AMQP_RETRY_H
-#define DB_AMQP_RETRY_H
+#ifndef DB_BROKER_RETRY_H
+#define DB_BROKER_RETRY_H
 
 #include <stdint.h>
 
@@ -27,13 +27,13 @@
 #define RETRY_HISTORY_MAX 32                /* failures x-retry-history keeps, the newest */
 
 /* What headers (may be NULL) say of a dead-letter: *in filled, pointers into headers. */
-void amqp_retry_in(const amqp_table_t *headers, struct retry_in *in);
+void broker_retry_in(const amqp_table_t *headers, struct retry_in *in);
 
 /*
- * What a retry route does with one delivery: read (amqp_retry_in), the
+ * What a retry route does with one delivery: read (broker_retry_in), the
  * queue held against the route (retry_admits), the hand-back mark honoured
  * only when the broker vouches a bridge published it (props' user-id is
- * bridge_user, amqp_msg_from_user), then judged: a verified hand-back of an
+ * bridge_user, broker_msg_from_user), then judged: a verified hand-back of an
  * admitted queue keeps what its x-delay says remains (counted from now_ms,
  * up to max_delay_ms); everything else goes through retry_judge with rnd.
  * The consumer and the fuzzer (tests/fuzz/fuzz_retry.c, which asserts that
@@ -48,27 +48,27 @@ struct retry_verdict {
     enum xdelay_status st;    /* OK / NOW: send back to queue after delay_ms; else parked */
     uint64_t delay_ms;
 };
-void amqp_retry_judge(const struct config *c, const struct config_route *rc,
+void broker_retry_judge(const struct config *c, const struct config_route *rc,
                       const amqp_basic_properties_t *props, const char *bridge_user,
                       uint64_t now_ms, uint64_t rnd, struct retry_verdict *v);
 
 /* How a retry route's message leaves the bridge. */
-enum amqp_retry_way {
-    AMQP_RETRY_BACK,     /* to its queue: x-retry-attempt = failed + 1, history + failed_ms */
-    AMQP_RETRY_PARK,     /* to the parking exchange: reason, attempts, history, queue */
-    AMQP_RETRY_HANDBACK, /* a drain: to the retry ingress, marked, counts unchanged */
+enum broker_retry_way {
+    BROKER_RETRY_BACK,     /* to its queue: x-retry-attempt = failed + 1, history + failed_ms */
+    BROKER_RETRY_PARK,     /* to the parking exchange: reason, attempts, history, queue */
+    BROKER_RETRY_HANDBACK, /* a drain: to the retry ingress, marked, counts unchanged */
 };
 
 /*
  * Rewrite p (the outgoing copy, its table in pool) for way. failed_ms is
  * when the bridge received the failure (the record's enqueue time); queue
  * (NUL-terminated) the queue it failed in, or NULL; reason the park's
- * (AMQP_RETRY_PARK only). The hand-back mark is removed on every way but
- * AMQP_RETRY_HANDBACK, so it never reaches a consumer. A hand-back carries
+ * (BROKER_RETRY_PARK only). The hand-back mark is removed on every way but
+ * BROKER_RETRY_HANDBACK, so it never reaches a consumer. A hand-back carries
  * the failure's time in x-retry-history (the next bridge's enqueue time is
  * only the hand-back's), so the way out of a handed-back message adds none.
  */
-void amqp_retry_out(amqp_basic_properties_t *p, amqp_pool_t *pool, enum amqp_retry_way way,
+void broker_retry_out(amqp_basic_properties_t *p, amqp_pool_t *pool, enum broker_retry_way way,
                     uint64_t failed_ms, const char *queue, const char *reason);
 
 #endif

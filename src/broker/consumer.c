@@ -7,7 +7,7 @@
  * with a zero timeout, at most FRAMES_PER_TURN per wakeup so that one busy
  * connection cannot starve the loop. Connection set-up (login, declares,
  * basic.consume) is synchronous, bounded by broker.connect_timeout_ms; it
- * runs only when (re)connecting: the login is amqp_conn_open_next()'s
+ * runs only when (re)connecting: the login is broker_conn_open_next()'s
  * (amqp_conn.c), what each route declares and consumes is
  * consumer_declare.c's.
  *
@@ -29,7 +29,7 @@
  * the x-delivery-count and x-acquired-count a quorum queue adds when it
  * redelivers (the ingress queue's bookkeeping, not part of the message:
  * neither stored nor forwarded, so a redelivery looks like the original;
- * amqp_msg_intake_headers). The key events the
+ * broker_msg_intake_headers). The key events the
  * owner sends (routes[].share_keys, bridge_keys.c) are encoded here too.
  *
  * A stream ingress (consumer.h) is consumed from stream_next[route]: the
@@ -106,7 +106,7 @@ void cons_conn_down(struct consumer *c, const char *why)
     if (!c->stopped)
         log_warn("consume", "consumer connection lost", "reason=%s", LOG_QUOTE_STR(why));
     ev_io_stop(c->loop, &c->io);
-    amqp_conn_close(&c->conn, 0);
+    broker_conn_close(&c->conn, 0);
     c->as.active = 0;
     c->acked_tag = 0;
     events_reset(c);
@@ -216,11 +216,11 @@ static void open_connection(struct consumer *c)
     char err[1024];
     int i, n;
 
-    if (amqp_conn_open_vhost(&c->conn, cfg, "consumer", c->vhost[0] ? c->vhost : NULL,
+    if (broker_conn_open_vhost(&c->conn, cfg, "consumer", c->vhost[0] ? c->vhost : NULL,
                              &c->uri_next, err, sizeof(err)) < 0)
         goto fail;
     amqp_channel_open(c->conn.st, CONSUMER_CHANNEL);
-    if (amqp_conn_check(&c->conn, "channel.open", err, sizeof(err)) < 0)
+    if (broker_conn_check(&c->conn, "channel.open", err, sizeof(err)) < 0)
         goto fail_close;
     events_reset(c);
     for (i = 0; i < cfg->nroutes; i++)
@@ -262,7 +262,7 @@ static void open_connection(struct consumer *c)
     return;
 
 fail_close:
-    amqp_conn_close(&c->conn, 0);
+    broker_conn_close(&c->conn, 0);
 fail:
     st = backoff_fail(&c->bo, clock_mono_ms());
     if (st.log_events)
@@ -325,7 +325,7 @@ static void read_retry(struct consumer *c, struct delivery *d,
 {
     struct retry_verdict v;
 
-    amqp_retry_judge(c->cfg, rc, props, c->conn.user, d->now_ms, clock_rand64(), &v);
+    broker_retry_judge(c->cfg, rc, props, c->conn.user, d->now_ms, clock_rand64(), &v);
     d->retry_queue = v.queue;
     d->retry_queue_len = v.queue_len;
     d->retry_admitted = v.admitted;
@@ -342,35 +342,35 @@ static void read_headers(struct consumer *c, struct delivery *d,
     const amqp_table_t *h = props->_flags & AMQP_BASIC_HEADERS_FLAG ? &props->headers : NULL;
 
     if (d->key_event) {
-        d->ev.ok = amqp_msg_header_str(h, H_EVENT, &d->ev.kind, &d->ev.kind_len) > 0 &&
-                   amqp_msg_header_str(h, H_KEY, &d->ev.key, &d->ev.key_len) > 0 &&
-                   amqp_msg_header_str(h, H_ORIGIN, &d->ev.origin, &d->ev.origin_len) > 0 &&
-                   amqp_msg_header_i64(h, H_AT, &d->ev.at) > 0;
+        d->ev.ok = broker_msg_header_str(h, H_EVENT, &d->ev.kind, &d->ev.kind_len) > 0 &&
+                   broker_msg_header_str(h, H_KEY, &d->ev.key, &d->ev.key_len) > 0 &&
+                   broker_msg_header_str(h, H_ORIGIN, &d->ev.origin, &d->ev.origin_len) > 0 &&
+                   broker_msg_header_i64(h, H_AT, &d->ev.at) > 0;
         return;
     }
-    d->cancel = amqp_msg_header_str(h, H_CANCEL, &d->cancel_key, &d->cancel_key_len);
-    d->key = amqp_msg_header_str(h, H_KEY, &d->key_str, &d->key_len);
+    d->cancel = broker_msg_header_str(h, H_CANCEL, &d->cancel_key, &d->cancel_key_len);
+    d->key = broker_msg_header_str(h, H_KEY, &d->key_str, &d->key_len);
     if (d->key <= 0)
         d->key_str = NULL;
     if (c->cfg->routes[d->route].delayed_exchanges) {
         const char *id;
         size_t idlen;
-        d->bridge_marked = amqp_msg_header_str(h, "x-delay-bridge-id", &id, &idlen) != 0;
+        d->bridge_marked = broker_msg_header_str(h, "x-delay-bridge-id", &id, &idlen) != 0;
     }
-    /* x-delay-until, x-opt-delivery-time or x-delay (amqp_msg_due): the delay from now */
+    /* x-delay-until, x-opt-delivery-time or x-delay (broker_msg_due): the delay from now */
     const struct config_route *rc = &c->cfg->routes[d->route];
     d->unstamped = 0;
     d->now_ms = clock_receipt_ms(); /* wall clock, rounded up: the base of a due time */
     if (rc->retry)
         read_retry(c, d, props, rc);
     else if (rc->delay_from == DELAY_FROM_BROKER)
-        d->xdelay = amqp_msg_due_stamped(h, d->now_ms, rc->max_delay_ms, &d->delay_ms,
+        d->xdelay = broker_msg_due_stamped(h, d->now_ms, rc->max_delay_ms, &d->delay_ms,
                                          &d->unstamped);
     else
-        d->xdelay = amqp_msg_due(h, d->now_ms, rc->max_delay_ms, &d->delay_ms);
+        d->xdelay = broker_msg_due(h, d->now_ms, rc->max_delay_ms, &d->delay_ms);
 
     /* amqp_msg.h, "Provenance": what only a bridge may say stays only when one said it */
-    int from_bridge = amqp_msg_from_user(props, c->conn.user);
+    int from_bridge = broker_msg_from_user(props, c->conn.user);
     amqp_basic_properties_t out = *props;
     if (d->retry_handback) { /* the user-id was the draining bridge's proof, not the message's */
         out._flags &= ~(amqp_flags_t)AMQP_BASIC_USER_ID_FLAG;
@@ -382,10 +382,10 @@ static void read_headers(struct consumer *c, struct delivery *d,
             c->hdr_scratch = xrealloc(c->hdr_scratch, c->hdr_cap * sizeof(*c->hdr_scratch));
         }
         out.headers.num_entries =
-            amqp_msg_intake_headers(h, d->stream_offset >= 0, from_bridge, c->hdr_scratch);
+            broker_msg_intake_headers(h, d->stream_offset >= 0, from_bridge, c->hdr_scratch);
         out.headers.entries = c->hdr_scratch;
     }
-    d->props_len = amqp_msg_encode_props(&out, &c->props_buf, &c->props_cap);
+    d->props_len = broker_msg_encode_props(&out, &c->props_buf, &c->props_cap);
     d->props = c->props_buf;
 }
 
@@ -399,7 +399,7 @@ static void finish(struct consumer *c)
     if (!a->d.key_event && c->cfg->routes[a->d.route].queue_type == QUEUE_STREAM) {
         int64_t off;
         int64_t *next = &c->stream_next[a->d.route];
-        if (amqp_msg_header_i64(p->_flags & AMQP_BASIC_HEADERS_FLAG ? &p->headers : NULL,
+        if (broker_msg_header_i64(p->_flags & AMQP_BASIC_HEADERS_FLAG ? &p->headers : NULL,
                                 "x-stream-offset", &off) > 0 && off >= 0) {
             if (*next >= 0 && off < *next) {
                 /* Before the place (the chunk's start, or read again): credit, not a message. */
@@ -453,7 +453,7 @@ static void handle_frame(struct consumer *c, amqp_frame_t *f)
             return;
         case AMQP_CHANNEL_CLOSE_METHOD:
         case AMQP_CONNECTION_CLOSE_METHOD:
-            amqp_conn_answer_close(&c->conn, f, why, sizeof(why));
+            broker_conn_answer_close(&c->conn, f, why, sizeof(why));
             cons_conn_down(c, why);
             return;
         default:
@@ -568,7 +568,7 @@ void consumer_turn(struct consumer *c, uint64_t now)
                      "delivery comes back and the event goes out again");
         return;
     }
-    if (amqp_conn_buffered(&c->conn)) {
+    if (broker_conn_buffered(&c->conn)) {
         drain(c);
     } else if (!c->as.active && now - c->last_poll_ms >= HEARTBEAT_POLL_MS) {
         /* A zero-timeout wait lets rabbitmq-c send heartbeats on a quiet connection. */
@@ -619,7 +619,7 @@ static void close_connection(struct consumer *c, int graceful)
 {
     if (c->conn.st) {
         ev_io_stop(c->loop, &c->io);
-        amqp_conn_close(&c->conn, graceful && c->up);
+        broker_conn_close(&c->conn, graceful && c->up);
     }
     c->as.active = 0;
     if (c->up) {
@@ -680,7 +680,7 @@ uint32_t consumer_gen(const struct consumer *c)
 
 int consumer_busy(const struct consumer *c)
 {
-    return c->up && amqp_conn_buffered(&c->conn);
+    return c->up && broker_conn_buffered(&c->conn);
 }
 
 uint64_t consumer_wait_ms(const struct consumer *c, uint64_t now)

@@ -46,7 +46,7 @@ struct consumer {
     struct ev_loop *loop;
     const struct config *cfg;
     struct consumer_ops ops;
-    struct amqp_conn conn;
+    struct broker_conn conn;
     ev_io io;
     int up, stopped, paused;
     int ingress_held; /* consumer_hold_ingress(): the routes' ingress consumers cancelled */
@@ -62,7 +62,7 @@ struct consumer {
     struct {
         uint64_t tag, need;  /* ack tag once ev_confirmed >= need; tag 0 = empty */
     } held[2];
-    unsigned uri_next; /* amqp_conn_open_next()'s place in broker.uris */
+    unsigned uri_next; /* broker_conn_open_next()'s place in broker.uris */
     struct backoff bo;
     uint64_t last_poll_ms; /* monotonic */
     struct assembly as;
@@ -125,7 +125,7 @@ amqp_bytes_t cons_ingress_tag(const struct config_route *rc, char *buf, size_t n
  * basic.consume of rc's ingress queue on CONSUMER_CHANNEL; a stream from
  * offset next (-1: its first message). 0, or -1 with the reason in err.
  */
-int cons_consume_ingress(struct amqp_conn *conn, const struct config_route *rc, int64_t next,
+int cons_consume_ingress(struct broker_conn *conn, const struct config_route *rc, int64_t next,
                          char *err, size_t len);
 
 /*
@@ -137,7 +137,8 @@ int cons_consume_ingress(struct amqp_conn *conn, const struct config_route *rc, 
  * refused, the reason in err, the connection fine; -2: the connection is
  * lost.
  */
-int cons_check_route(struct amqp_conn *conn, const struct config_route *rc, char *err, size_t len);
+int cons_check_route(struct broker_conn *conn, const struct config_route *rc, char *err,
+                     size_t len);
 
 /*
  * Everything route rc needs on a new connection (consumer_declare.c's
@@ -145,7 +146,7 @@ int cons_check_route(struct amqp_conn *conn, const struct config_route *rc, char
  * ingress_held. holder: config_key_holder(), for the key-event queue.
  * 0, or -1 with the reason in err.
  */
-int cons_declare_route(struct amqp_conn *conn, const struct config_route *rc, const char *holder,
+int cons_declare_route(struct broker_conn *conn, const struct config_route *rc, const char *holder,
                        int ingress_held, int64_t stream_next, char *err, size_t len);
 
 #endif

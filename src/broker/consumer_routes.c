@@ -43,10 +43,10 @@ int cons_events_open(struct consumer *c, char *err, size_t len)
     if (c->events_on)
         return 0;
     amqp_channel_open(c->conn.st, EVENTS_CHANNEL);
-    if (amqp_conn_check(&c->conn, "channel.open (key events)", err, len) < 0)
+    if (broker_conn_check(&c->conn, "channel.open (key events)", err, len) < 0)
         return -1;
     amqp_confirm_select(c->conn.st, EVENTS_CHANNEL);
-    if (amqp_conn_check(&c->conn, "confirm.select (key events)", err, len) < 0)
+    if (broker_conn_check(&c->conn, "confirm.select (key events)", err, len) < 0)
         return -1;
     c->events_on = 1;
     return 0;
@@ -100,7 +100,7 @@ void consumer_hold_ingress(struct consumer *c)
             continue;
         amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL,
                           cons_ingress_tag(&c->cfg->routes[i], tag, sizeof(tag)));
-        if (amqp_conn_check(&c->conn, "basic.cancel", err, sizeof(err)) < 0) {
+        if (broker_conn_check(&c->conn, "basic.cancel", err, sizeof(err)) < 0) {
             cons_conn_down(c, err);
             return;
         }
@@ -139,7 +139,7 @@ void consumer_hold_route(struct consumer *c, int route)
         return;
     amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL,
                       cons_ingress_tag(&c->cfg->routes[route], tag, sizeof(tag)));
-    if (amqp_conn_check(&c->conn, "basic.cancel", err, sizeof(err)) < 0)
+    if (broker_conn_check(&c->conn, "basic.cancel", err, sizeof(err)) < 0)
         cons_conn_down(c, err);
 }
 
@@ -227,7 +227,7 @@ void consumer_route_remove(struct consumer *c, int route)
     }
     if (!cons_ingress_off(c, route)) {
         amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL, cons_ingress_tag(rc, tag, sizeof(tag)));
-        if (amqp_conn_check(&c->conn, "basic.cancel", err, sizeof(err)) < 0) {
+        if (broker_conn_check(&c->conn, "basic.cancel", err, sizeof(err)) < 0) {
             cons_conn_down(c, err);
             return;
         }
@@ -235,7 +235,7 @@ void consumer_route_remove(struct consumer *c, int route)
     if (rc->share_keys) {
         snprintf(tag, sizeof(tag), KEYS_TAG_PREFIX "%s", rc->name);
         amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL, amqp_cstring_bytes(tag));
-        if (amqp_conn_check(&c->conn, "basic.cancel (key events)", err, sizeof(err)) < 0)
+        if (broker_conn_check(&c->conn, "basic.cancel (key events)", err, sizeof(err)) < 0)
             cons_conn_down(c, err);
     }
 }
