@@ -7,7 +7,7 @@
  * dead-letter exchange, the error text, the delay to rewrite x-delay with,
  * the message id header).
  * The AMQP encodings themselves (properties in, properties out) are the
- * consumer's and publisher's business (amqp_msg.h).
+ * consumer's and publisher's business (broker_msg.h).
  */
 #ifndef DB_MSGREC_H
 #define DB_MSGREC_H

@@ -8,7 +8,7 @@
  * connection cannot starve the loop. Connection set-up (login, declares,
  * basic.consume) is synchronous, bounded by broker.connect_timeout_ms; it
  * runs only when (re)connecting: the login is broker_conn_open_next()'s
- * (amqp_conn.c), what each route declares and consumes is
+ * (broker_conn.c), what each route declares and consumes is
  * consumer_declare.c's.
  *
  * A delivery arrives as a basic.deliver method frame, a header frame with
@@ -68,14 +68,14 @@
 
 #include <amqp.h>
 
+#include "delay-bridge/broker_conn.h"
+#include "delay-bridge/broker_msg.h"
 #include "base/backoff.h"
 #include "base/clock.h"
 #include "base/failpoint.h"
 #include "base/log.h"
 #include "base/xalloc.h"
-#include "amqp_conn.h"
-#include "amqp_msg.h"
-#include "amqp_retry.h"
+#include "broker_retry.h"
 #include "consumer_int.h"
 
 #define EVENT_CONFIRM_MS 5000 /* an event unconfirmed this long drops the connection */
@@ -369,7 +369,7 @@ static void read_headers(struct consumer *c, struct delivery *d,
     else
         d->xdelay = broker_msg_due(h, d->now_ms, rc->max_delay_ms, &d->delay_ms);
 
-    /* amqp_msg.h, "Provenance": what only a bridge may say stays only when one said it */
+    /* broker_msg.h, "Provenance": what only a bridge may say stays only when one said it */
     int from_bridge = broker_msg_from_user(props, c->conn.user);
     amqp_basic_properties_t out = *props;
     if (d->retry_handback) { /* the user-id was the draining bridge's proof, not the message's */

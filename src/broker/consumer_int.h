@@ -22,7 +22,7 @@
 #include <amqp.h>
 
 #include "delay-bridge/config.h"
-#include "amqp_conn.h"
+#include "delay-bridge/broker_conn.h"
 
 #include <ev.h>
 
@@ -106,7 +106,7 @@ void cons_route_start(struct consumer *c, int i);
 
 #define CONSUMER_CHANNEL 1 /* declares, the routes' consumers, acks */
 #define EVENTS_CHANNEL 2   /* key events, confirm mode */
-#define DECLARE_CHANNEL 3  /* ingress declares an old queue may refuse (amqp_conn.h) */
+#define DECLARE_CHANNEL 3  /* ingress declares an old queue may refuse (broker_conn.h) */
 #define CHECK_CHANNEL 4    /* a route added at run time, declared here first (cons_check_route) */
 #define CHECK_DECLARE_CHANNEL 5 /* ... and its queue's refusable arguments */
 #define TAG_PREFIX "delay-bridge:"           /* + route: a route's ingress consumer */

@@ -50,12 +50,12 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "amqp_msg.h"
-#include "amqp_retry.h"
+#include "delay-bridge/broker_msg.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/xalloc.h"
 #include "base/failpoint.h"
+#include "broker_retry.h"
 
 /* A delayed_exchanges route's hand-back names itself so (msgrec.h, unmarked). */
 #define H_DRAINED "x-delay-bridge-drained"
@@ -680,7 +680,7 @@ int publisher_ready(const struct publisher *p, int route)
 }
 
 /*
- * A retry route's message (amqp_retry.h): sent back to its queue (the
+ * A retry route's message (broker_retry.h): sent back to its queue (the
  * record's routing key), parked (dead-lettered: retry.h's reason; or
  * diverted, its queue gone), or handed back by a drain.
  */
@@ -736,7 +736,7 @@ int publisher_send(struct publisher *p, int route, uint32_t ref, const struct wa
     if (o->handback) { /* a drain: back to the ingress for the rest of its delay */
         broker_msg_set_delay(&out, &p->pool, (int64_t)o->remaining_ms);
         if (r->cfg->retry && p->conn.user[0]) {
-            /* the proof it is a bridge's hand-back: the broker checks user-id (amqp_msg.h) */
+            /* the proof it is a bridge's hand-back: the broker checks user-id (broker_msg.h) */
             out._flags |= AMQP_BASIC_USER_ID_FLAG;
             out.user_id = amqp_cstring_bytes(p->conn.user);
         }

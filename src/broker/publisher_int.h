@@ -21,7 +21,7 @@
 #include <ev.h>
 
 #include "delay-bridge/publisher.h"
-#include "amqp_conn.h"
+#include "delay-bridge/broker_conn.h"
 #include "base/backoff.h"
 #include "delay-bridge/stats.h"
 

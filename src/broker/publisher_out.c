@@ -5,7 +5,7 @@
  * On a plain TCP connection the publisher writes the socket itself.
  * publisher_send() encodes the publish -- basic.publish method frame,
  * content-header frame, body frames (broker_conn_encode_publish, the layout
- * is drawn in amqp_conn.h) -- at the end of an output buffer, and nothing
+ * is drawn in broker_conn.h) -- at the end of an output buffer, and nothing
  * more. publisher_flush(), which the owner calls after a burst of sends,
  * hands the whole buffer to the kernel in one send(MSG_DONTWAIT); what the
  * kernel does not take stays buffered, and an EV_WRITE watcher writes the

@@ -45,7 +45,7 @@
 #include "base/clock.h"
 #include "delay-bridge/config.h"
 #include "base/xalloc.h"
-#include "broker/amqp_conn.h"
+#include "delay-bridge/broker_conn.h"
 
 #define PUB_OK 0
 #define PUB_FAIL 1

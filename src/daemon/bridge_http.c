@@ -18,7 +18,7 @@
 
 #include <json-c/json.h>
 
-#include "broker/amqp_msg.h"
+#include "delay-bridge/broker_msg.h"
 #include "delay-bridge/api.h"
 #include "base/clock.h"
 #include "base/xalloc.h"

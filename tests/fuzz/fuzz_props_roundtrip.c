@@ -23,7 +23,7 @@
  * x-original-user-id, leaves no positive x-delay when it delayed the
  * message, and what it builds encodes and decodes to the same bytes.
  */
-#include "broker/amqp_msg.h"
+#include "delay-bridge/broker_msg.h"
 
 #include <amqp_framing.h>
 #include <stdio.h>

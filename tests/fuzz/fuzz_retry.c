@@ -32,8 +32,8 @@
  * hand-back mark only on a hand-back; the result encodes and decodes to
  * the same bytes.
  */
-#include "broker/amqp_msg.h"
-#include "broker/amqp_retry.h"
+#include "delay-bridge/broker_msg.h"
+#include "broker/broker_retry.h"
 
 #include <amqp_framing.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * amqp_retry.c -- a retry route's headers in and out (amqp_retry.h).
+ * broker_retry.c -- a retry route's headers in and out (broker_retry.h).
  *
  * x-death, as RabbitMQ 3.10.8, 4.0.5 and 4.3.6 all write it (checked on
  * the brokers): an array of tables, one per (queue, reason), the newest
@@ -20,11 +20,11 @@
  * RETRY_HISTORY_MAX, so a message with 10,000 attempts carries 32 times,
  * not 10,000 (x-retry-attempt keeps the count).
  */
-#include "amqp_retry.h"
+#include "broker_retry.h"
 
 #include <string.h>
 
-#include "amqp_msg.h"
+#include "delay-bridge/broker_msg.h"
 #include "base/xalloc.h"
 
 static int key_is(amqp_bytes_t k, const char *name)

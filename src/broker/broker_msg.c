@@ -1,5 +1,5 @@
 /*
- * amqp_msg.c -- delay-bridge's headers in and out of rabbitmq-c's types.
+ * broker_msg.c -- delay-bridge's headers in and out of rabbitmq-c's types.
  *
  * Reading: the first "x-delay" entry of the header table (a table lookup in
  * RabbitMQ also returns the first) is mapped onto struct xdelay_value and
@@ -28,7 +28,7 @@
  * replaced in place or appended. Strings the bridge adds (id, error, the
  * moved user-id) are copied into the pool. The input is never written.
  */
-#include "amqp_msg.h"
+#include "delay-bridge/broker_msg.h"
 
 #include <errno.h>
 #include <stdio.h>

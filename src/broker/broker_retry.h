@@ -1,5 +1,5 @@
 /*
- * amqp_retry.h -- a retry route's headers, in from the broker's
+ * broker_retry.h -- a retry route's headers, in from the broker's
  * dead-lettering and out on the message sent back or parked.
  *
  * The AMQP side of retry.h's decisions. In: x-death (an array of tables,
@@ -7,7 +7,7 @@
  * x-last-death-queue (4.x) and x-first-death-queue; the bridge's own
  * x-retry-attempt; the drain's hand-back mark. Out: the headers README
  * ("Retries with backoff") lists for a returned and for a parked message.
- * Unit-tested over hand-built tables (tests/unit/test_amqp_retry.c).
+ * Unit-tested over hand-built tables (tests/unit/test_broker_retry.c).
  */
 #ifndef DB_BROKER_RETRY_H
 #define DB_BROKER_RETRY_H

@@ -1,9 +1,9 @@
 /*
- * test_amqp_msg.c -- reading x-delay from every AMQP field kind, and the
+ * test_broker_msg.c -- reading x-delay from every AMQP field kind, and the
  * properties a held message is republished with (round-tripped through
  * rabbitmq-c's property encoder and decoder to prove they go on the wire).
  */
-#include "broker/amqp_msg.h"
+#include "delay-bridge/broker_msg.h"
 
 #include <amqp_framing.h>
 #include <math.h>
@@ -1127,9 +1127,9 @@ int main(void)
     test_set_delay();
     test_intake_headers();
     if (failures) {
-        printf("test_amqp_msg: %d failure(s)\n", failures);
+        printf("test_broker_msg: %d failure(s)\n", failures);
         return 1;
     }
-    printf("test_amqp_msg: ok\n");
+    printf("test_broker_msg: ok\n");
     return 0;
 }

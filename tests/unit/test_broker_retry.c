@@ -1,11 +1,11 @@
 /*
- * test_amqp_retry.c -- retry routes without a broker: the configuration
+ * test_broker_retry.c -- retry routes without a broker: the configuration
  * (routes[].retry), the policy and backoff formula (retry.c), and the
- * headers in and out (amqp_retry.c) over hand-built tables shaped like the
+ * headers in and out (broker_retry.c) over hand-built tables shaped like the
  * ones RabbitMQ 3.10.8, 4.0.5 and 4.3.6 send (the x-death layout checked
  * on the brokers).
  */
-#include "broker/amqp_retry.h"
+#include "broker/broker_retry.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * amqp_conn.c -- opening and closing one rabbitmq-c connection.
+ * broker_conn.c -- opening and closing one rabbitmq-c connection.
  *
  * Everything here blocks, bounded by the timeout given at open: it runs
  * when a connection is (re)established, never per message.
@@ -53,7 +53,7 @@
 
 #include "delay-bridge/config.h"
 #include "base/log.h"
-#include "amqp_conn.h"
+#include "delay-bridge/broker_conn.h"
 #include "config/uri.h"
 
 const char *broker_conn_reply_text(amqp_rpc_reply_t r, char *buf, size_t len)

@@ -1,5 +1,5 @@
 /*
- * amqp_msg.h -- delay-bridge's headers in and out of rabbitmq-c's types.
+ * broker_msg.h -- delay-bridge's headers in and out of rabbitmq-c's types.
  *
  * The AMQP side of what the pure modules decide: finding x-delay in a
  * decoded header table (xdelay.h judges it), and building the properties a

@@ -1,5 +1,5 @@
 /*
- * test_amqp_frames.c -- the publisher's own frames are rabbitmq-c's, byte
+ * test_broker_frames.c -- the publisher's own frames are rabbitmq-c's, byte
  * for byte.
  *
  * The publisher encodes publishes, close-oks and heartbeats itself
@@ -14,7 +14,7 @@
  * (ASan in CI catches a write past it); a shorter buffer and properties
  * larger than a frame are refused.
  */
-#include "broker/amqp_conn.h"
+#include "delay-bridge/broker_conn.h"
 
 #include <amqp_tcp_socket.h>
 #include <pthread.h>
