@@ -9,7 +9,9 @@
  * basic.consume) is synchronous, bounded by broker.connect_timeout_ms; it
  * runs only when (re)connecting: the login is broker_conn_open_next()'s
  * (broker_conn.c), what each route declares and consumes is
- * consumer_declare.c's.
+ * consumer_declare.c's, a route's start, refusal and the connection lost
+ * are consumer_core.c's (shared with consumer_routes.c, which this file
+ * never calls).
  *
  * A delivery arrives as a basic.deliver method frame, a header frame with
  * the properties and body size, and zero or more body frames. The method's
@@ -89,33 +91,6 @@
 #define H_AT "x-delay-key-at"
 
 static void on_io(struct ev_loop *loop, ev_io *w, int revents);
-
-/* A new connection: nothing sent, nothing waiting (unacked deliveries come back). */
-static void events_reset(struct consumer *c)
-{
-    c->events_on = 0;
-    c->ev_sent = c->ev_confirmed = c->ev_lost = 0;
-    memset(c->ev_done, 0, sizeof(c->ev_done));
-    memset(c->held, 0, sizeof(c->held));
-}
-
-void cons_conn_down(struct consumer *c, const char *why)
-{
-    if (!c->conn.st)
-        return;
-    if (!c->stopped)
-        log_warn("consume", "consumer connection lost", "reason=%s", LOG_QUOTE_STR(why));
-    ev_io_stop(c->loop, &c->io);
-    broker_conn_close(&c->conn, 0);
-    c->as.active = 0;
-    c->acked_tag = 0;
-    events_reset(c);
-    backoff_fail(&c->bo, clock_mono_ms()); /* reconnect after a pause; "lost" was logged */
-    if (c->up) {
-        c->up = 0;
-        c->ops.state(c->ops.arg, 0);
-    }
-}
 
 /* basic.ack of every delivery up to tag. */
 static void send_ack(struct consumer *c, uint64_t tag)
@@ -222,7 +197,7 @@ static void open_connection(struct consumer *c)
     amqp_channel_open(c->conn.st, CONSUMER_CHANNEL);
     if (broker_conn_check(&c->conn, "channel.open", err, sizeof(err)) < 0)
         goto fail_close;
-    events_reset(c);
+    cons_events_reset(c);
     for (i = 0; i < cfg->nroutes; i++)
         if (c->mine[i].on && cfg->routes[i].share_keys && cons_events_open(c, err, sizeof(err)) < 0)
             goto fail_close;

@@ -9,9 +9,15 @@
  *                       basic.consume
  *   consumer_routes.c   routes added and removed at run time, and the
  *                       disk-full hold of every route's ingress
+ *   consumer_core.c     the floor both of those call: the connection lost,
+ *                       the key-event channel, a route started, refused or
+ *                       accepted
  *
- * consumer_declare.c works on the connection and the route it is given; it
- * knows nothing of struct consumer and calls nothing in consumer.c.
+ * Calls go down this list and never back: consumer.c and
+ * consumer_routes.c call consumer_core.c and consumer_declare.c, never each
+ * other; consumer_core.c calls consumer_declare.c alone;
+ * consumer_declare.c works on the connection and the route it is given,
+ * knows nothing of struct consumer and calls nothing of the others.
  */
 #ifndef DB_CONSUMER_INT_H
 #define DB_CONSUMER_INT_H
@@ -91,10 +97,11 @@ struct consumer {
 };
 
 
-/* consumer.c: the connection is lost (why: for the log); reconnect after a pause. */
+/* consumer_core.c: what consumer.c and consumer_routes.c both call (neither calls the other). */
+/* The connection is lost (why: for the log); reconnect after a pause. */
 void cons_conn_down(struct consumer *c, const char *why);
-
-/* consumer_routes.c */
+/* A new connection: no key event sent, none waiting (unacked deliveries come back). */
+void cons_events_reset(struct consumer *c);
 /* The key-event channel in confirm mode, if not open yet. 0, or -1 with err. */
 int cons_events_open(struct consumer *c, char *err, size_t len);
 /* Route i's declares were refused (why): not consumed, tried again with backoff. */
