@@ -68,9 +68,9 @@ static int int_of(const amqp_field_value_t *v, int64_t *out)
     }
 }
 
-void broker_retry_in(const amqp_table_t *h, struct retry_in *in)
+void broker_retry_in(const struct broker_headers *h, struct retry_in *in)
 {
-    const amqp_field_value_t *d = find(h, "x-death");
+    const amqp_field_value_t *d = h->death;
     int64_t a;
 
     memset(in, 0, sizeof(*in));
@@ -82,29 +82,28 @@ void broker_retry_in(const amqp_table_t *h, struct retry_in *in)
         if (!str_of(find(e, "reason"), &in->reason, &in->reason_len))
             in->reason = NULL;
     }
-    if (!in->queue && !str_of(find(h, "x-last-death-queue"), &in->queue, &in->queue_len) &&
-        !str_of(find(h, "x-first-death-queue"), &in->queue, &in->queue_len))
+    if (!in->queue && !str_of(h->last_death_queue, &in->queue, &in->queue_len) &&
+        !str_of(h->first_death_queue, &in->queue, &in->queue_len))
         in->queue = NULL;
-    if (!in->reason && !str_of(find(h, "x-last-death-reason"), &in->reason, &in->reason_len) &&
-        !str_of(find(h, "x-first-death-reason"), &in->reason, &in->reason_len))
+    if (!in->reason && !str_of(h->last_death_reason, &in->reason, &in->reason_len) &&
+        !str_of(h->first_death_reason, &in->reason, &in->reason_len))
         in->reason = NULL;
     if (in->queue_len > 255) /* an AMQP short string: no queue has a longer name */
         in->queue = NULL, in->queue_len = 0;
-    if (int_of(find(h, H_RETRY_ATTEMPT), &a) && a >= 1)
+    if (int_of(h->retry_attempt, &a) && a >= 1)
         in->attempt = a;
-    in->handback = find(h, H_HANDBACK) != NULL;
+    in->handback = h->handback != NULL;
 }
 
 void broker_retry_judge(const struct config *c, const struct config_route *rc,
-                      const amqp_basic_properties_t *props, const char *bridge_user,
-                      uint64_t now_ms, uint64_t rnd, struct retry_verdict *v)
+                        const struct broker_headers *h, int from_bridge, uint64_t now_ms,
+                        uint64_t rnd, struct retry_verdict *v)
 {
-    const amqp_table_t *h = props->_flags & AMQP_BASIC_HEADERS_FLAG ? &props->headers : NULL;
     struct retry_in in;
 
     broker_retry_in(h, &in);
     in.admitted = retry_admits(c, rc, in.queue, in.queue_len);
-    in.handback = in.handback && broker_msg_from_user(props, bridge_user);
+    in.handback = in.handback && from_bridge;
     memset(v, 0, sizeof *v);
     v->queue = in.queue;
     v->queue_len = in.queue_len;
@@ -144,10 +143,9 @@ static amqp_field_value_t str_value(amqp_pool_t *pool, const char *s)
     return f;
 }
 
-/* The history as it came (integers only), plus at, the newest RETRY_HISTORY_MAX kept. */
-static amqp_field_value_t history(const amqp_table_t *h, amqp_pool_t *pool, uint64_t at)
+/* The history as it came (old; integers only), plus at, the newest RETRY_HISTORY_MAX kept. */
+static amqp_field_value_t history(const amqp_field_value_t *old, amqp_pool_t *pool, uint64_t at)
 {
-    const amqp_field_value_t *old = find(h, H_RETRY_HISTORY);
     int n = old && old->kind == AMQP_FIELD_KIND_ARRAY ? old->value.array.num_entries : 0;
     amqp_field_value_t f;
     int k = 0;
@@ -171,10 +169,9 @@ static amqp_field_value_t history(const amqp_table_t *h, amqp_pool_t *pool, uint
     return f;
 }
 
-/* headers carry an x-retry-history as the bridge writes it: 1..32 longs. */
-static int has_history(const amqp_table_t *h)
+/* v is an x-retry-history as the bridge writes it: 1..32 longs. */
+static int has_history(const amqp_field_value_t *v)
 {
-    const amqp_field_value_t *v = find(h, H_RETRY_HISTORY);
 
     if (!v || v->kind != AMQP_FIELD_KIND_ARRAY || v->value.array.num_entries < 1 ||
         v->value.array.num_entries > RETRY_HISTORY_MAX)
@@ -186,28 +183,30 @@ static int has_history(const amqp_table_t *h)
 }
 
 void broker_retry_out(amqp_basic_properties_t *p, amqp_pool_t *pool, enum broker_retry_way way,
-                    uint64_t failed_ms, const char *queue, const char *reason)
+                      uint64_t failed_ms, const char *queue, const char *reason)
 {
-    const amqp_table_t *h = p->_flags & AMQP_BASIC_HEADERS_FLAG ? &p->headers : NULL;
+    struct broker_headers h;
     struct retry_in in;
     int64_t failed;
 
-    broker_retry_in(h, &in);
+    /* read once, the old table: what is set below goes into a new one */
+    broker_msg_read(p->_flags & AMQP_BASIC_HEADERS_FLAG ? &p->headers : NULL, 0, 0, NULL, &h);
+    broker_retry_in(&h, &in);
     if (way == BROKER_RETRY_HANDBACK) {
         /* the failure's time goes with it: the next bridge received only the hand-back */
         if (!in.handback)
-            broker_msg_set_value(p, pool, H_RETRY_HISTORY, history(h, pool, failed_ms));
+            broker_msg_set_value(p, pool, H_RETRY_HISTORY,
+                                 history(h.retry_history, pool, failed_ms));
         broker_msg_set_value(p, pool, H_HANDBACK, long_value(1));
         return;
     }
     failed = in.attempt >= 1 ? in.attempt : 1;
-    /* history() reads the old table: set it first, then the rest on the new one */
-    if (!in.handback || !has_history(h)) /* a hand-back's has its failure already */
-        broker_msg_set_value(p, pool, H_RETRY_HISTORY, history(h, pool, failed_ms));
+    if (!in.handback || !has_history(h.retry_history)) /* a hand-back's has its failure already */
+        broker_msg_set_value(p, pool, H_RETRY_HISTORY, history(h.retry_history, pool, failed_ms));
     broker_msg_drop_header(p, H_HANDBACK);
     if (way == BROKER_RETRY_BACK) {
         broker_msg_set_value(p, pool, H_RETRY_ATTEMPT,
-                           long_value(failed < INT64_MAX ? failed + 1 : failed));
+                             long_value(failed < INT64_MAX ? failed + 1 : failed));
         return;
     }
     broker_msg_set_value(p, pool, H_RETRY_ATTEMPTS, long_value(failed));

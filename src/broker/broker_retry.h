@@ -16,6 +16,7 @@
 
 #include <amqp.h>
 
+#include "delay-bridge/broker_msg.h"
 #include "delay-bridge/retry.h"
 
 #define H_RETRY_ATTEMPT "x-retry-attempt"   /* long: which attempt this delivery is (>= 2) */
@@ -26,21 +27,22 @@
 #define H_HANDBACK "x-delay-bridge-handback" /* a drain's hand-back of a retry, mid-delay */
 #define RETRY_HISTORY_MAX 32                /* failures x-retry-history keeps, the newest */
 
-/* What headers (may be NULL) say of a dead-letter: *in filled, pointers into headers. */
-void broker_retry_in(const amqp_table_t *headers, struct retry_in *in);
+/* What headers h (broker_msg_read) say of a dead-letter: *in filled, pointers into them. */
+void broker_retry_in(const struct broker_headers *h, struct retry_in *in);
 
 /*
- * What a retry route does with one delivery: read (broker_retry_in), the
- * queue held against the route (retry_admits), the hand-back mark honoured
- * only when the broker vouches a bridge published it (props' user-id is
- * bridge_user, broker_msg_from_user), then judged: a verified hand-back of an
- * admitted queue keeps what its x-delay says remains (counted from now_ms,
- * up to max_delay_ms); everything else goes through retry_judge with rnd.
- * The consumer and the fuzzer (tests/fuzz/fuzz_retry.c, which asserts that
- * no verdict sends a message anywhere retry_admits refuses) both call this.
+ * What a retry route does with one delivery: its headers h read
+ * (broker_retry_in), the queue held against the route (retry_admits), the
+ * hand-back mark honoured only when the broker vouches a bridge published
+ * it (from_bridge: the properties' user-id is the bridge's user,
+ * broker_msg_from_user), then judged: a verified hand-back of an admitted
+ * queue keeps what its x-delay says remains (counted from now_ms, up to
+ * max_delay_ms); everything else goes through retry_judge with rnd. The
+ * consumer and the fuzzer (tests/fuzz/fuzz_retry.c, which asserts that no
+ * verdict sends a message anywhere retry_admits refuses) both call this.
  */
 struct retry_verdict {
-    const char *queue;        /* where it failed, as claimed (into props); NULL: none */
+    const char *queue;        /* where it failed, as claimed (into the headers); NULL: none */
     size_t queue_len;
     int admitted;             /* queue passed retry_admits */
     int handback;             /* a bridge's hand-back, vouched for */
@@ -49,8 +51,8 @@ struct retry_verdict {
     uint64_t delay_ms;
 };
 void broker_retry_judge(const struct config *c, const struct config_route *rc,
-                      const amqp_basic_properties_t *props, const char *bridge_user,
-                      uint64_t now_ms, uint64_t rnd, struct retry_verdict *v);
+                        const struct broker_headers *h, int from_bridge, uint64_t now_ms,
+                        uint64_t rnd, struct retry_verdict *v);
 
 /* How a retry route's message leaves the bridge. */
 enum broker_retry_way {
@@ -69,6 +71,6 @@ enum broker_retry_way {
  * only the hand-back's), so the way out of a handed-back message adds none.
  */
 void broker_retry_out(amqp_basic_properties_t *p, amqp_pool_t *pool, enum broker_retry_way way,
-                    uint64_t failed_ms, const char *queue, const char *reason);
+                      uint64_t failed_ms, const char *queue, const char *reason);
 
 #endif

@@ -24,15 +24,20 @@
  *
  * The consumer tag is "delay-bridge:<route>", so a delivery names its route.
  *
- * The owner never sees an AMQP type: before the hand-over the headers it
- * acts on are read (x-delay judged, x-delay-key, x-delay-cancel, a key
- * event's four headers; on a retry route x-death's queue and reason and
- * x-retry-attempt, judged by retry.h instead of x-delay, read_retry) and the properties are encoded for the log without
- * the x-delivery-count and x-acquired-count a quorum queue adds when it
+ * The owner never sees an AMQP type. Before the hand-over, finish() reads
+ * the delivery's header table once (broker_msg_read: one pass into struct
+ * broker_headers, broker_msg.h) and every step after asks that struct: a
+ * stream's place, x-delay judged (broker_msg_due), x-delay-key,
+ * x-delay-cancel, a key event's four headers, on a retry route x-death's
+ * queue and reason and x-retry-attempt, judged by retry.h instead of
+ * x-delay (read_retry, broker_retry_judge). The same pass sorts out the
+ * headers the log gets: the properties are encoded without the
+ * x-delivery-count and x-acquired-count a quorum queue adds when it
  * redelivers (the ingress queue's bookkeeping, not part of the message:
- * neither stored nor forwarded, so a redelivery looks like the original;
- * broker_msg_intake_headers). The key events the
- * owner sends (routes[].share_keys, bridge_keys.c) are encoded here too.
+ * neither stored nor forwarded, so a redelivery looks like the original)
+ * and without the provenance headers a publisher forged (broker_msg.h,
+ * "Intake"). The key events the owner sends (routes[].share_keys,
+ * bridge_keys.c) are encoded here too.
  *
  * A stream ingress (consumer.h) is consumed from stream_next[route]: the
  * broker's x-stream-offset header of each delivery is read in finish(),
@@ -295,12 +300,12 @@ static void begin(struct consumer *c, const amqp_basic_deliver_t *m, int route, 
  * (retry.h). A drain's hand-back keeps what remained of its delay, in its
  * x-delay; it has failed no new attempt.
  */
-static void read_retry(struct consumer *c, struct delivery *d,
-                       const amqp_basic_properties_t *props, const struct config_route *rc)
+static void read_retry(struct consumer *c, struct delivery *d, const struct broker_headers *h,
+                       int from_bridge, const struct config_route *rc)
 {
     struct retry_verdict v;
 
-    broker_retry_judge(c->cfg, rc, props, c->conn.user, d->now_ms, clock_rand64(), &v);
+    broker_retry_judge(c->cfg, rc, h, from_bridge, d->now_ms, clock_rand64(), &v);
     d->retry_queue = v.queue;
     d->retry_queue_len = v.queue_len;
     d->retry_admitted = v.admitted;
@@ -310,72 +315,80 @@ static void read_retry(struct consumer *c, struct delivery *d,
     d->delay_ms = v.delay_ms;
 }
 
-/* What the owner needs of d's headers and properties (see the top of the file). */
+/*
+ * What the owner needs of d's headers h, read once in finish(), and of its
+ * properties (see the top of the file).
+ */
 static void read_headers(struct consumer *c, struct delivery *d,
-                         const amqp_basic_properties_t *props)
+                         const amqp_basic_properties_t *props, const struct broker_headers *h,
+                         int from_bridge)
 {
-    const amqp_table_t *h = props->_flags & AMQP_BASIC_HEADERS_FLAG ? &props->headers : NULL;
-
     if (d->key_event) {
-        d->ev.ok = broker_msg_header_str(h, H_EVENT, &d->ev.kind, &d->ev.kind_len) > 0 &&
-                   broker_msg_header_str(h, H_KEY, &d->ev.key, &d->ev.key_len) > 0 &&
-                   broker_msg_header_str(h, H_ORIGIN, &d->ev.origin, &d->ev.origin_len) > 0 &&
-                   broker_msg_header_i64(h, H_AT, &d->ev.at) > 0;
+        d->ev.ok = broker_msg_str(h->ev_kind, &d->ev.kind, &d->ev.kind_len) > 0 &&
+                   broker_msg_str(h->key, &d->ev.key, &d->ev.key_len) > 0 &&
+                   broker_msg_str(h->ev_origin, &d->ev.origin, &d->ev.origin_len) > 0 &&
+                   broker_msg_i64(h->ev_at, &d->ev.at) > 0;
         return;
     }
-    d->cancel = broker_msg_header_str(h, H_CANCEL, &d->cancel_key, &d->cancel_key_len);
-    d->key = broker_msg_header_str(h, H_KEY, &d->key_str, &d->key_len);
+    d->cancel = broker_msg_str(h->cancel, &d->cancel_key, &d->cancel_key_len);
+    d->key = broker_msg_str(h->key, &d->key_str, &d->key_len);
     if (d->key <= 0)
         d->key_str = NULL;
-    if (c->cfg->routes[d->route].delayed_exchanges) {
-        const char *id;
-        size_t idlen;
-        d->bridge_marked = broker_msg_header_str(h, "x-delay-bridge-id", &id, &idlen) != 0;
-    }
+    if (c->cfg->routes[d->route].delayed_exchanges)
+        d->bridge_marked = h->bridge_id != NULL;
     /* x-delay-until, x-opt-delivery-time or x-delay (broker_msg_due): the delay from now */
     const struct config_route *rc = &c->cfg->routes[d->route];
     d->unstamped = 0;
     d->now_ms = clock_receipt_ms(); /* wall clock, rounded up: the base of a due time */
     if (rc->retry)
-        read_retry(c, d, props, rc);
+        read_retry(c, d, h, from_bridge, rc);
     else if (rc->delay_from == DELAY_FROM_BROKER)
         d->xdelay = broker_msg_due_stamped(h, d->now_ms, rc->max_delay_ms, &d->delay_ms,
-                                         &d->unstamped);
+                                           &d->unstamped);
     else
         d->xdelay = broker_msg_due(h, d->now_ms, rc->max_delay_ms, &d->delay_ms);
 
-    /* broker_msg.h, "Provenance": what only a bridge may say stays only when one said it */
-    int from_bridge = broker_msg_from_user(props, c->conn.user);
+    /* The log's copy: the headers intake keeps (broker_msg.h, "Intake"; sorted out by the
+     * read), so what only a bridge may say stays only when one said it ("Provenance") */
     amqp_basic_properties_t out = *props;
     if (d->retry_handback) { /* the user-id was the draining bridge's proof, not the message's */
         out._flags &= ~(amqp_flags_t)AMQP_BASIC_USER_ID_FLAG;
         out.user_id = amqp_empty_bytes;
     }
-    if (h) {
-        if ((size_t)h->num_entries > c->hdr_cap) {
-            c->hdr_cap = (size_t)h->num_entries;
-            c->hdr_scratch = xrealloc(c->hdr_scratch, c->hdr_cap * sizeof(*c->hdr_scratch));
-        }
-        out.headers.num_entries =
-            broker_msg_intake_headers(h, d->stream_offset >= 0, from_bridge, c->hdr_scratch);
+    if (props->_flags & AMQP_BASIC_HEADERS_FLAG) {
+        out.headers.num_entries = h->nkeep;
         out.headers.entries = c->hdr_scratch;
     }
     d->props_len = broker_msg_encode_props(&out, &c->props_buf, &c->props_cap);
     d->props = c->props_buf;
 }
 
+/*
+ * A whole delivery: its headers read in one pass (broker_msg_read: the
+ * struct every step below reads, and the entries intake keeps), a stream's
+ * place checked, then the hand-over.
+ */
 static void finish(struct consumer *c)
 {
     struct assembly *a = &c->as;
     const amqp_basic_properties_t *p = a->props ? a->props : &c->no_props;
+    const amqp_table_t *t = p->_flags & AMQP_BASIC_HEADERS_FLAG ? &p->headers : NULL;
+    int stream = !a->d.key_event && c->cfg->routes[a->d.route].queue_type == QUEUE_STREAM;
+    int from_bridge = !a->d.key_event && broker_msg_from_user(p, c->conn.user);
+    int intake = !a->d.key_event && !a->d.too_big;
+    struct broker_headers h;
 
+    if (intake && t && (size_t)t->num_entries > c->hdr_cap) {
+        c->hdr_cap = (size_t)t->num_entries;
+        c->hdr_scratch = xrealloc(c->hdr_scratch, c->hdr_cap * sizeof(*c->hdr_scratch));
+    }
+    broker_msg_read(t, stream, from_bridge, intake ? c->hdr_scratch : NULL, &h);
     a->active = 0;
     a->d.stream_offset = -1;
-    if (!a->d.key_event && c->cfg->routes[a->d.route].queue_type == QUEUE_STREAM) {
+    if (stream) {
         int64_t off;
         int64_t *next = &c->stream_next[a->d.route];
-        if (broker_msg_header_i64(p->_flags & AMQP_BASIC_HEADERS_FLAG ? &p->headers : NULL,
-                                "x-stream-offset", &off) > 0 && off >= 0) {
+        if (broker_msg_i64(h.stream_offset, &off) > 0 && off >= 0) {
             if (*next >= 0 && off < *next) {
                 /* Before the place (the chunk's start, or read again): credit, not a message. */
                 int r = amqp_basic_ack(c->conn.st, CONSUMER_CHANNEL, a->d.tag, 0);
@@ -390,7 +403,7 @@ static void finish(struct consumer *c)
     }
     a->d.body = a->d.too_big ? NULL : a->body;
     if (!a->d.too_big)
-        read_headers(c, &a->d, p);
+        read_headers(c, &a->d, p, &h, from_bridge);
     c->ops.delivery(c->ops.arg, &a->d);
 }
 

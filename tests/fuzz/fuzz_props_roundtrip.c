@@ -2,12 +2,13 @@
  * fuzz_props_roundtrip.c -- libFuzzer harness for the path a message's
  * properties take through the daemon, with rabbitmq-c's own codec:
  *
- *   wire bytes --amqp_decode_properties--> props          (consumer)
- *   props --broker_msg_xdelay--> delay                      (bridge)
- *   props --broker_msg_encode_props--> WAL ADD record       (bridge, wal)
- *   WAL ADD --amqp_decode_properties--> props             (publisher)
- *   props --broker_msg_outgoing--> republished props        (publisher)
- *   --amqp_encode_properties--> wire, decoded once more   (broker)
+ *   wire bytes --amqp_decode_properties--> props            (consumer)
+ *   props --broker_msg_read--> headers read, intake's entries (consumer)
+ *   headers --broker_msg_xdelay, broker_msg_due--> delay     (consumer)
+ *   props --broker_msg_encode_props--> WAL ADD record        (bridge, wal)
+ *   WAL ADD --amqp_decode_properties--> props                (publisher)
+ *   props --broker_msg_outgoing--> republished props         (publisher)
+ *   --amqp_encode_properties--> wire, decoded once more      (broker)
  *
  * Input: byte 0 = options, bytes 1..8 = a delay (LE u64), then the AMQP
  * basic properties (flags + property list) as the broker would send them.
@@ -15,9 +16,11 @@
  * user is the message's user-id; bit 2: use the delay from bytes 1..8 even
  * when x-delay is valid.
  *
- * Checked: broker_msg_xdelay keeps xdelay.h's contract; the WAL record gives
- * back the encoded properties byte for byte and they decode again to the
- * same properties; broker_msg_outgoing publishes only defined flag bits, does not modify its input, keeps every
+ * Checked: the read keeps table entries in order and none a queue adds or
+ * a bridge alone may write; broker_msg_xdelay keeps xdelay.h's contract; the
+ * WAL record gives back the encoded properties byte for byte and they decode
+ * again to the same properties; broker_msg_outgoing publishes only defined
+ * flag bits, does not modify its input, keeps every
  * property other than headers and user-id, sets exactly one
  * x-delay-bridge-id (and x-delay-error), moves a foreign user-id to
  * x-original-user-id, leaves no positive x-delay when it delayed the
@@ -94,7 +97,22 @@ static int is_string(const amqp_field_value_t *v, const void *p, size_t n)
 static void check_xdelay(const amqp_basic_properties_t *p, uint64_t max, enum xdelay_status *st,
                          uint64_t *delay)
 {
-    const amqp_table_t *h = (p->_flags & AMQP_BASIC_HEADERS_FLAG) ? &p->headers : NULL;
+    const amqp_table_t *t = (p->_flags & AMQP_BASIC_HEADERS_FLAG) ? &p->headers : NULL;
+    struct broker_headers rh, *h = &rh;
+    int n = t && t->num_entries > 0 && t->entries ? t->num_entries : 0;
+    amqp_table_entry_t *keep = malloc(sizeof(*keep) * (size_t)(n ? n : 1));
+
+    /* the one read: intake keeps entries of the table, in order, none the queue's or forged */
+    broker_msg_read(t, 1, 0, keep, h);
+    CHECK(h->nkeep >= 0 && h->nkeep <= n);
+    for (int i = 0, j = 0; i < h->nkeep; i++, j++) {
+        while (j < n && memcmp(&t->entries[j], &keep[i], sizeof(keep[i])) != 0)
+            j++;
+        CHECK(j < n);
+        CHECK(!broker_msg_provenance(keep[i].key));
+        CHECK(!(keep[i].key.len == 16 && memcmp(keep[i].key.bytes, "x-delivery-count", 16) == 0));
+    }
+    free(keep);
     *delay = 777;
     *st = broker_msg_xdelay(h, max, delay);
     CHECK(*st >= XDELAY_OK && *st <= XDELAY_ETOOBIG);

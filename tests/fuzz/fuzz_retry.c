@@ -5,7 +5,8 @@
  * bridge writes on its way out.
  *
  *   wire bytes --amqp_decode_properties--> props             (consumer)
- *   props --broker_retry_in--> struct retry_in --retry_judge--> verdict
+ *   props --broker_msg_read--> struct broker_headers --broker_retry_in-->
+ *         struct retry_in --retry_judge--> verdict
  *   props --broker_msg_outgoing, broker_retry_out (back, park, hand-back)--> props
  *                                                            (publisher)
  *   --broker_msg_encode_props--> wire, decoded once more
@@ -157,11 +158,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         empty_amqp_pool(&pool);
         return 0;
     }
-    const amqp_table_t *h = in->_flags & AMQP_BASIC_HEADERS_FLAG ? &in->headers : NULL;
+    struct broker_headers h;
+    broker_msg_read(in->_flags & AMQP_BASIC_HEADERS_FLAG ? &in->headers : NULL, 0, 0, NULL, &h);
 
     /* the destination: only where the route admits, whatever the headers claim */
     struct retry_verdict vd;
-    broker_retry_judge(&cfg, route, in, "bridge", 1800000000000ull, rnd, &vd);
+    broker_retry_judge(&cfg, route, &h, broker_msg_from_user(in, "bridge"), 1800000000000ull, rnd,
+                       &vd);
     if (vd.st == XDELAY_OK || vd.st == XDELAY_NOW)
         CHECK(vd.queue && vd.admitted && admitted(vd.queue, vd.queue_len));
     if (vd.queue && !admitted(vd.queue, vd.queue_len))
@@ -170,7 +173,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK((in->_flags & AMQP_BASIC_USER_ID_FLAG) && in->user_id.len == 6 &&
               memcmp(in->user_id.bytes, "bridge", 6) == 0);
 
-    broker_retry_in(h, &ri);
+    broker_retry_in(&h, &ri);
     ri.admitted = 1; /* the policy alone, below */
     CHECK(ri.attempt >= 0);
     CHECK(!ri.queue || (ri.queue_len >= 1 && ri.queue_len <= 255));

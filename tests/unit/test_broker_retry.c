@@ -247,6 +247,23 @@ static int str_is(const amqp_field_value_t *v, const char *s)
 
 /* Which queues a route may send back to (retry_admits): the list, the whole-name pattern,
    never the bridge's own queues, "amq.", a NUL or invalid UTF-8. */
+/* Read as the consumer reads: the table once, then the struct. */
+static void t_retry_in(const amqp_table_t *t, struct retry_in *in)
+{
+    struct broker_headers h;
+    broker_msg_read(t, 0, 0, NULL, &h);
+    broker_retry_in(&h, in);
+}
+
+static void t_judge(const struct config *c, const struct config_route *rc,
+                    const amqp_basic_properties_t *p, const char *user, uint64_t now,
+                    uint64_t rnd, struct retry_verdict *v)
+{
+    struct broker_headers h;
+    broker_msg_read(p->_flags & AMQP_BASIC_HEADERS_FLAG ? &p->headers : NULL, 0, 0, NULL, &h);
+    broker_retry_judge(c, rc, &h, broker_msg_from_user(p, user), now, rnd, v);
+}
+
 static void test_admits(void)
 {
     static const char json[] =
@@ -307,26 +324,26 @@ static void test_admits(void)
     p.headers = (amqp_table_t){1, h};
     struct retry_verdict v;
 
-    broker_retry_judge(&c, r, &p, "bridge", 1000, 0, &v);
+    t_judge(&c, r, &p, "bridge", 1000, 0, &v);
     CHECK(v.st == XDELAY_RETRY_NOTADMITTED && !v.admitted && !v.handback, "forged x-death");
     p.headers.num_entries = 3; /* + a hand-back mark, no user-id: not a bridge's */
-    broker_retry_judge(&c, r, &p, "bridge", 1000, 0, &v);
+    t_judge(&c, r, &p, "bridge", 1000, 0, &v);
     CHECK(v.st == XDELAY_RETRY_NOTADMITTED && !v.handback, "forged hand-back");
     d0[0] = e_("queue", s_("work.email"));
-    broker_retry_judge(&c, r, &p, "bridge", 1000, 0, &v);
+    t_judge(&c, r, &p, "bridge", 1000, 0, &v);
     CHECK(v.st == XDELAY_OK && !v.handback && v.delay_ms == 1000,
           "an unproven hand-back is judged as a failure: the policy's delay, not its x-delay");
     p._flags |= AMQP_BASIC_USER_ID_FLAG;
     p.user_id = amqp_cstring_bytes("publisher");
-    broker_retry_judge(&c, r, &p, "bridge", 1000, 0, &v);
+    t_judge(&c, r, &p, "bridge", 1000, 0, &v);
     CHECK(!v.handback, "another user's user-id proves nothing");
     p.user_id = amqp_cstring_bytes("bridge");
-    broker_retry_judge(&c, r, &p, "bridge", 1000, 0, &v);
+    t_judge(&c, r, &p, "bridge", 1000, 0, &v);
     CHECK(v.st == XDELAY_OK && v.handback && v.delay_ms == 5000, "a bridge's hand-back");
-    broker_retry_judge(&c, r, &p, "", 1000, 0, &v);
+    t_judge(&c, r, &p, "", 1000, 0, &v);
     CHECK(!v.handback, "no broker user: nothing vouches");
     d0[0] = e_("queue", s_("payments.secret"));
-    broker_retry_judge(&c, r, &p, "bridge", 1000, 0, &v);
+    t_judge(&c, r, &p, "bridge", 1000, 0, &v);
     CHECK(v.st == XDELAY_RETRY_NOTADMITTED && !v.handback,
           "even a bridge's hand-back goes only where the route admits");
     empty_amqp_pool(&pool);
@@ -354,7 +371,7 @@ static void test_in(void)
     amqp_table_t t = {3, h};
     struct retry_in in;
 
-    broker_retry_in(&t, &in);
+    t_retry_in(&t, &in);
     CHECK(in.queue && in.queue_len == 6 && memcmp(in.queue, "work.b", 6) == 0,
           "the newest entry, not the first death");
     CHECK(in.reason && in.reason_len == 8 && memcmp(in.reason, "rejected", 8) == 0);
@@ -366,20 +383,20 @@ static void test_in(void)
                                e_("x-last-death-reason", s_("delivery_limit")),
                                e_("x-retry-attempt", s_("7")), e_("x-delay-bridge-handback", l_(1))};
     t = (amqp_table_t){5, h2};
-    broker_retry_in(&t, &in);
+    t_retry_in(&t, &in);
     CHECK(in.queue_len == 4 && memcmp(in.queue, "last", 4) == 0);
     CHECK(in.reason_len == 14 && memcmp(in.reason, "delivery_limit", 14) == 0);
     CHECK(in.attempt == 0, "a text attempt is not the bridge's: counts as none");
     CHECK(in.handback);
     t.num_entries = 1;
-    broker_retry_in(&t, &in);
+    t_retry_in(&t, &in);
     CHECK(in.queue_len == 5 && memcmp(in.queue, "first", 5) == 0 && !in.reason);
-    broker_retry_in(NULL, &in);
+    t_retry_in(NULL, &in);
     CHECK(!in.queue && !in.reason && in.attempt == 0);
     /* a malformed x-death (not an array of tables) falls back too */
     amqp_table_entry_t h3[] = {e_("x-death", s_("nonsense")), e_("x-first-death-queue", s_("f"))};
     t = (amqp_table_t){2, h3};
-    broker_retry_in(&t, &in);
+    t_retry_in(&t, &in);
     CHECK(in.queue_len == 1 && in.queue[0] == 'f');
 }
 
@@ -462,22 +479,22 @@ static void test_in_first(void)
                               e_("x-first-death-queue", s_("f1")),
                               e_("x-first-death-queue", s_("f2"))};
     amqp_table_t t = {5, h};
-    broker_retry_in(&t, &in);
+    t_retry_in(&t, &in);
     CHECK(in.queue_len == 2 && memcmp(in.queue, "f1", 2) == 0);
     CHECK(in.reason_len == 7 && memcmp(in.reason, "expired", 7) == 0);
     /* x-death's queue without its reason: the reason from the fallbacks */
     h[0] = e_("x-death", arr);
-    broker_retry_in(&t, &in);
+    t_retry_in(&t, &in);
     CHECK(in.queue_len == 6 && memcmp(in.queue, "work.b", 6) == 0);
     CHECK(in.reason_len == 7 && memcmp(in.reason, "expired", 7) == 0);
     /* an empty queue name is none: the fallback; a long one (> 255) is none at all */
     d0[0] = e_("queue", s_(""));
-    broker_retry_in(&t, &in);
+    t_retry_in(&t, &in);
     CHECK(in.queue_len == 2 && memcmp(in.queue, "f1", 2) == 0);
     static char longq[300];
     memset(longq, 'q', 299);
     d0[0] = e_("queue", s_(longq));
-    broker_retry_in(&t, &in);
+    t_retry_in(&t, &in);
     CHECK(!in.queue && in.queue_len == 0);
     /* a last-death queue that is not a string: the first-death one */
     amqp_table_entry_t h2[] = {e_("x-last-death-queue", l_(5)),
@@ -486,7 +503,7 @@ static void test_in_first(void)
                                e_("x-retry-attempt", l_(0)), e_("x-retry-attempt", l_(6)),
                                e_("x-delay-bridge-handback", s_(""))};
     t = (amqp_table_t){6, h2};
-    broker_retry_in(&t, &in);
+    t_retry_in(&t, &in);
     CHECK(in.queue_len == 2 && memcmp(in.queue, "f1", 2) == 0 && !in.reason);
     CHECK(in.attempt == 0, "the first x-retry-attempt, below 1: none");
     CHECK(in.handback, "the mark counts by its presence, any kind");
@@ -496,17 +513,17 @@ static void test_in_first(void)
     u.kind = AMQP_FIELD_KIND_U64;
     u.value.u64 = UINT64_MAX;
     h2[3] = e_("x-retry-attempt", u);
-    broker_retry_in(&t, &in);
+    t_retry_in(&t, &in);
     CHECK(in.attempt == INT64_MAX);
     u.kind = AMQP_FIELD_KIND_I8;
     u.value.i8 = 3;
     h2[3] = e_("x-retry-attempt", u);
-    broker_retry_in(&t, &in);
+    t_retry_in(&t, &in);
     CHECK(in.attempt == 3);
     u.kind = AMQP_FIELD_KIND_TIMESTAMP;
     u.value.u64 = 3;
     h2[3] = e_("x-retry-attempt", u);
-    broker_retry_in(&t, &in);
+    t_retry_in(&t, &in);
     CHECK(in.attempt == 0, "a timestamp is not an attempt");
 }
 
