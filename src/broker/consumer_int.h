@@ -75,7 +75,7 @@ struct consumer {
     amqp_basic_properties_t no_props;
     uint8_t *props_buf; /* the current delivery's properties, AMQP-encoded */
     size_t props_cap;
-    amqp_table_entry_t *hdr_scratch; /* headers without the queue's counters */
+    amqp_table_entry_t *hdr_scratch; /* the headers intake keeps (broker_msg_read) */
     size_t hdr_cap;
     int64_t *stream_next; /* per route: a stream ingress's next offset, -1 = first */
     int64_t *stream_upto; /* per route: below this, a delivery may be logged already */
