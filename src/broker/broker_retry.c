@@ -9,7 +9,11 @@
  * x-first-death-queue; they are read only when x-death is missing or
  * malformed (a client that rewrote it), the first-death one last, since it
  * names the first queue ever, which is right only for a message that never
- * moved between queues.
+ * moved between queues. Every one of these is asked of the delivery's
+ * headers as broker_msg_read() found them (struct broker_headers: the
+ * first entry of each name), never of the table again; the one table
+ * looked into here is x-death's newest entry. broker_retry_out() reads the
+ * outgoing table once the same way, before it writes a new one.
  *
  * A forged x-death (any publisher to the ingress can write one) names a
  * queue the route may not reach: broker_retry_judge parks it (retry_admits),
