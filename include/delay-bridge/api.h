@@ -137,7 +137,7 @@ struct walrec_add;
  * "due", "state" ("due" when due, else "waiting"), "key", "routing_key",
  * "size", "enqueued_ms", "message_id"; full adds "exchange" and
  * "properties". props: the message's AMQP properties as JSON
- * (amqp_msg_props_json), or NULL; taken over. a's strings are borrowed.
+ * (broker_msg_props_json), or NULL; taken over. a's strings are borrowed.
  * Returns a new reference.
  */
 struct json_object *api_message_json(uint64_t log_id, uint64_t id, uint64_t due_ms, int due,

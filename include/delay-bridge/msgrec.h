@@ -7,7 +7,7 @@
  * dead-letter exchange, the error text, the delay to rewrite x-delay with,
  * the message id header).
  * The AMQP encodings themselves (properties in, properties out) are the
- * consumer's and publisher's business (amqp_msg.h).
+ * consumer's and publisher's business (broker_msg.h).
  */
 #ifndef DB_MSGREC_H
 #define DB_MSGREC_H
@@ -41,7 +41,7 @@ struct msgrec_in {
 /*
  * Fill *a (pointers into in and rc) for a message of route rc received at
  * now, whose delay headers were judged xs with delay delay_ms
- * (amqp_msg_due(): due = now + delay_ms, the absolute time x-delay-until
+ * (broker_msg_due(): due = now + delay_ms, the absolute time x-delay-until
  * asked for). An invalid or too large delay (xdelay_invalid(xs)), or an
  * invalid x-delay-key, makes the message due now,
  * without a key; with invalid_delay "dead-letter" it is also flagged for

@@ -22,7 +22,7 @@
  *                              published again. The channel is reopened with
  *                              backoff (publish_retry_*_ms), or with the
  *                              connection (reconnect_*_ms).
- * A broker close is answered only through amqp_conn_answer_close().
+ * A broker close is answered only through broker_conn_answer_close().
  *
  * connection.blocked (a broker resource alarm) stops publishing until
  * connection.unblocked; the consumer side and the loop keep running.

@@ -2,7 +2,7 @@
  * retry.h -- what a retry route does with a message a consumer gave up on.
  *
  * Pure policy, no AMQP types: the consumer reads the broker's dead-letter
- * headers into struct retry_in (amqp_msg.h, amqp_msg_retry_in), and this
+ * headers into struct retry_in (broker_retry.h, broker_retry_in), and this
  * decides: back to the queue it failed in after a delay, or parked, and
  * why. README, "Retries with backoff", is the user's side of it.
  *

@@ -3,7 +3,7 @@
  *
  * Pure: the value arrives already taken out of its wire encoding (the AMQP
  * side maps rabbitmq-c's field kinds onto struct xdelay_value, see
- * amqp_msg.h), so the rules are tested without a broker or a codec.
+ * broker_msg.h), so the rules are tested without a broker or a codec.
  *
  * x-delay accepted (delay in ms, as the plugin and better):
  *   any integer (signed or unsigned, 8 to 64 bit)            -> its value

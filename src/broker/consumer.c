@@ -7,9 +7,11 @@
  * with a zero timeout, at most FRAMES_PER_TURN per wakeup so that one busy
  * connection cannot starve the loop. Connection set-up (login, declares,
  * basic.consume) is synchronous, bounded by broker.connect_timeout_ms; it
- * runs only when (re)connecting: the login is amqp_conn_open_next()'s
- * (amqp_conn.c), what each route declares and consumes is
- * consumer_declare.c's.
+ * runs only when (re)connecting: the login is broker_conn_open_next()'s
+ * (broker_conn.c), what each route declares and consumes is
+ * consumer_declare.c's, a route's start, refusal and the connection lost
+ * are consumer_core.c's (shared with consumer_routes.c, which this file
+ * never calls).
  *
  * A delivery arrives as a basic.deliver method frame, a header frame with
  * the properties and body size, and zero or more body frames. The method's
@@ -22,15 +24,20 @@
  *
  * The consumer tag is "delay-bridge:<route>", so a delivery names its route.
  *
- * The owner never sees an AMQP type: before the hand-over the headers it
- * acts on are read (x-delay judged, x-delay-key, x-delay-cancel, a key
- * event's four headers; on a retry route x-death's queue and reason and
- * x-retry-attempt, judged by retry.h instead of x-delay, read_retry) and the properties are encoded for the log without
- * the x-delivery-count and x-acquired-count a quorum queue adds when it
+ * The owner never sees an AMQP type. Before the hand-over, finish() reads
+ * the delivery's header table once (broker_msg_read: one pass into struct
+ * broker_headers, broker_msg.h) and every step after asks that struct: a
+ * stream's place, x-delay judged (broker_msg_due), x-delay-key,
+ * x-delay-cancel, a key event's four headers, on a retry route x-death's
+ * queue and reason and x-retry-attempt, judged by retry.h instead of
+ * x-delay (read_retry, broker_retry_judge). The same pass sorts out the
+ * headers the log gets: the properties are encoded without the
+ * x-delivery-count and x-acquired-count a quorum queue adds when it
  * redelivers (the ingress queue's bookkeeping, not part of the message:
- * neither stored nor forwarded, so a redelivery looks like the original;
- * amqp_msg_intake_headers). The key events the
- * owner sends (routes[].share_keys, bridge_keys.c) are encoded here too.
+ * neither stored nor forwarded, so a redelivery looks like the original)
+ * and without the provenance headers a publisher forged (broker_msg.h,
+ * "Intake"). The key events the owner sends (routes[].share_keys,
+ * bridge_keys.c) are encoded here too.
  *
  * A stream ingress (consumer.h) is consumed from stream_next[route]: the
  * broker's x-stream-offset header of each delivery is read in finish(),
@@ -68,14 +75,14 @@
 
 #include <amqp.h>
 
+#include "delay-bridge/broker_conn.h"
+#include "delay-bridge/broker_msg.h"
 #include "base/backoff.h"
 #include "base/clock.h"
 #include "base/failpoint.h"
 #include "base/log.h"
 #include "base/xalloc.h"
-#include "amqp_conn.h"
-#include "amqp_msg.h"
-#include "amqp_retry.h"
+#include "broker_retry.h"
 #include "consumer_int.h"
 
 #define EVENT_CONFIRM_MS 5000 /* an event unconfirmed this long drops the connection */
@@ -89,33 +96,6 @@
 #define H_AT "x-delay-key-at"
 
 static void on_io(struct ev_loop *loop, ev_io *w, int revents);
-
-/* A new connection: nothing sent, nothing waiting (unacked deliveries come back). */
-static void events_reset(struct consumer *c)
-{
-    c->events_on = 0;
-    c->ev_sent = c->ev_confirmed = c->ev_lost = 0;
-    memset(c->ev_done, 0, sizeof(c->ev_done));
-    memset(c->held, 0, sizeof(c->held));
-}
-
-void cons_conn_down(struct consumer *c, const char *why)
-{
-    if (!c->conn.st)
-        return;
-    if (!c->stopped)
-        log_warn("consume", "consumer connection lost", "reason=%s", LOG_QUOTE_STR(why));
-    ev_io_stop(c->loop, &c->io);
-    amqp_conn_close(&c->conn, 0);
-    c->as.active = 0;
-    c->acked_tag = 0;
-    events_reset(c);
-    backoff_fail(&c->bo, clock_mono_ms()); /* reconnect after a pause; "lost" was logged */
-    if (c->up) {
-        c->up = 0;
-        c->ops.state(c->ops.arg, 0);
-    }
-}
 
 /* basic.ack of every delivery up to tag. */
 static void send_ack(struct consumer *c, uint64_t tag)
@@ -216,13 +196,13 @@ static void open_connection(struct consumer *c)
     char err[1024];
     int i, n;
 
-    if (amqp_conn_open_vhost(&c->conn, cfg, "consumer", c->vhost[0] ? c->vhost : NULL,
+    if (broker_conn_open_vhost(&c->conn, cfg, "consumer", c->vhost[0] ? c->vhost : NULL,
                              &c->uri_next, err, sizeof(err)) < 0)
         goto fail;
     amqp_channel_open(c->conn.st, CONSUMER_CHANNEL);
-    if (amqp_conn_check(&c->conn, "channel.open", err, sizeof(err)) < 0)
+    if (broker_conn_check(&c->conn, "channel.open", err, sizeof(err)) < 0)
         goto fail_close;
-    events_reset(c);
+    cons_events_reset(c);
     for (i = 0; i < cfg->nroutes; i++)
         if (c->mine[i].on && cfg->routes[i].share_keys && cons_events_open(c, err, sizeof(err)) < 0)
             goto fail_close;
@@ -262,7 +242,7 @@ static void open_connection(struct consumer *c)
     return;
 
 fail_close:
-    amqp_conn_close(&c->conn, 0);
+    broker_conn_close(&c->conn, 0);
 fail:
     st = backoff_fail(&c->bo, clock_mono_ms());
     if (st.log_events)
@@ -315,39 +295,17 @@ static void begin(struct consumer *c, const amqp_basic_deliver_t *m, int route, 
     a->active = 1;
 }
 
-static int key_is(amqp_bytes_t k, const char *name)
-{
-    return k.len == strlen(name) && memcmp(k.bytes, name, k.len) == 0;
-}
-
-static int header_i64(const amqp_table_t *h, const char *name, int64_t *v)
-{
-    for (int i = 0; h && i < h->num_entries; i++) {
-        const amqp_table_entry_t *e = &h->entries[i];
-        if (!key_is(e->key, name))
-            continue;
-        switch (e->value.kind) {
-        case AMQP_FIELD_KIND_I64: *v = e->value.value.i64; return 1;
-        case AMQP_FIELD_KIND_U64: *v = (int64_t)e->value.value.u64; return 1;
-        case AMQP_FIELD_KIND_I32: *v = e->value.value.i32; return 1;
-        case AMQP_FIELD_KIND_TIMESTAMP: *v = (int64_t)e->value.value.u64; return 1;
-        default: return 0;
-        }
-    }
-    return 0;
-}
-
 /*
  * A retry route's delivery: where it failed and what the policy says
  * (retry.h). A drain's hand-back keeps what remained of its delay, in its
  * x-delay; it has failed no new attempt.
  */
-static void read_retry(struct consumer *c, struct delivery *d,
-                       const amqp_basic_properties_t *props, const struct config_route *rc)
+static void read_retry(struct consumer *c, struct delivery *d, const struct broker_headers *h,
+                       int from_bridge, const struct config_route *rc)
 {
     struct retry_verdict v;
 
-    amqp_retry_judge(c->cfg, rc, props, c->conn.user, d->now_ms, clock_rand64(), &v);
+    broker_retry_judge(c->cfg, rc, h, from_bridge, d->now_ms, clock_rand64(), &v);
     d->retry_queue = v.queue;
     d->retry_queue_len = v.queue_len;
     d->retry_admitted = v.admitted;
@@ -357,72 +315,80 @@ static void read_retry(struct consumer *c, struct delivery *d,
     d->delay_ms = v.delay_ms;
 }
 
-/* What the owner needs of d's headers and properties (see the top of the file). */
+/*
+ * What the owner needs of d's headers h, read once in finish(), and of its
+ * properties (see the top of the file).
+ */
 static void read_headers(struct consumer *c, struct delivery *d,
-                         const amqp_basic_properties_t *props)
+                         const amqp_basic_properties_t *props, const struct broker_headers *h,
+                         int from_bridge)
 {
-    const amqp_table_t *h = props->_flags & AMQP_BASIC_HEADERS_FLAG ? &props->headers : NULL;
-
     if (d->key_event) {
-        d->ev.ok = amqp_msg_header_str(h, H_EVENT, &d->ev.kind, &d->ev.kind_len) > 0 &&
-                   amqp_msg_header_str(h, H_KEY, &d->ev.key, &d->ev.key_len) > 0 &&
-                   amqp_msg_header_str(h, H_ORIGIN, &d->ev.origin, &d->ev.origin_len) > 0 &&
-                   header_i64(h, H_AT, &d->ev.at);
+        d->ev.ok = broker_msg_str(h->ev_kind, &d->ev.kind, &d->ev.kind_len) > 0 &&
+                   broker_msg_str(h->key, &d->ev.key, &d->ev.key_len) > 0 &&
+                   broker_msg_str(h->ev_origin, &d->ev.origin, &d->ev.origin_len) > 0 &&
+                   broker_msg_i64(h->ev_at, &d->ev.at) > 0;
         return;
     }
-    d->cancel = amqp_msg_header_str(h, H_CANCEL, &d->cancel_key, &d->cancel_key_len);
-    d->key = amqp_msg_header_str(h, H_KEY, &d->key_str, &d->key_len);
+    d->cancel = broker_msg_str(h->cancel, &d->cancel_key, &d->cancel_key_len);
+    d->key = broker_msg_str(h->key, &d->key_str, &d->key_len);
     if (d->key <= 0)
         d->key_str = NULL;
-    if (c->cfg->routes[d->route].delayed_exchanges) {
-        const char *id;
-        size_t idlen;
-        d->bridge_marked = amqp_msg_header_str(h, "x-delay-bridge-id", &id, &idlen) != 0;
-    }
-    /* x-delay-until, x-opt-delivery-time or x-delay (amqp_msg_due): the delay from now */
+    if (c->cfg->routes[d->route].delayed_exchanges)
+        d->bridge_marked = h->bridge_id != NULL;
+    /* x-delay-until, x-opt-delivery-time or x-delay (broker_msg_due): the delay from now */
     const struct config_route *rc = &c->cfg->routes[d->route];
     d->unstamped = 0;
     d->now_ms = clock_receipt_ms(); /* wall clock, rounded up: the base of a due time */
     if (rc->retry)
-        read_retry(c, d, props, rc);
+        read_retry(c, d, h, from_bridge, rc);
     else if (rc->delay_from == DELAY_FROM_BROKER)
-        d->xdelay = amqp_msg_due_stamped(h, d->now_ms, rc->max_delay_ms, &d->delay_ms,
-                                         &d->unstamped);
+        d->xdelay = broker_msg_due_stamped(h, d->now_ms, rc->max_delay_ms, &d->delay_ms,
+                                           &d->unstamped);
     else
-        d->xdelay = amqp_msg_due(h, d->now_ms, rc->max_delay_ms, &d->delay_ms);
+        d->xdelay = broker_msg_due(h, d->now_ms, rc->max_delay_ms, &d->delay_ms);
 
-    /* amqp_msg.h, "Provenance": what only a bridge may say stays only when one said it */
-    int from_bridge = amqp_msg_from_user(props, c->conn.user);
+    /* The log's copy: the headers intake keeps (broker_msg.h, "Intake"; sorted out by the
+     * read), so what only a bridge may say stays only when one said it ("Provenance") */
     amqp_basic_properties_t out = *props;
     if (d->retry_handback) { /* the user-id was the draining bridge's proof, not the message's */
         out._flags &= ~(amqp_flags_t)AMQP_BASIC_USER_ID_FLAG;
         out.user_id = amqp_empty_bytes;
     }
-    if (h) {
-        if ((size_t)h->num_entries > c->hdr_cap) {
-            c->hdr_cap = (size_t)h->num_entries;
-            c->hdr_scratch = xrealloc(c->hdr_scratch, c->hdr_cap * sizeof(*c->hdr_scratch));
-        }
-        out.headers.num_entries =
-            amqp_msg_intake_headers(h, d->stream_offset >= 0, from_bridge, c->hdr_scratch);
+    if (props->_flags & AMQP_BASIC_HEADERS_FLAG) {
+        out.headers.num_entries = h->nkeep;
         out.headers.entries = c->hdr_scratch;
     }
-    d->props_len = amqp_msg_encode_props(&out, &c->props_buf, &c->props_cap);
+    d->props_len = broker_msg_encode_props(&out, &c->props_buf, &c->props_cap);
     d->props = c->props_buf;
 }
 
+/*
+ * A whole delivery: its headers read in one pass (broker_msg_read: the
+ * struct every step below reads, and the entries intake keeps), a stream's
+ * place checked, then the hand-over.
+ */
 static void finish(struct consumer *c)
 {
     struct assembly *a = &c->as;
     const amqp_basic_properties_t *p = a->props ? a->props : &c->no_props;
+    const amqp_table_t *t = p->_flags & AMQP_BASIC_HEADERS_FLAG ? &p->headers : NULL;
+    int stream = !a->d.key_event && c->cfg->routes[a->d.route].queue_type == QUEUE_STREAM;
+    int from_bridge = !a->d.key_event && broker_msg_from_user(p, c->conn.user);
+    int intake = !a->d.key_event && !a->d.too_big;
+    struct broker_headers h;
 
+    if (intake && t && (size_t)t->num_entries > c->hdr_cap) {
+        c->hdr_cap = (size_t)t->num_entries;
+        c->hdr_scratch = xrealloc(c->hdr_scratch, c->hdr_cap * sizeof(*c->hdr_scratch));
+    }
+    broker_msg_read(t, stream, from_bridge, intake ? c->hdr_scratch : NULL, &h);
     a->active = 0;
     a->d.stream_offset = -1;
-    if (!a->d.key_event && c->cfg->routes[a->d.route].queue_type == QUEUE_STREAM) {
+    if (stream) {
         int64_t off;
         int64_t *next = &c->stream_next[a->d.route];
-        if (header_i64(p->_flags & AMQP_BASIC_HEADERS_FLAG ? &p->headers : NULL,
-                       "x-stream-offset", &off) && off >= 0) {
+        if (broker_msg_i64(h.stream_offset, &off) > 0 && off >= 0) {
             if (*next >= 0 && off < *next) {
                 /* Before the place (the chunk's start, or read again): credit, not a message. */
                 int r = amqp_basic_ack(c->conn.st, CONSUMER_CHANNEL, a->d.tag, 0);
@@ -437,7 +403,7 @@ static void finish(struct consumer *c)
     }
     a->d.body = a->d.too_big ? NULL : a->body;
     if (!a->d.too_big)
-        read_headers(c, &a->d, p);
+        read_headers(c, &a->d, p, &h, from_bridge);
     c->ops.delivery(c->ops.arg, &a->d);
 }
 
@@ -475,7 +441,7 @@ static void handle_frame(struct consumer *c, amqp_frame_t *f)
             return;
         case AMQP_CHANNEL_CLOSE_METHOD:
         case AMQP_CONNECTION_CLOSE_METHOD:
-            amqp_conn_answer_close(&c->conn, f, why, sizeof(why));
+            broker_conn_answer_close(&c->conn, f, why, sizeof(why));
             cons_conn_down(c, why);
             return;
         default:
@@ -590,7 +556,7 @@ void consumer_turn(struct consumer *c, uint64_t now)
                      "delivery comes back and the event goes out again");
         return;
     }
-    if (amqp_conn_buffered(&c->conn)) {
+    if (broker_conn_buffered(&c->conn)) {
         drain(c);
     } else if (!c->as.active && now - c->last_poll_ms >= HEARTBEAT_POLL_MS) {
         /* A zero-timeout wait lets rabbitmq-c send heartbeats on a quiet connection. */
@@ -641,7 +607,7 @@ static void close_connection(struct consumer *c, int graceful)
 {
     if (c->conn.st) {
         ev_io_stop(c->loop, &c->io);
-        amqp_conn_close(&c->conn, graceful && c->up);
+        broker_conn_close(&c->conn, graceful && c->up);
     }
     c->as.active = 0;
     if (c->up) {
@@ -702,7 +668,7 @@ uint32_t consumer_gen(const struct consumer *c)
 
 int consumer_busy(const struct consumer *c)
 {
-    return c->up && amqp_conn_buffered(&c->conn);
+    return c->up && broker_conn_buffered(&c->conn);
 }
 
 uint64_t consumer_wait_ms(const struct consumer *c, uint64_t now)

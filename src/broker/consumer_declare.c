@@ -21,7 +21,7 @@
  * default limit) and x-consumer-disconnected-timeout from 4.3, and
  * x-queue-type "classic" on a classic queue. Those go last and are dropped
  * one by one, on a scratch channel (DECLARE_CHANNEL), until the declare is
- * accepted (amqp_conn_declare_queue): README "Supported brokers".
+ * accepted (broker_conn_declare_queue): README "Supported brokers".
  *
  * A stream ingress is consumed from the place the owner gave
  * (x-stream-offset: the next offset, or "first" when it has none).
@@ -66,7 +66,7 @@ static void arg_i64(amqp_table_t *t, const char *k, int64_t v)
     e->value.value.i64 = v;
 }
 
-int cons_consume_ingress(struct amqp_conn *conn, const struct config_route *rc, int64_t next,
+int cons_consume_ingress(struct broker_conn *conn, const struct config_route *rc, int64_t next,
                          char *err, size_t len)
 {
     char tag[300];
@@ -86,11 +86,11 @@ int cons_consume_ingress(struct amqp_conn *conn, const struct config_route *rc, 
     }
     /* The prefetch is the channel's for the consumers that follow (global false). */
     amqp_basic_qos(conn->st, CONSUMER_CHANNEL, 0, rc->prefetch, 0);
-    if (amqp_conn_check(conn, "basic.qos", err, len) < 0)
+    if (broker_conn_check(conn, "basic.qos", err, len) < 0)
         return -1;
     amqp_basic_consume(conn->st, CONSUMER_CHANNEL, amqp_cstring_bytes(rc->ingress_queue),
                        cons_ingress_tag(rc, tag, sizeof(tag)), 0, 0, 0, args);
-    return amqp_conn_check(conn, "basic.consume", err, len);
+    return broker_conn_check(conn, "basic.consume", err, len);
 }
 
 /*
@@ -100,8 +100,8 @@ int cons_consume_ingress(struct amqp_conn *conn, const struct config_route *rc, 
  * "classic"): the x-delayed-message exchanges (deploy/plugin) declare it
  * with exactly those, and route to it themselves.
  */
-static int declare_ingress(struct amqp_conn *conn, amqp_channel_t ch, const struct config_route *rc,
-                           char *err, size_t len)
+static int declare_ingress(struct broker_conn *conn, amqp_channel_t ch,
+                           const struct config_route *rc, char *err, size_t len)
 {
     amqp_table_entry_t qarg[4];
     amqp_table_t qargs = {0, qarg};
@@ -110,7 +110,7 @@ static int declare_ingress(struct amqp_conn *conn, amqp_channel_t ch, const stru
     if (bind) {
         amqp_exchange_declare(conn->st, ch, amqp_cstring_bytes(rc->ingress_exchange),
                               amqp_cstring_bytes("fanout"), 0, 1, 0, 0, amqp_empty_table);
-        if (amqp_conn_check(conn, "declare ingress exchange", err, len) < 0)
+        if (broker_conn_check(conn, "declare ingress exchange", err, len) < 0)
             return -1;
     }
     if (rc->queue_type == QUEUE_QUORUM)
@@ -128,7 +128,7 @@ static int declare_ingress(struct amqp_conn *conn, amqp_channel_t ch, const stru
         qarg[qargs.num_entries++].value.value.boolean = 1;
     }
     /* Arguments an old queue may refuse (406), dropped last first: README "Supported brokers" */
-    int v = rc->queue_type == QUEUE_QUORUM ? amqp_conn_server_version(conn) : 0;
+    int v = rc->queue_type == QUEUE_QUORUM ? broker_conn_server_version(conn) : 0;
     int extra = (v >= 400) + (v >= 403) + (rc->queue_type == QUEUE_CLASSIC);
     if (rc->queue_type == QUEUE_CLASSIC)
         arg_str(&qargs, "x-queue-type", "classic");
@@ -136,7 +136,7 @@ static int declare_ingress(struct amqp_conn *conn, amqp_channel_t ch, const stru
         arg_i64(&qargs, "x-delivery-limit", -1);
     if (v >= 403)
         arg_i64(&qargs, "x-consumer-disconnected-timeout", 1000);
-    int r = amqp_conn_declare_queue(conn, ch == CONSUMER_CHANNEL ? DECLARE_CHANNEL
+    int r = broker_conn_declare_queue(conn, ch == CONSUMER_CHANNEL ? DECLARE_CHANNEL
                                                                  : CHECK_DECLARE_CHANNEL,
                                     amqp_cstring_bytes(rc->ingress_queue), &qargs, extra, err,
                                     len);
@@ -146,11 +146,11 @@ static int declare_ingress(struct amqp_conn *conn, amqp_channel_t ch, const stru
         return 0;
     amqp_queue_bind(conn->st, ch, amqp_cstring_bytes(rc->ingress_queue),
                     amqp_cstring_bytes(rc->ingress_exchange), amqp_empty_bytes, amqp_empty_table);
-    return amqp_conn_check(conn, "bind ingress queue", err, len);
+    return broker_conn_check(conn, "bind ingress queue", err, len);
 }
 
 /* Key events of the other bridges on this route (bridge.c, "Keys across bridges"). */
-static int declare_key_events(struct amqp_conn *conn, const struct config_route *rc,
+static int declare_key_events(struct broker_conn *conn, const struct config_route *rc,
                               const char *holder, char *err, size_t len)
 {
     amqp_connection_state_t st = conn->st;
@@ -161,21 +161,21 @@ static int declare_key_events(struct amqp_conn *conn, const struct config_route 
     consumer_key_names(rc, holder, ex, sizeof(ex), q, sizeof(q));
     amqp_exchange_declare(st, CONSUMER_CHANNEL, amqp_cstring_bytes(ex),
                           amqp_cstring_bytes("fanout"), 0, 1, 0, 0, amqp_empty_table);
-    if (amqp_conn_check(conn, "declare the key-event exchange", err, len) < 0)
+    if (broker_conn_check(conn, "declare the key-event exchange", err, len) < 0)
         return -1;
     if (rc->queue_type == QUEUE_QUORUM)
         arg_str(&qargs, "x-queue-type", "quorum");
     amqp_queue_declare(st, CONSUMER_CHANNEL, amqp_cstring_bytes(q), 0, 1, 0, 0, qargs);
-    if (amqp_conn_check(conn, "declare the key-event queue", err, len) < 0)
+    if (broker_conn_check(conn, "declare the key-event queue", err, len) < 0)
         return -1;
     amqp_queue_bind(st, CONSUMER_CHANNEL, amqp_cstring_bytes(q), amqp_cstring_bytes(ex),
                     amqp_empty_bytes, amqp_empty_table);
-    if (amqp_conn_check(conn, "bind the key-event queue", err, len) < 0)
+    if (broker_conn_check(conn, "bind the key-event queue", err, len) < 0)
         return -1;
     snprintf(tag, sizeof(tag), KEYS_TAG_PREFIX "%s", rc->name);
     amqp_basic_consume(st, CONSUMER_CHANNEL, amqp_cstring_bytes(q), amqp_cstring_bytes(tag), 0,
                        0, 0, amqp_empty_table);
-    return amqp_conn_check(conn, "consume the key-event queue", err, len);
+    return broker_conn_check(conn, "consume the key-event queue", err, len);
 }
 
 /*
@@ -184,8 +184,8 @@ static int declare_key_events(struct amqp_conn *conn, const struct config_route 
  * key is the queue it failed in), and the parking queue bound with "#", of
  * the ingress queue's type (a stream ingress is refused for retry routes).
  */
-static int declare_parking(struct amqp_conn *conn, amqp_channel_t ch, const struct config_route *rc,
-                           char *err, size_t len)
+static int declare_parking(struct broker_conn *conn, amqp_channel_t ch,
+                           const struct config_route *rc, char *err, size_t len)
 {
     const struct config_retry *rt = rc->retry;
     amqp_table_entry_t qarg[1];
@@ -193,22 +193,22 @@ static int declare_parking(struct amqp_conn *conn, amqp_channel_t ch, const stru
 
     amqp_exchange_declare(conn->st, ch, amqp_cstring_bytes(rt->parking_exchange),
                           amqp_cstring_bytes("topic"), 0, 1, 0, 0, amqp_empty_table);
-    if (amqp_conn_check(conn, "declare the parking exchange", err, len) < 0)
+    if (broker_conn_check(conn, "declare the parking exchange", err, len) < 0)
         return -1;
     if (rc->queue_type == QUEUE_QUORUM)
         arg_str(&qargs, "x-queue-type", "quorum");
     amqp_queue_declare(conn->st, ch, amqp_cstring_bytes(rt->parking_queue), 0, 1,
                        0, 0, qargs);
-    if (amqp_conn_check(conn, "declare the parking queue", err, len) < 0)
+    if (broker_conn_check(conn, "declare the parking queue", err, len) < 0)
         return -1;
     amqp_queue_bind(conn->st, ch, amqp_cstring_bytes(rt->parking_queue),
                     amqp_cstring_bytes(rt->parking_exchange), amqp_cstring_bytes("#"),
                     amqp_empty_table);
-    return amqp_conn_check(conn, "bind the parking queue", err, len);
+    return broker_conn_check(conn, "bind the parking queue", err, len);
 }
 
 /* The exchanges and queues route rc reads from and parks or publishes to, on channel ch. */
-static int declare_all(struct amqp_conn *conn, amqp_channel_t ch, const struct config_route *rc,
+static int declare_all(struct broker_conn *conn, amqp_channel_t ch, const struct config_route *rc,
                        char *err, size_t len)
 {
     int r = declare_ingress(conn, ch, rc, err, len);
@@ -220,24 +220,24 @@ static int declare_all(struct amqp_conn *conn, amqp_channel_t ch, const struct c
     if (rc->declare_target && rc->target_exchange[0]) {
         amqp_exchange_declare(conn->st, ch, amqp_cstring_bytes(rc->target_exchange),
                               amqp_cstring_bytes(rc->target_type), 0, 1, 0, 0, amqp_empty_table);
-        if (amqp_conn_check(conn, "declare target exchange", err, len) < 0)
+        if (broker_conn_check(conn, "declare target exchange", err, len) < 0)
             return -1;
     }
     return 0;
 }
 
-int cons_check_route(struct amqp_conn *conn, const struct config_route *rc, char *err, size_t len)
+int cons_check_route(struct broker_conn *conn, const struct config_route *rc, char *err, size_t len)
 {
     amqp_rpc_reply_t r;
 
     amqp_channel_open(conn->st, CHECK_CHANNEL);
-    if (amqp_conn_check(conn, "channel.open (route check)", err, len) < 0)
+    if (broker_conn_check(conn, "channel.open (route check)", err, len) < 0)
         return -2;
     int d = declare_all(conn, CHECK_CHANNEL, rc, err, len);
     if (d == 0 || d == -3) { /* accepted, or refused on the queue's own scratch channel */
         char e2[256];
         amqp_channel_close(conn->st, CHECK_CHANNEL, AMQP_REPLY_SUCCESS);
-        if (amqp_conn_check(conn, "channel.close (route check)", e2, sizeof(e2)) < 0)
+        if (broker_conn_check(conn, "channel.close (route check)", e2, sizeof(e2)) < 0)
             return -2;
         return d == 0 ? 0 : -1;
     }
@@ -253,7 +253,7 @@ int cons_check_route(struct amqp_conn *conn, const struct config_route *rc, char
     return -2;
 }
 
-int cons_declare_route(struct amqp_conn *conn, const struct config_route *rc, const char *holder,
+int cons_declare_route(struct broker_conn *conn, const struct config_route *rc, const char *holder,
                        int ingress_held, int64_t stream_next, char *err, size_t len)
 {
     if (declare_all(conn, CONSUMER_CHANNEL, rc, err, len) < 0)

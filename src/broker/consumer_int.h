@@ -9,9 +9,15 @@
  *                       basic.consume
  *   consumer_routes.c   routes added and removed at run time, and the
  *                       disk-full hold of every route's ingress
+ *   consumer_core.c     the floor both of those call: the connection lost,
+ *                       the key-event channel, a route started, refused or
+ *                       accepted
  *
- * consumer_declare.c works on the connection and the route it is given; it
- * knows nothing of struct consumer and calls nothing in consumer.c.
+ * Calls go down this list and never back: consumer.c and
+ * consumer_routes.c call consumer_core.c and consumer_declare.c, never each
+ * other; consumer_core.c calls consumer_declare.c alone;
+ * consumer_declare.c works on the connection and the route it is given,
+ * knows nothing of struct consumer and calls nothing of the others.
  */
 #ifndef DB_CONSUMER_INT_H
 #define DB_CONSUMER_INT_H
@@ -22,7 +28,7 @@
 #include <amqp.h>
 
 #include "delay-bridge/config.h"
-#include "amqp_conn.h"
+#include "delay-bridge/broker_conn.h"
 
 #include <ev.h>
 
@@ -46,7 +52,7 @@ struct consumer {
     struct ev_loop *loop;
     const struct config *cfg;
     struct consumer_ops ops;
-    struct amqp_conn conn;
+    struct broker_conn conn;
     ev_io io;
     int up, stopped, paused;
     int ingress_held; /* consumer_hold_ingress(): the routes' ingress consumers cancelled */
@@ -62,14 +68,14 @@ struct consumer {
     struct {
         uint64_t tag, need;  /* ack tag once ev_confirmed >= need; tag 0 = empty */
     } held[2];
-    unsigned uri_next; /* amqp_conn_open_next()'s place in broker.uris */
+    unsigned uri_next; /* broker_conn_open_next()'s place in broker.uris */
     struct backoff bo;
     uint64_t last_poll_ms; /* monotonic */
     struct assembly as;
     amqp_basic_properties_t no_props;
     uint8_t *props_buf; /* the current delivery's properties, AMQP-encoded */
     size_t props_cap;
-    amqp_table_entry_t *hdr_scratch; /* headers without the queue's counters */
+    amqp_table_entry_t *hdr_scratch; /* the headers intake keeps (broker_msg_read) */
     size_t hdr_cap;
     int64_t *stream_next; /* per route: a stream ingress's next offset, -1 = first */
     int64_t *stream_upto; /* per route: below this, a delivery may be logged already */
@@ -91,10 +97,11 @@ struct consumer {
 };
 
 
-/* consumer.c: the connection is lost (why: for the log); reconnect after a pause. */
+/* consumer_core.c: what consumer.c and consumer_routes.c both call (neither calls the other). */
+/* The connection is lost (why: for the log); reconnect after a pause. */
 void cons_conn_down(struct consumer *c, const char *why);
-
-/* consumer_routes.c */
+/* A new connection: no key event sent, none waiting (unacked deliveries come back). */
+void cons_events_reset(struct consumer *c);
 /* The key-event channel in confirm mode, if not open yet. 0, or -1 with err. */
 int cons_events_open(struct consumer *c, char *err, size_t len);
 /* Route i's declares were refused (why): not consumed, tried again with backoff. */
@@ -106,7 +113,7 @@ void cons_route_start(struct consumer *c, int i);
 
 #define CONSUMER_CHANNEL 1 /* declares, the routes' consumers, acks */
 #define EVENTS_CHANNEL 2   /* key events, confirm mode */
-#define DECLARE_CHANNEL 3  /* ingress declares an old queue may refuse (amqp_conn.h) */
+#define DECLARE_CHANNEL 3  /* ingress declares an old queue may refuse (broker_conn.h) */
 #define CHECK_CHANNEL 4    /* a route added at run time, declared here first (cons_check_route) */
 #define CHECK_DECLARE_CHANNEL 5 /* ... and its queue's refusable arguments */
 #define TAG_PREFIX "delay-bridge:"           /* + route: a route's ingress consumer */
@@ -125,7 +132,7 @@ amqp_bytes_t cons_ingress_tag(const struct config_route *rc, char *buf, size_t n
  * basic.consume of rc's ingress queue on CONSUMER_CHANNEL; a stream from
  * offset next (-1: its first message). 0, or -1 with the reason in err.
  */
-int cons_consume_ingress(struct amqp_conn *conn, const struct config_route *rc, int64_t next,
+int cons_consume_ingress(struct broker_conn *conn, const struct config_route *rc, int64_t next,
                          char *err, size_t len);
 
 /*
@@ -137,7 +144,8 @@ int cons_consume_ingress(struct amqp_conn *conn, const struct config_route *rc, 
  * refused, the reason in err, the connection fine; -2: the connection is
  * lost.
  */
-int cons_check_route(struct amqp_conn *conn, const struct config_route *rc, char *err, size_t len);
+int cons_check_route(struct broker_conn *conn, const struct config_route *rc, char *err,
+                     size_t len);
 
 /*
  * Everything route rc needs on a new connection (consumer_declare.c's
@@ -145,7 +153,7 @@ int cons_check_route(struct amqp_conn *conn, const struct config_route *rc, char
  * ingress_held. holder: config_key_holder(), for the key-event queue.
  * 0, or -1 with the reason in err.
  */
-int cons_declare_route(struct amqp_conn *conn, const struct config_route *rc, const char *holder,
+int cons_declare_route(struct broker_conn *conn, const struct config_route *rc, const char *holder,
                        int ingress_held, int64_t stream_next, char *err, size_t len);
 
 #endif

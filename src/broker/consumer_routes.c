@@ -3,8 +3,9 @@
  * added and removed at run time, and the disk-full hold of every route's
  * ingress.
  *
- * A route added while the connection is up is declared on a scratch
- * channel first (cons_check_route, consumer_declare.c): a broker that
+ * A route added while the connection is up is started as at a connect
+ * (cons_route_start, consumer_core.c), declared on a scratch channel
+ * first (cons_check_route, consumer_declare.c): a broker that
  * refuses it -- a queue of another type, a user without permission --
  * closes that channel only, never the one the other routes are consumed
  * on; the route is marked failed and tried again, alone, with backoff
@@ -22,58 +23,18 @@
  * (cons_ingress_off), so each cancels or consumes only what the other
  * does not already hold.
  *
- * It works on struct consumer (consumer_int.h) and calls consumer.c's
- * cons_conn_down() when the connection is lost; consumer.c calls
- * cons_route_start() and the refusal bookkeeping from its connect and its
- * turn.
+ * It works on struct consumer (consumer_int.h) and calls consumer_core.c
+ * (cons_conn_down() when the connection is lost, cons_route_start() for a
+ * route added) and consumer_declare.c; nothing in consumer.c, which calls
+ * nothing here either.
  */
 #include "consumer_int.h"
 
-#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "base/clock.h"
-#include "base/log.h"
 #include "delay-bridge/consumer.h"
-
-/* The key-event channel, in confirm mode: before any delivery can cause an event. */
-int cons_events_open(struct consumer *c, char *err, size_t len)
-{
-    if (c->events_on)
-        return 0;
-    amqp_channel_open(c->conn.st, EVENTS_CHANNEL);
-    if (amqp_conn_check(&c->conn, "channel.open (key events)", err, len) < 0)
-        return -1;
-    amqp_confirm_select(c->conn.st, EVENTS_CHANNEL);
-    if (amqp_conn_check(&c->conn, "confirm.select (key events)", err, len) < 0)
-        return -1;
-    c->events_on = 1;
-    return 0;
-}
-
-void cons_route_refused(struct consumer *c, int i, const char *why)
-{
-    struct mine *m = &c->mine[i];
-    struct backoff_step st = backoff_fail(&m->bo, clock_mono_ms());
-
-    m->failed = 1;
-    m->retry_at = clock_mono_ms() + st.retry_in_ms;
-    if (st.log_events)
-        log_error("consume", "the broker refused a route's exchanges or queues: the route does "
-                  "not consume; the others do; tried again",
-                  "route=%s error=%s retry_in_ms=%" PRIu64 " attempts=%" PRIu64,
-                  c->cfg->routes[i].name, LOG_QUOTE_STR(why), st.retry_in_ms, st.log_events);
-}
-
-void cons_route_accepted(struct consumer *c, int i)
-{
-    if (c->mine[i].failed)
-        log_info("consume", "a refused route's declares were accepted: consuming",
-                 "route=%s", c->cfg->routes[i].name);
-    c->mine[i].failed = 0;
-    backoff_reset(&c->mine[i].bo);
-}
+#include "base/backoff.h"
 
 /*
  * The disk-full pause. basic.cancel of each route's ingress consumer, on
@@ -100,7 +61,7 @@ void consumer_hold_ingress(struct consumer *c)
             continue;
         amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL,
                           cons_ingress_tag(&c->cfg->routes[i], tag, sizeof(tag)));
-        if (amqp_conn_check(&c->conn, "basic.cancel", err, sizeof(err)) < 0) {
+        if (broker_conn_check(&c->conn, "basic.cancel", err, sizeof(err)) < 0) {
             cons_conn_down(c, err);
             return;
         }
@@ -139,7 +100,7 @@ void consumer_hold_route(struct consumer *c, int route)
         return;
     amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL,
                       cons_ingress_tag(&c->cfg->routes[route], tag, sizeof(tag)));
-    if (amqp_conn_check(&c->conn, "basic.cancel", err, sizeof(err)) < 0)
+    if (broker_conn_check(&c->conn, "basic.cancel", err, sizeof(err)) < 0)
         cons_conn_down(c, err);
 }
 
@@ -156,41 +117,6 @@ void consumer_release_route(struct consumer *c, int route)
     if (cons_consume_ingress(&c->conn, &c->cfg->routes[route], c->stream_next[route], err,
                              sizeof(err)) < 0)
         cons_conn_down(c, err);
-}
-
-/*
- * A route this consumer reads from now on. Connected: its declares are
- * tried on a scratch channel first (cons_check_route), then made on the
- * consumer channel and its ingress consumed (unless the ingress is held);
- * refused, it is tried again with backoff, alone. Not connected: with the
- * next connection.
- */
-void cons_route_start(struct consumer *c, int i)
-{
-    const struct config_route *rc = &c->cfg->routes[i];
-    char err[600];
-    int r;
-
-    if (rc->share_keys && cons_events_open(c, err, sizeof(err)) < 0) {
-        cons_conn_down(c, err);
-        return;
-    }
-    r = cons_check_route(&c->conn, rc, err, sizeof(err));
-    if (r == -2) {
-        cons_conn_down(c, err);
-        return;
-    }
-    if (r < 0) {
-        cons_route_refused(c, i, err);
-        return;
-    }
-    cons_route_accepted(c, i);
-    if (cons_declare_route(&c->conn, rc, config_key_holder(c->cfg), cons_ingress_off(c, i),
-                           c->stream_next[i], err, sizeof(err)) < 0) {
-        cons_conn_down(c, err);
-        return;
-    }
-    log_info("consume", "route consuming", "route=%s queue=\"%s\"", rc->name, rc->ingress_queue);
 }
 
 void consumer_route_add(struct consumer *c, int route)
@@ -227,7 +153,7 @@ void consumer_route_remove(struct consumer *c, int route)
     }
     if (!cons_ingress_off(c, route)) {
         amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL, cons_ingress_tag(rc, tag, sizeof(tag)));
-        if (amqp_conn_check(&c->conn, "basic.cancel", err, sizeof(err)) < 0) {
+        if (broker_conn_check(&c->conn, "basic.cancel", err, sizeof(err)) < 0) {
             cons_conn_down(c, err);
             return;
         }
@@ -235,7 +161,7 @@ void consumer_route_remove(struct consumer *c, int route)
     if (rc->share_keys) {
         snprintf(tag, sizeof(tag), KEYS_TAG_PREFIX "%s", rc->name);
         amqp_basic_cancel(c->conn.st, CONSUMER_CHANNEL, amqp_cstring_bytes(tag));
-        if (amqp_conn_check(&c->conn, "basic.cancel (key events)", err, sizeof(err)) < 0)
+        if (broker_conn_check(&c->conn, "basic.cancel (key events)", err, sizeof(err)) < 0)
             cons_conn_down(c, err);
     }
 }

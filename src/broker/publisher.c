@@ -21,8 +21,8 @@
  * Delivery tags restart at 1 on every channel open.
  *
  * The stored properties are decoded into a pool that is recycled per
- * publish and rewritten (amqp_msg_outgoing; on a retry route also
- * amqp_retry_out: the attempt, the history, a park's reason). A retry
+ * publish and rewritten (broker_msg_outgoing; on a retry route also
+ * broker_retry_out: the attempt, the history, a park's reason). A retry
  * route's record carries the queue it goes back to as its routing key, and
  * its target is the default exchange, so it is published like any other.
  *
@@ -50,12 +50,12 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "amqp_msg.h"
-#include "amqp_retry.h"
+#include "delay-bridge/broker_msg.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/xalloc.h"
 #include "base/failpoint.h"
+#include "broker_retry.h"
 
 /* A delayed_exchanges route's hand-back names itself so (msgrec.h, unmarked). */
 #define H_DRAINED "x-delay-bridge-drained"
@@ -149,7 +149,7 @@ static void conn_down(struct publisher *p, const char *why)
     ev_io_stop(p->loop, &p->io);
     ev_io_stop(p->loop, &p->wio);
     pub_out_reset(p);
-    amqp_conn_close(&p->conn, 0);
+    broker_conn_close(&p->conn, 0);
     p->up = 0;
     p->blocked = 0;
     p->hb_ms = 0;
@@ -307,7 +307,7 @@ static void open_connection(struct publisher *p)
     char err[600];
     int i;
 
-    if (amqp_conn_open_vhost(&p->conn, cfg, "publisher", p->vhost[0] ? p->vhost : NULL,
+    if (broker_conn_open_vhost(&p->conn, cfg, "publisher", p->vhost[0] ? p->vhost : NULL,
                              &p->uri_next, err, sizeof(err)) < 0) {
         struct backoff_step st = backoff_fail(&p->bo, clock_mono_ms());
         if (st.log_events)
@@ -319,11 +319,11 @@ static void open_connection(struct publisher *p)
     p->frame_max = (uint32_t)amqp_get_frame_max(p->conn.st);
     p->hb_ms = 0;
     if (!p->conn.tls) {
-        int hb = amqp_conn_own_heartbeats(&p->conn);
+        int hb = broker_conn_own_heartbeats(&p->conn);
         if (hb < 0) {
             log_warn("publish", "cannot take over heartbeats, dropping the connection",
                      "broker=\"%s\" error=\"%s\"", p->conn.uri_masked, amqp_error_string2(hb));
-            amqp_conn_close(&p->conn, 0);
+            broker_conn_close(&p->conn, 0);
             backoff_fail(&p->bo, clock_mono_ms());
             return;
         }
@@ -402,8 +402,8 @@ static void mark_returned(struct route_pub *r, const amqp_basic_properties_t *pr
     char buf[64];
 
     if (!(props->_flags & AMQP_BASIC_HEADERS_FLAG) ||
-        (amqp_msg_header_str(&props->headers, "x-delay-bridge-id", &v, &len) != 1 &&
-         amqp_msg_header_str(&props->headers, H_DRAINED, &v, &len) != 1) ||
+        (broker_msg_header_str(&props->headers, "x-delay-bridge-id", &v, &len) != 1 &&
+         broker_msg_header_str(&props->headers, H_DRAINED, &v, &len) != 1) ||
         len >= sizeof(buf))
         return;
     memcpy(buf, v, len);
@@ -425,7 +425,7 @@ static void answer_close(struct publisher *p, const amqp_frame_t *f, char *why, 
 {
     amqp_channel_close_ok_t ok; /* both close-ok methods have no arguments */
 
-    if (pub_send_method(p, f->channel, amqp_conn_describe_close(f, why, len), &ok) < 0)
+    if (pub_send_method(p, f->channel, broker_conn_describe_close(f, why, len), &ok) < 0)
         out_lost(p);
 }
 
@@ -630,7 +630,7 @@ void publisher_free(struct publisher *p)
     if (p->conn.st) {
         ev_io_stop(p->loop, &p->io);
         ev_io_stop(p->loop, &p->wio);
-        amqp_conn_close(&p->conn, 0);
+        broker_conn_close(&p->conn, 0);
     }
     free(p->out.b);
     for (i = 0; i < p->nroutes; i++) {
@@ -665,7 +665,7 @@ void publisher_turn(struct publisher *p, uint64_t now)
     }
     if (!p->up)
         return;
-    if (amqp_conn_buffered(&p->conn) || now - p->last_poll_ms >= HEARTBEAT_POLL_MS) {
+    if (broker_conn_buffered(&p->conn) || now - p->last_poll_ms >= HEARTBEAT_POLL_MS) {
         p->last_poll_ms = now;
         drain(p);
     }
@@ -680,7 +680,7 @@ int publisher_ready(const struct publisher *p, int route)
 }
 
 /*
- * A retry route's message (amqp_retry.h): sent back to its queue (the
+ * A retry route's message (broker_retry.h): sent back to its queue (the
  * record's routing key), parked (dead-lettered: retry.h's reason; or
  * diverted, its queue gone), or handed back by a drain.
  */
@@ -693,13 +693,13 @@ static void retry_headers(struct publisher *p, amqp_basic_properties_t *out,
 
     snprintf(q, sizeof(q), "%.*s", (int)a->routing_key_len, a->routing_key);
     if (o->handback)
-        amqp_retry_out(out, &p->pool, AMQP_RETRY_HANDBACK, a->enqueue_ms, NULL, NULL);
+        broker_retry_out(out, &p->pool, BROKER_RETRY_HANDBACK, a->enqueue_ms, NULL, NULL);
     else if (parked || gone)
-        amqp_retry_out(out, &p->pool, AMQP_RETRY_PARK, a->enqueue_ms,
+        broker_retry_out(out, &p->pool, BROKER_RETRY_PARK, a->enqueue_ms,
                        a->error == XDELAY_RETRY_NOQUEUE ? NULL : q,
                        retry_park_reason(a->error, gone));
     else
-        amqp_retry_out(out, &p->pool, AMQP_RETRY_BACK, a->enqueue_ms, q, NULL);
+        broker_retry_out(out, &p->pool, BROKER_RETRY_BACK, a->enqueue_ms, q, NULL);
 }
 
 int publisher_send(struct publisher *p, int route, uint32_t ref, const struct walrec_add *a,
@@ -729,27 +729,27 @@ int publisher_send(struct publisher *p, int route, uint32_t ref, const struct wa
                   "route=%s id=%s", r->cfg->name, o->id);
         in = &none;
     }
-    amqp_msg_outgoing(in, &out, &p->pool, o->delay_ms, p->conn.user, o->unmarked ? NULL : o->id,
+    broker_msg_outgoing(in, &out, &p->pool, o->delay_ms, p->conn.user, o->unmarked ? NULL : o->id,
                       o->error);
     if (o->unmarked) /* msgrec.h: its exchange must hold it again, not route it */
-        amqp_msg_set_header(&out, &p->pool, H_DRAINED, o->id);
+        broker_msg_set_header(&out, &p->pool, H_DRAINED, o->id);
     if (o->handback) { /* a drain: back to the ingress for the rest of its delay */
-        amqp_msg_set_delay(&out, &p->pool, (int64_t)o->remaining_ms);
+        broker_msg_set_delay(&out, &p->pool, (int64_t)o->remaining_ms);
         if (r->cfg->retry && p->conn.user[0]) {
-            /* the proof it is a bridge's hand-back: the broker checks user-id (amqp_msg.h) */
+            /* the proof it is a bridge's hand-back: the broker checks user-id (broker_msg.h) */
             out._flags |= AMQP_BASIC_USER_ID_FLAG;
             out.user_id = amqp_cstring_bytes(p->conn.user);
         }
     }
     else if (o->drop_stamp)
-        amqp_msg_drop_stamp(&out);
+        broker_msg_drop_stamp(&out);
     if (o->original_exchange) {
         char rk[256];
         snprintf(rk, sizeof(rk), "%.*s", (int)a->routing_key_len, a->routing_key);
-        amqp_msg_set_header(&out, &p->pool, "x-delay-unroutable",
+        broker_msg_set_header(&out, &p->pool, "x-delay-unroutable",
                             "no queue was bound for it at the target (basic.return)");
-        amqp_msg_set_header(&out, &p->pool, "x-original-exchange", o->original_exchange);
-        amqp_msg_set_header(&out, &p->pool, "x-original-routing-key", rk);
+        broker_msg_set_header(&out, &p->pool, "x-original-exchange", o->original_exchange);
+        broker_msg_set_header(&out, &p->pool, "x-original-routing-key", rk);
     }
     if (r->cfg->retry)
         retry_headers(p, &out, a, o);
@@ -758,9 +758,9 @@ int publisher_send(struct publisher *p, int route, uint32_t ref, const struct wa
                               .routing_key = {a->routing_key_len, (void *)a->routing_key},
                               .mandatory = 1};
     if (pub_own_writes(p)) {
-        size_t need = amqp_conn_publish_bound(m.exchange.len, m.routing_key.len, body.len,
+        size_t need = broker_conn_publish_bound(m.exchange.len, m.routing_key.len, body.len,
                                               p->frame_max);
-        long n = amqp_conn_encode_publish(pub_out_reserve(p, need), need, r->ch, &m, &out, body,
+        long n = broker_conn_encode_publish(pub_out_reserve(p, need), need, r->ch, &m, &out, body,
                                           p->frame_max);
         res = n < 0 ? (int)n : AMQP_STATUS_OK;
         if (n > 0)
@@ -815,7 +815,7 @@ void publisher_close(struct publisher *p)
     ev_io_stop(p->loop, &p->io);
     ev_io_stop(p->loop, &p->wio);
     pub_out_reset(p);
-    amqp_conn_close(&p->conn, graceful);
+    broker_conn_close(&p->conn, graceful);
     p->up = 0;
 }
 
@@ -831,7 +831,7 @@ int publisher_blocked(const struct publisher *p)
 
 int publisher_busy(const struct publisher *p)
 {
-    return p->up && amqp_conn_buffered(&p->conn);
+    return p->up && broker_conn_buffered(&p->conn);
 }
 
 uint64_t publisher_wait_ms(const struct publisher *p, uint64_t now)

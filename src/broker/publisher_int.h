@@ -21,7 +21,7 @@
 #include <ev.h>
 
 #include "delay-bridge/publisher.h"
-#include "amqp_conn.h"
+#include "delay-bridge/broker_conn.h"
 #include "base/backoff.h"
 #include "delay-bridge/stats.h"
 
@@ -97,7 +97,7 @@ struct publisher {
     const struct config *cfg;
     char vhost[CONFIG_NAME_MAX + 1]; /* logged in to this vhost; "" = the URI's */
     struct publisher_ops ops;
-    struct amqp_conn conn;
+    struct broker_conn conn;
     ev_io io;  /* readable */
     ev_io wio; /* writable: only while the kernel left part of out unwritten */
     struct outbuf out;
@@ -105,7 +105,7 @@ struct publisher {
     uint64_t hb_ms;                    /* heartbeats we keep (plain TCP); 0: none */
     uint64_t last_read_ms, last_write_ms; /* monotonic */
     int up, blocked;
-    unsigned uri_next; /* amqp_conn_open_next()'s place in broker.uris */
+    unsigned uri_next; /* broker_conn_open_next()'s place in broker.uris */
     struct backoff bo;
     uint64_t last_poll_ms; /* monotonic, as every time here */
     struct route_pub *routes;

@@ -4,8 +4,8 @@
  *
  * On a plain TCP connection the publisher writes the socket itself.
  * publisher_send() encodes the publish -- basic.publish method frame,
- * content-header frame, body frames (amqp_conn_encode_publish, the layout
- * is drawn in amqp_conn.h) -- at the end of an output buffer, and nothing
+ * content-header frame, body frames (broker_conn_encode_publish, the layout
+ * is drawn in broker_conn.h) -- at the end of an output buffer, and nothing
  * more. publisher_flush(), which the owner calls after a burst of sends,
  * hands the whole buffer to the kernel in one send(MSG_DONTWAIT); what the
  * kernel does not take stays buffered, and an EV_WRITE watcher writes the
@@ -30,7 +30,7 @@
  *   heartbeats   amqp_simple_wait_frame_noblock() sends one when rabbitmq-c
  *                has written nothing for half the interval, and it writes
  *                nothing of ours. After login the publisher takes them over
- *                (amqp_conn_own_heartbeats: rabbitmq-c's interval is set to
+ *                (broker_conn_own_heartbeats: rabbitmq-c's interval is set to
  *                0 locally, the broker keeps the negotiated one): it puts a
  *                heartbeat frame in its own buffer when it has written
  *                nothing for half the interval, and drops the connection
@@ -55,7 +55,7 @@
  *                for TCP: the send queue is below its limit, so one small
  *                frame goes out at once -- and is abrupt otherwise; its wait
  *                for close-ok is bounded by connect_timeout_ms. Connecting
- *                and logging in (amqp_conn_open_next) block too, bounded by
+ *                and logging in (broker_conn_open_next) block too, bounded by
  *                connect_timeout_ms, once per (re)connection.
  *
  * TLS (amqps://): the socket carries TLS records that only rabbitmq-c's
@@ -174,7 +174,7 @@ int pub_send_method(struct publisher *p, amqp_channel_t ch, amqp_method_number_t
     long n;
 
     if (pub_own_writes(p)) {
-        n = amqp_conn_encode_method(pub_out_reserve(p, MAX_METHOD), MAX_METHOD, ch, id, decoded);
+        n = broker_conn_encode_method(pub_out_reserve(p, MAX_METHOD), MAX_METHOD, ch, id, decoded);
         if (n >= 0) {
             p->out.len += (size_t)n;
             return pub_out_kick(p);

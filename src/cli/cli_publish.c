@@ -9,7 +9,7 @@
  *
  * THE EXCHANGE WITH THE BROKER
  *
- *   amqp_conn_open()        TCP/TLS, login (bounded by --timeout)
+ *   broker_conn_open()        TCP/TLS, login (bounded by --timeout)
  *   channel.open 1
  *   confirm.select          publisher confirms on the channel
  *   basic.publish           mandatory=1; headers x-delay (signed 64-bit, 'l')
@@ -45,7 +45,7 @@
 #include "base/clock.h"
 #include "delay-bridge/config.h"
 #include "base/xalloc.h"
-#include "broker/amqp_conn.h"
+#include "delay-bridge/broker_conn.h"
 
 #define PUB_OK 0
 #define PUB_FAIL 1
@@ -137,7 +137,7 @@ static int read_stdin(char **out, size_t *n)
  * Wait for the confirm of delivery tag 1. Returns PUB_OK on ack, else
  * PUB_FAIL with the reason in err.
  */
-static int wait_confirm(struct amqp_conn *c, uint32_t timeout_ms, char *err, size_t errlen)
+static int wait_confirm(struct broker_conn *c, uint32_t timeout_ms, char *err, size_t errlen)
 {
     uint64_t deadline = clock_mono_ms() + timeout_ms;
     char returned[512] = "";
@@ -193,7 +193,7 @@ static int wait_confirm(struct amqp_conn *c, uint32_t timeout_ms, char *err, siz
         case AMQP_CHANNEL_CLOSE_METHOD:
         case AMQP_CONNECTION_CLOSE_METHOD: {
             char why[400];
-            amqp_conn_answer_close(c, &f, why, sizeof(why));
+            broker_conn_answer_close(c, &f, why, sizeof(why));
             snprintf(err, errlen, "%s", why);
             return PUB_FAIL;
         }
@@ -215,7 +215,7 @@ struct pub_args {
     uint32_t timeout_ms;
     amqp_table_entry_t *entries; /* owned: x-delay first, then each --header */
     int nheaders;
-    struct amqp_conn_tls tls;
+    struct broker_conn_tls tls;
 };
 
 static const struct option pub_options[] = {
@@ -377,22 +377,22 @@ static int take_body(struct pub_args *a, int argc, char **argv)
 }
 
 /* Connect, open the channel and put it in confirm mode. 0, or -1 (said on stderr). */
-static int open_confirm_channel(struct amqp_conn *conn, const struct pub_args *a)
+static int open_confirm_channel(struct broker_conn *conn, const struct pub_args *a)
 {
     char err[1024];
 
-    if (amqp_conn_open(conn, a->uri, "delay-bridge publish", &a->tls, 0, a->timeout_ms, err,
+    if (broker_conn_open(conn, a->uri, "delay-bridge publish", &a->tls, 0, a->timeout_ms, err,
                        sizeof(err)) < 0) {
         fprintf(stderr, "delay-bridge publish: %s\n", err);
         return -1;
     }
     amqp_channel_open(conn->st, PUB_CHANNEL);
-    if (amqp_conn_check(conn, "channel.open", err, sizeof(err)) < 0) {
+    if (broker_conn_check(conn, "channel.open", err, sizeof(err)) < 0) {
         fprintf(stderr, "delay-bridge publish: %s: %s\n", conn->uri_masked, err);
         return -1;
     }
     amqp_confirm_select(conn->st, PUB_CHANNEL);
-    if (amqp_conn_check(conn, "confirm.select", err, sizeof(err)) < 0) {
+    if (broker_conn_check(conn, "confirm.select", err, sizeof(err)) < 0) {
         fprintf(stderr, "delay-bridge publish: %s: %s\n", conn->uri_masked, err);
         return -1;
     }
@@ -400,7 +400,7 @@ static int open_confirm_channel(struct amqp_conn *conn, const struct pub_args *a
 }
 
 /* basic.publish, mandatory, with x-delay and the properties asked for. 0, or -1 (said). */
-static int publish_message(struct amqp_conn *conn, struct pub_args *a)
+static int publish_message(struct broker_conn *conn, struct pub_args *a)
 {
     amqp_basic_properties_t props;
 
@@ -437,7 +437,7 @@ static int publish_message(struct amqp_conn *conn, struct pub_args *a)
 int cli_publish_main(int argc, char **argv)
 {
     struct pub_args a = {.timeout_ms = DEFAULT_TIMEOUT_MS, .tls = {NULL, NULL, NULL, 1}};
-    struct amqp_conn conn;
+    struct broker_conn conn;
     int rc = PUB_USAGE, r;
     char err[1024];
 
@@ -466,7 +466,7 @@ cleanup:
     if (conn.st) {
         if (rc == PUB_OK)
             amqp_channel_close(conn.st, PUB_CHANNEL, AMQP_REPLY_SUCCESS);
-        amqp_conn_close(&conn, rc == PUB_OK);
+        broker_conn_close(&conn, rc == PUB_OK);
     }
     if (a.body_owned)
         free(a.body);

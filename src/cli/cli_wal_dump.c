@@ -24,7 +24,7 @@
 #include <amqp_framing.h>
 #include <json-c/json.h>
 
-#include "broker/amqp_msg.h"
+#include "delay-bridge/broker_msg.h"
 #include "delay-bridge/api.h"
 #include "delay-bridge/walrec.h"
 #include "base/xalloc.h"
@@ -230,8 +230,8 @@ static void dump_json(const struct dump_opts *o, const struct live *m, uint64_t 
     if (a->flags & WALREC_ADD_DEADLETTER)
         json_object_object_add(j, "error", json_object_new_int64(a->error));
     if (o->headers) {
-        /* the daemon's own rendering (amqp_msg.c), headers lifted beside the rest */
-        json_object *pj = amqp_msg_props_json(a->props, a->props_len), *hj = NULL;
+        /* the daemon's own rendering (broker_msg.c), headers lifted beside the rest */
+        json_object *pj = broker_msg_props_json(a->props, a->props_len), *hj = NULL;
         if (!pj)
             pj = json_object_new_object();
         if (json_object_object_get_ex(pj, "headers", &hj)) {

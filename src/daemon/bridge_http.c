@@ -18,7 +18,7 @@
 
 #include <json-c/json.h>
 
-#include "broker/amqp_msg.h"
+#include "delay-bridge/broker_msg.h"
 #include "delay-bridge/api.h"
 #include "base/clock.h"
 #include "base/xalloc.h"
@@ -46,7 +46,7 @@ static struct json_object *message_json(struct bridge *b, const struct eng_item 
                                         const struct walrec_add *a, int full)
 {
     return api_message_json(b->log_id, it->id, it->due_ms, it->state == ENG_DUE, a,
-                            amqp_msg_props_json(a->props, a->props_len), full);
+                            broker_msg_props_json(a->props, a->props_len), full);
 }
 
 /* Messages one filtered page of /pending looks at, at most (api.h). */

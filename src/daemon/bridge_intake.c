@@ -380,7 +380,7 @@ static void take_delivery(struct bridge *b, const struct delivery *d)
     if (bridge_dx_refuse(b, d)) /* delayed_exchanges: nowhere of its own to go back to */
         return;
 
-    /* Encoded by the consumer without the queue's counters (amqp_msg_intake_headers). */
+    /* Encoded by the consumer without the queue's counters (broker_msg_read, "Intake"). */
     if (d->props_len < 0) {
         bridge_fatal(b, "encode message properties", d->props_len);
         return;
@@ -451,7 +451,7 @@ static void reject_unfit(struct bridge *b, const struct delivery *d)
  * its copy may fire. It is recognised by its fingerprint, so intake must
  * give a redelivery the same properties as its first delivery: the broker's
  * own redelivery headers (x-delivery-count, 4.x's x-acquired-count) are
- * dropped first (amqp_msg_intake_headers; the 945 stored twice that
+ * dropped first (broker_msg_read's intake; the 945 stored twice that
  * integration.broker4's disk_full once saw on 4.3.6 were x-acquired-count
  * after a consumer timeout). Keyed ones wait: their key event must be
  * confirmed before the ack (bridge_keys.c).

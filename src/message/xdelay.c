@@ -2,7 +2,7 @@
  * xdelay.c -- what a delay header's value means.
  *
  * The rules, on a value already taken out of its wire encoding (the AMQP
- * side, amqp_msg.c, maps rabbitmq-c's field kinds onto struct xdelay_value):
+ * side, broker_msg.c, maps rabbitmq-c's field kinds onto struct xdelay_value):
  *
  * x-delay (xdelay_eval), a delay in ms:
  *

@@ -2,12 +2,13 @@
  * fuzz_props_roundtrip.c -- libFuzzer harness for the path a message's
  * properties take through the daemon, with rabbitmq-c's own codec:
  *
- *   wire bytes --amqp_decode_properties--> props          (consumer)
- *   props --amqp_msg_xdelay--> delay                      (bridge)
- *   props --amqp_msg_encode_props--> WAL ADD record       (bridge, wal)
- *   WAL ADD --amqp_decode_properties--> props             (publisher)
- *   props --amqp_msg_outgoing--> republished props        (publisher)
- *   --amqp_encode_properties--> wire, decoded once more   (broker)
+ *   wire bytes --amqp_decode_properties--> props            (consumer)
+ *   props --broker_msg_read--> headers read, intake's entries (consumer)
+ *   headers --broker_msg_xdelay, broker_msg_due--> delay     (consumer)
+ *   props --broker_msg_encode_props--> WAL ADD record        (bridge, wal)
+ *   WAL ADD --amqp_decode_properties--> props                (publisher)
+ *   props --broker_msg_outgoing--> republished props         (publisher)
+ *   --amqp_encode_properties--> wire, decoded once more      (broker)
  *
  * Input: byte 0 = options, bytes 1..8 = a delay (LE u64), then the AMQP
  * basic properties (flags + property list) as the broker would send them.
@@ -15,15 +16,17 @@
  * user is the message's user-id; bit 2: use the delay from bytes 1..8 even
  * when x-delay is valid.
  *
- * Checked: amqp_msg_xdelay keeps xdelay.h's contract; the WAL record gives
- * back the encoded properties byte for byte and they decode again to the
- * same properties; amqp_msg_outgoing publishes only defined flag bits, does not modify its input, keeps every
+ * Checked: the read keeps table entries in order and none a queue adds or
+ * a bridge alone may write; broker_msg_xdelay keeps xdelay.h's contract; the
+ * WAL record gives back the encoded properties byte for byte and they decode
+ * again to the same properties; broker_msg_outgoing publishes only defined
+ * flag bits, does not modify its input, keeps every
  * property other than headers and user-id, sets exactly one
  * x-delay-bridge-id (and x-delay-error), moves a foreign user-id to
  * x-original-user-id, leaves no positive x-delay when it delayed the
  * message, and what it builds encodes and decodes to the same bytes.
  */
-#include "broker/amqp_msg.h"
+#include "delay-bridge/broker_msg.h"
 
 #include <amqp_framing.h>
 #include <stdio.h>
@@ -52,7 +55,7 @@ static size_t ecap[4];
 /* Encode p into scratch buffer slot; returns the length (must fit 64 MiB). */
 static int enc(int slot, const amqp_basic_properties_t *p)
 {
-    int n = amqp_msg_encode_props(p, &ebuf[slot], &ecap[slot]);
+    int n = broker_msg_encode_props(p, &ebuf[slot], &ecap[slot]);
     CHECK(n >= 0);
     return n;
 }
@@ -94,9 +97,24 @@ static int is_string(const amqp_field_value_t *v, const void *p, size_t n)
 static void check_xdelay(const amqp_basic_properties_t *p, uint64_t max, enum xdelay_status *st,
                          uint64_t *delay)
 {
-    const amqp_table_t *h = (p->_flags & AMQP_BASIC_HEADERS_FLAG) ? &p->headers : NULL;
+    const amqp_table_t *t = (p->_flags & AMQP_BASIC_HEADERS_FLAG) ? &p->headers : NULL;
+    struct broker_headers rh, *h = &rh;
+    int n = t && t->num_entries > 0 && t->entries ? t->num_entries : 0;
+    amqp_table_entry_t *keep = malloc(sizeof(*keep) * (size_t)(n ? n : 1));
+
+    /* the one read: intake keeps entries of the table, in order, none the queue's or forged */
+    broker_msg_read(t, 1, 0, keep, h);
+    CHECK(h->nkeep >= 0 && h->nkeep <= n);
+    for (int i = 0, j = 0; i < h->nkeep; i++, j++) {
+        while (j < n && memcmp(&t->entries[j], &keep[i], sizeof(keep[i])) != 0)
+            j++;
+        CHECK(j < n);
+        CHECK(!broker_msg_provenance(keep[i].key));
+        CHECK(!(keep[i].key.len == 16 && memcmp(keep[i].key.bytes, "x-delivery-count", 16) == 0));
+    }
+    free(keep);
     *delay = 777;
-    *st = amqp_msg_xdelay(h, max, delay);
+    *st = broker_msg_xdelay(h, max, delay);
     CHECK(*st >= XDELAY_OK && *st <= XDELAY_ETOOBIG);
     if (*st == XDELAY_OK)
         CHECK(*delay > 0 && *delay <= max);
@@ -106,7 +124,7 @@ static void check_xdelay(const amqp_basic_properties_t *p, uint64_t max, enum xd
 
     /* what the bridge calls: x-delay-until / x-opt-delivery-time first, same contract */
     uint64_t now = 1764000000000ull, d = 777;
-    enum xdelay_status s = amqp_msg_due(h, now, max, &d);
+    enum xdelay_status s = broker_msg_due(h, now, max, &d);
     CHECK(s >= XDELAY_OK && s <= XDELAY_DD_ETOOBIG && s != XDELAY_EKEY);
     if (s == XDELAY_OK)
         CHECK(d > 0 && d <= max);
@@ -206,7 +224,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     const char *error = (opt & 1) ? ERROR_TEXT : NULL;
     amqp_basic_properties_t out;
-    amqp_msg_outgoing(p2, &out, &pool, delay_out, user, BRIDGE_ID, error);
+    broker_msg_outgoing(p2, &out, &pool, delay_out, user, BRIDGE_ID, error);
 
     /* the input is untouched; the output has only defined flags */
     CHECK(enc(1, p2) == e2 && memcmp(ebuf[1], ebuf[0], (size_t)e2) == 0);

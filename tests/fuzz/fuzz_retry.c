@@ -5,10 +5,11 @@
  * bridge writes on its way out.
  *
  *   wire bytes --amqp_decode_properties--> props             (consumer)
- *   props --amqp_retry_in--> struct retry_in --retry_judge--> verdict
- *   props --amqp_msg_outgoing, amqp_retry_out (back, park, hand-back)--> props
+ *   props --broker_msg_read--> struct broker_headers --broker_retry_in-->
+ *         struct retry_in --retry_judge--> verdict
+ *   props --broker_msg_outgoing, broker_retry_out (back, park, hand-back)--> props
  *                                                            (publisher)
- *   --amqp_msg_encode_props--> wire, decoded once more
+ *   --broker_msg_encode_props--> wire, decoded once more
  *
  * Input: byte 0 = options (bit 0..1: jitter none/full/equal; bits 2..7:
  * max_attempts - 1), bytes 1..8 = the random number (LE u64), then the AMQP
@@ -32,8 +33,8 @@
  * hand-back mark only on a hand-back; the result encodes and decodes to
  * the same bytes.
  */
-#include "broker/amqp_msg.h"
-#include "broker/amqp_retry.h"
+#include "delay-bridge/broker_msg.h"
+#include "broker/broker_retry.h"
 
 #include <amqp_framing.h>
 #include <stdio.h>
@@ -115,13 +116,13 @@ static void check_history(const amqp_basic_properties_t *p)
 /* Encode, decode, encode again: the same bytes. */
 static void roundtrip(amqp_pool_t *pool, const amqp_basic_properties_t *p)
 {
-    int n = amqp_msg_encode_props(p, &ebuf[0], &ecap[0]);
+    int n = broker_msg_encode_props(p, &ebuf[0], &ecap[0]);
     void *back = NULL;
 
     CHECK(n >= 0);
     CHECK(amqp_decode_properties(AMQP_BASIC_CLASS, pool, (amqp_bytes_t){(size_t)n, ebuf[0]},
                                  &back) >= 0);
-    int m = amqp_msg_encode_props(back, &ebuf[1], &ecap[1]);
+    int m = broker_msg_encode_props(back, &ebuf[1], &ecap[1]);
     CHECK(m == n && memcmp(ebuf[0], ebuf[1], (size_t)n) == 0);
 }
 
@@ -157,11 +158,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         empty_amqp_pool(&pool);
         return 0;
     }
-    const amqp_table_t *h = in->_flags & AMQP_BASIC_HEADERS_FLAG ? &in->headers : NULL;
+    struct broker_headers h;
+    broker_msg_read(in->_flags & AMQP_BASIC_HEADERS_FLAG ? &in->headers : NULL, 0, 0, NULL, &h);
 
     /* the destination: only where the route admits, whatever the headers claim */
     struct retry_verdict vd;
-    amqp_retry_judge(&cfg, route, in, "bridge", 1800000000000ull, rnd, &vd);
+    broker_retry_judge(&cfg, route, &h, broker_msg_from_user(in, "bridge"), 1800000000000ull, rnd,
+                       &vd);
     if (vd.st == XDELAY_OK || vd.st == XDELAY_NOW)
         CHECK(vd.queue && vd.admitted && admitted(vd.queue, vd.queue_len));
     if (vd.queue && !admitted(vd.queue, vd.queue_len))
@@ -170,7 +173,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK((in->_flags & AMQP_BASIC_USER_ID_FLAG) && in->user_id.len == 6 &&
               memcmp(in->user_id.bytes, "bridge", 6) == 0);
 
-    amqp_retry_in(h, &ri);
+    broker_retry_in(&h, &ri);
     ri.admitted = 1; /* the policy alone, below */
     CHECK(ri.attempt >= 0);
     CHECK(!ri.queue || (ri.queue_len >= 1 && ri.queue_len <= 255));
@@ -189,24 +192,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (st == XDELAY_RETRY_NOQUEUE)
         CHECK(!ri.queue);
 
-    for (int way = AMQP_RETRY_BACK; way <= AMQP_RETRY_HANDBACK; way++) {
+    for (int way = BROKER_RETRY_BACK; way <= BROKER_RETRY_HANDBACK; way++) {
         const amqp_field_value_t *v;
         /* as the publisher does: its outgoing copy first (defined flags only), then retry's */
-        amqp_msg_outgoing(in, &out, &pool, 0, "bridge", "0000000000000042-1", NULL);
-        amqp_retry_out(&out, &pool, (enum amqp_retry_way)way, 1800000000000ull, "q",
-                       way == AMQP_RETRY_PARK ? "max_attempts" : NULL);
-        if (way == AMQP_RETRY_HANDBACK) {
+        broker_msg_outgoing(in, &out, &pool, 0, "bridge", "0000000000000042-1", NULL);
+        broker_retry_out(&out, &pool, (enum broker_retry_way)way, 1800000000000ull, "q",
+                       way == BROKER_RETRY_PARK ? "max_attempts" : NULL);
+        if (way == BROKER_RETRY_HANDBACK) {
             CHECK(count_key(&out, H_HANDBACK, &v) >= 1);
         } else {
             CHECK(count_key(&out, H_HANDBACK, &v) == 0);
             check_history(&out);
         }
-        if (way == AMQP_RETRY_BACK) {
+        if (way == BROKER_RETRY_BACK) {
             int64_t counted = ri.attempt >= 1 ? ri.attempt : 1;
             CHECK(count_key(&out, H_RETRY_ATTEMPT, &v) == 1 && v->kind == AMQP_FIELD_KIND_I64);
             CHECK(v->value.i64 == (counted < INT64_MAX ? counted + 1 : counted));
         }
-        if (way == AMQP_RETRY_PARK) {
+        if (way == BROKER_RETRY_PARK) {
             CHECK(count_key(&out, H_RETRY_PARKED, &v) == 1);
             CHECK(count_key(&out, H_RETRY_ATTEMPTS, &v) == 1);
             CHECK(count_key(&out, H_RETRY_QUEUE, &v) == 1);

@@ -16,7 +16,7 @@ if(DB_FUZZ)
 
   # name -> the project sources it exercises (compiled with the fuzzer flags)
   set(FUZZ_SRC_fuzz_walrec src/wal/walrec.c src/base/crc32c.c)
-  set(FUZZ_SRC_fuzz_props_roundtrip src/broker/amqp_msg.c src/message/xdelay.c src/wal/walrec.c src/base/crc32c.c)
+  set(FUZZ_SRC_fuzz_props_roundtrip src/broker/broker_msg.c src/message/xdelay.c src/wal/walrec.c src/base/crc32c.c)
   set(FUZZ_SRC_fuzz_config src/config/config.c src/config/config_routes.c
                            src/config/config_template.c src/config/uri.c)
   set(FUZZ_SRC_fuzz_routes src/config/config.c src/config/config_routes.c
@@ -26,7 +26,7 @@ if(DB_FUZZ)
   set(FUZZ_SRC_fuzz_xdelay src/message/xdelay.c)
   set(FUZZ_SRC_fuzz_uri src/config/uri.c)
   set(FUZZ_SRC_fuzz_replrec src/wal/replrec.c src/wal/walrec.c src/base/crc32c.c)
-  set(FUZZ_SRC_fuzz_retry src/broker/amqp_retry.c src/broker/amqp_msg.c src/message/retry.c)
+  set(FUZZ_SRC_fuzz_retry src/broker/broker_retry.c src/broker/broker_msg.c src/message/retry.c)
   set(FUZZ_TARGETS fuzz_walrec fuzz_props_roundtrip fuzz_config fuzz_xdelay fuzz_uri fuzz_replrec
                    fuzz_retry fuzz_routes)
 

@@ -108,7 +108,7 @@ NONFINITE = {
 # x-delay-key shapes (with a valid x-delay of 600 ms): id -> (key, bad?)
 KEYS = {
     "k-int": (h.i32(5), True),
-    "k-bytes": (h.raw_bytes(b"key"), False),  # a byte array counts as a string (amqp_msg.h)
+    "k-bytes": (h.raw_bytes(b"key"), False),  # a byte array counts as a string (broker_msg.h)
     "k-bytes-300": (h.raw_bytes(b"k" * 300), True),
     "k-table": (h.table({"k": h.lstr("v")}), True),
     "k-array": (h.array([h.lstr("k")]), True),

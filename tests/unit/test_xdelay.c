@@ -3,7 +3,7 @@
  * decimal text (php-amqplib's floats), py-amqp's signed 'L' read unsigned,
  * amqp091-go's wrapped uint32, and the absolute due times (x-delay-until,
  * x-opt-delivery-time) in every form, with text ending at a guard page.
- * (test_amqp_msg covers the mapping from rabbitmq-c's field kinds.)
+ * (test_broker_msg covers the mapping from rabbitmq-c's field kinds.)
  */
 #define _GNU_SOURCE /* timegm */
 #include "delay-bridge/xdelay.h"

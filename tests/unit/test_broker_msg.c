@@ -1,9 +1,9 @@
 /*
- * test_amqp_msg.c -- reading x-delay from every AMQP field kind, and the
+ * test_broker_msg.c -- reading x-delay from every AMQP field kind, and the
  * properties a held message is republished with (round-tripped through
  * rabbitmq-c's property encoder and decoder to prove they go on the wire).
  */
-#include "broker/amqp_msg.h"
+#include "delay-bridge/broker_msg.h"
 
 #include <amqp_framing.h>
 #include <math.h>
@@ -12,6 +12,65 @@
 #include <string.h>
 
 static int failures;
+
+/*
+ * The old table-level reads, over broker_msg_read(): every case below
+ * reads the table once, as the consumer does, then asks the struct.
+ */
+static enum xdelay_status t_xdelay(const amqp_table_t *t, uint64_t max, uint64_t *ms)
+{
+    struct broker_headers h;
+    broker_msg_read(t, 0, 0, NULL, &h);
+    return broker_msg_xdelay(&h, max, ms);
+}
+
+static enum xdelay_status t_due(const amqp_table_t *t, uint64_t now, uint64_t max, uint64_t *ms)
+{
+    struct broker_headers h;
+    broker_msg_read(t, 0, 0, NULL, &h);
+    return broker_msg_due(&h, now, max, ms);
+}
+
+static enum xdelay_status t_due_stamped(const amqp_table_t *t, uint64_t now, uint64_t max,
+                                        uint64_t *ms, int *un)
+{
+    struct broker_headers h;
+    broker_msg_read(t, 0, 0, NULL, &h);
+    return broker_msg_due_stamped(&h, now, max, ms, un);
+}
+
+/* The struct's pointer for a header the consumer reads by name. */
+static const amqp_field_value_t *t_field(const amqp_table_t *t, const char *name)
+{
+    struct broker_headers h;
+    broker_msg_read(t, 0, 0, NULL, &h);
+    if (strcmp(name, "x-delay-key") == 0)
+        return h.key;
+    if (strcmp(name, "x-delay-cancel") == 0)
+        return h.cancel;
+    if (strcmp(name, "x-stream-offset") == 0)
+        return h.stream_offset;
+    if (strcmp(name, "x-delay-key-at") == 0)
+        return h.ev_at;
+    abort();
+}
+
+static int t_header_str(const amqp_table_t *t, const char *name, const char **p, size_t *n)
+{
+    return broker_msg_str(t_field(t, name), p, n);
+}
+
+static int t_header_i64(const amqp_table_t *t, const char *name, int64_t *v)
+{
+    return broker_msg_i64(t_field(t, name), v);
+}
+
+static int t_intake(const amqp_table_t *t, int stream, int from_bridge, amqp_table_entry_t *out)
+{
+    struct broker_headers h;
+    broker_msg_read(t, stream, from_bridge, out, &h);
+    return h.nkeep;
+}
 
 #define CHECK(cond)                                                                    \
     do {                                                                               \
@@ -58,7 +117,7 @@ static void expect_at(int line, const char *what, amqp_field_value_t v, uint64_t
     amqp_table_entry_t e = entry("x-delay", v);
     amqp_table_t t = { 1, &e };
     uint64_t ms = 12345;
-    enum xdelay_status s = amqp_msg_xdelay(&t, max, &ms);
+    enum xdelay_status s = t_xdelay(&t, max, &ms);
     if (s != want || ms != want_ms) {
         printf("FAIL %s:%d: %s: got %s %llu, want %s %llu\n", __FILE__, line, what, st_name(s),
                (unsigned long long)ms, st_name(want), (unsigned long long)want_ms);
@@ -314,10 +373,10 @@ static void test_other_kinds(void)
 static void test_lookup(void)
 {
     uint64_t ms = 99;
-    CHECK(amqp_msg_xdelay(NULL, 1000, &ms) == XDELAY_NOW && ms == 0);
+    CHECK(t_xdelay(NULL, 1000, &ms) == XDELAY_NOW && ms == 0);
     amqp_table_t empty = { 0, NULL };
     ms = 99;
-    CHECK(amqp_msg_xdelay(&empty, 1000, &ms) == XDELAY_NOW && ms == 0);
+    CHECK(t_xdelay(&empty, 1000, &ms) == XDELAY_NOW && ms == 0);
 
     /* missing among other headers; similar names do not count */
     amqp_table_entry_t e[5];
@@ -327,13 +386,13 @@ static void test_lookup(void)
     e[3] = entry("", vi(AMQP_FIELD_KIND_I32, 13));
     amqp_table_t t = { 4, e };
     ms = 99;
-    CHECK(amqp_msg_xdelay(&t, 1000, &ms) == XDELAY_NOW && ms == 0);
+    CHECK(t_xdelay(&t, 1000, &ms) == XDELAY_NOW && ms == 0);
 
     /* the key compares by length: "x-delay\0" is not "x-delay" */
     e[0].key.bytes = (void *)"x-delay";
     e[0].key.len = 8;
     t.num_entries = 1;
-    CHECK(amqp_msg_xdelay(&t, 1000, &ms) == XDELAY_NOW);
+    CHECK(t_xdelay(&t, 1000, &ms) == XDELAY_NOW);
 
     /* first x-delay wins */
     e[0] = entry("a", VS("zzz"));
@@ -341,10 +400,10 @@ static void test_lookup(void)
     e[2] = entry("x-delay", VS("bad"));
     e[3] = entry("x-delay", vi(AMQP_FIELD_KIND_I32, 400));
     t.num_entries = 4;
-    CHECK(amqp_msg_xdelay(&t, 1000, &ms) == XDELAY_OK && ms == 300);
+    CHECK(t_xdelay(&t, 1000, &ms) == XDELAY_OK && ms == 300);
     e[1] = entry("x-delay", VS("bad"));
     e[2] = entry("x-delay", vi(AMQP_FIELD_KIND_I32, 300));
-    CHECK(amqp_msg_xdelay(&t, 1000, &ms) == XDELAY_EINVALID && ms == 0);
+    CHECK(t_xdelay(&t, 1000, &ms) == XDELAY_EINVALID && ms == 0);
 
     CHECK(strcmp(xdelay_strerror(XDELAY_EINVALID), "invalid x-delay") == 0);
     CHECK(strcmp(xdelay_strerror(XDELAY_ETOOBIG), "x-delay above max_delay_ms") == 0);
@@ -485,7 +544,7 @@ static void test_outgoing_basic(void)
     memcpy(&copy, &m, sizeof m);
 
     amqp_basic_properties_t out;
-    amqp_msg_outgoing(&m.p, &out, &pool, 5000, "bridge", "01HZY3", NULL);
+    broker_msg_outgoing(&m.p, &out, &pool, 5000, "bridge", "01HZY3", NULL);
 
     /* input untouched, byte for byte */
     CHECK(memcmp(&copy, &m, sizeof m) == 0);
@@ -543,7 +602,7 @@ static void test_outgoing_delay_width(void)
         struct msg m;
         make_msg(&m, NULL, vf64(1.0 * (double)cases[i].delay));
         amqp_basic_properties_t out;
-        amqp_msg_outgoing(&m.p, &out, &pool, cases[i].delay, "bridge", "id", NULL);
+        broker_msg_outgoing(&m.p, &out, &pool, cases[i].delay, "bridge", "id", NULL);
         const amqp_table_entry_t *x = find(&out.headers, "x-delay", NULL);
         CHECK(x && x->value.kind == cases[i].kind);
         if (x && x->value.kind == AMQP_FIELD_KIND_I32)
@@ -552,7 +611,7 @@ static void test_outgoing_delay_width(void)
             CHECK(x->value.value.i64 == cases[i].want);
         /* a republished message parses as "now" */
         uint64_t ms = 7;
-        CHECK(amqp_msg_xdelay(&out.headers, UINT64_MAX, &ms) == XDELAY_NOW && ms == 0);
+        CHECK(t_xdelay(&out.headers, UINT64_MAX, &ms) == XDELAY_NOW && ms == 0);
         roundtrip(&out);
         empty_amqp_pool(&pool);
     }
@@ -567,7 +626,7 @@ static void test_outgoing_user_id(void)
     memcpy(&copy, &m, sizeof m);
 
     amqp_basic_properties_t out;
-    amqp_msg_outgoing(&m.p, &out, &pool, 1500, "bridge", "id-1", NULL);
+    broker_msg_outgoing(&m.p, &out, &pool, 1500, "bridge", "id-1", NULL);
     CHECK(memcmp(&copy, &m, sizeof m) == 0);
     CHECK(!(out._flags & AMQP_BASIC_USER_ID_FLAG));
     CHECK(out.user_id.len == 0);
@@ -583,18 +642,18 @@ static void test_outgoing_user_id(void)
 
     /* a prefix of the bridge user is a different user */
     make_msg(&m, "bridg", vi(AMQP_FIELD_KIND_I32, 1));
-    amqp_msg_outgoing(&m.p, &out, &pool, 1, "bridge", "id", NULL);
+    broker_msg_outgoing(&m.p, &out, &pool, 1, "bridge", "id", NULL);
     CHECK(!(out._flags & AMQP_BASIC_USER_ID_FLAG));
     CHECK(find(&out.headers, "x-original-user-id", NULL));
 
     /* NULL bridge_user: any user-id is moved */
     make_msg(&m, "bridge", vi(AMQP_FIELD_KIND_I32, 1));
-    amqp_msg_outgoing(&m.p, &out, &pool, 1, NULL, "id", NULL);
+    broker_msg_outgoing(&m.p, &out, &pool, 1, NULL, "id", NULL);
     CHECK(!(out._flags & AMQP_BASIC_USER_ID_FLAG));
 
     /* no user-id: nothing added */
     make_msg(&m, NULL, vi(AMQP_FIELD_KIND_I32, 1));
-    amqp_msg_outgoing(&m.p, &out, &pool, 1, "bridge", "id", NULL);
+    broker_msg_outgoing(&m.p, &out, &pool, 1, "bridge", "id", NULL);
     CHECK(!find(&out.headers, "x-original-user-id", NULL));
     CHECK(!(out._flags & AMQP_BASIC_USER_ID_FLAG));
 
@@ -602,7 +661,7 @@ static void test_outgoing_user_id(void)
     make_msg(&m, "alice", vi(AMQP_FIELD_KIND_I32, 1));
     m.e[5] = entry("x-original-user-id", VS("mallory"));
     m.p.headers.num_entries = 6;
-    amqp_msg_outgoing(&m.p, &out, &pool, 1, "bridge", "id", NULL);
+    broker_msg_outgoing(&m.p, &out, &pool, 1, "bridge", "id", NULL);
     o = find(&out.headers, "x-original-user-id", &io);
     CHECK(o && io == 5 && bytes_eq(o->value.value.bytes, "alice"));
     CHECK(count(&out.headers, "x-original-user-id") == 1);
@@ -626,7 +685,7 @@ static void test_outgoing_id_and_error(void)
     memcpy(&copy, &m, sizeof m);
     char id[16] = "new-id", err[32] = "invalid x-delay";
     amqp_basic_properties_t out;
-    amqp_msg_outgoing(&m.p, &out, &pool, 0, "bridge", id, err);
+    broker_msg_outgoing(&m.p, &out, &pool, 0, "bridge", id, err);
     CHECK(memcmp(&copy, &m, sizeof m) == 0);
     /* the caller's buffers may be reused: the pool holds copies */
     memset(id, 'X', sizeof id - 1);
@@ -647,7 +706,7 @@ static void test_outgoing_id_and_error(void)
     /* error replaced in place */
     make_msg(&m, NULL, vi(AMQP_FIELD_KIND_I32, 1));
     m.e[0] = entry("x-delay-error", VS("old"));
-    amqp_msg_outgoing(&m.p, &out, &pool, 1, "bridge", "i", "x-delay above max_delay_ms");
+    broker_msg_outgoing(&m.p, &out, &pool, 1, "bridge", "i", "x-delay above max_delay_ms");
     e1 = find(&out.headers, "x-delay-error", &ie);
     CHECK(e1 && ie == 0 && bytes_eq(e1->value.value.bytes, "x-delay above max_delay_ms"));
     CHECK(out.headers.num_entries == 6);
@@ -655,14 +714,14 @@ static void test_outgoing_id_and_error(void)
     /* error NULL: an existing x-delay-error is kept as it was */
     make_msg(&m, NULL, vi(AMQP_FIELD_KIND_I32, 1));
     m.e[0] = entry("x-delay-error", VS("old"));
-    amqp_msg_outgoing(&m.p, &out, &pool, 1, "bridge", "i", NULL);
+    broker_msg_outgoing(&m.p, &out, &pool, 1, "bridge", "i", NULL);
     e1 = find(&out.headers, "x-delay-error", &ie);
     CHECK(e1 && ie == 0 && bytes_eq(e1->value.value.bytes, "old"));
 
     /* duplicate x-delay entries are all neutralised */
     make_msg(&m, NULL, vi(AMQP_FIELD_KIND_I32, 10));
     m.e[3] = entry("x-delay", vi(AMQP_FIELD_KIND_I32, 20));
-    amqp_msg_outgoing(&m.p, &out, &pool, 10, "bridge", "i", NULL);
+    broker_msg_outgoing(&m.p, &out, &pool, 10, "bridge", "i", NULL);
     CHECK(count(&out.headers, "x-delay") == 2);
     CHECK(out.headers.entries[1].value.value.i32 == -10 && out.headers.entries[3].value.value.i32 == -10);
     empty_amqp_pool(&pool);
@@ -677,7 +736,7 @@ static void test_outgoing_no_headers(void)
     amqp_basic_properties_t in, copy, out;
     memset(&in, 0, sizeof in);
     memcpy(&copy, &in, sizeof in);
-    amqp_msg_outgoing(&in, &out, &pool, 0, "bridge", "id-0", NULL);
+    broker_msg_outgoing(&in, &out, &pool, 0, "bridge", "id-0", NULL);
     CHECK(memcmp(&copy, &in, sizeof in) == 0);
     CHECK(out._flags == AMQP_BASIC_HEADERS_FLAG);
     CHECK(out.headers.num_entries == 1);
@@ -691,7 +750,7 @@ static void test_outgoing_no_headers(void)
     in.user_id = amqp_cstring_bytes("alice");
     in.headers.num_entries = 1000;
     in.headers.entries = NULL;
-    amqp_msg_outgoing(&in, &out, &pool, 500, "bridge", "id-1", "boom");
+    broker_msg_outgoing(&in, &out, &pool, 500, "bridge", "id-1", "boom");
     CHECK(out._flags == AMQP_BASIC_HEADERS_FLAG);
     CHECK(out.headers.num_entries == 3);
     if (out.headers.num_entries == 3) {
@@ -704,7 +763,7 @@ static void test_outgoing_no_headers(void)
     /* headers flag set, empty table */
     memset(&in, 0, sizeof in);
     in._flags = AMQP_BASIC_HEADERS_FLAG;
-    amqp_msg_outgoing(&in, &out, &pool, 500, "bridge", "id-2", NULL);
+    broker_msg_outgoing(&in, &out, &pool, 500, "bridge", "id-2", NULL);
     CHECK(out.headers.num_entries == 1);
     roundtrip(&out);
     empty_amqp_pool(&pool);
@@ -726,9 +785,9 @@ static void test_outgoing_from_wire(void)
     CHECK(amqp_decode_properties(AMQP_BASIC_CLASS, &pool, wire, &dec) == 0);
     const amqp_basic_properties_t *in = dec;
     uint64_t ms = 0;
-    CHECK(amqp_msg_xdelay(&in->headers, 4294967295u, &ms) == XDELAY_OK && ms == 90000);
+    CHECK(t_xdelay(&in->headers, 4294967295u, &ms) == XDELAY_OK && ms == 90000);
     amqp_basic_properties_t out;
-    amqp_msg_outgoing(in, &out, &pool, ms, "bridge", "0000000000000042", NULL);
+    broker_msg_outgoing(in, &out, &pool, ms, "bridge", "0000000000000042", NULL);
     CHECK(out.headers.num_entries == 7);
     roundtrip(&out);
     empty_amqp_pool(&pool);
@@ -745,20 +804,20 @@ static void test_set_delay(void)
 
     make_msg(&m, NULL, vi(AMQP_FIELD_KIND_I32, 10));
     m.e[3] = entry("x-delay", vi(AMQP_FIELD_KIND_I32, 20)); /* a duplicate, dropped */
-    amqp_msg_outgoing(&m.p, &out, &pool, 0, "bridge", "id-7", NULL);
-    amqp_msg_set_delay(&out, &pool, 4321);
+    broker_msg_outgoing(&m.p, &out, &pool, 0, "bridge", "id-7", NULL);
+    broker_msg_set_delay(&out, &pool, 4321);
     CHECK(count(&out.headers, "x-delay") == 1);
-    CHECK(amqp_msg_xdelay(&out.headers, UINT64_MAX, &ms) == XDELAY_OK && ms == 4321);
+    CHECK(t_xdelay(&out.headers, UINT64_MAX, &ms) == XDELAY_OK && ms == 4321);
     CHECK(count(&out.headers, "trace-id") == 1 && count(&out.headers, "nested") == 1);
     CHECK(count(&out.headers, "x-delay-bridge-id") == 1);
     roundtrip(&out);
 
     /* beyond 32 bits, and on a message that had no headers at all */
     memset(&in, 0, sizeof in);
-    amqp_msg_outgoing(&in, &out, &pool, 0, "bridge", "id-8", NULL);
-    amqp_msg_set_delay(&out, &pool, (int64_t)5 * 365 * 86400000);
+    broker_msg_outgoing(&in, &out, &pool, 0, "bridge", "id-8", NULL);
+    broker_msg_set_delay(&out, &pool, (int64_t)5 * 365 * 86400000);
     CHECK(out._flags & AMQP_BASIC_HEADERS_FLAG);
-    CHECK(amqp_msg_xdelay(&out.headers, UINT64_MAX, &ms) == XDELAY_OK &&
+    CHECK(t_xdelay(&out.headers, UINT64_MAX, &ms) == XDELAY_OK &&
           ms == (uint64_t)5 * 365 * 86400000);
     roundtrip(&out);
     empty_amqp_pool(&pool);
@@ -774,76 +833,76 @@ static void test_due(void)
     amqp_table_t t = { 0, e };
     amqp_field_value_t ts;
 
-    CHECK(amqp_msg_due(NULL, now, M, &ms) == XDELAY_NOW && ms == 0);
+    CHECK(t_due(NULL, now, M, &ms) == XDELAY_NOW && ms == 0);
     e[0] = entry("x-delay", vi(AMQP_FIELD_KIND_I32, 5000));
     t.num_entries = 1;
-    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_OK && ms == 5000);
+    CHECK(t_due(&t, now, M, &ms) == XDELAY_OK && ms == 5000);
 
     /* x-delay-until wins over x-delay, wherever it stands */
     e[1] = entry("x-delay-until", VS("2025-11-24T16:00:07.250Z"));
     t.num_entries = 2;
-    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_OK && ms == 7250);
+    CHECK(t_due(&t, now, M, &ms) == XDELAY_OK && ms == 7250);
     /* ... and over x-opt-delivery-time */
     e[2] = entry("x-opt-delivery-time", vi(AMQP_FIELD_KIND_I64, (int64_t)now + 9000));
     t.num_entries = 3;
-    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_OK && ms == 7250);
+    CHECK(t_due(&t, now, M, &ms) == XDELAY_OK && ms == 7250);
     /* an invalid x-delay-until is an error, not a fall back to x-delay */
     e[1] = entry("x-delay-until", VS("tomorrow"));
-    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_UNTIL_EINVALID && ms == 0);
+    CHECK(t_due(&t, now, M, &ms) == XDELAY_UNTIL_EINVALID && ms == 0);
     CHECK(strcmp(xdelay_strerror(XDELAY_UNTIL_EINVALID), "invalid x-delay-until") == 0);
     /* x-opt-delivery-time alone (with x-delay): epoch ms */
     e[1] = entry("x-opt-delivery-time", vi(AMQP_FIELD_KIND_I64, (int64_t)now + 9000));
     t.num_entries = 2;
-    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_OK && ms == 9000);
+    CHECK(t_due(&t, now, M, &ms) == XDELAY_OK && ms == 9000);
     e[1] = entry("x-opt-delivery-time", vi(AMQP_FIELD_KIND_I64, (int64_t)now + M + 1));
-    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_DT_ETOOBIG && ms == 0);
+    CHECK(t_due(&t, now, M, &ms) == XDELAY_DT_ETOOBIG && ms == 0);
     CHECK(xdelay_invalid(XDELAY_DT_ETOOBIG) && !xdelay_invalid(XDELAY_NOW));
     /* an AMQP timestamp is seconds */
     memset(&ts, 0, sizeof ts);
     ts.kind = AMQP_FIELD_KIND_TIMESTAMP;
     ts.value.u64 = now / 1000 + 60;
     e[1] = entry("x-delay-until", ts);
-    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_OK && ms == 60000);
+    CHECK(t_due(&t, now, M, &ms) == XDELAY_OK && ms == 60000);
     ts.value.u64 = now / 1000 - 60; /* the past: at once */
     e[1] = entry("x-delay-until", ts);
-    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_NOW && ms == 0);
+    CHECK(t_due(&t, now, M, &ms) == XDELAY_NOW && ms == 0);
     /* epoch ms as the clients send them: I64, U64 (py-amqp), double */
     e[1] = entry("x-delay-until", vu64(now + 1500));
-    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_OK && ms == 1500);
+    CHECK(t_due(&t, now, M, &ms) == XDELAY_OK && ms == 1500);
     e[1] = entry("x-delay-until", vf64((double)(now + 1500) + 0.25)); /* rounded up */
-    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_OK && ms == 1501);
+    CHECK(t_due(&t, now, M, &ms) == XDELAY_OK && ms == 1501);
     /* seconds where ms were meant: invalid, never "at once" */
     e[1] = entry("x-delay-until", vi(AMQP_FIELD_KIND_I64, (int64_t)(now / 1000 + 60)));
-    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_UNTIL_EINVALID);
+    CHECK(t_due(&t, now, M, &ms) == XDELAY_UNTIL_EINVALID);
     e[1] = entry("x-delay-until", vi(AMQP_FIELD_KIND_I8, 1));
-    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_UNTIL_EINVALID);
+    CHECK(t_due(&t, now, M, &ms) == XDELAY_UNTIL_EINVALID);
     e[1] = entry("x-delay-until", vstr(AMQP_FIELD_KIND_BYTES, "2025-11-24T16:00:07Z", 20));
-    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_UNTIL_EINVALID);
+    CHECK(t_due(&t, now, M, &ms) == XDELAY_UNTIL_EINVALID);
 
     /* x-opt-delivery-delay (AMQP 1.0, relative ms, a long as RabbitMQ 4 hands it over) */
     e[0] = entry("x-opt-delivery-delay", vi(AMQP_FIELD_KIND_I64, 1500));
     t.num_entries = 1;
-    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_OK && ms == 1500);
+    CHECK(t_due(&t, now, M, &ms) == XDELAY_OK && ms == 1500);
     /* x-delay beside it wins, wherever it stands */
     e[1] = entry("x-delay", vi(AMQP_FIELD_KIND_I32, 5000));
     t.num_entries = 2;
-    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_OK && ms == 5000);
+    CHECK(t_due(&t, now, M, &ms) == XDELAY_OK && ms == 5000);
     /* an absolute due time wins over both */
     e[2] = entry("x-opt-delivery-time", vi(AMQP_FIELD_KIND_I64, (int64_t)now + 9000));
     t.num_entries = 3;
-    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_OK && ms == 9000);
+    CHECK(t_due(&t, now, M, &ms) == XDELAY_OK && ms == 9000);
     /* its errors carry its name, and follow the invalid_delay policy */
     e[0] = entry("x-opt-delivery-delay", VS("soon"));
     t.num_entries = 1;
-    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_DD_EINVALID && ms == 0);
+    CHECK(t_due(&t, now, M, &ms) == XDELAY_DD_EINVALID && ms == 0);
     CHECK(strcmp(xdelay_strerror(XDELAY_DD_EINVALID), "invalid x-opt-delivery-delay") == 0);
     e[0] = entry("x-opt-delivery-delay", vi(AMQP_FIELD_KIND_I64, (int64_t)M + 1));
-    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_DD_ETOOBIG && ms == 0);
+    CHECK(t_due(&t, now, M, &ms) == XDELAY_DD_ETOOBIG && ms == 0);
     CHECK(xdelay_invalid(XDELAY_DD_ETOOBIG) && xdelay_invalid(XDELAY_DD_EINVALID));
     CHECK(strcmp(xdelay_strerror(XDELAY_DD_ETOOBIG), "x-opt-delivery-delay above max_delay_ms") == 0);
     /* negative or zero: at once, as x-delay */
     e[0] = entry("x-opt-delivery-delay", vi(AMQP_FIELD_KIND_I64, -20));
-    CHECK(amqp_msg_due(&t, now, M, &ms) == XDELAY_NOW && ms == 0);
+    CHECK(t_due(&t, now, M, &ms) == XDELAY_NOW && ms == 0);
 }
 
 /* delay_from "broker": an x-delay counts from the broker's timestamp_in_ms. */
@@ -856,42 +915,42 @@ static void test_due_stamped(void)
     amqp_table_entry_t e[3];
     amqp_table_t t = { 0, e };
 
-    /* no stamp: amqp_msg_due() exactly */
-    CHECK(amqp_msg_due_stamped(NULL, now, M, &ms, &un) == XDELAY_NOW && ms == 0 && un == 0);
+    /* no stamp: t_due() exactly */
+    CHECK(t_due_stamped(NULL, now, M, &ms, &un) == XDELAY_NOW && ms == 0 && un == 0);
     e[0] = entry("x-delay", vi(AMQP_FIELD_KIND_I32, 5000));
     t.num_entries = 1;
-    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 5000 && un == 1);
+    CHECK(t_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 5000 && un == 1);
     /* stamped 1.2 s ago (a long string is not a stamp: counted from now) */
     e[1] = entry("timestamp_in_ms", vstr(AMQP_FIELD_KIND_UTF8, "1763999998800", 13));
     t.num_entries = 2;
-    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 5000 && un == 1);
+    CHECK(t_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 5000 && un == 1);
     /* (counted from the end of the stamp's ms: the receipt was somewhere in it) */
     e[1] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I64, (int64_t)now - 1200));
-    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 3801 && un == 0);
+    CHECK(t_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 3801 && un == 0);
     e[1] = entry("timestamp_in_ms", vu64(now - 1200));
-    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 3801 && un == 0);
+    CHECK(t_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 3801 && un == 0);
     /* stamped in the ms just before now's (rounded-up) receipt: the whole delay */
     e[1] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I64, (int64_t)now - 1));
-    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 5000 && un == 0);
+    CHECK(t_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 5000 && un == 0);
     /* stamped longer ago than the delay (a backlog): at once */
     e[1] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I64, (int64_t)now - 3600000));
-    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 0 && un == 0);
+    CHECK(t_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 0 && un == 0);
     /* a stamp from the future (the broker's clock ahead): counted from now, never later */
     e[1] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I64, (int64_t)now + 700));
-    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 5000 && un == 0);
+    CHECK(t_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 5000 && un == 0);
     /* zero or negative: not a stamp */
     e[1] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I64, -5));
-    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 5000 && un == 1);
+    CHECK(t_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 5000 && un == 1);
     /* an invalid x-delay stays invalid, at once */
     e[0] = entry("x-delay", VS("soon"));
     e[1] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I64, (int64_t)now - 1200));
-    CHECK(xdelay_invalid(amqp_msg_due_stamped(&t, now, M, &ms, &un)) && ms == 0);
+    CHECK(xdelay_invalid(t_due_stamped(&t, now, M, &ms, &un)) && ms == 0);
     /* no x-delay: at once */
     e[0] = entry("other", vi(AMQP_FIELD_KIND_I32, 1));
-    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_NOW && ms == 0);
+    CHECK(t_due_stamped(&t, now, M, &ms, &un) == XDELAY_NOW && ms == 0);
     /* an absolute due time is absolute: the stamp changes nothing */
     e[0] = entry("x-delay-until", VS("2025-11-24T16:00:07.250Z"));
-    CHECK(amqp_msg_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 7250 && un == 0);
+    CHECK(t_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 7250 && un == 0);
 }
 
 /* A drain's hand-back drops the broker's stamp of the first publish. */
@@ -909,25 +968,25 @@ static void test_set_delay_drops_stamp(void)
     p._flags = AMQP_BASIC_HEADERS_FLAG;
     p.headers.entries = e;
     p.headers.num_entries = 3;
-    amqp_msg_set_delay(&p, &pool, 1500);
+    broker_msg_set_delay(&p, &pool, 1500);
     CHECK(p.headers.num_entries == 2 && count(&p.headers, "timestamp_in_ms") == 0);
     CHECK(count(&p.headers, "trace") == 1 && count(&p.headers, "x-delay") == 1);
     CHECK(e[0].value.value.i64 == 1764000000000ll); /* the input table is not written */
     roundtrip(&p);
 
-    /* delay_from "broker": the republish drops it, the rest as amqp_msg_outgoing() made it */
+    /* delay_from "broker": the republish drops it, the rest as broker_msg_outgoing() made it */
     amqp_basic_properties_t out;
     p.headers.entries = e;
     p.headers.num_entries = 3;
-    amqp_msg_outgoing(&p, &out, &pool, 4000, "bridge", "id-9", NULL);
+    broker_msg_outgoing(&p, &out, &pool, 4000, "bridge", "id-9", NULL);
     CHECK(count(&out.headers, "timestamp_in_ms") == 2);
-    amqp_msg_drop_stamp(&out);
+    broker_msg_drop_stamp(&out);
     CHECK(out.headers.num_entries == 2 && count(&out.headers, "timestamp_in_ms") == 0);
     CHECK(count(&out.headers, "trace") == 1 && count(&out.headers, "x-delay-bridge-id") == 1);
     CHECK(count(&p.headers, "timestamp_in_ms") == 2);
     roundtrip(&out);
     memset(&out, 0, sizeof out); /* no headers at all: nothing to do */
-    amqp_msg_drop_stamp(&out);
+    broker_msg_drop_stamp(&out);
     CHECK(!(out._flags & AMQP_BASIC_HEADERS_FLAG));
     empty_amqp_pool(&pool);
 }
@@ -949,9 +1008,9 @@ static size_t intake_props(amqp_table_entry_t *e, int n, int stream, int from_br
     memset(&p, 0, sizeof p);
     p._flags = AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_HEADERS_FLAG;
     p.message_id = amqp_cstring_bytes("d05201");
-    p.headers.num_entries = amqp_msg_intake_headers(&h, stream, from_bridge, kept);
+    p.headers.num_entries = t_intake(&h, stream, from_bridge, kept);
     p.headers.entries = kept;
-    r = amqp_msg_encode_props(&p, buf, cap);
+    r = broker_msg_encode_props(&p, buf, cap);
     CHECK(r > 0);
     return r > 0 ? (size_t)r : 0;
 }
@@ -989,16 +1048,192 @@ static void test_intake_headers(void)
     CHECK(na > 0 && na == nb && memcmp(a, b, na) == 0);
 
     /* A stream's offset only on a stream; a provenance header only from a bridge. */
-    CHECK(amqp_msg_intake_headers(&t, 1, 0, out) == 1 && key_eq(out[0].key, "x-delay"));
-    CHECK(amqp_msg_intake_headers(&t, 0, 0, out) == 2 && key_eq(out[0].key, "x-stream-offset"));
-    CHECK(amqp_msg_intake_headers(&t, 1, 1, out) == 2 && key_eq(out[0].key, "x-original-user-id"));
-    CHECK(amqp_msg_intake_headers(NULL, 0, 0, out) == 0);
+    CHECK(t_intake(&t, 1, 0, out) == 1 && key_eq(out[0].key, "x-delay"));
+    CHECK(t_intake(&t, 0, 0, out) == 2 && key_eq(out[0].key, "x-stream-offset"));
+    CHECK(t_intake(&t, 1, 1, out) == 2 && key_eq(out[0].key, "x-original-user-id"));
+    CHECK(t_intake(NULL, 0, 0, out) == 0);
     free(a);
     free(b);
 }
 
+
+/*
+ * Rules a header read keeps, pinned before the reading moved to one pass
+ * (issue 42): a name counts by its first entry only, whatever follows.
+ */
+static void test_first_entry_rules(void)
+{
+    const uint64_t now = 1764000000000ull;
+    const uint64_t M = 4294967295u;
+    uint64_t ms = 99;
+    int un = 9;
+    amqp_table_entry_t e[4];
+    amqp_table_t t = { 0, e };
+    const char *p;
+    size_t n;
+
+    /* x-delay-until after x-opt-delivery-time still wins */
+    e[0] = entry("x-opt-delivery-time", vi(AMQP_FIELD_KIND_I64, (int64_t)now + 9000));
+    e[1] = entry("x-delay-until", VS("2025-11-24T16:00:07.250Z"));
+    t.num_entries = 2;
+    CHECK(t_due(&t, now, M, &ms) == XDELAY_OK && ms == 7250);
+    /* a second x-delay-until is not looked at, valid or not */
+    e[0] = entry("x-delay-until", VS("tomorrow"));
+    CHECK(t_due(&t, now, M, &ms) == XDELAY_UNTIL_EINVALID && ms == 0);
+    e[0] = entry("x-opt-delivery-time", VS("soon"));
+    e[1] = entry("x-opt-delivery-time", vi(AMQP_FIELD_KIND_I64, (int64_t)now + 9000));
+    CHECK(t_due(&t, now, M, &ms) == XDELAY_DT_EINVALID && ms == 0);
+    /* an invalid x-delay beside a valid x-opt-delivery-delay: x-delay's error */
+    e[0] = entry("x-opt-delivery-delay", vi(AMQP_FIELD_KIND_I64, 1500));
+    e[1] = entry("x-delay", VS("soon"));
+    CHECK(t_due(&t, now, M, &ms) == XDELAY_EINVALID && ms == 0);
+    /* two x-opt-delivery-delay: the first */
+    e[0] = entry("x-opt-delivery-delay", vi(AMQP_FIELD_KIND_I64, 1500));
+    e[1] = entry("x-opt-delivery-delay", vi(AMQP_FIELD_KIND_I64, 2500));
+    CHECK(t_due(&t, now, M, &ms) == XDELAY_OK && ms == 1500);
+    CHECK(t_xdelay(&t, M, &ms) == XDELAY_NOW && ms == 0); /* x-delay alone: none */
+
+    /* the stamp: its first entry only; a string there is no stamp, whatever follows */
+    e[0] = entry("x-delay", vi(AMQP_FIELD_KIND_I32, 5000));
+    e[1] = entry("timestamp_in_ms", VS("1763999998800"));
+    e[2] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I64, (int64_t)now - 1200));
+    t.num_entries = 3;
+    CHECK(t_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 5000 && un == 1);
+    e[1] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I64, (int64_t)now - 1200));
+    e[2] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I64, (int64_t)now - 100));
+    CHECK(t_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 3801 && un == 0);
+    /* stamp kinds: I64, U64 up to INT64_MAX, I32, U32; not I16, not a timestamp */
+    t.num_entries = 2;
+    e[1] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I32, 5));
+    CHECK(t_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 0 && un == 0);
+    e[1] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_U32, 5));
+    CHECK(t_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 0 && un == 0);
+    e[1] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I16, 5));
+    CHECK(t_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 5000 && un == 1);
+    e[1] = entry("timestamp_in_ms", vu64((uint64_t)INT64_MAX + 1));
+    CHECK(t_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 5000 && un == 1);
+    /* x-opt-delivery-delay counts from the stamp too, and keeps its errors' names */
+    e[0] = entry("x-opt-delivery-delay", vi(AMQP_FIELD_KIND_I64, 5000));
+    e[1] = entry("timestamp_in_ms", vi(AMQP_FIELD_KIND_I64, (int64_t)now - 1200));
+    CHECK(t_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 3801 && un == 0);
+    e[0] = entry("x-opt-delivery-delay", VS("soon"));
+    CHECK(t_due_stamped(&t, now, M, &ms, &un) == XDELAY_DD_EINVALID && ms == 0 &&
+          un == 0);
+    t.num_entries = 1; /* unstamped, invalid: not counted as unstamped */
+    CHECK(t_due_stamped(&t, now, M, &ms, &un) == XDELAY_DD_EINVALID && un == 0);
+    e[0] = entry("x-opt-delivery-delay", vi(AMQP_FIELD_KIND_I64, 0)); /* NOW is not OK */
+    CHECK(t_due_stamped(&t, now, M, &ms, &un) == XDELAY_NOW && un == 0);
+    /* x-opt-delivery-time with a stamp: absolute, unstamped stays 0 */
+    e[0] = entry("x-opt-delivery-time", vi(AMQP_FIELD_KIND_I64, (int64_t)now + 9000));
+    CHECK(t_due_stamped(&t, now, M, &ms, &un) == XDELAY_OK && ms == 9000 && un == 0);
+
+    /* a string header: the first entry's kind decides (-1), a byte array is one */
+    e[0] = entry("x-delay-key", vi(AMQP_FIELD_KIND_I32, 7));
+    e[1] = entry("x-delay-key", VS("k1"));
+    t.num_entries = 2;
+    CHECK(t_header_str(&t, "x-delay-key", &p, &n) == -1);
+    e[0] = entry("x-delay-key", vstr(AMQP_FIELD_KIND_BYTES, "k0", 2));
+    CHECK(t_header_str(&t, "x-delay-key", &p, &n) == 1 && n == 2 &&
+          memcmp(p, "k0", 2) == 0);
+    e[0] = entry("x-delay-key", VS(""));
+    CHECK(t_header_str(&t, "x-delay-key", &p, &n) == 1 && n == 0);
+    CHECK(t_header_str(&t, "x-delay-cancel", &p, &n) == 0);
+    CHECK(t_header_str(NULL, "x-delay-key", &p, &n) == 0);
+    /* an integer header (x-stream-offset, x-delay-key-at): l L I T, the first entry's kind */
+    int64_t v = 5;
+    amqp_field_value_t ts;
+    memset(&ts, 0, sizeof ts);
+    ts.kind = AMQP_FIELD_KIND_TIMESTAMP;
+    ts.value.u64 = 1700000000;
+    e[0] = entry("x-stream-offset", vi(AMQP_FIELD_KIND_I64, -3));
+    e[1] = entry("x-stream-offset", vi(AMQP_FIELD_KIND_I64, 9));
+    CHECK(t_header_i64(&t, "x-stream-offset", &v) == 1 && v == -3);
+    e[0] = entry("x-stream-offset", vu64(UINT64_MAX));
+    CHECK(t_header_i64(&t, "x-stream-offset", &v) == 1 && v == -1);
+    e[0] = entry("x-stream-offset", vi(AMQP_FIELD_KIND_I32, 12));
+    CHECK(t_header_i64(&t, "x-stream-offset", &v) == 1 && v == 12);
+    e[0] = entry("x-stream-offset", ts);
+    CHECK(t_header_i64(&t, "x-stream-offset", &v) == 1 && v == 1700000000);
+    e[0] = entry("x-stream-offset", vi(AMQP_FIELD_KIND_U32, 12));
+    CHECK(t_header_i64(&t, "x-stream-offset", &v) < 1);
+    e[0] = entry("x-stream-offset", vi(AMQP_FIELD_KIND_I16, 12));
+    CHECK(t_header_i64(&t, "x-stream-offset", &v) < 1);
+    e[0] = entry("x-stream-offset", VS("12"));
+    CHECK(t_header_i64(&t, "x-stream-offset", &v) < 1);
+    CHECK(t_header_i64(&t, "x-delay-key-at", &v) == 0);
+    CHECK(t_header_i64(NULL, "x-delay-key-at", &v) == 0);
+}
+
+/* The one pass: first entries into the struct, and what intake keeps. */
+static void test_read(void)
+{
+    amqp_table_entry_t e[8], out[8];
+    amqp_table_t t = { 0, e };
+    struct broker_headers h;
+
+    broker_msg_read(NULL, 1, 0, out, &h);
+    CHECK(h.nkeep == 0 && !h.xdelay && !h.stream_offset);
+    broker_msg_read(&t, 1, 0, out, &h);
+    CHECK(h.nkeep == 0);
+
+    e[0] = entry("x-delay", vi(AMQP_FIELD_KIND_I32, 1));
+    e[1] = entry("x-delay", vi(AMQP_FIELD_KIND_I32, 2));
+    e[2] = entry("x-death", VS("d"));
+    e[3] = entry("x-delay-bridge-handback", vi(AMQP_FIELD_KIND_I64, 1));
+    e[4] = entry("x-delivery-count", vi(AMQP_FIELD_KIND_I64, 1));
+    e[5] = entry("x-retry-history", VS("h"));
+    e[6] = entry("x-delay-key-at", vi(AMQP_FIELD_KIND_I64, 9));
+    e[7] = entry("x-acquired-count", vi(AMQP_FIELD_KIND_I64, 1));
+    t.num_entries = 8;
+    broker_msg_read(&t, 0, 0, out, &h);
+    CHECK(h.xdelay == &e[0].value && h.death == &e[2].value && h.handback == &e[3].value);
+    CHECK(h.retry_history == &e[5].value && h.ev_at == &e[6].value && !h.until && !h.key);
+    CHECK(h.nkeep == 5 && key_eq(out[0].key, "x-delay") && out[1].value.value.i32 == 2 &&
+          key_eq(out[2].key, "x-death") && key_eq(out[3].key, "x-retry-history") &&
+          key_eq(out[4].key, "x-delay-key-at"));
+    broker_msg_read(&t, 0, 1, out, &h); /* from a bridge: its hand-back mark stays */
+    CHECK(h.nkeep == 6 && key_eq(out[3].key, "x-delay-bridge-handback"));
+    broker_msg_read(&t, 0, 0, NULL, &h); /* no keep: read alone */
+    CHECK(h.nkeep == 0 && h.xdelay == &e[0].value);
+
+    /* a stream: every x-stream-offset goes when the first is the broker's place */
+    e[0] = entry("x-stream-offset", vi(AMQP_FIELD_KIND_I64, 7));
+    e[1] = entry("a", VS("1"));
+    e[2] = entry("x-stream-offset", VS("junk"));
+    t.num_entries = 3;
+    broker_msg_read(&t, 1, 0, out, &h);
+    CHECK(h.stream_offset == &e[0].value && h.nkeep == 1 && key_eq(out[0].key, "a"));
+    broker_msg_read(&t, 0, 0, out, &h); /* not a stream: kept */
+    CHECK(h.stream_offset == &e[0].value && h.nkeep == 3);
+    /* ... and every one stays when the first is no place (the delivery has none) */
+    e[0] = entry("x-stream-offset", vi(AMQP_FIELD_KIND_I64, -1));
+    e[2] = entry("x-stream-offset", vi(AMQP_FIELD_KIND_I64, 7));
+    broker_msg_read(&t, 1, 0, out, &h);
+    CHECK(h.nkeep == 3);
+    e[0] = entry("x-stream-offset", vi(AMQP_FIELD_KIND_U32, 7));
+    broker_msg_read(&t, 1, 0, out, &h);
+    CHECK(h.nkeep == 3);
+    e[0] = entry("x-stream-offset", vi(AMQP_FIELD_KIND_I32, 0));
+    broker_msg_read(&t, 1, 0, out, &h);
+    CHECK(h.nkeep == 1);
+
+    /* names compare by length and bytes; a NULL key is no name */
+    e[0].key.bytes = (void *)"x-stream-offsetX";
+    e[0].key.len = 16;
+    e[1].key = amqp_empty_bytes;
+    broker_msg_read(&t, 1, 0, out, &h);
+    CHECK(h.stream_offset == &e[2].value && h.nkeep == 2);
+    CHECK(broker_msg_provenance(amqp_cstring_bytes("x-original-user-id")) &&
+          broker_msg_provenance(amqp_cstring_bytes("x-delay-bridge-drained")) &&
+          !broker_msg_provenance(amqp_cstring_bytes("x-delay")) &&
+          !broker_msg_provenance(amqp_cstring_bytes("x-delivery-count")) &&
+          !broker_msg_provenance(amqp_empty_bytes));
+}
+
 int main(void)
 {
+    test_read();
+    test_first_entry_rules();
     test_due();
     test_due_stamped();
     test_set_delay_drops_stamp();
@@ -1018,9 +1253,9 @@ int main(void)
     test_set_delay();
     test_intake_headers();
     if (failures) {
-        printf("test_amqp_msg: %d failure(s)\n", failures);
+        printf("test_broker_msg: %d failure(s)\n", failures);
         return 1;
     }
-    printf("test_amqp_msg: ok\n");
+    printf("test_broker_msg: ok\n");
     return 0;
 }

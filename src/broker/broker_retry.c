@@ -1,5 +1,5 @@
 /*
- * amqp_retry.c -- a retry route's headers in and out (amqp_retry.h).
+ * broker_retry.c -- a retry route's headers in and out (broker_retry.h).
  *
  * x-death, as RabbitMQ 3.10.8, 4.0.5 and 4.3.6 all write it (checked on
  * the brokers): an array of tables, one per (queue, reason), the newest
@@ -9,10 +9,14 @@
  * x-first-death-queue; they are read only when x-death is missing or
  * malformed (a client that rewrote it), the first-death one last, since it
  * names the first queue ever, which is right only for a message that never
- * moved between queues.
+ * moved between queues. Every one of these is asked of the delivery's
+ * headers as broker_msg_read() found them (struct broker_headers: the
+ * first entry of each name), never of the table again; the one table
+ * looked into here is x-death's newest entry. broker_retry_out() reads the
+ * outgoing table once the same way, before it writes a new one.
  *
  * A forged x-death (any publisher to the ingress can write one) names a
- * queue the route may not reach: amqp_retry_judge parks it (retry_admits),
+ * queue the route may not reach: broker_retry_judge parks it (retry_admits),
  * and a hand-back mark counts only on a message whose user-id the broker
  * checked to be the bridge's own.
  *
@@ -20,11 +24,11 @@
  * RETRY_HISTORY_MAX, so a message with 10,000 attempts carries 32 times,
  * not 10,000 (x-retry-attempt keeps the count).
  */
-#include "amqp_retry.h"
+#include "broker_retry.h"
 
 #include <string.h>
 
-#include "amqp_msg.h"
+#include "delay-bridge/broker_msg.h"
 #include "base/xalloc.h"
 
 static int key_is(amqp_bytes_t k, const char *name)
@@ -68,9 +72,9 @@ static int int_of(const amqp_field_value_t *v, int64_t *out)
     }
 }
 
-void amqp_retry_in(const amqp_table_t *h, struct retry_in *in)
+void broker_retry_in(const struct broker_headers *h, struct retry_in *in)
 {
-    const amqp_field_value_t *d = find(h, "x-death");
+    const amqp_field_value_t *d = h->death;
     int64_t a;
 
     memset(in, 0, sizeof(*in));
@@ -82,29 +86,28 @@ void amqp_retry_in(const amqp_table_t *h, struct retry_in *in)
         if (!str_of(find(e, "reason"), &in->reason, &in->reason_len))
             in->reason = NULL;
     }
-    if (!in->queue && !str_of(find(h, "x-last-death-queue"), &in->queue, &in->queue_len) &&
-        !str_of(find(h, "x-first-death-queue"), &in->queue, &in->queue_len))
+    if (!in->queue && !str_of(h->last_death_queue, &in->queue, &in->queue_len) &&
+        !str_of(h->first_death_queue, &in->queue, &in->queue_len))
         in->queue = NULL;
-    if (!in->reason && !str_of(find(h, "x-last-death-reason"), &in->reason, &in->reason_len) &&
-        !str_of(find(h, "x-first-death-reason"), &in->reason, &in->reason_len))
+    if (!in->reason && !str_of(h->last_death_reason, &in->reason, &in->reason_len) &&
+        !str_of(h->first_death_reason, &in->reason, &in->reason_len))
         in->reason = NULL;
     if (in->queue_len > 255) /* an AMQP short string: no queue has a longer name */
         in->queue = NULL, in->queue_len = 0;
-    if (int_of(find(h, H_RETRY_ATTEMPT), &a) && a >= 1)
+    if (int_of(h->retry_attempt, &a) && a >= 1)
         in->attempt = a;
-    in->handback = find(h, H_HANDBACK) != NULL;
+    in->handback = h->handback != NULL;
 }
 
-void amqp_retry_judge(const struct config *c, const struct config_route *rc,
-                      const amqp_basic_properties_t *props, const char *bridge_user,
-                      uint64_t now_ms, uint64_t rnd, struct retry_verdict *v)
+void broker_retry_judge(const struct config *c, const struct config_route *rc,
+                        const struct broker_headers *h, int from_bridge, uint64_t now_ms,
+                        uint64_t rnd, struct retry_verdict *v)
 {
-    const amqp_table_t *h = props->_flags & AMQP_BASIC_HEADERS_FLAG ? &props->headers : NULL;
     struct retry_in in;
 
-    amqp_retry_in(h, &in);
+    broker_retry_in(h, &in);
     in.admitted = retry_admits(c, rc, in.queue, in.queue_len);
-    in.handback = in.handback && amqp_msg_from_user(props, bridge_user);
+    in.handback = in.handback && from_bridge;
     memset(v, 0, sizeof *v);
     v->queue = in.queue;
     v->queue_len = in.queue_len;
@@ -113,7 +116,7 @@ void amqp_retry_judge(const struct config *c, const struct config_route *rc,
         v->handback = 1;
         v->failed = in.attempt >= 1 ? (in.attempt > UINT32_MAX ? UINT32_MAX
                                                                 : (uint32_t)in.attempt) : 1;
-        v->st = amqp_msg_due(h, now_ms, rc->max_delay_ms, &v->delay_ms);
+        v->st = broker_msg_due(h, now_ms, rc->max_delay_ms, &v->delay_ms);
         return;
     }
     v->st = retry_judge(rc->retry, &in, rnd, &v->failed, &v->delay_ms);
@@ -144,10 +147,9 @@ static amqp_field_value_t str_value(amqp_pool_t *pool, const char *s)
     return f;
 }
 
-/* The history as it came (integers only), plus at, the newest RETRY_HISTORY_MAX kept. */
-static amqp_field_value_t history(const amqp_table_t *h, amqp_pool_t *pool, uint64_t at)
+/* The history as it came (old; integers only), plus at, the newest RETRY_HISTORY_MAX kept. */
+static amqp_field_value_t history(const amqp_field_value_t *old, amqp_pool_t *pool, uint64_t at)
 {
-    const amqp_field_value_t *old = find(h, H_RETRY_HISTORY);
     int n = old && old->kind == AMQP_FIELD_KIND_ARRAY ? old->value.array.num_entries : 0;
     amqp_field_value_t f;
     int k = 0;
@@ -171,10 +173,9 @@ static amqp_field_value_t history(const amqp_table_t *h, amqp_pool_t *pool, uint
     return f;
 }
 
-/* headers carry an x-retry-history as the bridge writes it: 1..32 longs. */
-static int has_history(const amqp_table_t *h)
+/* v is an x-retry-history as the bridge writes it: 1..32 longs. */
+static int has_history(const amqp_field_value_t *v)
 {
-    const amqp_field_value_t *v = find(h, H_RETRY_HISTORY);
 
     if (!v || v->kind != AMQP_FIELD_KIND_ARRAY || v->value.array.num_entries < 1 ||
         v->value.array.num_entries > RETRY_HISTORY_MAX)
@@ -185,33 +186,35 @@ static int has_history(const amqp_table_t *h)
     return 1;
 }
 
-void amqp_retry_out(amqp_basic_properties_t *p, amqp_pool_t *pool, enum amqp_retry_way way,
-                    uint64_t failed_ms, const char *queue, const char *reason)
+void broker_retry_out(amqp_basic_properties_t *p, amqp_pool_t *pool, enum broker_retry_way way,
+                      uint64_t failed_ms, const char *queue, const char *reason)
 {
-    const amqp_table_t *h = p->_flags & AMQP_BASIC_HEADERS_FLAG ? &p->headers : NULL;
+    struct broker_headers h;
     struct retry_in in;
     int64_t failed;
 
-    amqp_retry_in(h, &in);
-    if (way == AMQP_RETRY_HANDBACK) {
+    /* read once, the old table: what is set below goes into a new one */
+    broker_msg_read(p->_flags & AMQP_BASIC_HEADERS_FLAG ? &p->headers : NULL, 0, 0, NULL, &h);
+    broker_retry_in(&h, &in);
+    if (way == BROKER_RETRY_HANDBACK) {
         /* the failure's time goes with it: the next bridge received only the hand-back */
         if (!in.handback)
-            amqp_msg_set_value(p, pool, H_RETRY_HISTORY, history(h, pool, failed_ms));
-        amqp_msg_set_value(p, pool, H_HANDBACK, long_value(1));
+            broker_msg_set_value(p, pool, H_RETRY_HISTORY,
+                                 history(h.retry_history, pool, failed_ms));
+        broker_msg_set_value(p, pool, H_HANDBACK, long_value(1));
         return;
     }
     failed = in.attempt >= 1 ? in.attempt : 1;
-    /* history() reads the old table: set it first, then the rest on the new one */
-    if (!in.handback || !has_history(h)) /* a hand-back's has its failure already */
-        amqp_msg_set_value(p, pool, H_RETRY_HISTORY, history(h, pool, failed_ms));
-    amqp_msg_drop_header(p, H_HANDBACK);
-    if (way == AMQP_RETRY_BACK) {
-        amqp_msg_set_value(p, pool, H_RETRY_ATTEMPT,
-                           long_value(failed < INT64_MAX ? failed + 1 : failed));
+    if (!in.handback || !has_history(h.retry_history)) /* a hand-back's has its failure already */
+        broker_msg_set_value(p, pool, H_RETRY_HISTORY, history(h.retry_history, pool, failed_ms));
+    broker_msg_drop_header(p, H_HANDBACK);
+    if (way == BROKER_RETRY_BACK) {
+        broker_msg_set_value(p, pool, H_RETRY_ATTEMPT,
+                             long_value(failed < INT64_MAX ? failed + 1 : failed));
         return;
     }
-    amqp_msg_set_value(p, pool, H_RETRY_ATTEMPTS, long_value(failed));
-    amqp_msg_set_value(p, pool, H_RETRY_PARKED, str_value(pool, reason ? reason : "invalid"));
+    broker_msg_set_value(p, pool, H_RETRY_ATTEMPTS, long_value(failed));
+    broker_msg_set_value(p, pool, H_RETRY_PARKED, str_value(pool, reason ? reason : "invalid"));
     if (queue)
-        amqp_msg_set_value(p, pool, H_RETRY_QUEUE, str_value(pool, queue));
+        broker_msg_set_value(p, pool, H_RETRY_QUEUE, str_value(pool, queue));
 }

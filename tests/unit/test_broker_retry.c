@@ -1,11 +1,11 @@
 /*
- * test_amqp_retry.c -- retry routes without a broker: the configuration
+ * test_broker_retry.c -- retry routes without a broker: the configuration
  * (routes[].retry), the policy and backoff formula (retry.c), and the
- * headers in and out (amqp_retry.c) over hand-built tables shaped like the
+ * headers in and out (broker_retry.c) over hand-built tables shaped like the
  * ones RabbitMQ 3.10.8, 4.0.5 and 4.3.6 send (the x-death layout checked
  * on the brokers).
  */
-#include "broker/amqp_retry.h"
+#include "broker/broker_retry.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -248,6 +248,23 @@ static int str_is(const amqp_field_value_t *v, const char *s)
 
 /* Which queues a route may send back to (retry_admits): the list, the whole-name pattern,
    never the bridge's own queues, "amq.", a NUL or invalid UTF-8. */
+/* Read as the consumer reads: the table once, then the struct. */
+static void t_retry_in(const amqp_table_t *t, struct retry_in *in)
+{
+    struct broker_headers h;
+    broker_msg_read(t, 0, 0, NULL, &h);
+    broker_retry_in(&h, in);
+}
+
+static void t_judge(const struct config *c, const struct config_route *rc,
+                    const amqp_basic_properties_t *p, const char *user, uint64_t now,
+                    uint64_t rnd, struct retry_verdict *v)
+{
+    struct broker_headers h;
+    broker_msg_read(p->_flags & AMQP_BASIC_HEADERS_FLAG ? &p->headers : NULL, 0, 0, NULL, &h);
+    broker_retry_judge(c, rc, &h, broker_msg_from_user(p, user), now, rnd, v);
+}
+
 static void test_admits(void)
 {
     static const char json[] =
@@ -308,26 +325,26 @@ static void test_admits(void)
     p.headers = (amqp_table_t){1, h};
     struct retry_verdict v;
 
-    amqp_retry_judge(&c, r, &p, "bridge", 1000, 0, &v);
+    t_judge(&c, r, &p, "bridge", 1000, 0, &v);
     CHECK(v.st == XDELAY_RETRY_NOTADMITTED && !v.admitted && !v.handback, "forged x-death");
     p.headers.num_entries = 3; /* + a hand-back mark, no user-id: not a bridge's */
-    amqp_retry_judge(&c, r, &p, "bridge", 1000, 0, &v);
+    t_judge(&c, r, &p, "bridge", 1000, 0, &v);
     CHECK(v.st == XDELAY_RETRY_NOTADMITTED && !v.handback, "forged hand-back");
     d0[0] = e_("queue", s_("work.email"));
-    amqp_retry_judge(&c, r, &p, "bridge", 1000, 0, &v);
+    t_judge(&c, r, &p, "bridge", 1000, 0, &v);
     CHECK(v.st == XDELAY_OK && !v.handback && v.delay_ms == 1000,
           "an unproven hand-back is judged as a failure: the policy's delay, not its x-delay");
     p._flags |= AMQP_BASIC_USER_ID_FLAG;
     p.user_id = amqp_cstring_bytes("publisher");
-    amqp_retry_judge(&c, r, &p, "bridge", 1000, 0, &v);
+    t_judge(&c, r, &p, "bridge", 1000, 0, &v);
     CHECK(!v.handback, "another user's user-id proves nothing");
     p.user_id = amqp_cstring_bytes("bridge");
-    amqp_retry_judge(&c, r, &p, "bridge", 1000, 0, &v);
+    t_judge(&c, r, &p, "bridge", 1000, 0, &v);
     CHECK(v.st == XDELAY_OK && v.handback && v.delay_ms == 5000, "a bridge's hand-back");
-    amqp_retry_judge(&c, r, &p, "", 1000, 0, &v);
+    t_judge(&c, r, &p, "", 1000, 0, &v);
     CHECK(!v.handback, "no broker user: nothing vouches");
     d0[0] = e_("queue", s_("payments.secret"));
-    amqp_retry_judge(&c, r, &p, "bridge", 1000, 0, &v);
+    t_judge(&c, r, &p, "bridge", 1000, 0, &v);
     CHECK(v.st == XDELAY_RETRY_NOTADMITTED && !v.handback,
           "even a bridge's hand-back goes only where the route admits");
     empty_amqp_pool(&pool);
@@ -355,7 +372,7 @@ static void test_in(void)
     amqp_table_t t = {3, h};
     struct retry_in in;
 
-    amqp_retry_in(&t, &in);
+    t_retry_in(&t, &in);
     CHECK(in.queue && in.queue_len == 6 && memcmp(in.queue, "work.b", 6) == 0,
           "the newest entry, not the first death");
     CHECK(in.reason && in.reason_len == 8 && memcmp(in.reason, "rejected", 8) == 0);
@@ -367,20 +384,20 @@ static void test_in(void)
                                e_("x-last-death-reason", s_("delivery_limit")),
                                e_("x-retry-attempt", s_("7")), e_("x-delay-bridge-handback", l_(1))};
     t = (amqp_table_t){5, h2};
-    amqp_retry_in(&t, &in);
+    t_retry_in(&t, &in);
     CHECK(in.queue_len == 4 && memcmp(in.queue, "last", 4) == 0);
     CHECK(in.reason_len == 14 && memcmp(in.reason, "delivery_limit", 14) == 0);
     CHECK(in.attempt == 0, "a text attempt is not the bridge's: counts as none");
     CHECK(in.handback);
     t.num_entries = 1;
-    amqp_retry_in(&t, &in);
+    t_retry_in(&t, &in);
     CHECK(in.queue_len == 5 && memcmp(in.queue, "first", 5) == 0 && !in.reason);
-    amqp_retry_in(NULL, &in);
+    t_retry_in(NULL, &in);
     CHECK(!in.queue && !in.reason && in.attempt == 0);
     /* a malformed x-death (not an array of tables) falls back too */
     amqp_table_entry_t h3[] = {e_("x-death", s_("nonsense")), e_("x-first-death-queue", s_("f"))};
     t = (amqp_table_t){2, h3};
-    amqp_retry_in(&t, &in);
+    t_retry_in(&t, &in);
     CHECK(in.queue_len == 1 && in.queue[0] == 'f');
 }
 
@@ -394,7 +411,7 @@ static void test_out(void)
     init_amqp_pool(&pool, 4096);
     memset(&p, 0, sizeof p);
     /* the first failure: sent back as attempt 2, one time in the history */
-    amqp_retry_out(&p, &pool, AMQP_RETRY_BACK, 1000, "work", NULL);
+    broker_retry_out(&p, &pool, BROKER_RETRY_BACK, 1000, "work", NULL);
     CHECK((v = get(&p, "x-retry-attempt")) && v->kind == AMQP_FIELD_KIND_I64 && v->value.i64 == 2);
     CHECK((v = get(&p, "x-retry-history")) && v->kind == AMQP_FIELD_KIND_ARRAY &&
           v->value.array.num_entries == 1 && v->value.array.entries[0].value.i64 == 1000);
@@ -402,14 +419,14 @@ static void test_out(void)
 
     /* 40 more failures: the count goes on, the history keeps the newest 32 */
     for (int i = 1; i <= 40; i++)
-        amqp_retry_out(&p, &pool, AMQP_RETRY_BACK, 1000 + (uint64_t)i, "work", NULL);
+        broker_retry_out(&p, &pool, BROKER_RETRY_BACK, 1000 + (uint64_t)i, "work", NULL);
     CHECK((v = get(&p, "x-retry-attempt")) && v->value.i64 == 42);
     CHECK((v = get(&p, "x-retry-history")) && v->value.array.num_entries == RETRY_HISTORY_MAX &&
           v->value.array.entries[0].value.i64 == 1009 &&
           v->value.array.entries[RETRY_HISTORY_MAX - 1].value.i64 == 1040);
 
     /* parked: attempts made, reason, queue; the attempt header stays as it came */
-    amqp_retry_out(&p, &pool, AMQP_RETRY_PARK, 2000, "work", "max_attempts");
+    broker_retry_out(&p, &pool, BROKER_RETRY_PARK, 2000, "work", "max_attempts");
     CHECK((v = get(&p, "x-retry-attempts")) && v->value.i64 == 42);
     CHECK(str_is(get(&p, "x-retry-parked-reason"), "max_attempts"));
     CHECK(str_is(get(&p, "x-retry-queue"), "work"));
@@ -421,28 +438,98 @@ static void test_out(void)
     p._flags = AMQP_BASIC_HEADERS_FLAG;
     p.headers = (amqp_table_t){1, h};
     p.headers = (amqp_table_t){1, h};
-    amqp_retry_out(&p, &pool, AMQP_RETRY_HANDBACK, 77, NULL, NULL);
+    broker_retry_out(&p, &pool, BROKER_RETRY_HANDBACK, 77, NULL, NULL);
     CHECK(get(&p, "x-delay-bridge-handback") && !get(&p, "x-retry-attempt"));
     CHECK((v = get(&p, "x-retry-history")) && v->value.array.num_entries == 1 &&
           v->value.array.entries[0].value.i64 == 77, "the failure's time goes with the hand-back");
     /* the next bridge sends it back: no second entry for its receipt of the hand-back */
-    amqp_retry_out(&p, &pool, AMQP_RETRY_BACK, 99, "q", NULL);
+    broker_retry_out(&p, &pool, BROKER_RETRY_BACK, 99, "q", NULL);
     CHECK(!get(&p, "x-delay-bridge-handback") && str_is(get(&p, "app"), "kept"));
     CHECK((v = get(&p, "x-retry-history")) && v->value.array.num_entries == 1 &&
           v->value.array.entries[0].value.i64 == 77);
     CHECK((v = get(&p, "x-retry-attempt")) && v->value.i64 == 2);
     p.headers = (amqp_table_t){2, h};
-    amqp_retry_out(&p, &pool, AMQP_RETRY_BACK, 5, "q", NULL);
+    broker_retry_out(&p, &pool, BROKER_RETRY_BACK, 5, "q", NULL);
     CHECK(!get(&p, "x-delay-bridge-handback") && str_is(get(&p, "app"), "kept"));
     CHECK(h[1].key.len == strlen("x-delay-bridge-handback"), "the stored table is not written");
     /* no queue known (no_queue): no x-retry-queue */
     memset(&p, 0, sizeof p);
-    amqp_retry_out(&p, &pool, AMQP_RETRY_PARK, 5, NULL, "no_queue");
+    broker_retry_out(&p, &pool, BROKER_RETRY_PARK, 5, NULL, "no_queue");
     CHECK(!get(&p, "x-retry-queue") && str_is(get(&p, "x-retry-parked-reason"), "no_queue"));
     empty_amqp_pool(&pool);
 }
 
+
+/* Rules of the read pinned before it moved to one pass (issue 42): first entries only. */
+static void test_in_first(void)
+{
+    amqp_table_entry_t d0[] = {e_("queue", s_("work.b"))}; /* no reason */
+    amqp_field_value_t death;
+    memset(&death, 0, sizeof death);
+    death.kind = AMQP_FIELD_KIND_TABLE;
+    death.value.table = (amqp_table_t){1, d0};
+    amqp_field_value_t arr;
+    memset(&arr, 0, sizeof arr);
+    arr.kind = AMQP_FIELD_KIND_ARRAY;
+    arr.value.array = (amqp_array_t){1, &death};
+    struct retry_in in;
+
+    /* a malformed first x-death: the fallbacks, never a second x-death */
+    amqp_table_entry_t h[] = {e_("x-death", s_("nonsense")), e_("x-death", arr),
+                              e_("x-first-death-reason", s_("expired")),
+                              e_("x-first-death-queue", s_("f1")),
+                              e_("x-first-death-queue", s_("f2"))};
+    amqp_table_t t = {5, h};
+    t_retry_in(&t, &in);
+    CHECK(in.queue_len == 2 && memcmp(in.queue, "f1", 2) == 0);
+    CHECK(in.reason_len == 7 && memcmp(in.reason, "expired", 7) == 0);
+    /* x-death's queue without its reason: the reason from the fallbacks */
+    h[0] = e_("x-death", arr);
+    t_retry_in(&t, &in);
+    CHECK(in.queue_len == 6 && memcmp(in.queue, "work.b", 6) == 0);
+    CHECK(in.reason_len == 7 && memcmp(in.reason, "expired", 7) == 0);
+    /* an empty queue name is none: the fallback; a long one (> 255) is none at all */
+    d0[0] = e_("queue", s_(""));
+    t_retry_in(&t, &in);
+    CHECK(in.queue_len == 2 && memcmp(in.queue, "f1", 2) == 0);
+    static char longq[300];
+    memset(longq, 'q', 299);
+    d0[0] = e_("queue", s_(longq));
+    t_retry_in(&t, &in);
+    CHECK(!in.queue && in.queue_len == 0);
+    /* a last-death queue that is not a string: the first-death one */
+    amqp_table_entry_t h2[] = {e_("x-last-death-queue", l_(5)),
+                               e_("x-first-death-queue", s_("f1")),
+                               e_("x-last-death-reason", l_(5)),
+                               e_("x-retry-attempt", l_(0)), e_("x-retry-attempt", l_(6)),
+                               e_("x-delay-bridge-handback", s_(""))};
+    t = (amqp_table_t){6, h2};
+    t_retry_in(&t, &in);
+    CHECK(in.queue_len == 2 && memcmp(in.queue, "f1", 2) == 0 && !in.reason);
+    CHECK(in.attempt == 0, "the first x-retry-attempt, below 1: none");
+    CHECK(in.handback, "the mark counts by its presence, any kind");
+    /* attempt kinds: any integer; a U64 above INT64_MAX saturates */
+    amqp_field_value_t u;
+    memset(&u, 0, sizeof u);
+    u.kind = AMQP_FIELD_KIND_U64;
+    u.value.u64 = UINT64_MAX;
+    h2[3] = e_("x-retry-attempt", u);
+    t_retry_in(&t, &in);
+    CHECK(in.attempt == INT64_MAX);
+    u.kind = AMQP_FIELD_KIND_I8;
+    u.value.i8 = 3;
+    h2[3] = e_("x-retry-attempt", u);
+    t_retry_in(&t, &in);
+    CHECK(in.attempt == 3);
+    u.kind = AMQP_FIELD_KIND_TIMESTAMP;
+    u.value.u64 = 3;
+    h2[3] = e_("x-retry-attempt", u);
+    t_retry_in(&t, &in);
+    CHECK(in.attempt == 0, "a timestamp is not an attempt");
+}
+
 static const struct check_case cases[] = {
+    {"in_first", test_in_first},
     {"config", test_config}, {"backoff", test_backoff}, {"judge", test_judge},
     {"in", test_in},         {"out", test_out},       {"admits", test_admits},
 };

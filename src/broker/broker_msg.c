@@ -1,16 +1,27 @@
 /*
- * amqp_msg.c -- delay-bridge's headers in and out of rabbitmq-c's types.
+ * broker_msg.c -- delay-bridge's headers in and out of rabbitmq-c's types.
  *
- * Reading: the first "x-delay" entry of the header table (a table lookup in
- * RabbitMQ also returns the first) is mapped onto struct xdelay_value and
- * judged by xdelay_eval() (xdelay.c holds the rules):
+ * Reading is one pass (broker_msg_read): each entry's name is looked up
+ * once in names[] below, which says where its value goes in struct
+ * broker_headers -- only the first entry of a name is kept (a table lookup
+ * in RabbitMQ also returns the first; a later duplicate is never looked at,
+ * valid or not) -- and what intake does with it (kept, or dropped: a
+ * queue's counter, a stream's place, a provenance header from anyone but a
+ * bridge). Every later question (the delay, the keys, a stream's offset, a
+ * retry's dead-letter in broker_retry.c) is asked of the struct, so a
+ * delivery's header table is read once, whatever the route. Before, each
+ * reader scanned the table for its own names: a plain delivery 7 times, a
+ * broker-stamped one 8, a retry route's up to 15.
+ *
+ * The delay: x-delay's value is mapped onto struct xdelay_value and judged
+ * by xdelay_eval() (xdelay.c holds the rules):
  *
  *   b B s u I i l (I8..I64)  -> INT      L (U64)  -> UINT
  *   f d (F32, F64)           -> FLOAT    D        -> DECIMAL (v read as int32, as RabbitMQ does)
  *   S (UTF8, long string)    -> TEXT     T        -> TIMESTAMP
  *   anything else (t x V F A) -> OTHER
  *
- * amqp_msg_due() looks first for "x-delay-until", then "x-opt-delivery-time"
+ * broker_msg_due() looks first for "x-delay-until", then "x-opt-delivery-time"
  * (an AMQP 1.0 annotation as RabbitMQ 4.x hands it to 0-9-1 consumers),
  * judged by xdelay_until_eval(); then "x-delay" as above; then
  * "x-opt-delivery-delay" (the relative AMQP 1.0 annotation, ms), judged as
@@ -22,15 +33,16 @@
  * short int, as RabbitMQ does), so "short or long string" is 'S' here. A
  * byte array 'x' is binary by definition and is not read as text.
  *
- * Writing: amqp_msg_outgoing() copies the properties struct, then builds a
+ * Writing: broker_msg_outgoing() copies the properties struct, then builds a
  * new header table in the pool: the input's entries in order (values shared
  * with the input, not copied), x-delay rewritten in place, bridge headers
  * replaced in place or appended. Strings the bridge adds (id, error, the
  * moved user-id) are copied into the pool. The input is never written.
  */
-#include "amqp_msg.h"
+#include "delay-bridge/broker_msg.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,68 +112,145 @@ static void field_to_value(const amqp_field_value_t *f, struct xdelay_value *v)
     }
 }
 
-enum xdelay_status amqp_msg_xdelay(const amqp_table_t *headers, uint64_t max_delay_ms,
-                                   uint64_t *delay_ms)
-{
-    struct xdelay_value v;
+/*
+ * The names a read looks for: where the first entry of each goes in struct
+ * broker_headers (-1: nowhere), and what intake does with every entry of it.
+ */
+enum { KEEP, QUEUE_COUNT, STREAM_OFFSET, PROVENANCE };
+#define SLOT(f) (int)offsetof(struct broker_headers, f)
+static const struct name {
+    const char *s;
+    size_t len;
+    int slot;
+    int intake;
+} names[] = {
+#define N(s, slot, intake) {s, sizeof(s) - 1, slot, intake}
+    N(H_XDELAY, SLOT(xdelay), KEEP),
+    N(H_UNTIL, SLOT(until), KEEP),
+    N(H_DELIVERY_TIME, SLOT(delivery_time), KEEP),
+    N(H_DELIVERY_DELAY, SLOT(delivery_delay), KEEP),
+    N(H_STAMP, SLOT(stamp), KEEP),
+    N("x-delay-key", SLOT(key), KEEP),
+    N("x-delay-cancel", SLOT(cancel), KEEP),
+    N(H_BRIDGE_ID, SLOT(bridge_id), KEEP),
+    N("x-delay-key-event", SLOT(ev_kind), KEEP),
+    N("x-delay-key-origin", SLOT(ev_origin), KEEP),
+    N("x-delay-key-at", SLOT(ev_at), KEEP),
+    N("x-stream-offset", SLOT(stream_offset), STREAM_OFFSET),
+    N("x-death", SLOT(death), KEEP),
+    N("x-last-death-queue", SLOT(last_death_queue), KEEP),
+    N("x-first-death-queue", SLOT(first_death_queue), KEEP),
+    N("x-last-death-reason", SLOT(last_death_reason), KEEP),
+    N("x-first-death-reason", SLOT(first_death_reason), KEEP),
+    N("x-retry-attempt", SLOT(retry_attempt), KEEP),
+    N("x-retry-history", SLOT(retry_history), KEEP),
+    N("x-delay-bridge-handback", SLOT(handback), PROVENANCE),
+    N("x-delivery-count", -1, QUEUE_COUNT),
+    N("x-acquired-count", -1, QUEUE_COUNT),
+    N(H_ORIG_USER, -1, PROVENANCE),
+    N(H_ERROR, -1, PROVENANCE),
+    N("x-delay-unroutable", -1, PROVENANCE),
+    N("x-original-exchange", -1, PROVENANCE),
+    N("x-original-routing-key", -1, PROVENANCE),
+    N("x-retry-parked-reason", -1, PROVENANCE),
+    N("x-retry-queue", -1, PROVENANCE),
+    N("x-retry-attempts", -1, PROVENANCE),
+    N("x-delay-bridge-drained", -1, PROVENANCE),
+#undef N
+};
+#undef SLOT
 
-    if (headers && headers->num_entries > 0 && headers->entries) {
-        for (int i = 0; i < headers->num_entries; i++) {
-            if (key_is(headers->entries[i].key, H_XDELAY)) {
-                field_to_value(&headers->entries[i].value, &v);
-                return xdelay_eval(&v, max_delay_ms, delay_ms);
-            }
-        }
-    }
-    return xdelay_eval(NULL, max_delay_ms, delay_ms);
-}
-
-/* The first entry named name, or NULL. */
-static const amqp_field_value_t *lookup(const amqp_table_t *headers, const char *name)
+/* The entry of names[] that k is, or NULL. */
+static const struct name *name_of(amqp_bytes_t k)
 {
-    if (!headers || headers->num_entries <= 0 || !headers->entries)
+    if (!k.bytes || k.len < 7) /* "x-death", the shortest */
         return NULL;
-    for (int i = 0; i < headers->num_entries; i++)
-        if (key_is(headers->entries[i].key, name))
-            return &headers->entries[i].value;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (k.len == names[i].len && memcmp(k.bytes, names[i].s, k.len) == 0)
+            return &names[i];
     return NULL;
 }
 
+void broker_msg_read(const amqp_table_t *t, int stream, int from_bridge, amqp_table_entry_t *keep,
+                     struct broker_headers *h)
+{
+    int stream_drop = 0;
+
+    memset(h, 0, sizeof *h);
+    if (!t || t->num_entries <= 0 || !t->entries)
+        return;
+    for (int i = 0; i < t->num_entries; i++) {
+        const amqp_table_entry_t *e = &t->entries[i];
+        const struct name *n = name_of(e->key);
+        int drop = 0;
+
+        if (n && n->slot >= 0) {
+            const amqp_field_value_t **slot =
+                (const amqp_field_value_t **)((char *)h + n->slot);
+            if (!*slot) {
+                *slot = &e->value;
+                if (n->intake == STREAM_OFFSET) { /* the first decides for every one */
+                    int64_t off;
+                    stream_drop = stream && broker_msg_i64(&e->value, &off) > 0 && off >= 0;
+                }
+            }
+        }
+        if (n) {
+            switch (n->intake) {
+            case QUEUE_COUNT: drop = 1; break;
+            case STREAM_OFFSET: drop = stream_drop; break;
+            case PROVENANCE: drop = !from_bridge; break;
+            default: break;
+            }
+        }
+        if (keep && !drop)
+            keep[h->nkeep++] = *e;
+    }
+}
+
+enum xdelay_status broker_msg_xdelay(const struct broker_headers *h, uint64_t max_delay_ms,
+                                     uint64_t *delay_ms)
+{
+    struct xdelay_value v;
+
+    if (!h->xdelay)
+        return xdelay_eval(NULL, max_delay_ms, delay_ms);
+    field_to_value(h->xdelay, &v);
+    return xdelay_eval(&v, max_delay_ms, delay_ms);
+}
+
 /* A relative delay: x-delay, or without it x-opt-delivery-delay (its errors named after it). */
-static enum xdelay_status relative(const amqp_table_t *headers, uint64_t max_delay_ms,
+static enum xdelay_status relative(const struct broker_headers *h, uint64_t max_delay_ms,
                                    uint64_t *delay_ms)
 {
-    const amqp_field_value_t *f;
     struct xdelay_value v;
     enum xdelay_status s;
 
-    if (lookup(headers, H_XDELAY) || !(f = lookup(headers, H_DELIVERY_DELAY)))
-        return amqp_msg_xdelay(headers, max_delay_ms, delay_ms);
-    field_to_value(f, &v);
+    if (h->xdelay || !h->delivery_delay)
+        return broker_msg_xdelay(h, max_delay_ms, delay_ms);
+    field_to_value(h->delivery_delay, &v);
     s = xdelay_eval(&v, max_delay_ms, delay_ms);
     return s == XDELAY_EINVALID ? XDELAY_DD_EINVALID : s == XDELAY_ETOOBIG ? XDELAY_DD_ETOOBIG : s;
 }
 
-enum xdelay_status amqp_msg_due(const amqp_table_t *headers, uint64_t now_ms,
-                                uint64_t max_delay_ms, uint64_t *delay_ms)
+enum xdelay_status broker_msg_due(const struct broker_headers *h, uint64_t now_ms,
+                                  uint64_t max_delay_ms, uint64_t *delay_ms)
 {
-    static const char *const names[2] = {H_UNTIL, H_DELIVERY_TIME};
+    const amqp_field_value_t *abs[2] = {h->until, h->delivery_time};
     struct xdelay_value v;
 
     for (int which = 0; which < 2; which++) {
-        const amqp_field_value_t *f = lookup(headers, names[which]);
-        if (f) {
-            field_to_value(f, &v);
+        if (abs[which]) {
+            field_to_value(abs[which], &v);
             return xdelay_until_eval(&v, which, now_ms, max_delay_ms, delay_ms);
         }
     }
-    return relative(headers, max_delay_ms, delay_ms);
+    return relative(h, max_delay_ms, delay_ms);
 }
 
 /* The broker's stamp: an integer of any width, > 0; 0 when absent or another kind. */
-static uint64_t stamp_ms(const amqp_table_t *headers)
+static uint64_t stamp_ms(const amqp_field_value_t *f)
 {
-    const amqp_field_value_t *f = lookup(headers, H_STAMP);
     int64_t v;
 
     if (!f)
@@ -176,18 +265,18 @@ static uint64_t stamp_ms(const amqp_table_t *headers)
     return v > 0 ? (uint64_t)v : 0;
 }
 
-enum xdelay_status amqp_msg_due_stamped(const amqp_table_t *headers, uint64_t now_ms,
-                                        uint64_t max_delay_ms, uint64_t *delay_ms,
-                                        int *unstamped)
+enum xdelay_status broker_msg_due_stamped(const struct broker_headers *h, uint64_t now_ms,
+                                          uint64_t max_delay_ms, uint64_t *delay_ms,
+                                          int *unstamped)
 {
     uint64_t at, d;
     enum xdelay_status s;
 
     *unstamped = 0;
-    if (lookup(headers, H_UNTIL) || lookup(headers, H_DELIVERY_TIME))
-        return amqp_msg_due(headers, now_ms, max_delay_ms, delay_ms);
-    s = relative(headers, max_delay_ms, &d);
-    if (!(at = stamp_ms(headers))) {
+    if (h->until || h->delivery_time)
+        return broker_msg_due(h, now_ms, max_delay_ms, delay_ms);
+    s = relative(h, max_delay_ms, &d);
+    if (!(at = stamp_ms(h->stamp))) {
         *unstamped = s == XDELAY_OK;
         *delay_ms = d;
         return s;
@@ -243,7 +332,7 @@ static void table_set(amqp_table_t *t, const char *name, amqp_field_value_t v)
     t->entries[found].value = v;
 }
 
-void amqp_msg_outgoing(const amqp_basic_properties_t *in, amqp_basic_properties_t *out,
+void broker_msg_outgoing(const amqp_basic_properties_t *in, amqp_basic_properties_t *out,
                        amqp_pool_t *pool, uint64_t delay_ms, const char *bridge_user,
                        const char *id, const char *error)
 {
@@ -304,7 +393,7 @@ void amqp_msg_outgoing(const amqp_basic_properties_t *in, amqp_basic_properties_
     out->_flags |= AMQP_BASIC_HEADERS_FLAG;
 }
 
-int amqp_msg_encode_props(const amqp_basic_properties_t *props, uint8_t **buf, size_t *cap)
+int broker_msg_encode_props(const amqp_basic_properties_t *props, uint8_t **buf, size_t *cap)
 {
     for (;;) {
         amqp_bytes_t enc = {*cap, *buf};
@@ -318,7 +407,7 @@ int amqp_msg_encode_props(const amqp_basic_properties_t *props, uint8_t **buf, s
     }
 }
 
-int amqp_msg_header_str(const amqp_table_t *headers, const char *name, const char **p,
+int broker_msg_header_str(const amqp_table_t *headers, const char *name, const char **p,
                         size_t *len)
 {
     if (!headers || headers->num_entries <= 0 || !headers->entries)
@@ -336,7 +425,7 @@ int amqp_msg_header_str(const amqp_table_t *headers, const char *name, const cha
     return 0;
 }
 
-int amqp_msg_from_user(const amqp_basic_properties_t *p, const char *user)
+int broker_msg_from_user(const amqp_basic_properties_t *p, const char *user)
 {
     size_t n = user ? strlen(user) : 0;
 
@@ -344,34 +433,11 @@ int amqp_msg_from_user(const amqp_basic_properties_t *p, const char *user)
            p->user_id.bytes && memcmp(p->user_id.bytes, user, n) == 0;
 }
 
-int amqp_msg_provenance(amqp_bytes_t k)
+int broker_msg_provenance(amqp_bytes_t k)
 {
-    static const char *const names[] = {
-        H_ORIG_USER, H_ERROR, "x-delay-unroutable", "x-original-exchange",
-        "x-original-routing-key", "x-retry-parked-reason", "x-retry-queue",
-        "x-retry-attempts", "x-delay-bridge-handback", "x-delay-bridge-drained",
-    };
+    const struct name *n = name_of(k);
 
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (key_is(k, names[i]))
-            return 1;
-    return 0;
-}
-
-int amqp_msg_intake_headers(const amqp_table_t *h, int stream, int from_bridge,
-                            amqp_table_entry_t *out)
-{
-    int k = 0;
-
-    for (int i = 0; h && i < h->num_entries; i++) {
-        amqp_bytes_t key = h->entries[i].key;
-        if (key_is(key, "x-delivery-count") || key_is(key, "x-acquired-count") ||
-            (stream && key_is(key, "x-stream-offset")) ||
-            (!from_bridge && amqp_msg_provenance(key)))
-            continue;
-        out[k++] = h->entries[i];
-    }
-    return k;
+    return n && n->intake == PROVENANCE;
 }
 
 static struct json_object *field_json(const amqp_field_value_t *v, int depth);
@@ -430,7 +496,7 @@ static struct json_object *field_json(const amqp_field_value_t *v, int depth)
     if (p->_flags & (flag))                                                                  \
     json_object_object_add(o, name, api_json_str(p->field.bytes, p->field.len))
 
-struct json_object *amqp_msg_props_json(const uint8_t *props, size_t len)
+struct json_object *broker_msg_props_json(const uint8_t *props, size_t len)
 {
     amqp_pool_t pool;
     amqp_basic_properties_t *p;
@@ -463,7 +529,7 @@ struct json_object *amqp_msg_props_json(const uint8_t *props, size_t len)
 }
 
 /* Set name = v in p's headers, in a copy of the table that lives in pool. */
-void amqp_msg_set_value(amqp_basic_properties_t *p, amqp_pool_t *pool, const char *name,
+void broker_msg_set_value(amqp_basic_properties_t *p, amqp_pool_t *pool, const char *name,
                         amqp_field_value_t v)
 {
     int n = (p->_flags & AMQP_BASIC_HEADERS_FLAG) && p->headers.entries ? p->headers.num_entries
@@ -479,24 +545,24 @@ void amqp_msg_set_value(amqp_basic_properties_t *p, amqp_pool_t *pool, const cha
     p->_flags |= AMQP_BASIC_HEADERS_FLAG;
 }
 
-void amqp_msg_set_header(amqp_basic_properties_t *p, amqp_pool_t *pool, const char *name,
+void broker_msg_set_header(amqp_basic_properties_t *p, amqp_pool_t *pool, const char *name,
                          const char *value)
 {
-    amqp_msg_set_value(p, pool, name, pool_string(pool, value, strlen(value)));
+    broker_msg_set_value(p, pool, name, pool_string(pool, value, strlen(value)));
 }
 
-void amqp_msg_set_delay(amqp_basic_properties_t *p, amqp_pool_t *pool, int64_t ms)
+void broker_msg_set_delay(amqp_basic_properties_t *p, amqp_pool_t *pool, int64_t ms)
 {
     amqp_field_value_t v;
 
     memset(&v, 0, sizeof(v));
     v.kind = AMQP_FIELD_KIND_I64;
     v.value.i64 = ms;
-    amqp_msg_set_value(p, pool, H_XDELAY, v);
-    amqp_msg_drop_stamp(p); /* the table is the pool's copy now */
+    broker_msg_set_value(p, pool, H_XDELAY, v);
+    broker_msg_drop_stamp(p); /* the table is the pool's copy now */
 }
 
-void amqp_msg_drop_header(amqp_basic_properties_t *p, const char *name)
+void broker_msg_drop_header(amqp_basic_properties_t *p, const char *name)
 {
     int k = 0;
 
@@ -508,7 +574,7 @@ void amqp_msg_drop_header(amqp_basic_properties_t *p, const char *name)
     p->headers.num_entries = k;
 }
 
-void amqp_msg_drop_stamp(amqp_basic_properties_t *p)
+void broker_msg_drop_stamp(amqp_basic_properties_t *p)
 {
-    amqp_msg_drop_header(p, H_STAMP);
+    broker_msg_drop_header(p, H_STAMP);
 }

@@ -1,10 +1,10 @@
 /*
- * amqp_conn.c -- opening and closing one rabbitmq-c connection.
+ * broker_conn.c -- opening and closing one rabbitmq-c connection.
  *
  * Everything here blocks, bounded by the timeout given at open: it runs
  * when a connection is (re)established, never per message.
  *
- * amqp_conn_open_next() is the daemon's one way to a broker: the consumer,
+ * broker_conn_open_next() is the daemon's one way to a broker: the consumer,
  * the publisher and the replicated log's thread each keep a counter, and
  * each attempt takes the next of broker.uris, so a side whose broker went
  * away tries the next one on its next attempt, without the three agreeing
@@ -33,7 +33,7 @@
  * when it has written nothing for a while, with a blocking write. A caller
  * that writes the socket itself cannot let that happen (the heartbeat
  * could land in the middle of one of its frames, or block the loop), so
- * amqp_conn_own_heartbeats() sets rabbitmq-c's own interval to 0 with
+ * broker_conn_own_heartbeats() sets rabbitmq-c's own interval to 0 with
  * amqp_tune_connection(). That call only changes the library's timers
  * (next send and next expected receive become "never") and reallocates
  * its output buffer to the same frame_max; nothing goes to the broker,
@@ -53,10 +53,10 @@
 
 #include "delay-bridge/config.h"
 #include "base/log.h"
-#include "amqp_conn.h"
+#include "delay-bridge/broker_conn.h"
 #include "config/uri.h"
 
-const char *amqp_conn_reply_text(amqp_rpc_reply_t r, char *buf, size_t len)
+const char *broker_conn_reply_text(amqp_rpc_reply_t r, char *buf, size_t len)
 {
     switch (r.reply_type) {
     case AMQP_RESPONSE_NORMAL:
@@ -85,18 +85,18 @@ const char *amqp_conn_reply_text(amqp_rpc_reply_t r, char *buf, size_t len)
     return buf;
 }
 
-int amqp_conn_check(struct amqp_conn *c, const char *what, char *err, size_t errlen)
+int broker_conn_check(struct broker_conn *c, const char *what, char *err, size_t errlen)
 {
     amqp_rpc_reply_t r = amqp_get_rpc_reply(c->st);
     char text[512];
 
     if (r.reply_type == AMQP_RESPONSE_NORMAL)
         return 0;
-    snprintf(err, errlen, "%s: %s", what, amqp_conn_reply_text(r, text, sizeof(text)));
+    snprintf(err, errlen, "%s: %s", what, broker_conn_reply_text(r, text, sizeof(text)));
     return -1;
 }
 
-int amqp_conn_reopen(struct amqp_conn *c, amqp_channel_t ch, char *err, size_t errlen)
+int broker_conn_reopen(struct broker_conn *c, amqp_channel_t ch, char *err, size_t errlen)
 {
     amqp_channel_close_ok_t ok;
 
@@ -105,18 +105,18 @@ int amqp_conn_reopen(struct amqp_conn *c, amqp_channel_t ch, char *err, size_t e
         return -1;
     }
     amqp_channel_open(c->st, ch);
-    return amqp_conn_check(c, "channel.open", err, errlen);
+    return broker_conn_check(c, "channel.open", err, errlen);
 }
 
-int amqp_conn_declare_queue(struct amqp_conn *c, amqp_channel_t scratch, amqp_bytes_t name,
+int broker_conn_declare_queue(struct broker_conn *c, amqp_channel_t scratch, amqp_bytes_t name,
                             amqp_table_t *args, int optional, char *err, size_t errlen)
 {
     amqp_channel_open(c->st, scratch);
-    if (amqp_conn_check(c, "channel.open", err, errlen) < 0)
+    if (broker_conn_check(c, "channel.open", err, errlen) < 0)
         return -1;
     while (!amqp_queue_declare(c->st, scratch, name, 0, 1, 0, 0, *args) && optional-- > 0) {
         amqp_bytes_t k = args->entries[args->num_entries - 1].key;
-        if (amqp_conn_reopen(c, scratch, err, errlen) < 0)
+        if (broker_conn_reopen(c, scratch, err, errlen) < 0)
             return -1;
         /* An existing queue keeps what it was declared with: say what it goes without. */
         log_warn("consume", "the queue exists with other arguments: declared without this one",
@@ -126,7 +126,7 @@ int amqp_conn_declare_queue(struct amqp_conn *c, amqp_channel_t scratch, amqp_by
                  (const char *)k.bytes);
         args->num_entries--;
     }
-    if (amqp_conn_check(c, "declare ingress queue", err, errlen) < 0) {
+    if (broker_conn_check(c, "declare ingress queue", err, errlen) < 0) {
         amqp_rpc_reply_t r = amqp_get_rpc_reply(c->st);
         amqp_channel_close_ok_t ok;
         /* Refused for good: answer the broker's channel.close, so the scratch channel is free */
@@ -137,10 +137,10 @@ int amqp_conn_declare_queue(struct amqp_conn *c, amqp_channel_t scratch, amqp_by
         return -1;
     }
     amqp_channel_close(c->st, scratch, AMQP_REPLY_SUCCESS);
-    return amqp_conn_check(c, "channel.close", err, errlen);
+    return broker_conn_check(c, "channel.close", err, errlen);
 }
 
-int amqp_conn_server_version(const struct amqp_conn *c)
+int broker_conn_server_version(const struct broker_conn *c)
 {
     const amqp_table_t *t = amqp_get_server_properties(c->st);
 
@@ -162,7 +162,7 @@ int amqp_conn_server_version(const struct amqp_conn *c)
     return 0;
 }
 
-int amqp_conn_buffered(const struct amqp_conn *c)
+int broker_conn_buffered(const struct broker_conn *c)
 {
     return c->st && (amqp_frames_enqueued(c->st) || amqp_data_in_buffer(c->st));
 }
@@ -173,7 +173,7 @@ static const char *or_null(const char *s)
 }
 
 /* A TLS socket on c->st with tls's files loaded, or NULL with err set. */
-static amqp_socket_t *tls_socket(struct amqp_conn *c, const struct amqp_conn_tls *tls,
+static amqp_socket_t *tls_socket(struct broker_conn *c, const struct broker_conn_tls *tls,
                                  char *err, size_t errlen)
 {
     const char *ca = tls && or_null(tls->ca_file) ? tls->ca_file : CONFIG_TLS_DEFAULT_CA_FILE;
@@ -212,7 +212,7 @@ static amqp_socket_t *tls_socket(struct amqp_conn *c, const struct amqp_conn_tls
 }
 
 /* err: why a TLS connection to host failed (status from amqp_socket_open_noblock). */
-static void tls_error(const struct amqp_conn *c, const char *host, const char *ca, int status,
+static void tls_error(const struct broker_conn *c, const char *host, const char *ca, int status,
                       char *err, size_t errlen)
 {
     switch (status) {
@@ -244,7 +244,7 @@ static void tls_error(const struct amqp_conn *c, const char *host, const char *c
  * Log in on c's open socket as u says, with the connection's name and the
  * capabilities the daemon relies on. 0, or -1 with the reason in err.
  */
-static int login(struct amqp_conn *c, const struct uri *u, const char *name,
+static int login(struct broker_conn *c, const struct uri *u, const char *name,
                  uint16_t heartbeat_s, char *err, size_t errlen)
 {
     amqp_table_entry_t props[2], caps[2];
@@ -287,7 +287,7 @@ static int login(struct amqp_conn *c, const struct uri *u, const char *name,
                         r.library_error == AMQP_STATUS_CONNECTION_CLOSED ||
                         r.library_error == AMQP_STATUS_SOCKET_ERROR);
         snprintf(err, errlen, "login to %s failed: %s%s", c->uri_masked,
-                 amqp_conn_reply_text(r, text, sizeof(text)),
+                 broker_conn_reply_text(r, text, sizeof(text)),
                  tls_hint ? " (TLS: the broker may require a client certificate or have "
                             "refused it: broker.tls.cert_file and key_file, --cert-file and "
                             "--key-file)"
@@ -297,9 +297,9 @@ static int login(struct amqp_conn *c, const struct uri *u, const char *name,
     return 0;
 }
 
-/* amqp_conn_open(), logging in to vhost instead of the URI's when vhost is not NULL. */
-static int open_uri(struct amqp_conn *c, const char *uri, const char *vhost, const char *name,
-                    const struct amqp_conn_tls *tls, uint16_t heartbeat_s, uint32_t timeout_ms,
+/* broker_conn_open(), logging in to vhost instead of the URI's when vhost is not NULL. */
+static int open_uri(struct broker_conn *c, const char *uri, const char *vhost, const char *name,
+                    const struct broker_conn_tls *tls, uint16_t heartbeat_s, uint32_t timeout_ms,
                     char *err, size_t errlen)
 {
     struct uri u;
@@ -358,18 +358,18 @@ fail:
     return -1;
 }
 
-int amqp_conn_open(struct amqp_conn *c, const char *uri, const char *name,
-                   const struct amqp_conn_tls *tls, uint16_t heartbeat_s, uint32_t timeout_ms,
+int broker_conn_open(struct broker_conn *c, const char *uri, const char *name,
+                   const struct broker_conn_tls *tls, uint16_t heartbeat_s, uint32_t timeout_ms,
                    char *err, size_t errlen)
 {
     return open_uri(c, uri, NULL, name, tls, heartbeat_s, timeout_ms, err, errlen);
 }
 
-int amqp_conn_open_vhost(struct amqp_conn *c, const struct config *cfg, const char *role,
+int broker_conn_open_vhost(struct broker_conn *c, const struct config *cfg, const char *role,
                          const char *vhost, unsigned *next, char *err, size_t errlen)
 {
     const char *uri = cfg->uris[*next % (unsigned)cfg->nuris];
-    struct amqp_conn_tls tls = {cfg->tls.ca_file, cfg->tls.cert_file, cfg->tls.key_file,
+    struct broker_conn_tls tls = {cfg->tls.ca_file, cfg->tls.cert_file, cfg->tls.key_file,
                                 cfg->tls.verify_hostname};
     char name[sizeof("delay-bridge ") + 32 + sizeof(cfg->instance) + 8 + CONFIG_NAME_MAX];
     int n;
@@ -388,13 +388,13 @@ int amqp_conn_open_vhost(struct amqp_conn *c, const struct config *cfg, const ch
     return 0;
 }
 
-int amqp_conn_open_next(struct amqp_conn *c, const struct config *cfg, const char *role,
+int broker_conn_open_next(struct broker_conn *c, const struct config *cfg, const char *role,
                         unsigned *next, char *err, size_t errlen)
 {
-    return amqp_conn_open_vhost(c, cfg, role, NULL, next, err, errlen);
+    return broker_conn_open_vhost(c, cfg, role, NULL, next, err, errlen);
 }
 
-void amqp_conn_close(struct amqp_conn *c, int graceful)
+void broker_conn_close(struct broker_conn *c, int graceful)
 {
     if (!c->st)
         return;
@@ -405,7 +405,7 @@ void amqp_conn_close(struct amqp_conn *c, int graceful)
     c->fd = -1;
 }
 
-amqp_method_number_t amqp_conn_describe_close(const amqp_frame_t *f, char *why, size_t len)
+amqp_method_number_t broker_conn_describe_close(const amqp_frame_t *f, char *why, size_t len)
 {
     if (f->payload.method.id == AMQP_CHANNEL_CLOSE_METHOD) {
         amqp_channel_close_t *m = f->payload.method.decoded;
@@ -419,15 +419,15 @@ amqp_method_number_t amqp_conn_describe_close(const amqp_frame_t *f, char *why, 
     return AMQP_CONNECTION_CLOSE_OK_METHOD;
 }
 
-void amqp_conn_answer_close(struct amqp_conn *c, const amqp_frame_t *f, char *why, size_t len)
+void broker_conn_answer_close(struct broker_conn *c, const amqp_frame_t *f, char *why, size_t len)
 {
     /* Both close-ok methods have no arguments. */
     amqp_channel_close_ok_t ok;
 
-    amqp_send_method(c->st, f->channel, amqp_conn_describe_close(f, why, len), &ok);
+    amqp_send_method(c->st, f->channel, broker_conn_describe_close(f, why, len), &ok);
 }
 
-int amqp_conn_own_heartbeats(struct amqp_conn *c)
+int broker_conn_own_heartbeats(struct broker_conn *c)
 {
     int hb = amqp_get_heartbeat(c->st), r;
 
@@ -470,7 +470,7 @@ static size_t frame_wrap(uint8_t *p, uint8_t type, amqp_channel_t ch, size_t n)
     return FRAME_HEAD + n + FRAME_END_LEN;
 }
 
-long amqp_conn_encode_method(void *buf, size_t len, amqp_channel_t ch, amqp_method_number_t id,
+long broker_conn_encode_method(void *buf, size_t len, amqp_channel_t ch, amqp_method_number_t id,
                              void *decoded)
 {
     uint8_t *p = buf;
@@ -487,7 +487,7 @@ long amqp_conn_encode_method(void *buf, size_t len, amqp_channel_t ch, amqp_meth
     return (long)frame_wrap(p, AMQP_FRAME_METHOD, ch, 4 + (size_t)r);
 }
 
-size_t amqp_conn_publish_bound(size_t exchange_len, size_t routing_key_len, size_t body_len,
+size_t broker_conn_publish_bound(size_t exchange_len, size_t routing_key_len, size_t body_len,
                                uint32_t frame_max)
 {
     size_t chunk = frame_max > 8 ? frame_max - 8 : 1;
@@ -497,7 +497,7 @@ size_t amqp_conn_publish_bound(size_t exchange_len, size_t routing_key_len, size
            8 * ((body_len + chunk - 1) / chunk);
 }
 
-long amqp_conn_encode_publish(void *buf, size_t len, amqp_channel_t ch,
+long broker_conn_encode_publish(void *buf, size_t len, amqp_channel_t ch,
                               amqp_basic_publish_t *m, amqp_basic_properties_t *props,
                               amqp_bytes_t body, uint32_t frame_max)
 {
@@ -507,9 +507,9 @@ long amqp_conn_encode_publish(void *buf, size_t len, amqp_channel_t ch,
     int n;
 
     if (frame_max < 4096 ||
-        len < amqp_conn_publish_bound(m->exchange.len, m->routing_key.len, body.len, frame_max))
+        len < broker_conn_publish_bound(m->exchange.len, m->routing_key.len, body.len, frame_max))
         return AMQP_STATUS_INVALID_PARAMETER;
-    r = amqp_conn_encode_method(p, len, ch, AMQP_BASIC_PUBLISH_METHOD, m);
+    r = broker_conn_encode_method(p, len, ch, AMQP_BASIC_PUBLISH_METHOD, m);
     if (r < 0)
         return r;
     used = (size_t)r;

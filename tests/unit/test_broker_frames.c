@@ -1,20 +1,20 @@
 /*
- * test_amqp_frames.c -- the publisher's own frames are rabbitmq-c's, byte
+ * test_broker_frames.c -- the publisher's own frames are rabbitmq-c's, byte
  * for byte.
  *
  * The publisher encodes publishes, close-oks and heartbeats itself
- * (amqp_conn_encode_*) and writes them in one buffer. Here every encoding
+ * (broker_conn_encode_*) and writes them in one buffer. Here every encoding
  * is compared with what rabbitmq-c itself writes for the same call
  * (amqp_basic_publish, amqp_send_method) on a socketpair, over bodies that
  * take no frame, one, exactly one full frame, one byte more, and several,
  * with no properties and with every property and a header table of every
  * field kind. One publish is also spelled out byte by byte, so that a
  * change in rabbitmq-c could not make both sides wrong the same way. Every
- * encoding goes into a buffer of exactly amqp_conn_publish_bound() bytes
+ * encoding goes into a buffer of exactly broker_conn_publish_bound() bytes
  * (ASan in CI catches a write past it); a shorter buffer and properties
  * larger than a frame are refused.
  */
-#include "broker/amqp_conn.h"
+#include "delay-bridge/broker_conn.h"
 
 #include <amqp_tcp_socket.h>
 #include <pthread.h>
@@ -174,9 +174,9 @@ static void same_publish(const char *what, amqp_channel_t ch, const char *ex, co
     amqp_basic_publish_t m = {.exchange = amqp_cstring_bytes(ex),
                               .routing_key = amqp_cstring_bytes(rk),
                               .mandatory = 1};
-    bound = amqp_conn_publish_bound(m.exchange.len, m.routing_key.len, body_len, frame_max);
+    bound = broker_conn_publish_bound(m.exchange.len, m.routing_key.len, body_len, frame_max);
     mine = malloc(bound);
-    n = amqp_conn_encode_publish(mine, bound, ch, &m, props, (amqp_bytes_t){body_len, body},
+    n = broker_conn_encode_publish(mine, bound, ch, &m, props, (amqp_bytes_t){body_len, body},
                                  frame_max);
     CHECK(amqp_basic_publish(r.st, ch, m.exchange, m.routing_key, 1, 0, props,
                              (amqp_bytes_t){body_len, body}) == AMQP_STATUS_OK,
@@ -250,9 +250,9 @@ static void test_publish_spelled_out(void)
     amqp_basic_publish_t m = {.exchange = amqp_cstring_bytes("x"),
                               .routing_key = amqp_cstring_bytes("rk"),
                               .mandatory = 1};
-    size_t bound = amqp_conn_publish_bound(1, 2, 3, 131072);
+    size_t bound = broker_conn_publish_bound(1, 2, 3, 131072);
     uint8_t *buf = malloc(bound);
-    long n = amqp_conn_encode_publish(buf, bound, 2, &m, &props, amqp_cstring_bytes("abc"), 131072);
+    long n = broker_conn_encode_publish(buf, bound, 2, &m, &props, amqp_cstring_bytes("abc"), 131072);
 
     CHECK_U64(n, sizeof(want));
     CHECK(n == (long)sizeof(want) && memcmp(buf, want, sizeof(want)) == 0);
@@ -271,7 +271,7 @@ static void test_close_ok_like_rabbitmq_c(void)
         amqp_channel_close_ok_t ok;
         uint8_t buf[64];
         struct rmq r;
-        long n = amqp_conn_encode_method(buf, sizeof(buf), cases[i].ch, cases[i].id, &ok);
+        long n = broker_conn_encode_method(buf, sizeof(buf), cases[i].ch, cases[i].id, &ok);
 
         rmq_open(&r);
         CHECK(amqp_send_method(r.st, cases[i].ch, cases[i].id, &ok) == AMQP_STATUS_OK);
@@ -293,29 +293,29 @@ static void test_refused(void)
     amqp_basic_properties_t props = {._flags = AMQP_BASIC_HEADERS_FLAG};
     amqp_table_entry_t e;
     amqp_field_value_t v;
-    size_t bound = amqp_conn_publish_bound(1, 2, 10, 4096);
+    size_t bound = broker_conn_publish_bound(1, 2, 10, 4096);
     uint8_t *buf = malloc(bound), *big = malloc(8192);
     uint8_t small[16];
 
     memset(&props.headers, 0, sizeof(props.headers));
     /* a buffer shorter than the bound, and a frame_max below the protocol's minimum */
-    CHECK(amqp_conn_encode_publish(buf, bound - 1, 1, &m, &props, amqp_cstring_bytes("0123456789"),
+    CHECK(broker_conn_encode_publish(buf, bound - 1, 1, &m, &props, amqp_cstring_bytes("0123456789"),
                                    4096) < 0);
-    CHECK(amqp_conn_encode_publish(buf, bound, 1, &m, &props, amqp_cstring_bytes("0123456789"),
+    CHECK(broker_conn_encode_publish(buf, bound, 1, &m, &props, amqp_cstring_bytes("0123456789"),
                                    1024) < 0);
-    CHECK(amqp_conn_encode_method(small, 8, 1, AMQP_CHANNEL_CLOSE_OK_METHOD, &e) < 0);
+    CHECK(broker_conn_encode_method(small, 8, 1, AMQP_CHANNEL_CLOSE_OK_METHOD, &e) < 0);
     /* properties that do not fit one 4096-byte frame */
     memset(big, 'h', 8192);
     v.kind = AMQP_FIELD_KIND_BYTES;
     v.value.bytes = (amqp_bytes_t){8192, big};
     e = entry("big", v);
     props.headers = (amqp_table_t){1, &e};
-    CHECK(amqp_conn_encode_publish(buf, bound, 1, &m, &props, amqp_cstring_bytes("0123456789"),
+    CHECK(broker_conn_encode_publish(buf, bound, 1, &m, &props, amqp_cstring_bytes("0123456789"),
                                    4096) < 0);
     /* the same header fits a larger frame */
-    size_t bound2 = amqp_conn_publish_bound(1, 2, 10, 131072);
+    size_t bound2 = broker_conn_publish_bound(1, 2, 10, 131072);
     uint8_t *buf2 = malloc(bound2);
-    CHECK(amqp_conn_encode_publish(buf2, bound2, 1, &m, &props, amqp_cstring_bytes("0123456789"),
+    CHECK(broker_conn_encode_publish(buf2, bound2, 1, &m, &props, amqp_cstring_bytes("0123456789"),
                                    131072) > 8192);
     free(buf2);
     free(big);
