@@ -64,16 +64,6 @@ extern const char *const db_stage_names[DB_STAGES];
 
 struct db_stats;
 /*
- * Why the daemon is not ready ("" when it is): the one definition of
- * "ready", read by /readyz, /stats and delay_bridge_ready. The first that
- * applies, most final first: stopping, recovering, WAL not writable,
- * a held bound reached (held_limit.reason), consumer connection down,
- * publisher connection down (blocked counts as connected: it is broker
- * flow control, not an outage).
- */
-const char *db_not_ready_reason(const struct db_stats *s);
-
-/*
  * Progress of a long job (WAL replay at start) written by the thread doing
  * it and read by the loop thread for /stats: plain atomics, no lock.
  */
@@ -170,7 +160,9 @@ struct db_wal_stats {
     int ckpt_used_at_start;   /* recovery read a checkpoint */
     /* replication to a RabbitMQ stream (wal.replicate; wlog.h's wlog_repl_stats) */
     int repl;                 /* replication is configured */
-    const char *repl_state;   /* "connecting", "standby", "importing", "owner", "failed" */
+    const char *repl_state;   /* "connecting", "standby", "importing", "owner", "failed": a name to print */
+    int repl_waiting;         /* connecting or standby: not recovering yet (status/ready.c) */
+    int repl_owner;           /* holds the lease and replicates every commit */
     const char *repl_stream;
     int repl_complete;        /* the stream holds the whole log */
     uint64_t repl_imported_records, repl_imported_bytes;

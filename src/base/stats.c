@@ -23,8 +23,6 @@
  */
 #include "delay-bridge/stats.h"
 
-#include <string.h>
-
 #include <math.h>
 
 /* Retry routes' attempt histogram (stats.h): the last bucket, +Inf, has no bound here. */
@@ -48,30 +46,4 @@ void db_hist_observe(struct db_hist *h, double v)
     h->n++;
     if (isfinite(v))
         h->sum += v;
-}
-
-const char *db_not_ready_reason(const struct db_stats *s)
-{
-    if (s->drain.active)
-        return "draining";
-    if (s->stopping)
-        return "stopping";
-    if (!s->recovered && s->wal.repl && s->wal.repl_state &&
-        (!strcmp(s->wal.repl_state, "standby") || !strcmp(s->wal.repl_state, "connecting")))
-        return "standby (another bridge holds the WAL lease)";
-    if (!s->recovered)
-        return "recovering";
-    if (s->wal.no_space)
-        return "WAL disk full";
-    if (s->wal.intake_paused)
-        return "WAL space low (consuming paused while held messages fire)";
-    if (!s->wal.writable)
-        return "WAL not writable";
-    if (s->held_limit.reason && s->held_limit.reason[0])
-        return s->held_limit.reason; /* a max_held reached: consuming paused */
-    if (s->consumer == DB_CONN_DOWN)
-        return "consumer connection down";
-    if (s->publisher == DB_CONN_DOWN)
-        return "publisher connection down";
-    return "";
 }

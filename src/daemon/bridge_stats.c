@@ -100,6 +100,8 @@ static void stats_repl(const struct bridge *b, struct db_stats *s)
         return;
     s->wal.repl = 1;
     s->wal.repl_state = rs.state >= 0 && rs.state <= WLOG_REPL_FAILED ? names[rs.state] : "?";
+    s->wal.repl_waiting = rs.state == WLOG_REPL_CONNECTING || rs.state == WLOG_REPL_STANDBY;
+    s->wal.repl_owner = rs.state == WLOG_REPL_OWNER;
     s->wal.repl_stream = rs.stream;
     s->wal.repl_complete = rs.complete;
     s->wal.repl_imported_records = rs.imported_records;

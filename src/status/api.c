@@ -102,6 +102,7 @@
 #include "delay-bridge/retry.h"
 #include "delay-bridge/walrec.h"
 #include "metrics.h"
+#include "ready.h"
 #include "ui.h"
 
 #define API_TEXT "text/plain; charset=utf-8"
@@ -411,7 +412,7 @@ static void render_stats(const struct db_stats *s, struct strbuf *out)
     add(conns, "vhosts", vh);
     add(root, "connections", conns);
 
-    const char *reason = db_not_ready_reason(s);
+    const char *reason = ready_reason(s);
     add(root, "stopping", json_object_new_boolean(s->stopping != 0));
     add(root, "ready", json_object_new_boolean(reason[0] == '\0'));
     add(root, "reason", reason[0] ? jstr(reason) : NULL);
@@ -691,7 +692,7 @@ void api_handle(const struct api_ops *ops, const struct api_request *req,
             text(resp, 503, "event loop stalled\n");
         break;
     case R_READYZ: {
-        const char *reason = db_not_ready_reason(&s);
+        const char *reason = ready_reason(&s);
         if (!reason[0]) {
             text(resp, 200, "ready\n");
         } else {

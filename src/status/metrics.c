@@ -33,12 +33,13 @@
  * earliest due time over all routes is min() of those series (messages of
  * routes missing from the config are never due: see orphaned_messages).
  *
- * delay_bridge_ready is 1 exactly when db_not_ready_reason() says "", so
+ * delay_bridge_ready is 1 exactly when ready_reason() says "", so
  * the gauge and /readyz can never disagree.
  *
  * Pure: reads the snapshot, appends to a strbuf; no clock, no I/O.
  */
 #include "metrics.h"
+#include "ready.h"
 
 #include "base/utf8.h"
 #include "delay-bridge/retry.h"
@@ -506,7 +507,7 @@ static void render_wal(const struct db_wal_stats *w, struct strbuf *out)
     scalar_u64(out, "wal_replication_owner", "gauge",
                "1 while this bridge holds the lease of its log and replicates every commit to "
                "the stream; 0 while standing by, importing or failed.",
-               w->repl_state && !strcmp(w->repl_state, "owner"));
+               w->repl_owner);
     scalar_u64(out, "wal_replication_complete", "gauge",
                "1 when the stream alone holds the whole log (0 until the first stream "
                "checkpoint of a log that had records before replication began).",
@@ -548,7 +549,7 @@ void metrics_render(const struct db_stats *s, struct strbuf *out)
     scalar_double(out, "start_time_seconds", "gauge",
                   "Process start time, seconds since the Unix epoch.", (double)s->start_ms / 1000.0);
     scalar_u64(out, "ready", "gauge", "1 when /readyz answers 200, else 0.",
-               db_not_ready_reason(s)[0] == '\0');
+               ready_reason(s)[0] == '\0');
     scalar_double(out, "recovery_seconds", "gauge",
                   "Seconds the WAL replay at start took (so far, while recovering).",
                   s->recovery_seconds);

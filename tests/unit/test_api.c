@@ -19,6 +19,7 @@
 #include "check.h"
 #include "delay-bridge/duecount.h"
 #include "status/metrics.h"
+#include "status/ready.h"
 #include "status/ui.h"
 
 /* ---- the fake daemon ---- */
@@ -145,7 +146,7 @@ static void test_readyz(void)
 {
     fake_init(&fake);
     check_ready(200, "ready\n");
-    CHECK(!strcmp(db_not_ready_reason(&fake.s), ""));
+    CHECK(!strcmp(ready_reason(&fake.s), ""));
 
     fake.s.consumer = DB_CONN_BLOCKED; /* blocked is connected */
     fake.s.publisher = DB_CONN_BLOCKED;
@@ -189,6 +190,19 @@ static void test_readyz(void)
     check_ready(503, "not ready: stopping\n");
     fake.s.stopping = 0;
     check_ready(503, "not ready: recovering\n");
+
+    /* A replicated log waiting for another bridge's lease stands by; once it
+     * imports (not waiting any more) it is recovering; the owner is ready. */
+    fake_init(&fake);
+    fake.s.recovered = 0;
+    fake.s.wal.repl = 1;
+    fake.s.wal.repl_waiting = 1;
+    check_ready(503, "not ready: standby (another bridge holds the WAL lease)\n");
+    fake.s.wal.repl_waiting = 0;
+    check_ready(503, "not ready: recovering\n");
+    fake.s.recovered = 1;
+    fake.s.wal.repl_owner = 1;
+    check_ready(200, "ready\n");
 }
 
 static void test_metrics(void)
