@@ -246,7 +246,7 @@ out:
     if (e < 0 && e != -ECANCELED)
         set_state(r, WLOG_REPL_FAILED);
     if (e < 0 && r->conn.st)
-        amqp_conn_close(&r->conn, 0);
+        broker_conn_close(&r->conn, 0);
     if (lockfd >= 0)
         close(lockfd);
     if (dirfd >= 0)
@@ -505,7 +505,7 @@ static void wr_close(struct wlog *l)
             wlog_pending(r->inner) == 0)
             wrepl_replica_write(r, wlog_id(r->inner), wlog_next_lsn(r->inner), r->close_from, 0);
     } else if (r->conn.st) {
-        amqp_conn_close(&r->conn, 1);
+        broker_conn_close(&r->conn, 1);
     }
     wlog_close(r->inner);
     pthread_mutex_destroy(&r->mu);

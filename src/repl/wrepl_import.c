@@ -212,10 +212,10 @@ static int start_tail(struct wrepl *r, amqp_channel_t ch, uint64_t at_ms, char *
     amqp_table_t args = {1, e};
 
     amqp_channel_open(st, ch);
-    if (amqp_conn_check(&r->conn, "channel.open", why, n) < 0)
+    if (broker_conn_check(&r->conn, "channel.open", why, n) < 0)
         return -1;
     amqp_basic_qos(st, ch, 0, IMPORT_PREFETCH, 0);
-    if (amqp_conn_check(&r->conn, "basic.qos", why, n) < 0)
+    if (broker_conn_check(&r->conn, "basic.qos", why, n) < 0)
         return -1;
     wrepl_read_begin(r);
     if (at_ms) {
@@ -229,7 +229,7 @@ static int start_tail(struct wrepl *r, amqp_channel_t ch, uint64_t at_ms, char *
     }
     amqp_basic_consume(st, ch, amqp_cstring_bytes(r->rc->stream),
                        amqp_cstring_bytes("wal-import"), 0, 0, 0, args);
-    return amqp_conn_check(&r->conn, "consume the stream", why, n);
+    return broker_conn_check(&r->conn, "consume the stream", why, n);
 }
 
 /*
@@ -342,7 +342,7 @@ static int read_from_hint(struct import_run *ir)
           r->tail_from < 0 && r->grant_lsn > ir->im.horizon && r->grant_ms > HINT_MARGIN_MS))
         return STEP_ON;
     amqp_channel_close(r->conn.st, ir->rch, AMQP_REPLY_SUCCESS);
-    if (amqp_conn_check(&r->conn, "close the stream consumer", ir->why, sizeof(ir->why)) < 0)
+    if (broker_conn_check(&r->conn, "close the stream consumer", ir->why, sizeof(ir->why)) < 0)
         return STEP_LOST;
     imp_remove(r);
     replrec_import_init(&ir->im, r->token);
@@ -426,7 +426,7 @@ static int take_event(struct import_run *ir, struct event *ev)
                    "stream the note speaks of (deleted and declared again?)");
         r->retry_now = 1;
         imp_remove(r);
-        amqp_conn_close(&r->conn, 0);
+        broker_conn_close(&r->conn, 0);
         return -EAGAIN;
     }
     if (ev->kind == EV_CANCEL) {
@@ -601,7 +601,7 @@ static int import_failed(struct import_run *ir)
                  "dropped and read again in a while", "stream=%s dir=%s fenced=%d",
                  r->rc->stream, r->dir, ir->fenced);
         imp_remove(r);
-        amqp_conn_close(&r->conn, 0);
+        broker_conn_close(&r->conn, 0);
         return -EAGAIN;
     }
     log_error("wal-replica", "cannot read the stream back", "stream=%s error=\"%s\"",
@@ -653,7 +653,7 @@ static int import_resume(struct import_run *ir)
     resume_off(r, confirmed ? "the stream read from the note does not continue the local log"
                             : "the local log has records the stream never confirmed");
     r->retry_now = 1;
-    amqp_conn_close(&r->conn, 0);
+    broker_conn_close(&r->conn, 0);
     return -EAGAIN;
 }
 
@@ -662,7 +662,7 @@ static int read_again(struct import_run *ir)
 {
     ir->r->retry_now = 1;
     imp_remove(ir->r);
-    amqp_conn_close(&ir->r->conn, 0);
+    broker_conn_close(&ir->r->conn, 0);
     return -EAGAIN;
 }
 
@@ -779,7 +779,7 @@ static int import_let_go(struct import_run *ir)
         r->retry_soon = 1;
     }
     imp_remove(r);
-    amqp_conn_close(&r->conn, 0);
+    broker_conn_close(&r->conn, 0);
     return -EAGAIN;
 }
 

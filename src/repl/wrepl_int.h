@@ -34,7 +34,7 @@
 #include <amqp.h>
 #include <amqp_framing.h>
 
-#include "broker/amqp_conn.h"
+#include "delay-bridge/broker_conn.h"
 #include "base/clock.h"
 #include "wrepl.h"
 #include "delay-bridge/replrec.h"
@@ -90,7 +90,7 @@ struct wrepl {
     char dir[4096];
 
     /* The broker connection: recover's, then the replication thread's. */
-    struct amqp_conn conn;
+    struct broker_conn conn;
     uint64_t next_tag;  /* delivery tag of the last publish on CH_PUB */
     int fp_lose;        /* the failpoint repl.lose_message hit: the next publish is lost */
     int stream_recreated; /* under mu: the thread declared the stream again (the loop checkpoints) */

@@ -119,7 +119,7 @@ int wrepl_next_event(struct wrepl *r, int timeout_ms, struct event *ev, char *wh
             rr = amqp_read_message(st, f.channel, &ev->msg, 0);
             if (rr.reply_type != AMQP_RESPONSE_NORMAL) {
                 snprintf(why, n, "reading a delivery: %s",
-                         amqp_conn_reply_text(rr, text, sizeof(text)));
+                         broker_conn_reply_text(rr, text, sizeof(text)));
                 return -1;
             }
             ev->kind = EV_DELIVER;
@@ -148,7 +148,7 @@ int wrepl_next_event(struct wrepl *r, int timeout_ms, struct event *ev, char *wh
             return 0;
         case AMQP_CHANNEL_CLOSE_METHOD:
         case AMQP_CONNECTION_CLOSE_METHOD:
-            amqp_conn_answer_close(&r->conn, &f, why, n);
+            broker_conn_answer_close(&r->conn, &f, why, n);
             return -1;
         default:
             amqp_maybe_release_buffers(st);
@@ -288,7 +288,7 @@ int wrepl_declare_stream(struct wrepl *r, char *why, size_t n)
     wrepl_arg_i64(&e[args.num_entries++], "x-stream-max-segment-size-bytes",
                   (int64_t)r->rc->segment_bytes);
     amqp_queue_declare(r->conn.st, CH_PUB, amqp_cstring_bytes(r->rc->stream), 0, 1, 0, 0, args);
-    return amqp_conn_check(&r->conn, "declare the stream", why, n);
+    return broker_conn_check(&r->conn, "declare the stream", why, n);
 }
 
 int wrepl_reopen_stream(struct wrepl *r, char *why, size_t n)
@@ -296,13 +296,13 @@ int wrepl_reopen_stream(struct wrepl *r, char *why, size_t n)
     amqp_connection_state_t st = r->conn.st;
 
     amqp_channel_close(st, CH_PUB, AMQP_REPLY_SUCCESS);
-    if (amqp_conn_check(&r->conn, "close the stream's channel", why, n) < 0)
+    if (broker_conn_check(&r->conn, "close the stream's channel", why, n) < 0)
         return -1;
     amqp_channel_open(st, CH_PUB);
-    if (amqp_conn_check(&r->conn, "channel.open", why, n) < 0)
+    if (broker_conn_check(&r->conn, "channel.open", why, n) < 0)
         return -1;
     amqp_confirm_select(st, CH_PUB);
-    if (amqp_conn_check(&r->conn, "confirm.select", why, n) < 0)
+    if (broker_conn_check(&r->conn, "confirm.select", why, n) < 0)
         return -1;
     r->next_tag = 0;
     return wrepl_declare_stream(r, why, n);
@@ -411,10 +411,10 @@ static int declare_lease_queue(struct wrepl *r, uint32_t *ready, char *err, size
     if (!(rr.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
           rr.reply.id == AMQP_CHANNEL_CLOSE_METHOD &&
           ((amqp_channel_close_t *)rr.reply.decoded)->reply_code == AMQP_NOT_FOUND)) {
-        amqp_conn_check(&r->conn, "look for the lease queue", err, n);
+        broker_conn_check(&r->conn, "look for the lease queue", err, n);
         return rr.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION ? -1 : -2;
     }
-    if (amqp_conn_reopen(&r->conn, CH_LEASE, err, n) < 0)
+    if (broker_conn_reopen(&r->conn, CH_LEASE, err, n) < 0)
         return -2;
     wrepl_arg_str(&e[args.num_entries++], "x-queue-type", "quorum");
     e[args.num_entries].key = amqp_cstring_bytes("x-single-active-consumer");
@@ -427,7 +427,7 @@ static int declare_lease_queue(struct wrepl *r, uint32_t *ready, char *err, size
                       LEASE_DISCONNECTED_MS);
     ok = amqp_queue_declare(st, CH_LEASE, amqp_cstring_bytes(r->rc->lease_queue), 0, 1, 0, 0,
                             args);
-    if (amqp_conn_check(&r->conn, "declare the lease queue", err, n) < 0)
+    if (broker_conn_check(&r->conn, "declare the lease queue", err, n) < 0)
         return -1;
     *ready = ok->message_count;
     return 0;
@@ -489,7 +489,7 @@ int wrepl_connect_lease(struct wrepl *r)
     int i;
 
     for (i = 0; i < cfg->nuris; i++)
-        if (amqp_conn_open_next(&r->conn, cfg, "wal-replica", &next, err, sizeof(err)) == 0)
+        if (broker_conn_open_next(&r->conn, cfg, "wal-replica", &next, err, sizeof(err)) == 0)
             break;
     if (i == cfg->nuris) {
         log_warn("wal-replica", "cannot reach the broker; retrying", "error=\"%s\" retry_ms=%d",
@@ -502,25 +502,25 @@ int wrepl_connect_lease(struct wrepl *r)
     r->lease_tag = 0;
     r->renew = RENEW_IDLE;
     r->renew_tag = 0;
-    r->server_version = amqp_conn_server_version(&r->conn);
+    r->server_version = broker_conn_server_version(&r->conn);
     amqp_channel_open(st, CH_PUB);
-    if (amqp_conn_check(&r->conn, "channel.open", err, sizeof(err)) < 0)
+    if (broker_conn_check(&r->conn, "channel.open", err, sizeof(err)) < 0)
         goto transient;
     amqp_confirm_select(st, CH_PUB);
-    if (amqp_conn_check(&r->conn, "confirm.select", err, sizeof(err)) < 0)
+    if (broker_conn_check(&r->conn, "confirm.select", err, sizeof(err)) < 0)
         goto transient;
     amqp_channel_open(st, CH_RENEW);
-    if (amqp_conn_check(&r->conn, "channel.open", err, sizeof(err)) < 0)
+    if (broker_conn_check(&r->conn, "channel.open", err, sizeof(err)) < 0)
         goto transient;
     amqp_confirm_select(st, CH_RENEW);
-    if (amqp_conn_check(&r->conn, "confirm.select", err, sizeof(err)) < 0)
+    if (broker_conn_check(&r->conn, "confirm.select", err, sizeof(err)) < 0)
         goto transient;
 
     if (wrepl_declare_stream(r, err, sizeof(err)) < 0)
         goto refused;
 
     amqp_channel_open(st, CH_LEASE);
-    if (amqp_conn_check(&r->conn, "channel.open", err, sizeof(err)) < 0)
+    if (broker_conn_check(&r->conn, "channel.open", err, sizeof(err)) < 0)
         goto transient;
     if ((i = declare_lease_queue(r, &tokens, err, sizeof(err))) < 0) {
         if (i == -1)
@@ -528,7 +528,7 @@ int wrepl_connect_lease(struct wrepl *r)
         goto transient;
     }
     amqp_basic_qos(st, CH_LEASE, 0, 1, 0);
-    if (amqp_conn_check(&r->conn, "basic.qos", err, sizeof(err)) < 0)
+    if (broker_conn_check(&r->conn, "basic.qos", err, sizeof(err)) < 0)
         goto transient;
     /*
      * x-consumer-timeout: where the broker reads it (a quorum queue's own
@@ -543,7 +543,7 @@ int wrepl_connect_lease(struct wrepl *r)
                   (int64_t)(timeout > 60000 ? timeout : 60000));
     amqp_basic_consume(st, CH_LEASE, amqp_cstring_bytes(r->rc->lease_queue),
                        amqp_cstring_bytes("wal-lease"), 0, 0, 0, args);
-    if (amqp_conn_check(&r->conn, "consume the lease queue", err, sizeof(err)) < 0)
+    if (broker_conn_check(&r->conn, "consume the lease queue", err, sizeof(err)) < 0)
         goto refused;
     if (tokens == 0) {
         /* While another bridge holds the token this adds a spare; renewals use spares up. */
@@ -554,12 +554,12 @@ int wrepl_connect_lease(struct wrepl *r)
 
 transient:
     log_warn("wal-replica", "broker connection failed; retrying", "error=\"%s\"", err);
-    amqp_conn_close(&r->conn, 0);
+    broker_conn_close(&r->conn, 0);
     return -EAGAIN;
 refused:
     log_error("wal-replica", "the broker refused the replication stream or lease queue",
               "stream=%s lease_queue=%s error=\"%s\"", r->rc->stream, r->rc->lease_queue, err);
-    amqp_conn_close(&r->conn, 0);
+    broker_conn_close(&r->conn, 0);
     return WLOG_EREPLICA;
 }
 
@@ -626,7 +626,7 @@ int wrepl_renew_step(struct wrepl *r, char *why, size_t n)
         return 0;
     amqp_queue_declare_ok_t *ok = amqp_queue_declare(
         r->conn.st, CH_RENEW, amqp_cstring_bytes(r->rc->lease_queue), 1, 0, 0, 0, amqp_empty_table);
-    if (amqp_conn_check(&r->conn, "renewing the lease: look at the lease queue", why, n) < 0)
+    if (broker_conn_check(&r->conn, "renewing the lease: look at the lease queue", why, n) < 0)
         return -1;
     if (ok->message_count > 0)
         return ack_token(r, why, n);

@@ -298,13 +298,13 @@ int64_t wrepl_stream_last_offset(struct wrepl *r)
     char why[512];
 
     amqp_channel_open(st, CH_READ);
-    if (amqp_conn_check(&r->conn, "channel.open", why, sizeof(why)) < 0)
+    if (broker_conn_check(&r->conn, "channel.open", why, sizeof(why)) < 0)
         return -1;
     amqp_basic_qos(st, CH_READ, 0, 1, 0);
     wrepl_arg_str(&e[0], "x-stream-offset", "last");
     amqp_basic_consume(st, CH_READ, amqp_cstring_bytes(r->rc->stream),
                        amqp_cstring_bytes("wal-last"), 0, 0, 0, args);
-    if (amqp_conn_check(&r->conn, "consume the stream at its last chunk", why, sizeof(why)) < 0)
+    if (broker_conn_check(&r->conn, "consume the stream at its last chunk", why, sizeof(why)) < 0)
         return -1;
     while (off < 0 && clock_mono_ms() < deadline) {
         struct event ev;

@@ -148,7 +148,7 @@ static void wait_for_work(struct repl_run *t)
 {
     struct wrepl *r = t->r;
 
-    if (!t->dead && !amqp_conn_buffered(&r->conn)) {
+    if (!t->dead && !broker_conn_buffered(&r->conn)) {
         struct pollfd p[2] = {{r->efd, POLLIN, 0}, {r->conn.fd, POLLIN, 0}};
         int timeout = wrepl_renew_wait_ms(r);
         if (t->inflight) {
@@ -302,7 +302,7 @@ void *repl_main(void *arg)
     while ((take = take_job(&t)) >= 0) {
         if (repl_turn(&t, take) < 0) {
             /* Drop the connection at once: the lease goes back to the broker. */
-            amqp_conn_close(&r->conn, 0);
+            broker_conn_close(&r->conn, 0);
             t.dead = 1;
             t.inflight = 0;
             thread_fail(r, t.why);
@@ -311,7 +311,7 @@ void *repl_main(void *arg)
     if (!t.dead && !t.inflight)
         r->close_from = wrepl_stream_last_offset(r);
     if (!t.dead)
-        amqp_conn_close(&r->conn, 1);
+        broker_conn_close(&r->conn, 1);
     free(t.job.p);
     free(t.acked);
     return NULL;
