@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "delay-bridge/bridge.h"
+#include "daemon/bridge.h"
 #include "cli/cli.h"
 #include "delay-bridge/config.h"
 #include "base/log.h"

@@ -54,7 +54,7 @@
 #include "delay-bridge/config.h"
 #include "base/log.h"
 #include "delay-bridge/broker_conn.h"
-#include "config/uri.h"
+#include "delay-bridge/uri.h"
 
 const char *broker_conn_reply_text(amqp_rpc_reply_t r, char *buf, size_t len)
 {

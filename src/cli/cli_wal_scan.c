@@ -63,7 +63,7 @@
 
 #include "delay-bridge/wal.h"
 #include "delay-bridge/walrec.h"
-#include "wal/walreplay.h"
+#include "delay-bridge/walreplay.h"
 #include "base/xalloc.h"
 
 #define LIST_RETRIES 20

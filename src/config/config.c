@@ -81,7 +81,7 @@
 
 #include "base/log.h"
 #include "base/xalloc.h"
-#include "uri.h"
+#include "delay-bridge/uri.h"
 
 #define CONFIG_FILE_MAX (16u << 20)
 

@@ -26,7 +26,7 @@
 #include "base/log.h"
 #include "delay-bridge/wal.h"
 #include "base/xalloc.h"
-#include "uri.h"
+#include "delay-bridge/uri.h"
 
 /* One broker URI: amqp:// or amqps://, parsed by uri.c (as the connection will be). */
 int cfg_check_uri(struct ctx *x, const char *path, const char *uri, struct uri *u)

@@ -7,7 +7,7 @@
  * %-escape, a port outside 1..65535 or an empty host is an error. Errors
  * name the part, never its value, so a password cannot leak into a log.
  */
-#include "uri.h"
+#include "delay-bridge/uri.h"
 
 #include <stdio.h>
 #include <stdlib.h>

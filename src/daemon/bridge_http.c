@@ -23,7 +23,7 @@
 #include "base/clock.h"
 #include "base/xalloc.h"
 #include "delay-bridge/duecount.h"
-#include "status/ui.h"
+#include "delay-bridge/ui.h"
 
 static void api_stats(void *arg, struct db_stats *s)
 {

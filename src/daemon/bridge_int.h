@@ -45,7 +45,7 @@
 
 #include "dstash.h"
 #include "duewake.h"
-#include "delay-bridge/bridge.h"
+#include "bridge.h"
 #include "delay-bridge/consumer.h"
 #include "delay-bridge/engine.h"
 #include "http.h"

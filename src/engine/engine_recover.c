@@ -20,7 +20,7 @@
  * rings), never back through engine.c.
  */
 #include "engine_int.h"
-#include "wal/walreplay.h"
+#include "delay-bridge/walreplay.h"
 
 static int replay_add(struct engine *e, const uint8_t *payload, uint32_t len, uint64_t lsn,
                       struct wlog_loc loc)

@@ -71,7 +71,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
-#include "config/uri.h"
+#include "delay-bridge/uri.h"
 #include "delay-bridge/replrec.h"
 
 static void close_msg(struct wrepl *r)

@@ -103,7 +103,7 @@
 #include "delay-bridge/walrec.h"
 #include "metrics.h"
 #include "ready.h"
-#include "ui.h"
+#include "delay-bridge/ui.h"
 
 #define API_TEXT "text/plain; charset=utf-8"
 #define API_JSON "application/json"

@@ -4,7 +4,7 @@
  * The page lives in src/status/ui_page.html, a plain HTML file a person can open
  * and edit; the build turns it into ui_page.h (src/status/ui_embed.cmake).
  */
-#include "ui.h"
+#include "delay-bridge/ui.h"
 
 #include <json-c/json.h>
 

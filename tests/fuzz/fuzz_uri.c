@@ -10,7 +10,7 @@
  * empty, port != 0, and parsing "amqp[s]://user:password@host:port/vhost"
  * rebuilt with every field %-encoded gives the same struct back.
  */
-#include "config/uri.h"
+#include "delay-bridge/uri.h"
 
 #include <stdio.h>
 #include <stdlib.h>

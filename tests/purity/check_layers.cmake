@@ -21,7 +21,7 @@ set(DB_FLOORS
   "broker:6" "repl:7" "daemon:8" "cli:8" "main:9")
 # Public headers named otherwise than their code's file.
 set(DB_PUBLIC_HOME "stats.h:base" "wlog.h:wal" "walrec.h:wal" "consumer.h:broker"
-    "publisher.h:broker" "api.h:status" "bridge.h:daemon" "strbuf.h:base")
+    "publisher.h:broker" "api.h:status" "strbuf.h:base" "walreplay.h:wal")
 
 # The value of key in a list of "key:value" entries, or "".
 function(lookup table key out)

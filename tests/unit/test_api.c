@@ -20,7 +20,7 @@
 #include "delay-bridge/duecount.h"
 #include "status/metrics.h"
 #include "status/ready.h"
-#include "status/ui.h"
+#include "delay-bridge/ui.h"
 
 /* ---- the fake daemon ---- */
 

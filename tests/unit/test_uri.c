@@ -3,7 +3,7 @@
  * never echo a password.
  */
 #include "check.h"
-#include "config/uri.h"
+#include "delay-bridge/uri.h"
 
 static void test_full(void)
 {
