@@ -11,7 +11,8 @@
  * that does the work, in the file that owns it (wal_int.h lists them):
  * none is a shell that only passes the call on. The functions of this file
  * are the ones that exist because of the interface: the commit with a
- * completion, its poll and flush, the notify, and the close.
+ * completion, its poll and flush, the notify, and the object's life (new,
+ * open, close; recovery itself is wal_open.c's, which calls nothing here).
  *
  * THE SYNC THREAD
  *
@@ -227,6 +228,20 @@ struct wal *wal_new(const struct wal_opts *o)
     w->opts.dir = o->dir ? xstrdup(o->dir) : NULL;
     w->dirfd = w->lockfd = w->reserve_fd = -1;
     return w;
+}
+
+/* wal_new, then wal_recover; closed again when that fails (the tools' and the tests' way in). */
+int wal_open(struct wal **out, const struct wal_opts *o, wlog_replay_fn *replay, void *arg)
+{
+    struct wal *w = wal_new(o);
+    int r;
+
+    *out = w; /* the replay function may reach w through its own pointer to *out */
+    if ((r = wal_recover(&w->log, replay, NULL, arg, NULL)) != 0) {
+        *out = NULL;
+        wal_close(&w->log);
+    }
+    return r;
 }
 
 struct wlog *wal_log(struct wal *w)

@@ -511,19 +511,6 @@ fail:
     return r;
 }
 
-int wal_open(struct wal **out, const struct wal_opts *o, wlog_replay_fn *replay, void *arg)
-{
-    struct wal *w = wal_new(o);
-    int r;
-
-    *out = w; /* the replay function may reach w through its own pointer to *out */
-    if ((r = wal_recover(&w->log, replay, NULL, arg, NULL)) != 0) {
-        *out = NULL;
-        wal_close(&w->log);
-    }
-    return r;
-}
-
 void wal_release(struct wal *w)
 {
     walckpt_free(w->ck);
