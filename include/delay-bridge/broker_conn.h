@@ -56,8 +56,15 @@ struct broker_conn_tls {
  * for the defaults (system CA bundle, host name verified). An amqps://
  * URI is TLS or nothing: a failed handshake or verification is an error,
  * never a fallback to plain TCP. Returns 0, or -1 with a message in err
- * (the password masked).
+ * (the password masked), or BROKER_CONN_NOBODY with one when nothing
+ * answered at the TCP level (connection refused, host unreachable or
+ * unknown, connect timed out): a node that is down or restarting, which a
+ * caller may try again soon at no cost to anyone (backoff_fail_within).
  */
+#define BROKER_CONN_NOBODY (-2)
+/* How soon, at most, a connection that found nobody tries again: the
+ * consumer's and the publisher's backoff_fail_within() cap. */
+#define BROKER_NOBODY_RETRY_MS 1000
 int broker_conn_open(struct broker_conn *c, const char *uri, const char *name,
                    const struct broker_conn_tls *tls, uint16_t heartbeat_s, uint32_t timeout_ms,
                    char *err, size_t errlen);
@@ -71,8 +78,8 @@ struct config;
  * attempt), named "delay-bridge <role>", then " <instance>" when
  * broker.instance is set (what `rabbitmqctl list_connections` shows), with
  * cfg's TLS settings, heartbeat and connect_timeout_ms. c->uri_masked
- * names the URI tried, on success and failure alike. 0, or -1 with the
- * reason in err (broker_conn_open).
+ * names the URI tried, on success and failure alike. 0, or -1 or
+ * BROKER_CONN_NOBODY with the reason in err (broker_conn_open).
  */
 int broker_conn_open_next(struct broker_conn *c, const struct config *cfg, const char *role,
                         unsigned *next, char *err, size_t errlen);

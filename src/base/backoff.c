@@ -23,14 +23,14 @@ void backoff_init(struct backoff *b, uint32_t min_ms, uint32_t max_ms, uint64_t 
     b->rl.suppressed = 0;
 }
 
-struct backoff_step backoff_fail(struct backoff *b, uint64_t now)
+static struct backoff_step fail_upto(struct backoff *b, uint64_t now, uint32_t cap_ms)
 {
     struct backoff_step st;
     uint64_t d = b->cur_ms ? (uint64_t)b->cur_ms * 2 : b->min_ms;
     uint32_t span;
 
-    if (d > b->max_ms)
-        d = b->max_ms;
+    if (d > cap_ms)
+        d = cap_ms;
     b->cur_ms = (uint32_t)d;
     span = b->cur_ms / 5; /* +-20% */
     if (span)
@@ -41,6 +41,20 @@ struct backoff_step backoff_fail(struct backoff *b, uint64_t now)
     st.retry_in_ms = d;
     st.log_events = log_ratelimit(&b->rl, now, b->log_interval_ms);
     return st;
+}
+
+struct backoff_step backoff_fail(struct backoff *b, uint64_t now)
+{
+    return fail_upto(b, now, b->max_ms);
+}
+
+struct backoff_step backoff_fail_within(struct backoff *b, uint64_t now, uint32_t cap_ms)
+{
+    if (cap_ms > b->max_ms)
+        cap_ms = b->max_ms;
+    if (cap_ms < b->min_ms)
+        cap_ms = b->min_ms;
+    return fail_upto(b, now, cap_ms);
 }
 
 void backoff_reset(struct backoff *b)

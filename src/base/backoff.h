@@ -39,6 +39,16 @@ void backoff_init(struct backoff *b, uint32_t min_ms, uint32_t max_ms, uint64_t 
 /* A failure at now (monotonic ms): schedule the next attempt. */
 struct backoff_step backoff_fail(struct backoff *b, uint64_t now);
 
+/*
+ * A failure that cost the other side nothing (nobody listened: the TCP
+ * connect was refused or timed out), at now: as backoff_fail, but the delay
+ * before jitter grows to cap_ms at most (never past max_ms). A broker node
+ * being restarted is then reached within about cap_ms of coming up, not a
+ * doubled minute later; a failure after the connect (a login refused)
+ * doubles on from there as usual.
+ */
+struct backoff_step backoff_fail_within(struct backoff *b, uint64_t now, uint32_t cap_ms);
+
 /* A success: the next failure waits min_ms again. */
 void backoff_reset(struct backoff *b);
 

@@ -306,7 +306,7 @@ static int open_uri(struct broker_conn *c, const char *uri, const char *vhost, c
     struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
     amqp_socket_t *sock;
     char text[512];
-    int status;
+    int status, rc = -1;
 
     memset(c, 0, sizeof(*c));
     c->fd = -1;
@@ -333,6 +333,11 @@ static int open_uri(struct broker_conn *c, const char *uri, const char *vhost, c
     }
     status = amqp_socket_open_noblock(sock, u.host, u.port, &tv);
     if (status != AMQP_STATUS_OK) {
+        /* Nobody answered at the TCP level (refused, unreachable, timed out,
+         * no such host): trying again soon costs the broker nothing. */
+        if (status == AMQP_STATUS_SOCKET_ERROR || status == AMQP_STATUS_TCP_ERROR ||
+            status == AMQP_STATUS_TIMEOUT || status == AMQP_STATUS_HOSTNAME_RESOLUTION_FAILED)
+            rc = BROKER_CONN_NOBODY;
         if (u.tls)
             tls_error(c, u.host, tls && or_null(tls->ca_file) ? tls->ca_file
                                                              : CONFIG_TLS_DEFAULT_CA_FILE,
@@ -355,7 +360,7 @@ fail:
     amqp_destroy_connection(c->st);
     c->st = NULL;
     memset(&u, 0, sizeof(u));
-    return -1;
+    return rc;
 }
 
 int broker_conn_open(struct broker_conn *c, const char *uri, const char *name,
@@ -372,16 +377,16 @@ int broker_conn_open_vhost(struct broker_conn *c, const struct config *cfg, cons
     struct broker_conn_tls tls = {cfg->tls.ca_file, cfg->tls.cert_file, cfg->tls.key_file,
                                 cfg->tls.verify_hostname};
     char name[sizeof("delay-bridge ") + 32 + sizeof(cfg->instance) + 8 + CONFIG_NAME_MAX];
-    int n;
+    int n, r;
 
     (*next)++;
     n = snprintf(name, sizeof(name), "delay-bridge %s%s%s", role, cfg->instance[0] ? " " : "",
                  cfg->instance);
     if (vhost && n > 0 && (size_t)n < sizeof(name))
         snprintf(name + n, sizeof(name) - (size_t)n, " vhost=%s", vhost);
-    if (open_uri(c, uri, vhost, name, &tls, cfg->heartbeat_s, cfg->connect_timeout_ms, err,
-                 errlen) < 0)
-        return -1;
+    if ((r = open_uri(c, uri, vhost, name, &tls, cfg->heartbeat_s, cfg->connect_timeout_ms, err,
+                      errlen)) < 0)
+        return r;
     if (vhost) /* logs name the vhost the connection is in, not the URI's */
         snprintf(c->uri_masked + strlen(c->uri_masked),
                  sizeof(c->uri_masked) - strlen(c->uri_masked), " vhost=%s", vhost);

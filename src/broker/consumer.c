@@ -194,11 +194,15 @@ static void open_connection(struct consumer *c)
     const struct config *cfg = c->cfg;
     struct backoff_step st;
     char err[1024];
-    int i, n;
+    int i, n, rc;
 
-    if (broker_conn_open_vhost(&c->conn, cfg, "consumer", c->vhost[0] ? c->vhost : NULL,
-                             &c->uri_next, err, sizeof(err)) < 0)
-        goto fail;
+    if ((rc = broker_conn_open_vhost(&c->conn, cfg, "consumer", c->vhost[0] ? c->vhost : NULL,
+                                     &c->uri_next, err, sizeof(err))) < 0) {
+        if (rc != BROKER_CONN_NOBODY)
+            goto fail;
+        st = backoff_fail_within(&c->bo, clock_mono_ms(), BROKER_NOBODY_RETRY_MS);
+        goto log;
+    }
     amqp_channel_open(c->conn.st, CONSUMER_CHANNEL);
     if (broker_conn_check(&c->conn, "channel.open", err, sizeof(err)) < 0)
         goto fail_close;
@@ -245,6 +249,7 @@ fail_close:
     broker_conn_close(&c->conn, 0);
 fail:
     st = backoff_fail(&c->bo, clock_mono_ms());
+log:
     if (st.log_events)
         log_warn("consume", "cannot start consuming",
                  "error=%s retry_in_ms=%" PRIu64 " attempts=%" PRIu64, LOG_QUOTE_STR(err),

@@ -305,11 +305,15 @@ static void open_connection(struct publisher *p)
 {
     const struct config *cfg = p->cfg;
     char err[600];
-    int i;
+    int i, r;
 
-    if (broker_conn_open_vhost(&p->conn, cfg, "publisher", p->vhost[0] ? p->vhost : NULL,
-                             &p->uri_next, err, sizeof(err)) < 0) {
-        struct backoff_step st = backoff_fail(&p->bo, clock_mono_ms());
+    r = broker_conn_open_vhost(&p->conn, cfg, "publisher", p->vhost[0] ? p->vhost : NULL,
+                               &p->uri_next, err, sizeof(err));
+    if (r < 0) {
+        uint64_t now = clock_mono_ms();
+        struct backoff_step st = r == BROKER_CONN_NOBODY
+                                     ? backoff_fail_within(&p->bo, now, BROKER_NOBODY_RETRY_MS)
+                                     : backoff_fail(&p->bo, now);
         if (st.log_events)
             log_warn("publish", "cannot connect",
                      "error=%s retry_in_ms=%" PRIu64 " attempts=%" PRIu64, LOG_QUOTE_STR(err),

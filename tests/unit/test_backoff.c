@@ -106,6 +106,41 @@ static void test_log_rate_limit(void)
     CHECK(total == 91, "the logged lines stand for %llu failures", (unsigned long long)total);
 }
 
+/* Nobody listening: the step grows to the cap and stays there; a failure
+ * after the connect doubles on from the cap; the cap never passes max_ms
+ * nor falls below min_ms. */
+static void test_within(void)
+{
+    uint64_t now = 1000000;
+    struct backoff b;
+
+    backoff_init(&b, 500, 30000, 30000);
+    for (int i = 0; i < 4; i++) /* 500, 1000, 2000, 4000 */
+        backoff_fail(&b, now);
+    CHECK_U64(b.cur_ms, 4000);
+    for (int i = 0; i < 20; i++) {
+        struct backoff_step st = backoff_fail_within(&b, now, 1000);
+        CHECK_U64(b.cur_ms, 1000);
+        CHECK(st.retry_in_ms >= 800 && st.retry_in_ms <= 1200, "attempt %d: %llu ms", i,
+              (unsigned long long)st.retry_in_ms);
+    }
+    CHECK_U64(b.failures, 24);
+    backoff_fail(&b, now); /* the broker answered, then refused the login */
+    CHECK_U64(b.cur_ms, 2000);
+    backoff_reset(&b);
+    backoff_fail_within(&b, now, 1000); /* the first failure waits min_ms */
+    CHECK_U64(b.cur_ms, 500);
+
+    backoff_init(&b, 500, 800, 30000);
+    backoff_fail_within(&b, now, 1000);
+    backoff_fail_within(&b, now, 1000);
+    CHECK_U64(b.cur_ms, 800); /* never past max_ms */
+    backoff_init(&b, 2000, 30000, 30000);
+    backoff_fail_within(&b, now, 1000);
+    backoff_fail_within(&b, now, 1000);
+    CHECK_U64(b.cur_ms, 2000); /* never below min_ms */
+}
+
 static void test_bad_bounds(void)
 {
     struct backoff b;
@@ -121,6 +156,7 @@ static const struct check_case cases[] = {
     {"not_in_step", test_not_in_step},
     {"log_rate_limit", test_log_rate_limit},
     {"bad_bounds", test_bad_bounds},
+    {"within", test_within},
 };
 
 int main(int argc, char **argv)
