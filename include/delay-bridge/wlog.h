@@ -52,9 +52,9 @@
  * (src/repl/wrepl.c), which changes 12 of them and leaves the other 11 to
  * the segment log under it ("repl: -"); those stay operations because a
  * log of another kind would differ on them. The engine reaches them
- * through its eng_* functions; the daemon
- * (src/daemon) calls those, and calls the log itself only where marked.
- * The tools (src/cli) call none: they read the directory through wal.h.
+ * through its eng_* functions; the daemon (src/daemon) calls those, and
+ * calls the log itself only where marked. The tools (src/cli) call none:
+ * they read the directory through wal.h and walscan.h.
  *
  *   operation   caller (daemon via)             wal / repl
  *   ----------  ------------------------------  ----------------------------------

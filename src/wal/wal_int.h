@@ -1,6 +1,7 @@
 /*
- * wal_int.h -- the segment log's state, shared by its files (internal: only
- * wal*.c include it; wal.h is the contract, wlog.h the engine's view).
+ * wal_int.h -- the segment log's state, shared by its files (internal: the
+ * wal*.c files, ingress_off.c for wal_dir_sync(), and the tests include
+ * it; wal.h is the contract, wlog.h the engine's view).
  *
  *   wal.c         the segment files: creating and rolling them, append and
  *                 group commit, read, the checkpoint file's life
@@ -24,9 +25,9 @@
  * struct wal owns every fd, buffer and segment entry in it; wal_release()
  * frees them and wal_close() the object. Functions that fail return 0 or a
  * negative code (-errno or WLOG_E*); a write or fsync error goes through
- * wal_fail() and sticks. Every
- * system call on the directory is spelled walfs_NAME (walfs.h: the plain
- * call, or the simulator's file layer under -DDB_SIM).
+ * wal_fail() and sticks. Every system call on the directory is spelled
+ * walfs_NAME (walfs.h: the plain call, or the simulator's file layer under
+ * -DDB_SIM).
  */
 #ifndef DELAY_BRIDGE_WAL_INT_H
 #define DELAY_BRIDGE_WAL_INT_H
