@@ -31,8 +31,8 @@
 #include <stdint.h>
 
 #include "delay-bridge/walrec.h"
-#include "base/idmap.h"
-#include "base/pool.h"
+#include "delay-bridge/idmap.h"
+#include "delay-bridge/pool.h"
 
 /*
  * An ADD of msg_id: the live item it is a compaction copy of, or POOL_NIL

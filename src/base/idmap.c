@@ -23,7 +23,7 @@
  * table never holds tombstones, so an unsuccessful lookup stops at the first
  * empty slot, however many deletions happened.
  */
-#include "idmap.h"
+#include "delay-bridge/idmap.h"
 
 #include <assert.h>
 #include <stdio.h>

@@ -27,7 +27,7 @@
  * Memory is never given back before pool_destroy(): a daemon that once held
  * N messages is expected to hold N again.
  */
-#include "pool.h"
+#include "delay-bridge/pool.h"
 
 #include <assert.h>
 #include <stdio.h>

@@ -22,8 +22,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "base/idmap.h"
-#include "base/pool.h"
+#include "delay-bridge/idmap.h"
+#include "delay-bridge/pool.h"
 #include "delay-bridge/walscan.h"
 
 #define CLI_OK 0

@@ -28,9 +28,9 @@
 #include "delay-bridge/walrec.h"
 #include "delay-bridge/wlog.h"
 #include "base/xalloc.h"
-#include "base/idmap.h"
+#include "delay-bridge/idmap.h"
 #include "keymap.h"
-#include "base/pool.h"
+#include "delay-bridge/pool.h"
 #include "wheel.h"
 
 #define CK_STEP 65536 /* checkpoint: handles walked per eng_maintain() */

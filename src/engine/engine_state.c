@@ -32,8 +32,8 @@
 
 #include "delay-bridge/walrec.h"
 #include "delay-bridge/wlog.h"
-#include "base/idmap.h"
-#include "base/pool.h"
+#include "delay-bridge/idmap.h"
+#include "delay-bridge/pool.h"
 #include "base/xalloc.h"
 #include "keymap.h"
 #include "wheel.h"

@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "base/pool.h"
+#include "delay-bridge/pool.h"
 
 struct wheel_node {
     pool_handle next, prev; /* slot list links, POOL_NIL terminated */

@@ -12,7 +12,7 @@
  */
 #define _GNU_SOURCE
 #include "delay-bridge/duecount.h"
-#include "base/pool.h"
+#include "delay-bridge/pool.h"
 #include "engine/wheel.h"
 
 #include <stdio.h>

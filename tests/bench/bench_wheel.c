@@ -23,7 +23,7 @@
  * Prints one line per figure.
  */
 #define _GNU_SOURCE
-#include "base/pool.h"
+#include "delay-bridge/pool.h"
 #include "engine/wheel.h"
 
 #include <stdio.h>

@@ -6,7 +6,7 @@
 #include "check.h"
 #include "testkit.h"
 #include "delay-bridge/duecount.h"
-#include "base/pool.h"
+#include "delay-bridge/pool.h"
 #include "engine/wheel.h"
 
 #define MIN 60000ull

@@ -9,7 +9,7 @@
  * failing case reruns the same alone: TEST_SEED=n test_idmap random_dense.
  * The seed in use is printed before the first random case.
  */
-#include "base/idmap.h"
+#include "delay-bridge/idmap.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -2,7 +2,7 @@
  * test_pool.c -- pool: handles, zero-filled items, reuse, stable pointers,
  * memory accounting.
  */
-#include "base/pool.h"
+#include "delay-bridge/pool.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "pool.h"
+#include "delay-bridge/pool.h"
 
 struct idmap {
     struct pool *pool;
