@@ -20,6 +20,9 @@ DB_PUBLIC_HOME of check_layers.cmake, read from there so the two checks
 cannot disagree. Tests and benchmarks may include any header: they are not
 folders of the daemon.
 
+A contract includes only contracts: no header of include/ includes one of
+src/ (its signatures would carry a type the reader cannot find beside it).
+
 Fails naming each header in the wrong place and who includes it.
 """
 
@@ -66,6 +69,10 @@ def main(argv):
             bad.append("include/delay-bridge/%s: no home folder (no %s.c; name it in "
                        "check_layers.cmake's DB_PUBLIC_HOME)" % (name, name[:-2]))
             continue
+        for h in INCLUDE.findall(open(path, errors="replace").read()):
+            if not h.startswith("delay-bridge/"):
+                bad.append("include/delay-bridge/%s includes \"%s\", a header of src/: a "
+                           "contract includes only contracts" % (name, h))
         others = sorted(users.get("delay-bridge/" + name, set()) - {home})
         if not others:
             bad.append("include/delay-bridge/%s: only %s/ includes it: move it to src/%s/" % (
