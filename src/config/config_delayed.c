@@ -41,9 +41,7 @@
 int cfg_parse_route_delayed(struct ctx *x, struct config_route *r, json_object *o,
                             const char *pre)
 {
-    static const struct {
-        const char *key, *why;
-    } no[] = {
+    static const struct cfg_refusal no[] = {
         {"target_exchange", "each message is published to the exchange it was published to "
                             "(its delivery's exchange); leave target_exchange out"},
         {"declare_target", "the applications declare their x-delayed-message exchanges; the "
@@ -52,7 +50,6 @@ int cfg_parse_route_delayed(struct ctx *x, struct config_route *r, json_object *
         {"retry", "a retry route sends messages back to queues, this one to their "
                   "exchanges: make them two routes"},
     };
-    char path[320];
 
     r->delayed_exchanges = 0;
     if (cfg_get_bool(x, o, pre, "delayed_exchanges", &r->delayed_exchanges) < 0)
@@ -60,18 +57,9 @@ int cfg_parse_route_delayed(struct ctx *x, struct config_route *r, json_object *
     if (!r->delayed_exchanges)
         return 0;
     /* the schema's NO_DELAYED rows, each with its reason (or a plain one) */
-    for (int i = 0; i < config_nkeys; i++) {
-        const struct config_key *k = &config_keys[i];
-        const char *why = "a delayed_exchanges route has no such key";
-        if (k->sect != CONFIG_SECT_ROUTE || !(k->flags & CONFIG_KEY_NO_DELAYED) ||
-            !json_object_object_get_ex(o, k->key, NULL))
-            continue;
-        for (size_t j = 0; j < sizeof no / sizeof no[0]; j++)
-            if (strcmp(no[j].key, k->key) == 0)
-                why = no[j].why;
-        cfg_join(path, sizeof path, pre, k->key);
-        return cfg_fail(x, path, "not allowed with delayed_exchanges: %s", why);
-    }
+    if (cfg_refuse_flagged(x, o, pre, CONFIG_KEY_NO_DELAYED, "delayed_exchanges", no,
+                           sizeof no / sizeof no[0], "a delayed_exchanges route has no such key") < 0)
+        return -1;
     snprintf(r->ingress_queue, sizeof r->ingress_queue, "%s", CONFIG_DELAYED_QUEUE);
     return 0;
 }

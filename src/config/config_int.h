@@ -147,6 +147,18 @@ int cfg_check_sect(struct ctx *x, json_object *o, const char *pre, enum config_s
 /* The optional section key of root: an object whose keys are all section s's, or absent (*out NULL). */
 int cfg_section(struct ctx *x, json_object *root, const char *key, enum config_sect s,
                 json_object **out);
+/* Why a kind of route refuses one key (config_retry.c's, config_delayed.c's tables). */
+struct cfg_refusal {
+    const char *key, *why;
+};
+/*
+ * The first key of route object o whose row carries flag (CONFIG_KEY_NO_RETRY,
+ * CONFIG_KEY_NO_DELAYED), refused as "not allowed with KIND: WHY", WHY from
+ * no[0..nno) or else dflt. 0 when o has none, -1 (reported) when it has one.
+ */
+int cfg_refuse_flagged(struct ctx *x, json_object *o, const char *pre, unsigned flag,
+                       const char *kind, const struct cfg_refusal *no, size_t nno,
+                       const char *dflt);
 
 /* ---- config_routes.c ---- */
 

@@ -199,9 +199,7 @@ static int parse_pattern(struct ctx *x, json_object *o, const char *pre, struct 
  */
 static int refuse_route_keys(struct ctx *x, json_object *o, const char *pre)
 {
-    static const struct {
-        const char *key, *why;
-    } no[] = {
+    static const struct cfg_refusal no[] = {
         {"target_exchange", "a retry route sends each message back to the queue it failed in, "
                             "through the default exchange; leave target_exchange out"},
         {"declare_target", "a retry route has no target exchange to declare"},
@@ -213,21 +211,8 @@ static int refuse_route_keys(struct ctx *x, json_object *o, const char *pre)
         {"delay_from", "a retry route's delays come from retry's policy, counted from the "
                        "bridge's receipt"},
     };
-    char path[320];
-
-    for (int i = 0; i < config_nkeys; i++) {
-        const struct config_key *k = &config_keys[i];
-        const char *why = "a retry route has no such key";
-        if (k->sect != CONFIG_SECT_ROUTE || !(k->flags & CONFIG_KEY_NO_RETRY) ||
-            !json_object_object_get_ex(o, k->key, NULL))
-            continue;
-        for (size_t j = 0; j < sizeof no / sizeof no[0]; j++)
-            if (strcmp(no[j].key, k->key) == 0)
-                why = no[j].why;
-        cfg_join(path, sizeof path, pre, k->key);
-        return cfg_fail(x, path, "not allowed with retry: %s", why);
-    }
-    return 0;
+    return cfg_refuse_flagged(x, o, pre, CONFIG_KEY_NO_RETRY, "retry", no, sizeof no / sizeof no[0],
+                              "a retry route has no such key");
 }
 
 int cfg_route_is_retry(json_object *o)

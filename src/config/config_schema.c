@@ -278,3 +278,24 @@ int cfg_section(struct ctx *x, json_object *root, const char *key, enum config_s
     *out = v;
     return 0;
 }
+
+int cfg_refuse_flagged(struct ctx *x, json_object *o, const char *pre, unsigned flag,
+                       const char *kind, const struct cfg_refusal *no, size_t nno,
+                       const char *dflt)
+{
+    char path[320];
+
+    for (int i = 0; i < config_nkeys; i++) {
+        const struct config_key *k = &config_keys[i];
+        const char *why = dflt;
+        if (k->sect != CONFIG_SECT_ROUTE || !(k->flags & flag) ||
+            !json_object_object_get_ex(o, k->key, NULL))
+            continue;
+        for (size_t j = 0; j < nno; j++)
+            if (strcmp(no[j].key, k->key) == 0)
+                why = no[j].why;
+        cfg_join(path, sizeof path, pre, k->key);
+        return cfg_fail(x, path, "not allowed with %s: %s", kind, why);
+    }
+    return 0;
+}

@@ -127,6 +127,27 @@ say "$QQ_NAME: $([ "$QQ" = 1 ] && echo "measured on this node" || echo "$QQ_WHY"
 plugin_decide
 say "$PLUGIN_NAME: $([ "$PLUGIN" = 1 ] && echo "measured on this node" || echo "$PLUGIN_WHY")"
 
+# broker_holds KEY WHO MODE SPEC...: a fresh node declares SPEC (load_retry
+# declare), then holds n x size B published with MODE to the exchange SPEC's
+# binding names, key hold: the node's figures per message (size, n, TAG: the loop's).
+broker_holds() {
+    local k=$1 who=$2 mode=$3 ex
+    shift 3
+    ex=$(cut -d: -f3 <<<"$3") # the binding b:QUEUE:EXCHANGE:KEY
+    TAG=$((TAG + 1))
+    say "== $k: $who holds $n x $size B"
+    fresh_node
+    "$LR" declare --uri "$URI" "$@" >/dev/null
+    sleep 1
+    node_mark "$k"
+    publish "$k" --mode "$mode" --exchange "$ex" --routing-key hold --count "$n" \
+        --delay "$HOLD_DELAY" --size "$size" --tag "$TAG"
+    sleep 5
+    node_delta "$k" "$n"
+    R[$k.total_ram]=${R[$k.node_rss]}
+    say "$k: node RSS ${R[$k.node_rss]} B/msg, erlang:memory ${R[$k.node_mem]} B/msg, disk ${R[$k.node_disk]} B/msg"
+}
+
 # ---------------------------------------------------------------- (a) holding
 TAG=0
 for size in ${SIZES//,/ }; do
@@ -151,35 +172,10 @@ for size in ${SIZES//,/ }; do
         R[$k.total_ram]=$(fmt 1 "${R[$k.bridge_rss]} + ${R[$k.node_rss]}")
         say "$k: bridge RSS ${R[$k.bridge_rss]} B/msg, WAL ${R[$k.wal]} B/msg; node RSS ${R[$k.node_rss]} B/msg, disk ${R[$k.node_disk]} B/msg"
         bridge_stop
-        if [ "$QQ" = 1 ]; then
-            k=q-$size-$n TAG=$((TAG + 1))
-            say "== $k: a quorum queue holds $n x $size B (x-opt-delivery-time)"
-            fresh_node
-            "$LR" declare --uri "$URI" "x:$QQ_EX" "q:bench.qhold:type=quorum" "b:bench.qhold:$QQ_EX:hold" >/dev/null
-            sleep 1
-            node_mark "$k"
-            publish "$k" --mode deliverytime --exchange "$QQ_EX" --routing-key hold --count "$n" \
-                --delay "$HOLD_DELAY" --size "$size" --tag "$TAG"
-            sleep 5
-            node_delta "$k" "$n"
-            R[$k.total_ram]=${R[$k.node_rss]}
-            say "$k: node RSS ${R[$k.node_rss]} B/msg, erlang:memory ${R[$k.node_mem]} B/msg, disk ${R[$k.node_disk]} B/msg"
-        fi
-        if [ "$PLUGIN" = 1 ]; then
-            k=p-$size-$n TAG=$((TAG + 1))
-            say "== $k: the $PLUGIN_NAME holds $n x $size B"
-            fresh_node
-            "$LR" declare --uri "$URI" "x:$PLUGIN_EX:x-delayed-message" "q:bench.phold" \
-                "b:bench.phold:$PLUGIN_EX:hold" >/dev/null
-            sleep 1
-            node_mark "$k"
-            publish "$k" --mode xdelay --exchange "$PLUGIN_EX" --routing-key hold --count "$n" \
-                --delay "$HOLD_DELAY" --size "$size" --tag "$TAG"
-            sleep 5
-            node_delta "$k" "$n"
-            R[$k.total_ram]=${R[$k.node_rss]}
-            say "$k: node RSS ${R[$k.node_rss]} B/msg, erlang:memory ${R[$k.node_mem]} B/msg, disk ${R[$k.node_disk]} B/msg"
-        fi
+        [ "$QQ" = 1 ] && broker_holds "q-$size-$n" "a quorum queue (x-opt-delivery-time)" deliverytime \
+            "x:$QQ_EX" "q:bench.qhold:type=quorum" "b:bench.qhold:$QQ_EX:hold"
+        [ "$PLUGIN" = 1 ] && broker_holds "p-$size-$n" "the $PLUGIN_NAME" xdelay \
+            "x:$PLUGIN_EX:x-delayed-message" "q:bench.phold" "b:bench.phold:$PLUGIN_EX:hold"
     done
 done
 

@@ -347,29 +347,42 @@ if [ "$PLUGIN" = 1 ] && want steady; then
     consumed plugin-steady
     cpu_per_msg plugin-steady "$N_STEADY"
 fi
-if [ "$PLUGIN" = 1 ] && want burst; then
-    # As the bridge's burst: every message accepted before the first due time,
-    # the margin from the plugin's own steady accept rate, but 3 times the
-    # publishing time it gives instead of 1.5: the plugin accepts slower the
-    # more it holds (8.4k msg/s with 200k held, 19.9k in steady's run, 4.0.5),
-    # and with 1.5 the publishing overran the first due time.
-    rate=$( [ -s "$WORK/plugin-steady.publish" ] && get "$WORK/plugin-steady.publish" rate || echo 5000)
+# beside_burst NAME TAG STEADY WHERE CONSUME PUBLISH [publisher options]: the
+# burst load for a system beside the bridge, as the bridge's: every message
+# accepted before the first due time, the margin from that system's own
+# steady accept rate (STEADY's), but 3 times the publishing time it gives
+# instead of 1.5: the plugin accepts slower the more it holds (8.4k msg/s
+# with 200k held, 19.9k in steady's run, 4.0.5), and with 1.5 the publishing
+# overran the first due time. CONSUME NAME COUNT TAG starts its consumer,
+# PUBLISH NAME [options] its publisher.
+beside_burst() {
+    local name=$1 tag=$2 steady=$3 where=$4 cons=$5 pub=$6 rate margin due_at done_ms
+    shift 6
+    rate=$( [ -s "$WORK/$steady.publish" ] && get "$WORK/$steady.publish" rate || echo 5000)
     margin=$(fmt 0 "$N_BURST / $rate * 3000 + $MARGIN0")
     due_at=$(( $(now_ms) + margin ))
-    say "== plugin-burst: $N_BURST x 256 B through $PLUGIN_EX, all due in [$margin, $((margin + SPREAD))] ms from now"
-    plugin_consume plugin-burst "$N_BURST" 12
-    cpu_mark plugin-burst
-    publish plugin-burst --mode xdelay --exchange "$PLUGIN_EX" --routing-key bench --count "$N_BURST" \
-        --tag 12 --due-at "$due_at" --spread "$SPREAD" ${BENCH_STAMP:+--stamp}
-    done_ms=$(get "$WORK/plugin-burst.publish" end_ms)
+    say "== $name: $N_BURST x 256 B $where, all due in [$margin, $((margin + SPREAD))] ms from now"
+    "$cons" "$name" "$N_BURST" "$tag"
+    cpu_mark "$name"
+    "$pub" "$name" --count "$N_BURST" --tag "$tag" --due-at "$due_at" --spread "$SPREAD" "$@"
+    done_ms=$(get "$WORK/$name.publish" end_ms)
     if [ "$done_ms" -lt "$due_at" ]; then
-        R[plugin-burst.held_before_due]=yes
+        R[$name.held_before_due]=yes
     else
-        R[plugin-burst.held_before_due]=no
-        say "plugin-burst: NOTE the last confirm came $((done_ms - due_at)) ms after the first due time"
+        R[$name.held_before_due]=no
+        say "$name: NOTE the last confirm came $((done_ms - due_at)) ms after the first due time"
     fi
-    consumed plugin-burst
-    cpu_per_msg plugin-burst "$N_BURST"
+    consumed "$name"
+    cpu_per_msg "$name" "$N_BURST"
+}
+plugin_publish() {
+    local name=$1
+    shift
+    publish "$name" --mode xdelay --exchange "$PLUGIN_EX" --routing-key bench "$@"
+}
+if [ "$PLUGIN" = 1 ] && want burst; then
+    beside_burst plugin-burst 12 plugin-steady "through $PLUGIN_EX" plugin_consume plugin_publish \
+        ${BENCH_STAMP:+--stamp}
 fi
 
 # ---------------------------------------------------------------- quorum queue delays beside
@@ -395,23 +408,7 @@ if [ "$QQ" = 1 ] && want steady; then
     cpu_per_msg qq-steady "$N_STEADY"
 fi
 if [ "$QQ" = 1 ] && want burst; then
-    # As the plugin's burst: the margin from its own steady accept rate, times 3.
-    rate=$( [ -s "$WORK/qq-steady.publish" ] && get "$WORK/qq-steady.publish" rate || echo 5000)
-    margin=$(fmt 0 "$N_BURST / $rate * 3000 + $MARGIN0")
-    due_at=$(( $(now_ms) + margin ))
-    say "== qq-burst: $N_BURST x 256 B into $QQ_Q, all due in [$margin, $((margin + SPREAD))] ms from now"
-    qq_consume qq-burst "$N_BURST" 23
-    cpu_mark qq-burst
-    qq_publish qq-burst --count "$N_BURST" --tag 23 --due-at "$due_at" --spread "$SPREAD"
-    done_ms=$(get "$WORK/qq-burst.publish" end_ms)
-    if [ "$done_ms" -lt "$due_at" ]; then
-        R[qq-burst.held_before_due]=yes
-    else
-        R[qq-burst.held_before_due]=no
-        say "qq-burst: NOTE the last confirm came $((done_ms - due_at)) ms after the first due time"
-    fi
-    consumed qq-burst
-    cpu_per_msg qq-burst "$N_BURST"
+    beside_burst qq-burst 23 qq-steady "into $QQ_Q" qq_consume qq_publish
 fi
 
 # ---------------------------------------------------------------- replicate
