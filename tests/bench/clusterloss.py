@@ -10,8 +10,9 @@ broker DB_RABBITMQ names, default qq-delay: rabbitmq-server's qq-vNext branch,
 whose quorum queues hold a message published with header x-opt-delivery-time,
 epoch ms, until then). AMQP ports CLUSTERLOSS_PORT..+2 (default 5965..5967),
 distribution ports CLUSTERLOSS_DIST_PORT..+2 (default 25965..25967), state in
-CLUSTERLOSS_DIR (default /var/tmp/clusterloss-PORT; fresh, removed at the end
-unless --keep). Two cases, each on quorum queues of three members:
+CLUSTERLOSS_DIR (default /var/tmp/clusterloss-PORT; fresh: removed at the start,
+and at the end unless --keep, with the node directories inside the broker's
+root). Two cases, each on quorum queues of three members:
 
   qq      RabbitMQ's own delay: quorum queue cl.qq.<run> (declared through
           node 1, so its leader is node 1 as a rule); N persistent messages,
@@ -476,6 +477,22 @@ def bridge_events(path, t_kill):
     return ev
 
 
+def wipe_cdir(also=()):
+    """Removes the cluster's state: CDIR and, for a broker in a root
+    (rabbitmq.sh makes CDIR/nI a symlink into it), what the links point at,
+    so that the next run starts from empty nodes."""
+    for i in (1, 2, 3):
+        n = os.path.join(CDIR, "n%d" % i)
+        if os.path.islink(n):
+            inside = os.path.realpath(n)
+            subprocess.run(["rm", "-rf", inside])
+            try:
+                os.rmdir(os.path.dirname(inside))  # once the three are gone
+            except OSError:
+                pass
+    subprocess.run(["rm", "-rf", CDIR] + list(also))
+
+
 def fmt(x):
     return "-" if x is None else "%.0f" % x
 
@@ -506,7 +523,7 @@ def main():
     results = []
     rc = 0
     cluster("stop", ok=(0, 1))
-    subprocess.run(["rm", "-rf", CDIR])
+    wipe_cdir()
     try:
         t0 = time.time()
         cluster("start", PORT, DIST)
@@ -530,7 +547,7 @@ def main():
     finally:
         cluster("stop", ok=(0, 1))
         if not args.keep:
-            subprocess.run(["rm", "-rf", CDIR, work])
+            wipe_cdir([work])
         else:
             say("kept: cluster state %s (stopped), work %s" % (CDIR, work))
     hdr = ("| system | killed | sent | delivered | lost | dup | early | late p50/p99/max ms | "
