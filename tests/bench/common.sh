@@ -82,7 +82,7 @@ bench_preflight() {
     done
     command -v curl >/dev/null || die "curl not found"
     command -v jq >/dev/null || die "jq not found"
-    # The broker matrix: DB_RABBITMQ (3.10, 4.0, 4.3) picks the broker (tests/integration/broker.sh).
+    # The broker matrix: DB_RABBITMQ (3.10, 4.0, 4.3, 4.4, qq-delay) picks the broker (tests/integration/broker.sh).
     if [ -z "${RABBITMQ_BIN_DIR:-}" ]; then
         local rc=0
         RABBITMQ_BIN_DIR=$(bash "$ROOT/tests/integration/broker.sh" bin-dir) || rc=$?

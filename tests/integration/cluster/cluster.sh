@@ -21,7 +21,8 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 RABBITMQ_SH="$HERE/../rabbitmq.sh"
-# The broker matrix (broker.sh): DB_RABBITMQ picks 3.10, 4.0 or 4.3.
+# The broker matrix (broker.sh): DB_RABBITMQ picks 3.10, 4.0, 4.3, 4.4 or qq-delay
+# (the last two built from source; the 4.3.6 CLI drives them).
 if [ -z "${RABBITMQ_BIN_DIR:-}" ]; then
     RABBITMQ_BIN_DIR=$("$HERE/../broker.sh" bin-dir) || exit $?
     export RABBITMQ_BIN_DIR
