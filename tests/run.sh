@@ -29,11 +29,10 @@
 #             only (its warnings are not those of -O2).
 # A build failure stops at once; a failing stage does not stop the others
 # (so one run shows everything); a summary with each stage's time closes
-# the run, and the script exits non-zero if any failed. About 10 minutes
-# on 2 cores.
+# the run, and the script exits non-zero if any failed. How long each
+# takes: tests/README.md ("How long"), the one place the times are written.
 #
-# With --quick, the loop for an edit (about 1.5 minutes on 2 cores once
-# build/ exists): build build/, the unit tests and the purity check in
+# With --quick, the loop for an edit (once build/ exists): build build/, the unit tests and the purity check in
 # parallel, then a representative handful of integration tests on one
 # broker -- a crash test (integration.crash), keys (integration.keys), a
 # replicated log (integration.replicate) and the WAL tools
@@ -46,7 +45,7 @@
 # root on first use, about a minute each, and reuses it). --matrix (what
 # .ci/run runs) is the whole run on 4.3, then the broker-facing tests
 # (labels integration and clients) again on 3.10 and on 4.0 with the same
-# builds: about 35 minutes on 2 cores.
+# builds.
 #
 # Environment: JOBS (parallel build jobs, default: CPU count), DB_TEST_JOBS
 # (ctest -j of the [build] stage, default 5), DB_SKIP_INSTALL=1 (never run
