@@ -68,6 +68,8 @@ import pika
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+import harness  # noqa: E402  (connection_name: one reading of rabbitmqctl's client_properties)
 CLUSTER_SH = os.path.join(ROOT, "tests", "integration", "cluster", "cluster.sh")
 BROKER_SH = os.path.join(ROOT, "tests", "integration", "broker.sh")
 PORT = int(os.environ.get("CLUSTERLOSS_PORT", "5965"))
@@ -134,13 +136,7 @@ def leaders(via, names):
 def bridge_node(via):
     nodes = set()
     for c in ctl_json(via, "list_connections", "port", "client_properties"):
-        props = c.get("client_properties") or []
-        name = None
-        for e in props:
-            if isinstance(e, list) and len(e) == 3 and e[0] == "connection_name":
-                name = e[2]
-        if isinstance(props, dict):
-            name = props.get("connection_name")
+        name = harness.connection_name(c.get("client_properties"))
         if name and name.startswith("delay-bridge "):
             nodes.add(int(c["port"]) - PORT + 1)
     return nodes

@@ -330,6 +330,18 @@ def header(props, key):
     return (props.headers or {}).get(key)
 
 
+def connection_name(client_properties):
+    """A connection's name from `rabbitmqctl list_connections client_properties
+    --formatter json`: [name, type, value] triples, or a dict; None without one."""
+    props = client_properties or []
+    if isinstance(props, dict):
+        return props.get("connection_name")
+    for entry in props:
+        if isinstance(entry, list) and len(entry) == 3 and entry[0] == "connection_name":
+            return entry[2]
+    return None
+
+
 def header_str(props, key):
     f = header(props, key)
     if f is None:

@@ -87,14 +87,7 @@ def bridge_connections(cdir, node):
     out = ctl(cdir, node, "list_connections", "port", "client_properties", "--formatter", "json")
     conns = {}
     for c in json.loads(out or "[]"):
-        props = c.get("client_properties") or []
-        name = None
-        # the json formatter gives client_properties as [name, type, value] triples
-        for entry in props:
-            if isinstance(entry, list) and len(entry) == 3 and entry[0] == "connection_name":
-                name = entry[2]
-        if isinstance(props, dict):
-            name = props.get("connection_name")
+        name = h.connection_name(c.get("client_properties"))
         if name and name.startswith("delay-bridge "):
             conns[name] = int(c["port"])
     return conns
